@@ -1,0 +1,90 @@
+// Package bridge turns API submissions into PipeStream dehydration over a
+// quicpeer session, maps STATUS frames back into document and entity state,
+// stores results and claim checks, and feeds the event log.
+//
+// CONTRACT FILE: gateway/ codes against the exported surface below. Keep
+// signatures stable; document changes. API messages are the generated
+// gatewayv1 types so that no translation layer sits between gateway and
+// bridge.
+package bridge
+
+import (
+	"context"
+	"io"
+
+	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
+)
+
+// Tenant identifies the caller; "" is the single tenant of an
+// unauthenticated deployment. Every lookup is filtered by tenant, and another
+// tenant's ids answer ErrNotFound.
+type Tenant string
+
+// Errors. The gateway maps them to gRPC codes; each carries a message that
+// says what to fix (wrap with fmt.Errorf("...: %w", ErrX)).
+var (
+	ErrNotFound           = errorString("not found")                        // codes.NotFound
+	ErrInvalid            = errorString("invalid argument")                 // codes.InvalidArgument
+	ErrConflict           = errorString("request id reused with a different body") // codes.AlreadyExists
+	ErrFailedPrecondition = errorString("failed precondition")              // codes.FailedPrecondition
+	ErrClaimRedeemed      = errorString("claim already redeemed")           // codes.FailedPrecondition, reason CLAIM_ALREADY_REDEEMED
+	ErrClaimExpired       = errorString("claim expired")                    // codes.FailedPrecondition, reason CLAIM_EXPIRED
+	ErrTooLarge           = errorString("too large")                        // codes.InvalidArgument / HTTP 413
+	ErrUnavailable        = errorString("unavailable")                      // codes.Unavailable (shutting down)
+	ErrResourceExhausted  = errorString("resource exhausted")               // codes.ResourceExhausted
+)
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }
+
+// Service is what the gateway calls. *Bridge implements it.
+type Service interface {
+	// Submit stores the document durably, then dispatches it; it returns
+	// once the submission is durable (state PENDING or later).
+	Submit(ctx context.Context, t Tenant, req *gatewayv1.SubmitDocumentRequest) (*gatewayv1.Document, error)
+	// Upload streams content from r (never buffering it whole) into the
+	// store and the peer. opts comes from the first message / query params.
+	Upload(ctx context.Context, t Tenant, opts *gatewayv1.SubmitOptions, r io.Reader) (*gatewayv1.Document, error)
+	GetDocument(ctx context.Context, t Tenant, id string, withEntities bool) (*gatewayv1.Document, error)
+	ListDocuments(ctx context.Context, t Tenant, req *gatewayv1.ListDocumentsRequest) (*gatewayv1.ListDocumentsResponse, error)
+	// Result opens the rehydrated output; ErrFailedPrecondition when the
+	// document is not SUCCEEDED/PARTIALLY_SUCCEEDED yet.
+	Result(ctx context.Context, t Tenant, id string) (contentType string, size int64, rc io.ReadCloser, err error)
+	Cancel(ctx context.Context, t Tenant, id string) (*gatewayv1.Document, error)
+	GetClaim(ctx context.Context, t Tenant, claimID string) (*gatewayv1.ClaimCheck, error)
+	Redeem(ctx context.Context, t Tenant, claimID string) (*gatewayv1.ClaimCheck, error)
+	// Watch streams the document's events from cursor (0 = current state
+	// first), calling send for each, until the document is terminal or ctx ends.
+	Watch(ctx context.Context, t Tenant, id string, cursor uint64, send func(*gatewayv1.WatchDocumentResponse) error) error
+	// Events gives access to the event log (subscribe, window, snapshot).
+	Events() EventLog
+	// Ready reports whether a peer session is up (for /healthz).
+	Ready() error
+	// Close stops intake, sends GOAWAY, drains within ctx, closes the store.
+	Close(ctx context.Context) error
+}
+
+// EventLog is the sequenced, resumable log (DESIGN.md section 5).
+type EventLog interface {
+	// Subscribe follows the log with AT-sync cursor rules. cursor == nil:
+	// live only. It calls send for every event (including the #info
+	// OutdatedCursor event) until ctx ends or an error: ErrFutureCursor,
+	// ErrConsumerTooSlow. clientKey identifies the client for retention
+	// tracking (it is hashed with a rotating salt before use).
+	Subscribe(ctx context.Context, t Tenant, clientKey string, cursor *uint64, filter EventFilter, send func(*gatewayv1.Event) error) error
+	Window(ctx context.Context) (*gatewayv1.EventWindow, error)
+	Snapshot(ctx context.Context, t Tenant) (*gatewayv1.Snapshot, error)
+}
+
+// EventFilter narrows a subscription.
+type EventFilter struct {
+	Kinds      []string
+	DocumentID string
+}
+
+// Event log errors.
+var (
+	ErrFutureCursor    = errorString("FutureCursor: cursor is ahead of the latest event")
+	ErrConsumerTooSlow = errorString("ConsumerTooSlow: subscriber fell too far behind")
+)
