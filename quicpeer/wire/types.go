@@ -238,6 +238,9 @@ type PipeDoc struct {
 	DocID     string            `cbor:"doc-id"`
 	EntityID  uint32            `cbor:"entity-id"`
 	Ownership *OwnershipContext `cbor:"ownership,omitempty"`
+	// Blob is the profile extension carrying a whole document's content
+	// (BlobBag, data layer 0) in the root entity; see docs/profile.md 4.
+	Blob []byte `cbor:"blob,omitempty"`
 }
 
 // OwnershipContext is ownership-context (Appendix C).
