@@ -11,6 +11,9 @@ package bridge
 import (
 	"context"
 	"io"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
@@ -88,3 +91,36 @@ var (
 	ErrFutureCursor    = errorString("FutureCursor: cursor is ahead of the latest event")
 	ErrConsumerTooSlow = errorString("ConsumerTooSlow: subscriber fell too far behind")
 )
+
+// Options configure a Bridge (validated in New; zero values take defaults).
+//
+//	func New(ctx context.Context, opts Options) (*Bridge, error)
+//
+// New opens the store in DataDir, recovers non-terminal documents, and starts
+// the peer connection manager (dial PeerAddr with backoff). *Bridge
+// implements Service.
+type Options struct {
+	DataDir string // SQLite file, spool and results live here
+	// PeerAddr is the UDP host:port of the PipeStream peer.
+	PeerAddr string
+	// PeerCAPEM verifies the peer's certificate (a CA bundle or the embedded
+	// peer's self-signed certificate, pinned). Required.
+	PeerCAPEM []byte
+	// PeerServerName overrides the TLS server name (default: host of PeerAddr).
+	PeerServerName string
+	// PeerClientCert enables mutual TLS toward the peer (optional).
+	PeerClientCertPEM, PeerClientKeyPEM []byte
+	// PreferProtobuf offers the Protobuf serialization format.
+	PreferProtobuf bool
+	// InlineThreshold: documents up to this size with no split strategy are
+	// sent whole (default 1 MiB).
+	InlineThreshold int64
+	// MaxDocumentBytes caps one document (default 4 GiB).
+	MaxDocumentBytes int64
+	// MaxDispatchAttempts before a document fails (default 5).
+	MaxDispatchAttempts int
+	// Logger for structured logs (default slog.Default()).
+	Logger *slog.Logger
+	// Registerer for Prometheus metrics (nil: none).
+	Registerer prometheus.Registerer
+}
