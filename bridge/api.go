@@ -26,15 +26,15 @@ type Tenant string
 // Errors. The gateway maps them to gRPC codes; each carries a message that
 // says what to fix (wrap with fmt.Errorf("...: %w", ErrX)).
 var (
-	ErrNotFound           = errorString("not found")                        // codes.NotFound
-	ErrInvalid            = errorString("invalid argument")                 // codes.InvalidArgument
+	ErrNotFound           = errorString("not found")                               // codes.NotFound
+	ErrInvalid            = errorString("invalid argument")                        // codes.InvalidArgument
 	ErrConflict           = errorString("request id reused with a different body") // codes.AlreadyExists
-	ErrFailedPrecondition = errorString("failed precondition")              // codes.FailedPrecondition
-	ErrClaimRedeemed      = errorString("claim already redeemed")           // codes.FailedPrecondition, reason CLAIM_ALREADY_REDEEMED
-	ErrClaimExpired       = errorString("claim expired")                    // codes.FailedPrecondition, reason CLAIM_EXPIRED
-	ErrTooLarge           = errorString("too large")                        // codes.InvalidArgument / HTTP 413
-	ErrUnavailable        = errorString("unavailable")                      // codes.Unavailable (shutting down)
-	ErrResourceExhausted  = errorString("resource exhausted")               // codes.ResourceExhausted
+	ErrFailedPrecondition = errorString("failed precondition")                     // codes.FailedPrecondition
+	ErrClaimRedeemed      = errorString("claim already redeemed")                  // codes.FailedPrecondition, reason CLAIM_ALREADY_REDEEMED
+	ErrClaimExpired       = errorString("claim expired")                           // codes.FailedPrecondition, reason CLAIM_EXPIRED
+	ErrTooLarge           = errorString("too large")                               // codes.InvalidArgument / HTTP 413
+	ErrUnavailable        = errorString("unavailable")                             // codes.Unavailable (shutting down)
+	ErrResourceExhausted  = errorString("resource exhausted")                      // codes.ResourceExhausted
 )
 
 type errorString string
