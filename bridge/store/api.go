@@ -1,0 +1,423 @@
+// Package store is the gateway's durable state: documents, entities, scope
+// digests, claim checks, idempotency records and the sequenced event log, in
+// one SQLite file (modernc.org/sqlite, pure Go) under the data directory,
+// plus the spool and result payload files next to it (DESIGN.md section 6).
+//
+// # Writes
+//
+// Every write goes through Commit (or PruneEvents), which hands a Batch to a
+// single writer goroutine. The writer drains its queue and applies many
+// batches in ONE transaction (group commit), each inside its own SAVEPOINT:
+// a batch whose precondition fails (stale revision, claim already redeemed,
+// idempotency conflict...) is rolled back alone and its caller gets the
+// error, while the other batches of the group commit. Commit returns only
+// after the transaction is durable (see Options.Synchronous), so "Commit
+// returned nil" is the point at which a submission may be acknowledged.
+//
+// # Event sequence numbers (DESIGN.md section 5)
+//
+// Events in a Batch get seq numbers inside the writer transaction: seq =
+// last_seq+1, starting at 1, strictly below 2^53. last_seq lives in the meta
+// table and is updated in the same transaction, so seqs never repeat, not
+// after kill -9 and not after pruning every event. Seqs are assigned in queue
+// order, so the seqs of one batch are consecutive and ascending.
+//
+// # Reads
+//
+// Reads use a separate pool of read-only connections (WAL readers never block
+// the writer). Every read by id takes a tenant and answers ErrNotFound for a
+// row that belongs to another tenant.
+//
+// # Payload files
+//
+// The store owns the layout of <dir>/spool/<doc-id>.bin (the submitted
+// content) and <dir>/results/<doc-id>.bin (the rehydrated output); see
+// CreateSpool, CreateResult and PayloadFile. A PayloadFile is written to a
+// temporary name and becomes visible only through Sync, which fsyncs the
+// file, renames it into place and fsyncs the directory. The bridge must call
+// Sync before the Commit that records the document, and both before it
+// acknowledges the submission.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
+
+	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
+)
+
+// Errors. Wrapped with context via fmt.Errorf("...: %w", ErrX); test with
+// errors.Is. The bridge maps them to its own errors (bridge.ErrNotFound...).
+var (
+	// ErrNotFound: no such row for this tenant (another tenant's row is
+	// reported the same way).
+	ErrNotFound = errors.New("store: not found")
+	// ErrConflict: an idempotent create reused (tenant, request id) with a
+	// different body hash, or a create reused an existing document id, or a
+	// claim id exists under another tenant.
+	ErrConflict = errors.New("store: conflict")
+	// ErrStaleRev: a DocumentUpdate's PrevRev does not match the stored rev.
+	ErrStaleRev = errors.New("store: stale document revision")
+	// ErrClaimRedeemed: the claim is not ISSUED any more (already redeemed,
+	// or marked EXPIRED).
+	ErrClaimRedeemed = errors.New("store: claim already redeemed")
+	// ErrClaimExpired: the claim is ISSUED but its expire time has passed.
+	ErrClaimExpired = errors.New("store: claim expired")
+	// ErrBadPageToken: the page token was not produced by ListDocuments for
+	// the same filter (an InvalidArgument).
+	ErrBadPageToken = errors.New("store: invalid page token")
+	// ErrInvalid: a malformed argument (missing id, event without time...).
+	ErrInvalid = errors.New("store: invalid argument")
+	// ErrSeqExhausted: assigning another seq would reach 2^53.
+	ErrSeqExhausted = errors.New("store: event sequence space exhausted")
+	// ErrClosed: the store is closed.
+	ErrClosed = errors.New("store: closed")
+)
+
+// MaxSeq is the exclusive upper bound of event seq numbers (2^53, so seqs are
+// exact in JSON numbers; DESIGN.md section 5).
+const MaxSeq uint64 = 1 << 53
+
+// Options configure Open. Zero values take the defaults in params.go.
+type Options struct {
+	// Synchronous is the SQLite synchronous pragma: "FULL" (default) or
+	// "NORMAL". With WAL, both survive kill -9 of the process (committed
+	// frames are in the OS page cache); only FULL also survives power loss
+	// or an OS crash, because it fsyncs the WAL at every commit. Group commit
+	// amortizes that fsync over all batches of a transaction.
+	Synchronous string
+	// MaxGroupBatches bounds how many batches one transaction carries.
+	MaxGroupBatches int
+	// MaxGroupDelay is how long the writer waits for more batches after the
+	// first one before committing (0: commit as soon as the queue is drained;
+	// batching then comes from callers queueing while the previous
+	// transaction syncs).
+	MaxGroupDelay time.Duration
+	// QueueDepth bounds queued batches; Commit blocks (honoring ctx) beyond it.
+	QueueDepth int
+	// ReadConns is the size of the read-only connection pool.
+	ReadConns int
+	// BusyTimeout is SQLite's busy_timeout.
+	BusyTimeout time.Duration
+	// Logger (default slog.Default()).
+	Logger *slog.Logger
+	// Registerer for metrics (nil: none): store_commit_batches (histogram of
+	// batches per transaction), store_commit_seconds (transaction latency),
+	// store_commit_transactions_total.
+	Registerer prometheus.Registerer
+}
+
+// DocumentRecord is one document row.
+type DocumentRecord struct {
+	Tenant string
+	// Doc is the public representation. Id, State, Rev, RequestId,
+	// CreateTime and UpdateTime are also stored as queryable columns (taken
+	// from Doc on write). Entities, Digests and ClaimChecks are NOT stored in
+	// the document row (they have their own tables); GetDocument fills them.
+	// Create/update must set Id, State and CreateTime.
+	Doc *gatewayv1.Document
+	// BodyHash is the idempotency hash of the submission (e.g. SHA-256 over
+	// the canonical request); compared when RequestId repeats.
+	BodyHash []byte
+	// SpoolPath and ResultPath are the payload files (see SpoolPath,
+	// ResultPath); "" when absent.
+	SpoolPath, ResultPath string
+	// ResultContentType is the content type of the result file.
+	ResultContentType string
+	// DispatchAttempts counts how often the document was dispatched to a peer.
+	DispatchAttempts uint32
+	// Private is opaque bridge state, stored verbatim (e.g. a dispatch plan).
+	Private []byte
+}
+
+// Terminal reports whether the document's state is final (SUCCEEDED,
+// PARTIALLY_SUCCEEDED, FAILED, CANCELLED).
+func (r *DocumentRecord) Terminal() bool { return IsTerminal(r.Doc.GetState()) }
+
+// IsTerminal reports whether s is a final document state.
+func IsTerminal(s gatewayv1.State) bool {
+	switch s {
+	case gatewayv1.State_SUCCEEDED, gatewayv1.State_PARTIALLY_SUCCEEDED,
+		gatewayv1.State_FAILED, gatewayv1.State_CANCELLED:
+		return true
+	}
+	return false
+}
+
+// DocumentUpdate replaces a document row if its stored rev equals PrevRev
+// (and the tenant matches); else the batch fails with ErrStaleRev
+// (ErrNotFound if the row does not exist for this tenant).
+type DocumentUpdate struct {
+	Record  *DocumentRecord
+	PrevRev uint64
+}
+
+// EntityRecord upserts one entity keyed by (DocID, Entity.ScopeId,
+// Entity.EntityId). The document must exist (foreign key).
+type EntityRecord struct {
+	DocID  string
+	Entity *gatewayv1.Entity
+}
+
+// DigestRecord upserts one scope digest keyed by (DocID, Digest.ScopeId).
+type DigestRecord struct {
+	DocID  string
+	Digest *gatewayv1.ScopeDigest
+}
+
+// ClaimRecord is one claim check. Claim.ClaimId (a decimal uint64) is the key;
+// Claim.Name is not stored (GetClaim leaves it empty; the bridge names it).
+// In a Batch it is an upsert; a claim id owned by another tenant fails the
+// batch with ErrConflict.
+type ClaimRecord struct {
+	Tenant string
+	Claim  *gatewayv1.ClaimCheck
+}
+
+// RedeemClaim is a conditional op: the claim must exist for Tenant, be
+// ISSUED, and expire after Now; it becomes REDEEMED with redeem_time = Now.
+// Otherwise the whole batch fails with ErrNotFound, ErrClaimRedeemed or
+// ErrClaimExpired. The claim after redemption is in CommitResult.Claim.
+type RedeemClaim struct {
+	Tenant  string
+	ClaimID string
+	Now     time.Time
+}
+
+// EventAppend appends one event. Event.Seq is ignored (assigned by the
+// writer); Event.Time and Event.Kind are required. Tenant scopes the event
+// for filtered reads. The caller must not modify Event until Commit returns.
+type EventAppend struct {
+	Tenant string
+	Event  *gatewayv1.Event
+}
+
+// Batch is one atomic unit of work: all of it commits or none of it.
+// Ops apply in field order: Create, Redeem, Updates, Entities, Digests,
+// Claims, Events.
+type Batch struct {
+	// Create inserts a new document. If Create.Doc.RequestId is non-empty
+	// and (tenant, request id) already exists: same BodyHash -> the batch is
+	// NOT applied and CommitResult.Duplicate names the existing document;
+	// different BodyHash -> ErrConflict. An existing Doc.Id -> ErrConflict.
+	Create   *DocumentRecord
+	Redeem   *RedeemClaim
+	Updates  []DocumentUpdate
+	Entities []EntityRecord
+	Digests  []DigestRecord
+	Claims   []ClaimRecord
+	Events   []EventAppend
+}
+
+// CommitResult reports what a committed batch produced.
+type CommitResult struct {
+	// Seqs[i] is the seq assigned to Batch.Events[i] (ascending, consecutive).
+	Seqs []uint64
+	// Duplicate is the existing document when Batch.Create was an idempotent
+	// repeat; nothing of the batch was applied then.
+	Duplicate *DocumentRecord
+	// Claim is the claim after Batch.Redeem.
+	Claim *gatewayv1.ClaimCheck
+}
+
+// EventRecord is one stored event.
+type EventRecord struct {
+	Seq    uint64
+	Time   time.Time
+	Kind   string
+	Tenant string
+	DocID  string
+	Rev    uint64
+	Since  uint64
+	// Body is the protobuf-encoded gatewayv1.Event, seq included. Owned by
+	// the caller.
+	Body []byte
+}
+
+// Size is the stored size of the event in bytes (len(Body)), the unit of
+// the retention byte budget.
+func (r *EventRecord) Size() int { return len(r.Body) }
+
+// Decode unmarshals Body into a new Event (Seq set).
+func (r *EventRecord) Decode() (*gatewayv1.Event, error) {
+	ev := new(gatewayv1.Event)
+	if err := proto.Unmarshal(r.Body, ev); err != nil {
+		return nil, fmt.Errorf("store: decode event %d: %w", r.Seq, err)
+	}
+	return ev, nil
+}
+
+// EventQuery selects events for ReadEvents.
+type EventQuery struct {
+	// From is the first seq to return (inclusive; 0 = oldest).
+	From uint64
+	// Limit bounds the result (0 = params default, capped at the maximum).
+	Limit int
+	// Tenant filters events unless AllTenants is set.
+	Tenant     string
+	AllTenants bool
+	// DocID filters one document ("" = all).
+	DocID string
+	// Kinds filters by kind (empty = all).
+	Kinds []string
+}
+
+// EventStats describe the retained log. LatestSeq is last_seq (the highest
+// seq ever assigned, even if pruned); OldestSeq is the lowest retained seq (0
+// when none is retained).
+type EventStats struct {
+	OldestSeq, LatestSeq uint64
+	Count                uint64
+	Bytes                uint64
+}
+
+// PruneResult reports a PruneEvents call.
+type PruneResult struct {
+	Removed uint64
+	Bytes   uint64
+}
+
+// ListQuery selects documents for ListDocuments.
+type ListQuery struct {
+	// State filters (STATE_UNSPECIFIED = all).
+	State gatewayv1.State
+	// PageSize (<= 0: default; capped at the maximum, see params.go).
+	PageSize int
+	// PageToken from the previous page ("" = first page).
+	PageToken string
+}
+
+// WriterStats counts group commit activity since Open.
+type WriterStats struct {
+	Transactions uint64 // committed transactions
+	Batches      uint64 // batches applied (committed or rolled back alone)
+}
+
+// Store is the durable store. Safe for concurrent use.
+type Store struct{ impl }
+
+// Open opens (creating if needed) <dir>/gateway.db, applies pending schema
+// migrations (PRAGMA user_version), creates <dir>/spool and <dir>/results,
+// and starts the writer goroutine. Close releases everything.
+func Open(ctx context.Context, dir string, opts Options) (*Store, error) { return open(ctx, dir, opts) }
+
+// Close stops intake (later calls get ErrClosed), commits every batch already
+// queued, stops the writer and closes the database. Idempotent.
+func (s *Store) Close() error { return s.close() }
+
+// Commit applies b atomically through the group-commit writer and returns
+// once it is durable. On error nothing of b was applied, except when ctx
+// ends first: then Commit returns ctx.Err() and the batch may or may not
+// commit later (idempotent creates make a retry safe). b and its messages
+// must not be modified until Commit returns.
+func (s *Store) Commit(ctx context.Context, b *Batch) (CommitResult, error) { return s.commit(ctx, b) }
+
+// PruneEvents deletes every event with seq < beforeSeq through the writer
+// (last_seq is kept, so seqs never repeat) and reports what it removed.
+func (s *Store) PruneEvents(ctx context.Context, beforeSeq uint64) (PruneResult, error) {
+	return s.prune(ctx, beforeSeq)
+}
+
+// SetEventHook installs fn (nil removes it). After each transaction commits,
+// and before any of its Commit callers return, the writer goroutine calls fn
+// once with every event of that transaction in ascending seq order. fn owns
+// the slice. fn runs on the writer goroutine: it must not block and must not
+// call Commit (that would deadlock); hand the events to a buffered publisher.
+// This is how the event log publishes live events in seq order.
+func (s *Store) SetEventHook(fn func([]EventRecord)) { s.setEventHook(fn) }
+
+// LastSeq is the highest seq committed so far (0 before the first event).
+func (s *Store) LastSeq() uint64 { return s.lastSeq.Load() }
+
+// WriterStats reports group-commit counters.
+func (s *Store) WriterStats() WriterStats { return s.writerStats() }
+
+// GetDocument returns the document id of tenant with Digests and ClaimChecks
+// filled, and Entities too when withEntities. ErrNotFound otherwise.
+func (s *Store) GetDocument(ctx context.Context, tenant, id string, withEntities bool) (*DocumentRecord, error) {
+	return s.getDocument(ctx, tenant, id, withEntities)
+}
+
+// ListDocuments returns one page of tenant's documents ordered by
+// create_time descending, then id descending (stable keyset pagination: rows
+// created during paging never make a page repeat or skip an older row). next
+// is "" on the last page. A token that does not decode, or that was issued for
+// another state filter, answers ErrBadPageToken. Entities, digests and
+// claims are not filled.
+func (s *Store) ListDocuments(ctx context.Context, tenant string, q ListQuery) (docs []*DocumentRecord, next string, err error) {
+	return s.listDocuments(ctx, tenant, q)
+}
+
+// ListEntities returns the entities of tenant's document docID ordered by
+// (scope, entity id); ErrNotFound if the document is not tenant's.
+func (s *Store) ListEntities(ctx context.Context, tenant, docID string) ([]*gatewayv1.Entity, error) {
+	return s.listEntities(ctx, tenant, docID)
+}
+
+// ListNonTerminal returns every non-terminal document of every tenant,
+// oldest first, for restart recovery (without entities).
+func (s *Store) ListNonTerminal(ctx context.Context) ([]*DocumentRecord, error) {
+	return s.listNonTerminal(ctx)
+}
+
+// GetClaim returns tenant's claim claimID (ErrNotFound otherwise).
+func (s *Store) GetClaim(ctx context.Context, tenant, claimID string) (*ClaimRecord, error) {
+	return s.getClaim(ctx, tenant, claimID)
+}
+
+// ListIssuedClaims returns the ISSUED claims of every tenant whose expire
+// time is before expiringBefore (for the expiry sweeper).
+func (s *Store) ListIssuedClaims(ctx context.Context, expiringBefore time.Time) ([]*ClaimRecord, error) {
+	return s.listIssuedClaims(ctx, expiringBefore)
+}
+
+// ReadEvents returns up to q.Limit retained events with seq >= q.From that
+// match the filter, in ascending seq order (for replay).
+func (s *Store) ReadEvents(ctx context.Context, q EventQuery) ([]EventRecord, error) {
+	return s.readEvents(ctx, q)
+}
+
+// EventStats describes the retained log (O(1): counters kept in meta).
+func (s *Store) EventStats(ctx context.Context) (EventStats, error) { return s.eventStats(ctx) }
+
+// SnapshotDocuments returns every document of tenant (without entities, with
+// digests and claims) and last_seq, read in one read transaction: the
+// snapshot reflects exactly the events up to seq.
+func (s *Store) SnapshotDocuments(ctx context.Context, tenant string) (seq uint64, docs []*DocumentRecord, err error) {
+	return s.snapshotDocuments(ctx, tenant)
+}
+
+// SnapshotBytes is the encoded size of all documents (every tenant): the
+// size of a full snapshot, the retention byte cap of the RRDP draft.
+func (s *Store) SnapshotBytes(ctx context.Context) (int64, error) { return s.snapshotBytes(ctx) }
+
+// SpoolPath is <dir>/spool/<docID>.bin (docID is not checked here).
+func (s *Store) SpoolPath(docID string) string { return s.payloadPath(spoolDir, docID) }
+
+// ResultPath is <dir>/results/<docID>.bin (docID is not checked here).
+func (s *Store) ResultPath(docID string) string { return s.payloadPath(resultDir, docID) }
+
+// CreateSpool starts writing the spool file of docID (see PayloadFile).
+// docID must be a non-empty [A-Za-z0-9_-] string (ErrInvalid otherwise).
+func (s *Store) CreateSpool(docID string) (*PayloadFile, error) { return s.createPayload(spoolDir, docID) }
+
+// CreateResult starts writing the result file of docID (see PayloadFile).
+func (s *Store) CreateResult(docID string) (*PayloadFile, error) {
+	return s.createPayload(resultDir, docID)
+}
+
+// OpenSpool opens docID's synced spool file for reading (caller closes).
+func (s *Store) OpenSpool(docID string) (*os.File, error) { return s.openPayload(spoolDir, docID) }
+
+// OpenResult opens docID's synced result file for reading (caller closes).
+func (s *Store) OpenResult(docID string) (*os.File, error) { return s.openPayload(resultDir, docID) }
+
+// RemovePayloads deletes docID's spool and result files (missing is fine).
+func (s *Store) RemovePayloads(docID string) error { return s.removePayloads(docID) }

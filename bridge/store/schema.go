@@ -1,0 +1,126 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+)
+
+// migrations are applied in order; migration i brings the schema to
+// user_version i+1. Append only: never edit an applied migration.
+var migrations = []string{
+	// 1: initial schema.
+	`
+CREATE TABLE meta (
+	key   TEXT PRIMARY KEY,
+	value INTEGER NOT NULL
+) WITHOUT ROWID;
+INSERT INTO meta(key, value) VALUES ('last_seq', 0), ('event_count', 0), ('event_bytes', 0);
+
+CREATE TABLE documents (
+	id                  TEXT PRIMARY KEY,
+	tenant              TEXT NOT NULL,
+	state               INTEGER NOT NULL,
+	terminal            INTEGER NOT NULL,
+	rev                 INTEGER NOT NULL,
+	request_id          TEXT,
+	body_hash           BLOB,
+	create_time         INTEGER NOT NULL,
+	update_time         INTEGER NOT NULL,
+	spool_path          TEXT NOT NULL DEFAULT '',
+	result_path         TEXT NOT NULL DEFAULT '',
+	result_content_type TEXT NOT NULL DEFAULT '',
+	dispatch_attempts   INTEGER NOT NULL DEFAULT 0,
+	private             BLOB,
+	body                BLOB NOT NULL
+);
+CREATE UNIQUE INDEX documents_request ON documents(tenant, request_id) WHERE request_id IS NOT NULL;
+CREATE INDEX documents_list ON documents(tenant, create_time DESC, id DESC);
+CREATE INDEX documents_state ON documents(tenant, state, create_time DESC, id DESC);
+CREATE INDEX documents_open ON documents(create_time) WHERE terminal = 0;
+
+CREATE TABLE entities (
+	doc_id       TEXT NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+	scope_id     INTEGER NOT NULL,
+	entity_id    INTEGER NOT NULL,
+	parent_id    INTEGER NOT NULL,
+	depth        INTEGER NOT NULL,
+	status       INTEGER NOT NULL,
+	chunk_index  INTEGER NOT NULL,
+	chunk_offset INTEGER NOT NULL,
+	size         INTEGER NOT NULL,
+	checksum     TEXT NOT NULL,
+	attempts     INTEGER NOT NULL,
+	message      TEXT NOT NULL,
+	PRIMARY KEY (doc_id, scope_id, entity_id)
+) WITHOUT ROWID;
+
+CREATE TABLE digests (
+	doc_id   TEXT NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+	scope_id INTEGER NOT NULL,
+	body     BLOB NOT NULL,
+	PRIMARY KEY (doc_id, scope_id)
+) WITHOUT ROWID;
+
+CREATE TABLE claims (
+	claim_id    TEXT PRIMARY KEY,
+	tenant      TEXT NOT NULL,
+	doc_id      TEXT NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+	entity_id   INTEGER NOT NULL,
+	scope_id    INTEGER NOT NULL,
+	state       INTEGER NOT NULL,
+	expire_time INTEGER NOT NULL,
+	create_time INTEGER NOT NULL,
+	redeem_time INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX claims_doc ON claims(doc_id);
+CREATE INDEX claims_issued ON claims(expire_time) WHERE state = 1;
+
+CREATE TABLE events (
+	seq    INTEGER PRIMARY KEY,
+	time   INTEGER NOT NULL,
+	kind   TEXT NOT NULL,
+	tenant TEXT NOT NULL,
+	doc_id TEXT NOT NULL,
+	rev    INTEGER NOT NULL,
+	since  INTEGER NOT NULL,
+	size   INTEGER NOT NULL,
+	body   BLOB NOT NULL
+);
+CREATE INDEX events_tenant ON events(tenant, seq);
+CREATE INDEX events_doc ON events(doc_id, seq);
+`,
+}
+
+// migrate brings the schema to len(migrations) in one transaction. A database
+// from a newer binary (user_version > len(migrations)) is refused.
+func migrate(ctx context.Context, db *sql.DB) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("store: migrate: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
+	var v int
+	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
+		return fmt.Errorf("store: read user_version: %w", err)
+	}
+	if v > len(migrations) {
+		return fmt.Errorf("store: database schema version %d is newer than this binary's %d; upgrade the gateway", v, len(migrations))
+	}
+	for i := v; i < len(migrations); i++ {
+		if _, err := tx.ExecContext(ctx, migrations[i]); err != nil {
+			return fmt.Errorf("store: migration %d: %w", i+1, err)
+		}
+	}
+	if v == len(migrations) {
+		return nil
+	}
+	// PRAGMA does not take bind parameters; len(migrations) is a constant.
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", len(migrations))); err != nil {
+		return fmt.Errorf("store: set user_version: %w", err)
+	}
+	return tx.Commit()
+}
+
+// SchemaVersion is the schema version this binary migrates to.
+func SchemaVersion() int { return len(migrations) }
