@@ -1,0 +1,50 @@
+package peer
+
+import "time"
+
+// Tunables of the processing peer, one place, one rationale each.
+const (
+	// defaultDrainTimeout bounds GOAWAY drain on shutdown: long enough for
+	// in-flight chunks to finish, short enough for a SIGTERM grace period.
+	defaultDrainTimeout = 15 * time.Second
+	// defaultOrphanDocs caps documents known only through children (no root
+	// envelope, no DEHYDRATING yet) per session, so unsolicited children
+	// cannot grow memory without bound (profile 3, 4.2).
+	defaultOrphanDocs = 256
+	// defaultOrphanChildren caps children buffered for such documents per session.
+	defaultOrphanChildren = 4096
+	// defaultMaxEntityBytes caps one entity payload the peer buffers (the
+	// profile's chunks are at most 16 MiB; whole documents are <= 1 MiB by
+	// default but may be configured larger).
+	defaultMaxEntityBytes = 64 << 20
+	// defaultChildrenPerMB is the amplification ratio of draft-02 Section 10.4.
+	defaultChildrenPerMB = 1000
+	// amplificationFloorBytes: a parent smaller than this is treated as this
+	// large when applying the children-per-MB ratio, so a 2 KiB paragraph may
+	// still split into a few sentences (the ratio targets bombs, not prose).
+	amplificationFloorBytes = 1 << 20
+	// defaultPolicyTimeout, defaultMaxRetries, defaultRetryDelay are the
+	// completion-policy defaults of draft-02 Section 8.2.
+	defaultPolicyTimeout = 300 * time.Second
+	defaultMaxRetries    = 3
+	defaultRetryDelay    = time.Second
+	// defaultQuorumRatio applies when QUORUM carries no min-success-ratio:
+	// a simple majority (the draft gives no default).
+	defaultQuorumRatio = 0.5
+	// yieldResumeDelay is how long the fault processor stays YIELDED before
+	// the peer resumes it: visible to observers, negligible for tests.
+	yieldResumeDelay = 20 * time.Millisecond
+	// yieldTokenTTL bounds how long an unconsumed yield token stays valid.
+	yieldTokenTTL = 10 * time.Minute
+	// claimRetentionGrace keeps a claim record this long past its expiry so
+	// a late redemption is answered CLAIM_EXPIRED (0x0A) rather than
+	// CLAIM_NOT_FOUND; draft-02 Section 10.6 requires at least the expiry.
+	claimRetentionGrace = time.Hour
+	// topWords is how many words textstats reports.
+	topWords = 10
+	// maxDistinctWords caps the per-entity word map of textstats (memory bound
+	// on adversarial input); words beyond it still count in totals.
+	maxDistinctWords = 100_000
+	// maxRetryDelay caps retry-delay-ms from a peer-supplied policy.
+	maxRetryDelay = time.Minute
+)
