@@ -62,6 +62,15 @@ func NewIDSpace(maxWindow uint32) *IDSpace {
 	return &IDSpace{cursor: 1, last: 0, maxWindow: maxWindow, resolved: make(map[uint32]struct{})}
 }
 
+// NewIDSpaceAfter is NewIDSpace whose first ID is NextID(lastAssigned), for
+// continuing an ID space (and for exercising the wrap at 0xFFFFFFFC).
+func NewIDSpaceAfter(maxWindow, lastAssigned uint32) *IDSpace {
+	s := NewIDSpace(maxWindow)
+	s.last = lastAssigned % IDModulus
+	s.cursor = NextID(s.last)
+	return s
+}
+
 // Assign returns a new ID, or false when the window is full (backpressure:
 // (new_id - cursor) mod MAX >= max_window, Section 9.1).
 func (s *IDSpace) Assign() (uint32, bool) {
