@@ -37,7 +37,7 @@ type Config struct {
 	TLS *tls.Config
 	// Offer is what this endpoint advertises in CAPABILITIES
 	// (layers, format preference, limits, keepalive).
-	Offer wire.Capabilities
+	Offer  wire.Capabilities
 	Limits Limits
 	// Handler receives what the peer sends. Required.
 	Handler Handler
@@ -64,14 +64,14 @@ type Limits struct {
 
 // Negotiated is the outcome of the capability exchange (Section 3.4-3.5).
 type Negotiated struct {
-	Layer1       bool
-	Layer2       bool
-	Format       wire.Format
-	MaxDepth     int
-	MaxWindow    uint32
-	MaxPerScope  uint64
-	Keepalive    time.Duration
-	PeerOffer    wire.Capabilities
+	Layer1      bool
+	Layer2      bool
+	Format      wire.Format
+	MaxDepth    int
+	MaxWindow   uint32
+	MaxPerScope uint64
+	Keepalive   time.Duration
+	PeerOffer   wire.Capabilities
 }
 
 // Handler receives everything the remote endpoint sends. Control-frame
@@ -109,7 +109,9 @@ type Session struct{ impl *session }
 
 // Dial opens a client session: QUIC handshake, stream 0, capability
 // exchange. It returns once the exchange completed.
-func Dial(ctx context.Context, addr string, cfg Config) (*Session, error) { return dial(ctx, addr, cfg) }
+func Dial(ctx context.Context, addr string, cfg Config) (*Session, error) {
+	return dial(ctx, addr, cfg)
+}
 
 // Listener accepts server sessions.
 type Listener struct{ impl *listener }
@@ -175,3 +177,13 @@ func (s *Session) CloseWithError(code wire.ErrorCode, msg string) error {
 // Done is closed when the session has ended; Err then tells why.
 func (s *Session) Done() <-chan struct{} { return s.impl.done }
 func (s *Session) Err() error            { return s.impl.err() }
+
+// SetPolicy records the completion policy that governs root entity id and,
+// through their parent-id, its children, before any of their streams are
+// sent (a dehydrated document's root header travels last). The session
+// needs it to know whether a FAILED entity may still be RETRYING (Layer 2)
+// and so whether FAILED resolves its ID (Section 9.1). A header sent with
+// SendEntity that carries a completion-policy registers it too.
+func (s *Session) SetPolicy(id uint32, p *wire.CompletionPolicy) error {
+	return s.impl.setPolicy(id, p)
+}

@@ -1,0 +1,102 @@
+package quicpeer
+
+import (
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/pipestream/gateway/quicpeer/wire"
+)
+
+// resolved is a validated Config with every default filled in.
+type resolved struct {
+	Config
+	offer wire.Capabilities // what goes on the wire in CAPABILITIES
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxScopeDepth <= 0 || l.MaxScopeDepth > defaultMaxScopeDepth {
+		l.MaxScopeDepth = defaultMaxScopeDepth
+	}
+	if l.MaxEntitiesPerScope == 0 || l.MaxEntitiesPerScope > defaultMaxEntitiesPerScope {
+		l.MaxEntitiesPerScope = defaultMaxEntitiesPerScope
+	}
+	if l.MaxWindow == 0 || l.MaxWindow > wire.MaxSafeWindow {
+		l.MaxWindow = wire.MaxSafeWindow
+	}
+	if l.CheckpointTimeout <= 0 {
+		l.CheckpointTimeout = defaultCheckpointTimeout
+	}
+	if l.ClaimExpiry <= 0 {
+		l.ClaimExpiry = defaultClaimExpiry
+	}
+	if l.MaxHeaderBytes <= 0 {
+		l.MaxHeaderBytes = defaultMaxHeaderBytes
+	}
+	if l.MaxPayloadBytes == 0 {
+		l.MaxPayloadBytes = defaultMaxPayloadBytes
+	}
+	if l.ChildrenPerMB <= 0 {
+		l.ChildrenPerMB = defaultChildrenPerMB
+	}
+	if l.MaxIncomingStreams <= 0 {
+		l.MaxIncomingStreams = defaultMaxIncomingStreams
+	}
+	return l
+}
+
+// resolve validates cfg (the one place options are checked) and builds the
+// CAPABILITIES offer: the configured Offer, with Layer 0 always on and each
+// limit lowered to the local Limits, so both ends compute the same minimum.
+func resolve(cfg Config) (*resolved, error) {
+	if cfg.Handler == nil {
+		return nil, errors.New("quicpeer: Config.Handler is required")
+	}
+	t, err := secureTLS(cfg.TLS)
+	if err != nil {
+		return nil, err
+	}
+	cfg.TLS = t
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.HandshakeTimeout <= 0 {
+		cfg.HandshakeTimeout = defaultHandshakeTimeout
+	}
+	cfg.Limits = cfg.Limits.withDefaults()
+	o := cfg.Offer
+	o.Layer0Core = true
+	o.MaxScopeDepth = minPtr(o.MaxScopeDepth, uint64(cfg.Limits.MaxScopeDepth))
+	o.MaxEntitiesPerScope = minPtr(o.MaxEntitiesPerScope, cfg.Limits.MaxEntitiesPerScope)
+	o.MaxWindowSize = minPtr(o.MaxWindowSize, uint64(cfg.Limits.MaxWindow))
+	if o.SerializationFormat != nil && *o.SerializationFormat != wire.FormatCBOR && *o.SerializationFormat != wire.FormatProtobuf {
+		return nil, errors.New("quicpeer: Config.Offer.SerializationFormat must be FormatCBOR or FormatProtobuf")
+	}
+	return &resolved{Config: cfg, offer: o}, nil
+}
+
+func minPtr(p *uint64, limit uint64) *uint64 {
+	v := limit
+	if p != nil && *p != 0 && *p < v {
+		v = *p
+	}
+	return &v
+}
+
+// negotiate computes the common capabilities (Section 3.4-3.5,
+// docs/profile.md section 1) with wire.Negotiate; both ends run it on the
+// same two offers and get the same result.
+func negotiate(local, peer wire.Capabilities) Negotiated {
+	w := wire.Negotiate(&local, &peer)
+	ka := min(w.KeepaliveMs, maxKeepaliveMs)
+	return Negotiated{
+		Layer1:      w.Layer1,
+		Layer2:      w.Layer2,
+		Format:      w.Format,
+		MaxDepth:    int(w.MaxScopeDepth),
+		MaxWindow:   w.MaxWindowSize,
+		MaxPerScope: w.MaxEntitiesPerScope,
+		Keepalive:   time.Duration(ka) * time.Millisecond,
+		PeerOffer:   peer,
+	}
+}

@@ -1,0 +1,245 @@
+package quicpeer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/pipestream/gateway/quicpeer/wire"
+)
+
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, copyBufferSize); return &b }}
+
+func headerScope(h *wire.EntityHeader) uint32 { return scopeOf(h.ScopeID) }
+
+func headerParent(h *wire.EntityHeader) uint32 {
+	if h.ParentID == nil {
+		return 0
+	}
+	return *h.ParentID
+}
+
+// setPolicy records the retry budget of a completion policy for a root
+// entity and, through parent-id, its children.
+func (s *session) setPolicy(id uint32, p *wire.CompletionPolicy) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.tr.register(0, id, 0, max(budgetOf(p), 0))
+}
+
+// sendEntity opens a unidirectional stream and writes one entity (Section
+// 5.2, 6.8): header, then payload streamed through a pooled buffer, then
+// FIN. Cancelling ctx resets the stream with PIPESTREAM_NO_ERROR.
+func (s *session) sendEntity(ctx context.Context, h *wire.EntityHeader, payload io.Reader) error {
+	if h == nil {
+		return localErr(wire.CodeEntityInvalid, "nil entity header")
+	}
+	scope, id := headerScope(h), h.EntityID
+	if scope != 0 && !s.negotiated.Layer1 {
+		return localErr(wire.CodeLayerUnsupported, "entity %d in scope %d needs Layer 1, which was not negotiated", id, scope)
+	}
+	s.mu.Lock()
+	switch {
+	case s.ctx.Err() != nil:
+		s.mu.Unlock()
+		return s.endedErr()
+	case scope == 0 && s.goawayRecv && after(id, s.recvLast):
+		s.mu.Unlock()
+		return fmt.Errorf("%w: entity %d is above the peer's GOAWAY Last Entity ID %d", ErrGoAway, id, s.recvLast)
+	case scope == 0 && s.role == RoleClient && !s.tr.ids.InFlight(id):
+		s.mu.Unlock()
+		return localErr(wire.CodeEntityInvalid, "root entity %d was not assigned by AssignID (or is already resolved)", id)
+	}
+	err := s.tr.register(scope, id, headerParent(h), budgetOf(h.CompletionPolicy))
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	st, err := s.conn.OpenUniStreamSync(ctx)
+	if err != nil {
+		return fmt.Errorf("quicpeer: open entity stream for %d: %w", id, err)
+	}
+	stop := context.AfterFunc(ctx, func() { st.CancelWrite(wire.CodeNoError) })
+	defer stop()
+	if err := wire.WriteEntityHeader(st, s.codec, h); err != nil {
+		st.CancelWrite(wire.CodeOf(err))
+		return s.sendErr(ctx, id, err)
+	}
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	buf := *bp
+	var sent uint64
+	for {
+		n, rerr := payload.Read(buf)
+		if n > 0 {
+			sent += uint64(n)
+			if sent > h.PayloadLength {
+				st.CancelWrite(wire.CodeEntityInvalid)
+				return localErr(wire.CodeEntityInvalid, "entity %d: payload is longer than payload-length %d", id, h.PayloadLength)
+			}
+			if _, err := st.Write(buf[:n]); err != nil {
+				return s.sendErr(ctx, id, err)
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			st.CancelWrite(wire.CodeInternalError)
+			return fmt.Errorf("quicpeer: entity %d: reading payload: %w", id, rerr)
+		}
+	}
+	if sent != h.PayloadLength {
+		st.CancelWrite(wire.CodeEntityInvalid)
+		return localErr(wire.CodeEntityInvalid, "entity %d: payload is %d octets, payload-length says %d", id, sent, h.PayloadLength)
+	}
+	if err := st.Close(); err != nil {
+		return s.sendErr(ctx, id, err)
+	}
+	return nil
+}
+
+// sendErr explains why writing an entity stream failed: the caller's ctx,
+// the peer stopping the stream (its code), or the connection.
+func (s *session) sendErr(ctx context.Context, id uint32, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if code, remote, ok := streamAbort(err); ok && remote {
+		return localErr(code, "entity %d: peer stopped the entity stream", id)
+	}
+	if s.conn.Context().Err() != nil {
+		if e := s.err(); e != nil {
+			return e
+		}
+	}
+	return fmt.Errorf("quicpeer: entity %d: %w", id, err)
+}
+
+// acceptLoop accepts entity streams once the capability exchange is done.
+func (s *session) acceptLoop() {
+	defer s.loops.Done()
+	for {
+		rs, err := s.conn.AcceptUniStream(s.ctx)
+		if err != nil {
+			return
+		}
+		go s.handleIncoming(rs)
+	}
+}
+
+// handleIncoming reads an entity header (negotiated format, header cap),
+// applies the stream-level rules and hands the entity to the Handler.
+func (s *session) handleIncoming(rs receiveStream) {
+	h, err := wire.ReadEntityHeader(rs, s.codec, s.cfg.Limits.MaxHeaderBytes)
+	if err != nil {
+		if _, _, ok := streamAbort(err); ok {
+			return // reset before the header: nothing to report
+		}
+		var pe *wire.Error
+		if errors.As(err, &pe) {
+			rs.CancelRead(pe.Code)
+			s.log.Warn("rejected entity stream", "stream", rs.StreamID(), "err", err)
+		} else {
+			rs.CancelRead(wire.CodeNoError)
+		}
+		return
+	}
+	scope, id := headerScope(h), h.EntityID
+	if scope != 0 && !s.negotiated.Layer1 {
+		s.closeFor(localErr(wire.CodeLayerUnsupported, "entity %d in scope %d needs Layer 1, which was not negotiated", id, scope))
+		return
+	}
+	if h.PayloadLength > s.cfg.Limits.MaxPayloadBytes {
+		s.reject(rs, scope, id, localErr(wire.CodeEntityTooLarge, "entity %d: payload-length %d exceeds the limit %d", id, h.PayloadLength, s.cfg.Limits.MaxPayloadBytes))
+		return
+	}
+	s.mu.Lock()
+	if scope == 0 && s.goawaySent && after(id, s.sentLast) {
+		last := s.sentLast
+		s.mu.Unlock()
+		s.reject(rs, scope, id, localErr(wire.CodeEntityInvalid, "entity %d is above our GOAWAY Last Entity ID %d", id, last))
+		return
+	}
+	if scope == 0 && s.role == RoleServer && (!s.seenRoot || after(id, s.maxSeenRoot)) {
+		s.seenRoot, s.maxSeenRoot = true, id
+	}
+	err = s.tr.register(scope, id, headerParent(h), budgetOf(h.CompletionPolicy))
+	s.mu.Unlock()
+	if err != nil {
+		s.reject(rs, scope, id, err)
+		return
+	}
+	in := &incomingPayload{s: s, rs: rs, pr: wire.NewPayloadReader(rs, h), scope: scope, id: id}
+	e := &IncomingEntity{Header: h, Payload: in, Abort: in.abort}
+	s.handler.HandleEntity(s.pub, e)
+	in.finish()
+}
+
+// reject aborts an entity stream with err's code and reports FAILED.
+func (s *session) reject(rs receiveStream, scope, id uint32, err error) {
+	rs.CancelRead(wire.CodeOf(err))
+	s.log.Warn("rejected entity", "entity", id, "scope", scope, "err", err)
+	s.failEntity(scope, id, err.Error())
+}
+
+// incomingPayload is IncomingEntity.Payload: the wire PayloadReader plus
+// the Transport Error Mapping (Section 5.3) for whatever Read reports.
+type incomingPayload struct {
+	s         *session
+	rs        receiveStream
+	pr        *wire.PayloadReader
+	scope, id uint32
+	mu        sync.Mutex
+	ended     bool // EOF seen, or the stream was aborted
+}
+
+// Read reads payload octets. A checksum mismatch aborts the stream with
+// 0x04 and a length mismatch with 0x05 (STOP_SENDING), and the session
+// reports FAILED on stream 0; so does a stream the sender reset.
+func (p *incomingPayload) Read(b []byte) (int, error) {
+	n, err := p.pr.Read(b)
+	if err == nil {
+		return n, nil
+	}
+	p.mu.Lock()
+	first := !p.ended
+	p.ended = true
+	p.mu.Unlock()
+	if err == io.EOF || !first {
+		return n, err
+	}
+	var pe *wire.Error
+	switch {
+	case errors.As(err, &pe):
+		p.rs.CancelRead(pe.Code)
+		p.s.failEntity(p.scope, p.id, err.Error())
+	default:
+		if code, remote, ok := streamAbort(err); ok && remote {
+			p.s.failEntity(p.scope, p.id, "sender reset the entity stream with "+code.String())
+		}
+	}
+	return n, err
+}
+
+// abort stops the stream with code (STOP_SENDING). The caller reports the
+// entity's status itself.
+func (p *incomingPayload) abort(code wire.ErrorCode) {
+	p.mu.Lock()
+	p.ended = true
+	p.mu.Unlock()
+	p.rs.CancelRead(code)
+}
+
+// finish releases a stream the Handler left unread.
+func (p *incomingPayload) finish() {
+	p.mu.Lock()
+	ended := p.ended
+	p.ended = true
+	p.mu.Unlock()
+	if !ended {
+		p.rs.CancelRead(wire.CodeNoError)
+	}
+}

@@ -1,0 +1,270 @@
+package quicpeer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/pipestream/gateway/quicpeer/wire"
+)
+
+// quicConfig derives the QUIC transport settings from the configuration:
+// the peer's uni-stream cap (Section 10.3), no peer-opened bidirectional
+// stream beyond stream 0, and liveness from the offered keepalive
+// (Section 5.1.4: transport-native liveness first; MaxIdleTimeout is
+// 3 x keepalive, the QUIC PING period half the keepalive).
+func quicConfig(cfg *resolved) *quic.Config {
+	ka := defaultKeepaliveDuration(cfg.offer)
+	return &quic.Config{
+		HandshakeIdleTimeout:  cfg.HandshakeTimeout,
+		MaxIdleTimeout:        idleFactor * ka,
+		KeepAlivePeriod:       ka / 2,
+		MaxIncomingStreams:    1, // stream 0 only
+		MaxIncomingUniStreams: cfg.Limits.MaxIncomingStreams,
+	}
+}
+
+func defaultKeepaliveDuration(o wire.Capabilities) time.Duration {
+	ms := uint64(wire.DefaultKeepaliveMs)
+	if o.KeepaliveTimeoutMs != nil && *o.KeepaliveTimeoutMs > 0 {
+		ms = min(*o.KeepaliveTimeoutMs, maxKeepaliveMs)
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+func dial(ctx context.Context, addr string, c Config) (*Session, error) {
+	cfg, err := resolve(c)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.HandshakeTimeout)
+	defer cancel()
+	qc, err := quic.DialAddr(ctx, addr, cfg.TLS, quicConfig(cfg))
+	if err != nil {
+		return nil, fmt.Errorf("quicpeer: dial %s: %w", addr, err)
+	}
+	conn := quicConn{qc}
+	// Bound the capability exchange: on timeout the connection closes with
+	// PIPESTREAM_IDLE_TIMEOUT and every pending read fails.
+	stop := context.AfterFunc(ctx, func() {
+		_ = conn.CloseWithError(wire.CodeIdleTimeout, "capability exchange timed out")
+	})
+	s, err := clientHandshake(cfg, conn)
+	if !stop() && err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		if s != nil {
+			_ = s.closeWithError(wire.CodeIdleTimeout, "capability exchange timed out")
+			<-s.done
+		}
+		return nil, err
+	}
+	return s.pub, nil
+}
+
+// clientHandshake opens stream 0, sends CAPABILITIES and reads the
+// server's (Section 3.4, 5.1.2, 8.2.2).
+func clientHandshake(cfg *resolved, conn connection) (*session, error) {
+	ctrl, err := conn.OpenStreamSync(conn.Context())
+	if err != nil {
+		return nil, fmt.Errorf("quicpeer: open stream 0: %w", err)
+	}
+	if ctrl.StreamID() != 0 {
+		_ = conn.CloseWithError(wire.CodeInternalError, "control stream is not stream 0")
+		return nil, errors.New("quicpeer: the first client stream is not stream 0")
+	}
+	if err := writeCapabilities(ctrl, &cfg.offer); err != nil {
+		_ = conn.CloseWithError(wire.CodeInternalError, "cannot send CAPABILITIES")
+		return nil, err
+	}
+	cr := wire.NewControlReader(ctrl, wire.MaxVariableLength)
+	peer, err := readCapabilities(cr)
+	if err != nil {
+		_ = conn.CloseWithError(wire.CodeOf(err), err.Error())
+		return nil, err
+	}
+	return start(cfg, RoleClient, conn, ctrl, cr, negotiate(cfg.offer, *peer)), nil
+}
+
+// serverHandshake accepts stream 0, reads the client's CAPABILITIES, then
+// answers with its own. Entity streams are accepted only afterwards.
+func serverHandshake(ctx context.Context, cfg *resolved, conn connection) (*session, error) {
+	ctrl, err := conn.AcceptStream(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("quicpeer: accept stream 0: %w", err)
+	}
+	if ctrl.StreamID() != 0 {
+		err := localErr(wire.CodeInternalError, "the client's first stream is %d, not stream 0", ctrl.StreamID())
+		_ = conn.CloseWithError(wire.CodeInternalError, err.Error())
+		return nil, err
+	}
+	cr := wire.NewControlReader(ctrl, wire.MaxVariableLength)
+	peer, err := readCapabilities(cr)
+	if err != nil {
+		_ = conn.CloseWithError(wire.CodeOf(err), err.Error())
+		return nil, err
+	}
+	if err := writeCapabilities(ctrl, &cfg.offer); err != nil {
+		_ = conn.CloseWithError(wire.CodeInternalError, "cannot send CAPABILITIES")
+		return nil, err
+	}
+	return start(cfg, RoleServer, conn, ctrl, cr, negotiate(cfg.offer, *peer)), nil
+}
+
+// writeCapabilities sends CAPABILITIES, always CBOR (Section 3.4).
+func writeCapabilities(w sendStream, c *wire.Capabilities) error {
+	body, err := wire.CodecFor(wire.FormatCBOR).MarshalCapabilities(c)
+	if err != nil {
+		return fmt.Errorf("quicpeer: encode CAPABILITIES: %w", err)
+	}
+	_, err = w.Write(wire.AppendVariable(nil, wire.FrameCapabilities, body))
+	return err
+}
+
+// readCapabilities reads the first frame of stream 0, which must be a
+// CBOR CAPABILITIES. Anything that cannot be decoded is
+// PIPESTREAM_INTERNAL_ERROR (Section 3.5); layer0-core false is 0x0C and
+// the limit checks of wire.ValidateCapabilities keep their codes.
+func readCapabilities(cr *wire.ControlReader) (*wire.Capabilities, error) {
+	f, err := cr.Next()
+	if err != nil {
+		var pe *wire.Error
+		if errors.As(err, &pe) {
+			return nil, localErr(wire.CodeInternalError, "cannot decode the first CAPABILITIES: %s", pe.Msg)
+		}
+		return nil, fmt.Errorf("quicpeer: read CAPABILITIES: %w", err)
+	}
+	if f.Type != wire.FrameCapabilities {
+		return nil, localErr(wire.CodeInternalError, "first frame on stream 0 is type 0x%02X, not CAPABILITIES (0x80)", byte(f.Type))
+	}
+	if len(f.Body) > maxCapabilitiesBytes {
+		return nil, localErr(wire.CodeInternalError, "first CAPABILITIES is %d octets, more than %d", len(f.Body), maxCapabilitiesBytes)
+	}
+	c, err := wire.CodecFor(wire.FormatCBOR).UnmarshalCapabilities(f.Body)
+	if err != nil {
+		return nil, localErr(wire.CodeInternalError, "cannot decode the first CAPABILITIES: %v", err)
+	}
+	if err := wire.ValidateCapabilities(c); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// listener accepts server sessions.
+type listener struct {
+	cfg    *resolved
+	ql     *quic.Listener
+	ctx    context.Context
+	cancel context.CancelFunc
+	ready  chan *session
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	sessions map[*session]struct{}
+	closed   bool
+}
+
+func listen(addr string, c Config) (*Listener, error) {
+	cfg, err := resolve(c)
+	if err != nil {
+		return nil, err
+	}
+	ql, err := quic.ListenAddr(addr, cfg.TLS, quicConfig(cfg))
+	if err != nil {
+		return nil, fmt.Errorf("quicpeer: listen %s: %w", addr, err)
+	}
+	l := &listener{cfg: cfg, ql: ql, ready: make(chan *session), sessions: map[*session]struct{}{}}
+	l.ctx, l.cancel = context.WithCancel(context.Background())
+	l.wg.Add(1)
+	go l.acceptLoop()
+	return &Listener{impl: l}, nil
+}
+
+func (l *listener) acceptLoop() {
+	defer l.wg.Done()
+	for {
+		qc, err := l.ql.Accept(l.ctx)
+		if err != nil {
+			return
+		}
+		l.wg.Add(1)
+		go l.handshake(quicConn{qc})
+	}
+}
+
+func (l *listener) handshake(conn quicConn) {
+	defer l.wg.Done()
+	ctx, cancel := context.WithTimeout(l.ctx, l.cfg.HandshakeTimeout)
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() {
+		_ = conn.CloseWithError(wire.CodeIdleTimeout, "capability exchange timed out")
+	})
+	s, err := serverHandshake(ctx, l.cfg, conn)
+	stop()
+	if err != nil {
+		l.cfg.Logger.Warn("capability exchange failed", "remote", conn.c.RemoteAddr().String(), "err", err)
+		return
+	}
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		_ = s.closeWithError(wire.CodeNoError, "listener closed")
+		<-s.done
+		return
+	}
+	l.sessions[s] = struct{}{}
+	l.mu.Unlock()
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		<-s.done
+		l.mu.Lock()
+		delete(l.sessions, s)
+		l.mu.Unlock()
+	}()
+	select {
+	case l.ready <- s:
+	case <-s.ctx.Done():
+	case <-l.ctx.Done():
+	}
+}
+
+func (l *listener) accept(ctx context.Context) (*Session, error) {
+	select {
+	case s := <-l.ready:
+		return s.pub, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-l.ctx.Done():
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *listener) addr() net.Addr { return l.ql.Addr() }
+
+func (l *listener) close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	ss := make([]*session, 0, len(l.sessions))
+	for s := range l.sessions {
+		ss = append(ss, s)
+	}
+	l.mu.Unlock()
+	l.cancel()
+	for _, s := range ss {
+		_ = s.closeWithError(wire.CodeNoError, "listener closed")
+	}
+	err := l.ql.Close()
+	l.wg.Wait()
+	return err
+}

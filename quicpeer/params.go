@@ -1,0 +1,55 @@
+package quicpeer
+
+import "time"
+
+// Tunables of the session layer, each with the reason for its value. Limits
+// that the draft names (Section 10.3) default to the draft's values.
+const (
+	// defaultMaxScopeDepth is the Resource Exhaustion default (8 levels, 0-7).
+	defaultMaxScopeDepth = 7
+	// defaultMaxEntitiesPerScope is the Resource Exhaustion default.
+	defaultMaxEntitiesPerScope uint64 = 4_294_967_294
+	// maxKeepaliveMs caps a negotiated keepalive (one day) so that the
+	// millisecond value never overflows a time.Duration.
+	maxKeepaliveMs = 86_400_000
+	// maxLiveScopes bounds the Layer 1 scopes tracked at once per
+	// connection; each costs a map, and a peer could open scopes forever.
+	maxLiveScopes = 1 << 16
+	// maxPendingCheckpoints bounds received CHECKPOINT requests awaiting
+	// satisfaction; further requests are ignored (and time out at the peer).
+	maxPendingCheckpoints = 1024
+	// defaultCheckpointTimeout is the Resource Exhaustion default.
+	defaultCheckpointTimeout = 30 * time.Second
+	// defaultClaimExpiry is the Resource Exhaustion default (86400 s).
+	defaultClaimExpiry = 24 * time.Hour
+	// defaultMaxHeaderBytes caps a serialized EntityHeader: headers are small
+	// maps; 64 KiB leaves room for generous metadata without letting a peer
+	// make us buffer megabytes before the payload starts.
+	defaultMaxHeaderBytes = 64 << 10
+	// defaultMaxPayloadBytes caps one entity payload; documents beyond 1 GiB
+	// are dehydrated into chunks by the gateway anyway.
+	defaultMaxPayloadBytes uint64 = 1 << 30
+	// defaultChildrenPerMB is the Amplification Attacks recommended ratio.
+	defaultChildrenPerMB = 1000
+	// defaultMaxIncomingStreams bounds concurrent peer-opened uni streams
+	// (QUIC MAX_STREAMS); each one costs a goroutine and flow-control memory.
+	defaultMaxIncomingStreams int64 = 1024
+	// defaultHandshakeTimeout bounds QUIC handshake plus CAPABILITIES exchange.
+	defaultHandshakeTimeout = 10 * time.Second
+	// maxCapabilitiesBytes caps the first CAPABILITIES body: the structure has
+	// eight small members, so 4 KiB is generous, and the exchange happens
+	// before any limit is negotiated.
+	maxCapabilitiesBytes = 4 << 10
+	// cursorUpdateInterval coalesces connection-level cursor updates
+	// (docs/profile.md section 2: at most one per 10 ms while the cursor moves).
+	cursorUpdateInterval = 10 * time.Millisecond
+	// copyBufferSize is the pooled buffer for streaming entity payloads: large
+	// enough to amortize stream-write overhead, small enough to pool per stream.
+	copyBufferSize = 64 << 10
+	// idleFactor: stream-0 silence of idleFactor*keepalive may close the
+	// connection with PIPESTREAM_IDLE_TIMEOUT (Section 5.1.4).
+	idleFactor = 3
+	// closeDrainTimeout bounds how long a session waits for its internal
+	// goroutines after the connection ended.
+	closeDrainTimeout = 5 * time.Second
+)

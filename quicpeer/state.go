@@ -1,0 +1,312 @@
+package quicpeer
+
+import (
+	"github.com/pipestream/gateway/quicpeer/wire"
+)
+
+// entState is one endpoint's view of one (scope, entity), built from the
+// statuses it sent and received (docs/profile.md section 3).
+type entState struct {
+	st         wire.Status
+	parent     uint32 // parent-id from an entity header; 0 when unknown
+	maxRetries int16  // retry budget of its completion policy; -1 unknown
+	retries    uint16 // RETRYING transitions seen
+	localTerm  bool   // this endpoint's own last status was terminal (race rule)
+}
+
+// tracker holds every entity state of a session. All methods need the
+// session mutex.
+type tracker struct {
+	client         bool
+	layer1, layer2 bool
+	maxDepth       int
+	perScope       uint64
+	scopes         map[uint32]map[uint32]entState
+	// depth of each Layer 1 scope, learned from its statuses, so that a
+	// FAILED reported for an aborted stream carries the right D field.
+	depth map[uint32]uint8
+	// ids is the root-scope ID space (client role, Section 9.1).
+	ids *wire.IDSpace
+	// peerCursor is the client's cursor as last announced (server role):
+	// root-scope state behind it is forgotten.
+	peerCursor uint32
+}
+
+func newTracker(client bool, n Negotiated) *tracker {
+	t := &tracker{
+		client:     client,
+		layer1:     n.Layer1,
+		layer2:     n.Layer2,
+		maxDepth:   n.MaxDepth,
+		perScope:   n.MaxPerScope,
+		scopes:     map[uint32]map[uint32]entState{0: {}},
+		depth:      map[uint32]uint8{},
+		peerCursor: 1,
+	}
+	if client {
+		t.ids = wire.NewIDSpace(n.MaxWindow)
+	}
+	return t
+}
+
+// budgetOf is the retry budget a completion policy gives (Section 8.2):
+// max-retries (default 3) when on-failure is RETRY, else none.
+func budgetOf(p *wire.CompletionPolicy) int16 {
+	if p == nil {
+		return -1
+	}
+	if p.OnFailure == nil || *p.OnFailure != wire.ActionRetry {
+		return 0
+	}
+	if p.MaxRetries == nil {
+		return 3
+	}
+	return int16(min(*p.MaxRetries, 1<<14))
+}
+
+// retriesLeft reports whether a FAILED entity may still move to RETRYING:
+// only with Layer 2, and only while its policy (or its parent's) leaves
+// retries (Section 6.2.3 notes, 9.1).
+func (t *tracker) retriesLeft(scope uint32, e entState) bool {
+	if !t.layer2 {
+		return false
+	}
+	b := e.maxRetries
+	if b < 0 && e.parent != 0 {
+		if p, ok := t.scopes[scope][e.parent]; ok {
+			b = p.maxRetries
+		} else if p, ok := t.scopes[0][e.parent]; ok {
+			b = p.maxRetries
+		}
+	}
+	return b > 0 && int(e.retries) < int(b)
+}
+
+func (t *tracker) resolved(scope uint32, e entState) bool {
+	return wire.IsResolved(e.st, t.retriesLeft(scope, e))
+}
+
+// stale reports whether a root-scope id lies behind the cursor: its entity
+// was resolved and forgotten, so late statuses for it are ignored.
+func (t *tracker) stale(id uint32) bool {
+	c := t.peerCursor
+	if t.client {
+		c = t.ids.Cursor()
+	}
+	return id != c && wire.IsBefore(id, c)
+}
+
+// verdict of checking a status against the state.
+type verdict uint8
+
+const (
+	applied verdict = iota
+	ignoredStale
+	ignoredRace
+)
+
+// apply checks an entity STATUS (not a connection-level one) against the
+// negotiated layers, the depth limit and the transition table, and records
+// it. local tells whether this endpoint sends it. A received status that
+// breaks a rule returns the *wire.Error to close with; for a local one the
+// error goes back to the caller and nothing is recorded. newlyResolved
+// tells that the entity just became resolved (Section 9.1).
+func (t *tracker) apply(f *wire.StatusFrame, local bool) (v verdict, newlyResolved bool, err error) {
+	if err := wire.CheckStatusFrame(f, t.layer1, t.layer2); err != nil {
+		return 0, false, err
+	}
+	if int(f.Depth) > t.maxDepth {
+		return 0, false, wire.Errorf(wire.CodeDepthExceeded, "STATUS: depth %d exceeds the negotiated max-scope-depth %d", f.Depth, t.maxDepth)
+	}
+	if f.HasCursor {
+		return 0, false, wire.Errorf(wire.CodeEntityInvalid, "STATUS: cursor update (C=1) on entity %d; only entity 0xFFFFFFFF carries one", f.EntityID)
+	}
+	scope, id := f.ScopeID, f.EntityID
+	if scope == 0 {
+		if t.stale(id) {
+			if local {
+				return 0, false, wire.Errorf(wire.CodeEntityInvalid, "entity %d is behind the cursor (already resolved)", id)
+			}
+			return ignoredStale, false, nil
+		}
+		if t.client && !t.ids.InFlight(id) {
+			return 0, false, wire.Errorf(wire.CodeEntityInvalid, "STATUS for root entity %d, which was never assigned", id)
+		}
+	}
+	sm := t.scopes[scope]
+	e, known := sm[id]
+	if !known {
+		if err := t.roomFor(scope, sm); err != nil {
+			return 0, false, err
+		}
+		e = entState{st: wire.StatusPending, maxRetries: -1}
+	}
+	from, to := e.st, f.Status
+	ok := wire.ValidTransition(from, to) || (!known && to == wire.StatusPending)
+	if ok && from == wire.StatusFailed && to == wire.StatusRetrying && !t.retriesLeft(scope, e) {
+		ok = false
+	}
+	if !ok {
+		if !local && known && e.localTerm {
+			return ignoredRace, false, nil
+		}
+		return 0, false, wire.Errorf(wire.CodeEntityInvalid, "STATUS: entity %d scope %d: %s -> %s is not a valid transition", id, scope, from, to)
+	}
+	wasResolved := known && t.resolved(scope, e)
+	e.st = to
+	if to == wire.StatusRetrying {
+		e.retries++
+	}
+	e.localTerm = local && (to.IsTerminal() || to == wire.StatusFailed)
+	if sm == nil {
+		sm = map[uint32]entState{}
+		t.scopes[scope] = sm
+	}
+	sm[id] = e
+	if scope != 0 {
+		t.depth[scope] = f.Depth
+	}
+	return applied, !wasResolved && t.resolved(scope, e), nil
+}
+
+// roomFor enforces max-entities-per-scope and the live-scope cap before a
+// new entity is tracked (Section 10.3, 10.4).
+func (t *tracker) roomFor(scope uint32, sm map[uint32]entState) error {
+	if sm == nil && len(t.scopes) >= maxLiveScopes {
+		return wire.Errorf(wire.CodeEntityTooLarge, "more than %d live scopes on one connection", maxLiveScopes)
+	}
+	if uint64(len(sm)) >= t.perScope {
+		return wire.Errorf(wire.CodeEntityTooLarge, "scope %d exceeds max-entities-per-scope %d", scope, t.perScope)
+	}
+	return nil
+}
+
+// register records an entity whose stream is sent or received: its parent
+// and retry budget. It does not change its status. Root-scope IDs behind
+// the cursor are not tracked (a result stream may follow COMPLETE).
+func (t *tracker) register(scope, id, parent uint32, budget int16) error {
+	if scope == 0 && t.stale(id) {
+		return nil
+	}
+	sm := t.scopes[scope]
+	e, known := sm[id]
+	if !known {
+		if err := t.roomFor(scope, sm); err != nil {
+			return err
+		}
+		if sm == nil {
+			sm = map[uint32]entState{}
+			t.scopes[scope] = sm
+		}
+		e = entState{st: wire.StatusPending, maxRetries: -1}
+	}
+	if parent != 0 {
+		e.parent = parent
+	}
+	if budget >= 0 {
+		e.maxRetries = budget
+	}
+	sm[id] = e
+	return nil
+}
+
+// resolveRoot advances the client's cursor over a newly resolved root ID and
+// forgets the state of every ID the cursor passed.
+func (t *tracker) resolveRoot(id uint32) (cursor uint32, advanced bool) {
+	old := t.ids.Cursor()
+	cursor, advanced = t.ids.Resolve(id)
+	if advanced {
+		sm := t.scopes[0]
+		for c := old; c != cursor; c = wire.NextID(c) {
+			delete(sm, c)
+		}
+	}
+	return cursor, advanced
+}
+
+// applyPeerCursor applies a connection-level cursor update (server role,
+// docs/profile.md section 2): state of root IDs behind it is forgotten. A
+// cursor that moves backwards is ignored.
+func (t *tracker) applyPeerCursor(c uint32) bool {
+	if c == 0 || c >= wire.IDModulus || c == t.peerCursor || wire.IsBefore(c, t.peerCursor) {
+		return false
+	}
+	sm := t.scopes[0]
+	d := modDist(t.peerCursor, c)
+	if uint64(d) <= uint64(len(sm)) {
+		for x := t.peerCursor; x != c; x = wire.NextID(x) {
+			delete(sm, x)
+		}
+	} else {
+		for x := range sm {
+			if modDist(t.peerCursor, x) < d {
+				delete(sm, x)
+			}
+		}
+	}
+	t.peerCursor = c
+	return true
+}
+
+// forgetScope drops a Layer 1 scope after its SCOPE_DIGEST: the scope is
+// complete and its ID may be recycled (Section 9.5).
+func (t *tracker) forgetScope(scope uint32) {
+	if scope != 0 {
+		delete(t.scopes, scope)
+		delete(t.depth, scope)
+	}
+}
+
+// depthOf is the nesting depth of a scope (0 for the root scope).
+func (t *tracker) depthOf(scope uint32) uint8 { return t.depth[scope] }
+
+// drained reports whether every tracked entity is resolved and, for the
+// client, no assigned root ID is outstanding (GOAWAY drain, Section 6.5).
+func (t *tracker) drained() bool {
+	if t.client && t.ids.Outstanding() > 0 {
+		return false
+	}
+	for scope, sm := range t.scopes {
+		for _, e := range sm {
+			if !t.resolved(scope, e) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// checkpointSatisfied is condition 1 of Section 9.3: every entity of scope
+// with an ID before cpID (is_before, circular) is resolved. For the root
+// scope the IDs run from the cursor; for a Layer 1 scope from 1 (peer
+// scopes number entities 1, 2, 3, ..., docs/profile.md section 2). IDs not
+// yet seen count as unresolved.
+func (t *tracker) checkpointSatisfied(scope, cpID uint32) bool {
+	base := uint32(1)
+	if scope == 0 {
+		base = t.peerCursor
+		if t.client {
+			base = t.ids.Cursor()
+		}
+	}
+	need := modDist(base, cpID)
+	if need == 0 || need >= wire.IDModulus/2 {
+		return true // nothing before it, or it lies behind the cursor
+	}
+	sm := t.scopes[scope]
+	if uint64(need) > uint64(len(sm)) {
+		return false
+	}
+	var n uint32
+	for id, e := range sm {
+		if modDist(base, id) < need && t.resolved(scope, e) {
+			n++
+		}
+	}
+	return n == need
+}
+
+// modDist is (b - a) mod 0xFFFFFFFD (Section 9.1).
+func modDist(a, b uint32) uint32 {
+	return uint32((uint64(b) + uint64(wire.IDModulus) - uint64(a)%uint64(wire.IDModulus)) % uint64(wire.IDModulus))
+}

@@ -1,0 +1,135 @@
+package quicpeer
+
+import (
+	"context"
+	"errors"
+	"io"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/pipestream/gateway/quicpeer/wire"
+)
+
+// The session core codes against these small interfaces (as moqtransport
+// does); quicConn adapts quic-go to them. Keeping the surface this small is
+// what lets the core be reasoned about without the transport's details.
+
+// connection is one QUIC connection.
+type connection interface {
+	OpenStreamSync(ctx context.Context) (stream, error)
+	AcceptStream(ctx context.Context) (stream, error)
+	OpenUniStreamSync(ctx context.Context) (sendStream, error)
+	AcceptUniStream(ctx context.Context) (receiveStream, error)
+	// CloseWithError closes with a PipeStream code as the QUIC application
+	// error code (Section 11.4).
+	CloseWithError(code wire.ErrorCode, msg string) error
+	// Context ends when the connection ends; its cause is the close error.
+	Context() context.Context
+}
+
+// sendStream is the sending half of an entity stream (or stream 0).
+type sendStream interface {
+	io.Writer
+	Close() error // FIN
+	CancelWrite(code wire.ErrorCode)
+	StreamID() int64
+}
+
+// receiveStream is the receiving half of an entity stream (or stream 0).
+type receiveStream interface {
+	io.Reader
+	CancelRead(code wire.ErrorCode)
+	StreamID() int64
+}
+
+// stream is a bidirectional stream (only stream 0 in PipeStream).
+type stream interface {
+	sendStream
+	receiveStream
+}
+
+type quicConn struct{ c *quic.Conn }
+
+func (q quicConn) OpenStreamSync(ctx context.Context) (stream, error) {
+	s, err := q.c.OpenStreamSync(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return quicStream{s}, nil
+}
+
+func (q quicConn) AcceptStream(ctx context.Context) (stream, error) {
+	s, err := q.c.AcceptStream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return quicStream{s}, nil
+}
+
+func (q quicConn) OpenUniStreamSync(ctx context.Context) (sendStream, error) {
+	s, err := q.c.OpenUniStreamSync(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return quicSend{s}, nil
+}
+
+func (q quicConn) AcceptUniStream(ctx context.Context) (receiveStream, error) {
+	s, err := q.c.AcceptUniStream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return quicReceive{s}, nil
+}
+
+func (q quicConn) CloseWithError(code wire.ErrorCode, msg string) error {
+	return q.c.CloseWithError(quic.ApplicationErrorCode(code), msg)
+}
+
+func (q quicConn) Context() context.Context { return q.c.Context() }
+
+type quicStream struct{ s *quic.Stream }
+
+func (q quicStream) Read(p []byte) (int, error)      { return q.s.Read(p) }
+func (q quicStream) Write(p []byte) (int, error)     { return q.s.Write(p) }
+func (q quicStream) Close() error                    { return q.s.Close() }
+func (q quicStream) CancelWrite(code wire.ErrorCode) { q.s.CancelWrite(quic.StreamErrorCode(code)) }
+func (q quicStream) CancelRead(code wire.ErrorCode)  { q.s.CancelRead(quic.StreamErrorCode(code)) }
+func (q quicStream) StreamID() int64                 { return int64(q.s.StreamID()) }
+
+type quicSend struct{ s *quic.SendStream }
+
+func (q quicSend) Write(p []byte) (int, error)     { return q.s.Write(p) }
+func (q quicSend) Close() error                    { return q.s.Close() }
+func (q quicSend) CancelWrite(code wire.ErrorCode) { q.s.CancelWrite(quic.StreamErrorCode(code)) }
+func (q quicSend) StreamID() int64                 { return int64(q.s.StreamID()) }
+
+type quicReceive struct{ s *quic.ReceiveStream }
+
+func (q quicReceive) Read(p []byte) (int, error)     { return q.s.Read(p) }
+func (q quicReceive) CancelRead(code wire.ErrorCode) { q.s.CancelRead(quic.StreamErrorCode(code)) }
+func (q quicReceive) StreamID() int64                { return int64(q.s.StreamID()) }
+
+// streamAbort reports whether err is a stream cancellation (RESET_STREAM or
+// STOP_SENDING) and its code; remote tells who cancelled.
+func streamAbort(err error) (code wire.ErrorCode, remote, ok bool) {
+	var se *quic.StreamError
+	if errors.As(err, &se) {
+		return wire.ErrorCode(se.ErrorCode), se.Remote, true
+	}
+	return 0, false, false
+}
+
+// closeCause turns the cause of a finished connection into the session's
+// error: nil for a PIPESTREAM_NO_ERROR close by either side, a *CloseError for
+// other application codes, else the transport error itself.
+func closeCause(err error) error {
+	var ae *quic.ApplicationError
+	if errors.As(err, &ae) {
+		if ae.ErrorCode == 0 {
+			return nil
+		}
+		return &CloseError{Code: wire.ErrorCode(ae.ErrorCode), Remote: ae.Remote, Reason: ae.ErrorMessage}
+	}
+	return err
+}
