@@ -156,7 +156,7 @@ func TestIDSpaceWrap(t *testing.T) {
 func TestIDSpaceRandom(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	s := wire.NewIDSpaceAfter(64, wire.IDModulus-100_000) // wraps midway
-	var inflight []uint32 // assigned, unresolved, in order
+	var inflight []uint32                                 // assigned, unresolved, in order
 	resolved := map[uint32]bool{}
 	for step := range 200_000 {
 		if r.IntN(2) == 0 {
