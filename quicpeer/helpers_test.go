@@ -1,0 +1,294 @@
+package quicpeer_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"io"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/pipestream/gateway/quicpeer"
+	"github.com/pipestream/gateway/quicpeer/wire"
+)
+
+func TestMain(m *testing.M) {
+	os.Setenv("QUIC_GO_DISABLE_RECEIVE_BUFFER_WARNING", "true")
+	goleak.VerifyTestMain(m)
+}
+
+// mode is one way to run a test body: the serialization format both ends
+// prefer (net/http's run(t, f, modes) pattern).
+type mode struct {
+	name   string
+	format wire.Format
+}
+
+var (
+	cborMode  = mode{"cbor", wire.FormatCBOR}
+	protoMode = mode{"protobuf", wire.FormatProtobuf}
+	allModes  = []mode{cborMode, protoMode}
+)
+
+func run(t *testing.T, modes []mode, f func(t *testing.T, m mode)) {
+	t.Helper()
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) { f(t, m) })
+	}
+}
+
+var (
+	certOnce sync.Once
+	cert     tls.Certificate
+	certPEM  []byte
+)
+
+func testCert(t testing.TB) (tls.Certificate, []byte) {
+	certOnce.Do(func() {
+		var err error
+		cert, certPEM, err = quicpeer.SelfSignedCert()
+		if err != nil {
+			panic(err)
+		}
+	})
+	return cert, certPEM
+}
+
+func clientTLS(t testing.TB) *tls.Config {
+	_, pem := testCert(t)
+	c, err := quicpeer.ClientTLS(pem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func serverTLS(t testing.TB) *tls.Config {
+	c, _ := testCert(t)
+	return quicpeer.ServerTLS(c)
+}
+
+func u64(v uint64) *uint64 { return &v }
+func u32(v uint32) *uint32 { return &v }
+
+// entityResult is what the recorder's default HandleEntity saw.
+type entityResult struct {
+	h   *wire.EntityHeader
+	n   int64
+	sum [32]byte
+	err error
+}
+
+// recorder is a Handler that records everything on channels.
+type recorder struct {
+	statuses    chan wire.StatusFrame
+	digests     chan wire.ScopeDigestFrame
+	barriers    chan wire.BarrierFrame
+	checkpoints chan *wire.CheckpointFrame
+	goaways     chan wire.GoAwayFrame
+	entities    chan entityResult
+	closed      chan error
+	// onEntity replaces the default (read to EOF, hash, record).
+	onEntity func(s *quicpeer.Session, e *quicpeer.IncomingEntity)
+	// onStatus runs after a status was recorded.
+	onStatus func(s *quicpeer.Session, f wire.StatusFrame)
+}
+
+func newRecorder() *recorder {
+	return &recorder{
+		statuses:    make(chan wire.StatusFrame, 4096),
+		digests:     make(chan wire.ScopeDigestFrame, 64),
+		barriers:    make(chan wire.BarrierFrame, 64),
+		checkpoints: make(chan *wire.CheckpointFrame, 64),
+		goaways:     make(chan wire.GoAwayFrame, 64),
+		entities:    make(chan entityResult, 1024),
+		closed:      make(chan error, 1),
+	}
+}
+
+func (r *recorder) HandleStatus(s *quicpeer.Session, f wire.StatusFrame) {
+	if f.HasExt {
+		f.Ext = append([]byte(nil), f.Ext...) // Ext is only valid during the call
+	}
+	r.statuses <- f
+	if r.onStatus != nil {
+		r.onStatus(s, f)
+	}
+}
+func (r *recorder) HandleScopeDigest(_ *quicpeer.Session, f wire.ScopeDigestFrame) { r.digests <- f }
+func (r *recorder) HandleBarrier(_ *quicpeer.Session, f wire.BarrierFrame)         { r.barriers <- f }
+func (r *recorder) HandleCheckpoint(_ *quicpeer.Session, f *wire.CheckpointFrame)  { r.checkpoints <- f }
+func (r *recorder) HandleGoAway(_ *quicpeer.Session, f wire.GoAwayFrame)           { r.goaways <- f }
+func (r *recorder) HandleClose(_ *quicpeer.Session, err error)                     { r.closed <- err }
+
+func (r *recorder) HandleEntity(s *quicpeer.Session, e *quicpeer.IncomingEntity) {
+	if r.onEntity != nil {
+		r.onEntity(s, e)
+		return
+	}
+	h := sha256.New()
+	n, err := io.Copy(h, e.Payload)
+	var res entityResult
+	res.h, res.n, res.err = e.Header, n, err
+	copy(res.sum[:], h.Sum(nil))
+	r.entities <- res
+}
+
+const waitFor = 10 * time.Second
+
+func recv[T any](t testing.TB, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(waitFor):
+		t.Fatalf("timed out waiting for %s", what)
+		var zero T
+		return zero
+	}
+}
+
+// nextStatus returns the next non-cursor status.
+func nextStatus(t testing.TB, r *recorder) wire.StatusFrame {
+	t.Helper()
+	for {
+		f := recv(t, r.statuses, "a STATUS frame")
+		if f.EntityID != wire.ConnectionEntity {
+			return f
+		}
+	}
+}
+
+// pairOpts adjusts the two configs before the pair is built.
+type pairOpts func(client, server *quicpeer.Config)
+
+type pair struct {
+	client, server *quicpeer.Session
+	cr, sr         *recorder
+	ln             *quicpeer.Listener
+}
+
+func baseConfig(t testing.TB, m mode, r *recorder, server bool) quicpeer.Config {
+	f := m.format
+	c := quicpeer.Config{
+		Offer:   wire.Capabilities{Layer0Core: true, SerializationFormat: &f},
+		Handler: r,
+	}
+	if server {
+		c.TLS = serverTLS(t)
+	} else {
+		c.TLS = clientTLS(t)
+	}
+	return c
+}
+
+// newPair starts a listener and dials it; both sessions are closed and
+// drained at cleanup.
+func newPair(t *testing.T, m mode, opts ...pairOpts) *pair {
+	t.Helper()
+	p := &pair{cr: newRecorder(), sr: newRecorder()}
+	cc, sc := baseConfig(t, m, p.cr, false), baseConfig(t, m, p.sr, true)
+	for _, o := range opts {
+		o(&cc, &sc)
+	}
+	ln, err := quicpeer.Listen("127.0.0.1:0", sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.ln = ln
+	t.Cleanup(func() { ln.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	p.client, err = quicpeer.Dial(ctx, ln.Addr().String(), cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.client.CloseWithError(wire.CodeNoError, "test done")
+		<-p.client.Done()
+	})
+	p.server, err = ln.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.server.CloseWithError(wire.CodeNoError, "test done")
+		<-p.server.Done()
+	})
+	return p
+}
+
+// layers turns Layer 1 and 2 on in both offers.
+func layers(l1, l2 bool) pairOpts {
+	return func(c, s *quicpeer.Config) {
+		c.Offer.Layer1Recursive, c.Offer.Layer2Resilience = l1, l2
+		s.Offer.Layer1Recursive, s.Offer.Layer2Resilience = l1, l2
+	}
+}
+
+// genReader yields n deterministic pseudo-random octets.
+type genReader struct {
+	n, off int64
+	x      uint64
+}
+
+func newGen(n int64, seed uint64) *genReader { return &genReader{n: n, x: seed | 1} }
+
+func (g *genReader) Read(p []byte) (int, error) {
+	if g.off >= g.n {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > g.n-g.off {
+		p = p[:g.n-g.off]
+	}
+	for i := range p {
+		g.x ^= g.x << 13
+		g.x ^= g.x >> 7
+		g.x ^= g.x << 17
+		p[i] = byte(g.x)
+	}
+	g.off += int64(len(p))
+	return len(p), nil
+}
+
+func genSum(n int64, seed uint64) [32]byte {
+	h := sha256.New()
+	io.Copy(h, newGen(n, seed))
+	var s [32]byte
+	copy(s[:], h.Sum(nil))
+	return s
+}
+
+// header builds a root-scope entity header for n octets from seed.
+func header(id uint32, n int64, seed uint64) *wire.EntityHeader {
+	sum := genSum(n, seed)
+	return &wire.EntityHeader{EntityID: id, PayloadLength: uint64(n), Checksum: sum[:], ContentType: "application/octet-stream"}
+}
+
+func codeOf(err error) wire.ErrorCode { return wire.CodeOf(err) }
+
+func isCode(err error, code wire.ErrorCode) bool {
+	var pe *wire.Error
+	return errors.As(err, &pe) && pe.Code == code
+}
+
+func status(st wire.Status, id uint32) wire.StatusFrame {
+	return wire.StatusFrame{Status: st, EntityID: id}
+}
+
+func hexBytes(t testing.TB, s string) []byte {
+	t.Helper()
+	b, err := hex.DecodeString(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func appendStatus(f wire.StatusFrame) []byte { return f.Append(nil) }
