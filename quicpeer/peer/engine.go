@@ -1,0 +1,382 @@
+package peer
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/pipestream/gateway/quicpeer/wire"
+)
+
+// conn is what the engine needs from a session; *quicpeer.Session
+// satisfies it. Methods must be safe for concurrent use.
+type conn interface {
+	ID() string
+	SendStatus(f wire.StatusFrame) error
+	SendScopeDigest(f wire.ScopeDigestFrame) error
+	SendEntity(ctx context.Context, h *wire.EntityHeader, payload io.Reader) error
+}
+
+// negotiation is the part of the capability exchange the engine uses.
+type negotiation struct {
+	layer1, layer2 bool
+	format         wire.Format
+	maxDepth       int
+	maxPerScope    uint64
+}
+
+// core is shared by every session of a Server.
+type core struct {
+	procs  Processors
+	claims *ClaimStore
+	yields *yieldBook
+	lim    resolvedLimits
+	pool   chan struct{}
+	log    *slog.Logger
+	now    func() time.Time
+}
+
+// errors used as context causes.
+var (
+	errTimedOut    = errors.New("completion-policy timeout-ms passed")
+	errCancelled   = errors.New("cancelled by the gateway")
+	errSessionGone = errors.New("session closed")
+)
+
+// engine is the processing state of one session (docs/profile.md 4-7).
+type engine struct {
+	*core
+	c   conn
+	neg negotiation
+	log *slog.Logger
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	wg     sync.WaitGroup
+
+	mu             sync.Mutex
+	docs           map[uint32]*doc     // dehydrated documents by root ID (scope 0)
+	jobs           map[uint32]*entity  // standalone roots and redemptions, for cancel
+	deferred       map[uint32]*entity  // DEFERRED entities of this session by ID (scope 0)
+	orphanDocs     int                 // docs known only through children
+	orphanChildren int                 // children of such docs
+	nextScope      uint32              // last allocated peer scope ID
+	openScopes     map[uint32]struct{} // peer scopes not yet closed
+	closing        bool
+}
+
+func newEngine(parent context.Context, co *core, c conn, neg negotiation, log *slog.Logger) *engine {
+	ctx, cancel := context.WithCancelCause(parent)
+	return &engine{core: co, c: c, neg: neg, log: log, ctx: ctx, cancel: cancel,
+		docs: map[uint32]*doc{}, jobs: map[uint32]*entity{}, deferred: map[uint32]*entity{}, openScopes: map[uint32]struct{}{}}
+}
+
+// close cancels all work of the session and waits for it.
+func (g *engine) close(cause error) {
+	g.mu.Lock()
+	g.closing = true
+	for _, e := range g.deferred {
+		e.stopTimer()
+	}
+	g.mu.Unlock()
+	g.cancel(cause)
+	g.wg.Wait()
+}
+
+// entity is one entity the peer processes (a root, a child, a redemption).
+type entity struct {
+	id, scope uint32
+	depth     int
+	header    *wire.EntityHeader
+	payload   []byte
+	chunk     int // chunk-index, -1 when not a dehydration child
+	doc       *doc
+	procName  string
+	proc      Processor
+	redeemed  bool
+	claim     *ClaimRecord // set while DEFERRED
+	docID     string       // PipeDoc doc-id of a standalone root
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu       sync.Mutex
+	status   wire.Status // last status sent by the peer (PENDING before)
+	start    time.Time
+	timer    *time.Timer
+	attempts int
+	done     bool
+}
+
+// send reports a status of e unless e was cancelled by the gateway. It
+// returns false when the frame could not be sent.
+func (g *engine) send(e *entity, st wire.Status, ext []byte) bool {
+	if context.Cause(e.ctx) == errCancelled || (e.doc != nil && e.doc.isCancelled(g)) {
+		return false
+	}
+	f := wire.StatusFrame{Status: st, Depth: uint8(e.depth), EntityID: e.id, ScopeID: e.scope, HasExt: ext != nil, Ext: ext}
+	if err := g.c.SendStatus(f); err != nil {
+		g.log.Debug("status not sent", "entity", e.id, "scope", e.scope, "status", st, "err", err)
+		return false
+	}
+	e.mu.Lock()
+	e.status = st
+	e.mu.Unlock()
+	return true
+}
+
+// readPayload reads a verified payload, bounded by the entity limit. A
+// verification error comes from the session's reader (which aborts the
+// stream and reports FAILED itself).
+func (g *engine) readPayload(h *wire.EntityHeader, r io.Reader) ([]byte, error) {
+	if h.PayloadLength > uint64(g.lim.maxEntityBytes) {
+		return nil, wire.Errorf(wire.CodeEntityTooLarge, "entity %d: payload-length %d exceeds the peer's limit %d", h.EntityID, h.PayloadLength, g.lim.maxEntityBytes)
+	}
+	var buf bytes.Buffer // grows with the bytes that arrive, never from the length field
+	n, err := io.Copy(&buf, io.LimitReader(r, g.lim.maxEntityBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if n > g.lim.maxEntityBytes {
+		return nil, wire.Errorf(wire.CodeEntityTooLarge, "entity %d: payload exceeds the peer's limit %d", h.EntityID, g.lim.maxEntityBytes)
+	}
+	return buf.Bytes(), nil
+}
+
+// reject aborts an entity stream with code and reports FAILED for it
+// (docs/profile.md 7: stream-level problems abort the stream and emit a
+// terminal status).
+func (g *engine) reject(h *wire.EntityHeader, abort func(wire.ErrorCode), code wire.ErrorCode, why string) {
+	g.log.Warn("entity rejected", "entity", h.EntityID, "code", code, "reason", why)
+	if abort != nil {
+		abort(code)
+	}
+	if code == wire.CodeClaimExpired || code == wire.CodeClaimNotFound || code == wire.CodeNoError {
+		return // redemption refusals and cancelled documents: the abort is the answer
+	}
+	f := wire.StatusFrame{Status: wire.StatusFailed, EntityID: h.EntityID, ScopeID: scopeOf(h)}
+	if err := g.c.SendStatus(f); err != nil {
+		g.log.Debug("status not sent", "entity", h.EntityID, "status", wire.StatusFailed, "err", err)
+	}
+}
+
+func scopeOf(h *wire.EntityHeader) uint32 {
+	if h.ScopeID != nil {
+		return *h.ScopeID
+	}
+	return 0
+}
+
+// maxDepthFor is Input.MaxDepth: -1 without Layer 1, else the negotiated
+// max-scope-depth lowered by pipestream.max-depth.
+func (g *engine) maxDepthFor(md, rootMD map[string]string) int {
+	if !g.neg.layer1 {
+		return -1
+	}
+	d := g.neg.maxDepth
+	s := md[MetaMaxDepth]
+	if s == "" {
+		s = rootMD[MetaMaxDepth]
+	}
+	if s != "" {
+		if v, err := strconv.Atoi(s); err == nil && v >= 0 && v < d {
+			d = v
+		}
+	}
+	return d
+}
+
+// allowedChildren is the amplification bound of Section 10.4 for a parent
+// of size bytes.
+func (g *engine) allowedChildren(size uint64) uint64 {
+	size = max(size, amplificationFloorBytes)
+	return uint64(g.lim.childrenPerMB) * size / (1 << 20)
+}
+
+// HandleEntity dispatches one incoming entity stream (runs on the
+// session's per-stream goroutine).
+func (g *engine) handleEntity(h *wire.EntityHeader, payload io.Reader, abort func(wire.ErrorCode)) {
+	g.wg.Add(1)
+	defer g.wg.Done()
+	if g.ctx.Err() != nil {
+		abort(wire.CodeNoError)
+		return
+	}
+	switch {
+	case h.Metadata[MetaClaimID] != "":
+		g.redeem(h, payload, abort)
+	case h.ParentID != nil:
+		if scopeOf(h) != 0 {
+			g.reject(h, abort, wire.CodeScopeInvalid, "children of gateway dehydration must be in scope 0")
+			return
+		}
+		g.child(h, payload, abort)
+	case h.Metadata[MetaTotalChunks] != "":
+		g.dehydratedRoot(h, payload, abort)
+	default:
+		g.wholeRoot(h, payload, abort)
+	}
+}
+
+// newEntity prepares an entity bound to parent's context.
+func (g *engine) newEntity(parent context.Context, h *wire.EntityHeader, procMD map[string]string) (*entity, error) {
+	name, proc, err := g.procs.lookup(procMD)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancelCause(parent)
+	return &entity{id: h.EntityID, scope: scopeOf(h), header: h, chunk: -1, procName: name, proc: proc,
+		ctx: ctx, cancel: cancel, status: wire.StatusPending, start: g.now()}, nil
+}
+
+// decodeEnvelope decodes and checks the PipeDoc of root h (Section 7).
+func (g *engine) decodeEnvelope(h *wire.EntityHeader, b []byte) (*wire.PipeDoc, error) {
+	env, err := wire.CodecFor(g.neg.format).UnmarshalPipeDoc(b)
+	if err != nil {
+		return nil, fmt.Errorf("root entity %d: PipeDoc envelope: %w", h.EntityID, err)
+	}
+	if env.EntityID != h.EntityID {
+		return nil, wire.Errorf(wire.CodeEntityInvalid, "root entity %d: PipeDoc entity-id %d does not match the header", h.EntityID, env.EntityID)
+	}
+	return env, nil
+}
+
+// wholeRoot processes a document sent whole (docs/profile.md 4.1):
+// PROCESSING -> result stream -> COMPLETE, or a failure outcome.
+func (g *engine) wholeRoot(h *wire.EntityHeader, payload io.Reader, abort func(wire.ErrorCode)) {
+	e, err := g.newEntity(g.ctx, h, h.Metadata)
+	if err != nil {
+		g.reject(h, abort, wire.CodeEntityInvalid, err.Error())
+		return
+	}
+	defer e.cancel(nil)
+	g.mu.Lock()
+	g.jobs[e.id] = e
+	g.mu.Unlock()
+	defer func() {
+		g.mu.Lock()
+		if g.jobs[e.id] == e {
+			delete(g.jobs, e.id)
+		}
+		g.mu.Unlock()
+	}()
+	g.log.Info("entity received", "entity", e.id, "kind", "root", "processor", e.procName, "bytes", h.PayloadLength)
+	g.send(e, wire.StatusProcessing, nil)
+	raw, err := g.readPayload(h, payload)
+	if err != nil {
+		g.payloadFailed(e, abort, err)
+		return
+	}
+	env, err := g.decodeEnvelope(h, raw)
+	if err != nil {
+		g.log.Warn("entity failed", "entity", e.id, "err", err)
+		g.send(e, wire.StatusFailed, nil)
+		return
+	}
+	e.payload, e.docID = env.Blob, env.DocID
+	res := g.run(e)
+	g.finishStandalone(e, res, env.DocID)
+}
+
+// payloadFailed handles a payload that could not be read or verified.
+func (g *engine) payloadFailed(e *entity, abort func(wire.ErrorCode), err error) {
+	var pe *wire.Error
+	if errors.As(err, &pe) && pe.Code == wire.CodeEntityTooLarge {
+		g.reject(e.header, abort, pe.Code, err.Error())
+		return
+	}
+	// Integrity and length errors: the session aborted the stream and
+	// reported FAILED (quicpeer.Handler contract); nothing is committed.
+	g.log.Warn("entity payload rejected", "entity", e.id, "code", wire.CodeOf(err), "err", err)
+}
+
+// finishStandalone sends the result and the terminal status of an entity
+// that is not part of a document the peer rehydrates.
+func (g *engine) finishStandalone(e *entity, res result, docID string) {
+	switch res.kind {
+	case resultSucceeded:
+		if err := g.sendResult(e.ctx, e.id, res.out, nil); err != nil {
+			g.log.Warn("result not sent", "entity", e.id, "err", err)
+			g.send(e, wire.StatusFailed, nil)
+			return
+		}
+		if g.send(e, wire.StatusComplete, nil) {
+			g.log.Info("entity finished", "entity", e.id, "doc", docID, "status", wire.StatusComplete, "bytes", len(res.out.Data))
+		}
+	case resultDeferred, resultCancelled:
+	default:
+		g.log.Info("entity finished", "entity", e.id, "doc", docID, "status", e.lastStatus())
+	}
+}
+
+func (e *entity) lastStatus() wire.Status {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.status
+}
+
+// sendResult sends out as the result of entity id on a server-initiated
+// unidirectional stream (docs/profile.md 4.3).
+func (g *engine) sendResult(ctx context.Context, id uint32, out *Output, counts *[2]int) error {
+	sum := sha256.Sum256(out.Data)
+	scope := uint32(0)
+	md := map[string]string{MetaRole: "result"}
+	if counts != nil {
+		md[MetaChildrenComplete] = strconv.Itoa(counts[0])
+		md[MetaChildrenTotal] = strconv.Itoa(counts[1])
+	}
+	ct := out.ContentType
+	if ct == "" {
+		ct = "application/octet-stream"
+	}
+	h := &wire.EntityHeader{EntityID: id, ScopeID: &scope, Layer: out.Layer, ContentType: ct,
+		PayloadLength: uint64(len(out.Data)), Checksum: sum[:], Metadata: md}
+	return g.c.SendEntity(ctx, h, bytes.NewReader(out.Data))
+}
+
+// handleStatus reacts to statuses the gateway sends (docs/profile.md 4.2, 7).
+func (g *engine) handleStatus(f wire.StatusFrame) {
+	if f.EntityID == wire.ConnectionEntity || f.ScopeID != 0 {
+		return // heartbeat / cursor update; the peer keeps no state behind the cursor
+	}
+	switch f.Status {
+	case wire.StatusDehydrating:
+		g.mu.Lock()
+		d := g.docFor(f.EntityID)
+		var ready bool
+		if d != nil && !d.dehydrating {
+			d.dehydrating = true
+			g.unorphan(d)
+			ready = g.readyLocked(d)
+		}
+		g.mu.Unlock()
+		if ready {
+			g.spawn(func() { g.rehydrate(d) })
+		}
+	case wire.StatusAbandoned, wire.StatusFailed:
+		g.mu.Lock()
+		d := g.docs[f.EntityID]
+		j := g.jobs[f.EntityID]
+		if d != nil {
+			d.cancelled = true
+			g.unorphan(d)
+			delete(g.docs, f.EntityID)
+		}
+		g.mu.Unlock()
+		if d != nil {
+			d.cancel(errCancelled)
+			g.log.Info("document cancelled by the gateway", "entity", f.EntityID, "status", f.Status)
+		}
+		if j != nil {
+			j.cancel(errCancelled)
+			g.log.Info("entity cancelled by the gateway", "entity", f.EntityID, "status", f.Status)
+		}
+	}
+}

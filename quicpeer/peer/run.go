@@ -1,0 +1,387 @@
+package peer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/pipestream/gateway/quicpeer/wire"
+)
+
+// resultKind is how run left an entity.
+type resultKind uint8
+
+const (
+	resultSucceeded resultKind = iota // output ready; caller sends result/COMPLETE
+	resultFailed                      // FAILED sent, terminal
+	resultSkipped                     // FAILED or ABANDONED sent, excluded by a SKIP action
+	resultAbandoned                   // ABANDONED (or FAILED without Layer 2) sent
+	resultDeferred                    // DEFERRED sent; redemption or expiry finishes it
+	resultCancelled                   // the gateway cancelled it or the session ended; nothing sent
+)
+
+type result struct {
+	kind resultKind
+	out  *Output
+}
+
+// policyOf returns the completion policy governing e and whether it is
+// final: the entity's own, else its document root's once known, else the
+// draft defaults (not final while a document root is still expected).
+func (g *engine) policyOf(e *entity) (policy, bool) {
+	if e.header.CompletionPolicy != nil || e.doc == nil {
+		return effectivePolicy(e.header.CompletionPolicy), true
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if e.doc.root != nil {
+		return effectivePolicy(e.doc.root.CompletionPolicy), true
+	}
+	return effectivePolicy(nil), false
+}
+
+// waitPolicy blocks until e's policy is final (the root envelope arrived).
+func (g *engine) waitPolicy(e *entity) policy {
+	p, ok := g.policyOf(e)
+	if ok {
+		return p
+	}
+	select {
+	case <-e.doc.rootKnown:
+		p, _ = g.policyOf(e)
+	case <-e.ctx.Done():
+	}
+	return p
+}
+
+func (g *engine) rootMetaOf(e *entity) map[string]string {
+	if e.doc == nil {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if e.doc.root != nil {
+		return e.doc.root.Metadata
+	}
+	return nil
+}
+
+// armTimeout (re)starts e's completion-policy timeout, measured from the
+// entity's first PROCESSING.
+func (g *engine) armTimeout(e *entity, d time.Duration) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.timer != nil {
+		e.timer.Stop()
+	}
+	if e.done {
+		return
+	}
+	left := max(e.start.Add(d).Sub(g.now()), 0)
+	e.timer = time.AfterFunc(left, func() { e.cancel(errTimedOut) })
+}
+
+func (e *entity) stopTimer() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.done = true
+	if e.timer != nil {
+		e.timer.Stop()
+	}
+}
+
+// call runs fn on the bounded worker pool, turning a panic into an error.
+func (g *engine) call(e *entity, fn func() (*Output, error)) (out *Output, err error) {
+	select {
+	case g.pool <- struct{}{}:
+	case <-e.ctx.Done():
+		return nil, context.Cause(e.ctx)
+	}
+	defer func() { <-g.pool }()
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = nil, fmt.Errorf("processor %s panicked: %v", e.procName, r)
+		}
+	}()
+	out, err = fn()
+	if err == nil && out == nil {
+		out = &Output{}
+	}
+	return out, err
+}
+
+// sleep waits d or until e's context ends.
+func sleep(e *entity, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-e.ctx.Done():
+		return false
+	}
+}
+
+// permanent reports errors a retry cannot fix (limits, protocol errors).
+func permanent(err error) bool {
+	var pe *wire.Error
+	return errors.As(err, &pe)
+}
+
+// run processes e after its PROCESSING was sent: the processor call with
+// yields (Section 6.5.1), Layer 1 nesting, deferral, retries and timeouts
+// per the completion policy (docs/profile.md 5, 6). On success it returns
+// the output and sends nothing terminal; every other outcome's statuses are
+// sent here.
+func (g *engine) run(e *entity) result {
+	defer e.stopTimer()
+	p, _ := g.policyOf(e)
+	g.armTimeout(e, p.timeout)
+	var resume []byte
+	yields := 0
+	for {
+		in := &Input{Header: e.header, Payload: e.payload, Depth: e.depth, ChunkIndex: e.chunk,
+			Attempt: e.attempts, Resume: resume, Yields: yields, Redeemed: e.redeemed, RootMeta: g.rootMetaOf(e)}
+		in.MaxDepth = g.maxDepthFor(e.header.Metadata, in.RootMeta)
+		out, err := g.call(e, func() (*Output, error) { return e.proc.Process(e.ctx, in) })
+		if err == nil && out.Dehydrate != nil {
+			out, err = g.nested(e, out)
+		}
+		if e.ctx.Err() != nil {
+			return g.interrupted(e)
+		}
+		switch {
+		case err != nil:
+		case out.Yield != nil:
+			resume, yields = g.yield(e, out.Yield), yields+1
+			if e.ctx.Err() != nil {
+				return g.interrupted(e)
+			}
+			continue
+		case out.Defer != nil:
+			return g.deferEntity(e, out.Defer.TTL)
+		default:
+			return result{kind: resultSucceeded, out: out}
+		}
+		// failure: decide per policy (docs/profile.md 5)
+		g.log.Info("entity attempt failed", "entity", e.id, "scope", e.scope, "attempt", e.attempts, "code", wire.CodeOf(err), "err", err)
+		p = g.waitPolicy(e)
+		if e.ctx.Err() != nil {
+			return g.interrupted(e)
+		}
+		switch {
+		case p.onFailure == wire.ActionRetry && g.neg.layer2 && e.attempts < p.maxRetries && !permanent(err):
+			if !g.send(e, wire.StatusFailed, nil) || !g.send(e, wire.StatusRetrying, nil) {
+				return result{kind: resultCancelled}
+			}
+			if !sleep(e, p.retryDelay) {
+				return g.interrupted(e)
+			}
+			e.attempts++
+			resume, yields = nil, 0
+			g.log.Info("entity retrying", "entity", e.id, "attempt", e.attempts, "max_retries", p.maxRetries)
+			if !g.send(e, wire.StatusProcessing, nil) {
+				return result{kind: resultCancelled}
+			}
+		case p.onFailure == wire.ActionDefer && g.neg.layer2 && !permanent(err):
+			return g.deferEntity(e, 0)
+		default:
+			g.send(e, wire.StatusFailed, nil)
+			if p.onFailure == wire.ActionSkip {
+				return result{kind: resultSkipped}
+			}
+			return result{kind: resultFailed}
+		}
+	}
+}
+
+// interrupted handles a cancelled context: a timeout abandons the entity
+// (Layer 2; FAILED without it), a gateway cancel or session end sends nothing.
+func (g *engine) interrupted(e *entity) result {
+	if context.Cause(e.ctx) != errTimedOut {
+		return result{kind: resultCancelled}
+	}
+	p, _ := g.policyOf(e)
+	g.log.Info("entity timed out", "entity", e.id, "scope", e.scope, "timeout", p.timeout)
+	if g.neg.layer2 {
+		g.send(e, wire.StatusAbandoned, nil)
+	} else {
+		g.send(e, wire.StatusFailed, nil)
+	}
+	if p.onTimeout == wire.ActionSkip {
+		return result{kind: resultSkipped}
+	}
+	return result{kind: resultAbandoned}
+}
+
+// yield reports YIELDED with a Yield token, waits, verifies the token
+// (session, entity, single use, state checksum) and resumes: PROCESSING. It
+// returns the state to resume from, nil to restart from the beginning.
+// Without Layer 2 the entity continues at once.
+func (g *engine) yield(e *entity, y *YieldRequest) []byte {
+	if !g.neg.layer2 {
+		return y.State
+	}
+	tok := g.yields.issue(g.c.ID(), e.id, e.scope, y.State)
+	if !g.send(e, wire.StatusYielded, wire.AppendYieldExt(nil, wire.YieldExtension{Reason: y.Reason, Token: tok})) {
+		e.cancel(errSessionGone)
+		return nil
+	}
+	g.log.Info("entity yielded", "entity", e.id, "reason", y.Reason)
+	if !sleep(e, yieldResumeDelay) {
+		return nil
+	}
+	st, err := g.yields.consume(tok, g.c.ID(), e.id, e.scope)
+	if err != nil {
+		// Section 10.6.1: reject the resumption, reprocess from the start.
+		g.log.Warn("yield token rejected; reprocessing from the beginning", "entity", e.id, "err", err)
+		st = nil
+	}
+	if !g.send(e, wire.StatusProcessing, nil) {
+		e.cancel(errSessionGone)
+	}
+	return st
+}
+
+// deferEntity persists a claim check and reports DEFERRED with the Claim
+// Check extension (Section 6.5.2). Without Layer 2 the entity FAILS.
+func (g *engine) deferEntity(e *entity, ttl time.Duration) result {
+	if !g.neg.layer2 {
+		g.log.Info("defer needs Layer 2; failing the entity", "entity", e.id)
+		g.send(e, wire.StatusFailed, nil)
+		return result{kind: resultFailed}
+	}
+	if ttl <= 0 || ttl > g.lim.claimExpiry {
+		ttl = g.lim.claimExpiry
+	}
+	e.stopTimer()
+	rec := ClaimRecord{EntityID: e.id, ScopeID: e.scope, Chunk: e.chunk, SessionID: g.c.ID(),
+		Expiry: g.now().Add(ttl), Processor: e.procName, Metadata: e.header.Metadata}
+	if e.doc != nil {
+		rec.ParentID = e.doc.id
+		g.mu.Lock()
+		if e.doc.env != nil {
+			rec.DocID = e.doc.env.DocID
+		}
+		g.mu.Unlock()
+	} else if e.docID != "" {
+		rec.DocID = e.docID
+	}
+	stored, err := g.claims.Issue(rec)
+	if err != nil {
+		g.log.Error("claim check not persisted; failing the entity", "entity", e.id, "err", err)
+		g.send(e, wire.StatusFailed, nil)
+		return result{kind: resultFailed}
+	}
+	g.mu.Lock()
+	e.claim = stored
+	g.deferred[e.id] = e
+	g.mu.Unlock()
+	ext := wire.AppendClaimCheckExt(nil, wire.ClaimCheckExtension{ClaimID: stored.ID, ExpiryMicros: uint64(stored.Expiry.UnixMicro())})
+	if !g.send(e, wire.StatusDeferred, ext) {
+		return result{kind: resultCancelled}
+	}
+	g.log.Info("claim issued", "entity", e.id, "claim", stored.ID, "doc", stored.DocID, "expiry", stored.Expiry.UTC())
+	e.mu.Lock()
+	e.timer = time.AfterFunc(ttl, func() { g.claimExpired(e, stored.ID) })
+	e.mu.Unlock()
+	return result{kind: resultDeferred}
+}
+
+// claimExpired abandons a DEFERRED entity whose claim was not redeemed in
+// time (docs/profile.md 6).
+func (g *engine) claimExpired(e *entity, id uint64) {
+	ok, err := g.claims.Settle(id)
+	if err != nil || !ok {
+		return // redeemed first (or the store is closed)
+	}
+	g.mu.Lock()
+	if g.deferred[e.id] == e {
+		delete(g.deferred, e.id)
+	}
+	g.mu.Unlock()
+	g.log.Info("claim expired; entity abandoned", "entity", e.id, "claim", id)
+	g.send(e, wire.StatusAbandoned, nil)
+	if e.doc != nil {
+		g.childFinished(e, outcomeAbandoned, nil)
+	}
+}
+
+// nested performs Layer 1 dehydration of e into out.Dehydrate (docs/profile.md
+// 6): a new scope, PROCESSING/COMPLETE per sub-entity at depth+1,
+// SCOPE_DIGEST, REHYDRATING(e), then the processor's merge. Without Layer 1
+// the sub-entities are merged locally without any status.
+func (g *engine) nested(e *entity, out *Output) (*Output, error) {
+	subs := out.Dehydrate
+	leaves := make([]*Output, len(subs))
+	for i, s := range subs {
+		leaves[i] = &Output{Data: s, ContentType: out.ContentType}
+	}
+	merge := func() (*Output, error) {
+		return g.call(e, func() (*Output, error) { return e.proc.Rehydrate(e.ctx, leaves) })
+	}
+	if !g.neg.layer1 {
+		return merge()
+	}
+	depth := e.depth + 1
+	if depth > g.neg.maxDepth || depth > wire.MaxScopeDepth {
+		return nil, wire.Errorf(wire.CodeDepthExceeded, "entity %d: nesting at depth %d exceeds max-scope-depth %d", e.id, depth, g.neg.maxDepth)
+	}
+	if n := uint64(len(subs)); n > g.neg.maxPerScope || n > g.allowedChildren(uint64(len(e.payload))) || n >= uint64(wire.IDModulus) {
+		return nil, wire.Errorf(wire.CodeEntityTooLarge, "entity %d: %d sub-entities exceed max-entities-per-scope %d or %d children per MB",
+			e.id, n, g.neg.maxPerScope, g.lim.childrenPerMB)
+	}
+	scope, ok := g.allocScope()
+	if !ok {
+		return nil, wire.Errorf(wire.CodeScopeInvalid, "entity %d: no free scope ID", e.id)
+	}
+	defer g.releaseScope(scope)
+	if !g.send(e, wire.StatusDehydrating, nil) {
+		return nil, errSessionGone
+	}
+	g.log.Info("entity dehydrating", "entity", e.id, "scope", scope, "sub_entities", len(subs), "depth", depth)
+	digestLeaves := make([]wire.Leaf, len(subs))
+	for i := range subs {
+		id := uint32(i + 1)
+		for _, st := range []wire.Status{wire.StatusProcessing, wire.StatusComplete} {
+			if err := g.c.SendStatus(wire.StatusFrame{Status: st, Depth: uint8(depth), EntityID: id, ScopeID: scope}); err != nil {
+				return nil, fmt.Errorf("sub-entity %d of scope %d: %w", id, scope, err)
+			}
+		}
+		digestLeaves[i] = wire.Leaf{EntityID: id, Status: wire.StatusComplete}
+	}
+	n := uint64(len(subs))
+	if err := g.c.SendScopeDigest(wire.ScopeDigestFrame{ScopeID: scope, Processed: n, Succeeded: n, MerkleRoot: wire.MerkleRoot(digestLeaves)}); err != nil {
+		return nil, fmt.Errorf("scope digest %d: %w", scope, err)
+	}
+	if !g.send(e, wire.StatusRehydrating, nil) {
+		return nil, errSessionGone
+	}
+	return merge()
+}
+
+// allocScope returns an unused peer scope ID (sequential from 1, profile 2).
+func (g *engine) allocScope() (uint32, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for range 1 << 16 {
+		g.nextScope++
+		if g.nextScope == 0 {
+			g.nextScope = 1
+		}
+		if _, used := g.openScopes[g.nextScope]; !used {
+			g.openScopes[g.nextScope] = struct{}{}
+			return g.nextScope, true
+		}
+	}
+	return 0, false
+}
+
+// releaseScope frees a scope whose digest was sent and whose entities are
+// all terminal.
+func (g *engine) releaseScope(s uint32) {
+	g.mu.Lock()
+	delete(g.openScopes, s)
+	g.mu.Unlock()
+}
