@@ -1,0 +1,138 @@
+package retention
+
+import (
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Retainer is the retention engine shared by the event log and the
+// simulator: the client tracker, the index of retained events and the
+// policy. The caller owns storage: it asks for a Plan, deletes the events
+// below Plan.KeepFrom, then calls Applied. Safe for concurrent use.
+type Retainer struct {
+	cfg     Config
+	tracker *Tracker
+	log     *slog.Logger
+	m       *Metrics
+
+	mu  sync.Mutex
+	idx Index
+	pos []uint64 // scratch for Plan
+}
+
+// NewRetainer builds a Retainer. log and m may be nil.
+func NewRetainer(cfg Config, tcfg TrackerConfig, now time.Time, log *slog.Logger, m *Metrics) *Retainer {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Retainer{cfg: cfg, tracker: NewTracker(tcfg, now), log: log, m: m}
+}
+
+// Config returns the policy.
+func (r *Retainer) Config() Config { return r.cfg }
+
+// Tracker returns the client tracker.
+func (r *Retainer) Tracker() *Tracker { return r.tracker }
+
+// Appended records committed events in seq order.
+func (r *Retainer) Appended(seq uint64, t time.Time, size int) {
+	r.mu.Lock()
+	r.idx.Append(seq, t, size)
+	r.mu.Unlock()
+}
+
+// Window is the retained range (0, 0 when empty), event count and bytes.
+func (r *Retainer) Window() (oldest, latest uint64, events int, bytes uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.idx.Oldest(), r.idx.Latest(), r.idx.Len(), r.idx.Bytes()
+}
+
+// Touch records a request by clientKey for cursor (nil: live only) and
+// returns the client's entry (nil when untracked). The recorded position is
+// the cursor clamped into [oldest, latest]: a cursor below the window cannot
+// hold back anything (its events are already gone), and "live only" means
+// the latest seq.
+func (r *Retainer) Touch(clientKey string, cursor *uint64, now time.Time) *Client {
+	if !r.cfg.Adaptive {
+		return nil
+	}
+	r.mu.Lock()
+	oldest, latest := r.idx.Oldest(), r.idx.Latest()
+	r.mu.Unlock()
+	pos := latest
+	if cursor != nil {
+		pos = min(max(*cursor, oldest), latest)
+	}
+	return r.tracker.Touch(clientKey, pos, now)
+}
+
+// Release ends one subscription of c.
+func (r *Retainer) Release(c *Client, now time.Time) { r.tracker.Release(c, now) }
+
+// Plan expires inactive clients and computes the boundary at now. Client
+// positions count when the client is active (connected or seen within
+// InactiveAfter), the position is still retained, and its event is younger
+// than PositionMaxAge.
+func (r *Retainer) Plan(now time.Time, snapshotBytes uint64) Plan {
+	if r.cfg.Adaptive {
+		r.tracker.Expire(now, r.cfg.InactiveAfter)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	oldest, latest := r.idx.Oldest(), r.idx.Latest()
+	r.pos = r.pos[:0]
+	if r.cfg.Adaptive {
+		cutoff := now.Add(-r.cfg.PositionMaxAge)
+		r.tracker.Each(now, r.cfg.InactiveAfter, func(pos uint64, _ time.Time, _ bool) {
+			if r.m != nil && latest >= pos {
+				r.m.ClientLag.Observe(float64(latest - pos))
+			}
+			if pos < oldest || pos > latest {
+				return
+			}
+			if r.cfg.PositionMaxAge > 0 {
+				if t, ok := r.idx.TimeOf(pos); !ok || t.Before(cutoff) {
+					return
+				}
+			}
+			r.pos = append(r.pos, pos)
+		})
+	}
+	p := Compute(r.cfg, &r.idx, r.pos, now, snapshotBytes)
+	if r.m != nil {
+		r.m.SnapshotBytes.Set(float64(snapshotBytes))
+		r.m.TrackedClients.Set(float64(r.tracker.Len()))
+		r.m.ActiveClients.Set(float64(p.Clients))
+		r.m.BytesSaved.Set(float64(p.SizeOnlyRetainedBytes) - float64(p.RetainedBytes))
+	}
+	return p
+}
+
+// Applied records that storage dropped every event below p.KeepFrom, logs
+// the prune (draft 4.1: "Log delta file pruning operations") and updates
+// metrics. It returns the number of events and bytes dropped.
+func (r *Retainer) Applied(p Plan) (int, uint64) {
+	r.mu.Lock()
+	n, b, first, last := r.idx.PruneBefore(p.KeepFrom)
+	events, bytes := r.idx.Len(), r.idx.Bytes()
+	r.mu.Unlock()
+	if r.m != nil {
+		r.m.RetainedBytes.Set(float64(bytes))
+		r.m.RetainedEvents.Set(float64(events))
+		if n > 0 {
+			r.m.PrunedEvents.WithLabelValues(p.Reason).Add(float64(n))
+			r.m.PrunedBytes.WithLabelValues(p.Reason).Add(float64(b))
+		}
+	}
+	if n > 0 {
+		r.log.Info("event log pruned",
+			slog.Uint64("from_seq", first), slog.Uint64("to_seq", last),
+			slog.Int("events", n), slog.Uint64("bytes", b), slog.String("reason", p.Reason),
+			slog.Uint64("min_position", p.MinPosition), slog.Int("clients", p.Clients),
+			slog.Int("retained_events", events), slog.Uint64("retained_bytes", bytes),
+			slog.Uint64("size_only_retained_bytes", p.SizeOnlyRetainedBytes))
+	}
+	return n, b
+}

@@ -1,0 +1,255 @@
+package retention
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// ClientID is an anonymized client identifier: the first 16 bytes of
+// HMAC-SHA256(salt, clientKey). The raw key is never stored (RRDP retention
+// draft, Privacy Considerations: "hashing with a rotating salt").
+type ClientID [16]byte
+
+// Client is one tracked client (draft section "Client Tracking Mechanism":
+// identifier, serial number, last access time). Position and last access are
+// atomics so that a live subscription can advance its position without the
+// tracker lock.
+type Client struct {
+	id    ClientID
+	pos   atomic.Uint64 // last requested or delivered seq
+	last  atomic.Int64  // unix nanoseconds of the last request or delivery end
+	conns atomic.Int32  // open subscriptions; a connected client is active
+
+	prev, next *Client // LRU list, guarded by Tracker.mu
+}
+
+// Deliver records that seq was delivered to the client (its new position).
+func (c *Client) Deliver(seq uint64) {
+	if c != nil {
+		c.pos.Store(seq)
+	}
+}
+
+// Position is the client's current position.
+func (c *Client) Position() uint64 {
+	if c == nil {
+		return 0
+	}
+	return c.pos.Load()
+}
+
+// TrackerConfig bounds the tracker.
+type TrackerConfig struct {
+	// SaltRotation is how often a fresh random salt is drawn; the previous
+	// salt is kept for one more period so returning clients are re-keyed.
+	SaltRotation time.Duration
+	// MaxClients caps tracked clients; the least recently seen idle client
+	// is evicted first.
+	MaxClients int
+	// NewClientsPerSecond and NewClientsBurst rate-limit the creation of new
+	// entries; an untracked client is still served, it just does not hold
+	// back pruning.
+	NewClientsPerSecond float64
+	NewClientsBurst     int
+}
+
+// Tracker records each client's position under an anonymized id. Safe for
+// concurrent use. The clock is always passed in (simulation feeds its own).
+type Tracker struct {
+	cfg TrackerConfig
+
+	mu         sync.Mutex
+	cur, prev  []byte // HMAC keys; prev may be nil
+	rotatedAt  time.Time
+	clients    map[ClientID]*Client
+	lru        Client // sentinel: lru.next is the most recently used
+	limiter    *rate.Limiter
+	evictions  uint64
+	rateDrops  uint64
+	rekeyCount uint64
+}
+
+// NewTracker returns an empty tracker whose first salt is drawn now.
+func NewTracker(cfg TrackerConfig, now time.Time) *Tracker {
+	t := &Tracker{
+		cfg:     cfg,
+		clients: make(map[ClientID]*Client),
+		limiter: rate.NewLimiter(rate.Limit(cfg.NewClientsPerSecond), cfg.NewClientsBurst),
+	}
+	if cfg.NewClientsPerSecond <= 0 {
+		t.limiter = rate.NewLimiter(rate.Inf, 0)
+	}
+	t.lru.next, t.lru.prev = &t.lru, &t.lru
+	t.cur = newSalt()
+	t.rotatedAt = now
+	return t
+}
+
+func newSalt() []byte {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
+	return b
+}
+
+func hashKey(salt []byte, key string) ClientID {
+	m := hmac.New(sha256.New, salt)
+	m.Write([]byte(key))
+	var id ClientID
+	copy(id[:], m.Sum(nil))
+	return id
+}
+
+// rotateLocked draws a new salt when the period has passed; the old one
+// becomes prev for one period, older ones are forgotten.
+func (t *Tracker) rotateLocked(now time.Time) {
+	if t.cfg.SaltRotation <= 0 || now.Sub(t.rotatedAt) < t.cfg.SaltRotation {
+		return
+	}
+	if now.Sub(t.rotatedAt) >= 2*t.cfg.SaltRotation {
+		t.prev = nil // idle for two periods: nobody could be re-keyed anyway
+	} else {
+		t.prev = t.cur
+	}
+	t.cur = newSalt()
+	t.rotatedAt = now
+}
+
+func (t *Tracker) unlinkLocked(c *Client) {
+	c.prev.next, c.next.prev = c.next, c.prev
+	c.prev, c.next = nil, nil
+}
+
+func (t *Tracker) pushFrontLocked(c *Client) {
+	c.prev, c.next = &t.lru, t.lru.next
+	t.lru.next.prev = c
+	t.lru.next = c
+}
+
+// Touch records a request from clientKey at position pos (the cursor it
+// asked for, already clamped by the caller) and opens a connection on the
+// entry. It returns nil when the client cannot be tracked (rate limit, or
+// every tracked client is connected and the cap is reached). Pair with
+// Release.
+func (t *Tracker) Touch(clientKey string, pos uint64, now time.Time) *Client {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.rotateLocked(now)
+	id := hashKey(t.cur, clientKey)
+	c := t.clients[id]
+	if c == nil && t.prev != nil {
+		old := hashKey(t.prev, clientKey)
+		if c = t.clients[old]; c != nil { // re-key under the current salt
+			delete(t.clients, old)
+			c.id = id
+			t.clients[id] = c
+			t.rekeyCount++
+		}
+	}
+	if c == nil {
+		if !t.limiter.AllowN(now, 1) {
+			t.rateDrops++
+			return nil
+		}
+		for len(t.clients) >= t.cfg.MaxClients {
+			if !t.evictLocked() {
+				return nil
+			}
+		}
+		c = &Client{id: id}
+		t.clients[id] = c
+	} else {
+		t.unlinkLocked(c)
+	}
+	t.pushFrontLocked(c)
+	c.pos.Store(pos)
+	c.last.Store(now.UnixNano())
+	c.conns.Add(1)
+	return c
+}
+
+// evictLocked drops the least recently used client that has no open
+// connection; false when there is none.
+func (t *Tracker) evictLocked() bool {
+	for c := t.lru.prev; c != &t.lru; c = c.prev {
+		if c.conns.Load() == 0 {
+			t.unlinkLocked(c)
+			delete(t.clients, c.id)
+			t.evictions++
+			return true
+		}
+	}
+	return false
+}
+
+// Release closes one connection of c at now: its last access becomes now
+// and its position stays at the last delivered seq.
+func (t *Tracker) Release(c *Client, now time.Time) {
+	if c == nil {
+		return
+	}
+	c.last.Store(now.UnixNano())
+	c.conns.Add(-1)
+}
+
+// Active reports whether c counts at now: connected, or seen within
+// inactiveAfter.
+func (c *Client) Active(now time.Time, inactiveAfter time.Duration) bool {
+	return c.conns.Load() > 0 || now.UnixNano()-c.last.Load() <= int64(inactiveAfter)
+}
+
+// Expire forgets clients inactive longer than inactiveAfter (draft: "delete
+// tracking data for clients that have not been seen for a configurable
+// period") and returns how many were removed. It also rotates the salt.
+func (t *Tracker) Expire(now time.Time, inactiveAfter time.Duration) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.rotateLocked(now)
+	n := 0
+	for c := t.lru.prev; c != &t.lru; {
+		p := c.prev
+		if !c.Active(now, inactiveAfter) {
+			t.unlinkLocked(c)
+			delete(t.clients, c.id)
+			n++
+		}
+		c = p // no early stop: a connected client's place in the LRU is stale
+	}
+	return n
+}
+
+// Each calls f for every tracked client that is active at now, under the
+// tracker lock (f must not call back into the tracker).
+func (t *Tracker) Each(now time.Time, inactiveAfter time.Duration, f func(pos uint64, last time.Time, connected bool)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for c := t.lru.next; c != &t.lru; c = c.next {
+		if c.Active(now, inactiveAfter) {
+			f(c.pos.Load(), time.Unix(0, c.last.Load()), c.conns.Load() > 0)
+		}
+	}
+}
+
+// Len is the number of tracked clients (active or not yet expired).
+func (t *Tracker) Len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.clients)
+}
+
+// TrackerStats are counters for metrics and tests.
+type TrackerStats struct {
+	Evictions, RateLimited, Rekeyed uint64
+}
+
+// Stats returns cumulative counters.
+func (t *Tracker) Stats() TrackerStats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return TrackerStats{Evictions: t.evictions, RateLimited: t.rateDrops, Rekeyed: t.rekeyCount}
+}

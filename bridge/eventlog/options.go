@@ -1,0 +1,137 @@
+package eventlog
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pipestream/gateway/bridge/eventlog/internal/retention"
+)
+
+// Options configure New. Zero values take the defaults in params.go; a
+// negative value is an error. Hard caps (MaxAge, MaxBytes) are off at zero.
+type Options struct {
+	// TailEvents and TailBytes bound the shared in-memory tail.
+	TailEvents int
+	TailBytes  int64
+	// ReplayPage is the store page size for catch-up replay (at most 10000,
+	// the store's ReadEvents cap).
+	ReplayPage int
+
+	// DisableAdaptive turns client tracking off: the log then keeps
+	// everything up to the snapshot size and the hard caps (RFC 8182's
+	// size-only policy).
+	DisableAdaptive bool
+	// InactiveAfter: a client not seen for this long stops counting.
+	InactiveAfter time.Duration
+	// SafetyMargin is subtracted from the lowest active position. Set
+	// NoSafetyMargin to use 0.
+	SafetyMargin   uint64
+	NoSafetyMargin bool
+	// KeepNewest: the newest N events are never pruned by the adaptive rule.
+	KeepNewest int
+	// MinAge: events younger than this are never pruned by the adaptive rule.
+	MinAge time.Duration
+	// PositionMaxAge: positions whose event is older than this are ignored.
+	PositionMaxAge time.Duration
+	// MaxAge, MaxBytes: operator hard caps, applied after every other rule
+	// (0 = none). The newest event is always kept.
+	MaxAge   time.Duration
+	MaxBytes int64
+
+	// SaltRotation, MaxTrackedClients, NewClientsPerSecond, NewClientsBurst
+	// bound client tracking (see params.go).
+	SaltRotation        time.Duration
+	MaxTrackedClients   int
+	NewClientsPerSecond float64
+	NewClientsBurst     int
+
+	// PruneInterval and PruneEveryEvents schedule retention passes.
+	// DisablePruner turns the background pass off (call Prune yourself).
+	PruneInterval    time.Duration
+	PruneEveryEvents int
+	DisablePruner    bool
+
+	// Now is the clock (default time.Now); tests and the simulator set it.
+	Now func() time.Time
+	// Logger for prune logs (default slog.Default()).
+	Logger *slog.Logger
+	// Registerer for metrics (nil: none).
+	Registerer prometheus.Registerer
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.TailEvents < 0 || o.TailBytes < 0 || o.ReplayPage < 0 || o.InactiveAfter < 0 || o.KeepNewest < 0 ||
+		o.MinAge < 0 || o.PositionMaxAge < 0 || o.MaxAge < 0 || o.MaxBytes < 0 || o.SaltRotation < 0 ||
+		o.MaxTrackedClients < 0 || o.NewClientsPerSecond < 0 || o.NewClientsBurst < 0 ||
+		o.PruneInterval < 0 || o.PruneEveryEvents < 0 {
+		return o, fmt.Errorf("eventlog: options must not be negative: %+v", o)
+	}
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	defDur := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&o.TailEvents, DefaultTailEvents)
+	if o.TailBytes == 0 {
+		o.TailBytes = DefaultTailBytes
+	}
+	def(&o.ReplayPage, DefaultReplayPage)
+	if o.ReplayPage > maxReplayPage {
+		return o, fmt.Errorf("eventlog: ReplayPage %d exceeds the store's read limit %d", o.ReplayPage, maxReplayPage)
+	}
+	defDur(&o.InactiveAfter, DefaultInactiveAfter)
+	if o.SafetyMargin == 0 && !o.NoSafetyMargin {
+		o.SafetyMargin = DefaultSafetyMargin
+	}
+	def(&o.KeepNewest, DefaultKeepNewest)
+	defDur(&o.MinAge, DefaultMinAge)
+	defDur(&o.PositionMaxAge, DefaultPositionMaxAge)
+	defDur(&o.SaltRotation, DefaultSaltRotation)
+	def(&o.MaxTrackedClients, DefaultMaxTrackedClients)
+	if o.NewClientsPerSecond == 0 {
+		o.NewClientsPerSecond = DefaultNewClientsPerSecond
+	}
+	def(&o.NewClientsBurst, DefaultNewClientsBurst)
+	defDur(&o.PruneInterval, DefaultPruneInterval)
+	def(&o.PruneEveryEvents, DefaultPruneEveryEvents)
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o, nil
+}
+
+// RetentionConfig is the policy Options describe (exported for the
+// simulator, which drives the same engine with a simulated clock).
+func (o Options) RetentionConfig() (retention.Config, retention.TrackerConfig, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return retention.Config{}, retention.TrackerConfig{}, err
+	}
+	return retention.Config{
+			Adaptive:       !o.DisableAdaptive,
+			InactiveAfter:  o.InactiveAfter,
+			SafetyMargin:   o.SafetyMargin,
+			KeepNewest:     o.KeepNewest,
+			MinAge:         o.MinAge,
+			PositionMaxAge: o.PositionMaxAge,
+			SnapshotCap:    true,
+			MaxAge:         o.MaxAge,
+			MaxBytes:       uint64(o.MaxBytes),
+		}, retention.TrackerConfig{
+			SaltRotation:        o.SaltRotation,
+			MaxClients:          o.MaxTrackedClients,
+			NewClientsPerSecond: o.NewClientsPerSecond,
+			NewClientsBurst:     o.NewClientsBurst,
+		}, nil
+}

@@ -1,0 +1,62 @@
+package eventlog
+
+import "time"
+
+// Tunables, one line of rationale each. Retention defaults follow
+// draft-liu-sidrops-rrdp-delta-retention-policy-01 (section numbers refer to
+// it) where it gives a figure; the others are ours and say why.
+const (
+	// DefaultTailEvents bounds the shared in-memory tail: 64k events cover
+	// minutes of peak traffic, so live subscribers never touch disk.
+	DefaultTailEvents = 1 << 16
+	// DefaultTailBytes bounds the tail's encoded event bytes (whichever
+	// limit is hit first evicts).
+	DefaultTailBytes = 64 << 20
+	// DefaultReplayPage is the store page size for catch-up replay: large
+	// enough to amortize a query, small enough to stay a constant per
+	// subscriber (pages are decoded one at a time).
+	DefaultReplayPage = 256
+	// maxReplayPage is the store's ReadEvents cap: a page never comes back
+	// short because of it, which replay relies on.
+	maxReplayPage = 10000
+	// subscriberBatch is how many tail items a subscriber copies per lock
+	// acquisition (pointers only: 512 bytes per subscriber).
+	subscriberBatch = 64
+
+	// DefaultInactiveAfter: section 4.1 "client inactivity threshold
+	// (default: 7 days)".
+	DefaultInactiveAfter = 7 * 24 * time.Hour
+	// DefaultSafetyMargin: section 4.1 "safety margin for minimum serial
+	// number calculation (default: 5)".
+	DefaultSafetyMargin = 5
+	// DefaultKeepNewest: section 3.3 "Never delete the most recent N (e.g.,
+	// 5) delta files".
+	DefaultKeepNewest = 5
+	// DefaultMinAge: section 3.3 "Maintain delta files for a minimum time
+	// period" gives no figure; one hour covers a client polling hourly
+	// (rpki-client's default interval) that is not tracked yet (new, evicted
+	// or re-salted).
+	DefaultMinAge = time.Hour
+	// DefaultPositionMaxAge: a position whose event is older than the
+	// inactivity threshold stops counting, so a client that keeps asking for
+	// an old cursor cannot pin the log (section 6, Denial of Service).
+	DefaultPositionMaxAge = DefaultInactiveAfter
+	// DefaultSaltRotation: section 5 "hashing with a rotating salt"; daily,
+	// with the previous salt kept one more day for re-keying.
+	DefaultSaltRotation = 24 * time.Hour
+	// DefaultMaxTrackedClients caps the tracker (about 150 bytes a client,
+	// so 64k clients cost ~10 MB); LRU eviction of idle clients beyond it.
+	DefaultMaxTrackedClients = 1 << 16
+	// DefaultNewClientsPerSecond and DefaultNewClientsBurst rate-limit new
+	// tracker entries (section 6: "rate limiting"); untracked clients are
+	// still served.
+	DefaultNewClientsPerSecond = 50
+	DefaultNewClientsBurst     = 500
+	// DefaultPruneInterval: section 3.2 recalculates "periodically"; a
+	// minute keeps the window close to the policy without measurable cost.
+	DefaultPruneInterval = time.Minute
+	// DefaultPruneEveryEvents also triggers a pass when this many events
+	// were appended since the last one (section 3.2: "whenever a new delta
+	// file is created", batched per section 4.1).
+	DefaultPruneEveryEvents = 8192
+)

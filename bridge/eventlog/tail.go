@@ -1,0 +1,135 @@
+package eventlog
+
+import (
+	"sync"
+	"time"
+
+	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
+)
+
+// item is one published event in the shared tail. Immutable once published;
+// every subscriber reads the same *item and the same *Event.
+type item struct {
+	seq    uint64
+	tenant string
+	kind   string
+	doc    string
+	size   int
+	t      time.Time
+	ev     *gatewayv1.Event
+}
+
+// tail is the shared in-memory ring of the most recent events, bounded by
+// count and bytes. Items live at ring positions [start, end); position p is
+// in buf[p&mask]. Seqs increase with position but may have gaps, so
+// subscribers look up positions by binary search (or a hint).
+type tail struct {
+	mu       sync.RWMutex
+	buf      []*item
+	mask     uint64
+	start    uint64 // oldest position held
+	end      uint64 // next position to write
+	bytes    int64
+	maxBytes int64
+	latest   uint64        // newest published seq (0 before the first)
+	wake     chan struct{} // closed and replaced on every publish
+}
+
+func newTail(events int, maxBytes int64) *tail {
+	n := 1
+	for n < events {
+		n <<= 1
+	}
+	return &tail{buf: make([]*item, n), mask: uint64(n - 1), maxBytes: maxBytes, wake: make(chan struct{})}
+}
+
+// publish appends items (ascending seq, all above latest) and wakes every
+// waiting subscriber. Oldest items are evicted beyond the bounds; the newest
+// item always stays.
+func (t *tail) publish(items []*item) {
+	if len(items) == 0 {
+		return
+	}
+	t.mu.Lock()
+	for _, it := range items {
+		if t.end-t.start == uint64(len(t.buf)) {
+			t.evictLocked()
+		}
+		t.buf[t.end&t.mask] = it
+		t.end++
+		t.bytes += int64(it.size)
+		t.latest = it.seq
+	}
+	for t.bytes > t.maxBytes && t.end-t.start > 1 {
+		t.evictLocked()
+	}
+	close(t.wake)
+	t.wake = make(chan struct{})
+	t.mu.Unlock()
+}
+
+func (t *tail) evictLocked() {
+	i := t.start & t.mask
+	t.bytes -= int64(t.buf[i].size)
+	t.buf[i] = nil
+	t.start++
+}
+
+// readResult says what a subscriber found.
+type readResult int
+
+const (
+	readItems   readResult = iota // n items copied
+	readCaughtUp                  // nothing at or after next yet; wait on the channel
+	readBehind                    // next is older than the tail holds
+)
+
+// read copies up to len(dst) items with seq >= next into dst. hint is the
+// position the caller expects next at (from its previous read); the returned
+// position is the hint for the following read. When caught up it returns
+// the channel that the next publish closes (read under the same lock, so no
+// wake-up is lost).
+func (t *tail) read(next, hint uint64, dst []*item) (n int, pos uint64, res readResult, wake <-chan struct{}) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if next > t.latest {
+		return 0, t.end, readCaughtUp, t.wake
+	}
+	if t.start == t.end || next < t.buf[t.start&t.mask].seq {
+		return 0, 0, readBehind, nil
+	}
+	p := hint
+	if p < t.start || p >= t.end || t.buf[p&t.mask].seq < next ||
+		(p > t.start && t.buf[(p-1)&t.mask].seq >= next) {
+		lo, hi := t.start, t.end
+		for lo < hi {
+			m := lo + (hi-lo)/2
+			if t.buf[m&t.mask].seq < next {
+				lo = m + 1
+			} else {
+				hi = m
+			}
+		}
+		p = lo
+	}
+	for p < t.end && n < len(dst) {
+		dst[n] = t.buf[p&t.mask]
+		n++
+		p++
+	}
+	return n, p, readItems, nil
+}
+
+// stats returns the held count and bytes.
+func (t *tail) stats() (events int, bytes int64) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return int(t.end - t.start), t.bytes
+}
+
+// latestSeq is the newest published (or loaded) seq.
+func (t *tail) latestSeq() uint64 {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.latest
+}
