@@ -79,9 +79,9 @@ func (t *tail) evictLocked() {
 type readResult int
 
 const (
-	readItems   readResult = iota // n items copied
-	readCaughtUp                  // nothing at or after next yet; wait on the channel
-	readBehind                    // next is older than the tail holds
+	readItems    readResult = iota // n items copied
+	readCaughtUp                   // nothing at or after next yet; wait on the channel
+	readBehind                     // next is older than the tail holds
 )
 
 // read copies up to len(dst) items with seq >= next into dst. hint is the
