@@ -233,6 +233,7 @@ func (SplitStrategy) EnumDescriptor() ([]byte, []int) {
 	return file_pipestream_gateway_v1_gateway_proto_rawDescGZIP(), []int{2}
 }
 
+// Completion mode (draft-02 CompletionMode).
 type CompletionPolicy_Mode int32
 
 const (
@@ -288,6 +289,7 @@ func (CompletionPolicy_Mode) EnumDescriptor() ([]byte, []int) {
 	return file_pipestream_gateway_v1_gateway_proto_rawDescGZIP(), []int{1, 0}
 }
 
+// Failure action (draft-02 FailureAction).
 type CompletionPolicy_Action int32
 
 const (
@@ -343,6 +345,7 @@ func (CompletionPolicy_Action) EnumDescriptor() ([]byte, []int) {
 	return file_pipestream_gateway_v1_gateway_proto_rawDescGZIP(), []int{1, 1}
 }
 
+// Lifecycle of a claim check.
 type ClaimCheck_ClaimState int32
 
 const (
@@ -397,8 +400,9 @@ func (ClaimCheck_ClaimState) EnumDescriptor() ([]byte, []int) {
 
 // Split options for dehydration.
 type SplitOptions struct {
-	state    protoimpl.MessageState `protogen:"open.v1"`
-	Strategy SplitStrategy          `protobuf:"varint,1,opt,name=strategy,proto3,enum=pipestream.gateway.v1.SplitStrategy" json:"strategy,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Split strategy; UNSPECIFIED lets the gateway choose.
+	Strategy SplitStrategy `protobuf:"varint,1,opt,name=strategy,proto3,enum=pipestream.gateway.v1.SplitStrategy" json:"strategy,omitempty"`
 	// Target chunk size in bytes (default 1 MiB, at most 16 MiB).
 	ChunkBytes uint32 `protobuf:"varint,2,opt,name=chunk_bytes,json=chunkBytes,proto3" json:"chunk_bytes,omitempty"`
 	// Recursion depth the peer may use for Layer 1 nested dehydration (0-7).
@@ -470,16 +474,23 @@ func (x *SplitOptions) GetProcessor() string {
 
 // Completion policy (draft-02 Section 8.2).
 type CompletionPolicy struct {
-	state           protoimpl.MessageState  `protogen:"open.v1"`
-	Mode            CompletionPolicy_Mode   `protobuf:"varint,1,opt,name=mode,proto3,enum=pipestream.gateway.v1.CompletionPolicy_Mode" json:"mode,omitempty"`
-	MaxRetries      uint32                  `protobuf:"varint,2,opt,name=max_retries,json=maxRetries,proto3" json:"max_retries,omitempty"`
-	RetryDelayMs    uint32                  `protobuf:"varint,3,opt,name=retry_delay_ms,json=retryDelayMs,proto3" json:"retry_delay_ms,omitempty"`
-	TimeoutMs       uint32                  `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
-	MinSuccessRatio float32                 `protobuf:"fixed32,5,opt,name=min_success_ratio,json=minSuccessRatio,proto3" json:"min_success_ratio,omitempty"`
-	OnTimeout       CompletionPolicy_Action `protobuf:"varint,6,opt,name=on_timeout,json=onTimeout,proto3,enum=pipestream.gateway.v1.CompletionPolicy_Action" json:"on_timeout,omitempty"`
-	OnFailure       CompletionPolicy_Action `protobuf:"varint,7,opt,name=on_failure,json=onFailure,proto3,enum=pipestream.gateway.v1.CompletionPolicy_Action" json:"on_failure,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How the outcome of the children is evaluated.
+	Mode CompletionPolicy_Mode `protobuf:"varint,1,opt,name=mode,proto3,enum=pipestream.gateway.v1.CompletionPolicy_Mode" json:"mode,omitempty"`
+	// Maximum retry attempts per entity.
+	MaxRetries uint32 `protobuf:"varint,2,opt,name=max_retries,json=maxRetries,proto3" json:"max_retries,omitempty"`
+	// Delay between retries in milliseconds.
+	RetryDelayMs uint32 `protobuf:"varint,3,opt,name=retry_delay_ms,json=retryDelayMs,proto3" json:"retry_delay_ms,omitempty"`
+	// Maximum wait for an entity in milliseconds.
+	TimeoutMs uint32 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	// Minimum success ratio (0..1) for QUORUM.
+	MinSuccessRatio float32 `protobuf:"fixed32,5,opt,name=min_success_ratio,json=minSuccessRatio,proto3" json:"min_success_ratio,omitempty"`
+	// What to do with an entity that times out.
+	OnTimeout CompletionPolicy_Action `protobuf:"varint,6,opt,name=on_timeout,json=onTimeout,proto3,enum=pipestream.gateway.v1.CompletionPolicy_Action" json:"on_timeout,omitempty"`
+	// What to do with an entity that fails.
+	OnFailure     CompletionPolicy_Action `protobuf:"varint,7,opt,name=on_failure,json=onFailure,proto3,enum=pipestream.gateway.v1.CompletionPolicy_Action" json:"on_failure,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CompletionPolicy) Reset() {
@@ -568,8 +579,10 @@ type SubmitOptions struct {
 	ContentType string `protobuf:"bytes,1,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
 	// Idempotency key: the same request_id with the same body returns the
 	// first result; with a different body it is an AlreadyExists error.
-	RequestId        string            `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	Split            *SplitOptions     `protobuf:"bytes,3,opt,name=split,proto3" json:"split,omitempty"`
+	RequestId string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// How to split the content.
+	Split *SplitOptions `protobuf:"bytes,3,opt,name=split,proto3" json:"split,omitempty"`
+	// Completion policy for the document's entities.
 	CompletionPolicy *CompletionPolicy `protobuf:"bytes,4,opt,name=completion_policy,json=completionPolicy,proto3" json:"completion_policy,omitempty"`
 	// Free-form metadata forwarded to the peer in the entity header.
 	Metadata map[string]string `protobuf:"bytes,5,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
@@ -651,18 +664,26 @@ func (x *SubmitOptions) GetDisplayName() string {
 	return ""
 }
 
+// Request of SubmitDocument; the fields other than `content` mean what the
+// same-named fields of SubmitOptions mean.
 type SubmitDocumentRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Document content. In JSON, base64.
-	Content          []byte            `protobuf:"bytes,1,opt,name=content,proto3" json:"content,omitempty"`
-	ContentType      string            `protobuf:"bytes,2,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
-	RequestId        string            `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	Split            *SplitOptions     `protobuf:"bytes,4,opt,name=split,proto3" json:"split,omitempty"`
+	Content []byte `protobuf:"bytes,1,opt,name=content,proto3" json:"content,omitempty"`
+	// MIME type of the content, e.g. "text/plain".
+	ContentType string `protobuf:"bytes,2,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	// Idempotency key (see SubmitOptions.request_id).
+	RequestId string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// How to split the content; default: whole up to 1 MiB, else fixed bytes.
+	Split *SplitOptions `protobuf:"bytes,4,opt,name=split,proto3" json:"split,omitempty"`
+	// Completion policy for the document's entities.
 	CompletionPolicy *CompletionPolicy `protobuf:"bytes,5,opt,name=completion_policy,json=completionPolicy,proto3" json:"completion_policy,omitempty"`
-	Metadata         map[string]string `protobuf:"bytes,6,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	DisplayName      string            `protobuf:"bytes,7,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Free-form metadata forwarded to the peer in the entity header.
+	Metadata map[string]string `protobuf:"bytes,6,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Display name of the document (e.g. the file name).
+	DisplayName   string `protobuf:"bytes,7,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SubmitDocumentRequest) Reset() {
@@ -744,6 +765,7 @@ func (x *SubmitDocumentRequest) GetDisplayName() string {
 	return ""
 }
 
+// One message of the UploadDocument client stream.
 type UploadDocumentRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Options; only read from the first message.
@@ -800,17 +822,18 @@ func (x *UploadDocumentRequest) GetChunk() []byte {
 
 // Counts of entities by status.
 type EntityCounts struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Total         uint32                 `protobuf:"varint,1,opt,name=total,proto3" json:"total,omitempty"`
-	Pending       uint32                 `protobuf:"varint,2,opt,name=pending,proto3" json:"pending,omitempty"`
-	Processing    uint32                 `protobuf:"varint,3,opt,name=processing,proto3" json:"processing,omitempty"`
-	Complete      uint32                 `protobuf:"varint,4,opt,name=complete,proto3" json:"complete,omitempty"`
-	Failed        uint32                 `protobuf:"varint,5,opt,name=failed,proto3" json:"failed,omitempty"`
-	Deferred      uint32                 `protobuf:"varint,6,opt,name=deferred,proto3" json:"deferred,omitempty"`
-	Skipped       uint32                 `protobuf:"varint,7,opt,name=skipped,proto3" json:"skipped,omitempty"`
-	Abandoned     uint32                 `protobuf:"varint,8,opt,name=abandoned,proto3" json:"abandoned,omitempty"`
-	Yielded       uint32                 `protobuf:"varint,9,opt,name=yielded,proto3" json:"yielded,omitempty"`
-	Retrying      uint32                 `protobuf:"varint,10,opt,name=retrying,proto3" json:"retrying,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// All entities of the document, root included.
+	Total         uint32 `protobuf:"varint,1,opt,name=total,proto3" json:"total,omitempty"`
+	Pending       uint32 `protobuf:"varint,2,opt,name=pending,proto3" json:"pending,omitempty"`
+	Processing    uint32 `protobuf:"varint,3,opt,name=processing,proto3" json:"processing,omitempty"`
+	Complete      uint32 `protobuf:"varint,4,opt,name=complete,proto3" json:"complete,omitempty"`
+	Failed        uint32 `protobuf:"varint,5,opt,name=failed,proto3" json:"failed,omitempty"`
+	Deferred      uint32 `protobuf:"varint,6,opt,name=deferred,proto3" json:"deferred,omitempty"`
+	Skipped       uint32 `protobuf:"varint,7,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	Abandoned     uint32 `protobuf:"varint,8,opt,name=abandoned,proto3" json:"abandoned,omitempty"`
+	Yielded       uint32 `protobuf:"varint,9,opt,name=yielded,proto3" json:"yielded,omitempty"`
+	Retrying      uint32 `protobuf:"varint,10,opt,name=retrying,proto3" json:"retrying,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -917,19 +940,24 @@ func (x *EntityCounts) GetRetrying() uint32 {
 
 // One entity of a document's dehydration tree.
 type Entity struct {
-	state    protoimpl.MessageState `protogen:"open.v1"`
-	EntityId uint32                 `protobuf:"varint,1,opt,name=entity_id,json=entityId,proto3" json:"entity_id,omitempty"`
-	ParentId uint32                 `protobuf:"varint,2,opt,name=parent_id,json=parentId,proto3" json:"parent_id,omitempty"`
-	ScopeId  uint32                 `protobuf:"varint,3,opt,name=scope_id,json=scopeId,proto3" json:"scope_id,omitempty"`
-	Depth    uint32                 `protobuf:"varint,4,opt,name=depth,proto3" json:"depth,omitempty"`
-	Status   EntityStatus           `protobuf:"varint,5,opt,name=status,proto3,enum=pipestream.gateway.v1.EntityStatus" json:"status,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Entity id (draft-02 Section 5); the root entity has parent_id 0.
+	EntityId uint32 `protobuf:"varint,1,opt,name=entity_id,json=entityId,proto3" json:"entity_id,omitempty"`
+	ParentId uint32 `protobuf:"varint,2,opt,name=parent_id,json=parentId,proto3" json:"parent_id,omitempty"`
+	// Scope (Layer 1) and nesting depth (0-7).
+	ScopeId uint32 `protobuf:"varint,3,opt,name=scope_id,json=scopeId,proto3" json:"scope_id,omitempty"`
+	Depth   uint32 `protobuf:"varint,4,opt,name=depth,proto3" json:"depth,omitempty"`
+	// Latest reported status.
+	Status EntityStatus `protobuf:"varint,5,opt,name=status,proto3,enum=pipestream.gateway.v1.EntityStatus" json:"status,omitempty"`
 	// For chunks: index and byte offset within the parent.
 	ChunkIndex  uint32 `protobuf:"varint,6,opt,name=chunk_index,json=chunkIndex,proto3" json:"chunk_index,omitempty"`
 	ChunkOffset uint64 `protobuf:"varint,7,opt,name=chunk_offset,json=chunkOffset,proto3" json:"chunk_offset,omitempty"`
 	SizeBytes   uint64 `protobuf:"varint,8,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
 	// Hex SHA-256 of the payload.
-	Checksum      string `protobuf:"bytes,9,opt,name=checksum,proto3" json:"checksum,omitempty"`
-	Attempts      uint32 `protobuf:"varint,10,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	Checksum string `protobuf:"bytes,9,opt,name=checksum,proto3" json:"checksum,omitempty"`
+	// Processing attempts so far (retries + 1).
+	Attempts uint32 `protobuf:"varint,10,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	// Last error or info message reported for the entity.
 	Message       string `protobuf:"bytes,11,opt,name=message,proto3" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1044,12 +1072,14 @@ func (x *Entity) GetMessage() string {
 
 // A SCOPE_DIGEST reported by the peer and the gateway's verification of it.
 type ScopeDigest struct {
-	state             protoimpl.MessageState `protogen:"open.v1"`
-	ScopeId           uint32                 `protobuf:"varint,1,opt,name=scope_id,json=scopeId,proto3" json:"scope_id,omitempty"`
-	EntitiesProcessed uint64                 `protobuf:"varint,2,opt,name=entities_processed,json=entitiesProcessed,proto3" json:"entities_processed,omitempty"`
-	EntitiesSucceeded uint64                 `protobuf:"varint,3,opt,name=entities_succeeded,json=entitiesSucceeded,proto3" json:"entities_succeeded,omitempty"`
-	EntitiesFailed    uint64                 `protobuf:"varint,4,opt,name=entities_failed,json=entitiesFailed,proto3" json:"entities_failed,omitempty"`
-	EntitiesDeferred  uint64                 `protobuf:"varint,5,opt,name=entities_deferred,json=entitiesDeferred,proto3" json:"entities_deferred,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The completed scope.
+	ScopeId uint32 `protobuf:"varint,1,opt,name=scope_id,json=scopeId,proto3" json:"scope_id,omitempty"`
+	// Counts as reported in the SCOPE_DIGEST frame.
+	EntitiesProcessed uint64 `protobuf:"varint,2,opt,name=entities_processed,json=entitiesProcessed,proto3" json:"entities_processed,omitempty"`
+	EntitiesSucceeded uint64 `protobuf:"varint,3,opt,name=entities_succeeded,json=entitiesSucceeded,proto3" json:"entities_succeeded,omitempty"`
+	EntitiesFailed    uint64 `protobuf:"varint,4,opt,name=entities_failed,json=entitiesFailed,proto3" json:"entities_failed,omitempty"`
+	EntitiesDeferred  uint64 `protobuf:"varint,5,opt,name=entities_deferred,json=entitiesDeferred,proto3" json:"entities_deferred,omitempty"`
 	// Hex Merkle root as reported.
 	MerkleRoot string `protobuf:"bytes,6,opt,name=merkle_root,json=merkleRoot,proto3" json:"merkle_root,omitempty"`
 	// Whether the root matches the one the gateway recomputed.
@@ -1143,13 +1173,16 @@ type ClaimCheck struct {
 	// Resource name: claims/{claim_id}.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// The 64-bit claim id as a decimal string.
-	ClaimId       string                 `protobuf:"bytes,2,opt,name=claim_id,json=claimId,proto3" json:"claim_id,omitempty"`
-	DocumentId    string                 `protobuf:"bytes,3,opt,name=document_id,json=documentId,proto3" json:"document_id,omitempty"`
-	EntityId      uint32                 `protobuf:"varint,4,opt,name=entity_id,json=entityId,proto3" json:"entity_id,omitempty"`
-	ScopeId       uint32                 `protobuf:"varint,5,opt,name=scope_id,json=scopeId,proto3" json:"scope_id,omitempty"`
-	State         ClaimCheck_ClaimState  `protobuf:"varint,6,opt,name=state,proto3,enum=pipestream.gateway.v1.ClaimCheck_ClaimState" json:"state,omitempty"`
-	ExpireTime    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	ClaimId string `protobuf:"bytes,2,opt,name=claim_id,json=claimId,proto3" json:"claim_id,omitempty"`
+	// The document and the deferred entity.
+	DocumentId string                `protobuf:"bytes,3,opt,name=document_id,json=documentId,proto3" json:"document_id,omitempty"`
+	EntityId   uint32                `protobuf:"varint,4,opt,name=entity_id,json=entityId,proto3" json:"entity_id,omitempty"`
+	ScopeId    uint32                `protobuf:"varint,5,opt,name=scope_id,json=scopeId,proto3" json:"scope_id,omitempty"`
+	State      ClaimCheck_ClaimState `protobuf:"varint,6,opt,name=state,proto3,enum=pipestream.gateway.v1.ClaimCheck_ClaimState" json:"state,omitempty"`
+	// After this time the claim can no longer be redeemed.
+	ExpireTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// Set once REDEEMED.
 	RedeemTime    *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=redeem_time,json=redeemTime,proto3" json:"redeem_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1252,32 +1285,40 @@ func (x *ClaimCheck) GetRedeemTime() *timestamppb.Timestamp {
 type Document struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Resource name: documents/{id}.
-	Name        string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Document id, assigned by the gateway.
 	Id          string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
 	State       State  `protobuf:"varint,3,opt,name=state,proto3,enum=pipestream.gateway.v1.State" json:"state,omitempty"`
 	ContentType string `protobuf:"bytes,4,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
 	DisplayName string `protobuf:"bytes,5,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
-	SizeBytes   uint64 `protobuf:"varint,6,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// Size of the submitted content in bytes.
+	SizeBytes uint64 `protobuf:"varint,6,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
 	// Hex SHA-256 of the submitted content.
-	Checksum         string            `protobuf:"bytes,7,opt,name=checksum,proto3" json:"checksum,omitempty"`
+	Checksum string `protobuf:"bytes,7,opt,name=checksum,proto3" json:"checksum,omitempty"`
+	// Options as submitted.
 	RequestId        string            `protobuf:"bytes,8,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	Split            *SplitOptions     `protobuf:"bytes,9,opt,name=split,proto3" json:"split,omitempty"`
 	CompletionPolicy *CompletionPolicy `protobuf:"bytes,10,opt,name=completion_policy,json=completionPolicy,proto3" json:"completion_policy,omitempty"`
 	Metadata         map[string]string `protobuf:"bytes,11,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	EntityCounts     *EntityCounts     `protobuf:"bytes,12,opt,name=entity_counts,json=entityCounts,proto3" json:"entity_counts,omitempty"`
-	Entities         []*Entity         `protobuf:"bytes,13,rep,name=entities,proto3" json:"entities,omitempty"`
-	Digests          []*ScopeDigest    `protobuf:"bytes,14,rep,name=digests,proto3" json:"digests,omitempty"`
-	ClaimChecks      []*ClaimCheck     `protobuf:"bytes,15,rep,name=claim_checks,json=claimChecks,proto3" json:"claim_checks,omitempty"`
+	// Entity tree; only filled when requested (GetDocument include_entities).
+	Entities []*Entity `protobuf:"bytes,13,rep,name=entities,proto3" json:"entities,omitempty"`
+	// Scope digests received for the document's scopes.
+	Digests []*ScopeDigest `protobuf:"bytes,14,rep,name=digests,proto3" json:"digests,omitempty"`
+	// Claim checks issued for the document's deferred entities.
+	ClaimChecks []*ClaimCheck `protobuf:"bytes,15,rep,name=claim_checks,json=claimChecks,proto3" json:"claim_checks,omitempty"`
 	// Error message when FAILED.
 	Error string `protobuf:"bytes,16,opt,name=error,proto3" json:"error,omitempty"`
 	// Document revision: incremented on every change (see Event.rev).
-	Rev             uint64                 `protobuf:"varint,17,opt,name=rev,proto3" json:"rev,omitempty"`
+	Rev uint64 `protobuf:"varint,17,opt,name=rev,proto3" json:"rev,omitempty"`
+	// Size of the rehydrated result in bytes, once available.
 	ResultSizeBytes uint64                 `protobuf:"varint,18,opt,name=result_size_bytes,json=resultSizeBytes,proto3" json:"result_size_bytes,omitempty"`
 	CreateTime      *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	UpdateTime      *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
-	FinishTime      *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=finish_time,json=finishTime,proto3" json:"finish_time,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Set when the document reaches a terminal state.
+	FinishTime    *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=finish_time,json=finishTime,proto3" json:"finish_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Document) Reset() {
@@ -1457,9 +1498,11 @@ func (x *Document) GetFinishTime() *timestamppb.Timestamp {
 	return nil
 }
 
+// Request of GetDocument.
 type GetDocumentRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Document id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Include the entity tree (can be large).
 	IncludeEntities bool `protobuf:"varint,2,opt,name=include_entities,json=includeEntities,proto3" json:"include_entities,omitempty"`
 	unknownFields   protoimpl.UnknownFields
@@ -1510,6 +1553,7 @@ func (x *GetDocumentRequest) GetIncludeEntities() bool {
 	return false
 }
 
+// Request of ListDocuments.
 type ListDocumentsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Maximum documents per page (default 50, at most 1000).
@@ -1573,10 +1617,12 @@ func (x *ListDocumentsRequest) GetState() State {
 	return State_STATE_UNSPECIFIED
 }
 
+// One page of ListDocuments.
 type ListDocumentsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Documents     []*Document            `protobuf:"bytes,1,rep,name=documents,proto3" json:"documents,omitempty"`
-	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Documents []*Document            `protobuf:"bytes,1,rep,name=documents,proto3" json:"documents,omitempty"`
+	// Token for the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1625,9 +1671,11 @@ func (x *ListDocumentsResponse) GetNextPageToken() string {
 	return ""
 }
 
+// Request of WatchDocument.
 type WatchDocumentRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Document id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Resume after a previous stream: replay events from this seq (inclusive).
 	// 0 or absent: start with the current state.
 	Cursor        uint64 `protobuf:"varint,2,opt,name=cursor,proto3" json:"cursor,omitempty"`
@@ -1679,6 +1727,7 @@ func (x *WatchDocumentRequest) GetCursor() uint64 {
 	return 0
 }
 
+// One update of a WatchDocument stream.
 type WatchDocumentResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The event that caused this update.
@@ -1733,9 +1782,11 @@ func (x *WatchDocumentResponse) GetDocument() *Document {
 	return nil
 }
 
+// Request of GetDocumentResult.
 type GetDocumentResultRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Document id.
+	Id            string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1777,9 +1828,11 @@ func (x *GetDocumentResultRequest) GetId() string {
 	return ""
 }
 
+// Request of CancelDocument.
 type CancelDocumentRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Document id.
+	Id            string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1821,9 +1874,11 @@ func (x *CancelDocumentRequest) GetId() string {
 	return ""
 }
 
+// Request of GetClaimCheck.
 type GetClaimCheckRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClaimId       string                 `protobuf:"bytes,1,opt,name=claim_id,json=claimId,proto3" json:"claim_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The 64-bit claim id as a decimal string.
+	ClaimId       string `protobuf:"bytes,1,opt,name=claim_id,json=claimId,proto3" json:"claim_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1865,9 +1920,11 @@ func (x *GetClaimCheckRequest) GetClaimId() string {
 	return ""
 }
 
+// Request of RedeemClaimCheck.
 type RedeemClaimCheckRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClaimId       string                 `protobuf:"bytes,1,opt,name=claim_id,json=claimId,proto3" json:"claim_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The 64-bit claim id as a decimal string.
+	ClaimId       string `protobuf:"bytes,1,opt,name=claim_id,json=claimId,proto3" json:"claim_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2066,6 +2123,7 @@ func (x *Event) GetMessage() string {
 	return ""
 }
 
+// Request of SubscribeEvents.
 type SubscribeEventsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Resume cursor (AT sync rules). Absent = live only.
@@ -2129,6 +2187,7 @@ func (x *SubscribeEventsRequest) GetDocumentId() string {
 	return ""
 }
 
+// Request of GetEventWindow.
 type GetEventWindowRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2165,16 +2224,21 @@ func (*GetEventWindowRequest) Descriptor() ([]byte, []int) {
 	return file_pipestream_gateway_v1_gateway_proto_rawDescGZIP(), []int{21}
 }
 
+// The retained window of the event log (the RRDP notification file's role).
 type EventWindow struct {
-	state          protoimpl.MessageState `protogen:"open.v1"`
-	OldestSeq      uint64                 `protobuf:"varint,1,opt,name=oldest_seq,json=oldestSeq,proto3" json:"oldest_seq,omitempty"`
-	LatestSeq      uint64                 `protobuf:"varint,2,opt,name=latest_seq,json=latestSeq,proto3" json:"latest_seq,omitempty"`
-	RetainedEvents uint64                 `protobuf:"varint,3,opt,name=retained_events,json=retainedEvents,proto3" json:"retained_events,omitempty"`
-	RetainedBytes  uint64                 `protobuf:"varint,4,opt,name=retained_bytes,json=retainedBytes,proto3" json:"retained_bytes,omitempty"`
-	SnapshotBytes  uint64                 `protobuf:"varint,5,opt,name=snapshot_bytes,json=snapshotBytes,proto3" json:"snapshot_bytes,omitempty"`
-	ActiveClients  uint32                 `protobuf:"varint,6,opt,name=active_clients,json=activeClients,proto3" json:"active_clients,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Oldest and latest retained seq; 0 when the log is empty.
+	OldestSeq uint64 `protobuf:"varint,1,opt,name=oldest_seq,json=oldestSeq,proto3" json:"oldest_seq,omitempty"`
+	LatestSeq uint64 `protobuf:"varint,2,opt,name=latest_seq,json=latestSeq,proto3" json:"latest_seq,omitempty"`
+	// Retained events and their encoded size in bytes.
+	RetainedEvents uint64 `protobuf:"varint,3,opt,name=retained_events,json=retainedEvents,proto3" json:"retained_events,omitempty"`
+	RetainedBytes  uint64 `protobuf:"varint,4,opt,name=retained_bytes,json=retainedBytes,proto3" json:"retained_bytes,omitempty"`
+	// Size of a full snapshot in bytes: the cap on retained_bytes.
+	SnapshotBytes uint64 `protobuf:"varint,5,opt,name=snapshot_bytes,json=snapshotBytes,proto3" json:"snapshot_bytes,omitempty"`
+	// Clients active within the retention threshold.
+	ActiveClients uint32 `protobuf:"varint,6,opt,name=active_clients,json=activeClients,proto3" json:"active_clients,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EventWindow) Reset() {
@@ -2249,6 +2313,7 @@ func (x *EventWindow) GetActiveClients() uint32 {
 	return 0
 }
 
+// Request of GetSnapshot.
 type GetSnapshotRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2285,6 +2350,7 @@ func (*GetSnapshotRequest) Descriptor() ([]byte, []int) {
 	return file_pipestream_gateway_v1_gateway_proto_rawDescGZIP(), []int{23}
 }
 
+// The state of every document at one seq.
 type Snapshot struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The snapshot reflects every event up to and including this seq.
@@ -2342,13 +2408,13 @@ var File_pipestream_gateway_v1_gateway_proto protoreflect.FileDescriptor
 
 const file_pipestream_gateway_v1_gateway_proto_rawDesc = "" +
 	"\n" +
-	"#pipestream/gateway/v1/gateway.proto\x12\x15pipestream.gateway.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x19google/api/httpbody.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"\xac\x01\n" +
+	"#pipestream/gateway/v1/gateway.proto\x12\x15pipestream.gateway.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x19google/api/httpbody.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"\x96\x02\n" +
 	"\fSplitOptions\x12@\n" +
 	"\bstrategy\x18\x01 \x01(\x0e2$.pipestream.gateway.v1.SplitStrategyR\bstrategy\x12\x1f\n" +
 	"\vchunk_bytes\x18\x02 \x01(\rR\n" +
 	"chunkBytes\x12\x1b\n" +
 	"\tmax_depth\x18\x03 \x01(\rR\bmaxDepth\x12\x1c\n" +
-	"\tprocessor\x18\x04 \x01(\tR\tprocessor\"\xa4\x04\n" +
+	"\tprocessor\x18\x04 \x01(\tR\tprocessor:h\x92Ae2c{\"strategy\": \"SPLIT_FIXED_BYTES\", \"chunkBytes\": 1048576, \"maxDepth\": 0, \"processor\": \"passthrough\"}\"\xa4\x04\n" +
 	"\x10CompletionPolicy\x12@\n" +
 	"\x04mode\x18\x01 \x01(\x0e2,.pipestream.gateway.v1.CompletionPolicy.ModeR\x04mode\x12\x1f\n" +
 	"\vmax_retries\x18\x02 \x01(\rR\n" +
@@ -2385,7 +2451,7 @@ const file_pipestream_gateway_v1_gateway_proto_rawDesc = "" +
 	"\fdisplay_name\x18\x06 \x01(\tR\vdisplayName\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc1\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd6\x05\n" +
 	"\x15SubmitDocumentRequest\x12\x1d\n" +
 	"\acontent\x18\x01 \x01(\fB\x03\xe0A\x02R\acontent\x12!\n" +
 	"\fcontent_type\x18\x02 \x01(\tR\vcontentType\x12\x1d\n" +
@@ -2397,7 +2463,7 @@ const file_pipestream_gateway_v1_gateway_proto_rawDesc = "" +
 	"\fdisplay_name\x18\a \x01(\tR\vdisplayName\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"m\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01:\x92\x02\x92A\x8e\x022\x8b\x02{\"content\": \"SGVsbG8sIFBpcGVTdHJlYW0hCg==\", \"contentType\": \"text/plain\", \"requestId\": \"submit-2026-0001\", \"displayName\": \"hello.txt\", \"split\": {\"strategy\": \"SPLIT_NONE\", \"processor\": \"textstats\"}, \"completionPolicy\": {\"mode\": \"STRICT\"}, \"metadata\": {\"source\": \"crm\"}}\"m\n" +
 	"\x15UploadDocumentRequest\x12>\n" +
 	"\aoptions\x18\x01 \x01(\v2$.pipestream.gateway.v1.SubmitOptionsR\aoptions\x12\x14\n" +
 	"\x05chunk\x18\x02 \x01(\fR\x05chunk\"\x9c\x02\n" +
@@ -2438,7 +2504,7 @@ const file_pipestream_gateway_v1_gateway_proto_rawDesc = "" +
 	"\x11entities_deferred\x18\x05 \x01(\x04R\x10entitiesDeferred\x12\x1f\n" +
 	"\vmerkle_root\x18\x06 \x01(\tR\n" +
 	"merkleRoot\x12\x1a\n" +
-	"\bverified\x18\a \x01(\bR\bverified\"\xe1\x03\n" +
+	"\bverified\x18\a \x01(\bR\bverified\"\xcb\x05\n" +
 	"\n" +
 	"ClaimCheck\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
@@ -2460,7 +2526,7 @@ const file_pipestream_gateway_v1_gateway_proto_rawDesc = "" +
 	"\n" +
 	"\x06ISSUED\x10\x01\x12\f\n" +
 	"\bREDEEMED\x10\x02\x12\v\n" +
-	"\aEXPIRED\x10\x03\"\xb4\b\n" +
+	"\aEXPIRED\x10\x03:\xe7\x01\x92A\xe3\x012\xe0\x01{\"name\": \"claims/1311768467294899695\", \"claimId\": \"1311768467294899695\", \"documentId\": \"d-7f3a9c2e\", \"entityId\": 4, \"scopeId\": 0, \"state\": \"ISSUED\", \"expireTime\": \"2026-01-16T10:00:00Z\", \"createTime\": \"2026-01-15T10:00:03Z\"}\"\xc7\f\n" +
 	"\bDocument\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x13\n" +
 	"\x02id\x18\x02 \x01(\tB\x03\xe0A\x03R\x02id\x122\n" +
@@ -2491,7 +2557,7 @@ const file_pipestream_gateway_v1_gateway_proto_rawDesc = "" +
 	"finishTime\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"T\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01:\x90\x04\x92A\x8c\x042\x89\x04{\"name\": \"documents/d-7f3a9c2e\", \"id\": \"d-7f3a9c2e\", \"state\": \"SUCCEEDED\", \"contentType\": \"text/plain\", \"displayName\": \"report.txt\", \"sizeBytes\": \"5242880\", \"checksum\": \"2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae\", \"split\": {\"strategy\": \"SPLIT_LINES\", \"chunkBytes\": 1048576, \"processor\": \"textstats\"}, \"entityCounts\": {\"total\": 6, \"complete\": 6}, \"rev\": \"14\", \"resultSizeBytes\": \"412\", \"createTime\": \"2026-01-15T10:00:00Z\", \"updateTime\": \"2026-01-15T10:00:05Z\", \"finishTime\": \"2026-01-15T10:00:05Z\"}\"T\n" +
 	"\x12GetDocumentRequest\x12\x13\n" +
 	"\x02id\x18\x01 \x01(\tB\x03\xe0A\x02R\x02id\x12)\n" +
 	"\x10include_entities\x18\x02 \x01(\bR\x0fincludeEntities\"\x86\x01\n" +
@@ -2516,7 +2582,7 @@ const file_pipestream_gateway_v1_gateway_proto_rawDesc = "" +
 	"\x14GetClaimCheckRequest\x12\x1e\n" +
 	"\bclaim_id\x18\x01 \x01(\tB\x03\xe0A\x02R\aclaimId\"9\n" +
 	"\x17RedeemClaimCheckRequest\x12\x1e\n" +
-	"\bclaim_id\x18\x01 \x01(\tB\x03\xe0A\x02R\aclaimId\"\xc8\x03\n" +
+	"\bclaim_id\x18\x01 \x01(\tB\x03\xe0A\x02R\aclaimId\"\x91\x05\n" +
 	"\x05Event\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12.\n" +
 	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
@@ -2533,7 +2599,7 @@ const file_pipestream_gateway_v1_gateway_proto_rawDesc = "" +
 	"\bclaim_id\x18\v \x01(\tR\aclaimId\x12!\n" +
 	"\fclaim_action\x18\f \x01(\tR\vclaimAction\x12\x12\n" +
 	"\x04name\x18\r \x01(\tR\x04name\x12\x18\n" +
-	"\amessage\x18\x0e \x01(\tR\amessage\"w\n" +
+	"\amessage\x18\x0e \x01(\tR\amessage:\xc6\x01\x92A\xc2\x012\xbf\x01{\"seq\": \"1587\", \"time\": \"2026-01-15T10:00:02Z\", \"kind\": \"#status\", \"documentId\": \"d-7f3a9c2e\", \"rev\": \"9\", \"since\": \"8\", \"entityId\": 3, \"scopeId\": 0, \"entityStatus\": \"ENTITY_STATUS_COMPLETE\"}\"w\n" +
 	"\x16SubscribeEventsRequest\x12\x1b\n" +
 	"\x06cursor\x18\x01 \x01(\x04H\x00R\x06cursor\x88\x01\x01\x12\x14\n" +
 	"\x05kinds\x18\x02 \x03(\tR\x05kinds\x12\x1f\n" +
@@ -2584,21 +2650,56 @@ const file_pipestream_gateway_v1_gateway_proto_rawDesc = "" +
 	"SPLIT_NONE\x10\x01\x12\x15\n" +
 	"\x11SPLIT_FIXED_BYTES\x10\x02\x12\x0f\n" +
 	"\vSPLIT_LINES\x10\x03\x12\x14\n" +
-	"\x10SPLIT_PARAGRAPHS\x10\x042\xb5\t\n" +
-	"\x0fDocumentService\x12y\n" +
-	"\x0eSubmitDocument\x12,.pipestream.gateway.v1.SubmitDocumentRequest\x1a\x1f.pipestream.gateway.v1.Document\"\x18\x82\xd3\xe4\x93\x02\x12:\x01*\"\r/v1/documents\x12\x82\x01\n" +
-	"\x0eUploadDocument\x12,.pipestream.gateway.v1.UploadDocumentRequest\x1a\x1f.pipestream.gateway.v1.Document\"\x1f\x82\xd3\xe4\x93\x02\x19:\x01*\"\x14/v1/documents:upload(\x01\x12u\n" +
-	"\vGetDocument\x12).pipestream.gateway.v1.GetDocumentRequest\x1a\x1f.pipestream.gateway.v1.Document\"\x1a\x82\xd3\xe4\x93\x02\x14\x12\x12/v1/documents/{id}\x12\x81\x01\n" +
-	"\rListDocuments\x12+.pipestream.gateway.v1.ListDocumentsRequest\x1a,.pipestream.gateway.v1.ListDocumentsResponse\"\x15\x82\xd3\xe4\x93\x02\x0f\x12\r/v1/documents\x12\x8e\x01\n" +
-	"\rWatchDocument\x12+.pipestream.gateway.v1.WatchDocumentRequest\x1a,.pipestream.gateway.v1.WatchDocumentResponse\" \x82\xd3\xe4\x93\x02\x1a\x12\x18/v1/documents/{id}:watch0\x01\x12}\n" +
-	"\x11GetDocumentResult\x12/.pipestream.gateway.v1.GetDocumentResultRequest\x1a\x14.google.api.HttpBody\"!\x82\xd3\xe4\x93\x02\x1b\x12\x19/v1/documents/{id}/result\x12\x85\x01\n" +
-	"\x0eCancelDocument\x12,.pipestream.gateway.v1.CancelDocumentRequest\x1a\x1f.pipestream.gateway.v1.Document\"$\x82\xd3\xe4\x93\x02\x1e:\x01*\"\x19/v1/documents/{id}:cancel\x12~\n" +
-	"\rGetClaimCheck\x12+.pipestream.gateway.v1.GetClaimCheckRequest\x1a!.pipestream.gateway.v1.ClaimCheck\"\x1d\x82\xd3\xe4\x93\x02\x17\x12\x15/v1/claims/{claim_id}\x12\x8e\x01\n" +
-	"\x10RedeemClaimCheck\x12..pipestream.gateway.v1.RedeemClaimCheckRequest\x1a!.pipestream.gateway.v1.ClaimCheck\"'\x82\xd3\xe4\x93\x02!:\x01*\"\x1c/v1/claims/{claim_id}:redeem2\x85\x03\n" +
-	"\fEventService\x12~\n" +
-	"\x0fSubscribeEvents\x12-.pipestream.gateway.v1.SubscribeEventsRequest\x1a\x1c.pipestream.gateway.v1.Event\"\x1c\x82\xd3\xe4\x93\x02\x16\x12\x14/v1/events:subscribe0\x01\x12}\n" +
-	"\x0eGetEventWindow\x12,.pipestream.gateway.v1.GetEventWindowRequest\x1a\".pipestream.gateway.v1.EventWindow\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/events:window\x12v\n" +
-	"\vGetSnapshot\x12).pipestream.gateway.v1.GetSnapshotRequest\x1a\x1f.pipestream.gateway.v1.Snapshot\"\x1b\x82\xd3\xe4\x93\x02\x15\x12\x13/v1/events:snapshotBCZAgithub.com/pipestream/gateway/gen/pipestream/gateway/v1;gatewayv1b\x06proto3"
+	"\x10SPLIT_PARAGRAPHS\x10\x042\xdf@\n" +
+	"\x0fDocumentService\x12\xed\n" +
+	"\n" +
+	"\x0eSubmitDocument\x12,.pipestream.gateway.v1.SubmitDocumentRequest\x1a\x1f.pipestream.gateway.v1.Document\"\x8b\n" +
+	"\x92A\xef\t\x12%Submit a document with inline content\x1a\xf4\x03Submits a document whose content is carried inline (`content`, base64 in JSON). The gateway stores it durably before answering, then sends it to a PipeStream peer: whole as one root entity (small documents, or split strategy SPLIT_NONE) or dehydrated into child entities per `split`. `requestId` makes the call idempotent: the same id with the same body returns the first document; with a different body the call fails with AlreadyExists (HTTP 409). Use `POST /v1/documents:upload` for large content.J\xce\x05\n" +
+	"\x03200\x12\xc6\x05\n" +
+	"3The accepted document (usually PENDING or RUNNING).\"\x8e\x05\n" +
+	"\x10application/json\x12\xf9\x04{\"name\": \"documents/d-7f3a9c2e\", \"id\": \"d-7f3a9c2e\", \"state\": \"RUNNING\", \"contentType\": \"text/plain\", \"displayName\": \"report.txt\", \"sizeBytes\": \"5242880\", \"checksum\": \"2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae\", \"requestId\": \"upload-2026-0001\", \"split\": {\"strategy\": \"SPLIT_LINES\", \"chunkBytes\": 1048576, \"processor\": \"textstats\"}, \"completionPolicy\": {\"mode\": \"STRICT\", \"maxRetries\": 3, \"retryDelayMs\": 500, \"timeoutMs\": 30000}, \"metadata\": {\"source\": \"crm\"}, \"entityCounts\": {\"total\": 6, \"processing\": 2, \"complete\": 4}, \"rev\": \"9\", \"createTime\": \"2026-01-15T10:00:00Z\", \"updateTime\": \"2026-01-15T10:00:02Z\"}\x82\xd3\xe4\x93\x02\x12:\x01*\"\r/v1/documents\x12\xab\t\n" +
+	"\x0eUploadDocument\x12,.pipestream.gateway.v1.UploadDocumentRequest\x1a\x1f.pipestream.gateway.v1.Document\"\xc7\b\x92A\xa4\b\x12&Upload a document as a raw byte stream\x1a\xc5\x02Uploads large content without buffering it: over REST the raw request body (any bytes, `application/octet-stream`) is streamed straight into dehydration and the options are query parameters; over gRPC the client streams UploadDocumentRequest messages, the first one carrying `options`. Answers once the whole body is durable.J\xb1\x05\n" +
+	"\x03200\x12\xa9\x05\n" +
+	"\x16The accepted document.\"\x8e\x05\n" +
+	"\x10application/json\x12\xf9\x04{\"name\": \"documents/d-7f3a9c2e\", \"id\": \"d-7f3a9c2e\", \"state\": \"RUNNING\", \"contentType\": \"text/plain\", \"displayName\": \"report.txt\", \"sizeBytes\": \"5242880\", \"checksum\": \"2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae\", \"requestId\": \"upload-2026-0001\", \"split\": {\"strategy\": \"SPLIT_LINES\", \"chunkBytes\": 1048576, \"processor\": \"textstats\"}, \"completionPolicy\": {\"mode\": \"STRICT\", \"maxRetries\": 3, \"retryDelayMs\": 500, \"timeoutMs\": 30000}, \"metadata\": {\"source\": \"crm\"}, \"entityCounts\": {\"total\": 6, \"processing\": 2, \"complete\": 4}, \"rev\": \"9\", \"createTime\": \"2026-01-15T10:00:00Z\", \"updateTime\": \"2026-01-15T10:00:02Z\"}\x82\xd3\xe4\x93\x02\x19:\x01*\"\x14/v1/documents:upload(\x01\x12\xf3\b\n" +
+	"\vGetDocument\x12).pipestream.gateway.v1.GetDocumentRequest\x1a\x1f.pipestream.gateway.v1.Document\"\x97\b\x92A\xf9\a\x12\x0eGet a document\x1a\xbb\x02Returns the document's state (PENDING, RUNNING, SUCCEEDED, PARTIALLY_SUCCEEDED, FAILED, CANCELLED), entity counts by status, scope digests with their verification, claim checks and timestamps. Set `includeEntities=true` for the full entity tree. Unknown ids, or documents of another tenant, are NotFound (HTTP 404).J\xa8\x05\n" +
+	"\x03200\x12\xa0\x05\n" +
+	"\rThe document.\"\x8e\x05\n" +
+	"\x10application/json\x12\xf9\x04{\"name\": \"documents/d-7f3a9c2e\", \"id\": \"d-7f3a9c2e\", \"state\": \"RUNNING\", \"contentType\": \"text/plain\", \"displayName\": \"report.txt\", \"sizeBytes\": \"5242880\", \"checksum\": \"2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae\", \"requestId\": \"upload-2026-0001\", \"split\": {\"strategy\": \"SPLIT_LINES\", \"chunkBytes\": 1048576, \"processor\": \"textstats\"}, \"completionPolicy\": {\"mode\": \"STRICT\", \"maxRetries\": 3, \"retryDelayMs\": 500, \"timeoutMs\": 30000}, \"metadata\": {\"source\": \"crm\"}, \"entityCounts\": {\"total\": 6, \"processing\": 2, \"complete\": 4}, \"rev\": \"9\", \"createTime\": \"2026-01-15T10:00:00Z\", \"updateTime\": \"2026-01-15T10:00:02Z\"}\x82\xd3\xe4\x93\x02\x14\x12\x12/v1/documents/{id}\x12\xb9\b\n" +
+	"\rListDocuments\x12+.pipestream.gateway.v1.ListDocumentsRequest\x1a,.pipestream.gateway.v1.ListDocumentsResponse\"\xcc\a\x92A\xb3\a\x12\x0eList documents\x1a\xb8\x01Lists the caller's documents, newest first. Pass `nextPageToken` from the previous page as `pageToken`; an empty `nextPageToken` means the last page. `state` filters by document state.J\xe5\x05\n" +
+	"\x03200\x12\xdd\x05\n" +
+	"\x16One page of documents.\"\xc2\x05\n" +
+	"\x10application/json\x12\xad\x05{\"documents\": [{\"name\": \"documents/d-7f3a9c2e\", \"id\": \"d-7f3a9c2e\", \"state\": \"RUNNING\", \"contentType\": \"text/plain\", \"displayName\": \"report.txt\", \"sizeBytes\": \"5242880\", \"checksum\": \"2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae\", \"requestId\": \"upload-2026-0001\", \"split\": {\"strategy\": \"SPLIT_LINES\", \"chunkBytes\": 1048576, \"processor\": \"textstats\"}, \"completionPolicy\": {\"mode\": \"STRICT\", \"maxRetries\": 3, \"retryDelayMs\": 500, \"timeoutMs\": 30000}, \"metadata\": {\"source\": \"crm\"}, \"entityCounts\": {\"total\": 6, \"processing\": 2, \"complete\": 4}, \"rev\": \"9\", \"createTime\": \"2026-01-15T10:00:00Z\", \"updateTime\": \"2026-01-15T10:00:02Z\"}], \"nextPageToken\": \"ZC03ZjNhOWMyZQ\"}\x82\xd3\xe4\x93\x02\x0f\x12\r/v1/documents\x12\xc8\x04\n" +
+	"\rWatchDocument\x12+.pipestream.gateway.v1.WatchDocumentRequest\x1a,.pipestream.gateway.v1.WatchDocumentResponse\"\xd9\x03\x92A\xb5\x03\x12\x1bWatch one document (stream)\x1a\x95\x03Streams every change of one document: first the current state, then one message per event (entity status, document state, claim). Over REST the response is newline-delimited JSON, one `{\"result\": WatchDocumentResponse}` object per line; an error ends the stream as `{\"error\": Status}`. Resume after a disconnect with `cursor` = the last seen `event.seq` + 1. The stream ends when the document is terminal.\x82\xd3\xe4\x93\x02\x1a\x12\x18/v1/documents/{id}:watch0\x01\x12\xec\x02\n" +
+	"\x11GetDocumentResult\x12/.pipestream.gateway.v1.GetDocumentResultRequest\x1a\x14.google.api.HttpBody\"\x8f\x02\x92A\xea\x01\x12\x13Download the result\x1a\xd2\x01Returns the rehydrated output bytes of a SUCCEEDED or PARTIALLY_SUCCEEDED document as the raw response body, with the result's content type. A document that is not finished yet is FailedPrecondition (HTTP 400).\x82\xd3\xe4\x93\x02\x1b\x12\x19/v1/documents/{id}/result\x12\xbc\b\n" +
+	"\x0eCancelDocument\x12,.pipestream.gateway.v1.CancelDocumentRequest\x1a\x1f.pipestream.gateway.v1.Document\"\xda\a\x92A\xb2\a\x12\x11Cancel a document\x1a\xdc\x01Cancels a document, best effort: entities not yet terminal are abandoned and the document ends CANCELLED. Cancelling a document that is already terminal is FailedPrecondition (HTTP 400). The body is an empty JSON object.J\xbd\x05\n" +
+	"\x03200\x12\xb5\x05\n" +
+	" The document after cancellation.\"\x90\x05\n" +
+	"\x10application/json\x12\xfb\x04{\"name\": \"documents/d-7f3a9c2e\", \"id\": \"d-7f3a9c2e\", \"state\": \"CANCELLED\", \"contentType\": \"text/plain\", \"displayName\": \"report.txt\", \"sizeBytes\": \"5242880\", \"checksum\": \"2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae\", \"requestId\": \"upload-2026-0001\", \"split\": {\"strategy\": \"SPLIT_LINES\", \"chunkBytes\": 1048576, \"processor\": \"textstats\"}, \"completionPolicy\": {\"mode\": \"STRICT\", \"maxRetries\": 3, \"retryDelayMs\": 500, \"timeoutMs\": 30000}, \"metadata\": {\"source\": \"crm\"}, \"entityCounts\": {\"total\": 6, \"processing\": 2, \"complete\": 4}, \"rev\": \"9\", \"createTime\": \"2026-01-15T10:00:00Z\", \"updateTime\": \"2026-01-15T10:00:02Z\"}\x82\xd3\xe4\x93\x02\x1e:\x01*\"\x19/v1/documents/{id}:cancel\x12\x8f\x05\n" +
+	"\rGetClaimCheck\x12+.pipestream.gateway.v1.GetClaimCheckRequest\x1a!.pipestream.gateway.v1.ClaimCheck\"\xad\x04\x92A\x8c\x04\x12\x11Get a claim check\x1a\xe1\x01Returns a claim check issued for a DEFERRED entity (draft-krickert-pipestream-02 Section 6.5.2): its state (ISSUED, REDEEMED, EXPIRED), document, entity, scope and expiry. `claimId` is the 64-bit claim id as a decimal string.J\x92\x02\n" +
+	"\x03200\x12\x8a\x02\n" +
+	"\x10The claim check.\"\xf5\x01\n" +
+	"\x10application/json\x12\xe0\x01{\"name\": \"claims/1311768467294899695\", \"claimId\": \"1311768467294899695\", \"documentId\": \"d-7f3a9c2e\", \"entityId\": 4, \"scopeId\": 0, \"state\": \"ISSUED\", \"expireTime\": \"2026-01-16T10:00:00Z\", \"createTime\": \"2026-01-15T10:00:03Z\"}\x82\xd3\xe4\x93\x02\x17\x12\x15/v1/claims/{claim_id}\x12\xf0\x05\n" +
+	"\x10RedeemClaimCheck\x12..pipestream.gateway.v1.RedeemClaimCheckRequest\x1a!.pipestream.gateway.v1.ClaimCheck\"\x88\x05\x92A\xdd\x04\x12\x14Redeem a claim check\x1a\xf9\x01Resumes the deferred entity, exactly once. Errors: NotFound (HTTP 404) for an unknown claim; FailedPrecondition (HTTP 400) with ErrorInfo reason CLAIM_ALREADY_REDEEMED for a replay and CLAIM_EXPIRED past the expiry. The body is an empty JSON object.J\xc8\x02\n" +
+	"\x03200\x12\xc0\x02\n" +
+	"\x1eThe claim check, now REDEEMED.\"\x9d\x02\n" +
+	"\x10application/json\x12\x88\x02{\"name\": \"claims/1311768467294899695\", \"claimId\": \"1311768467294899695\", \"documentId\": \"d-7f3a9c2e\", \"entityId\": 4, \"scopeId\": 0, \"state\": \"REDEEMED\", \"expireTime\": \"2026-01-16T10:00:00Z\", \"createTime\": \"2026-01-15T10:00:03Z\", \"redeemTime\": \"2026-01-15T11:00:00Z\"}\x82\xd3\xe4\x93\x02!:\x01*\"\x1c/v1/claims/{claim_id}:redeem2\xcb\x13\n" +
+	"\fEventService\x12\x9f\x06\n" +
+	"\x0fSubscribeEvents\x12-.pipestream.gateway.v1.SubscribeEventsRequest\x1a\x1c.pipestream.gateway.v1.Event\"\xbc\x05\x92A\x9c\x05\x12#Subscribe to the event log (stream)\x1a\xf4\x04Follows the sequenced event log with the AT synchronization draft's cursor rules: no `cursor` = live events only; a cursor inside the retained window = replay from it (inclusive), then live; older than the window = an `#info` OutdatedCursor event, then the whole window; `cursor=0` = the whole window; a cursor beyond the latest seq = FutureCursor error (OutOfRange, HTTP 400). Over REST the response is newline-delimited JSON, one `{\"result\": Event}` object per line. Consumers that fall too far behind get ConsumerTooSlow and are disconnected. The same log is available as binary CBOR frames over WebSocket at `/v1/events/ws`.\x82\xd3\xe4\x93\x02\x16\x12\x14/v1/events:subscribe0\x01\x12\xcb\x04\n" +
+	"\x0eGetEventWindow\x12,.pipestream.gateway.v1.GetEventWindowRequest\x1a\".pipestream.gateway.v1.EventWindow\"\xe6\x03\x92A\xc9\x03\x12\x1dGet the retained event window\x1a\xe2\x01Reports the retained window of the event log, like an RRDP notification file: oldest and latest retained seq, retained events and bytes, the size of a full snapshot (the cap on retained bytes) and the number of active clients.J\xc2\x01\n" +
+	"\x03200\x12\xba\x01\n" +
+	"\x14The retained window.\"\xa1\x01\n" +
+	"\x10application/json\x12\x8c\x01{\"oldestSeq\": \"1200\", \"latestSeq\": \"1587\", \"retainedEvents\": \"388\", \"retainedBytes\": \"61440\", \"snapshotBytes\": \"262144\", \"activeClients\": 3}\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/events:window\x12\xca\b\n" +
+	"\vGetSnapshot\x12).pipestream.gateway.v1.GetSnapshotRequest\x1a\x1f.pipestream.gateway.v1.Snapshot\"\xee\a\x92A\xcf\a\x12\x19Get a full-state snapshot\x1a\xe6\x01Returns the current state of every document of the caller together with the event seq the snapshot is consistent with. Resync after an OutdatedCursor event or a rev gap: load the snapshot, then subscribe with `cursor` = `seq` + 1.J\xc8\x05\n" +
+	"\x03200\x12\xc0\x05\n" +
+	"\rThe snapshot.\"\xae\x05\n" +
+	"\x10application/json\x12\x99\x05{\"seq\": \"1587\", \"documents\": [{\"name\": \"documents/d-7f3a9c2e\", \"id\": \"d-7f3a9c2e\", \"state\": \"RUNNING\", \"contentType\": \"text/plain\", \"displayName\": \"report.txt\", \"sizeBytes\": \"5242880\", \"checksum\": \"2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae\", \"requestId\": \"upload-2026-0001\", \"split\": {\"strategy\": \"SPLIT_LINES\", \"chunkBytes\": 1048576, \"processor\": \"textstats\"}, \"completionPolicy\": {\"mode\": \"STRICT\", \"maxRetries\": 3, \"retryDelayMs\": 500, \"timeoutMs\": 30000}, \"metadata\": {\"source\": \"crm\"}, \"entityCounts\": {\"total\": 6, \"processing\": 2, \"complete\": 4}, \"rev\": \"9\", \"createTime\": \"2026-01-15T10:00:00Z\", \"updateTime\": \"2026-01-15T10:00:02Z\"}]}\x82\xd3\xe4\x93\x02\x15\x12\x13/v1/events:snapshotB\xa7\x06\x92A\xe0\x05\x12\xed\x03\n" +
+	"\x16PipeStream Gateway API\x12\xce\x03Submit documents to PipeStream peers (draft-krickert-pipestream-02) over plain gRPC or REST, follow their processing, fetch results and redeem claim checks, and follow the sequenced event log. Errors are google.rpc.Status objects; gRPC codes map to HTTP statuses as grpc-gateway maps them (InvalidArgument, FailedPrecondition and OutOfRange 400, Unauthenticated 401, PermissionDenied 403, NotFound 404, AlreadyExists 409, ResourceExhausted 429, Unavailable 503).2\x02v1*\x02\x01\x022\x10application/json:\x10application/jsonZ\xb7\x01\n" +
+	"\xb4\x01\n" +
+	"\x06bearer\x12\xa9\x01\b\x02\x12\x93\x01Bearer token mapped to a tenant: `Authorization: Bearer <token>`. A server started without tokens listens on loopback only and does not require it.\x1a\rAuthorization \x02b\f\n" +
+	"\n" +
+	"\n" +
+	"\x06bearer\x12\x00ZAgithub.com/pipestream/gateway/gen/pipestream/gateway/v1;gatewayv1b\x06proto3"
 
 var (
 	file_pipestream_gateway_v1_gateway_proto_rawDescOnce sync.Once
