@@ -1,0 +1,269 @@
+package bridge
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/pipestream/gateway/bridge/eventlog"
+	"github.com/pipestream/gateway/bridge/store"
+)
+
+// Bridge implements Service over one PipeStream peer.
+type Bridge struct {
+	opts Options
+	log  *slog.Logger
+	st   *store.Store
+	ev   *eventlog.Log
+	m    *metrics
+	tls  *tls.Config
+
+	ctx    context.Context // lives until Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	kickCh    chan struct{} // dispatcher wake-up
+	flushCh   chan struct{} // flusher wake-up (never closed)
+	flushStop chan struct{} // closed to stop the flusher
+	flushWG   sync.WaitGroup
+
+	mu       sync.Mutex
+	closing  bool
+	docs     map[string]*docRun // non-terminal documents (and finished ones until flushed)
+	queue    []*docRun          // documents waiting for dispatch
+	active   *sessState
+	sessions map[*sessState]struct{}
+	sessGen  uint64
+	sessWake chan struct{} // closed when the active session should be replaced
+	uploads  sync.WaitGroup
+}
+
+var _ Service = (*Bridge)(nil)
+
+// New opens the store in DataDir, recovers non-terminal documents, and starts
+// the peer connection manager (see Options).
+func New(ctx context.Context, opts Options) (*Bridge, error) {
+	if err := opts.fill(); err != nil {
+		return nil, err
+	}
+	tc, err := tlsConfig(&opts)
+	if err != nil {
+		return nil, err
+	}
+	st, err := store.Open(ctx, opts.DataDir, store.Options{Logger: opts.Logger, Registerer: opts.Registerer})
+	if err != nil {
+		return nil, fmt.Errorf("bridge: open store in %s: %w", opts.DataDir, err)
+	}
+	ev, err := eventlog.New(ctx, st, eventlog.Options{Logger: opts.Logger, Registerer: opts.Registerer})
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("bridge: open event log: %w", err)
+	}
+	bctx, cancel := context.WithCancel(context.Background())
+	b := &Bridge{
+		opts: opts, log: opts.Logger, st: st, ev: ev, m: newMetrics(opts.Registerer), tls: tc,
+		ctx: bctx, cancel: cancel,
+		kickCh: make(chan struct{}, 1), flushCh: make(chan struct{}, 1), flushStop: make(chan struct{}),
+		docs: map[string]*docRun{}, sessions: map[*sessState]struct{}{},
+	}
+	b.flushWG.Add(1)
+	go b.flushLoop()
+	if err := b.recover(ctx); err != nil {
+		b.shutdownStore()
+		return nil, err
+	}
+	b.wg.Add(3)
+	go b.connLoop(bctx)
+	go b.dispatchLoop(bctx)
+	go b.claimSweeper(bctx)
+	return b, nil
+}
+
+// fill validates Options and applies defaults.
+func (o *Options) fill() error {
+	if o.DataDir == "" {
+		return invalidf("Options.DataDir is required (the SQLite file, spool and results live there)")
+	}
+	if o.PeerAddr == "" {
+		return invalidf("Options.PeerAddr is required (UDP host:port of the PipeStream peer)")
+	}
+	if len(o.PeerCAPEM) == 0 {
+		return invalidf("Options.PeerCAPEM is required (CA bundle or the peer's pinned certificate)")
+	}
+	if o.InlineThreshold < 0 || o.MaxDocumentBytes < 0 || o.MaxDispatchAttempts < 0 {
+		return invalidf("Options limits must not be negative")
+	}
+	if o.InlineThreshold == 0 {
+		o.InlineThreshold = defaultInlineThreshold
+	}
+	if o.InlineThreshold > maxWholeBytes {
+		return invalidf("Options.InlineThreshold %d exceeds %d", o.InlineThreshold, maxWholeBytes)
+	}
+	if o.MaxDocumentBytes == 0 {
+		o.MaxDocumentBytes = defaultMaxDocumentBytes
+	}
+	if o.MaxDispatchAttempts == 0 {
+		o.MaxDispatchAttempts = defaultMaxDispatchAttempts
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return nil
+}
+
+// Ready reports whether a peer session is up.
+func (b *Bridge) Ready() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closing {
+		return fmt.Errorf("bridge is shutting down: %w", ErrUnavailable)
+	}
+	if b.activeSessionLocked() == nil {
+		return fmt.Errorf("no session to the PipeStream peer %s (dialing): %w", b.opts.PeerAddr, ErrUnavailable)
+	}
+	return nil
+}
+
+// Close stops intake, sends GOAWAY on every session, drains within ctx,
+// flushes state and closes the event log and the store.
+func (b *Bridge) Close(ctx context.Context) error {
+	b.mu.Lock()
+	if b.closing {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closing = true
+	b.mu.Unlock()
+	b.uploads.Wait() // uploads in progress finish (or fail) first
+	b.mu.Lock()
+	var ss []*sessState
+	for s := range b.sessions {
+		if s.s != nil {
+			ss = append(ss, s)
+		}
+	}
+	b.mu.Unlock()
+	// Stop dialing and dispatching; sending goroutines end with the context.
+	var wgDrain sync.WaitGroup
+	for _, s := range ss {
+		wgDrain.Add(1)
+		go func() {
+			defer wgDrain.Done()
+			if err := s.s.GoAway(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				b.log.Info("bridge: GOAWAY drain ended", "err", err)
+			}
+		}()
+	}
+	wgDrain.Wait()
+	b.cancel()
+	for _, s := range ss {
+		_ = s.s.CloseWithError(0, "gateway shutting down")
+		<-s.s.Done()
+	}
+	b.wg.Wait()
+	b.mu.Lock()
+	for _, d := range b.docs {
+		if d.finishTimer != nil {
+			d.finishTimer.Stop()
+		}
+	}
+	b.mu.Unlock()
+	return b.shutdownStore()
+}
+
+// shutdownStore flushes pending state and closes the event log and store.
+func (b *Bridge) shutdownStore() error {
+	close(b.flushStop)
+	b.flushWG.Wait()
+	err := b.ev.Close()
+	if e := b.st.Close(); err == nil {
+		err = e
+	}
+	return err
+}
+
+// kick wakes the dispatcher.
+func (b *Bridge) kick() {
+	select {
+	case b.kickCh <- struct{}{}:
+	default:
+	}
+}
+
+// kickFlush wakes the flusher.
+func (b *Bridge) kickFlush() {
+	select {
+	case b.flushCh <- struct{}{}:
+	default:
+	}
+}
+
+// enqueueLocked queues d for dispatch.
+func (b *Bridge) enqueueLocked(d *docRun) {
+	if d.queued || d.terminal() {
+		return
+	}
+	d.queued = true
+	b.queue = append(b.queue, d)
+	b.kick()
+}
+
+// dispatchLoop starts attempts for queued documents while a session is up,
+// at most maxConcurrentDispatch at a time.
+func (b *Bridge) dispatchLoop(ctx context.Context) {
+	defer b.wg.Done()
+	sem := make(chan struct{}, maxConcurrentDispatch)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case sem <- struct{}{}:
+		}
+		var job *attemptJob
+		for job == nil {
+			b.mu.Lock()
+			job = b.startAttemptLocked()
+			b.mu.Unlock()
+			if job != nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-b.kickCh:
+			}
+		}
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			defer func() { <-sem }()
+			b.runAttempt(job, nil)
+		}()
+	}
+}
+
+// claimSweeper marks ISSUED claims past their expiry EXPIRED.
+func (b *Bridge) claimSweeper(ctx context.Context) {
+	defer b.wg.Done()
+	t := time.NewTicker(claimSweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			b.sweepClaims(ctx)
+		}
+	}
+}
+
+// fileExists reports whether path exists.
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}

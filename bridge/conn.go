@@ -1,0 +1,200 @@
+package bridge
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"time"
+
+	"github.com/pipestream/gateway/quicpeer"
+	"github.com/pipestream/gateway/quicpeer/wire"
+)
+
+// sessState is the bridge's view of one quicpeer session. Guarded by
+// Bridge.mu.
+type sessState struct {
+	s      *quicpeer.Session
+	gen    uint64
+	n      quicpeer.Negotiated
+	codec  wire.Codec
+	ents   map[entKey]*entRef     // (scope, id) on this session -> document entity
+	scopes map[uint32]*scopeOwner // peer-allocated scope -> owner
+	dehyd  []parentRef            // entities the peer reported DEHYDRATING, awaiting their scope
+	docs   map[*docRun]struct{}   // documents whose current attempt runs here
+	goaway bool                   // GOAWAY received: assign nothing new here
+	closed bool
+}
+
+// entRef maps a session entity to its document entity (key is the
+// document-level key; it differs from the session key only for a claim
+// redemption on a later session).
+type entRef struct {
+	doc     *docRun
+	key     entKey
+	attempt uint32
+	redeem  string // claim id when this is a redemption stream
+}
+
+type scopeOwner struct {
+	doc    *docRun
+	parent entKey
+	depth  uint8
+}
+
+type parentRef struct {
+	doc   *docRun
+	key   entKey
+	depth uint8
+}
+
+// tlsConfig builds the client TLS config: verify with PeerCAPEM, server name
+// from PeerServerName or the host of PeerAddr, optional client certificate.
+func tlsConfig(o *Options) (*tls.Config, error) {
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(o.PeerCAPEM) {
+		return nil, invalidf("PeerCAPEM holds no PEM certificate; pass the peer's CA bundle or its pinned certificate")
+	}
+	name := o.PeerServerName
+	if name == "" {
+		host, _, err := net.SplitHostPort(o.PeerAddr)
+		if err != nil {
+			return nil, invalidf("PeerAddr %q is not host:port: %v", o.PeerAddr, err)
+		}
+		name = host
+	}
+	c := &tls.Config{RootCAs: pool, ServerName: name, MinVersion: tls.VersionTLS13, NextProtos: []string{quicpeer.ALPN}}
+	if len(o.PeerClientCertPEM) > 0 || len(o.PeerClientKeyPEM) > 0 {
+		cert, err := tls.X509KeyPair(o.PeerClientCertPEM, o.PeerClientKeyPEM)
+		if err != nil {
+			return nil, invalidf("PeerClientCertPEM/PeerClientKeyPEM: %v", err)
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	return c, nil
+}
+
+// offer is what the bridge advertises: every layer, the format preference.
+func (b *Bridge) offer() wire.Capabilities {
+	c := wire.Capabilities{Layer0Core: true, Layer1Recursive: true, Layer2Resilience: true}
+	if b.opts.PreferProtobuf {
+		f := wire.FormatProtobuf
+		c.SerializationFormat = &f
+	}
+	return c
+}
+
+// connLoop keeps one active session: dial with backoff and jitter (profile
+// 8), and dial again when the active one ends or received GOAWAY.
+func (b *Bridge) connLoop(ctx context.Context) {
+	defer b.wg.Done()
+	delay := redialMin
+	for ctx.Err() == nil {
+		ss, err := b.dial(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			b.log.Warn("bridge: dial peer failed; retrying", "addr", b.opts.PeerAddr, "in", delay, "err", err)
+			if !sleep(ctx, jitter(delay)) {
+				return
+			}
+			delay = min(delay*2, redialMax)
+			continue
+		}
+		delay = redialMin
+		b.m.reconnects.Inc()
+		b.log.Info("bridge: peer session up", "addr", b.opts.PeerAddr, "session", ss.s.ID(),
+			"format", ss.n.Format, "layer1", ss.n.Layer1, "layer2", ss.n.Layer2)
+		b.kick()
+		// Wait until this session ends or is told to go away.
+		b.mu.Lock()
+		wake := b.sessWake
+		b.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-ss.s.Done():
+		case <-wake:
+		}
+	}
+}
+
+// dial opens a session and makes it the active one.
+func (b *Bridge) dial(ctx context.Context) (*sessState, error) {
+	ss := &sessState{ents: map[entKey]*entRef{}, scopes: map[uint32]*scopeOwner{}, docs: map[*docRun]struct{}{}}
+	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	defer cancel()
+	s, err := quicpeer.Dial(dctx, b.opts.PeerAddr, quicpeer.Config{
+		TLS:     b.tls.Clone(),
+		Offer:   b.offer(),
+		Handler: &handler{b: b, ss: ss},
+		Logger:  b.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ss.s = s
+	ss.n = s.Negotiated()
+	ss.codec = wire.CodecFor(ss.n.Format)
+	if ss.closed { // ended during the handshake callback window
+		return nil, fmt.Errorf("session closed right after the handshake: %v", s.Err())
+	}
+	b.sessGen++
+	ss.gen = b.sessGen
+	b.active = ss
+	b.sessions[ss] = struct{}{}
+	b.sessWake = make(chan struct{})
+	return ss, nil
+}
+
+// activeSession returns the session new work goes to (nil if none).
+func (b *Bridge) activeSessionLocked() *sessState {
+	if b.active == nil || b.active.goaway || b.active.closed {
+		return nil
+	}
+	return b.active
+}
+
+// retireLocked stops assigning on ss and wakes the connection loop to dial.
+func (b *Bridge) retireLocked(ss *sessState) {
+	if b.active == ss {
+		b.active = nil
+		if b.sessWake != nil {
+			close(b.sessWake)
+			b.sessWake = nil
+		}
+	}
+}
+
+func jitter(d time.Duration) time.Duration {
+	// Full jitter in [d/2, d).
+	return d/2 + rand.N(d/2+1)
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// sessionGone reports whether err means the session ended (as opposed to a
+// problem of one stream).
+func sessionGone(ss *sessState, err error) bool {
+	select {
+	case <-ss.s.Done():
+		return true
+	default:
+	}
+	return errors.Is(err, net.ErrClosed)
+}

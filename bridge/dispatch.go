@@ -1,0 +1,296 @@
+package bridge
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/pipestream/gateway/bridge/internal/split"
+	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
+	"github.com/pipestream/gateway/quicpeer/wire"
+)
+
+// attemptJob is one dispatch attempt of a document on a session.
+type attemptJob struct {
+	d       *docRun
+	ss      *sessState
+	attempt uint32
+	ctx     context.Context
+}
+
+// startAttemptLocked pops the next queued document and starts an attempt on
+// the active session (nil when there is nothing to do).
+func (b *Bridge) startAttemptLocked() *attemptJob {
+	if b.closing {
+		return nil
+	}
+	ss := b.activeSessionLocked()
+	if ss == nil {
+		return nil
+	}
+	for len(b.queue) > 0 {
+		d := b.queue[0]
+		b.queue = b.queue[1:]
+		d.queued = false
+		if d.terminal() || d.sess != nil {
+			continue
+		}
+		return b.newAttemptLocked(d, ss)
+	}
+	return nil
+}
+
+// newAttemptLocked binds d's next attempt to ss.
+func (b *Bridge) newAttemptLocked(d *docRun, ss *sessState) *attemptJob {
+	d.attempt++
+	d.rec.DispatchAttempts++
+	d.sess = ss
+	ss.docs[d] = struct{}{}
+	d.ents = map[entKey]*gatewayv1.Entity{}
+	d.rootID, d.sendDone, d.rootComplete, d.rootFailures = 0, false, false, 0
+	d.resultReady, d.resultErr = false, ""
+	ctx, cancel := context.WithCancel(b.ctx)
+	d.stopSend = cancel
+	d.dirty = true
+	return &attemptJob{d: d, ss: ss, attempt: d.attempt, ctx: ctx}
+}
+
+// current reports whether j is still d's running attempt (caller holds mu).
+func (j *attemptJob) current() bool {
+	return j.d.attempt == j.attempt && j.d.sess == j.ss && !j.d.terminal()
+}
+
+// runAttempt sends the document (from the spool, or from src when the
+// upload is pipelined) and handles the outcome.
+func (b *Bridge) runAttempt(j *attemptJob, src chunkSource) {
+	err := b.sendDocument(j, src)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !j.current() {
+		return
+	}
+	switch {
+	case err == nil:
+		j.d.sendDone = true
+	case j.ctx.Err() != nil:
+		// cancelled, finished, or aborted elsewhere
+	case sessionGone(j.ss, err):
+		// HandleClose re-dispatches
+	default:
+		b.log.Warn("bridge: sending a document failed", "doc", j.d.id, "attempt", j.attempt, "err", err)
+		b.abortAttemptLocked(j.d, "sending to the peer failed: "+err.Error(), true)
+	}
+}
+
+// chunkSource yields a dehydrated document's chunks.
+type chunkSource interface {
+	// next returns the next chunk or io.EOF; the chunk's Data stays valid
+	// until the next call.
+	next(ctx context.Context) (split.Chunk, error)
+	// summary is the whole content's length, SHA-256 and chunk count, valid
+	// after next returned io.EOF (it may wait for the upload to commit).
+	summary(ctx context.Context) (size int64, sum [32]byte, n uint64, err error)
+}
+
+// spoolSource cuts the spool file again (the cut is deterministic).
+type spoolSource struct {
+	sp  *split.Splitter
+	buf []byte
+	d   *docRun
+}
+
+func (s *spoolSource) next(context.Context) (split.Chunk, error) {
+	c, err := s.sp.Next(s.buf)
+	if err == nil {
+		s.buf = c.Data[:0]
+	}
+	return c, err
+}
+
+func (s *spoolSource) summary(context.Context) (int64, [32]byte, uint64, error) {
+	return int64(s.sp.BytesRead()), s.sp.Sum(), s.sp.Count(), nil
+}
+
+// sendDocument performs one attempt (profile 4.1 / 4.2).
+func (b *Bridge) sendDocument(j *attemptJob, src chunkSource) error {
+	d, ss, ctx := j.d, j.ss, j.ctx
+	if src == nil {
+		f, err := b.st.OpenSpool(d.id)
+		if err != nil {
+			b.mu.Lock()
+			if j.current() {
+				b.finishLocked(d, gatewayv1.State_FAILED, fmt.Sprintf("the spooled content is missing (%v); resubmit the document", err))
+			}
+			b.mu.Unlock()
+			return nil
+		}
+		defer f.Close()
+		if d.plan.whole(d.size, b.opts.InlineThreshold) {
+			return b.sendWhole(j, f)
+		}
+		sp, err := split.New(f, d.plan.splitStrategy(), d.plan.chunkBytes)
+		if err != nil {
+			return err
+		}
+		src = &spoolSource{sp: sp, d: d}
+	}
+	rootID, err := ss.s.AssignID(ctx)
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	if !j.current() {
+		b.mu.Unlock()
+		return context.Canceled
+	}
+	b.registerRootLocked(j, rootID)
+	b.mu.Unlock()
+	if err := ss.s.SendStatus(wire.StatusFrame{Status: wire.StatusDehydrating, EntityID: rootID}); err != nil {
+		return fmt.Errorf("send DEHYDRATING: %w", err)
+	}
+	b.mu.Lock()
+	if j.current() {
+		e := d.ents[entKey{0, rootID}]
+		e.Status = gatewayv1.EntityStatus_ENTITY_STATUS_DEHYDRATING
+		d.setEntity(entKey{0, rootID}, e)
+		b.kickFlush()
+	}
+	b.mu.Unlock()
+	policy := d.plan.wirePolicy()
+	for {
+		c, err := src.next(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		id, err := ss.s.AssignID(ctx)
+		if err != nil {
+			return err
+		}
+		parent := rootID
+		total := uint64(0)
+		if d.plan.strategy == gatewayv1.SplitStrategy_SPLIT_FIXED_BYTES && d.size > 0 {
+			total = uint64((d.size + int64(d.plan.chunkBytes) - 1) / int64(d.plan.chunkBytes))
+		}
+		h := &wire.EntityHeader{
+			EntityID: id, ParentID: &parent, Layer: 0, ContentType: d.rec.Doc.ContentType,
+			PayloadLength: uint64(len(c.Data)), Checksum: append([]byte(nil), c.Sum[:]...),
+			Metadata:         d.plan.childMetadata(c.Index),
+			ChunkInfo:        &wire.ChunkInfo{TotalChunks: total, ChunkIndex: c.Index, ChunkOffset: c.Offset},
+			CompletionPolicy: policy,
+		}
+		b.mu.Lock()
+		if !j.current() {
+			b.mu.Unlock()
+			return context.Canceled
+		}
+		k := entKey{0, id}
+		ss.ents[k] = &entRef{doc: d, key: k, attempt: j.attempt}
+		d.setEntity(k, &gatewayv1.Entity{EntityId: id, ParentId: rootID, Status: gatewayv1.EntityStatus_ENTITY_STATUS_PENDING,
+			ChunkIndex: uint32(c.Index), ChunkOffset: c.Offset, SizeBytes: uint64(len(c.Data)), Checksum: hexSum(c.Sum[:])})
+		b.mu.Unlock()
+		if err := ss.s.SendEntity(ctx, h, bytes.NewReader(c.Data)); err != nil {
+			return fmt.Errorf("send chunk %d: %w", c.Index, err)
+		}
+	}
+	size, sum, n, err := src.summary(ctx)
+	if err != nil {
+		return err
+	}
+	md := d.plan.rootMetadata()
+	md[metaTotalChunks] = strconv.FormatUint(n, 10)
+	md[metaContentLength] = strconv.FormatInt(size, 10)
+	md[metaContentSHA] = hexSum(sum[:])
+	env, err := ss.codec.MarshalPipeDoc(b.envelope(d, rootID, nil))
+	if err != nil {
+		return err
+	}
+	return ss.s.SendEntity(ctx, b.rootHeader(d, rootID, env, md), bytes.NewReader(env))
+}
+
+// sendWhole sends a document whole: the envelope carries the blob (profile 4.1).
+func (b *Bridge) sendWhole(j *attemptJob, f io.Reader) error {
+	d, ss, ctx := j.d, j.ss, j.ctx
+	content, err := io.ReadAll(io.LimitReader(f, maxWholeBytes+1))
+	if err != nil {
+		return fmt.Errorf("read spool: %w", err)
+	}
+	id, err := ss.s.AssignID(ctx)
+	if err != nil {
+		return err
+	}
+	env, err := ss.codec.MarshalPipeDoc(b.envelope(d, id, content))
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	if !j.current() {
+		b.mu.Unlock()
+		return context.Canceled
+	}
+	b.registerRootLocked(j, id)
+	b.mu.Unlock()
+	return ss.s.SendEntity(ctx, b.rootHeader(d, id, env, d.plan.rootMetadata()), bytes.NewReader(env))
+}
+
+// registerRootLocked records the root entity of the attempt and moves the
+// document to RUNNING.
+func (b *Bridge) registerRootLocked(j *attemptJob, rootID uint32) {
+	d := j.d
+	d.rootID = rootID
+	k := entKey{0, rootID}
+	j.ss.ents[k] = &entRef{doc: d, key: k, attempt: j.attempt}
+	d.setEntity(k, &gatewayv1.Entity{EntityId: rootID, Status: gatewayv1.EntityStatus_ENTITY_STATUS_PENDING,
+		SizeBytes: uint64(d.size), Checksum: hexSum(d.sum[:]), Attempts: d.rec.DispatchAttempts})
+	if d.rec.Doc.State == gatewayv1.State_PENDING {
+		d.setState(gatewayv1.State_RUNNING, "")
+	}
+	b.kickFlush()
+}
+
+// envelope is the PipeDoc of the root (Section 7): doc id, entity id,
+// ownership (tenant as owner-id), blob for whole documents.
+func (b *Bridge) envelope(d *docRun, rootID uint32, blob []byte) *wire.PipeDoc {
+	return &wire.PipeDoc{DocID: d.id, EntityID: rootID, Ownership: &wire.OwnershipContext{OwnerID: string(d.tenant)}, Blob: blob}
+}
+
+// rootHeader is the root entity's header (profile 4).
+func (b *Bridge) rootHeader(d *docRun, rootID uint32, env []byte, md map[string]string) *wire.EntityHeader {
+	sum := sha256.Sum256(env)
+	return &wire.EntityHeader{
+		EntityID: rootID, Layer: 0, ContentType: d.rec.Doc.ContentType,
+		PayloadLength: uint64(len(env)), Checksum: sum[:], Metadata: md,
+		CompletionPolicy: d.plan.wirePolicy(),
+	}
+}
+
+// finishLocked moves d to a terminal state and stops its attempt.
+func (b *Bridge) finishLocked(d *docRun, s gatewayv1.State, msg string) {
+	if d.terminal() {
+		return
+	}
+	if d.finishTimer != nil {
+		d.finishTimer.Stop()
+	}
+	if d.stopSend != nil {
+		d.stopSend()
+		d.stopSend = nil
+	}
+	if d.sess != nil {
+		delete(d.sess.docs, d)
+	}
+	if s == gatewayv1.State_FAILED && msg == "" {
+		msg = "processing failed"
+	}
+	d.setState(s, msg)
+	b.m.finished.WithLabelValues(s.String()).Inc()
+	b.m.running.Dec()
+	b.log.Info("bridge: document finished", "doc", d.id, "state", s, "error", msg)
+	b.kickFlush()
+}

@@ -1,0 +1,457 @@
+package bridge
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
+	"github.com/pipestream/gateway/quicpeer"
+	"github.com/pipestream/gateway/quicpeer/wire"
+)
+
+// handler receives what the peer sends on one session (quicpeer.Handler).
+type handler struct {
+	b  *Bridge
+	ss *sessState
+}
+
+func (h *handler) HandleStatus(s *quicpeer.Session, f wire.StatusFrame) {
+	b := h.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if h.ss.s == nil {
+		h.ss.s = s
+	}
+	b.onStatusLocked(h.ss, f)
+}
+
+func (h *handler) HandleScopeDigest(s *quicpeer.Session, f wire.ScopeDigestFrame) {
+	b := h.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.onDigestLocked(h.ss, f)
+}
+
+func (h *handler) HandleBarrier(*quicpeer.Session, wire.BarrierFrame)        {}
+func (h *handler) HandleCheckpoint(*quicpeer.Session, *wire.CheckpointFrame) {}
+
+func (h *handler) HandleGoAway(s *quicpeer.Session, f wire.GoAwayFrame) {
+	b := h.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ss := h.ss
+	ss.goaway = true
+	b.log.Info("bridge: peer sent GOAWAY; dialing a new session", "last_entity", f.LastEntityID)
+	b.retireLocked(ss)
+	// Documents whose streams were not all sent cannot finish here: abort
+	// their attempt on this session and re-dispatch on the next one (profile 7).
+	for d := range ss.docs {
+		if !d.sendDone && !d.uploading {
+			b.abortAttemptLocked(d, "peer sent GOAWAY before the document was fully sent", false)
+		}
+	}
+}
+
+func (h *handler) HandleEntity(s *quicpeer.Session, e *quicpeer.IncomingEntity) {
+	h.b.onResult(h.ss, e)
+}
+
+func (h *handler) HandleClose(s *quicpeer.Session, err error) {
+	b := h.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.onSessionClosedLocked(h.ss, err)
+}
+
+// onStatusLocked applies a STATUS frame from the peer (profile 3-6).
+func (b *Bridge) onStatusLocked(ss *sessState, f wire.StatusFrame) {
+	if f.EntityID == wire.ConnectionEntity || f.Status == wire.StatusUnspecified {
+		return // cursor update or heartbeat
+	}
+	sk := entKey{f.ScopeID, f.EntityID}
+	ref := ss.ents[sk]
+	if ref == nil {
+		if f.ScopeID == 0 {
+			b.log.Debug("bridge: status for an unknown root-scope entity", "entity", f.EntityID, "status", f.Status)
+			return
+		}
+		ref = b.newScopeEntityLocked(ss, f)
+		if ref == nil {
+			return
+		}
+	}
+	d := ref.doc
+	if d.terminal() || ref.attempt != d.attempt || d.sess != ss {
+		// Race rule (profile 3): we already finished or moved this document.
+		return
+	}
+	e := d.ents[ref.key]
+	if e == nil {
+		return
+	}
+	b.m.entityStatus.WithLabelValues(f.Status.String()).Inc()
+	prev := e.Status
+	e.Status = entityStatus(f.Status)
+	if f.ScopeID != 0 {
+		e.Depth = uint32(f.Depth)
+	}
+	if f.Status == wire.StatusRetrying {
+		e.Attempts++
+	}
+	if f.Status == wire.StatusComplete {
+		e.Message = ""
+	}
+	d.setEntity(ref.key, e)
+	if f.Status == wire.StatusDehydrating && prev != e.Status {
+		ss.dehyd = append(ss.dehyd, parentRef{doc: d, key: ref.key, depth: f.Depth})
+	}
+	if f.Status == wire.StatusDeferred && f.HasExt {
+		b.onDeferredLocked(ss, d, ref, f)
+	}
+	if ref.key.scope == 0 && ref.key.id == d.rootID {
+		b.onRootStatusLocked(d, f.Status)
+	}
+	b.kickFlush()
+}
+
+// newScopeEntityLocked registers the first status of an entity in a
+// peer-allocated scope (Layer 1). The scope belongs to the oldest entity the
+// peer reported DEHYDRATING at depth-1 that has no scope yet (the peer
+// reports DEHYDRATING(E) before the statuses of E's scope, profile 6).
+func (b *Bridge) newScopeEntityLocked(ss *sessState, f wire.StatusFrame) *entRef {
+	own := ss.scopes[f.ScopeID]
+	if own == nil {
+		idx := -1
+		for i, p := range ss.dehyd {
+			if p.depth+1 == f.Depth || (f.Depth == 0 && idx < 0) {
+				idx = i
+				break
+			}
+		}
+		if idx < 0 && len(ss.dehyd) > 0 {
+			idx = 0
+		}
+		if idx < 0 {
+			b.log.Warn("bridge: status in an unknown scope with no dehydrating parent", "scope", f.ScopeID, "entity", f.EntityID)
+			return nil
+		}
+		p := ss.dehyd[idx]
+		ss.dehyd = append(ss.dehyd[:idx], ss.dehyd[idx+1:]...)
+		own = &scopeOwner{doc: p.doc, parent: p.key, depth: f.Depth}
+		ss.scopes[f.ScopeID] = own
+	}
+	d := own.doc
+	key := entKey{f.ScopeID, f.EntityID}
+	ref := &entRef{doc: d, key: key, attempt: d.attempt}
+	ss.ents[key] = ref
+	if d.ents[key] == nil {
+		d.ents[key] = &gatewayv1.Entity{EntityId: f.EntityID, ScopeId: f.ScopeID, Depth: uint32(f.Depth),
+			ParentId: own.parent.id, Status: gatewayv1.EntityStatus_ENTITY_STATUS_PENDING}
+	}
+	return ref
+}
+
+// onRootStatusLocked maps the root's status to the document (profile 5).
+func (b *Bridge) onRootStatusLocked(d *docRun, s wire.Status) {
+	switch s {
+	case wire.StatusProcessing, wire.StatusDehydrating, wire.StatusRehydrating, wire.StatusRetrying:
+		if d.rec.Doc.State == gatewayv1.State_PENDING {
+			d.setState(gatewayv1.State_RUNNING, "")
+		}
+	case wire.StatusComplete:
+		d.rootComplete = true
+		b.maybeFinishLocked(d)
+	case wire.StatusFailed:
+		d.rootFailures++
+		if d.rootFailures <= d.plan.retries() && d.rootChildren() == 0 {
+			// A whole document under on-failure RETRY: the peer retries it
+			// itself (FAILED -> RETRYING); give up if it does not.
+			b.armFinishTimerLocked(d, time.Duration(d.plan.opts.GetCompletionPolicy().GetRetryDelayMs())*time.Millisecond+5*time.Second,
+				"the peer reported FAILED for the document and did not retry it")
+			return
+		}
+		c, t := d.allChildrenComplete()
+		msg := "the peer reported FAILED for the document"
+		if t > 0 {
+			msg = fmt.Sprintf("the peer reported FAILED for the document under completion policy %s: %d of %d chunks completed",
+				d.plan.opts.GetCompletionPolicy().GetMode(), c, t)
+		}
+		b.finishLocked(d, gatewayv1.State_FAILED, msg)
+	case wire.StatusAbandoned:
+		b.finishLocked(d, gatewayv1.State_FAILED, "the peer abandoned the document (timeout)")
+	case wire.StatusSkipped:
+		b.finishLocked(d, gatewayv1.State_FAILED, "the peer skipped the document")
+	}
+}
+
+// rootChildren counts the children of the root in the current attempt.
+func (d *docRun) rootChildren() int {
+	n := 0
+	for k := range d.ents {
+		if k.scope == 0 && k.id != d.rootID {
+			n++
+		}
+	}
+	return n
+}
+
+// maybeFinishLocked finishes the document once COMPLETE(root) and a verified
+// result both arrived (profile 4.3).
+func (b *Bridge) maybeFinishLocked(d *docRun) {
+	if d.terminal() || !d.rootComplete {
+		return
+	}
+	if d.resultErr != "" {
+		b.finishLocked(d, gatewayv1.State_FAILED, d.resultErr)
+		return
+	}
+	if !d.resultReady {
+		b.armFinishTimerLocked(d, resultFinishGrace, "the peer reported COMPLETE but sent no result stream")
+		return
+	}
+	state := gatewayv1.State_SUCCEEDED
+	c, t := d.allChildrenComplete()
+	msg := ""
+	if c < t {
+		state = gatewayv1.State_PARTIALLY_SUCCEEDED
+		msg = fmt.Sprintf("%d of %d entities completed under completion policy %s", c, t, d.plan.opts.GetCompletionPolicy().GetMode())
+	}
+	if d.rec.Doc.Error != "" && msg != "" {
+		msg = d.rec.Doc.Error + "; " + msg
+	} else if d.rec.Doc.Error != "" {
+		msg = d.rec.Doc.Error
+	}
+	b.finishLocked(d, state, msg)
+}
+
+func (b *Bridge) armFinishTimerLocked(d *docRun, after time.Duration, msg string) {
+	if d.finishTimer != nil {
+		d.finishTimer.Stop()
+	}
+	attempt := d.attempt
+	d.finishTimer = time.AfterFunc(after, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if d.terminal() || d.attempt != attempt {
+			return
+		}
+		if d.rootComplete && d.resultReady {
+			b.maybeFinishLocked(d)
+			return
+		}
+		if e := d.ents[entKey{0, d.rootID}]; e != nil && e.Status != gatewayv1.EntityStatus_ENTITY_STATUS_FAILED && !d.rootComplete {
+			return // the peer retried meanwhile
+		}
+		b.finishLocked(d, gatewayv1.State_FAILED, msg)
+	})
+}
+
+// onDigestLocked records a SCOPE_DIGEST and verifies its Merkle root against
+// the statuses observed in that scope (profile 6, Section 9.4).
+func (b *Bridge) onDigestLocked(ss *sessState, f wire.ScopeDigestFrame) {
+	own := ss.scopes[f.ScopeID]
+	if own == nil {
+		b.log.Warn("bridge: SCOPE_DIGEST for an unknown scope", "scope", f.ScopeID)
+		return
+	}
+	d := own.doc
+	var leaves []wire.Leaf
+	for k, e := range d.ents {
+		if k.scope == f.ScopeID {
+			leaves = append(leaves, wire.Leaf{EntityID: k.id, Status: wire.Status(e.Status)})
+		}
+	}
+	root := wire.MerkleRoot(leaves)
+	ok := root == f.MerkleRoot
+	dg := &gatewayv1.ScopeDigest{ScopeId: f.ScopeID, EntitiesProcessed: f.Processed, EntitiesSucceeded: f.Succeeded,
+		EntitiesFailed: f.Failed, EntitiesDeferred: f.Deferred, MerkleRoot: hexSum(f.MerkleRoot[:]), Verified: ok}
+	// Scope IDs are recycled by the peer: key digests by a per-document ordinal
+	// when the same scope id repeats.
+	key := f.ScopeID
+	d.digests[key] = dg
+	d.dirtyDigests[key] = true
+	if !ok {
+		b.m.digestMismatch.Inc()
+		b.log.Error("bridge: SCOPE_DIGEST Merkle root mismatch", "doc", d.id, "scope", f.ScopeID,
+			"reported", dg.MerkleRoot, "recomputed", hexSum(root[:]), "leaves", len(leaves))
+		msg := fmt.Sprintf("scope digest mismatch in scope %d: the peer's Merkle root %s differs from the recomputed %s",
+			f.ScopeID, dg.MerkleRoot, hexSum(root[:]))
+		if d.rec.Doc.Error == "" {
+			d.rec.Doc.Error = msg
+		} else {
+			d.rec.Doc.Error += "; " + msg
+		}
+	}
+	d.addEvent(&gatewayv1.Event{Kind: kindStatus, ScopeId: f.ScopeID, EntityId: own.parent.id,
+		EntityStatus: d.ents[own.parent].GetStatus(), Name: "ScopeDigest", Message: fmt.Sprintf("verified=%v", ok)})
+	delete(ss.scopes, f.ScopeID) // the peer may recycle the scope id after its digest
+	for k, r := range ss.ents {
+		if k.scope == f.ScopeID && r.doc == d {
+			delete(ss.ents, k)
+		}
+	}
+	b.kickFlush()
+}
+
+// onDeferredLocked records the claim check of a DEFERRED status (profile 6).
+func (b *Bridge) onDeferredLocked(ss *sessState, d *docRun, ref *entRef, f wire.StatusFrame) {
+	ext, err := f.ClaimCheck()
+	if err != nil {
+		b.log.Warn("bridge: DEFERRED status with a malformed claim check extension", "doc", d.id, "entity", f.EntityID, "err", err)
+		return
+	}
+	id := strconv.FormatUint(ext.ClaimID, 10)
+	now := time.Now()
+	c := &gatewayv1.ClaimCheck{
+		Name: "claims/" + id, ClaimId: id, DocumentId: d.id, EntityId: f.EntityID, ScopeId: f.ScopeID,
+		State:      gatewayv1.ClaimCheck_ISSUED,
+		ExpireTime: timestamppb.New(time.UnixMicro(int64(ext.ExpiryMicros))),
+		CreateTime: timestamppb.New(now),
+	}
+	d.claims[id] = &claimRun{c: c, key: ref.key, sess: ss, attempt: d.attempt}
+	d.dirtyClaims[id] = true
+	d.addEvent(&gatewayv1.Event{Kind: kindClaim, ClaimId: id, ClaimAction: "issued", EntityId: f.EntityID, ScopeId: f.ScopeID})
+	b.m.claims.WithLabelValues("issued").Inc()
+}
+
+// onSessionClosedLocked fails the non-terminal entities of the session's
+// documents locally and re-dispatches those documents (profile 7, 8).
+func (b *Bridge) onSessionClosedLocked(ss *sessState, err error) {
+	ss.closed = true
+	b.retireLocked(ss)
+	delete(b.sessions, ss)
+	reason := "peer session closed"
+	if err != nil {
+		reason = "peer session lost: " + err.Error()
+	}
+	if len(ss.docs) > 0 {
+		b.log.Warn("bridge: session ended with documents in flight; re-dispatching", "docs", len(ss.docs), "err", err)
+	}
+	for d := range ss.docs {
+		b.abortAttemptLocked(d, reason, true)
+	}
+}
+
+// abortAttemptLocked ends d's current attempt: non-terminal entities become
+// FAILED locally, sending stops, and the document is queued again (counted
+// against MaxDispatchAttempts when countIt).
+func (b *Bridge) abortAttemptLocked(d *docRun, reason string, countIt bool) {
+	if d.terminal() {
+		return
+	}
+	ss := d.sess
+	if ss != nil {
+		delete(ss.docs, d)
+		if !ss.closed {
+			b.sendCancelLocked(ss, d)
+		}
+	}
+	if d.stopSend != nil {
+		d.stopSend()
+		d.stopSend = nil
+	}
+	for k, e := range d.ents {
+		if !terminalEntity(e.Status) && e.Status != gatewayv1.EntityStatus_ENTITY_STATUS_DEFERRED {
+			e.Status = gatewayv1.EntityStatus_ENTITY_STATUS_FAILED
+			e.Message = reason
+			d.setEntity(k, e)
+		}
+	}
+	d.sess = nil
+	if d.finishTimer != nil {
+		d.finishTimer.Stop()
+	}
+	if !countIt {
+		d.rec.DispatchAttempts-- // not the document's fault (GOAWAY)
+	}
+	if d.rec.DispatchAttempts >= uint32(b.opts.MaxDispatchAttempts) {
+		b.finishLocked(d, gatewayv1.State_FAILED, fmt.Sprintf("gave up after %d dispatch attempts (MaxDispatchAttempts); last error: %s",
+			d.rec.DispatchAttempts, reason))
+		return
+	}
+	if d.uploading {
+		return // the upload re-queues the document once its content is spooled
+	}
+	b.m.retries.Inc()
+	b.enqueueLocked(d)
+}
+
+// sendCancelLocked tells the peer to stop work on d's root: ABANDONED with
+// Layer 2, else FAILED (profile 7).
+func (b *Bridge) sendCancelLocked(ss *sessState, d *docRun) {
+	if d.rootID == 0 || ss.s == nil {
+		return
+	}
+	st := wire.StatusFailed
+	if ss.n.Layer2 {
+		st = wire.StatusAbandoned
+	}
+	if err := ss.s.SendStatus(wire.StatusFrame{Status: st, EntityID: d.rootID}); err != nil {
+		b.log.Debug("bridge: could not send cancel status", "doc", d.id, "root", d.rootID, "err", err)
+	}
+}
+
+// onResult receives a result stream (profile 4.3) into the result file.
+func (b *Bridge) onResult(ss *sessState, e *quicpeer.IncomingEntity) {
+	h := e.Header
+	b.mu.Lock()
+	var d *docRun
+	var attempt uint32
+	if ref := ss.ents[entKey{scopeOf(h), h.EntityID}]; ref != nil && ref.key.scope == 0 && ref.key.id == ref.doc.rootID &&
+		!ref.doc.terminal() && ref.attempt == ref.doc.attempt {
+		d, attempt = ref.doc, ref.attempt
+	}
+	b.mu.Unlock()
+	if d == nil || h.Metadata[metaRole] != "result" {
+		b.log.Debug("bridge: discarding an entity stream that is no result of a running document", "entity", h.EntityID)
+		_, _ = io.Copy(io.Discard, e.Payload)
+		return
+	}
+	pf, err := b.st.CreateResult(d.id)
+	var n int64
+	if err == nil {
+		n, err = io.Copy(pf, e.Payload)
+		if err == nil {
+			err = pf.Sync()
+		} else {
+			pf.Abort()
+		}
+	}
+	b.m.bytesOut.Add(float64(n))
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if d.terminal() || d.attempt != attempt {
+		return
+	}
+	if err != nil {
+		var we *wire.Error
+		if errors.As(err, &we) {
+			d.resultErr = fmt.Sprintf("the result stream failed verification (%v); resubmit the document", err)
+		} else {
+			d.resultErr = fmt.Sprintf("storing the result failed: %v", err)
+		}
+		b.log.Error("bridge: result stream failed", "doc", d.id, "err", err)
+		if d.rootComplete {
+			b.maybeFinishLocked(d)
+		}
+		return
+	}
+	d.resultReady = true
+	d.rec.ResultPath = b.st.ResultPath(d.id)
+	d.rec.ResultContentType = h.ContentType
+	d.rec.Doc.ResultSizeBytes = uint64(n)
+	b.maybeFinishLocked(d)
+	b.kickFlush()
+}
+
+func scopeOf(h *wire.EntityHeader) uint32 {
+	if h.ScopeID == nil {
+		return 0
+	}
+	return *h.ScopeID
+}

@@ -1,0 +1,51 @@
+package bridge
+
+import "time"
+
+// Tunables of the bridge, one place, one rationale each.
+const (
+	// defaultInlineThreshold: documents up to 1 MiB without a split strategy
+	// go whole (docs/profile.md 4.1); one stream is cheaper than a tree.
+	defaultInlineThreshold = 1 << 20
+	// defaultMaxDocumentBytes caps a document at 4 GiB: the spool is a file,
+	// memory stays flat, but disk is finite.
+	defaultMaxDocumentBytes = 4 << 30
+	// defaultMaxDispatchAttempts: profile 8 (--max-dispatch-attempts).
+	defaultMaxDispatchAttempts = 5
+
+	// defaultChunkBytes and maxChunkBytes: profile 4.2 default 1 MiB; 16 MiB
+	// keeps one chunk (plus the one in flight) per document cheap in memory.
+	defaultChunkBytes = 1 << 20
+	maxChunkBytes     = 16 << 20
+	// maxWholeBytes bounds a document sent whole with SPLIT_NONE: the PipeDoc
+	// envelope carries the blob and is built in memory.
+	maxWholeBytes = 64 << 20
+
+	// maxMetadataEntries and maxMetadataBytes keep the entity header well
+	// under the peer's header cap (64 KiB by default).
+	maxMetadataEntries = 64
+	maxMetadataBytes   = 16 << 10
+	// maxRequestIDLen and maxDisplayNameLen bound free-form strings.
+	maxRequestIDLen   = 128
+	maxDisplayNameLen = 512
+	maxContentTypeLen = 256
+
+	// Redial backoff (profile 8): 100 ms doubling to 10 s, with jitter.
+	redialMin = 100 * time.Millisecond
+	redialMax = 10 * time.Second
+
+	// maxConcurrentDispatch bounds documents being sent at once; each holds
+	// at most one chunk buffer, and more would only compete for the window.
+	maxConcurrentDispatch = 8
+	// dialTimeout bounds one dial attempt (QUIC handshake + CAPABILITIES).
+	dialTimeout = 10 * time.Second
+	// flushInterval is the most a state change waits before its commit when
+	// changes keep arriving; commits are batched (group commit) meanwhile.
+	flushInterval = 2 * time.Millisecond
+	// claimSweepInterval is how often ISSUED claims past expiry are marked
+	// EXPIRED.
+	claimSweepInterval = 5 * time.Second
+	// resultFinishGrace: after COMPLETE(root) without a result stream, the
+	// document waits this long for the result before failing.
+	resultFinishGrace = 30 * time.Second
+)

@@ -1,0 +1,120 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"os"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/pipestream/gateway/bridge/store"
+	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
+)
+
+// flushLoop commits state changes in the background: the session's control
+// goroutine never waits for an fsync. Changes that arrive while a commit is
+// in flight go into the next one (group commit). It runs until flushStop is
+// closed, then flushes one last time.
+func (b *Bridge) flushLoop() {
+	defer b.flushWG.Done()
+	for {
+		select {
+		case <-b.flushCh:
+			b.flush()
+			time.Sleep(flushInterval) // let a burst of statuses coalesce
+		case <-b.flushStop:
+			b.flush()
+			return
+		}
+	}
+}
+
+// docFlush is what one flush took from a document, to restore on failure.
+type docFlush struct {
+	d       *docRun
+	prevRev uint64
+	events  []*gatewayv1.Event
+	ents    map[entKey]*gatewayv1.Entity
+	digests map[uint32]bool
+	claims  map[string]bool
+	final   bool
+}
+
+// flush commits every dirty committed document in one batch.
+func (b *Bridge) flush() {
+	b.mu.Lock()
+	batch := &store.Batch{}
+	var took []docFlush
+	for _, d := range b.docs {
+		if !d.committed || !d.dirty {
+			continue
+		}
+		rec := d.snapshot()
+		batch.Updates = append(batch.Updates, store.DocumentUpdate{Record: rec, PrevRev: d.persistedRev})
+		for _, e := range d.dirtyEnts {
+			batch.Entities = append(batch.Entities, store.EntityRecord{DocID: d.id, Entity: proto.Clone(e).(*gatewayv1.Entity)})
+		}
+		for k := range d.dirtyDigests {
+			batch.Digests = append(batch.Digests, store.DigestRecord{DocID: d.id, Digest: proto.Clone(d.digests[k]).(*gatewayv1.ScopeDigest)})
+		}
+		for id := range d.dirtyClaims {
+			c := proto.Clone(d.claims[id].c).(*gatewayv1.ClaimCheck)
+			c.Name = ""
+			batch.Claims = append(batch.Claims, store.ClaimRecord{Tenant: string(d.tenant), Claim: c})
+		}
+		for _, ev := range d.pending {
+			batch.Events = append(batch.Events, store.EventAppend{Tenant: string(d.tenant), Event: ev})
+		}
+		took = append(took, docFlush{d: d, prevRev: d.persistedRev, events: d.pending, ents: d.dirtyEnts,
+			digests: d.dirtyDigests, claims: d.dirtyClaims, final: d.terminal()})
+		d.persistedRev = rec.Doc.Rev
+		d.pending = nil
+		d.dirty = false
+		d.dirtyEnts, d.dirtyDigests, d.dirtyClaims = map[entKey]*gatewayv1.Entity{}, map[uint32]bool{}, map[string]bool{}
+	}
+	b.mu.Unlock()
+	if len(took) == 0 {
+		return
+	}
+	_, err := b.commit(context.Background(), batch)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err != nil {
+		b.log.Error("bridge: committing document state failed; will retry", "docs", len(took), "err", err)
+		for _, t := range took {
+			d := t.d
+			d.persistedRev = t.prevRev
+			d.pending = append(t.events, d.pending...)
+			d.dirty = true
+			for k, e := range t.ents {
+				if _, ok := d.dirtyEnts[k]; !ok {
+					d.dirtyEnts[k] = e
+				}
+			}
+			for k := range t.digests {
+				d.dirtyDigests[k] = true
+			}
+			for k := range t.claims {
+				d.dirtyClaims[k] = true
+			}
+		}
+		if !errors.Is(err, store.ErrClosed) {
+			time.AfterFunc(100*time.Millisecond, b.kickFlush)
+		}
+		return
+	}
+	for _, t := range took {
+		if t.final && !t.d.dirty {
+			delete(b.docs, t.d.id)
+			if err := os.Remove(b.st.SpoolPath(t.d.id)); err != nil && !os.IsNotExist(err) {
+				b.log.Warn("bridge: removing spool of a finished document", "doc", t.d.id, "err", err)
+			}
+		}
+	}
+}
+
+// commit appends a batch through the event log (commit, then publish).
+func (b *Bridge) commit(ctx context.Context, batch *store.Batch) (store.CommitResult, error) {
+	return b.ev.Append(ctx, batch)
+}

@@ -1,0 +1,123 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/pipestream/gateway/bridge/store"
+	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
+)
+
+// mapStoreErr turns store errors into bridge errors with a message.
+func mapStoreErr(what string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, store.ErrNotFound):
+		return fmt.Errorf("%s does not exist: %w", what, ErrNotFound)
+	case errors.Is(err, store.ErrBadPageToken):
+		return fmt.Errorf("page_token is not from a previous ListDocuments with the same filter: %w", ErrInvalid)
+	case errors.Is(err, store.ErrClosed):
+		return fmt.Errorf("the gateway is shutting down: %w", ErrUnavailable)
+	case errors.Is(err, store.ErrClaimRedeemed):
+		return fmt.Errorf("%s was already redeemed (a claim is redeemed exactly once): %w", what, ErrClaimRedeemed)
+	case errors.Is(err, store.ErrClaimExpired):
+		return fmt.Errorf("%s has expired; the deferred entity was abandoned: %w", what, ErrClaimExpired)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// GetDocument returns the stored document (entity tree when withEntities).
+func (b *Bridge) GetDocument(ctx context.Context, t Tenant, id string, withEntities bool) (*gatewayv1.Document, error) {
+	if id == "" {
+		return nil, invalidf("document id is empty")
+	}
+	rec, err := b.st.GetDocument(ctx, string(t), id, withEntities)
+	if err != nil {
+		return nil, mapStoreErr("document "+id, err)
+	}
+	return b.publicDoc(rec), nil
+}
+
+// ListDocuments returns one page of the tenant's documents, newest first.
+func (b *Bridge) ListDocuments(ctx context.Context, t Tenant, req *gatewayv1.ListDocumentsRequest) (*gatewayv1.ListDocumentsResponse, error) {
+	if req.GetPageSize() < 0 {
+		return nil, invalidf("page_size must not be negative")
+	}
+	if _, ok := gatewayv1.State_name[int32(req.GetState())]; !ok {
+		return nil, invalidf("state %d is unknown", req.GetState())
+	}
+	recs, next, err := b.st.ListDocuments(ctx, string(t), store.ListQuery{State: req.GetState(), PageSize: int(req.GetPageSize()), PageToken: req.GetPageToken()})
+	if err != nil {
+		return nil, mapStoreErr("list documents", err)
+	}
+	out := &gatewayv1.ListDocumentsResponse{NextPageToken: next}
+	for _, r := range recs {
+		out.Documents = append(out.Documents, b.publicDoc(r))
+	}
+	return out, nil
+}
+
+// Result opens the rehydrated output of a SUCCEEDED or PARTIALLY_SUCCEEDED
+// document.
+func (b *Bridge) Result(ctx context.Context, t Tenant, id string) (string, int64, io.ReadCloser, error) {
+	rec, err := b.st.GetDocument(ctx, string(t), id, false)
+	if err != nil {
+		return "", 0, nil, mapStoreErr("document "+id, err)
+	}
+	switch s := rec.Doc.GetState(); s {
+	case gatewayv1.State_SUCCEEDED, gatewayv1.State_PARTIALLY_SUCCEEDED:
+	default:
+		return "", 0, nil, fmt.Errorf("document %s is %s; the result exists once it is SUCCEEDED or PARTIALLY_SUCCEEDED: %w", id, s, ErrFailedPrecondition)
+	}
+	f, err := b.st.OpenResult(id)
+	if err != nil {
+		return "", 0, nil, fmt.Errorf("document %s: result file: %w", id, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return "", 0, nil, err
+	}
+	ct := rec.ResultContentType
+	if ct == "" {
+		ct = "application/octet-stream"
+	}
+	return ct, fi.Size(), f, nil
+}
+
+// Cancel cancels a non-terminal document (profile 7): CANCELLED, the peer is
+// told ABANDONED (Layer 2) or FAILED, open streams are reset.
+func (b *Bridge) Cancel(ctx context.Context, t Tenant, id string) (*gatewayv1.Document, error) {
+	rec, err := b.st.GetDocument(ctx, string(t), id, false)
+	if err != nil {
+		return nil, mapStoreErr("document "+id, err)
+	}
+	b.mu.Lock()
+	d := b.docs[id]
+	if d == nil || d.terminal() {
+		b.mu.Unlock()
+		state := rec.Doc.GetState()
+		if d != nil {
+			state = d.rec.Doc.GetState()
+		}
+		return nil, fmt.Errorf("document %s is already %s; only PENDING or RUNNING documents can be cancelled: %w", id, state, ErrFailedPrecondition)
+	}
+	if d.sess != nil && !d.sess.closed {
+		b.sendCancelLocked(d.sess, d)
+		if e := d.ents[entKey{0, d.rootID}]; e != nil && d.rootID != 0 {
+			e.Status = gatewayv1.EntityStatus_ENTITY_STATUS_ABANDONED
+			if !d.sess.n.Layer2 {
+				e.Status = gatewayv1.EntityStatus_ENTITY_STATUS_FAILED
+			}
+			e.Message = "cancelled by the client"
+			d.setEntity(entKey{0, d.rootID}, e)
+		}
+	}
+	b.finishLocked(d, gatewayv1.State_CANCELLED, "cancelled by the client")
+	out := b.publicDoc(d.snapshot())
+	b.mu.Unlock()
+	return out, nil
+}

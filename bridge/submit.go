@@ -1,0 +1,320 @@
+package bridge
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/pipestream/gateway/bridge/internal/split"
+	"github.com/pipestream/gateway/bridge/store"
+	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
+)
+
+// Submit stores an inline document durably (spool fsynced, record
+// committed), then queues it for dispatch.
+func (b *Bridge) Submit(ctx context.Context, t Tenant, req *gatewayv1.SubmitDocumentRequest) (*gatewayv1.Document, error) {
+	if req == nil || len(req.GetContent()) == 0 {
+		return nil, invalidf("content is empty; send the document bytes in content")
+	}
+	return b.Upload(ctx, t, optionsOf(req), bytes.NewReader(req.GetContent()))
+}
+
+// Upload streams content from r into the spool and, for dehydrated
+// documents, pipelines the chunks to the peer while reading (profile 4.2).
+// It returns once the spool is fsynced and the record committed.
+func (b *Bridge) Upload(ctx context.Context, t Tenant, opts *gatewayv1.SubmitOptions, r io.Reader) (*gatewayv1.Document, error) {
+	p, err := newPlan(opts)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	if b.closing {
+		b.mu.Unlock()
+		return nil, fmt.Errorf("the gateway is shutting down; retry on another instance: %w", ErrUnavailable)
+	}
+	b.uploads.Add(1)
+	b.mu.Unlock()
+	defer b.uploads.Done()
+
+	id := newDocID()
+	pf, err := b.st.CreateSpool(id)
+	if err != nil {
+		return nil, fmt.Errorf("create spool: %w", err)
+	}
+	u := &upload{b: b, p: p, pf: pf, d: b.newDocRun(id, t, p)}
+	doc, err := u.run(ctx, r)
+	if err != nil {
+		pf.Abort()
+		u.abandon()
+		return nil, err
+	}
+	return doc, nil
+}
+
+// newDocRun builds the runtime state of a new document.
+func (b *Bridge) newDocRun(id string, t Tenant, p *plan) *docRun {
+	now := timestamppb.Now()
+	o := p.opts
+	doc := &gatewayv1.Document{
+		Name: "documents/" + id, Id: id, State: gatewayv1.State_PENDING, ContentType: o.ContentType,
+		DisplayName: o.DisplayName, RequestId: o.RequestId, Split: o.Split, CompletionPolicy: o.CompletionPolicy,
+		Metadata: o.Metadata, CreateTime: now, UpdateTime: now,
+	}
+	return &docRun{
+		id: id, tenant: t, plan: p, rec: &store.DocumentRecord{Tenant: string(t), Doc: doc},
+		dirtyEnts: map[entKey]*gatewayv1.Entity{}, dirtyDigests: map[uint32]bool{}, dirtyClaims: map[string]bool{},
+		ents: map[entKey]*gatewayv1.Entity{}, digests: map[uint32]*gatewayv1.ScopeDigest{}, claims: map[string]*claimRun{},
+	}
+}
+
+// upload is one Upload in progress.
+type upload struct {
+	b    *Bridge
+	p    *plan
+	pf   *store.PayloadFile
+	d    *docRun
+	pipe *pipe // nil unless chunks are pipelined to the peer
+}
+
+func (u *upload) run(ctx context.Context, r io.Reader) (*gatewayv1.Document, error) {
+	b, p := u.b, u.p
+	limit := b.opts.MaxDocumentBytes
+	if p.strategy == gatewayv1.SplitStrategy_SPLIT_NONE {
+		limit = min(limit, maxWholeBytes)
+	}
+	lr := &limitReader{r: r, left: limit + 1}
+	tooLarge := func() error {
+		if p.strategy == gatewayv1.SplitStrategy_SPLIT_NONE && limit < b.opts.MaxDocumentBytes {
+			return fmt.Errorf("document exceeds %d bytes, the limit for split strategy SPLIT_NONE (sent whole); choose a split strategy: %w", limit, ErrTooLarge)
+		}
+		return fmt.Errorf("document exceeds the limit of %d bytes (MaxDocumentBytes): %w", limit, ErrTooLarge)
+	}
+	// Decide whole vs dehydrated: peek up to the inline threshold.
+	whole := p.strategy == gatewayv1.SplitStrategy_SPLIT_NONE
+	src := io.Reader(lr)
+	if p.strategy == gatewayv1.SplitStrategy_SPLIT_STRATEGY_UNSPECIFIED {
+		peek := make([]byte, b.opts.InlineThreshold+1)
+		n, err := io.ReadFull(lr, peek)
+		switch {
+		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+			whole = true
+		case err != nil:
+			return nil, fmt.Errorf("reading the upload: %w", err)
+		}
+		src = io.MultiReader(bytes.NewReader(peek[:n]), lr)
+	}
+	var size int64
+	var sum [32]byte
+	if whole {
+		h := sha256.New()
+		n, err := io.Copy(io.MultiWriter(u.pf, h), src)
+		if err != nil {
+			return nil, u.readErr(err, lr, tooLarge)
+		}
+		if lr.exceeded() {
+			return nil, tooLarge()
+		}
+		size = n
+		copy(sum[:], h.Sum(nil))
+	} else {
+		var err error
+		size, sum, err = u.dehydrate(ctx, src, lr, tooLarge)
+		if err != nil {
+			return nil, err
+		}
+	}
+	if size == 0 {
+		return nil, invalidf("the document is empty; upload at least one byte")
+	}
+	b.m.bytesIn.Add(float64(size))
+	if err := u.pf.Sync(); err != nil {
+		return nil, fmt.Errorf("fsync spool: %w", err)
+	}
+	return u.commit(ctx, size, sum)
+}
+
+func (u *upload) readErr(err error, lr *limitReader, tooLarge func() error) error {
+	if lr.exceeded() {
+		return tooLarge()
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return fmt.Errorf("reading the upload: %w", err)
+}
+
+// dehydrate cuts src into chunks, writes each to the spool and, when a
+// session is up, hands it to the pipelined sender.
+func (u *upload) dehydrate(ctx context.Context, src io.Reader, lr *limitReader, tooLarge func() error) (int64, [32]byte, error) {
+	sp, err := split.New(src, u.p.splitStrategy(), u.p.chunkBytes)
+	if err != nil {
+		return 0, [32]byte{}, err
+	}
+	u.pipe = u.b.startPipe(u.d)
+	bufs := [2][]byte{}
+	for i := 0; ; i++ {
+		// Two buffers alternate: the pipe's consumer takes chunk i only after
+		// it finished sending chunk i-1, so the buffer of i-1 is free again.
+		c, err := sp.Next(bufs[i%2])
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return 0, [32]byte{}, u.readErr(err, lr, tooLarge)
+		}
+		if lr.exceeded() {
+			return 0, [32]byte{}, tooLarge()
+		}
+		bufs[i%2] = c.Data[:0]
+		if _, err := u.pf.Write(c.Data); err != nil {
+			return 0, [32]byte{}, fmt.Errorf("write spool: %w", err)
+		}
+		if u.pipe != nil {
+			u.pipe.put(ctx, c)
+		}
+	}
+	if lr.exceeded() {
+		return 0, [32]byte{}, tooLarge()
+	}
+	if u.pipe != nil {
+		u.pipe.endChunks(sp)
+	}
+	return int64(sp.BytesRead()), sp.Sum(), nil
+}
+
+// commit records the document durably (idempotently for a request id) and
+// hands it to the dispatcher.
+func (u *upload) commit(ctx context.Context, size int64, sum [32]byte) (*gatewayv1.Document, error) {
+	b, d := u.b, u.d
+	hash := u.p.bodyHash(sum)
+	b.mu.Lock()
+	d.size, d.sum = size, sum
+	doc := d.rec.Doc
+	doc.SizeBytes = uint64(size)
+	doc.Checksum = hex.EncodeToString(sum[:])
+	d.rec.BodyHash = hash
+	d.rec.SpoolPath = b.st.SpoolPath(d.id)
+	doc.Rev = max(doc.Rev, 1)
+	rec := d.snapshot()
+	batch := &store.Batch{Create: rec, Events: []store.EventAppend{{Tenant: string(d.tenant), Event: &gatewayv1.Event{
+		Kind: kindDocument, DocumentId: d.id, State: rec.Doc.State, Rev: rec.Doc.Rev, Since: 0, Time: rec.Doc.UpdateTime,
+	}}}}
+	for _, e := range d.ents {
+		batch.Entities = append(batch.Entities, store.EntityRecord{DocID: d.id, Entity: proto.Clone(e).(*gatewayv1.Entity)})
+	}
+	d.dirtyEnts = map[entKey]*gatewayv1.Entity{}
+	snapRev := rec.Doc.Rev
+	b.mu.Unlock()
+	res, err := b.commit(ctx, batch)
+	if err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return nil, fmt.Errorf("request_id %q was used before with a different body or options; use a new request_id: %w",
+				doc.RequestId, ErrConflict)
+		}
+		return nil, fmt.Errorf("commit document: %w", err)
+	}
+	if res.Duplicate != nil {
+		u.pf.Abort()
+		u.abandon()
+		_ = b.st.RemovePayloads(d.id)
+		return b.publicDoc(res.Duplicate), nil
+	}
+	b.mu.Lock()
+	d.committed = true
+	d.persistedRev = snapRev
+	d.uploading = false
+	b.docs[d.id] = d
+	b.m.running.Inc()
+	if d.rec.Doc.Rev > snapRev || len(d.dirtyEnts) > 0 {
+		d.dirty = true
+	}
+	pipelined := u.pipe != nil && u.pipe.alive() && d.sess != nil
+	if !pipelined {
+		if u.pipe != nil {
+			u.pipe.stop()
+		}
+		if d.sess == nil {
+			b.enqueueLocked(d)
+		}
+	}
+	out := b.publicDoc(&store.DocumentRecord{Tenant: string(d.tenant), Doc: d.snapshot().Doc})
+	b.mu.Unlock()
+	if pipelined {
+		u.pipe.finish(size, sum)
+	}
+	b.kickFlush()
+	return out, nil
+}
+
+// abandon drops an upload that will not be committed: stop the pipelined
+// attempt and tell the peer to drop the root.
+func (u *upload) abandon() {
+	b, d := u.b, u.d
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if u.pipe != nil {
+		u.pipe.stop()
+	}
+	if d.sess != nil {
+		b.sendCancelLocked(d.sess, d)
+		delete(d.sess.docs, d)
+		d.sess = nil
+	}
+	if d.stopSend != nil {
+		d.stopSend()
+		d.stopSend = nil
+	}
+}
+
+// publicDoc names a stored document for the API.
+func (b *Bridge) publicDoc(r *store.DocumentRecord) *gatewayv1.Document {
+	doc := proto.Clone(r.Doc).(*gatewayv1.Document)
+	doc.Name = "documents/" + doc.Id
+	for _, c := range doc.ClaimChecks {
+		c.Name = "claims/" + c.ClaimId
+	}
+	return doc
+}
+
+// newDocID returns a time-ordered random id: 12 hex digits of Unix
+// milliseconds, then 16 hex digits of randomness ([0-9a-f], file-name safe).
+func newDocID() string {
+	var b [14]byte
+	ms := uint64(time.Now().UnixMilli())
+	for i := 5; i >= 0; i-- {
+		b[i] = byte(ms)
+		ms >>= 8
+	}
+	_, _ = rand.Read(b[6:])
+	return hex.EncodeToString(b[:])
+}
+
+// limitReader reads at most left bytes and remembers when r had more.
+type limitReader struct {
+	r    io.Reader
+	left int64
+}
+
+func (l *limitReader) Read(p []byte) (int, error) {
+	if l.left <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > l.left {
+		p = p[:l.left]
+	}
+	n, err := l.r.Read(p)
+	l.left -= int64(n)
+	return n, err
+}
+
+// exceeded reports whether more than the limit was read.
+func (l *limitReader) exceeded() bool { return l.left <= 0 }
