@@ -1,0 +1,207 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"google.golang.org/genproto/googleapis/api/httpbody"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
+)
+
+// documentService implements gatewayv1.DocumentServiceServer over
+// bridge.Service. Handlers validate what the transport can check, call the
+// bridge with the caller's tenant and map bridge errors with toStatus.
+type documentService struct {
+	gatewayv1.UnimplementedDocumentServiceServer
+	s *Server
+}
+
+func requireID(field, v string) error {
+	if v == "" {
+		return status.Errorf(codes.InvalidArgument, "%s is required: put it in the request (REST: in the URL path)", field)
+	}
+	return nil
+}
+
+func (d *documentService) SubmitDocument(ctx context.Context, req *gatewayv1.SubmitDocumentRequest) (*gatewayv1.Document, error) {
+	if len(req.GetContent()) == 0 {
+		return nil, status.Error(codes.InvalidArgument,
+			`content is required: send the document bytes base64-encoded in "content" (or stream raw bytes to POST /v1/documents:upload)`)
+	}
+	if int64(len(req.GetContent())) > d.s.cfg.MaxUploadBytes {
+		return nil, tooLarge(d.s.cfg.MaxUploadBytes)
+	}
+	doc, err := d.s.cfg.Bridge.Submit(ctx, TenantFromContext(ctx), req)
+	return doc, toStatus(err)
+}
+
+func tooLarge(limit int64) error {
+	return statusError(codes.InvalidArgument, ReasonTooLarge,
+		fmt.Sprintf("document exceeds the upload limit of %d bytes: send a smaller document or ask the operator to raise --max-upload-bytes", limit))
+}
+
+// UploadDocument reads the options from the first message and pipes every
+// chunk into bridge.Upload as it arrives: memory per upload is one message,
+// never the whole document.
+func (d *documentService) UploadDocument(stream grpc.ClientStreamingServer[gatewayv1.UploadDocumentRequest, gatewayv1.Document]) error {
+	ctx := stream.Context()
+	first, err := stream.Recv()
+	if errors.Is(err, io.EOF) {
+		return status.Error(codes.InvalidArgument, "upload stream is empty: send a first message with options, then the content chunks")
+	}
+	if err != nil {
+		return err
+	}
+	opts := first.GetOptions()
+	if opts == nil {
+		opts = &gatewayv1.SubmitOptions{}
+	}
+
+	pr, pw := io.Pipe()
+	limit := d.s.cfg.MaxUploadBytes
+	go func() {
+		var total int64
+		msg := first
+		for {
+			if c := msg.GetChunk(); len(c) > 0 {
+				total += int64(len(c))
+				if total > limit {
+					pw.CloseWithError(tooLarge(limit))
+					return
+				}
+				if _, err := pw.Write(c); err != nil {
+					return // reader gone: bridge.Upload returned
+				}
+			}
+			next, err := stream.Recv()
+			if errors.Is(err, io.EOF) {
+				pw.Close()
+				return
+			}
+			if err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+			msg = next
+		}
+	}()
+	doc, err := d.s.cfg.Bridge.Upload(ctx, TenantFromContext(ctx), opts, pr)
+	// Unblock the receiver if the bridge stopped reading early; the stream
+	// itself ends when this handler returns.
+	pr.CloseWithError(errors.New("upload ended"))
+	if err != nil {
+		return toStatus(err)
+	}
+	return stream.SendAndClose(doc)
+}
+
+func (d *documentService) GetDocument(ctx context.Context, req *gatewayv1.GetDocumentRequest) (*gatewayv1.Document, error) {
+	if err := requireID("id", req.GetId()); err != nil {
+		return nil, err
+	}
+	doc, err := d.s.cfg.Bridge.GetDocument(ctx, TenantFromContext(ctx), req.GetId(), req.GetIncludeEntities())
+	return doc, toStatus(err)
+}
+
+func (d *documentService) ListDocuments(ctx context.Context, req *gatewayv1.ListDocumentsRequest) (*gatewayv1.ListDocumentsResponse, error) {
+	if req.GetPageSize() < 0 {
+		return nil, status.Error(codes.InvalidArgument, "pageSize must be between 0 and 1000 (0 means the default, 50)")
+	}
+	resp, err := d.s.cfg.Bridge.ListDocuments(ctx, TenantFromContext(ctx), req)
+	return resp, toStatus(err)
+}
+
+func (d *documentService) WatchDocument(req *gatewayv1.WatchDocumentRequest, stream grpc.ServerStreamingServer[gatewayv1.WatchDocumentResponse]) error {
+	if err := requireID("id", req.GetId()); err != nil {
+		return err
+	}
+	ctx, cancel := d.s.streamContext(stream.Context())
+	defer cancel()
+	// Send headers now: REST clients and the WebSocket bridge learn that the
+	// call was accepted before the first update.
+	_ = stream.SendHeader(nil)
+	var last uint64
+	err := d.s.cfg.Bridge.Watch(ctx, TenantFromContext(ctx), req.GetId(), req.GetCursor(), func(r *gatewayv1.WatchDocumentResponse) error {
+		if seq := r.GetEvent().GetSeq(); seq > 0 {
+			last = seq
+		}
+		return stream.Send(r)
+	})
+	if err != nil && d.s.shuttingDown() {
+		return status.Errorf(codes.Unavailable, "server is shutting down: watch again with cursor=%d to resume", last+1)
+	}
+	return toStatus(err)
+}
+
+func (d *documentService) GetDocumentResult(ctx context.Context, req *gatewayv1.GetDocumentResultRequest) (*httpbody.HttpBody, error) {
+	if err := requireID("id", req.GetId()); err != nil {
+		return nil, err
+	}
+	ct, size, rc, err := d.s.cfg.Bridge.Result(ctx, TenantFromContext(ctx), req.GetId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	defer rc.Close()
+	// Leave room for the HttpBody framing and content type.
+	limit := int64(d.s.cfg.MaxSendMsgBytes) - 1024
+	if size > limit {
+		return nil, statusError(codes.ResourceExhausted, ReasonTooLarge, fmt.Sprintf(
+			"result of document %s is %d bytes, above the %d-byte response limit: ask the operator to raise --max-send-msg-bytes", req.GetId(), size, limit))
+	}
+	capHint := size
+	if capHint < 0 {
+		capHint = 0
+	}
+	buf := make([]byte, 0, capHint)
+	n, err := io.Copy(sliceWriter{&buf}, io.LimitReader(rc, limit+1))
+	if err != nil {
+		return nil, toStatus(fmt.Errorf("read result of document %s: %w", req.GetId(), err))
+	}
+	if n > limit {
+		return nil, statusError(codes.ResourceExhausted, ReasonTooLarge, fmt.Sprintf(
+			"result of document %s is larger than the %d-byte response limit: ask the operator to raise --max-send-msg-bytes", req.GetId(), limit))
+	}
+	if ct == "" {
+		ct = "application/octet-stream"
+	}
+	return &httpbody.HttpBody{ContentType: ct, Data: buf}, nil
+}
+
+// sliceWriter appends to a byte slice (bytes.Buffer without the doubling
+// beyond the known size).
+type sliceWriter struct{ b *[]byte }
+
+func (w sliceWriter) Write(p []byte) (int, error) {
+	*w.b = append(*w.b, p...)
+	return len(p), nil
+}
+
+func (d *documentService) CancelDocument(ctx context.Context, req *gatewayv1.CancelDocumentRequest) (*gatewayv1.Document, error) {
+	if err := requireID("id", req.GetId()); err != nil {
+		return nil, err
+	}
+	doc, err := d.s.cfg.Bridge.Cancel(ctx, TenantFromContext(ctx), req.GetId())
+	return doc, toStatus(err)
+}
+
+func (d *documentService) GetClaimCheck(ctx context.Context, req *gatewayv1.GetClaimCheckRequest) (*gatewayv1.ClaimCheck, error) {
+	if err := requireID("claimId", req.GetClaimId()); err != nil {
+		return nil, err
+	}
+	c, err := d.s.cfg.Bridge.GetClaim(ctx, TenantFromContext(ctx), req.GetClaimId())
+	return c, toStatus(err)
+}
+
+func (d *documentService) RedeemClaimCheck(ctx context.Context, req *gatewayv1.RedeemClaimCheckRequest) (*gatewayv1.ClaimCheck, error) {
+	if err := requireID("claimId", req.GetClaimId()); err != nil {
+		return nil, err
+	}
+	c, err := d.s.cfg.Bridge.Redeem(ctx, TenantFromContext(ctx), req.GetClaimId())
+	return c, toStatus(err)
+}

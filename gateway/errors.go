@@ -1,0 +1,95 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/pipestream/gateway/bridge"
+)
+
+// ErrorInfo reasons this API returns (google.rpc.ErrorInfo.reason, domain
+// "pipestream.gateway.v1"). Clients switch on these, not on messages.
+const (
+	ReasonClaimAlreadyRedeemed = "CLAIM_ALREADY_REDEEMED"
+	ReasonClaimExpired         = "CLAIM_EXPIRED"
+	ReasonTooLarge             = "TOO_LARGE"
+	ReasonFailedPrecondition   = "FAILED_PRECONDITION"
+	// ReasonFutureCursor and ReasonConsumerTooSlow use the AT sync draft's
+	// error names verbatim (draft-holmgren-at-synchronization-00, Error Frames).
+	ReasonFutureCursor    = "FutureCursor"
+	ReasonConsumerTooSlow = "ConsumerTooSlow"
+)
+
+// errorMapping lists, in match order, which bridge error becomes which gRPC
+// code and ErrorInfo reason ("" = no ErrorInfo).
+var errorMapping = []struct {
+	err    error
+	code   codes.Code
+	reason string
+}{
+	{bridge.ErrClaimRedeemed, codes.FailedPrecondition, ReasonClaimAlreadyRedeemed},
+	{bridge.ErrClaimExpired, codes.FailedPrecondition, ReasonClaimExpired},
+	{bridge.ErrFutureCursor, codes.OutOfRange, ReasonFutureCursor},
+	{bridge.ErrConsumerTooSlow, codes.ResourceExhausted, ReasonConsumerTooSlow},
+	{bridge.ErrNotFound, codes.NotFound, ""},
+	{bridge.ErrInvalid, codes.InvalidArgument, ""},
+	{bridge.ErrConflict, codes.AlreadyExists, ""},
+	{bridge.ErrFailedPrecondition, codes.FailedPrecondition, ReasonFailedPrecondition},
+	{bridge.ErrTooLarge, codes.InvalidArgument, ReasonTooLarge},
+	{bridge.ErrUnavailable, codes.Unavailable, ""},
+	{bridge.ErrResourceExhausted, codes.ResourceExhausted, ""},
+}
+
+// toStatus converts an error from the bridge (or the gateway itself) into a
+// gRPC status error. Errors that already carry a status pass through; the
+// bridge's message, which says what to fix, is kept verbatim.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	for _, m := range errorMapping {
+		if errors.Is(err, m.err) {
+			return statusError(m.code, m.reason, err.Error())
+		}
+	}
+	switch {
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+// statusError builds a status with an optional ErrorInfo detail.
+func statusError(code codes.Code, reason, msg string) error {
+	st := status.New(code, msg)
+	if reason == "" {
+		return st.Err()
+	}
+	if withInfo, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: errorDomain}); err == nil {
+		st = withInfo
+	}
+	return st.Err()
+}
+
+// errorReason returns the ErrorInfo reason of a status error, or "".
+func errorReason(err error) string {
+	st, ok := status.FromError(err)
+	if !ok {
+		return ""
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info.GetReason()
+		}
+	}
+	return ""
+}

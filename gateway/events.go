@@ -1,0 +1,92 @@
+package gateway
+
+import (
+	"context"
+	"net"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/pipestream/gateway/bridge"
+	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
+)
+
+// eventService implements gatewayv1.EventServiceServer over bridge.EventLog.
+type eventService struct {
+	gatewayv1.UnimplementedEventServiceServer
+	s *Server
+}
+
+// SubscribeEvents follows the event log with the AT sync cursor rules
+// (bridge.EventLog.Subscribe). FutureCursor becomes OutOfRange with ErrorInfo
+// reason "FutureCursor"; ConsumerTooSlow becomes ResourceExhausted with
+// reason "ConsumerTooSlow"; OutdatedCursor arrives as an "#info" event.
+func (e *eventService) SubscribeEvents(req *gatewayv1.SubscribeEventsRequest, stream grpc.ServerStreamingServer[gatewayv1.Event]) error {
+	for _, k := range req.GetKinds() {
+		if !strings.HasPrefix(k, "#") {
+			return status.Errorf(codes.InvalidArgument, "kinds: %q is not an event kind; use #status, #document, #claim, #sync or #info", k)
+		}
+	}
+	ctx, cancel := e.s.streamContext(stream.Context())
+	defer cancel()
+	_ = stream.SendHeader(nil)
+	var cursor *uint64
+	if req.Cursor != nil {
+		c := req.GetCursor()
+		cursor = &c
+	}
+	filter := bridge.EventFilter{Kinds: req.GetKinds(), DocumentID: req.GetDocumentId()}
+	var last uint64
+	err := e.s.cfg.Bridge.Events().Subscribe(ctx, TenantFromContext(ctx), clientKey(ctx), cursor, filter, func(ev *gatewayv1.Event) error {
+		if ev.GetSeq() > 0 {
+			last = ev.GetSeq()
+		}
+		return stream.Send(ev)
+	})
+	if err != nil && e.s.shuttingDown() {
+		if last > 0 {
+			return status.Errorf(codes.Unavailable, "server is shutting down: subscribe again with cursor=%d to resume", last+1)
+		}
+		return status.Error(codes.Unavailable, "server is shutting down: subscribe again later")
+	}
+	return toStatus(err)
+}
+
+func (e *eventService) GetEventWindow(ctx context.Context, _ *gatewayv1.GetEventWindowRequest) (*gatewayv1.EventWindow, error) {
+	w, err := e.s.cfg.Bridge.Events().Window(ctx)
+	return w, toStatus(err)
+}
+
+func (e *eventService) GetSnapshot(ctx context.Context, _ *gatewayv1.GetSnapshotRequest) (*gatewayv1.Snapshot, error) {
+	snap, err := e.s.cfg.Bridge.Events().Snapshot(ctx, TenantFromContext(ctx))
+	return snap, toStatus(err)
+}
+
+// clientKey identifies a subscriber for the event log's retention tracking
+// (the log hashes it with a rotating salt). It is the tenant plus the
+// client's x-client-id metadata if sent, else the first X-Forwarded-For hop
+// (set by the REST proxy and the WebSocket route), else the peer's IP. It is
+// a retention hint, not a security boundary.
+func clientKey(ctx context.Context) string {
+	tenant := string(TenantFromContext(ctx))
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get("x-client-id"); len(v) > 0 && v[0] != "" {
+		return tenant + "|id:" + v[0]
+	}
+	if v := md.Get("x-forwarded-for"); len(v) > 0 && v[0] != "" {
+		first, _, _ := strings.Cut(v[0], ",")
+		return tenant + "|ip:" + strings.TrimSpace(first)
+	}
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		host, _, err := net.SplitHostPort(p.Addr.String())
+		if err != nil {
+			host = p.Addr.String()
+		}
+		return tenant + "|ip:" + host
+	}
+	return tenant + "|unknown"
+}

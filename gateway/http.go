@@ -1,0 +1,140 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/textproto"
+	"strings"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
+)
+
+// httpHandler builds the HTTP routes:
+//
+//	POST /v1/documents:upload   raw body streamed into UploadDocument (upload_http.go)
+//	GET  /v1/events/ws          WebSocket event stream, AT sync CBOR frames (websocket.go)
+//	GET  /healthz               200 when ready, 503 + reason otherwise
+//	GET  /metrics               Prometheus
+//	/openapi.json, /docs/       Config.Docs
+//	everything else             grpc-gateway REST mux over the gRPC client connection
+func (s *Server) httpHandler() (http.Handler, error) {
+	s.gwMux = runtime.NewServeMux(
+		runtime.WithIncomingHeaderMatcher(incomingHeader),
+		runtime.WithOutgoingHeaderMatcher(outgoingHeader),
+		runtime.WithErrorHandler(httpErrorHandler),
+	)
+	ctx := context.Background()
+	if err := gatewayv1.RegisterDocumentServiceHandler(ctx, s.gwMux, s.conn); err != nil {
+		return nil, fmt.Errorf("gateway: register REST handlers: %w", err)
+	}
+	if err := gatewayv1.RegisterEventServiceHandler(ctx, s.gwMux, s.conn); err != nil {
+		return nil, fmt.Errorf("gateway: register REST handlers: %w", err)
+	}
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/documents:upload", s.handleUpload)
+	mux.HandleFunc("GET /v1/events/ws", s.handleEventsWS)
+	mux.HandleFunc("GET /healthz", s.handleHealthz)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{ErrorLog: slogPrintln{s}}))
+	if s.cfg.Docs != nil {
+		mux.Handle("/openapi.json", s.cfg.Docs)
+		mux.Handle("/docs/", s.cfg.Docs)
+	}
+	mux.Handle("/", s.limitBody(s.gwMux))
+	return mux, nil
+}
+
+type slogPrintln struct{ s *Server }
+
+func (l slogPrintln) Println(v ...any) { l.s.log.Warn("metrics handler", "error", fmt.Sprint(v...)) }
+
+// incomingHeader forwards Authorization and X-Request-Id as the plain gRPC
+// metadata keys the interceptors read; other headers follow grpc-gateway's
+// default (Grpc-Metadata-* stripped, permanent headers prefixed).
+func incomingHeader(key string) (string, bool) {
+	switch textproto.CanonicalMIMEHeaderKey(key) {
+	case "Authorization":
+		return "authorization", true
+	case "X-Request-Id":
+		return requestIDHeader, true
+	case "X-Client-Id":
+		return "x-client-id", true
+	}
+	return runtime.DefaultHeaderMatcher(key)
+}
+
+// outgoingHeader returns the request id as X-Request-Id; other response
+// metadata keeps grpc-gateway's Grpc-Metadata- prefix.
+func outgoingHeader(key string) (string, bool) {
+	if strings.EqualFold(key, requestIDHeader) {
+		return "X-Request-Id", true
+	}
+	return runtime.MetadataHeaderPrefix + key, true
+}
+
+// httpErrorHandler is grpc-gateway's default (a JSON google.rpc.Status with
+// the code's HTTP status) except that TOO_LARGE errors answer 413.
+func httpErrorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+	if errorReason(err) == ReasonTooLarge {
+		w = statusOverride{ResponseWriter: w, code: http.StatusRequestEntityTooLarge}
+	}
+	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
+}
+
+type statusOverride struct {
+	http.ResponseWriter
+	code int
+}
+
+func (s statusOverride) WriteHeader(int) { s.ResponseWriter.WriteHeader(s.code) }
+
+// limitBody caps JSON request bodies: a declared Content-Length above the
+// limit is refused with 413 up front, a chunked body is cut at the limit.
+func (s *Server) limitBody(h http.Handler) http.Handler {
+	limit := s.cfg.MaxJSONBodyBytes
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > limit {
+			s.writeStatus(w, r, http.StatusRequestEntityTooLarge, statusError(codes.InvalidArgument, ReasonTooLarge,
+				fmt.Sprintf("request body is %d bytes, above the %d-byte limit for JSON requests: stream large documents to POST /v1/documents:upload", r.ContentLength, limit)))
+			return
+		}
+		if r.Body != nil {
+			r.Body = http.MaxBytesReader(w, r.Body, limit)
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// writeStatus writes err (a status error) as grpc-gateway would, with an
+// explicit HTTP status.
+func (s *Server) writeStatus(w http.ResponseWriter, r *http.Request, httpCode int, err error) {
+	_, m := runtime.MarshalerForRequest(s.gwMux, r)
+	body, merr := m.Marshal(status.Convert(err).Proto())
+	if merr != nil {
+		http.Error(w, status.Convert(err).Message(), httpCode)
+		return
+	}
+	w.Header().Set("Content-Type", m.ContentType(nil))
+	w.WriteHeader(httpCode)
+	_, _ = w.Write(body)
+}
+
+// handleHealthz answers 200 {"status":"SERVING"} when the bridge has a peer
+// session and the server is not shutting down, else 503 with the reason.
+func (s *Server) handleHealthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	if err := s.ready(); err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_ = json.NewEncoder(w).Encode(map[string]string{"status": "NOT_SERVING", "reason": err.Error()})
+		return
+	}
+	_ = json.NewEncoder(w).Encode(map[string]string{"status": "SERVING"})
+}

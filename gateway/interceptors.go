@@ -1,0 +1,204 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"runtime/debug"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// The interceptor chain, outermost first (STYLE.md, OpenFGA): recovery,
+// request id, logging, metrics, auth (+ limiter). Recovery is first so that a
+// panic anywhere below, interceptors included, becomes codes.Internal.
+
+func (s *Server) unaryInterceptors() []grpc.UnaryServerInterceptor {
+	return []grpc.UnaryServerInterceptor{
+		s.recoverUnary, requestIDUnary, s.logUnary, s.metrics.unary, s.authUnary,
+	}
+}
+
+func (s *Server) streamInterceptors() []grpc.StreamServerInterceptor {
+	return []grpc.StreamServerInterceptor{
+		s.recoverStream, requestIDStream, s.logStream, s.metrics.stream, s.authStream,
+	}
+}
+
+// wrappedStream replaces the context of a server stream.
+type wrappedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (w *wrappedStream) Context() context.Context { return w.ctx }
+
+// --- recovery ---
+
+func (s *Server) recovered(ctx context.Context, method string, p any) error {
+	s.metrics.panics.WithLabelValues(method).Inc()
+	rid := incomingRequestID(ctx)
+	s.log.Error("panic in gRPC handler", "method", method, "request_id", rid,
+		"panic", p, "stack", string(debug.Stack()))
+	return status.Errorf(codes.Internal, "internal error: the server failed while handling %s (request id %q); it was logged, please report it", method, rid)
+}
+
+func (s *Server) recoverUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			resp, err = nil, s.recovered(ctx, info.FullMethod, p)
+		}
+	}()
+	return h(ctx, req)
+}
+
+func (s *Server) recoverStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = s.recovered(ss.Context(), info.FullMethod, p)
+		}
+	}()
+	return h(srv, ss)
+}
+
+// --- request id ---
+
+// incomingRequestID returns the caller's x-request-id if it is acceptable.
+func incomingRequestID(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, v := range md.Get(requestIDHeader) {
+		if validRequestID(v) {
+			return v
+		}
+	}
+	return ""
+}
+
+// validRequestID accepts 1..128 visible ASCII characters, so that ids are
+// safe to log and echo.
+func validRequestID(v string) bool {
+	if v == "" || len(v) > maxRequestIDLen {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] < 0x21 || v[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func requestIDContext(ctx context.Context) (context.Context, string) {
+	rid := incomingRequestID(ctx)
+	if rid == "" {
+		rid = newRequestID()
+	}
+	return withCallInfo(ctx, &callInfo{requestID: rid}), rid
+}
+
+func requestIDUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	ctx, rid := requestIDContext(ctx)
+	_ = grpc.SetHeader(ctx, metadata.Pairs(requestIDHeader, rid))
+	return h(ctx, req)
+}
+
+func requestIDStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	ctx, rid := requestIDContext(ss.Context())
+	_ = ss.SetHeader(metadata.Pairs(requestIDHeader, rid))
+	return h(srv, &wrappedStream{ServerStream: ss, ctx: ctx})
+}
+
+// --- logging ---
+
+func (s *Server) logCall(ctx context.Context, method string, start time.Time, err error) {
+	code := status.Code(err)
+	level := slog.LevelInfo
+	switch code {
+	case codes.Internal, codes.Unknown, codes.DataLoss, codes.Unimplemented:
+		level = slog.LevelError
+	}
+	if skipAuth(method) && code == codes.OK {
+		level = slog.LevelDebug
+	}
+	if !s.log.Enabled(ctx, level) {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("method", method),
+		slog.String("code", code.String()),
+		slog.Duration("duration", time.Since(start)),
+	}
+	if ci := callInfoFrom(ctx); ci != nil {
+		attrs = append(attrs, slog.String("request_id", ci.requestID), slog.String("tenant", string(ci.tenant)))
+	}
+	if err != nil {
+		attrs = append(attrs, slog.String("error", status.Convert(err).Message()))
+	}
+	s.log.LogAttrs(ctx, level, "grpc call", attrs...)
+}
+
+func (s *Server) logUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	start := time.Now()
+	resp, err := h(ctx, req)
+	s.logCall(ctx, info.FullMethod, start, err)
+	return resp, err
+}
+
+func (s *Server) logStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	start := time.Now()
+	err := h(srv, ss)
+	s.logCall(ss.Context(), info.FullMethod, start, err)
+	return err
+}
+
+// --- auth (last) ---
+
+func (s *Server) authenticate(ctx context.Context, method string) error {
+	if skipAuth(method) {
+		return nil
+	}
+	tenant, err := s.cfg.Authenticator.Authenticate(ctx, bearerToken(ctx))
+	if err != nil {
+		if st, ok := status.FromError(err); ok && (st.Code() == codes.Unauthenticated || st.Code() == codes.PermissionDenied) {
+			return err
+		}
+		return status.Errorf(codes.Unauthenticated, "authentication failed: %v", err)
+	}
+	if ci := callInfoFrom(ctx); ci != nil {
+		ci.tenant = tenant
+	}
+	if s.cfg.Limiter != nil {
+		if err := s.cfg.Limiter.Allow(ctx, tenant, method); err != nil {
+			if _, ok := status.FromError(err); ok {
+				return err
+			}
+			return status.Error(codes.ResourceExhausted, err.Error())
+		}
+	}
+	return nil
+}
+
+func (s *Server) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if err := s.authenticate(ctx, info.FullMethod); err != nil {
+		return nil, err
+	}
+	return h(ctx, req)
+}
+
+func (s *Server) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if err := s.authenticate(ss.Context(), info.FullMethod); err != nil {
+		return err
+	}
+	return h(srv, ss)
+}

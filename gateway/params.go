@@ -1,0 +1,63 @@
+package gateway
+
+import "time"
+
+// Tunables. Each has one line of rationale; Config fields override the ones
+// that operators need to change.
+const (
+	// DefaultGRPCAddr and DefaultHTTPAddr listen on loopback only: with no
+	// authentication configured the server must not be reachable from other
+	// hosts (DESIGN.md section 7).
+	DefaultGRPCAddr = "127.0.0.1:9090"
+	DefaultHTTPAddr = "127.0.0.1:8080"
+
+	// DefaultMaxRecvMsgBytes bounds one inbound gRPC message; uploads stream
+	// in chunks, so nothing legitimate needs more than a few MiB.
+	DefaultMaxRecvMsgBytes = 16 << 20
+	// DefaultMaxSendMsgBytes bounds one outbound gRPC message; it is also the
+	// largest result GetDocumentResult returns in one HttpBody.
+	DefaultMaxSendMsgBytes = 64 << 20
+	// DefaultMaxUploadBytes caps one REST upload body and one gRPC upload
+	// stream (the bridge applies its own MaxDocumentBytes as well).
+	DefaultMaxUploadBytes = 1 << 30
+	// DefaultMaxJSONBodyBytes caps every other REST request body; inline
+	// SubmitDocument content is base64 inside it.
+	DefaultMaxJSONBodyBytes = 32 << 20
+
+	// uploadChunkBytes is the size of one UploadDocument message the REST
+	// upload handler sends: big enough to amortize framing, small enough to
+	// stay far below the message limit and keep memory per upload flat.
+	uploadChunkBytes = 256 << 10
+
+	// DefaultReadHeaderTimeout defeats slowloris clients that trickle headers.
+	DefaultReadHeaderTimeout = 10 * time.Second
+	// DefaultIdleTimeout closes keep-alive connections nobody uses.
+	DefaultIdleTimeout = 120 * time.Second
+	// DefaultShutdownTimeout is how long Shutdown drains before forcing.
+	DefaultShutdownTimeout = 30 * time.Second
+
+	// healthPollInterval is how often bridge.Ready() is mirrored into the
+	// grpc.health.v1 status; cheap and fast enough for load balancers.
+	healthPollInterval = time.Second
+
+	// wsMaxFrameBytes: draft-holmgren-at-synchronization-00, Frame Format:
+	// "A frame MUST NOT exceed 5 MB in total size".
+	wsMaxFrameBytes = 5_000_000
+	// wsPingInterval keeps NAT bindings alive and detects dead consumers.
+	wsPingInterval = 20 * time.Second
+	// wsPongTimeout is how long a consumer has to answer a ping.
+	wsPongTimeout = 10 * time.Second
+	// wsWriteTimeout: a consumer that cannot take one frame in this time is
+	// too slow; the event log's own ConsumerTooSlow check normally fires first.
+	wsWriteTimeout = 30 * time.Second
+
+	// requestIDHeader is the metadata key (and HTTP header) carrying the
+	// request id in and out.
+	requestIDHeader = "x-request-id"
+	// maxRequestIDLen bounds a client-supplied request id; longer ones are
+	// replaced, not trusted.
+	maxRequestIDLen = 128
+
+	// errorDomain is the ErrorInfo domain of every error this API returns.
+	errorDomain = "pipestream.gateway.v1"
+)

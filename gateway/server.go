@@ -1,0 +1,317 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
+)
+
+// Server runs the public API: a gRPC listener (DocumentService,
+// EventService, grpc.health.v1, reflection) and an HTTP listener (the
+// grpc-gateway REST mux dialing the gRPC listener, the streaming upload
+// route, the WebSocket event stream, /healthz, /metrics, /openapi.json,
+// /docs/). DESIGN.md sections 4 and 7.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics *grpcMetrics
+
+	grpc   *grpc.Server
+	health *health.Server
+	gwMux  *runtime.ServeMux
+	http   *http.Server
+	conn   *grpc.ClientConn // REST proxy -> gRPC listener
+
+	grpcLis, httpLis net.Listener
+
+	// streams is cancelled at shutdown so that watch, subscribe and
+	// WebSocket streams end with Unavailable instead of holding
+	// GracefulStop until its deadline.
+	streams       context.Context
+	cancelStreams context.CancelFunc
+
+	draining  atomic.Bool
+	started   atomic.Bool
+	stopOnce  sync.Once
+	bg        sync.WaitGroup // serve loops, health poller
+	ws        sync.WaitGroup // WebSocket handlers (hijacked, not tracked by http.Server)
+	serveErrs chan error
+	stopPoll  chan struct{}
+}
+
+// New builds a Server from cfg (see Config for defaults). It registers the
+// services but does not listen; call Start or Serve.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	m, err := newGRPCMetrics(cfg.Registry)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: register metrics: %w", err)
+	}
+	s := &Server{
+		cfg:       cfg,
+		log:       cfg.Logger,
+		metrics:   m,
+		serveErrs: make(chan error, 2),
+		stopPoll:  make(chan struct{}),
+	}
+	s.streams, s.cancelStreams = context.WithCancel(context.Background())
+
+	opts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgBytes),
+		grpc.MaxSendMsgSize(cfg.MaxSendMsgBytes),
+		grpc.ChainUnaryInterceptor(s.unaryInterceptors()...),
+		grpc.ChainStreamInterceptor(s.streamInterceptors()...),
+	}
+	if cfg.MaxConcurrentStreams > 0 {
+		opts = append(opts, grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams))
+	}
+	if cfg.GRPCTLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.GRPCTLS)))
+	}
+	s.grpc = grpc.NewServer(opts...)
+	gatewayv1.RegisterDocumentServiceServer(s.grpc, &documentService{s: s})
+	gatewayv1.RegisterEventServiceServer(s.grpc, &eventService{s: s})
+	s.health = health.NewServer()
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	reflection.Register(s.grpc)
+	s.setHealth()
+	return s, nil
+}
+
+// Start listens (unless listeners were given), dials the gRPC listener for
+// the REST proxy and serves both listeners in the background. It returns
+// once both accept connections.
+func (s *Server) Start() error {
+	if !s.started.CompareAndSwap(false, true) {
+		return errors.New("gateway: Start called twice")
+	}
+	var err error
+	if s.grpcLis = s.cfg.GRPCListener; s.grpcLis == nil {
+		if s.grpcLis, err = net.Listen("tcp", s.cfg.GRPCAddr); err != nil {
+			return fmt.Errorf("gateway: listen gRPC on %s: %w (pick a free port with --grpc-addr)", s.cfg.GRPCAddr, err)
+		}
+	}
+	if s.httpLis = s.cfg.HTTPListener; s.httpLis == nil {
+		if s.httpLis, err = net.Listen("tcp", s.cfg.HTTPAddr); err != nil {
+			s.grpcLis.Close()
+			return fmt.Errorf("gateway: listen HTTP on %s: %w (pick a free port with --http-addr)", s.cfg.HTTPAddr, err)
+		}
+	}
+	creds := insecure.NewCredentials()
+	if s.cfg.InternalDialTLS != nil {
+		creds = credentials.NewTLS(s.cfg.InternalDialTLS)
+	}
+	s.conn, err = grpc.NewClient(dialTarget(s.grpcLis.Addr()),
+		grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(
+			grpc.MaxCallRecvMsgSize(s.cfg.MaxSendMsgBytes),
+			grpc.MaxCallSendMsgSize(s.cfg.MaxRecvMsgBytes)))
+	if err != nil {
+		s.grpcLis.Close()
+		s.httpLis.Close()
+		return fmt.Errorf("gateway: dial own gRPC listener: %w", err)
+	}
+	handler, err := s.httpHandler()
+	if err != nil {
+		s.conn.Close()
+		s.grpcLis.Close()
+		s.httpLis.Close()
+		return err
+	}
+	s.http = &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		TLSConfig:         s.cfg.HTTPTLS,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+
+	s.bg.Add(3)
+	go func() {
+		defer s.bg.Done()
+		if err := s.grpc.Serve(s.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			s.serveErrs <- fmt.Errorf("gateway: gRPC serve: %w", err)
+		}
+	}()
+	go func() {
+		defer s.bg.Done()
+		var err error
+		if s.cfg.HTTPTLS != nil {
+			err = s.http.ServeTLS(s.httpLis, "", "")
+		} else {
+			err = s.http.Serve(s.httpLis)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.serveErrs <- fmt.Errorf("gateway: HTTP serve: %w", err)
+		}
+	}()
+	go func() {
+		defer s.bg.Done()
+		s.pollHealth()
+	}()
+
+	s.log.Info("gateway listening", "grpc", s.GRPCAddr(), "http", s.HTTPAddr(),
+		"rest", "http://"+s.HTTPAddr()+"/v1/documents", "docs", "http://"+s.HTTPAddr()+"/docs/",
+		"metrics", "http://"+s.HTTPAddr()+"/metrics")
+	if _, isNoAuth := s.cfg.Authenticator.(NoAuth); isNoAuth {
+		if isLoopback(s.GRPCAddr()) && isLoopback(s.HTTPAddr()) {
+			s.log.Info("no authentication configured: listening on loopback only")
+		} else {
+			s.log.Warn("no authentication configured but listening beyond loopback: anyone who can reach these ports can use the API",
+				"grpc", s.GRPCAddr(), "http", s.HTTPAddr())
+		}
+	}
+	return nil
+}
+
+// Serve starts the server and blocks until ctx ends (then shuts down within
+// shutdownTimeout) or a listener fails.
+func (s *Server) Serve(ctx context.Context, shutdownTimeout time.Duration) error {
+	if err := s.Start(); err != nil {
+		return err
+	}
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-s.serveErrs:
+	}
+	if shutdownTimeout <= 0 {
+		shutdownTimeout = DefaultShutdownTimeout
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	return errors.Join(serveErr, s.Shutdown(sctx))
+}
+
+// GRPCAddr is the gRPC listener's address ("" before Start).
+func (s *Server) GRPCAddr() string {
+	if s.grpcLis == nil {
+		return ""
+	}
+	return s.grpcLis.Addr().String()
+}
+
+// HTTPAddr is the HTTP listener's address ("" before Start).
+func (s *Server) HTTPAddr() string {
+	if s.httpLis == nil {
+		return ""
+	}
+	return s.httpLis.Addr().String()
+}
+
+// Shutdown stops the server within ctx: it stops intake (health
+// NOT_SERVING, /healthz 503), closes the bridge (GOAWAY to the peer, drain),
+// ends open event streams, then GracefulStop on gRPC (Stop when ctx ends)
+// and Shutdown on HTTP (Close when ctx ends). Safe to call more than once.
+func (s *Server) Shutdown(ctx context.Context) error {
+	var errs []error
+	s.stopOnce.Do(func() {
+		start := time.Now()
+		s.draining.Store(true)
+		s.health.Shutdown()
+		close(s.stopPoll)
+		s.log.Info("gateway shutting down: intake stopped")
+
+		if err := s.cfg.Bridge.Close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("gateway: close bridge: %w", err))
+		}
+		s.cancelStreams()
+
+		if s.started.Load() {
+			done := make(chan struct{})
+			go func() { s.grpc.GracefulStop(); close(done) }()
+			select {
+			case <-done:
+			case <-ctx.Done():
+				s.log.Warn("gRPC graceful stop timed out; closing remaining RPCs")
+				s.grpc.Stop()
+				<-done
+			}
+			if err := s.http.Shutdown(ctx); err != nil {
+				s.http.Close()
+				errs = append(errs, fmt.Errorf("gateway: HTTP shutdown: %w", err))
+			}
+			wsDone := make(chan struct{})
+			go func() { s.ws.Wait(); close(wsDone) }()
+			select {
+			case <-wsDone:
+			case <-ctx.Done():
+			}
+			s.conn.Close()
+		} else {
+			s.grpc.Stop()
+		}
+		s.bg.Wait()
+		s.log.Info("gateway stopped", "took", time.Since(start).Round(time.Millisecond))
+	})
+	return errors.Join(errs...)
+}
+
+// setHealth mirrors bridge.Ready() into grpc.health.v1 for the server ("")
+// and each service.
+func (s *Server) setHealth() {
+	st := healthpb.HealthCheckResponse_SERVING
+	if s.cfg.Bridge.Ready() != nil {
+		st = healthpb.HealthCheckResponse_NOT_SERVING
+	}
+	for _, svc := range []string{"", gatewayv1.DocumentService_ServiceDesc.ServiceName, gatewayv1.EventService_ServiceDesc.ServiceName} {
+		s.health.SetServingStatus(svc, st)
+	}
+}
+
+func (s *Server) pollHealth() {
+	t := time.NewTicker(healthPollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopPoll:
+			return
+		case <-t.C:
+			s.setHealth()
+		}
+	}
+}
+
+// ready reports why the server cannot take work (nil: it can).
+func (s *Server) ready() error {
+	if s.draining.Load() {
+		return errors.New("shutting down")
+	}
+	return s.cfg.Bridge.Ready()
+}
+
+// streamContext derives a stream handler's context that also ends at
+// shutdown; shuttingDown tells the two causes apart.
+func (s *Server) streamContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(s.streams, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+func (s *Server) shuttingDown() bool { return s.streams.Err() != nil }
+
+// dialTarget turns a listener address into a grpc.NewClient target.
+func dialTarget(a net.Addr) string {
+	if tcp, ok := a.(*net.TCPAddr); ok && tcp.IP.IsUnspecified() {
+		return fmt.Sprintf("passthrough:///127.0.0.1:%d", tcp.Port)
+	}
+	return "passthrough:///" + a.String()
+}
