@@ -406,7 +406,9 @@ func (s *Store) ResultPath(docID string) string { return s.payloadPath(resultDir
 
 // CreateSpool starts writing the spool file of docID (see PayloadFile).
 // docID must be a non-empty [A-Za-z0-9_-] string (ErrInvalid otherwise).
-func (s *Store) CreateSpool(docID string) (*PayloadFile, error) { return s.createPayload(spoolDir, docID) }
+func (s *Store) CreateSpool(docID string) (*PayloadFile, error) {
+	return s.createPayload(spoolDir, docID)
+}
 
 // CreateResult starts writing the result file of docID (see PayloadFile).
 func (s *Store) CreateResult(docID string) (*PayloadFile, error) {

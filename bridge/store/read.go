@@ -1,0 +1,489 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
+)
+
+// querier is what reads need: *sql.DB, *sql.Tx and *sql.Conn all qualify.
+type querier interface {
+	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
+}
+
+const docCols = `tenant, id, body_hash, spool_path, result_path, result_content_type,
+	dispatch_attempts, private, body, create_time`
+
+const claimCols = `claim_id, tenant, doc_id, entity_id, scope_id, state, expire_time, create_time, redeem_time`
+
+const entityCols = `scope_id, entity_id, parent_id, depth, status, chunk_index, chunk_offset, size, checksum, attempts, message`
+
+type scanner interface{ Scan(dest ...any) error }
+
+// scanDoc reads one docCols row; it also returns create_time (the page key).
+func scanDoc(row scanner) (*DocumentRecord, int64, error) {
+	var (
+		rec  DocumentRecord
+		id   string
+		body []byte
+		ct   int64
+	)
+	if err := row.Scan(&rec.Tenant, &id, &rec.BodyHash, &rec.SpoolPath, &rec.ResultPath,
+		&rec.ResultContentType, &rec.DispatchAttempts, &rec.Private, &body, &ct); err != nil {
+		return nil, 0, err
+	}
+	rec.Doc = new(gatewayv1.Document)
+	if err := proto.Unmarshal(body, rec.Doc); err != nil {
+		return nil, 0, fmt.Errorf("store: decode document %s: %w", id, err)
+	}
+	return &rec, ct, nil
+}
+
+func scanClaim(row scanner) (*ClaimRecord, error) {
+	var (
+		c                  gatewayv1.ClaimCheck
+		rec                ClaimRecord
+		state              int32
+		expire, ct, redeem int64
+	)
+	if err := row.Scan(&c.ClaimId, &rec.Tenant, &c.DocumentId, &c.EntityId, &c.ScopeId, &state,
+		&expire, &ct, &redeem); err != nil {
+		return nil, err
+	}
+	c.State = gatewayv1.ClaimCheck_ClaimState(state)
+	c.ExpireTime = tsFromNanos(expire)
+	c.CreateTime = tsFromNanos(ct)
+	c.RedeemTime = tsFromNanos(redeem)
+	rec.Claim = &c
+	return &rec, nil
+}
+
+func scanEntity(row scanner) (*gatewayv1.Entity, error) {
+	var (
+		e            gatewayv1.Entity
+		status       int32
+		offset, size int64
+	)
+	if err := row.Scan(&e.ScopeId, &e.EntityId, &e.ParentId, &e.Depth, &status, &e.ChunkIndex,
+		&offset, &size, &e.Checksum, &e.Attempts, &e.Message); err != nil {
+		return nil, err
+	}
+	e.Status = gatewayv1.EntityStatus(status)
+	e.ChunkOffset, e.SizeBytes = uint64(offset), uint64(size)
+	return &e, nil
+}
+
+func tsNanos(t *timestamppb.Timestamp) int64 {
+	if t == nil {
+		return 0
+	}
+	return t.AsTime().UnixNano()
+}
+
+func tsFromNanos(n int64) *timestamppb.Timestamp {
+	if n == 0 {
+		return nil
+	}
+	return timestamppb.New(time.Unix(0, n))
+}
+
+// readDocumentTx reads a document with its digests and claims on the writer
+// connection (inside the writer's transaction).
+func (s *impl) readDocumentTx(ctx context.Context, tenant, id string) (*DocumentRecord, error) {
+	return readDocument(ctx, s.wconn, tenant, id, false)
+}
+
+func readDocument(ctx context.Context, q querier, tenant, id string, withEntities bool) (*DocumentRecord, error) {
+	rec, _, err := scanDoc(q.QueryRowContext(ctx, "SELECT "+docCols+" FROM documents WHERE id = ? AND tenant = ?", id, tenant))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("%w: document %s", ErrNotFound, id)
+	} else if err != nil {
+		return nil, fmt.Errorf("store: read document %s: %w", id, err)
+	}
+	if err := fillChildren(ctx, q, rec, withEntities); err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
+// fillChildren sets Digests, ClaimChecks and (optionally) Entities.
+func fillChildren(ctx context.Context, q querier, rec *DocumentRecord, withEntities bool) error {
+	id := rec.Doc.GetId()
+	rows, err := q.QueryContext(ctx, "SELECT body FROM digests WHERE doc_id = ? ORDER BY scope_id", id)
+	if err != nil {
+		return fmt.Errorf("store: read digests of %s: %w", id, err)
+	}
+	for rows.Next() {
+		var b []byte
+		if err := rows.Scan(&b); err != nil {
+			rows.Close()
+			return err
+		}
+		d := new(gatewayv1.ScopeDigest)
+		if err := proto.Unmarshal(b, d); err != nil {
+			rows.Close()
+			return fmt.Errorf("store: decode digest of %s: %w", id, err)
+		}
+		rec.Doc.Digests = append(rec.Doc.Digests, d)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	rows, err = q.QueryContext(ctx, "SELECT "+claimCols+" FROM claims WHERE doc_id = ? ORDER BY create_time, claim_id", id)
+	if err != nil {
+		return fmt.Errorf("store: read claims of %s: %w", id, err)
+	}
+	for rows.Next() {
+		c, err := scanClaim(rows)
+		if err != nil {
+			rows.Close()
+			return err
+		}
+		rec.Doc.ClaimChecks = append(rec.Doc.ClaimChecks, c.Claim)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if withEntities {
+		ents, err := readEntities(ctx, q, id)
+		if err != nil {
+			return err
+		}
+		rec.Doc.Entities = ents
+	}
+	return nil
+}
+
+func readEntities(ctx context.Context, q querier, docID string) ([]*gatewayv1.Entity, error) {
+	rows, err := q.QueryContext(ctx, "SELECT "+entityCols+" FROM entities WHERE doc_id = ? ORDER BY scope_id, entity_id", docID)
+	if err != nil {
+		return nil, fmt.Errorf("store: read entities of %s: %w", docID, err)
+	}
+	defer rows.Close()
+	var out []*gatewayv1.Entity
+	for rows.Next() {
+		e, err := scanEntity(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// readTx runs fn in one read transaction (one consistent WAL snapshot).
+func (s *impl) readTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := s.rdb.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("store: begin read: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // read-only
+	return fn(tx)
+}
+
+func (s *impl) getDocument(ctx context.Context, tenant, id string, withEntities bool) (rec *DocumentRecord, err error) {
+	err = s.readTx(ctx, func(tx *sql.Tx) error {
+		rec, err = readDocument(ctx, tx, tenant, id, withEntities)
+		return err
+	})
+	return rec, err
+}
+
+// Page token: base64url(version | state (1 byte) | create_time (8 bytes BE) | id).
+const pageTokenVersion = 1
+
+func encodePageToken(state gatewayv1.State, ct int64, id string) string {
+	b := make([]byte, 0, 10+len(id))
+	b = append(b, pageTokenVersion, byte(state))
+	b = binary.BigEndian.AppendUint64(b, uint64(ct))
+	b = append(b, id...)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodePageToken(tok string, state gatewayv1.State) (int64, string, error) {
+	if len(tok) > base64.RawURLEncoding.EncodedLen(10+maxDocIDLen) {
+		return 0, "", fmt.Errorf("%w: too long", ErrBadPageToken)
+	}
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil {
+		return 0, "", fmt.Errorf("%w: not base64url", ErrBadPageToken)
+	}
+	if len(b) < 11 || b[0] != pageTokenVersion {
+		return 0, "", fmt.Errorf("%w: malformed; pass next_page_token back unchanged", ErrBadPageToken)
+	}
+	if b[1] != byte(state) {
+		return 0, "", fmt.Errorf("%w: issued for another state filter; restart paging without a token", ErrBadPageToken)
+	}
+	id := string(b[10:])
+	if !utf8.ValidString(id) {
+		return 0, "", fmt.Errorf("%w: malformed", ErrBadPageToken)
+	}
+	return int64(binary.BigEndian.Uint64(b[2:10])), id, nil
+}
+
+func (s *impl) listDocuments(ctx context.Context, tenant string, lq ListQuery) ([]*DocumentRecord, string, error) {
+	if lq.State < 0 || int(lq.State) > 255 {
+		return nil, "", fmt.Errorf("%w: unknown state %d", ErrInvalid, lq.State)
+	}
+	size := lq.PageSize
+	if size <= 0 {
+		size = defaultPageSize
+	}
+	size = min(size, maxPageSize)
+	var (
+		where = []string{"tenant = ?"}
+		args  = []any{tenant}
+	)
+	if lq.State != gatewayv1.State_STATE_UNSPECIFIED {
+		where = append(where, "state = ?")
+		args = append(args, int32(lq.State))
+	}
+	if lq.PageToken != "" {
+		ct, id, err := decodePageToken(lq.PageToken, lq.State)
+		if err != nil {
+			return nil, "", err
+		}
+		where = append(where, "(create_time < ? OR (create_time = ? AND id < ?))")
+		args = append(args, ct, ct, id)
+	}
+	args = append(args, size+1)
+	q := "SELECT " + docCols + " FROM documents WHERE " + strings.Join(where, " AND ") +
+		" ORDER BY create_time DESC, id DESC LIMIT ?"
+	rows, err := s.rdb.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, "", fmt.Errorf("store: list documents: %w", err)
+	}
+	defer rows.Close()
+	var (
+		out    []*DocumentRecord
+		lastCT int64
+	)
+	for rows.Next() {
+		rec, ct, err := scanDoc(rows)
+		if err != nil {
+			return nil, "", err
+		}
+		if len(out) == size {
+			return out, encodePageToken(lq.State, lastCT, out[len(out)-1].Doc.GetId()), rows.Err()
+		}
+		out = append(out, rec)
+		lastCT = ct
+	}
+	return out, "", rows.Err()
+}
+
+func (s *impl) listEntities(ctx context.Context, tenant, docID string) (out []*gatewayv1.Entity, err error) {
+	err = s.readTx(ctx, func(tx *sql.Tx) error {
+		var one int
+		err := tx.QueryRowContext(ctx, "SELECT 1 FROM documents WHERE id = ? AND tenant = ?", docID, tenant).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("%w: document %s", ErrNotFound, docID)
+		} else if err != nil {
+			return err
+		}
+		out, err = readEntities(ctx, tx, docID)
+		return err
+	})
+	return out, err
+}
+
+func (s *impl) listNonTerminal(ctx context.Context) ([]*DocumentRecord, error) {
+	rows, err := s.rdb.QueryContext(ctx, "SELECT "+docCols+" FROM documents WHERE terminal = 0 ORDER BY create_time, id")
+	if err != nil {
+		return nil, fmt.Errorf("store: list non-terminal: %w", err)
+	}
+	defer rows.Close()
+	var out []*DocumentRecord
+	for rows.Next() {
+		rec, _, err := scanDoc(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rec)
+	}
+	return out, rows.Err()
+}
+
+func (s *impl) getClaim(ctx context.Context, tenant, claimID string) (*ClaimRecord, error) {
+	c, err := scanClaim(s.rdb.QueryRowContext(ctx, "SELECT "+claimCols+" FROM claims WHERE claim_id = ? AND tenant = ?", claimID, tenant))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("%w: claim %s", ErrNotFound, claimID)
+	} else if err != nil {
+		return nil, fmt.Errorf("store: read claim %s: %w", claimID, err)
+	}
+	return c, nil
+}
+
+func (s *impl) listIssuedClaims(ctx context.Context, before time.Time) ([]*ClaimRecord, error) {
+	rows, err := s.rdb.QueryContext(ctx, "SELECT "+claimCols+" FROM claims WHERE state = 1 AND expire_time < ? ORDER BY expire_time",
+		before.UnixNano())
+	if err != nil {
+		return nil, fmt.Errorf("store: list issued claims: %w", err)
+	}
+	defer rows.Close()
+	var out []*ClaimRecord
+	for rows.Next() {
+		c, err := scanClaim(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+func (s *impl) readEvents(ctx context.Context, eq EventQuery) ([]EventRecord, error) {
+	limit := eq.Limit
+	if limit <= 0 {
+		limit = defaultEventLimit
+	}
+	limit = min(limit, maxEventLimit)
+	var (
+		where = []string{"seq >= ?"}
+		args  = []any{int64(min(eq.From, MaxSeq))}
+	)
+	if !eq.AllTenants {
+		where = append(where, "tenant = ?")
+		args = append(args, eq.Tenant)
+	}
+	if eq.DocID != "" {
+		where = append(where, "doc_id = ?")
+		args = append(args, eq.DocID)
+	}
+	if len(eq.Kinds) > 0 {
+		where = append(where, "kind IN (?"+strings.Repeat(",?", len(eq.Kinds)-1)+")")
+		for _, k := range eq.Kinds {
+			args = append(args, k)
+		}
+	}
+	args = append(args, limit)
+	rows, err := s.rdb.QueryContext(ctx, "SELECT seq, time, kind, tenant, doc_id, rev, since, body FROM events WHERE "+
+		strings.Join(where, " AND ")+" ORDER BY seq LIMIT ?", args...)
+	if err != nil {
+		return nil, fmt.Errorf("store: read events: %w", err)
+	}
+	defer rows.Close()
+	var out []EventRecord
+	for rows.Next() {
+		var (
+			r                   EventRecord
+			seq, tm, rev, since int64
+		)
+		if err := rows.Scan(&seq, &tm, &r.Kind, &r.Tenant, &r.DocID, &rev, &since, &r.Body); err != nil {
+			return nil, fmt.Errorf("store: read events: %w", err)
+		}
+		r.Seq, r.Time, r.Rev, r.Since = uint64(seq), fromNanos(tm), uint64(rev), uint64(since)
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+func (s *impl) eventStats(ctx context.Context) (st EventStats, err error) {
+	err = s.readTx(ctx, func(tx *sql.Tx) error {
+		var last, count, bytes int64
+		var oldest sql.NullInt64
+		if err := tx.QueryRowContext(ctx, `SELECT
+			(SELECT value FROM meta WHERE key = 'last_seq'),
+			(SELECT value FROM meta WHERE key = 'event_count'),
+			(SELECT value FROM meta WHERE key = 'event_bytes'),
+			(SELECT min(seq) FROM events)`).Scan(&last, &count, &bytes, &oldest); err != nil {
+			return fmt.Errorf("store: event stats: %w", err)
+		}
+		st = EventStats{OldestSeq: uint64(oldest.Int64), LatestSeq: uint64(last), Count: uint64(count), Bytes: uint64(bytes)}
+		return nil
+	})
+	return st, err
+}
+
+func (s *impl) snapshotDocuments(ctx context.Context, tenant string) (seq uint64, docs []*DocumentRecord, err error) {
+	err = s.readTx(ctx, func(tx *sql.Tx) error {
+		var last int64
+		if err := tx.QueryRowContext(ctx, "SELECT value FROM meta WHERE key = 'last_seq'").Scan(&last); err != nil {
+			return fmt.Errorf("store: snapshot: %w", err)
+		}
+		seq = uint64(last)
+		rows, err := tx.QueryContext(ctx, "SELECT "+docCols+" FROM documents WHERE tenant = ? ORDER BY create_time, id", tenant)
+		if err != nil {
+			return fmt.Errorf("store: snapshot: %w", err)
+		}
+		byID := map[string]*DocumentRecord{}
+		for rows.Next() {
+			rec, _, err := scanDoc(rows)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			docs = append(docs, rec)
+			byID[rec.Doc.GetId()] = rec
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		rows, err = tx.QueryContext(ctx, `SELECT g.doc_id, g.body FROM digests g JOIN documents d ON d.id = g.doc_id
+			WHERE d.tenant = ? ORDER BY g.doc_id, g.scope_id`, tenant)
+		if err != nil {
+			return fmt.Errorf("store: snapshot digests: %w", err)
+		}
+		for rows.Next() {
+			var id string
+			var b []byte
+			if err := rows.Scan(&id, &b); err != nil {
+				rows.Close()
+				return err
+			}
+			d := new(gatewayv1.ScopeDigest)
+			if err := proto.Unmarshal(b, d); err != nil {
+				rows.Close()
+				return fmt.Errorf("store: decode digest of %s: %w", id, err)
+			}
+			if rec := byID[id]; rec != nil {
+				rec.Doc.Digests = append(rec.Doc.Digests, d)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		rows, err = tx.QueryContext(ctx, "SELECT "+claimCols+" FROM claims WHERE tenant = ? ORDER BY create_time, claim_id", tenant)
+		if err != nil {
+			return fmt.Errorf("store: snapshot claims: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			c, err := scanClaim(rows)
+			if err != nil {
+				return err
+			}
+			if rec := byID[c.Claim.GetDocumentId()]; rec != nil {
+				rec.Doc.ClaimChecks = append(rec.Doc.ClaimChecks, c.Claim)
+			}
+		}
+		return rows.Err()
+	})
+	return seq, docs, err
+}
+
+func (s *impl) snapshotBytes(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.rdb.QueryRowContext(ctx, `SELECT
+		coalesce((SELECT sum(length(body)) FROM documents), 0) +
+		coalesce((SELECT sum(length(body)) FROM digests), 0)`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("store: snapshot bytes: %w", err)
+	}
+	return n, nil
+}

@@ -1,0 +1,221 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+// impl holds the Store's state; Store embeds it so that api.go stays the
+// contract and the methods live next to their helpers.
+type impl struct {
+	dir  string
+	opts Options
+	log  *slog.Logger
+
+	wdb   *sql.DB   // one connection, owned by the writer goroutine
+	wconn *sql.Conn // the writer's connection
+	rdb   *sql.DB   // read-only pool
+
+	stmts map[string]*sql.Stmt // writer's prepared statements (writer goroutine only)
+
+	mu     sync.RWMutex // guards closed against sends on queue
+	closed bool
+	queue  chan *request
+	done   chan struct{} // closed when the writer exits
+
+	lastSeq atomic.Uint64
+	hook    atomic.Pointer[func([]EventRecord)]
+	txns    atomic.Uint64
+	batches atomic.Uint64
+	met     *metrics
+}
+
+func (o *Options) withDefaults() (Options, error) {
+	r := *o
+	switch strings.ToUpper(r.Synchronous) {
+	case "":
+		r.Synchronous = defaultSynchronous
+	case "FULL", "NORMAL":
+		r.Synchronous = strings.ToUpper(r.Synchronous)
+	default:
+		return r, fmt.Errorf("%w: Synchronous must be FULL or NORMAL, got %q", ErrInvalid, o.Synchronous)
+	}
+	if r.MaxGroupBatches <= 0 {
+		r.MaxGroupBatches = defaultMaxGroupBatches
+	}
+	if r.MaxGroupDelay < 0 {
+		return r, fmt.Errorf("%w: MaxGroupDelay must not be negative", ErrInvalid)
+	}
+	if r.QueueDepth <= 0 {
+		r.QueueDepth = defaultQueueDepth
+	}
+	if r.ReadConns <= 0 {
+		r.ReadConns = defaultReadConns
+	}
+	if r.BusyTimeout <= 0 {
+		r.BusyTimeout = defaultBusyTimeout
+	}
+	if r.Logger == nil {
+		r.Logger = slog.Default()
+	}
+	return r, nil
+}
+
+func dsn(path string, opts Options, readOnly bool) string {
+	var b strings.Builder
+	b.WriteString(path)
+	fmt.Fprintf(&b, "?_pragma=busy_timeout(%d)", opts.BusyTimeout.Milliseconds())
+	b.WriteString("&_pragma=foreign_keys(1)")
+	b.WriteString("&_pragma=synchronous(" + opts.Synchronous + ")")
+	if readOnly {
+		b.WriteString("&_pragma=query_only(1)")
+	} else {
+		b.WriteString("&_pragma=journal_mode(WAL)&_pragma=temp_store(MEMORY)")
+	}
+	return b.String()
+}
+
+func open(ctx context.Context, dir string, o Options) (*Store, error) {
+	opts, err := o.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if dir == "" {
+		return nil, fmt.Errorf("%w: data directory is empty", ErrInvalid)
+	}
+	if strings.ContainsAny(dir, "?#") {
+		return nil, fmt.Errorf("%w: data directory %q must not contain '?' or '#'", ErrInvalid, dir)
+	}
+	for _, d := range []string{dir, filepath.Join(dir, spoolDir), filepath.Join(dir, resultDir)} {
+		if err := os.MkdirAll(d, 0o750); err != nil {
+			return nil, fmt.Errorf("store: create %s: %w", d, err)
+		}
+	}
+	path := filepath.Join(dir, dbFileName)
+	s := &Store{impl{dir: dir, opts: opts, log: opts.Logger, stmts: map[string]*sql.Stmt{}}}
+	fail := func(err error) (*Store, error) {
+		if s.wconn != nil {
+			s.wconn.Close()
+		}
+		if s.wdb != nil {
+			s.wdb.Close()
+		}
+		if s.rdb != nil {
+			s.rdb.Close()
+		}
+		return nil, err
+	}
+	s.wdb, err = sql.Open("sqlite", dsn(path, opts, false))
+	if err != nil {
+		return fail(fmt.Errorf("store: open %s: %w", path, err))
+	}
+	s.wdb.SetMaxOpenConns(1)
+	s.wdb.SetMaxIdleConns(1)
+	s.wdb.SetConnMaxLifetime(0)
+	var mode string
+	if err := s.wdb.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		return fail(fmt.Errorf("store: open %s: %w", path, err))
+	}
+	if !strings.EqualFold(mode, "wal") {
+		return fail(fmt.Errorf("store: %s: journal_mode is %q, want wal (is the file system local?)", path, mode))
+	}
+	if err := migrate(ctx, s.wdb); err != nil {
+		return fail(err)
+	}
+	if err := s.cleanTempPayloads(); err != nil {
+		return fail(err)
+	}
+	s.rdb, err = sql.Open("sqlite", dsn(path, opts, true))
+	if err != nil {
+		return fail(fmt.Errorf("store: open %s read pool: %w", path, err))
+	}
+	s.rdb.SetMaxOpenConns(opts.ReadConns)
+	s.rdb.SetMaxIdleConns(opts.ReadConns)
+	var last int64
+	if err := s.rdb.QueryRowContext(ctx, "SELECT value FROM meta WHERE key = 'last_seq'").Scan(&last); err != nil {
+		return fail(fmt.Errorf("store: read last_seq: %w", err))
+	}
+	s.lastSeq.Store(uint64(last))
+	s.wconn, err = s.wdb.Conn(ctx)
+	if err != nil {
+		return fail(fmt.Errorf("store: writer connection: %w", err))
+	}
+	s.met, err = newMetrics(opts.Registerer)
+	if err != nil {
+		return fail(err)
+	}
+	s.queue = make(chan *request, opts.QueueDepth)
+	s.done = make(chan struct{})
+	go s.writer()
+	return s, nil
+}
+
+func (s *impl) close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		<-s.done
+		return nil
+	}
+	s.closed = true
+	close(s.queue)
+	s.mu.Unlock()
+	<-s.done // the writer commits everything queued, then exits
+	var errs []error
+	for _, st := range s.stmts {
+		if err := st.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := s.wconn.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.rdb.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.wdb.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("store: close: %v", errs)
+	}
+	return nil
+}
+
+func (s *impl) setEventHook(fn func([]EventRecord)) {
+	if fn == nil {
+		s.hook.Store(nil)
+		return
+	}
+	s.hook.Store(&fn)
+}
+
+func (s *impl) writerStats() WriterStats {
+	return WriterStats{Transactions: s.txns.Load(), Batches: s.batches.Load()}
+}
+
+// nanos converts a time to the stored INTEGER (unix nanoseconds; 0 = zero time).
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// fromNanos inverts nanos.
+func fromNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}

@@ -1,0 +1,416 @@
+package store_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/pipestream/gateway/bridge/store"
+	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
+)
+
+func userVersion(t *testing.T, dir string) int {
+	t.Helper()
+	db, err := sql.Open("sqlite", filepath.Join(dir, "gateway.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var v int
+	if err := db.QueryRow("PRAGMA user_version").Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestMigrationsFromEmptyAndReopen(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir, store.Options{})
+	mustCommit(t, s, &store.Batch{Create: newDoc("t", "d1", base)})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := userVersion(t, dir); got != store.SchemaVersion() || got < 1 {
+		t.Fatalf("user_version = %d, want %d", got, store.SchemaVersion())
+	}
+	s = openStore(t, dir, store.Options{})
+	if _, err := s.GetDocument(context.Background(), "t", "d1", false); err != nil {
+		t.Fatalf("document lost across reopen: %v", err)
+	}
+	s.Close()
+
+	// A database from a newer binary is refused, not clobbered.
+	db, err := sql.Open("sqlite", filepath.Join(dir, "gateway.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(fmt.Sprintf("PRAGMA user_version = %d", store.SchemaVersion()+1)); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if s, err := store.Open(context.Background(), dir, store.Options{}); err == nil {
+		s.Close()
+		t.Fatal("Open accepted a database with a newer schema version")
+	}
+}
+
+func TestOptionsValidated(t *testing.T) {
+	if _, err := store.Open(context.Background(), t.TempDir(), store.Options{Synchronous: "OFF"}); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("Synchronous=OFF: err = %v, want ErrInvalid", err)
+	}
+}
+
+func TestDocumentRoundTrip(t *testing.T) {
+	s := openStore(t, t.TempDir(), store.Options{})
+	ctx := context.Background()
+	rec := newDoc("t", "d1", base)
+	rec.Doc.Metadata = map[string]string{"k": "v"}
+	rec.Doc.Entities = []*gatewayv1.Entity{{EntityId: 99}} // not stored in the row
+	rec.Private = []byte{1, 2, 3}
+	rec.DispatchAttempts = 2
+	mustCommit(t, s, &store.Batch{
+		Create: rec,
+		Entities: []store.EntityRecord{
+			{DocID: "d1", Entity: &gatewayv1.Entity{EntityId: 2, ParentId: 1, ScopeId: 0, Status: gatewayv1.EntityStatus_ENTITY_STATUS_PROCESSING, ChunkOffset: 1 << 40, SizeBytes: 10, Checksum: "abc"}},
+			{DocID: "d1", Entity: &gatewayv1.Entity{EntityId: 1, Status: gatewayv1.EntityStatus_ENTITY_STATUS_DEHYDRATING}},
+		},
+		Digests: []store.DigestRecord{{DocID: "d1", Digest: &gatewayv1.ScopeDigest{ScopeId: 0, MerkleRoot: "ff", Verified: true}}},
+		Claims: []store.ClaimRecord{{Tenant: "t", Claim: &gatewayv1.ClaimCheck{ClaimId: "123", DocumentId: "d1", EntityId: 2,
+			State: gatewayv1.ClaimCheck_ISSUED, ExpireTime: timestamppb.New(base.Add(time.Hour)), CreateTime: timestamppb.New(base)}}},
+	})
+	// Upsert an entity.
+	mustCommit(t, s, &store.Batch{Entities: []store.EntityRecord{{DocID: "d1", Entity: &gatewayv1.Entity{EntityId: 2, ParentId: 1, Status: gatewayv1.EntityStatus_ENTITY_STATUS_COMPLETE, Attempts: 1}}}})
+
+	got, err := s.GetDocument(ctx, "t", "d1", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Doc.GetMetadata()["k"] != "v" || string(got.Private) != "\x01\x02\x03" || got.DispatchAttempts != 2 || got.SpoolPath != rec.SpoolPath {
+		t.Fatalf("record fields lost: %+v", got)
+	}
+	if len(got.Doc.Entities) != 2 || got.Doc.Entities[0].GetEntityId() != 1 || got.Doc.Entities[1].GetStatus() != gatewayv1.EntityStatus_ENTITY_STATUS_COMPLETE || got.Doc.Entities[1].GetAttempts() != 1 {
+		t.Fatalf("entities = %v", got.Doc.Entities)
+	}
+	if len(got.Doc.Digests) != 1 || got.Doc.Digests[0].GetMerkleRoot() != "ff" {
+		t.Fatalf("digests = %v", got.Doc.Digests)
+	}
+	if len(got.Doc.ClaimChecks) != 1 || got.Doc.ClaimChecks[0].GetClaimId() != "123" || !got.Doc.ClaimChecks[0].GetExpireTime().AsTime().Equal(base.Add(time.Hour)) {
+		t.Fatalf("claims = %v", got.Doc.ClaimChecks)
+	}
+	noEnt, err := s.GetDocument(ctx, "t", "d1", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(noEnt.Doc.Entities) != 0 {
+		t.Fatalf("entities filled without withEntities: %v", noEnt.Doc.Entities)
+	}
+}
+
+func TestUpdateRevisionPrecondition(t *testing.T) {
+	s := openStore(t, t.TempDir(), store.Options{})
+	ctx := context.Background()
+	mustCommit(t, s, &store.Batch{Create: newDoc("t", "d1", base)})
+	upd := newDoc("t", "d1", base)
+	upd.Doc.State, upd.Doc.Rev = gatewayv1.State_SUCCEEDED, 2
+	mustCommit(t, s, &store.Batch{Updates: []store.DocumentUpdate{{Record: upd, PrevRev: 1}}})
+
+	stale := newDoc("t", "d1", base)
+	stale.Doc.State, stale.Doc.Rev = gatewayv1.State_FAILED, 2
+	_, err := s.Commit(ctx, &store.Batch{
+		Updates: []store.DocumentUpdate{{Record: stale, PrevRev: 1}},
+		Events:  []store.EventAppend{{Tenant: "t", Event: newEvent("#document", "d1", 2)}},
+	})
+	if !errors.Is(err, store.ErrStaleRev) {
+		t.Fatalf("stale update: err = %v, want ErrStaleRev", err)
+	}
+	if s.LastSeq() != 0 {
+		t.Fatalf("a failed batch appended events: last seq %d", s.LastSeq())
+	}
+	got, _ := s.GetDocument(ctx, "t", "d1", false)
+	if got.Doc.GetState() != gatewayv1.State_SUCCEEDED || !got.Terminal() {
+		t.Fatalf("state = %v after rejected update", got.Doc.GetState())
+	}
+	if docs, err := s.ListNonTerminal(ctx); err != nil || len(docs) != 0 {
+		t.Fatalf("ListNonTerminal = %d docs, %v; want none", len(docs), err)
+	}
+	if _, err := s.Commit(ctx, &store.Batch{Create: newDoc("t", "d1", base)}); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("duplicate document id: err = %v, want ErrConflict", err)
+	}
+}
+
+func TestIdempotentCreate(t *testing.T) {
+	s := openStore(t, t.TempDir(), store.Options{})
+	ctx := context.Background()
+	first := newDoc("t", "d1", base)
+	first.Doc.RequestId = "req-1"
+	res := mustCommit(t, s, &store.Batch{Create: first, Events: []store.EventAppend{{Tenant: "t", Event: newEvent("#document", "d1", 1)}}})
+	if res.Duplicate != nil || len(res.Seqs) != 1 {
+		t.Fatalf("first create: %+v", res)
+	}
+
+	again := newDoc("t", "d2", base) // a retry generates a fresh id
+	again.Doc.RequestId, again.BodyHash = "req-1", first.BodyHash
+	res = mustCommit(t, s, &store.Batch{Create: again, Events: []store.EventAppend{{Tenant: "t", Event: newEvent("#document", "d2", 1)}}})
+	if res.Duplicate == nil || res.Duplicate.Doc.GetId() != "d1" {
+		t.Fatalf("same body: Duplicate = %v, want d1", res.Duplicate)
+	}
+	if len(res.Seqs) != 0 || s.LastSeq() != 1 {
+		t.Fatalf("duplicate applied its events: seqs %v, last %d", res.Seqs, s.LastSeq())
+	}
+	if _, err := s.GetDocument(ctx, "t", "d2", false); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("duplicate created d2: %v", err)
+	}
+
+	diff := newDoc("t", "d3", base)
+	diff.Doc.RequestId, diff.BodyHash = "req-1", []byte("other")
+	if _, err := s.Commit(ctx, &store.Batch{Create: diff}); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("different body: err = %v, want ErrConflict", err)
+	}
+
+	other := newDoc("u", "d4", base) // request ids are per tenant
+	other.Doc.RequestId, other.BodyHash = "req-1", []byte("other")
+	if res := mustCommit(t, s, &store.Batch{Create: other}); res.Duplicate != nil {
+		t.Fatalf("another tenant's request id matched: %v", res.Duplicate)
+	}
+}
+
+func issueClaim(t *testing.T, s *store.Store, tenant, docID, claimID string, expire time.Time) {
+	t.Helper()
+	mustCommit(t, s, &store.Batch{Claims: []store.ClaimRecord{{Tenant: tenant, Claim: &gatewayv1.ClaimCheck{
+		ClaimId: claimID, DocumentId: docID, EntityId: 7, State: gatewayv1.ClaimCheck_ISSUED,
+		ExpireTime: timestamppb.New(expire), CreateTime: timestamppb.New(base),
+	}}}})
+}
+
+func TestRedeemClaimExactlyOnce(t *testing.T) {
+	s := openStore(t, t.TempDir(), store.Options{})
+	ctx := context.Background()
+	mustCommit(t, s, &store.Batch{Create: newDoc("t", "d1", base)})
+	now := time.Now()
+	issueClaim(t, s, "t", "d1", "18446744073709551615", now.Add(time.Hour))
+
+	const n = 50
+	var (
+		wg             sync.WaitGroup
+		mu             sync.Mutex
+		wins, redeemed int
+		others         []error
+		start          = make(chan struct{})
+	)
+	for range n {
+		wg.Go(func() {
+			<-start
+			res, err := s.Commit(ctx, &store.Batch{
+				Redeem: &store.RedeemClaim{Tenant: "t", ClaimID: "18446744073709551615", Now: now},
+				Events: []store.EventAppend{{Tenant: "t", Event: newEvent("#claim", "d1", 2)}},
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				wins++
+				if res.Claim.GetState() != gatewayv1.ClaimCheck_REDEEMED || !res.Claim.GetRedeemTime().AsTime().Equal(now) {
+					others = append(others, fmt.Errorf("winner got claim %v", res.Claim))
+				}
+			case errors.Is(err, store.ErrClaimRedeemed):
+				redeemed++
+			default:
+				others = append(others, err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if wins != 1 || redeemed != n-1 || len(others) != 0 {
+		t.Fatalf("wins %d, already-redeemed %d, other %v; want 1, %d, none", wins, redeemed, others, n-1)
+	}
+	if s.LastSeq() != 1 {
+		t.Fatalf("losers appended events: last seq %d, want 1", s.LastSeq())
+	}
+	c, err := s.GetClaim(ctx, "t", "18446744073709551615")
+	if err != nil || c.Claim.GetState() != gatewayv1.ClaimCheck_REDEEMED {
+		t.Fatalf("GetClaim = %v, %v", c, err)
+	}
+
+	issueClaim(t, s, "t", "d1", "5", now.Add(-time.Second))
+	if _, err := s.Commit(ctx, &store.Batch{Redeem: &store.RedeemClaim{Tenant: "t", ClaimID: "5", Now: now}}); !errors.Is(err, store.ErrClaimExpired) {
+		t.Fatalf("expired claim: err = %v, want ErrClaimExpired", err)
+	}
+	if issued, err := s.ListIssuedClaims(ctx, now); err != nil || len(issued) != 1 || issued[0].Claim.GetClaimId() != "5" {
+		t.Fatalf("ListIssuedClaims = %v, %v; want claim 5", issued, err)
+	}
+	for _, id := range []string{"6", "not-a-number"} {
+		if _, err := s.Commit(ctx, &store.Batch{Redeem: &store.RedeemClaim{Tenant: "t", ClaimID: id, Now: now}}); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("unknown claim %q: err = %v, want ErrNotFound", id, err)
+		}
+	}
+	issueClaim(t, s, "t", "d1", "8", now.Add(time.Hour))
+	if _, err := s.Commit(ctx, &store.Batch{Redeem: &store.RedeemClaim{Tenant: "u", ClaimID: "8", Now: now}}); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("another tenant's claim: err = %v, want ErrNotFound", err)
+	}
+}
+
+func TestTenantIsolation(t *testing.T) {
+	s := openStore(t, t.TempDir(), store.Options{})
+	ctx := context.Background()
+	mustCommit(t, s, &store.Batch{Create: newDoc("a", "d1", base)})
+	issueClaim(t, s, "a", "d1", "9", base.Add(time.Hour))
+
+	if _, err := s.GetDocument(ctx, "b", "d1", true); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("GetDocument other tenant: %v", err)
+	}
+	if _, err := s.ListEntities(ctx, "b", "d1"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("ListEntities other tenant: %v", err)
+	}
+	if _, err := s.GetClaim(ctx, "b", "9"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("GetClaim other tenant: %v", err)
+	}
+	if docs, _, err := s.ListDocuments(ctx, "b", store.ListQuery{}); err != nil || len(docs) != 0 {
+		t.Fatalf("ListDocuments other tenant = %d docs, %v", len(docs), err)
+	}
+	if _, docs, err := s.SnapshotDocuments(ctx, "b"); err != nil || len(docs) != 0 {
+		t.Fatalf("SnapshotDocuments other tenant = %d docs, %v", len(docs), err)
+	}
+	upd := newDoc("b", "d1", base)
+	upd.Doc.Rev = 2
+	if _, err := s.Commit(ctx, &store.Batch{Updates: []store.DocumentUpdate{{Record: upd, PrevRev: 1}}}); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("update other tenant's doc: %v", err)
+	}
+	steal := &gatewayv1.ClaimCheck{ClaimId: "9", DocumentId: "d1", State: gatewayv1.ClaimCheck_ISSUED, ExpireTime: timestamppb.New(base)}
+	if _, err := s.Commit(ctx, &store.Batch{Claims: []store.ClaimRecord{{Tenant: "b", Claim: steal}}}); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("overwrite other tenant's claim: %v", err)
+	}
+	if _, err := s.GetDocument(ctx, "a", "d1", true); err != nil {
+		t.Fatalf("owner lost access: %v", err)
+	}
+}
+
+func TestSnapshotConsistentWithSeq(t *testing.T) {
+	s := openStore(t, t.TempDir(), store.Options{})
+	ctx := context.Background()
+	for i := range 5 {
+		id := fmt.Sprintf("d%d", i)
+		mustCommit(t, s, &store.Batch{Create: newDoc("t", id, base.Add(time.Duration(i))),
+			Digests: []store.DigestRecord{{DocID: id, Digest: &gatewayv1.ScopeDigest{ScopeId: 1}}},
+			Events:  []store.EventAppend{{Tenant: "t", Event: newEvent("#document", id, 1)}}})
+	}
+	seq, docs, err := s.SnapshotDocuments(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seq != 5 || len(docs) != 5 || len(docs[4].Doc.GetDigests()) != 1 {
+		t.Fatalf("snapshot seq %d with %d docs, want 5 and 5", seq, len(docs))
+	}
+	n, err := s.SnapshotBytes(ctx)
+	if err != nil || n <= 0 {
+		t.Fatalf("SnapshotBytes = %d, %v", n, err)
+	}
+}
+
+func TestCloseFlushesAndRefuses(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir, store.Options{MaxGroupDelay: 50 * time.Millisecond})
+	var wg sync.WaitGroup
+	errs := make([]error, 20)
+	for i := range 20 {
+		wg.Go(func() {
+			_, errs[i] = s.Commit(context.Background(), &store.Batch{Events: []store.EventAppend{{Tenant: "t", Event: newEvent("#info", "", 1)}}})
+		})
+	}
+	time.Sleep(10 * time.Millisecond) // let the commits queue behind the group delay
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	ok := 0
+	for _, err := range errs {
+		if err == nil {
+			ok++
+		} else if !errors.Is(err, store.ErrClosed) {
+			t.Fatalf("commit during close: %v", err)
+		}
+	}
+	if _, err := s.Commit(context.Background(), &store.Batch{}); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("Commit after Close: %v, want ErrClosed", err)
+	}
+	s2 := openStore(t, dir, store.Options{})
+	if got := s2.LastSeq(); got != uint64(ok) {
+		t.Fatalf("after reopen last seq %d, want %d acknowledged events", got, ok)
+	}
+}
+
+func TestEventBodyCarriesSeq(t *testing.T) {
+	s := openStore(t, t.TempDir(), store.Options{})
+	ev := newEvent("#status", "d1", 3)
+	ev.Seq = 999 // ignored
+	res := mustCommit(t, s, &store.Batch{Events: []store.EventAppend{{Tenant: "t", Event: ev}}})
+	recs, err := s.ReadEvents(context.Background(), store.EventQuery{Tenant: "t"})
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("ReadEvents = %v, %v", recs, err)
+	}
+	got, err := recs[0].Decode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := proto.Clone(ev).(*gatewayv1.Event)
+	want.Seq = res.Seqs[0]
+	if !proto.Equal(got, want) || recs[0].Seq != 1 || recs[0].Rev != 3 || recs[0].Since != 2 || !recs[0].Time.Equal(base) {
+		t.Fatalf("decoded %v (record %+v), want %v", got, recs[0], want)
+	}
+	if ev.Seq != 999 {
+		t.Fatal("Commit modified the caller's event")
+	}
+	if _, err := s.Commit(context.Background(), &store.Batch{Events: []store.EventAppend{{Event: &gatewayv1.Event{Kind: "#info"}}}}); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("event without time: %v, want ErrInvalid", err)
+	}
+}
+
+func TestReadEventsFilters(t *testing.T) {
+	s := openStore(t, t.TempDir(), store.Options{})
+	ctx := context.Background()
+	// seq: 1 a/d1 #document, 2 b/d2 #document, 3 a/d1 #status, 4 a/d3 #status, 5 b/d2 #claim
+	for _, e := range []struct{ tenant, doc, kind string }{
+		{"a", "d1", "#document"}, {"b", "d2", "#document"}, {"a", "d1", "#status"}, {"a", "d3", "#status"}, {"b", "d2", "#claim"},
+	} {
+		mustCommit(t, s, &store.Batch{Events: []store.EventAppend{{Tenant: e.tenant, Event: newEvent(e.kind, e.doc, 1)}}})
+	}
+	seqs := func(q store.EventQuery) []uint64 {
+		t.Helper()
+		recs, err := s.ReadEvents(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []uint64
+		for _, r := range recs {
+			out = append(out, r.Seq)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name string
+		q    store.EventQuery
+		want []uint64
+	}{
+		{"tenant a", store.EventQuery{Tenant: "a"}, []uint64{1, 3, 4}},
+		{"all tenants", store.EventQuery{AllTenants: true}, []uint64{1, 2, 3, 4, 5}},
+		{"from inclusive", store.EventQuery{AllTenants: true, From: 3}, []uint64{3, 4, 5}},
+		{"limit", store.EventQuery{AllTenants: true, From: 2, Limit: 2}, []uint64{2, 3}},
+		{"doc", store.EventQuery{Tenant: "a", DocID: "d1"}, []uint64{1, 3}},
+		{"doc of other tenant", store.EventQuery{Tenant: "a", DocID: "d2"}, nil},
+		{"kinds", store.EventQuery{AllTenants: true, Kinds: []string{"#status", "#claim"}}, []uint64{3, 4, 5}},
+		{"beyond latest", store.EventQuery{AllTenants: true, From: 6}, nil},
+	} {
+		if got := seqs(c.q); !slices.Equal(got, c.want) {
+			t.Errorf("%s: seqs %v, want %v", c.name, got, c.want)
+		}
+	}
+}
