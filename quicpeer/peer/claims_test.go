@@ -2,6 +2,7 @@ package peer
 
 import (
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -9,6 +10,8 @@ import (
 	"testing"
 	"time"
 )
+
+var quiet = slog.New(slog.DiscardHandler)
 
 type fakeClock struct{ t atomic.Int64 }
 
@@ -24,7 +27,7 @@ func newClock() *fakeClock {
 func TestClaimStorePersistReplayExpiry(t *testing.T) {
 	dir := t.TempDir()
 	clk := newClock()
-	s, err := OpenClaimStore(dir, nil, clk.now)
+	s, err := OpenClaimStore(dir, quiet, clk.now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +56,7 @@ func TestClaimStorePersistReplayExpiry(t *testing.T) {
 
 	// Restart: redeemed set and issued claims survive.
 	clk.advance(2 * time.Second)
-	s, err = OpenClaimStore(dir, nil, clk.now)
+	s, err = OpenClaimStore(dir, quiet, clk.now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +78,7 @@ func TestClaimStorePersistReplayExpiry(t *testing.T) {
 
 	// Past expiry + grace the records are pruned on open.
 	clk.advance(time.Minute + claimRetentionGrace + time.Second)
-	s, err = OpenClaimStore(dir, nil, clk.now)
+	s, err = OpenClaimStore(dir, quiet, clk.now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,13 +91,13 @@ func TestClaimStorePersistReplayExpiry(t *testing.T) {
 func TestClaimStoreTornLine(t *testing.T) {
 	dir := t.TempDir()
 	clk := newClock()
-	s, _ := OpenClaimStore(dir, nil, clk.now)
+	s, _ := OpenClaimStore(dir, quiet, clk.now)
 	a, _ := s.Issue(ClaimRecord{EntityID: 1, Expiry: clk.now().Add(time.Hour)})
 	s.Close()
 	f, _ := os.OpenFile(filepath.Join(dir, "claims.jsonl"), os.O_APPEND|os.O_WRONLY, 0)
 	f.WriteString(`{"op":"redeem","id":`)
 	f.Close()
-	s, err := OpenClaimStore(dir, nil, clk.now)
+	s, err := OpenClaimStore(dir, quiet, clk.now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +108,7 @@ func TestClaimStoreTornLine(t *testing.T) {
 }
 
 func TestClaimRedeemExactlyOnceConcurrent(t *testing.T) {
-	s, _ := OpenClaimStore(t.TempDir(), nil, nil)
+	s, _ := OpenClaimStore(t.TempDir(), quiet, nil)
 	defer s.Close()
 	c, _ := s.Issue(ClaimRecord{EntityID: 1, Expiry: time.Now().Add(time.Hour)})
 	var wins atomic.Int32

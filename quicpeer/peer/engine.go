@@ -158,8 +158,14 @@ func (g *engine) reject(h *wire.EntityHeader, abort func(wire.ErrorCode), code w
 	if abort != nil {
 		abort(code)
 	}
-	if code == wire.CodeClaimExpired || code == wire.CodeClaimNotFound || code == wire.CodeNoError {
-		return // redemption refusals and cancelled documents: the abort is the answer
+	if code == wire.CodeNoError {
+		return // cancelled or finished document: the abort is the answer
+	}
+	g.mu.Lock()
+	_, deferred := g.deferred[h.EntityID]
+	g.mu.Unlock()
+	if deferred && scopeOf(h) == 0 {
+		return // a bad redemption must not fail the entity still waiting for its claim
 	}
 	f := wire.StatusFrame{Status: wire.StatusFailed, EntityID: h.EntityID, ScopeID: scopeOf(h)}
 	if err := g.c.SendStatus(f); err != nil {

@@ -1,0 +1,355 @@
+package peer_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/pipestream/gateway/quicpeer"
+	"github.com/pipestream/gateway/quicpeer/peer"
+	"github.com/pipestream/gateway/quicpeer/wire"
+)
+
+func TestMain(m *testing.M) {
+	os.Setenv("QUIC_GO_DISABLE_RECEIVE_BUFFER_WARNING", "true")
+	goleak.VerifyTestMain(m)
+}
+
+// modes runs a test body with both serialization formats.
+func modes(t *testing.T, f func(t *testing.T, format wire.Format)) {
+	for _, format := range []wire.Format{wire.FormatCBOR, wire.FormatProtobuf} {
+		t.Run(format.String(), func(t *testing.T) {
+			if _, err := wire.CodecFor(format).MarshalPipeDoc(&wire.PipeDoc{DocID: "x", EntityID: 1}); err != nil {
+				t.Skipf("%s codec not available yet: %v", format, err)
+			}
+			f(t, format)
+		})
+	}
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// startPeer starts a peer on loopback; opts.DataDir defaults to a temp dir.
+func startPeer(t *testing.T, opts peer.Options) *peer.Server {
+	t.Helper()
+	if opts.DataDir == "" {
+		opts.DataDir = t.TempDir()
+	}
+	if opts.Logger == nil {
+		opts.Logger = testLogger(t)
+	}
+	if opts.Offer == nil { // prefers Protobuf: a CBOR client still gets CBOR (profile 1)
+		o := peer.DefaultOffer(true)
+		opts.Offer = &o
+	}
+	if opts.DrainTimeout == 0 {
+		opts.DrainTimeout = 5 * time.Second
+	}
+	s, err := peer.Start(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s.Shutdown(ctx)
+	})
+	return s
+}
+
+type result struct {
+	h    *wire.EntityHeader
+	data []byte
+	err  error
+}
+
+// recorder is the test client's quicpeer.Handler: it records everything.
+type recorder struct {
+	mu       sync.Mutex
+	changed  chan struct{}
+	statuses []wire.StatusFrame
+	digests  []wire.ScopeDigestFrame
+	results  map[uint32]result
+	goaways  []wire.GoAwayFrame
+	closed   bool
+	closeErr error
+}
+
+func newRecorder() *recorder {
+	return &recorder{changed: make(chan struct{}), results: map[uint32]result{}}
+}
+
+func (r *recorder) note(f func()) {
+	r.mu.Lock()
+	f()
+	close(r.changed)
+	r.changed = make(chan struct{})
+	r.mu.Unlock()
+}
+
+func (r *recorder) HandleStatus(_ *quicpeer.Session, f wire.StatusFrame) {
+	f.Ext = slices.Clone(f.Ext)
+	r.note(func() { r.statuses = append(r.statuses, f) })
+}
+func (r *recorder) HandleScopeDigest(_ *quicpeer.Session, f wire.ScopeDigestFrame) {
+	r.note(func() { r.digests = append(r.digests, f) })
+}
+func (r *recorder) HandleBarrier(*quicpeer.Session, wire.BarrierFrame)       {}
+func (r *recorder) HandleCheckpoint(*quicpeer.Session, *wire.CheckpointFrame) {}
+func (r *recorder) HandleGoAway(_ *quicpeer.Session, f wire.GoAwayFrame) {
+	r.note(func() { r.goaways = append(r.goaways, f) })
+}
+func (r *recorder) HandleEntity(_ *quicpeer.Session, e *quicpeer.IncomingEntity) {
+	data, err := io.ReadAll(e.Payload)
+	r.note(func() { r.results[e.Header.EntityID] = result{e.Header, data, err} })
+}
+func (r *recorder) HandleClose(_ *quicpeer.Session, err error) {
+	r.note(func() { r.closed, r.closeErr = true, err })
+}
+
+// waitFor blocks until cond (called under the lock) holds.
+func (r *recorder) waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		r.mu.Lock()
+		ok, ch := cond(), r.changed
+		r.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			t.Fatalf("timed out waiting for %s; statuses: %s", what, fmtStatuses(r.statuses))
+		}
+	}
+}
+
+func fmtStatuses(fs []wire.StatusFrame) string {
+	var b bytes.Buffer
+	for _, f := range fs {
+		b.WriteString(" ")
+		b.WriteString(f.Status.String())
+		b.WriteString("(")
+		b.WriteString(itoa(f.EntityID))
+		if f.ScopeID != 0 {
+			b.WriteString("@" + itoa(f.ScopeID))
+		}
+		b.WriteString(")")
+	}
+	return b.String()
+}
+
+func itoa(v uint32) string { return strconv.FormatUint(uint64(v), 10) }
+
+func (r *recorder) historyLocked(scope, id uint32) []wire.Status {
+	var out []wire.Status
+	for _, f := range r.statuses {
+		if f.ScopeID == scope && f.EntityID == id {
+			out = append(out, f.Status)
+		}
+	}
+	return out
+}
+
+// history is the sequence of statuses the peer sent for (scope, id).
+func (r *recorder) history(scope, id uint32) []wire.Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []wire.Status
+	for _, f := range r.statuses {
+		if f.ScopeID == scope && f.EntityID == id {
+			out = append(out, f.Status)
+		}
+	}
+	return out
+}
+
+func (r *recorder) last(scope, id uint32) (wire.StatusFrame, bool) {
+	for i := len(r.statuses) - 1; i >= 0; i-- {
+		if f := r.statuses[i]; f.ScopeID == scope && f.EntityID == id {
+			return f, true
+		}
+	}
+	return wire.StatusFrame{}, false
+}
+
+// waitStatus waits until the last status of root-scope entity id is st.
+func (r *recorder) waitStatus(t *testing.T, id uint32, st wire.Status) wire.StatusFrame {
+	t.Helper()
+	var f wire.StatusFrame
+	r.waitFor(t, "entity "+itoa(id)+" "+st.String(), func() bool {
+		var ok bool
+		f, ok = r.last(0, id)
+		return ok && f.Status == st
+	})
+	return f
+}
+
+func (r *recorder) waitResult(t *testing.T, id uint32) result {
+	t.Helper()
+	var res result
+	r.waitFor(t, "result of "+itoa(id), func() bool {
+		var ok bool
+		res, ok = r.results[id]
+		return ok
+	})
+	if res.err != nil {
+		t.Fatalf("result stream of %d: %v", id, res.err)
+	}
+	sum := sha256.Sum256(res.data)
+	if !bytes.Equal(res.h.Checksum, sum[:]) || res.h.Metadata[peer.MetaRole] != "result" {
+		t.Fatalf("result header %+v: checksum or role wrong", res.h)
+	}
+	return res
+}
+
+type client struct {
+	sess   *quicpeer.Session
+	rec    *recorder
+	format wire.Format
+}
+
+// dial opens a client session to srv preferring format.
+func dial(t *testing.T, srv *peer.Server, format wire.Format, offer *wire.Capabilities) *client {
+	t.Helper()
+	tlsConf, err := quicpeer.ClientTLS(srv.CertPEM())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := peer.DefaultOffer(format == wire.FormatProtobuf)
+	if offer != nil {
+		o = *offer
+	}
+	rec := newRecorder()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sess, err := quicpeer.Dial(ctx, srv.Addr().String(), quicpeer.Config{TLS: tlsConf, Offer: o, Handler: rec, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sess.CloseWithError(wire.CodeNoError, "test done")
+		<-sess.Done()
+	})
+	if got := sess.Negotiated().Format; got != format {
+		t.Fatalf("negotiated format %s, want %s", got, format)
+	}
+	return &client{sess: sess, rec: rec, format: format}
+}
+
+func (c *client) assign(t *testing.T) uint32 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	id, err := c.sess.AssignID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func (c *client) send(t *testing.T, h *wire.EntityHeader, payload []byte) error {
+	t.Helper()
+	sum := sha256.Sum256(payload)
+	h.PayloadLength, h.Checksum = uint64(len(payload)), sum[:]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return c.sess.SendEntity(ctx, h, bytes.NewReader(payload))
+}
+
+func (c *client) envelope(t *testing.T, id uint32, blob []byte) []byte {
+	t.Helper()
+	b, err := wire.CodecFor(c.format).MarshalPipeDoc(&wire.PipeDoc{DocID: "doc-" + itoa(id), EntityID: id,
+		Ownership: &wire.OwnershipContext{OwnerID: "tenant"}, Blob: blob})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// sendWhole sends a document whole (profile 4.1) and returns its root ID.
+func (c *client) sendWhole(t *testing.T, content string, md map[string]string, pol *wire.CompletionPolicy) uint32 {
+	t.Helper()
+	id := c.assign(t)
+	h := &wire.EntityHeader{EntityID: id, ContentType: "text/plain", Metadata: md, CompletionPolicy: pol}
+	if err := c.send(t, h, c.envelope(t, id, []byte(content))); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// sendDehydrated sends chunks as children, in the order given by
+// rootFirst: false sends every child before DEHYDRATING and the root
+// envelope (the orphan case). It returns the root and child IDs.
+func (c *client) sendDehydrated(t *testing.T, chunks []string, md map[string]string, pol *wire.CompletionPolicy, rootFirst bool) (uint32, []uint32) {
+	t.Helper()
+	root := c.assign(t)
+	if pol != nil {
+		c.sess.SetPolicy(root, pol)
+	}
+	ids := make([]uint32, len(chunks))
+	for i := range chunks {
+		ids[i] = c.assign(t)
+	}
+	announce := func() {
+		if err := c.sess.SendStatus(wire.StatusFrame{Status: wire.StatusDehydrating, EntityID: root}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	total, off := 0, 0
+	for _, ch := range chunks {
+		total += len(ch)
+	}
+	sendRoot := func() {
+		rmd := map[string]string{peer.MetaTotalChunks: itoa(uint32(len(chunks))), peer.MetaContentLength: itoa(uint32(total))}
+		for k, v := range md {
+			rmd[k] = v
+		}
+		h := &wire.EntityHeader{EntityID: root, ContentType: "text/plain", Metadata: rmd, CompletionPolicy: pol}
+		if err := c.send(t, h, c.envelope(t, root, nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rootFirst {
+		announce()
+	}
+	for i := len(chunks) - 1; i >= 0; i-- { // reverse order: out-of-order arrival
+		p := root
+		h := &wire.EntityHeader{EntityID: ids[i], ParentID: &p, ContentType: "text/plain", Metadata: md,
+			ChunkInfo: &wire.ChunkInfo{TotalChunks: uint64(len(chunks)), ChunkIndex: uint64(i), ChunkOffset: uint64(off)}}
+		if err := c.send(t, h, []byte(chunks[i])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !rootFirst {
+		// wait until every child was processed before announcing the root
+		for _, id := range ids {
+			c.rec.waitFor(t, "child settled", func() bool {
+				f, ok := c.rec.last(0, id)
+				return ok && f.Status != wire.StatusProcessing
+			})
+		}
+		announce()
+	}
+	sendRoot()
+	return root, ids
+}
