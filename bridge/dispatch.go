@@ -149,6 +149,11 @@ func (b *Bridge) sendDocument(j *attemptJob, src chunkSource) error {
 	}
 	b.registerRootLocked(j, rootID)
 	b.mu.Unlock()
+	// The root header travels last: register its policy now, so the session
+	// knows the children's retry budget (FAILED -> RETRYING).
+	if err := ss.s.SetPolicy(rootID, d.plan.wirePolicy()); err != nil {
+		return fmt.Errorf("register completion policy: %w", err)
+	}
 	if err := ss.s.SendStatus(wire.StatusFrame{Status: wire.StatusDehydrating, EntityID: rootID}); err != nil {
 		return fmt.Errorf("send DEHYDRATING: %w", err)
 	}
