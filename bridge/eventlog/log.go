@@ -83,6 +83,7 @@ type Log struct {
 	trigger   chan struct{}
 	pruneMu   sync.Mutex
 
+	subs      atomic.Int64
 	done      chan struct{}
 	closeOnce sync.Once
 	wg        sync.WaitGroup
@@ -229,6 +230,9 @@ func (l *Log) oldestLocked() uint64 {
 	o, _, _, _ := l.ret.Window()
 	return max(o, l.floor.Load())
 }
+
+// Subscribers is the number of open subscriptions.
+func (l *Log) Subscribers() int { return int(l.subs.Load()) }
 
 // Latest is the newest committed seq (0 before the first event).
 func (l *Log) Latest() uint64 { return l.tail.latestSeq() }

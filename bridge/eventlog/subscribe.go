@@ -122,6 +122,8 @@ func (l *Log) Follow(ctx context.Context, s Subscription, send func(*gatewayv1.E
 		sub.client = l.ret.Touch(s.ClientKey, s.Cursor, l.opts.Now())
 		defer func() { l.ret.Release(sub.client, l.opts.Now()) }()
 	}
+	l.subs.Add(1)
+	defer l.subs.Add(-1)
 	if l.m != nil {
 		l.m.Subscribers.Inc()
 		defer l.m.Subscribers.Dec()
