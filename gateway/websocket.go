@@ -184,4 +184,3 @@ func preUpgradeError(w http.ResponseWriter, code int, name, msg string) {
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(map[string]string{"error": name, "message": msg})
 }
-
