@@ -223,7 +223,7 @@ func TestStatusAppendAllocs(t *testing.T) {
 // controlStream is every kind of frame, with an unknown variable frame in
 // the middle. It returns the stream, the number of frames Next returns and
 // the frame boundaries (offsets where a clean EOF may occur).
-func controlStream(t *testing.T) ([]byte, int, map[int]bool) {
+func controlStream(t testing.TB) ([]byte, int, map[int]bool) {
 	t.Helper()
 	var b []byte
 	bounds := map[int]bool{0: true}

@@ -30,6 +30,10 @@ func readVec(t *testing.T, name string) []byte {
 // lines starting with '#' are comments.
 func tsvRows(t *testing.T, name string) []map[string]string {
 	t.Helper()
+	return tsvRowsF(t, name)
+}
+
+func tsvRowsF(t testing.TB, name string) []map[string]string {
 	f, err := os.Open(filepath.Join(vecDir, name))
 	if err != nil {
 		t.Fatal(err)
@@ -61,8 +65,9 @@ func tsvRows(t *testing.T, name string) []map[string]string {
 	return rows
 }
 
-func unhex(t *testing.T, s string) []byte {
-	t.Helper()
+func unhex(t *testing.T, s string) []byte { return unhexF(t, s) }
+
+func unhexF(t testing.TB, s string) []byte {
 	b, err := hex.DecodeString(s)
 	if err != nil {
 		t.Fatal(err)
