@@ -49,9 +49,18 @@ func TestGRPCErrorMapping(t *testing.T) {
 			_, err := h.docs.SubmitDocument(ctx, &gatewayv1.SubmitDocumentRequest{Content: []byte("x"), RequestId: "reused"})
 			return err
 		}, codes.AlreadyExists, "", "new requestId"},
-		{"cancel terminal", func() error { _, err := h.docs.CancelDocument(ctx, &gatewayv1.CancelDocumentRequest{Id: done.GetId()}); return err }, codes.FailedPrecondition, "FAILED_PRECONDITION", "cannot be cancelled"},
-		{"redeem replay", func() error { _, err := h.docs.RedeemClaimCheck(ctx, &gatewayv1.RedeemClaimCheckRequest{ClaimId: "1"}); return err }, codes.FailedPrecondition, "CLAIM_ALREADY_REDEEMED", "exactly once"},
-		{"redeem expired", func() error { _, err := h.docs.RedeemClaimCheck(ctx, &gatewayv1.RedeemClaimCheckRequest{ClaimId: "2"}); return err }, codes.FailedPrecondition, "CLAIM_EXPIRED", "expired"},
+		{"cancel terminal", func() error {
+			_, err := h.docs.CancelDocument(ctx, &gatewayv1.CancelDocumentRequest{Id: done.GetId()})
+			return err
+		}, codes.FailedPrecondition, "FAILED_PRECONDITION", "cannot be cancelled"},
+		{"redeem replay", func() error {
+			_, err := h.docs.RedeemClaimCheck(ctx, &gatewayv1.RedeemClaimCheckRequest{ClaimId: "1"})
+			return err
+		}, codes.FailedPrecondition, "CLAIM_ALREADY_REDEEMED", "exactly once"},
+		{"redeem expired", func() error {
+			_, err := h.docs.RedeemClaimCheck(ctx, &gatewayv1.RedeemClaimCheckRequest{ClaimId: "2"})
+			return err
+		}, codes.FailedPrecondition, "CLAIM_EXPIRED", "expired"},
 		{"future cursor", func() error {
 			s, err := h.events.SubscribeEvents(ctx, &gatewayv1.SubscribeEventsRequest{Cursor: proto.Uint64(21)})
 			if err != nil {
