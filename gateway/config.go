@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pipestream/gateway/bridge"
+	"github.com/pipestream/gateway/openapi"
 )
 
 // Config configures a Server. Zero values take the defaults in params.go;
@@ -63,8 +64,8 @@ type Config struct {
 	// issue; nil serves plaintext (loopback deployments).
 	GRPCTLS, HTTPTLS, InternalDialTLS *tls.Config
 
-	// Docs serves /openapi.json and /docs/ (the openapi package's handler;
-	// nil: those routes answer 404).
+	// Docs serves /openapi.json and /docs/ (default openapi.Handler(): the
+	// embedded spec and Swagger UI).
 	Docs http.Handler
 }
 
@@ -83,6 +84,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Registry == nil {
 		c.Registry = prometheus.NewRegistry()
+	}
+	if c.Docs == nil {
+		c.Docs = openapi.Handler()
 	}
 	if c.Authenticator == nil {
 		c.Authenticator = NoAuth{}

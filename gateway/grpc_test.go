@@ -233,11 +233,12 @@ func TestHealthReflectionMetrics(t *testing.T) {
 		}
 	}
 
-	for _, p := range []string{"/openapi.json", "/docs/"} {
-		code, _, b := h.do("GET", p, nil)
-		if code != 200 || !strings.Contains(string(b), `"path":"`+p+`"`) {
-			t.Errorf("%s: HTTP %d %s, want the docs handler", p, code, b)
-		}
+	if code, hdr, b := h.do("GET", "/openapi.json", nil); code != 200 || hdr.Get("Content-Type") != "application/json" ||
+		!strings.Contains(string(b), `"/v1/documents:upload"`) || !strings.Contains(string(b), `"/v1/events/ws"`) {
+		t.Errorf("/openapi.json: HTTP %d %.200s, want the merged spec with upload and WebSocket routes", code, b)
+	}
+	if code, hdr, b := h.do("GET", "/docs/", nil); code != 200 || !strings.Contains(hdr.Get("Content-Type"), "text/html") {
+		t.Errorf("/docs/: HTTP %d %.200s, want the docs UI page", code, b)
 	}
 }
 

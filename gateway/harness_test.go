@@ -66,10 +66,6 @@ func start(t *testing.T, mutate func(*gateway.Config)) *harness {
 		HTTPAddr: "127.0.0.1:0",
 		Bridge:   h.fake,
 		Logger:   slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Docs: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = io.WriteString(w, `{"swagger":"2.0","path":"`+r.URL.Path+`"}`)
-		}),
 	}
 	if mutate != nil {
 		mutate(&cfg)

@@ -43,10 +43,9 @@ func (s *Server) httpHandler() (http.Handler, error) {
 	mux.HandleFunc("GET /v1/events/ws", s.handleEventsWS)
 	mux.HandleFunc("GET /healthz", s.handleHealthz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{ErrorLog: slogPrintln{s}}))
-	if s.cfg.Docs != nil {
-		mux.Handle("/openapi.json", s.cfg.Docs)
-		mux.Handle("/docs/", s.cfg.Docs)
-	}
+	mux.Handle("/openapi.json", s.cfg.Docs)
+	mux.Handle("/docs", s.cfg.Docs)
+	mux.Handle("/docs/", s.cfg.Docs)
 	mux.Handle("/", s.limitBody(s.gwMux))
 	return mux, nil
 }
