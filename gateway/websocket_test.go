@@ -1,0 +1,184 @@
+package gateway_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/fxamacker/cbor/v2"
+)
+
+// wsFrame is one decoded frame: header {op, t} and payload, per
+// draft-holmgren-at-synchronization-00 "Frame Format".
+type wsFrame struct {
+	Op      int
+	T       string
+	Header  map[string]any
+	Payload map[string]any
+}
+
+// decodeFrame splits a binary message into exactly two CBOR objects and
+// checks that both are deterministically encoded (re-encoding with
+// length-first canonical options reproduces the bytes).
+func decodeFrame(t *testing.T, msg []byte) wsFrame {
+	t.Helper()
+	dm, _ := cbor.DecOptions{DupMapKey: cbor.DupMapKeyEnforcedAPF, IntDec: cbor.IntDecConvertSigned}.DecMode()
+	var hdr, payload cbor.RawMessage
+	dec := dm.NewDecoder(bytes.NewReader(msg))
+	if err := dec.Decode(&hdr); err != nil {
+		t.Fatalf("frame header is not CBOR: %v (% x)", err, msg)
+	}
+	if err := dec.Decode(&payload); err != nil {
+		t.Fatalf("frame payload is not CBOR: %v", err)
+	}
+	var extra cbor.RawMessage
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		t.Fatalf("frame has bytes after header and payload: %v", err)
+	}
+	em, _ := cbor.CanonicalEncOptions().EncMode()
+	var f wsFrame
+	for _, part := range []struct {
+		raw cbor.RawMessage
+		dst *map[string]any
+	}{{hdr, &f.Header}, {payload, &f.Payload}} {
+		if err := dm.Unmarshal(part.raw, part.dst); err != nil {
+			t.Fatalf("frame part is not a CBOR map: %v", err)
+		}
+		again, err := em.Marshal(*part.dst)
+		if err != nil || !bytes.Equal(again, part.raw) {
+			t.Errorf("frame part is not deterministic CBOR:\n got % x\nwant % x", part.raw, again)
+		}
+	}
+	op, ok := f.Header["op"].(int64)
+	if !ok {
+		t.Fatalf("header %v has no integer op", f.Header)
+	}
+	f.Op = int(op)
+	f.T, _ = f.Header["t"].(string)
+	if len(msg) > 5_000_000 {
+		t.Errorf("frame of %d bytes exceeds 5 MB", len(msg))
+	}
+	return f
+}
+
+func dialWS(t *testing.T, h *harness, query string) *websocket.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, resp, err := websocket.Dial(ctx, "ws://"+h.srv.HTTPAddr()+"/v1/events/ws"+query, &websocket.DialOptions{HTTPClient: h.http})
+	if err != nil {
+		t.Fatalf("dial: %v (%v)", err, resp)
+	}
+	t.Cleanup(func() { c.CloseNow() })
+	return c
+}
+
+func readFrame(t *testing.T, c *websocket.Conn) (wsFrame, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	typ, msg, err := c.Read(ctx)
+	if err != nil {
+		return wsFrame{}, err
+	}
+	if typ != websocket.MessageBinary {
+		t.Fatalf("message type %v, want binary", typ)
+	}
+	return decodeFrame(t, msg), nil
+}
+
+func TestWebSocketFramesReplayAndLive(t *testing.T) {
+	h := start(t, nil)
+	c := dialWS(t, h, "?cursor=18")
+	for want := int64(18); want <= 21; want++ {
+		if want == 21 {
+			h.fake.log.live <- h.fake.log.event(21)
+		}
+		f, err := readFrame(t, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Op != 1 || f.T != "#status" {
+			t.Fatalf("header %v, want {op: 1, t: #status}", f.Header)
+		}
+		if f.Payload["seq"] != want {
+			t.Fatalf("seq %v, want %d", f.Payload["seq"], want)
+		}
+		if tm, _ := f.Payload["time"].(string); !strings.HasPrefix(tm, "2023-11-14T22:13:20") {
+			t.Errorf("time %v, want the event's ISO 8601 time", f.Payload["time"])
+		}
+		if f.Payload["documentId"] != "doc-1" || f.Payload["entityStatus"] != "ENTITY_STATUS_COMPLETE" ||
+			f.Payload["rev"] != want || f.Payload["since"] != want-1 || f.Payload["entityId"] != int64(7) {
+			t.Errorf("payload %v lacks the event fields", f.Payload)
+		}
+	}
+	if err := c.Close(websocket.StatusNormalClosure, ""); err != nil {
+		t.Logf("close: %v", err)
+	}
+}
+
+func TestWebSocketOutdatedCursorInfo(t *testing.T) {
+	h := start(t, nil)
+	c := dialWS(t, h, "?cursor=3")
+	f, err := readFrame(t, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Op != 1 || f.T != "#info" || f.Payload["name"] != "OutdatedCursor" {
+		t.Fatalf("first frame %v %v, want #info OutdatedCursor", f.Header, f.Payload)
+	}
+	f, err = readFrame(t, c)
+	if err != nil || f.Payload["seq"] != int64(10) {
+		t.Fatalf("after #info: %v %v, want the window from seq 10", f.Payload, err)
+	}
+}
+
+func TestWebSocketErrorFramesThenClose(t *testing.T) {
+	h := start(t, nil)
+	for _, tc := range []struct {
+		name, query, want string
+		setup             func()
+	}{
+		{"future cursor", "?cursor=999", "FutureCursor", func() {}},
+		{"consumer too slow", "", "ConsumerTooSlow", func() { h.fake.log.tooSlow.Store(true) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.setup()
+			defer h.fake.log.tooSlow.Store(false)
+			c := dialWS(t, h, tc.query)
+			f, err := readFrame(t, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f.Op != -1 {
+				t.Fatalf("header %v, want op -1", f.Header)
+			}
+			if _, has := f.Header["t"]; has {
+				t.Errorf("error frame header %v carries t", f.Header)
+			}
+			if f.Payload["error"] != tc.want || f.Payload["message"] == "" {
+				t.Errorf("payload %v, want error %s with a message", f.Payload, tc.want)
+			}
+			_, err = readFrame(t, c)
+			if websocket.CloseStatus(err) == -1 {
+				t.Errorf("after the error frame: %v, want the connection closed", err)
+			}
+		})
+	}
+}
+
+func TestWebSocketPreUpgradeErrors(t *testing.T) {
+	h := start(t, nil)
+	code, _, b := h.do("GET", "/v1/events/ws?cursor=abc", nil)
+	var body struct{ Error, Message string }
+	if err := json.Unmarshal(b, &body); err != nil || code != http.StatusBadRequest || body.Error == "" || !strings.Contains(body.Message, "cursor") {
+		t.Errorf("HTTP %d %s, want 400 JSON {error, message} about the cursor", code, b)
+	}
+}
