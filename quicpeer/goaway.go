@@ -93,8 +93,23 @@ func (s *session) goAway(ctx context.Context) error {
 		}
 	}
 	s.mu.Unlock()
+	// CONNECTION_CLOSE discards stream data the peer has not received yet
+	// (the last statuses and result streams): linger until the peer closes,
+	// goawayLinger passes, or ctx ends.
+	t := time.NewTimer(goawayLinger)
+	defer t.Stop()
+	select {
+	case <-s.ctx.Done():
+		return s.err()
+	case <-t.C:
+	case <-ctx.Done():
+	}
 	return s.closeWithError(wire.CodeNoError, "graceful shutdown")
 }
+
+// goawayLinger is how long a drained session waits for in-flight frames to
+// reach the peer before it closes (added by the peer helper; see goAway).
+const goawayLinger = 500 * time.Millisecond
 
 // cursorLoop sends connection-level cursor updates (client role,
 // docs/profile.md section 2), coalesced to one per cursorUpdateInterval.

@@ -237,16 +237,16 @@ func (s *ClaimStore) Issue(c ClaimRecord) (*ClaimRecord, error) {
 }
 
 // Redeem accepts claim id exactly once: it returns ErrClaimNotFound for an
-// unknown, replayed or settled claim, ErrClaimExpired past the expiry, else
+// unknown or replayed claim, ErrClaimExpired past the expiry, else
 // persists the redemption (fsync) and returns the record.
 func (s *ClaimStore) Redeem(id uint64) (*ClaimRecord, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := s.claims[id]
 	switch {
-	case c == nil || c.Redeemed || c.Settled:
+	case c == nil || c.Redeemed:
 		return nil, fmt.Errorf("%w: claim %d", ErrClaimNotFound, id)
-	case !s.now().Before(c.Expiry):
+	case c.Settled || !s.now().Before(c.Expiry): // settled only happens at expiry
 		return nil, fmt.Errorf("%w: claim %d expired at %s", ErrClaimExpired, id, c.Expiry.UTC().Format(time.RFC3339Nano))
 	}
 	if err := s.append(claimLine{Op: "redeem", ID: id, At: s.now()}); err != nil {

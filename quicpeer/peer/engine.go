@@ -83,7 +83,7 @@ func (g *engine) close(cause error) {
 	g.mu.Lock()
 	g.closing = true
 	for _, e := range g.deferred {
-		e.stopTimer()
+		e.stopClaimTimer()
 	}
 	g.mu.Unlock()
 	g.cancel(cause)
@@ -110,7 +110,8 @@ type entity struct {
 	mu       sync.Mutex
 	status   wire.Status // last status sent by the peer (PENDING before)
 	start    time.Time
-	timer    *time.Timer
+	timer    *time.Timer // completion-policy timeout
+	claimT   *time.Timer // claim expiry while DEFERRED
 	attempts int
 	done     bool
 }

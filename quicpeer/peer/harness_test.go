@@ -183,6 +183,12 @@ func (r *recorder) history(scope, id uint32) []wire.Status {
 	return out
 }
 
+func (r *recorder) lastLocked(scope, id uint32) (wire.StatusFrame, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last(scope, id)
+}
+
 func (r *recorder) last(scope, id uint32) (wire.StatusFrame, bool) {
 	for i := len(r.statuses) - 1; i >= 0; i-- {
 		if f := r.statuses[i]; f.ScopeID == scope && f.EntityID == id {

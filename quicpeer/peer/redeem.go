@@ -13,7 +13,8 @@ import (
 // entity stream carrying the deferred entity's original payload and
 // pipestream.claim-id. An unknown, replayed or settled claim aborts the
 // stream with PIPESTREAM_CLAIM_NOT_FOUND (0x0B), an expired one with
-// PIPESTREAM_CLAIM_EXPIRED (0x0A). An accepted claim is processed without
+// PIPESTREAM_CLAIM_EXPIRED (0x0A); either also gets FAILED for the stream's
+// entity unless that entity is the one still waiting for the claim. An accepted claim is processed without
 // its fault: PROCESSING, then COMPLETE (or a failure). A redeemed child
 // whose document is still open on this session goes into that document's
 // rehydration; anything else gets a result stream of its own (profile 4.3).
@@ -25,11 +26,11 @@ func (g *engine) redeem(h *wire.EntityHeader, payload io.Reader, abort func(wire
 	}
 	rec, ok := g.claims.Get(id)
 	switch {
-	case !ok || rec.Redeemed || rec.Settled:
+	case !ok || rec.Redeemed:
 		g.log.Info("claim rejected", "claim", id, "entity", h.EntityID, "code", wire.CodeClaimNotFound, "known", ok, "redeemed", rec.Redeemed)
 		g.reject(h, abort, wire.CodeClaimNotFound, "claim unknown or already redeemed")
 		return
-	case !g.now().Before(rec.Expiry):
+	case rec.Settled || !g.now().Before(rec.Expiry):
 		g.log.Info("claim rejected", "claim", id, "entity", h.EntityID, "code", wire.CodeClaimExpired, "expiry", rec.Expiry.UTC())
 		g.reject(h, abort, wire.CodeClaimExpired, "claim expired")
 		return
@@ -66,7 +67,7 @@ func (g *engine) redeem(h *wire.EntityHeader, payload io.Reader, abort func(wire
 	}
 	g.mu.Unlock()
 	if de != nil {
-		de.stopTimer()
+		de.stopClaimTimer()
 	}
 
 	md := maps.Clone(rec.Metadata)

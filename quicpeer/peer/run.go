@@ -91,6 +91,14 @@ func (e *entity) stopTimer() {
 	}
 }
 
+func (e *entity) stopClaimTimer() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.claimT != nil {
+		e.claimT.Stop()
+	}
+}
+
 // call runs fn on the bounded worker pool, turning a panic into an error.
 func (g *engine) call(e *entity, fn func() (*Output, error)) (out *Output, err error) {
 	select {
@@ -284,7 +292,7 @@ func (g *engine) deferEntity(e *entity, ttl time.Duration) result {
 	}
 	g.log.Info("claim issued", "entity", e.id, "claim", stored.ID, "doc", stored.DocID, "expiry", stored.Expiry.UTC())
 	e.mu.Lock()
-	e.timer = time.AfterFunc(ttl, func() { g.claimExpired(e, stored.ID) })
+	e.claimT = time.AfterFunc(ttl, func() { g.claimExpired(e, stored.ID) })
 	e.mu.Unlock()
 	return result{kind: resultDeferred}
 }
