@@ -59,8 +59,25 @@ func (s *session) sendEntity(ctx context.Context, h *wire.EntityHeader, payload 
 	}
 	st, err := s.conn.OpenUniStreamSync(ctx)
 	if err != nil {
+		s.failEntity(scope, id, "entity stream not opened")
 		return fmt.Errorf("quicpeer: open entity stream for %d: %w", id, err)
 	}
+	err = s.writeEntity(ctx, st, h, payload)
+	if err != nil {
+		// When this endpoint aborted the stream it reports FAILED (the
+		// receiver may not have seen the header, Section 5.3); when the
+		// receiver stopped it, the receiver reports the status.
+		if _, remote, ok := streamAbort(err); !ok || !remote {
+			s.failEntity(scope, id, err.Error())
+		}
+	}
+	return err
+}
+
+// writeEntity writes header, payload and FIN on st; on failure the stream
+// is reset (or was stopped by the peer).
+func (s *session) writeEntity(ctx context.Context, st sendStream, h *wire.EntityHeader, payload io.Reader) error {
+	id := h.EntityID
 	stop := context.AfterFunc(ctx, func() { st.CancelWrite(wire.CodeNoError) })
 	defer stop()
 	if err := wire.WriteEntityHeader(st, s.codec, h); err != nil {
@@ -108,7 +125,7 @@ func (s *session) sendErr(ctx context.Context, id uint32, err error) error {
 		return ctx.Err()
 	}
 	if code, remote, ok := streamAbort(err); ok && remote {
-		return localErr(code, "entity %d: peer stopped the entity stream", id)
+		return &peerStopped{pe: &wire.Error{Code: code, Msg: fmt.Sprintf("entity %d: peer stopped the entity stream", id)}, cause: err}
 	}
 	if s.conn.Context().Err() != nil {
 		if e := s.err(); e != nil {
@@ -117,6 +134,17 @@ func (s *session) sendErr(ctx context.Context, id uint32, err error) error {
 	}
 	return fmt.Errorf("quicpeer: entity %d: %w", id, err)
 }
+
+// peerStopped is the error of an entity stream the receiver stopped: a
+// *wire.Error with the receiver's code that also unwraps to the
+// *quic.StreamError.
+type peerStopped struct {
+	pe    *wire.Error
+	cause error
+}
+
+func (e *peerStopped) Error() string   { return e.pe.Error() }
+func (e *peerStopped) Unwrap() []error { return []error{e.pe, e.cause} }
 
 // acceptLoop accepts entity streams once the capability exchange is done.
 func (s *session) acceptLoop() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quic-go/quic-go"
 	"go.uber.org/goleak"
 
 	"github.com/pipestream/gateway/quicpeer"
@@ -247,11 +249,16 @@ func (g *genReader) Read(p []byte) (int, error) {
 	if int64(len(p)) > g.n-g.off {
 		p = p[:g.n-g.off]
 	}
-	for i := range p {
-		g.x ^= g.x << 13
-		g.x ^= g.x >> 7
-		g.x ^= g.x << 17
-		p[i] = byte(g.x)
+	// The stream is a function of the offset only, so any read sizes
+	// produce the same bytes: 8 octets per xorshift step of block off/8.
+	for i := 0; i < len(p); {
+		blk := uint64(g.off+int64(i)) / 8
+		x := (blk + g.x) * 0x9E3779B97F4A7C15
+		x ^= x >> 31
+		var w [8]byte
+		binary.LittleEndian.PutUint64(w[:], x)
+		o := int(uint64(g.off+int64(i)) % 8)
+		i += copy(p[i:], w[o:])
 	}
 	g.off += int64(len(p))
 	return len(p), nil
@@ -292,3 +299,8 @@ func hexBytes(t testing.TB, s string) []byte {
 }
 
 func appendStatus(f wire.StatusFrame) []byte { return f.Append(nil) }
+
+func isStreamCode(err error, code wire.ErrorCode) bool {
+	var se *quic.StreamError
+	return errors.As(err, &se) && wire.ErrorCode(se.ErrorCode) == code
+}

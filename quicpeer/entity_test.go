@@ -1,0 +1,316 @@
+package quicpeer_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pipestream/gateway/quicpeer"
+	"github.com/pipestream/gateway/quicpeer/wire"
+)
+
+// Section 5.2, 6.8: one entity per unidirectional stream in both
+// directions, streamed (32 MiB, never buffered whole), SHA-256 verified.
+func TestEntityRoundTripBothDirections(t *testing.T) {
+	size := int64(32 << 20)
+	if testing.Short() {
+		size = 1 << 20
+	}
+	run(t, allModes, func(t *testing.T, m mode) {
+		p := newPair(t, m)
+		ctx := context.Background()
+		id, err := p.client.AssignID(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := header(id, size, 1)
+		h.Metadata = map[string]string{"pipestream.processor": "passthrough"}
+		if err := p.client.SendEntity(ctx, h, newGen(size, 1)); err != nil {
+			t.Fatalf("client SendEntity: %v", err)
+		}
+		got := recv(t, p.sr.entities, "entity at the server")
+		if got.err != nil || got.n != size || got.sum != genSum(size, 1) {
+			t.Fatalf("server got n=%d err=%v (sum ok=%v)", got.n, got.err, got.sum == genSum(size, 1))
+		}
+		if got.h.EntityID != id || got.h.Metadata["pipestream.processor"] != "passthrough" {
+			t.Fatalf("server header %+v", got.h)
+		}
+		// The result goes back on a server-initiated stream (docs/profile.md 4.3).
+		rh := header(id, size, 2)
+		rh.Metadata = map[string]string{"pipestream.role": "result"}
+		if err := p.server.SendEntity(ctx, rh, newGen(size, 2)); err != nil {
+			t.Fatalf("server SendEntity: %v", err)
+		}
+		got = recv(t, p.cr.entities, "result at the client")
+		if got.err != nil || got.n != size || got.sum != genSum(size, 2) || got.h.Metadata["pipestream.role"] != "result" {
+			t.Fatalf("client got n=%d err=%v header=%+v", got.n, got.err, got.h)
+		}
+	})
+}
+
+// Section 10.2 + docs/profile.md 7: a checksum mismatch aborts that stream
+// with 0x04, the receiver reports FAILED on stream 0, the connection lives.
+func TestChecksumMismatchFailsEntityOnly(t *testing.T) {
+	run(t, allModes, func(t *testing.T, m mode) {
+		p := newPair(t, m)
+		ctx := context.Background()
+		id, _ := p.client.AssignID(ctx)
+		h := header(id, 100_000, 3)
+		h.Checksum[0] ^= 0xFF
+		err := p.client.SendEntity(ctx, h, newGen(100_000, 3))
+		if err != nil && codeOf(err) != wire.CodeIntegrityError {
+			t.Fatalf("SendEntity: %v (want nil or STOP_SENDING 0x04)", err)
+		}
+		got := recv(t, p.sr.entities, "entity at the server")
+		if !isCode(got.err, wire.CodeIntegrityError) {
+			t.Fatalf("server Payload.Read error %v, want *wire.Error 0x04", got.err)
+		}
+		if f := nextStatus(t, p.cr); f.EntityID != id || f.Status != wire.StatusFailed {
+			t.Fatalf("client saw %+v, want FAILED for %d", f, id)
+		}
+		// The connection lives on.
+		id2, err := p.client.AssignID(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.client.SendEntity(ctx, header(id2, 10, 4), newGen(10, 4)); err != nil {
+			t.Fatal(err)
+		}
+		if got := recv(t, p.sr.entities, "second entity"); got.err != nil {
+			t.Fatal(got.err)
+		}
+	})
+}
+
+// A payload shorter than payload-length is refused by the sender, which
+// resets the stream with 0x05 and reports FAILED itself (the receiver may
+// never see the header).
+func TestEntityLengthAndHeaderErrors(t *testing.T) {
+	p := newPair(t, cborMode)
+	ctx := context.Background()
+	id, _ := p.client.AssignID(ctx)
+	err := p.client.SendEntity(ctx, header(id, 100, 5), newGen(99, 5))
+	if codeOf(err) != wire.CodeEntityInvalid {
+		t.Fatalf("short payload: %v, want 0x05", err)
+	}
+	waitFailed(t, p, id)
+	if err := p.client.SendEntity(ctx, header(77, 1, 1), newGen(1, 1)); codeOf(err) != wire.CodeEntityInvalid {
+		t.Fatalf("unassigned root ID: %v, want 0x05", err)
+	}
+}
+
+// waitFailed waits until one side reported FAILED for id to the other (the
+// side that aborted reports; if both do, the race rule drops the second)
+// and the client's cursor moved past id.
+func waitFailed(t *testing.T, p *pair, id uint32) {
+	t.Helper()
+	deadline := time.After(waitFor)
+	for {
+		select {
+		case f := <-p.sr.statuses:
+			if f.EntityID == id && f.Status == wire.StatusFailed {
+				return
+			}
+		case f := <-p.cr.statuses:
+			if f.EntityID == id && f.Status == wire.StatusFailed {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("no FAILED for entity %d on stream 0", id)
+		}
+	}
+}
+
+func TestMalformedEntityHeaderAborted(t *testing.T) {
+	sr := newRecorder()
+	ln, err := quicpeer.Listen("127.0.0.1:0", baseConfig(t, cborMode, sr, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	raw := dialRaw(t, ln.Addr().String(), defaultCaps())
+	st, err := raw.conn.OpenUniStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// vector entity/invalid-entity-reserved-id.bin: entity-id 0.
+	st.Write(hexBytes(t, "00000076a5656c617965720068636865636b73756d5820bb5a83c47c5bdba84780944786379d0a989f6bc0b4fa17501350131fe723df9a69656e746974792d6964006c636f6e74656e742d747970657819746578742f706c61696e3b20636861727365743d7574662d386e7061796c6f61642d6c656e677468135069706553747265616d204c6179657220300a"))
+	// no FIN: the stream stays open until the receiver stops it
+	select {
+	case <-st.Context().Done():
+	case <-time.After(waitFor):
+		t.Fatal("malformed entity stream was not stopped")
+	}
+	if err := context.Cause(st.Context()); !isStreamCode(err, wire.CodeEntityInvalid) {
+		t.Fatalf("stream ended with %v, want STOP_SENDING 0x05", err)
+	}
+	select {
+	case e := <-sr.entities:
+		t.Fatalf("handler got a malformed entity %+v", e.h)
+	default:
+	}
+}
+
+// Section 5.3: an entity stream aborted by its sender yields FAILED.
+func TestResetEntityStreamYieldsFailed(t *testing.T) {
+	run(t, allModes, func(t *testing.T, m mode) {
+		p := newPair(t, m)
+		id, _ := p.client.AssignID(context.Background())
+		ctx, cancel := context.WithCancel(context.Background())
+		pr, pw := io.Pipe()
+		errc := make(chan error, 1)
+		go func() { errc <- p.client.SendEntity(ctx, header(id, 1<<20, 6), pr) }()
+		pw.Write(make([]byte, 1000))
+		cancel() // resets the stream with PIPESTREAM_NO_ERROR
+		pw.Close()
+		if err := recv(t, errc, "SendEntity"); !errors.Is(err, context.Canceled) {
+			t.Fatalf("SendEntity: %v, want context.Canceled", err)
+		}
+		waitFailed(t, p, id)
+		// If the header got through, the handler saw the reset as an error.
+		select {
+		case got := <-p.sr.entities:
+			if got.err == nil {
+				t.Fatal("server read a reset entity without error")
+			}
+		case <-time.After(100 * time.Millisecond):
+		}
+	})
+}
+
+// Section 5.3: on connection loss HandleClose reports an error, so the
+// owner fails every non-terminal entity. The network is cut mid-entity.
+func TestPeerDeathMidEntity(t *testing.T) {
+	p := newPairViaProxy(t, cborMode, func(c, s *quicpeer.Config) {
+		ka := uint64(200)
+		c.Offer.KeepaliveTimeoutMs, s.Offer.KeepaliveTimeoutMs = &ka, &ka
+	})
+	ctx := context.Background()
+	id, _ := p.client.AssignID(ctx)
+	started := make(chan struct{})
+	p.sr.onEntity = func(_ *quicpeer.Session, e *quicpeer.IncomingEntity) {
+		buf := make([]byte, 1000)
+		io.ReadFull(e.Payload, buf)
+		close(started)
+		_, err := io.Copy(io.Discard, e.Payload)
+		p.sr.entities <- entityResult{err: err}
+	}
+	pr, pw := io.Pipe()
+	errc := make(chan error, 1)
+	big := &wire.EntityHeader{EntityID: id, PayloadLength: 1 << 30} // no checksum: never completes
+	go func() { errc <- p.client.SendEntity(ctx, big, pr) }()
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			if _, err := pw.Write(buf); err != nil {
+				return
+			}
+		}
+	}()
+	recv(t, started, "entity start")
+	p.proxy.cut()
+	if err := recv(t, p.cr.closed, "client HandleClose"); err == nil {
+		t.Fatal("client HandleClose(nil) after the peer vanished")
+	}
+	if err := recv(t, errc, "SendEntity"); err == nil {
+		t.Fatal("SendEntity succeeded across a dead connection")
+	}
+	pr.CloseWithError(io.ErrClosedPipe)
+	if err := recv(t, p.sr.closed, "server HandleClose"); err == nil {
+		t.Fatal("server HandleClose(nil) after the client vanished")
+	}
+	if got := recv(t, p.sr.entities, "server read end"); got.err == nil {
+		t.Fatal("server payload read ended cleanly")
+	}
+}
+
+// udpProxy forwards datagrams between one client and a server until cut.
+type udpProxy struct {
+	pc     net.PacketConn
+	server *net.UDPAddr
+	client atomic.Pointer[net.UDPAddr]
+	dead   atomic.Bool
+	wg     sync.WaitGroup
+	up     *net.UDPConn
+}
+
+func newUDPProxy(t *testing.T, server string) *udpProxy {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa, _ := net.ResolveUDPAddr("udp", server)
+	up, err := net.DialUDP("udp", nil, sa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &udpProxy{pc: pc, server: sa, up: up}
+	p.wg.Add(2)
+	go func() { // client -> server
+		defer p.wg.Done()
+		buf := make([]byte, 65536)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			p.client.Store(from.(*net.UDPAddr))
+			if !p.dead.Load() {
+				up.Write(buf[:n])
+			}
+		}
+	}()
+	go func() { // server -> client
+		defer p.wg.Done()
+		buf := make([]byte, 65536)
+		for {
+			n, err := up.Read(buf)
+			if err != nil {
+				return
+			}
+			if c := p.client.Load(); c != nil && !p.dead.Load() {
+				pc.WriteTo(buf[:n], c)
+			}
+		}
+	}()
+	t.Cleanup(func() { pc.Close(); up.Close(); p.wg.Wait() })
+	return p
+}
+
+func (p *udpProxy) cut() { p.dead.Store(true) }
+
+type proxiedPair struct {
+	*pair
+	proxy *udpProxy
+}
+
+func newPairViaProxy(t *testing.T, m mode, opts ...pairOpts) *proxiedPair {
+	t.Helper()
+	p := &pair{cr: newRecorder(), sr: newRecorder()}
+	cc, sc := baseConfig(t, m, p.cr, false), baseConfig(t, m, p.sr, true)
+	for _, o := range opts {
+		o(&cc, &sc)
+	}
+	ln, err := quicpeer.Listen("127.0.0.1:0", sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	px := newUDPProxy(t, ln.Addr().String())
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if p.client, err = quicpeer.Dial(ctx, px.pc.LocalAddr().String(), cc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.client.CloseWithError(0, ""); <-p.client.Done() })
+	if p.server, err = ln.Accept(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.server.CloseWithError(0, ""); <-p.server.Done() })
+	return &proxiedPair{p, px}
+}
