@@ -63,3 +63,19 @@ package wire
 //   Merkle (Section 9.4):
 //     type Leaf struct{ EntityID uint32; Status Status }
 //     func MerkleRoot(leaves []Leaf) [32]byte // sorts by entity ID ascending
+//
+// Additions (implemented; see the files for the contracts):
+//
+//   Frame (varframe.go): Type plus one of Status / ScopeDigest / Barrier /
+//     GoAway / Body; ControlReader.Next returns io.EOF at a clean end of
+//     stream, *Error 0x05 when the stream ends inside a frame, and passes
+//     other read errors through unchanged.
+//   func CheckStatusFrame(f *StatusFrame, layer1, layer2 bool) error // 0x05 / 0x0C frame-local rules
+//   func IsResolved(s Status, retriesLeft bool) bool                 // Section 9.1 cursor resolution
+//   func ValidateCapabilities(c *Capabilities) error                 // 0x0C layer0 false, 0x07 depth, 0x06 window
+//   func Negotiate(local, remote *Capabilities) Negotiated           // Section 3.4/3.5, profile 1
+//   const MaxSafeWindow = 0x7FFFFFFE                                  // effective max/default window
+//   func NewIDSpace(maxWindow uint32) *IDSpace; NewIDSpaceAfter(maxWindow, lastAssigned uint32) *IDSpace
+//   (*IDSpace) Cursor, LastAssigned, Outstanding, MaxWindow, InFlight(id)
+//   (*PayloadReader) Sum() [32]byte, N() uint64
+//   DefaultMaxEntityHeader (params.go), MaxExtensionLength, MaxYieldToken
