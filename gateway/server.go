@@ -230,8 +230,17 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		close(s.stopPoll)
 		s.log.Info("gateway shutting down: intake stopped")
 
-		if err := s.cfg.Bridge.Close(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("gateway: close bridge: %w", err))
+		// The bridge drains within ctx; if it is still waiting (an upload
+		// whose client stalls, say) when ctx ends, stopping gRPC below
+		// cancels those calls and lets it finish.
+		bridgeDone := make(chan error, 1)
+		go func() { bridgeDone <- s.cfg.Bridge.Close(ctx) }()
+		var bridgeErr error
+		bridgeClosed := false
+		select {
+		case bridgeErr = <-bridgeDone:
+			bridgeClosed = true
+		case <-ctx.Done():
 		}
 		s.cancelStreams()
 
@@ -258,6 +267,16 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			s.conn.Close()
 		} else {
 			s.grpc.Stop()
+		}
+		if !bridgeClosed {
+			select {
+			case bridgeErr = <-bridgeDone:
+			case <-time.After(time.Second):
+				bridgeErr = errors.New("did not finish within the shutdown deadline")
+			}
+		}
+		if bridgeErr != nil {
+			errs = append(errs, fmt.Errorf("gateway: close bridge: %w", bridgeErr))
 		}
 		s.bg.Wait()
 		s.log.Info("gateway stopped", "took", time.Since(start).Round(time.Millisecond))
