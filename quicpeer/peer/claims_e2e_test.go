@@ -197,3 +197,91 @@ func toBytes(s []wire.Status) []byte {
 	}
 	return b
 }
+
+// A child whose payload does not match its checksum is FAILED before any
+// processing is committed; STRICT then fails the document.
+func TestChildChecksumMismatchFailsDocument(t *testing.T) {
+	srv := startPeer(t, peer.Options{})
+	c := dial(t, srv, wire.FormatCBOR, nil)
+	root, k := c.assign(t), c.assign(t)
+	c.sess.SendStatus(wire.StatusFrame{Status: wire.StatusDehydrating, EntityID: root})
+	p := root
+	bad := bytes.Repeat([]byte{0}, 32)
+	h := &wire.EntityHeader{EntityID: k, ParentID: &p, ChunkInfo: &wire.ChunkInfo{TotalChunks: 1}, PayloadLength: 4, Checksum: bad}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c.sess.SendEntity(ctx, h, bytes.NewReader([]byte("data")))
+	c.rec.waitStatus(t, k, wire.StatusFailed)
+	if err := c.send(t, &wire.EntityHeader{EntityID: root, Metadata: map[string]string{peer.MetaTotalChunks: "1"}}, c.envelope(t, root, nil)); err != nil {
+		t.Fatal(err)
+	}
+	c.rec.waitStatus(t, root, wire.StatusFailed)
+	c.rec.mu.Lock()
+	_, ok := c.rec.results[root]
+	c.rec.mu.Unlock()
+	if ok {
+		t.Fatal("result sent for a document whose only chunk failed its checksum")
+	}
+}
+
+// Orphans are bounded: children of more root-less documents than
+// OrphanDocs are aborted with PIPESTREAM_WINDOW_EXCEEDED and FAILED.
+func TestOrphanBound(t *testing.T) {
+	srv := startPeer(t, peer.Options{OrphanDocs: 1})
+	c := dial(t, srv, wire.FormatCBOR, nil)
+	r1, k1, r2, k2 := c.assign(t), c.assign(t), c.assign(t), c.assign(t)
+	send := func(root, id uint32) {
+		p := root
+		c.send(t, &wire.EntityHeader{EntityID: id, ParentID: &p, ChunkInfo: &wire.ChunkInfo{TotalChunks: 1}}, []byte("x"))
+	}
+	send(r1, k1)
+	c.rec.waitStatus(t, k1, wire.StatusComplete)
+	send(r2, k2)
+	c.rec.waitStatus(t, k2, wire.StatusFailed)
+	// the first orphan is adopted when its document shows up
+	c.sess.SendStatus(wire.StatusFrame{Status: wire.StatusDehydrating, EntityID: r1})
+	if err := c.send(t, &wire.EntityHeader{EntityID: r1, Metadata: map[string]string{peer.MetaTotalChunks: "1"}}, c.envelope(t, r1, nil)); err != nil {
+		t.Fatal(err)
+	}
+	if res := c.rec.waitResult(t, r1); string(res.data) != "x" {
+		t.Fatalf("result %q", res.data)
+	}
+}
+
+// STATUS(R, ABANDONED) from the gateway cancels the document: the peer
+// stops and sends nothing more for it.
+func TestGatewayCancel(t *testing.T) {
+	srv := startPeer(t, peer.Options{})
+	c := dial(t, srv, wire.FormatCBOR, nil)
+	id := c.sendWhole(t, "x", fault("timeout"), nil)
+	c.rec.waitStatus(t, id, wire.StatusProcessing)
+	if err := c.sess.SendStatus(wire.StatusFrame{Status: wire.StatusAbandoned, EntityID: id}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if got := c.rec.history(0, id); !equal(got, statuses(wire.StatusProcessing)) {
+		t.Fatalf("peer sent %v after the cancel", got)
+	}
+}
+
+func TestRunStopsOnCancel(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- peer.Run(ctx, peer.Options{DataDir: t.TempDir(), Logger: testLogger(t)}) }()
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+	if _, err := peer.Start(peer.Options{}); err == nil {
+		t.Fatal("Start without DataDir accepted")
+	}
+	if _, err := peer.Start(peer.Options{DataDir: t.TempDir(), CertFile: "x.pem"}); err == nil {
+		t.Fatal("--cert without --key accepted")
+	}
+}

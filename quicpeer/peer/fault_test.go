@@ -23,7 +23,9 @@ func retryPolicy(n, delayMs uint32) *wire.CompletionPolicy {
 	return &wire.CompletionPolicy{OnFailure: &a, MaxRetries: &n, RetryDelayMs: &delayMs}
 }
 
-func modePolicy(m wire.CompletionMode) *wire.CompletionPolicy { return &wire.CompletionPolicy{Mode: &m} }
+func modePolicy(m wire.CompletionMode) *wire.CompletionPolicy {
+	return &wire.CompletionPolicy{Mode: &m}
+}
 
 func TestFaultFail(t *testing.T) {
 	modes(t, func(t *testing.T, format wire.Format) {

@@ -109,7 +109,7 @@ func (r *recorder) HandleStatus(_ *quicpeer.Session, f wire.StatusFrame) {
 func (r *recorder) HandleScopeDigest(_ *quicpeer.Session, f wire.ScopeDigestFrame) {
 	r.note(func() { r.digests = append(r.digests, f) })
 }
-func (r *recorder) HandleBarrier(*quicpeer.Session, wire.BarrierFrame)       {}
+func (r *recorder) HandleBarrier(*quicpeer.Session, wire.BarrierFrame)        {}
 func (r *recorder) HandleCheckpoint(*quicpeer.Session, *wire.CheckpointFrame) {}
 func (r *recorder) HandleGoAway(_ *quicpeer.Session, f wire.GoAwayFrame) {
 	r.note(func() { r.goaways = append(r.goaways, f) })

@@ -1,0 +1,315 @@
+package peer
+
+import (
+	"context"
+	"io"
+	"strconv"
+
+	"github.com/pipestream/gateway/quicpeer/wire"
+)
+
+// doc is a document the gateway dehydrated (docs/profile.md 4.2): root R in
+// scope 0 and its children C_i (parent-id R). Children may arrive before
+// the root envelope and before STATUS(R, DEHYDRATING); such a doc is an
+// orphan and counts against the orphan bounds until R is known. Fields are
+// guarded by engine.mu.
+type doc struct {
+	id        uint32
+	ctx       context.Context
+	cancel    context.CancelCauseFunc
+	root      *wire.EntityHeader // root header once the envelope arrived
+	env       *wire.PipeDoc
+	rootEnt   *entity
+	rootKnown chan struct{} // closed when root is set
+	total     int64         // pipestream.total-chunks, -1 until known
+	children  map[uint64]*childState
+
+	dehydrating bool // STATUS(R, DEHYDRATING) received
+	orphan      bool
+	cancelled   bool
+	finishing   bool // rehydration started (or the document failed)
+}
+
+type childState struct {
+	e       *entity
+	done    bool
+	outcome childOutcome
+	out     *Output
+}
+
+func (d *doc) isCancelled(g *engine) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return d.cancelled
+}
+
+// docFor returns the document of root id, creating an orphan entry. It
+// returns nil when the orphan bound is reached. Caller holds g.mu.
+func (g *engine) docFor(id uint32) *doc {
+	if d := g.docs[id]; d != nil {
+		return d
+	}
+	if g.orphanDocs >= g.lim.orphanDocs {
+		return nil
+	}
+	ctx, cancel := context.WithCancelCause(g.ctx)
+	d := &doc{id: id, ctx: ctx, cancel: cancel, rootKnown: make(chan struct{}), total: -1,
+		children: map[uint64]*childState{}, orphan: true}
+	g.orphanDocs++
+	g.docs[id] = d
+	return d
+}
+
+// unorphan stops counting d against the orphan bounds. Caller holds g.mu.
+func (g *engine) unorphan(d *doc) {
+	if d.orphan {
+		d.orphan = false
+		g.orphanDocs--
+		g.orphanChildren -= len(d.children)
+	}
+}
+
+// child handles a dehydration child C_i (docs/profile.md 4.2 step 4).
+func (g *engine) child(h *wire.EntityHeader, payload io.Reader, abort func(wire.ErrorCode)) {
+	parent := *h.ParentID
+	ci := h.ChunkInfo
+	if ci == nil {
+		g.reject(h, abort, wire.CodeEntityInvalid, "child entity without chunk-info")
+		return
+	}
+	g.mu.Lock()
+	d := g.docFor(parent)
+	var why string
+	code := wire.CodeEntityInvalid
+	switch {
+	case d == nil:
+		code, why = wire.CodeWindowExceeded, "orphan buffer full: too many documents without root"
+	case d.cancelled || d.finishing:
+		code, why = wire.CodeNoError, "document already finished or cancelled"
+	case d.total >= 0 && ci.ChunkIndex >= uint64(d.total):
+		why = "chunk-index " + strconv.FormatUint(ci.ChunkIndex, 10) + " >= total-chunks " + strconv.FormatInt(d.total, 10)
+	case d.children[ci.ChunkIndex] != nil:
+		why = "duplicate chunk-index " + strconv.FormatUint(ci.ChunkIndex, 10)
+	case uint64(len(d.children)) >= g.neg.maxPerScope:
+		code, why = wire.CodeWindowExceeded, "more children than max-entities-per-scope"
+	case d.orphan && g.orphanChildren >= g.lim.orphanChildren:
+		code, why = wire.CodeWindowExceeded, "orphan buffer full: too many children before their root"
+	}
+	var e *entity
+	if why == "" {
+		var err error
+		if e, err = g.newEntity(d.ctx, h, h.Metadata); err != nil {
+			why = err.Error()
+		}
+	}
+	if why != "" {
+		g.mu.Unlock()
+		g.reject(h, abort, code, why)
+		return
+	}
+	e.doc, e.chunk = d, int(ci.ChunkIndex)
+	d.children[ci.ChunkIndex] = &childState{e: e}
+	if d.orphan {
+		g.orphanChildren++
+	}
+	g.mu.Unlock()
+	defer e.cancel(nil)
+
+	g.log.Info("entity received", "entity", e.id, "kind", "child", "parent", parent, "chunk", ci.ChunkIndex, "processor", e.procName, "bytes", h.PayloadLength)
+	g.send(e, wire.StatusProcessing, nil)
+	raw, err := g.readPayload(h, payload)
+	if err != nil {
+		g.payloadFailed(e, abort, err)
+		g.childFinished(e, outcomeFailed, nil)
+		return
+	}
+	e.payload = raw // verified: nothing was committed before this point
+	res := g.run(e)
+	switch res.kind {
+	case resultSucceeded:
+		if g.send(e, wire.StatusComplete, nil) {
+			g.log.Debug("entity finished", "entity", e.id, "parent", parent, "status", wire.StatusComplete)
+		}
+		g.childFinished(e, outcomeSucceeded, res.out)
+	case resultFailed:
+		g.childFinished(e, outcomeFailed, nil)
+	case resultSkipped:
+		g.childFinished(e, outcomeSkipped, nil)
+	case resultAbandoned:
+		g.childFinished(e, outcomeAbandoned, nil)
+	}
+}
+
+// childFinished records the terminal outcome of child e and starts
+// rehydration when the document is ready.
+func (g *engine) childFinished(e *entity, o childOutcome, out *Output) {
+	g.mu.Lock()
+	d := e.doc
+	cs := d.children[uint64(e.chunk)]
+	if cs == nil || cs.done {
+		g.mu.Unlock()
+		return
+	}
+	cs.done, cs.outcome, cs.out = true, o, out
+	e.payload = nil // outputs are kept, inputs are not
+	ready := g.readyLocked(d)
+	g.mu.Unlock()
+	if ready {
+		g.spawn(func() { g.rehydrate(d) })
+	}
+}
+
+// readyLocked reports (once) that d can be rehydrated: root known,
+// DEHYDRATING seen, all N children present and terminal.
+func (g *engine) readyLocked(d *doc) bool {
+	if d.cancelled || d.finishing || d.root == nil || !d.dehydrating || int64(len(d.children)) != d.total {
+		return false
+	}
+	for _, cs := range d.children {
+		if !cs.done {
+			return false
+		}
+	}
+	d.finishing = true
+	return true
+}
+
+// spawn runs fn on a tracked goroutine unless the engine is closing.
+func (g *engine) spawn(fn func()) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closing {
+		return
+	}
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		fn()
+	}()
+}
+
+// dehydratedRoot handles the root envelope of a dehydrated document
+// (docs/profile.md 4.2 step 3).
+func (g *engine) dehydratedRoot(h *wire.EntityHeader, payload io.Reader, abort func(wire.ErrorCode)) {
+	total, err := strconv.ParseUint(h.Metadata[MetaTotalChunks], 10, 32)
+	if err != nil {
+		g.reject(h, abort, wire.CodeEntityInvalid, MetaTotalChunks+" is not a 32-bit decimal integer")
+		return
+	}
+	var contentLen uint64
+	if s := h.Metadata[MetaContentLength]; s != "" {
+		if contentLen, err = strconv.ParseUint(s, 10, 64); err != nil {
+			g.reject(h, abort, wire.CodeEntityInvalid, MetaContentLength+" is not a decimal integer")
+			return
+		}
+	}
+	raw, err := g.readPayload(h, payload)
+	if err != nil {
+		g.payloadFailed(&entity{id: h.EntityID, header: h}, abort, err)
+		return
+	}
+	env, err := g.decodeEnvelope(h, raw)
+	if err != nil {
+		g.reject(h, nil, wire.CodeOf(err), err.Error())
+		return
+	}
+	if _, _, err := g.procs.lookup(h.Metadata); err != nil {
+		g.reject(h, nil, wire.CodeEntityInvalid, err.Error())
+		return
+	}
+	g.mu.Lock()
+	d := g.docFor(h.EntityID)
+	if d == nil || d.root != nil || d.cancelled || d.finishing {
+		g.mu.Unlock()
+		g.reject(h, nil, wire.CodeEntityInvalid, "root entity for a document that is full, known or finished")
+		return
+	}
+	d.root, d.env, d.total = h, env, int64(total)
+	d.rootEnt = &entity{id: h.EntityID, header: h, chunk: -1, ctx: d.ctx, cancel: d.cancel}
+	g.unorphan(d)
+	close(d.rootKnown)
+	var why string
+	code := wire.CodeEntityTooLarge
+	switch {
+	case total > g.neg.maxPerScope:
+		why = "total-chunks exceeds max-entities-per-scope"
+	case total > g.allowedChildren(contentLen):
+		why = "total-chunks exceeds the amplification ratio (children per MB of content)"
+	}
+	for idx := range d.children {
+		if idx >= total {
+			code, why = wire.CodeEntityInvalid, "a child's chunk-index is >= total-chunks"
+		}
+	}
+	if why != "" {
+		d.finishing = true
+		delete(g.docs, d.id)
+	}
+	pol := effectivePolicy(h.CompletionPolicy)
+	var running []*entity
+	for _, cs := range d.children {
+		if !cs.done && cs.e.header.CompletionPolicy == nil {
+			running = append(running, cs.e)
+		}
+	}
+	ready := why == "" && g.readyLocked(d)
+	g.mu.Unlock()
+	g.log.Info("entity received", "entity", h.EntityID, "kind", "dehydrated root", "doc", env.DocID, "total_chunks", total)
+	if why != "" {
+		g.log.Warn("document rejected", "entity", h.EntityID, "doc", env.DocID, "code", code, "reason", why)
+		g.send(d.rootEnt, wire.StatusFailed, nil)
+		d.cancel(errCancelled)
+		return
+	}
+	for _, e := range running { // the root's timeout-ms now applies to them
+		g.armTimeout(e, pol.timeout)
+	}
+	if ready {
+		g.rehydrate(d)
+	}
+}
+
+// rehydrate evaluates the completion policy and reports REHYDRATING, sends
+// the result (children outputs in chunk-index order) and COMPLETE, or FAILED
+// (docs/profile.md 4.2 step 4, 4.3, 5).
+func (g *engine) rehydrate(d *doc) {
+	defer d.cancel(nil)
+	g.mu.Lock()
+	outcomes := make([]childOutcome, d.total)
+	var parts []*Output
+	for i := range uint64(d.total) {
+		cs := d.children[i]
+		outcomes[i] = cs.outcome
+		if cs.outcome == outcomeSucceeded {
+			parts = append(parts, cs.out)
+		}
+	}
+	root, env, re := d.root, d.env, d.rootEnt
+	delete(g.docs, d.id)
+	g.mu.Unlock()
+
+	v := effectivePolicy(root.CompletionPolicy).evaluate(outcomes)
+	if !g.send(re, wire.StatusRehydrating, nil) {
+		return
+	}
+	g.log.Info("document rehydrating", "entity", d.id, "doc", env.DocID, "succeeded", v.succeeded, "total", v.total, "complete", v.complete)
+	if !v.complete {
+		g.send(re, wire.StatusFailed, nil)
+		g.log.Info("entity finished", "entity", d.id, "doc", env.DocID, "status", wire.StatusFailed, "reason", "completion policy not met")
+		return
+	}
+	name, proc, _ := g.procs.lookup(root.Metadata) // checked on arrival
+	re.proc, re.procName = proc, name
+	out, err := g.call(re, func() (*Output, error) { return proc.Rehydrate(re.ctx, parts) })
+	if err == nil {
+		err = g.sendResult(re.ctx, d.id, out, &[2]int{v.succeeded, v.total})
+	}
+	if err != nil {
+		g.log.Warn("rehydration failed", "entity", d.id, "doc", env.DocID, "err", err)
+		g.send(re, wire.StatusFailed, nil)
+		return
+	}
+	if g.send(re, wire.StatusComplete, nil) {
+		g.log.Info("entity finished", "entity", d.id, "doc", env.DocID, "status", wire.StatusComplete, "bytes", len(out.Data), "children", v.total)
+	}
+}
