@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
+)
+
+// clientFlags are shared by the client verbs.
+type clientFlags struct {
+	addr, token *string
+}
+
+func addClientFlags(fs *flagSet) clientFlags {
+	return clientFlags{
+		addr:  fs.String("addr", "GATEWAY_ADDR", "127.0.0.1:9090", "gRPC address of the gateway"),
+		token: fs.String("token", "GATEWAY_TOKEN", "", "bearer token, sent as \"authorization: Bearer <token>\""),
+	}
+}
+
+// client is a connected DocumentService client; ctx ends on SIGINT/SIGTERM.
+type client struct {
+	conn *grpc.ClientConn
+	docs gatewayv1.DocumentServiceClient
+	ctx  context.Context
+	stop context.CancelFunc
+}
+
+func (c clientFlags) dial() (*client, error) {
+	conn, err := grpc.NewClient(*c.addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30)))
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", *c.addr, err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	if *c.token != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+*c.token)
+	}
+	return &client{conn: conn, docs: gatewayv1.NewDocumentServiceClient(conn), ctx: ctx, stop: stop}, nil
+}
+
+func (c *client) Close() {
+	c.stop()
+	c.conn.Close()
+}
+
+// rpcError formats a gRPC error as "Code: message".
+func rpcError(err error) error {
+	if st, ok := status.FromError(err); ok {
+		return fmt.Errorf("%s: %s", st.Code(), st.Message())
+	}
+	return err
+}
+
+// oneArg checks that exactly one positional argument was given.
+func oneArg(fs *flagSet, what string) (string, bool) {
+	if fs.NArg() != 1 {
+		fmt.Fprintf(fs.Output(), "gateway %s: want exactly one %s (see --help)\n", fs.Name(), what)
+		return "", false
+	}
+	return fs.Arg(0), true
+}

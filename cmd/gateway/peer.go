@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/pipestream/gateway/quicpeer/peer"
+)
+
+const peerHelp = `Run a standalone PipeStream processing peer: QUIC (TLS 1.3, ALPN pipestream/1)
+on --listen, processors passthrough, textstats, sentences and fault. Without
+--cert/--key it creates a self-signed certificate in --data-dir
+(peer-cert.pem); give that file to the gateway as --peer-ca. SIGTERM sends
+GOAWAY, drains accepted work and closes with code 0x00.
+
+Example:
+  gateway peer --listen 0.0.0.0:4433 --data-dir /var/lib/pipestream-peer
+  gateway --peer 127.0.0.1:4433 --peer-ca /var/lib/pipestream-peer/peer-cert.pem`
+
+func runPeer(args []string) int {
+	fs := newFlags("peer", "gateway peer [flags]", peerHelp)
+	listen := fs.String("listen", "GATEWAY_PEER_LISTEN", "127.0.0.1:4433", "UDP listen address")
+	cert := fs.String("cert", "GATEWAY_PEER_CERT", "", "PEM certificate file (with --key; default: self-signed in --data-dir)")
+	key := fs.String("key", "GATEWAY_PEER_KEY", "", "PEM private key file (with --cert)")
+	dataDir := fs.String("data-dir", "GATEWAY_PEER_DATA_DIR", filepath.Join("data", "peer"), "directory for the claim-check store and the generated certificate")
+	preferPB := fs.Bool("prefer-protobuf", "GATEWAY_PREFER_PROTOBUF", false, "prefer the Protobuf serialization format")
+	drain := fs.Duration("drain-timeout", "GATEWAY_PEER_DRAIN_TIMEOUT", 15*time.Second, "how long to drain accepted work after GOAWAY")
+	logLevel := fs.String("log-level", "GATEWAY_LOG_LEVEL", "info", "debug, info, warn or error")
+	logFormat := fs.String("log-format", "GATEWAY_LOG_FORMAT", "text", "text or json")
+	if code, ok := fs.parse(args); !ok {
+		return code
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "gateway peer: unexpected argument %q (flags only; see --help)\n", fs.Arg(0))
+		return 2
+	}
+	log, err := newLogger(*logLevel, *logFormat)
+	if err != nil {
+		return fail(os.Stderr, "peer", err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	srv, err := peer.Start(peer.Options{
+		ListenAddr:   *listen,
+		CertFile:     *cert,
+		KeyFile:      *key,
+		DataDir:      *dataDir,
+		Logger:       log,
+		Offer:        ptr(peer.DefaultOffer(*preferPB)),
+		DrainTimeout: *drain,
+	})
+	if err != nil {
+		return fail(os.Stderr, "peer", err)
+	}
+	pin := *cert
+	if pin == "" {
+		pin = filepath.Join(*dataDir, peer.CertFileName)
+	}
+	log.Info("peer listening (QUIC)", "addr", srv.Addr().String(), "certificate", pin)
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), *drain+5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fail(os.Stderr, "peer", err)
+	}
+	return 0
+}
