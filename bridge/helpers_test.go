@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
 	"github.com/pipestream/gateway/bridge"
@@ -40,6 +41,25 @@ type env struct {
 	dir      string
 	b        *bridge.Bridge
 	opts     bridge.Options
+	reg      *prometheus.Registry
+}
+
+// metric returns the value of a counter or gauge without labels.
+func (e *env) metric(name string) float64 {
+	mfs, err := e.reg.Gather()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			var v float64
+			for _, m := range mf.Metric {
+				v += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			}
+			return v
+		}
+	}
+	return 0
 }
 
 type envOpt func(*env)
@@ -76,8 +96,16 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 func (e *env) startPeer() {
 	e.t.Helper()
 	off := peer.DefaultOffer(e.protobuf)
-	p, err := peer.Start(peer.Options{ListenAddr: e.peerAddr, DataDir: e.peerDir, Logger: quietLogger(), Offer: &off,
-		DrainTimeout: 2 * time.Second})
+	var p *peer.Server
+	var err error
+	for range 50 { // the old socket of a restarted peer may linger briefly
+		p, err = peer.Start(peer.Options{ListenAddr: e.peerAddr, DataDir: e.peerDir, Logger: quietLogger(), Offer: &off,
+			DrainTimeout: 2 * time.Second})
+		if err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	if err != nil {
 		e.t.Fatalf("start peer: %v", err)
 	}
@@ -94,6 +122,8 @@ func (e *env) stopPeer() {
 
 func (e *env) startBridge() {
 	e.t.Helper()
+	e.reg = prometheus.NewPedanticRegistry() // a restarted bridge registers afresh
+	e.opts.Registerer = e.reg
 	b, err := bridge.New(context.Background(), e.opts)
 	if err != nil {
 		e.t.Fatalf("bridge.New: %v", err)
