@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The test command (README): everything CI checks, fastest first.
+#   RACE=0 .ci/test.sh      skip the race detector
+#   FUZZTIME=30s .ci/test.sh longer fuzzing per target
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export QUIC_GO_DISABLE_RECEIVE_BUFFER_WARNING=true
+RACE="${RACE:-1}"
+FUZZTIME="${FUZZTIME:-5s}"
+
+step() { printf '\n=== %s (%s)\n' "$1" "$(date -u +%H:%M:%S)"; }
+start=$SECONDS
+
+step "gofmt"
+unformatted="$(gofmt -l $(git ls-files -co --exclude-standard '*.go' 2>/dev/null || find . -name '*.go' -not -path './.ci/node/*'))"
+if [ -n "$unformatted" ]; then
+  echo "gofmt: these files need gofmt -w:" >&2
+  echo "$unformatted" >&2
+  exit 1
+fi
+
+step "go vet"
+go vet ./...
+
+step "generation freshness (buf lint, buf generate, OpenAPI post-processing)"
+.ci/check-gen.sh
+
+step "OpenAPI validation"
+.ci/validate-openapi.sh
+
+step "go test"
+pkgs="$(go list ./... | grep -v '/e2e\(/\|$\)')"
+race=()
+if [ "$RACE" = 1 ]; then
+  if command -v gcc >/dev/null 2>&1 || command -v cc >/dev/null 2>&1; then
+    race=(-race)
+  else
+    echo "go test: no C compiler, running without -race (install gcc)" >&2
+  fi
+fi
+# shellcheck disable=SC2086
+go test "${race[@]}" -count=1 -timeout 30m $pkgs
+
+step "fuzz targets (${FUZZTIME} each, from FUZZ_TARGETS files)"
+while IFS= read -r list; do
+  listdir="$(dirname "$list")"
+  while read -r pkgdir name _; do
+    case "$pkgdir" in ''|'#'*) continue ;; esac
+    [ -d "$pkgdir" ] || pkgdir="$listdir/$pkgdir"
+    [ -d "$pkgdir" ] || { echo "fuzz: $list names $pkgdir, which is not a directory" >&2; exit 1; }
+    case "$pkgdir" in ./*|/*) ;; *) pkgdir="./$pkgdir" ;; esac
+    echo "--- $pkgdir $name"
+    go test -run='^$' -fuzz="^${name}\$" -fuzztime="$FUZZTIME" "$pkgdir"
+  done < "$list"
+done < <(find . -name FUZZ_TARGETS -not -path './.git/*' -not -path './.ci/node/*' | sort)
+
+step "e2e"
+if [ -d e2e ]; then
+  go test -count=1 -timeout 30m ./e2e/...
+else
+  echo "e2e: no e2e/ directory yet, skipped"
+fi
+
+printf '\n=== all checks passed in %ds\n' "$((SECONDS - start))"
