@@ -1,10 +1,7 @@
 package main
 
 import (
-	"fmt"
 	"os"
-
-	"google.golang.org/protobuf/encoding/protojson"
 
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
@@ -35,10 +32,8 @@ func runGet(args []string) int {
 	if err != nil {
 		return fail(os.Stderr, "get", rpcError(err))
 	}
-	b, err := protojson.MarshalOptions{Multiline: true}.Marshal(doc)
-	if err != nil {
+	if err := printJSON(doc); err != nil {
 		return fail(os.Stderr, "get", err)
 	}
-	fmt.Println(string(b))
 	return 0
 }

@@ -1,10 +1,7 @@
 package main
 
 import (
-	"fmt"
 	"os"
-
-	"google.golang.org/protobuf/encoding/protojson"
 
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
@@ -35,7 +32,8 @@ func runRedeem(args []string) int {
 	if err != nil {
 		return fail(os.Stderr, "redeem", rpcError(err))
 	}
-	b, _ := protojson.MarshalOptions{Multiline: true}.Marshal(claim)
-	fmt.Println(string(b))
+	if err := printJSON(claim); err != nil {
+		return fail(os.Stderr, "redeem", err)
+	}
 	return 0
 }

@@ -1,0 +1,239 @@
+package main_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/fxamacker/cbor/v2"
+)
+
+var bin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gateway-bin")
+	if err != nil {
+		panic(err)
+	}
+	bin = filepath.Join(dir, "gateway")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func run(t *testing.T, env []string, args ...string) (string, string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("run %v: %v", args, err)
+	}
+	return stdout.String(), stderr.String(), code
+}
+
+func TestHelpOfEveryVerb(t *testing.T) {
+	verbs := map[string][]string{
+		"serve": {"GATEWAY_GRPC_ADDR", "GATEWAY_HTTP_ADDR", "GATEWAY_DATA_DIR", "GATEWAY_PEER", "GATEWAY_PEER_CA",
+			"GATEWAY_PEER_SERVER_NAME", "GATEWAY_PREFER_PROTOBUF", "GATEWAY_MAX_UPLOAD_BYTES", "GATEWAY_INLINE_THRESHOLD",
+			"GATEWAY_SHUTDOWN_TIMEOUT", "GATEWAY_LOG_LEVEL", "GATEWAY_LOG_FORMAT"},
+		"peer":   {"GATEWAY_PEER_LISTEN", "GATEWAY_PEER_CERT", "GATEWAY_PEER_KEY", "GATEWAY_PEER_DATA_DIR"},
+		"submit": {"GATEWAY_ADDR", "GATEWAY_TOKEN", "GATEWAY_SPLIT", "GATEWAY_CHUNK_BYTES", "GATEWAY_PROCESSOR", "GATEWAY_CONTENT_TYPE", "GATEWAY_REQUEST_ID", "GATEWAY_PROGRESS"},
+		"get":    {"GATEWAY_ADDR", "GATEWAY_TOKEN"},
+		"watch":  {"GATEWAY_ADDR", "GATEWAY_TOKEN"},
+		"result": {"GATEWAY_ADDR", "GATEWAY_TOKEN", "GATEWAY_OUTPUT"},
+		"redeem": {"GATEWAY_ADDR", "GATEWAY_TOKEN"},
+	}
+	for verb, envs := range verbs {
+		t.Run(verb, func(t *testing.T) {
+			_, help, code := run(t, nil, verb, "--help")
+			if code != 0 {
+				t.Fatalf("exit %d", code)
+			}
+			if !strings.Contains(help, "Usage: gateway") || !strings.Contains(help, "Example:") {
+				t.Errorf("help lacks usage or example:\n%s", help)
+			}
+			for _, env := range envs {
+				if !strings.Contains(help, "$"+env+"]") {
+					t.Errorf("help does not name %s:\n%s", env, help)
+				}
+			}
+		})
+	}
+	_, top, code := run(t, nil, "help")
+	if code != 0 || !strings.Contains(top, "submit") || !strings.Contains(top, "redeem") {
+		t.Errorf("gateway help: exit %d\n%s", code, top)
+	}
+	if _, _, code := run(t, nil, "frobnicate"); code != 2 {
+		t.Errorf("unknown verb: exit %d, want 2", code)
+	}
+	if _, stderr, code := run(t, []string{"GATEWAY_PREFER_PROTOBUF=maybe"}, "serve"); code != 2 || !strings.Contains(stderr, "GATEWAY_PREFER_PROTOBUF") {
+		t.Errorf("bad env value: exit %d %s, want 2 naming the variable", code, stderr)
+	}
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// TestServeWithEmbeddedPeer runs `gateway` with no --peer: it starts the
+// in-process peer, answers /healthz, and the client verbs, REST and the
+// WebSocket stream work against it; SIGTERM shuts it down cleanly.
+func TestServeWithEmbeddedPeer(t *testing.T) {
+	dir := t.TempDir()
+	grpcAddr, httpAddr := freePort(t), freePort(t)
+	var logs bytes.Buffer
+	cmd := exec.Command(bin, "--grpc-addr", grpcAddr, "--data-dir", filepath.Join(dir, "data"), "--log-format", "json")
+	cmd.Env = append(os.Environ(), "GATEWAY_HTTP_ADDR="+httpAddr, "QUIC_GO_DISABLE_RECEIVE_BUFFER_WARNING=true")
+	cmd.Stderr = &syncWriter{w: &logs}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}()
+
+	base := "http://" + httpAddr
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(base + "/healthz")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 200 && strings.Contains(string(b), "SERVING") {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/healthz never answered 200 (last error %v)\n%s", err, logs.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	in := filepath.Join(dir, "in.txt")
+	content := strings.Repeat("the quick brown fox jumps over the lazy dog\n", 2000)
+	if err := os.WriteFile(in, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, code := run(t, nil, "submit", "--addr", grpcAddr, in)
+	if code != 0 {
+		t.Fatalf("submit: exit %d %s", code, stderr)
+	}
+	id := strings.TrimSpace(out)
+	if id == "" {
+		t.Fatal("submit printed no id")
+	}
+	out, stderr, code = run(t, nil, "watch", "--addr", grpcAddr, id)
+	if code != 0 || !strings.Contains(out, "SUCCEEDED") {
+		t.Fatalf("watch: exit %d\n%s%s", code, out, stderr)
+	}
+	resFile := filepath.Join(dir, "out.bin")
+	if _, stderr, code = run(t, nil, "result", "--addr", grpcAddr, "-o", resFile, id); code != 0 {
+		t.Fatalf("result: exit %d %s", code, stderr)
+	}
+	if got, _ := os.ReadFile(resFile); string(got) != content {
+		t.Errorf("passthrough result is %d bytes, want the %d input bytes back", len(got), len(content))
+	}
+	out, _, code = run(t, nil, "get", "--addr", grpcAddr, id)
+	if code != 0 || !strings.Contains(out, `"state": "SUCCEEDED"`) {
+		t.Errorf("get: exit %d\n%s", code, out)
+	}
+	if _, stderr, code = run(t, nil, "get", "--addr", grpcAddr, "does-not-exist"); code != 1 || !strings.Contains(stderr, "NotFound") {
+		t.Errorf("get unknown: exit %d %s, want 1 with NotFound", code, stderr)
+	}
+	if _, stderr, code = run(t, nil, "redeem", "--addr", grpcAddr, "12345"); code != 1 || !strings.Contains(stderr, "NotFound") {
+		t.Errorf("redeem unknown: exit %d %s, want 1 with NotFound", code, stderr)
+	}
+
+	// REST reads the same document.
+	resp, err := http.Get(base + "/v1/documents/" + id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `"SUCCEEDED"`) {
+		t.Errorf("REST get: %d %s", resp.StatusCode, b)
+	}
+
+	// WebSocket from cursor 0: the whole window as AT sync frames.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws://"+httpAddr+"/v1/events/ws?cursor=0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, msg, err := c.Read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := cbor.NewDecoder(bytes.NewReader(msg))
+	var hdr struct {
+		Op int    `cbor:"op"`
+		T  string `cbor:"t"`
+	}
+	var payload map[string]any
+	if err := dec.Decode(&hdr); err != nil || dec.Decode(&payload) != nil {
+		t.Fatalf("frame % x does not decode as header + payload: %v", msg, err)
+	}
+	if hdr.Op != 1 || !strings.HasPrefix(hdr.T, "#") || payload["seq"] != uint64(1) || payload["documentId"] != id {
+		t.Errorf("first frame %+v %v, want op 1, a #kind, seq 1 of document %s", hdr, payload, id)
+	}
+	c.Close(websocket.StatusNormalClosure, "")
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("exit after SIGTERM: %v\n%s", err, logs.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no exit 30s after SIGTERM\n%s", logs.String())
+	}
+	for _, want := range []string{"embedded peer listening", "gateway listening", "gateway stopped"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("log lacks %q", want)
+		}
+	}
+}
+
+type syncWriter struct {
+	w io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) { return s.w.Write(p) }
