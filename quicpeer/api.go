@@ -169,6 +169,16 @@ func (s *Session) Checkpoint(ctx context.Context, f *wire.CheckpointFrame) error
 // every in-flight entity is terminal or ctx ends, then closes with 0x00.
 func (s *Session) GoAway(ctx context.Context) error { return s.impl.goAway(ctx) }
 
+// SetDetached excludes (on = true) or re-includes an entity that has no
+// terminal status from the GOAWAY drain: GoAway does not wait for a
+// detached entity. The processing peer detaches a DEFERRED entity whose
+// claim check is persisted (it outlives the session, docs/profile.md 6) and
+// a document root that waits only for such entities. Any later status of
+// the entity re-includes it. Added by the peer helper (additive).
+func (s *Session) SetDetached(scope, id uint32, on bool) error {
+	return s.impl.setDetached(scope, id, on)
+}
+
 // CloseWithError closes the connection with a PipeStream error code.
 func (s *Session) CloseWithError(code wire.ErrorCode, msg string) error {
 	return s.impl.closeWithError(code, msg)

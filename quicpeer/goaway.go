@@ -107,6 +107,21 @@ func (s *session) goAway(ctx context.Context) error {
 	return s.closeWithError(wire.CodeNoError, "graceful shutdown")
 }
 
+// setDetached excludes (on) or re-includes (scope, id) from the GOAWAY
+// drain (Session.SetDetached). Any later status of the entity re-includes it.
+func (s *session) setDetached(scope, id uint32, on bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.tr.scopes[scope][id]
+	if !ok {
+		return localErr(wire.CodeEntityInvalid, "entity %d scope %d is not tracked on this session", id, scope)
+	}
+	e.detached = on
+	s.tr.scopes[scope][id] = e
+	s.notifyLocked()
+	return nil
+}
+
 // goawayLinger is how long a drained session waits for in-flight frames to
 // reach the peer before it closes (added by the peer helper; see goAway).
 const goawayLinger = 500 * time.Millisecond

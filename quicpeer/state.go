@@ -12,6 +12,9 @@ type entState struct {
 	maxRetries int16  // retry budget of its completion policy; -1 unknown
 	retries    uint16 // RETRYING transitions seen
 	localTerm  bool   // this endpoint's own last status was terminal (race rule)
+	// detached: excluded from the GOAWAY drain until its next status
+	// (Session.SetDetached; a DEFERRED entity whose claim outlives the session).
+	detached bool
 }
 
 // tracker holds every entity state of a session. All methods need the
@@ -50,12 +53,14 @@ func newTracker(client bool, n Negotiated) *tracker {
 }
 
 // budgetOf is the retry budget a completion policy gives (Section 8.2):
-// max-retries (default 3) when on-failure is RETRY, else none.
+// max-retries (default 3) when on-failure or on-timeout is RETRY, else none.
 func budgetOf(p *wire.CompletionPolicy) int16 {
 	if p == nil {
 		return -1
 	}
-	if p.OnFailure == nil || *p.OnFailure != wire.ActionRetry {
+	retryOnFailure := p.OnFailure != nil && *p.OnFailure == wire.ActionRetry
+	retryOnTimeout := p.OnTimeout != nil && *p.OnTimeout == wire.ActionRetry // docs/profile.md 5
+	if !retryOnFailure && !retryOnTimeout {
 		return 0
 	}
 	if p.MaxRetries == nil {
@@ -154,6 +159,7 @@ func (t *tracker) apply(f *wire.StatusFrame, local bool) (v verdict, newlyResolv
 	}
 	wasResolved := known && t.resolved(scope, e)
 	e.st = to
+	e.detached = false
 	if to == wire.StatusRetrying {
 		e.retries++
 	}
@@ -268,7 +274,7 @@ func (t *tracker) drained() bool {
 	}
 	for scope, sm := range t.scopes {
 		for _, e := range sm {
-			if !t.resolved(scope, e) {
+			if !e.detached && !t.resolved(scope, e) {
 				return false
 			}
 		}
