@@ -1,0 +1,27 @@
+// Package gateway is the public API of PipeStream: gRPC services over
+// bridge.Service, the grpc-gateway REST mux (which dials the gRPC listener
+// over a real client connection, so server streams become NDJSON), the
+// streaming upload route, the AT-sync WebSocket event stream, health,
+// metrics, docs, and graceful shutdown (DESIGN.md sections 4, 5 and 7).
+//
+// Routes (HTTP listener):
+//
+//	POST /v1/documents                  SubmitDocument (JSON, base64 content)
+//	POST /v1/documents:upload           raw body -> UploadDocument stream; options as query params; 413 over the limit
+//	GET  /v1/documents[/{id}]           ListDocuments / GetDocument
+//	GET  /v1/documents/{id}:watch       WatchDocument, NDJSON
+//	GET  /v1/documents/{id}/result      GetDocumentResult, raw bytes
+//	POST /v1/documents/{id}:cancel      CancelDocument
+//	GET  /v1/claims/{id}, POST :redeem  GetClaimCheck / RedeemClaimCheck
+//	GET  /v1/events:subscribe?cursor=N  SubscribeEvents, NDJSON
+//	GET  /v1/events:window, :snapshot   GetEventWindow / GetSnapshot
+//	GET  /v1/events/ws?cursor=N         WebSocket, draft-holmgren-at-synchronization-00 CBOR frames
+//	GET  /healthz, /metrics, /openapi.json, /docs/
+//
+// Errors are google.rpc.Status (JSON over REST) with an ErrorInfo reason
+// where a client must tell cases apart (see the Reason constants).
+//
+// Extension points: Config.Authenticator (bearer token -> tenant; health
+// and reflection skip it), Config.Limiter (per-tenant limits, runs right
+// after auth), Config.GRPCTLS / HTTPTLS / InternalDialTLS (TLS listeners).
+package gateway
