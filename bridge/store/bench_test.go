@@ -14,9 +14,13 @@ import (
 // concurrent writers, each committing one single-event batch per round.
 // ns/op is per round of W events; ns/event and events/s are reported.
 func BenchmarkAppendEvents(b *testing.B) {
-	for _, w := range []int{1, 16, 128} {
-		b.Run(fmt.Sprintf("writers=%d", w), func(b *testing.B) {
-			s := openStore(b, b.TempDir(), store.Options{})
+	for _, c := range []struct {
+		w    int
+		sync string
+	}{{1, "FULL"}, {16, "FULL"}, {128, "FULL"}, {1, "NORMAL"}, {128, "NORMAL"}} {
+		w := c.w
+		b.Run(fmt.Sprintf("sync=%s/writers=%d", c.sync, w), func(b *testing.B) {
+			s := openStore(b, b.TempDir(), store.Options{Synchronous: c.sync})
 			ctx := context.Background()
 			jobs := make(chan struct{})
 			var round sync.WaitGroup

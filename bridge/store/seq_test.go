@@ -3,11 +3,13 @@ package store_test
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -82,6 +84,26 @@ func TestSeqMonotonicAcrossReopenAndPrune(t *testing.T) {
 func TestSeqExhaustion(t *testing.T) {
 	if store.MaxSeq != 1<<53 {
 		t.Fatalf("MaxSeq = %d, want 2^53", store.MaxSeq)
+	}
+	dir := t.TempDir()
+	openStore(t, dir, store.Options{}).Close()
+	db, err := sql.Open("sqlite", filepath.Join(dir, "gateway.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("UPDATE meta SET value = ? WHERE key = 'last_seq'", int64(store.MaxSeq-2)); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	s := openStore(t, dir, store.Options{})
+	if got := appendEvents(t, s, 1); got[0] != store.MaxSeq-1 {
+		t.Fatalf("seq %d, want 2^53-1", got[0])
+	}
+	if _, err := s.Commit(context.Background(), &store.Batch{Events: []store.EventAppend{{Tenant: "t", Event: newEvent("#info", "", 1)}}}); !errors.Is(err, store.ErrSeqExhausted) {
+		t.Fatalf("seq 2^53: err = %v, want ErrSeqExhausted", err)
+	}
+	if s.LastSeq() != store.MaxSeq-1 {
+		t.Fatalf("LastSeq = %d after refused append", s.LastSeq())
 	}
 }
 

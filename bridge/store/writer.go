@@ -305,7 +305,7 @@ func (s *impl) runGroup(reqs []*request) {
 			close(r.done)
 		}
 	}
-	if _, err := s.wconn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+	if _, err := s.exec(ctx, "BEGIN IMMEDIATE"); err != nil {
 		finish(fmt.Errorf("store: begin: %w", err))
 		return
 	}
@@ -318,7 +318,7 @@ func (s *impl) runGroup(reqs []*request) {
 	before := st
 	var published []EventRecord
 	for _, r := range reqs {
-		if _, err := s.wconn.ExecContext(ctx, "SAVEPOINT b"); err != nil {
+		if _, err := s.exec(ctx, "SAVEPOINT b"); err != nil {
 			s.rollback()
 			finish(fmt.Errorf("store: savepoint: %w", err))
 			return
@@ -332,13 +332,13 @@ func (s *impl) runGroup(reqs []*request) {
 		if r.err != nil {
 			st = saved
 			r.res = CommitResult{}
-			if _, err := s.wconn.ExecContext(ctx, "ROLLBACK TO b"); err != nil {
+			if _, err := s.exec(ctx, "ROLLBACK TO b"); err != nil {
 				s.rollback()
 				finish(fmt.Errorf("store: rollback to savepoint: %w", err))
 				return
 			}
 		}
-		if _, err := s.wconn.ExecContext(ctx, "RELEASE b"); err != nil {
+		if _, err := s.exec(ctx, "RELEASE b"); err != nil {
 			s.rollback()
 			finish(fmt.Errorf("store: release savepoint: %w", err))
 			return
@@ -360,7 +360,7 @@ func (s *impl) runGroup(reqs []*request) {
 			return
 		}
 	}
-	if _, err := s.wconn.ExecContext(ctx, "COMMIT"); err != nil {
+	if _, err := s.exec(ctx, "COMMIT"); err != nil {
 		s.rollback()
 		finish(fmt.Errorf("store: commit: %w", err))
 		return
