@@ -14,6 +14,19 @@
 // after the transaction is durable (see Options.Synchronous), so "Commit
 // returned nil" is the point at which a submission may be acknowledged.
 //
+// # Durability
+//
+// WAL mode with synchronous=FULL by default: COMMIT fsyncs the WAL, so a
+// batch whose Commit returned survives kill -9, an OS crash and power loss
+// (given a disk that honors fsync). synchronous=NORMAL (Options.Synchronous)
+// skips that fsync (the WAL is synced only at checkpoints): committed data
+// still survives kill -9 of the process, because it is in the OS page cache,
+// but the last transactions can be lost (never corrupted) on power loss or an
+// OS crash. Group commit makes FULL cheap under load: one fsync covers every
+// batch of a transaction. One process per data directory: the seq high-water
+// mark is read inside each write transaction, so a second writer could not
+// reuse seqs, but LastSeq and the event hook would miss its writes.
+//
 // # Event sequence numbers (DESIGN.md section 5)
 //
 // Events in a Batch get seq numbers inside the writer transaction: seq =

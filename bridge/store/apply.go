@@ -1,0 +1,219 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
+)
+
+// apply runs one batch inside the current savepoint.
+func (s *impl) apply(ctx context.Context, r *request, st *txState) error {
+	b := r.b
+	if r.create != nil {
+		dup, err := s.applyCreate(ctx, r.create)
+		if err != nil {
+			return err
+		}
+		if dup != nil {
+			r.res.Duplicate = dup
+			return nil // nothing else of the batch applies
+		}
+	}
+	if b.Redeem != nil {
+		c, err := s.applyRedeem(ctx, b.Redeem)
+		if err != nil {
+			return err
+		}
+		r.res.Claim = c
+	}
+	for i := range r.updates {
+		if err := s.applyUpdate(ctx, &r.updates[i]); err != nil {
+			return err
+		}
+	}
+	for _, e := range b.Entities {
+		x := e.Entity
+		if _, err := s.exec(ctx, `INSERT INTO entities
+			(doc_id, scope_id, entity_id, parent_id, depth, status, chunk_index, chunk_offset, size, checksum, attempts, message)
+			VALUES (?,?,?,?,?,?,?,?,?,?,?,?)
+			ON CONFLICT(doc_id, scope_id, entity_id) DO UPDATE SET
+			parent_id=excluded.parent_id, depth=excluded.depth, status=excluded.status,
+			chunk_index=excluded.chunk_index, chunk_offset=excluded.chunk_offset, size=excluded.size,
+			checksum=excluded.checksum, attempts=excluded.attempts, message=excluded.message`, e.DocID, x.GetScopeId(), x.GetEntityId(), x.GetParentId(), x.GetDepth(), int32(x.GetStatus()),
+			x.GetChunkIndex(), int64(x.GetChunkOffset()), int64(x.GetSizeBytes()), x.GetChecksum(),
+			x.GetAttempts(), x.GetMessage()); err != nil {
+			return fmt.Errorf("store: upsert entity %s/%d/%d: %w", e.DocID, x.GetScopeId(), x.GetEntityId(), err)
+		}
+	}
+	for _, d := range b.Digests {
+		body, err := proto.Marshal(d.Digest)
+		if err != nil {
+			return fmt.Errorf("store: encode digest: %w", err)
+		}
+		if _, err := s.exec(ctx, `INSERT INTO digests (doc_id, scope_id, body) VALUES (?,?,?)
+			ON CONFLICT(doc_id, scope_id) DO UPDATE SET body=excluded.body`, d.DocID, d.Digest.GetScopeId(), body); err != nil {
+			return fmt.Errorf("store: upsert digest %s/%d: %w", d.DocID, d.Digest.GetScopeId(), err)
+		}
+	}
+	for _, c := range b.Claims {
+		if err := s.applyClaim(ctx, c); err != nil {
+			return err
+		}
+	}
+	if len(r.events) > 0 {
+		r.res.Seqs = make([]uint64, len(r.events))
+		for i := range r.events {
+			e := &r.events[i]
+			seq := st.lastSeq + 1
+			if seq >= MaxSeq {
+				return fmt.Errorf("%w: last seq %d", ErrSeqExhausted, st.lastSeq)
+			}
+			e.body = protowire.AppendVarint(protowire.AppendTag(e.body, eventFieldSeq, protowire.VarintType), seq)
+			if _, err := s.exec(ctx, insertEvent, int64(seq), e.timeNs, e.kind, e.tenant, e.doc,
+				int64(e.rev), int64(e.since), len(e.body), e.body); err != nil {
+				return fmt.Errorf("store: append event: %w", err)
+			}
+			st.lastSeq = seq
+			st.count++
+			st.bytes += uint64(len(e.body))
+			r.res.Seqs[i] = seq
+		}
+	}
+	return nil
+}
+
+// applyCreate inserts a document; for a repeated (tenant, request id) with
+// the same body hash it returns the existing document instead.
+func (s *impl) applyCreate(ctx context.Context, d *docRow) (*DocumentRecord, error) {
+	rec := d.rec
+	if d.requestID.Valid {
+		var id string
+		var hash []byte
+		err := s.queryRow(ctx, "SELECT id, body_hash FROM documents WHERE tenant = ? AND request_id = ?", rec.Tenant, d.requestID.String).Scan(&id, &hash)
+		switch {
+		case err == nil:
+			if string(hash) != string(rec.BodyHash) {
+				return nil, fmt.Errorf("%w: request id %q was used for document %s with a different body", ErrConflict, d.requestID.String, id)
+			}
+			return s.readDocumentTx(ctx, rec.Tenant, id)
+		case !errors.Is(err, sql.ErrNoRows):
+			return nil, fmt.Errorf("store: idempotency lookup: %w", err)
+		}
+	}
+	var one int
+	err := s.queryRow(ctx, "SELECT 1 FROM documents WHERE id = ?", rec.Doc.GetId()).Scan(&one)
+	if err == nil {
+		return nil, fmt.Errorf("%w: document id %s exists", ErrConflict, rec.Doc.GetId())
+	} else if !errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("store: document lookup: %w", err)
+	}
+	if _, err := s.exec(ctx, `INSERT INTO documents
+		(id, tenant, state, terminal, rev, request_id, body_hash, create_time, update_time,
+		 spool_path, result_path, result_content_type, dispatch_attempts, private, body)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, rec.Doc.GetId(), rec.Tenant, d.state, d.terminal, int64(d.rev), d.requestID, rec.BodyHash,
+		d.createNs, d.updateNs, rec.SpoolPath, rec.ResultPath, rec.ResultContentType,
+		rec.DispatchAttempts, rec.Private, d.body); err != nil {
+		return nil, fmt.Errorf("store: insert document %s: %w", rec.Doc.GetId(), err)
+	}
+	return nil, nil
+}
+
+func (s *impl) applyUpdate(ctx context.Context, d *docRow) error {
+	rec := d.rec
+	res, err := s.exec(ctx, `UPDATE documents SET state=?, terminal=?, rev=?, update_time=?,
+		spool_path=?, result_path=?, result_content_type=?, dispatch_attempts=?, private=?, body=?
+		WHERE id=? AND tenant=? AND rev=?`, d.state, d.terminal, int64(d.rev), d.updateNs, rec.SpoolPath, rec.ResultPath,
+		rec.ResultContentType, rec.DispatchAttempts, rec.Private, d.body,
+		rec.Doc.GetId(), rec.Tenant, int64(d.prevRev))
+	if err != nil {
+		return fmt.Errorf("store: update document %s: %w", rec.Doc.GetId(), err)
+	}
+	if n, _ := res.RowsAffected(); n == 1 {
+		return nil
+	}
+	var rev int64
+	err = s.queryRow(ctx, "SELECT rev FROM documents WHERE id = ? AND tenant = ?", rec.Doc.GetId(), rec.Tenant).Scan(&rev)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%w: document %s", ErrNotFound, rec.Doc.GetId())
+	} else if err != nil {
+		return fmt.Errorf("store: update document %s: %w", rec.Doc.GetId(), err)
+	}
+	return fmt.Errorf("%w: document %s is at rev %d, update expected %d", ErrStaleRev, rec.Doc.GetId(), rev, d.prevRev)
+}
+
+func (s *impl) applyClaim(ctx context.Context, c ClaimRecord) error {
+	x := c.Claim
+	res, err := s.exec(ctx, `INSERT INTO claims
+		(claim_id, tenant, doc_id, entity_id, scope_id, state, expire_time, create_time, redeem_time)
+		VALUES (?,?,?,?,?,?,?,?,?)
+		ON CONFLICT(claim_id) DO UPDATE SET doc_id=excluded.doc_id, entity_id=excluded.entity_id,
+		scope_id=excluded.scope_id, state=excluded.state, expire_time=excluded.expire_time,
+		create_time=excluded.create_time, redeem_time=excluded.redeem_time
+		WHERE claims.tenant = excluded.tenant`, x.GetClaimId(), c.Tenant, x.GetDocumentId(), x.GetEntityId(), x.GetScopeId(), int32(x.GetState()),
+		tsNanos(x.GetExpireTime()), tsNanos(x.GetCreateTime()), tsNanos(x.GetRedeemTime()))
+	if err != nil {
+		return fmt.Errorf("store: upsert claim %s: %w", x.GetClaimId(), err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("%w: claim id %s belongs to another tenant", ErrConflict, x.GetClaimId())
+	}
+	return nil
+}
+
+func (s *impl) applyRedeem(ctx context.Context, rd *RedeemClaim) (*gatewayv1.ClaimCheck, error) {
+	var state int32
+	var expire int64
+	err := s.queryRow(ctx, "SELECT state, expire_time FROM claims WHERE claim_id = ? AND tenant = ?", rd.ClaimID, rd.Tenant).Scan(&state, &expire)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("%w: claim %s", ErrNotFound, rd.ClaimID)
+	} else if err != nil {
+		return nil, fmt.Errorf("store: redeem claim %s: %w", rd.ClaimID, err)
+	}
+	switch gatewayv1.ClaimCheck_ClaimState(state) {
+	case gatewayv1.ClaimCheck_ISSUED:
+	case gatewayv1.ClaimCheck_EXPIRED:
+		return nil, fmt.Errorf("%w: claim %s", ErrClaimExpired, rd.ClaimID)
+	default:
+		return nil, fmt.Errorf("%w: claim %s", ErrClaimRedeemed, rd.ClaimID)
+	}
+	now := rd.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	if expire <= now.UnixNano() {
+		return nil, fmt.Errorf("%w: claim %s expired at %s", ErrClaimExpired, rd.ClaimID, fromNanos(expire).Format(time.RFC3339))
+	}
+	if _, err := s.exec(ctx, "UPDATE claims SET state = ?, redeem_time = ? WHERE claim_id = ?", int32(gatewayv1.ClaimCheck_REDEEMED), now.UnixNano(), rd.ClaimID); err != nil {
+		return nil, fmt.Errorf("store: redeem claim %s: %w", rd.ClaimID, err)
+	}
+	row := s.queryRow(ctx, "SELECT "+claimCols+" FROM claims WHERE claim_id = ?", rd.ClaimID)
+	c, err := scanClaim(row)
+	if err != nil {
+		return nil, err
+	}
+	return c.Claim, nil
+}
+
+func (s *impl) applyPrune(ctx context.Context, r *request, st *txState) error {
+	var n, size int64
+	if err := s.queryRow(ctx, "SELECT count(*), coalesce(sum(size), 0) FROM events WHERE seq < ?", int64(min(r.before, MaxSeq))).Scan(&n, &size); err != nil {
+		return fmt.Errorf("store: prune: %w", err)
+	}
+	if n == 0 {
+		return nil
+	}
+	if _, err := s.exec(ctx, "DELETE FROM events WHERE seq < ?", int64(min(r.before, MaxSeq))); err != nil {
+		return fmt.Errorf("store: prune: %w", err)
+	}
+	r.pres = PruneResult{Removed: uint64(n), Bytes: uint64(size)}
+	st.count -= uint64(n)
+	st.bytes -= uint64(size)
+	return nil
+}

@@ -1,0 +1,185 @@
+package store
+
+import (
+	"database/sql"
+	"fmt"
+	"strconv"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+)
+
+// docRow is a DocumentRecord with its columns extracted and its body encoded.
+type docRow struct {
+	rec                *DocumentRecord
+	body               []byte
+	state              int32
+	terminal           bool
+	rev, prevRev       uint64
+	createNs, updateNs int64
+	requestID          sql.NullString
+}
+
+// encEvent is an EventAppend encoded without its seq.
+type encEvent struct {
+	tenant, kind, doc string
+	rev, since        uint64
+	timeNs            int64
+	body              []byte
+}
+
+const insertEvent = `INSERT INTO events (seq, time, kind, tenant, doc_id, rev, since, size, body)
+	VALUES (?,?,?,?,?,?,?,?,?)`
+
+// Fields of gatewayv1.Document kept in their own tables, stripped from the
+// document body.
+const (
+	docFieldEntities    = 13
+	docFieldDigests     = 14
+	docFieldClaimChecks = 15
+	eventFieldSeq       = 1
+)
+
+func encodeDoc(rec *DocumentRecord) (docRow, error) {
+	if rec == nil || rec.Doc == nil {
+		return docRow{}, fmt.Errorf("%w: document record without Doc", ErrInvalid)
+	}
+	d := rec.Doc
+	if d.GetId() == "" || len(d.GetId()) > maxDocIDLen {
+		return docRow{}, fmt.Errorf("%w: document id must be 1..%d bytes", ErrInvalid, maxDocIDLen)
+	}
+	if d.GetCreateTime() == nil {
+		return docRow{}, fmt.Errorf("%w: document %s has no create_time", ErrInvalid, d.GetId())
+	}
+	full, err := proto.Marshal(d)
+	if err != nil {
+		return docRow{}, fmt.Errorf("store: encode document %s: %w", d.GetId(), err)
+	}
+	body, err := stripFields(full, docFieldEntities, docFieldDigests, docFieldClaimChecks)
+	if err != nil {
+		return docRow{}, err
+	}
+	r := docRow{
+		rec: rec, body: body, state: int32(d.GetState()), terminal: IsTerminal(d.GetState()),
+		rev: d.GetRev(), createNs: d.GetCreateTime().AsTime().UnixNano(),
+	}
+	r.updateNs = r.createNs
+	if d.GetUpdateTime() != nil {
+		r.updateNs = d.GetUpdateTime().AsTime().UnixNano()
+	}
+	if d.GetRequestId() != "" {
+		r.requestID = sql.NullString{String: d.GetRequestId(), Valid: true}
+	}
+	return r, nil
+}
+
+// stripFields drops the given field numbers from an encoded message without
+// decoding it (cheaper than a deep clone of the caller's message).
+func stripFields(b []byte, drop ...protowire.Number) ([]byte, error) {
+	out := make([]byte, 0, len(b))
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil, fmt.Errorf("store: re-encode document: %w", protowire.ParseError(n))
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if m < 0 {
+			return nil, fmt.Errorf("store: re-encode document: %w", protowire.ParseError(m))
+		}
+		keep := true
+		for _, d := range drop {
+			if num == d {
+				keep = false
+			}
+		}
+		if keep {
+			out = append(out, b[:n+m]...)
+		}
+		b = b[n+m:]
+	}
+	return out, nil
+}
+
+func encodeEvent(e EventAppend) (encEvent, error) {
+	ev := e.Event
+	if ev == nil || ev.GetTime() == nil || ev.GetKind() == "" {
+		return encEvent{}, fmt.Errorf("%w: event needs Time and Kind", ErrInvalid)
+	}
+	// Room for the seq field appended by the writer (tag + up to 8-byte varint
+	// for seq < 2^53).
+	body, err := proto.MarshalOptions{}.MarshalAppend(make([]byte, 0, proto.Size(ev)+10), ev)
+	if err != nil {
+		return encEvent{}, fmt.Errorf("store: encode event: %w", err)
+	}
+	return encEvent{
+		tenant: e.Tenant, kind: ev.GetKind(), doc: ev.GetDocumentId(),
+		rev: ev.GetRev(), since: ev.GetSince(), timeNs: ev.GetTime().AsTime().UnixNano(),
+		body: body,
+	}, nil
+}
+
+// prepare validates and encodes b in the caller's goroutine, so the writer
+// only runs SQL.
+func prepare(b *Batch) (*request, error) {
+	if b == nil {
+		return nil, fmt.Errorf("%w: nil batch", ErrInvalid)
+	}
+	r := &request{b: b, done: make(chan struct{})}
+	if b.Create != nil {
+		row, err := encodeDoc(b.Create)
+		if err != nil {
+			return nil, err
+		}
+		r.create = &row
+	}
+	for _, u := range b.Updates {
+		row, err := encodeDoc(u.Record)
+		if err != nil {
+			return nil, err
+		}
+		row.prevRev = u.PrevRev
+		r.updates = append(r.updates, row)
+	}
+	for _, e := range b.Entities {
+		if e.Entity == nil || e.DocID == "" {
+			return nil, fmt.Errorf("%w: entity record needs DocID and Entity", ErrInvalid)
+		}
+	}
+	for _, d := range b.Digests {
+		if d.Digest == nil || d.DocID == "" {
+			return nil, fmt.Errorf("%w: digest record needs DocID and Digest", ErrInvalid)
+		}
+	}
+	for _, c := range b.Claims {
+		if err := validClaim(c); err != nil {
+			return nil, err
+		}
+	}
+	if b.Redeem != nil {
+		if _, err := strconv.ParseUint(b.Redeem.ClaimID, 10, 64); err != nil {
+			return nil, fmt.Errorf("%w: claim id %q is not a decimal uint64", ErrNotFound, b.Redeem.ClaimID)
+		}
+	}
+	r.events = make([]encEvent, len(b.Events))
+	for i, e := range b.Events {
+		ee, err := encodeEvent(e)
+		if err != nil {
+			return nil, err
+		}
+		r.events[i] = ee
+	}
+	return r, nil
+}
+
+func validClaim(c ClaimRecord) error {
+	if c.Claim == nil {
+		return fmt.Errorf("%w: claim record without Claim", ErrInvalid)
+	}
+	if _, err := strconv.ParseUint(c.Claim.GetClaimId(), 10, 64); err != nil {
+		return fmt.Errorf("%w: claim id %q is not a decimal uint64", ErrInvalid, c.Claim.GetClaimId())
+	}
+	if c.Claim.GetDocumentId() == "" || c.Claim.GetExpireTime() == nil {
+		return fmt.Errorf("%w: claim %s needs document_id and expire_time", ErrInvalid, c.Claim.GetClaimId())
+	}
+	return nil
+}
