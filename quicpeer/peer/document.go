@@ -2,8 +2,15 @@ package peer
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"hash"
 	"io"
+	"os"
+	"path/filepath"
 	"strconv"
+	"sync"
 
 	"github.com/pipestream/gateway/quicpeer/wire"
 )
@@ -12,7 +19,8 @@ import (
 // scope 0 and its children C_i (parent-id R). Children may arrive before
 // the root envelope and before STATUS(R, DEHYDRATING); such a doc is an
 // orphan and counts against the orphan bounds until R is known. Fields are
-// guarded by engine.mu.
+// guarded by engine.mu unless noted. Child outputs and out-of-order inputs
+// live in the spool directory dir (spool.go), removed when ctx ends.
 type doc struct {
 	id        uint32
 	ctx       context.Context
@@ -28,13 +36,26 @@ type doc struct {
 	orphan      bool
 	cancelled   bool
 	finishing   bool // rehydration started (or the document failed)
+
+	dir     string // spool directory; immutable
+	wantSum []byte // pipestream.content-sha256, nil when absent
+	wantLen int64  // pipestream.content-length, -1 when absent
+
+	// The content hash over the children's inputs in chunk order, guarded
+	// by hmu (spool.go noteInput).
+	hmu      sync.Mutex
+	inHash   hash.Hash
+	inLen    uint64
+	inNext   uint64          // lowest chunk index not hashed yet
+	inNoted  map[uint64]bool // inputs seen (hashed or spooled as .in)
+	inBroken error           // a spool error made the hash unknowable
 }
 
 type childState struct {
 	e       *entity
 	done    bool
 	outcome childOutcome
-	out     *Output
+	out     *spooled // the spooled output of a succeeded child
 }
 
 func (d *doc) isCancelled(g *engine) bool {
@@ -53,8 +74,11 @@ func (g *engine) docFor(id uint32) *doc {
 		return nil
 	}
 	ctx, cancel := context.WithCancelCause(g.ctx)
+	dir := filepath.Join(g.work, strconv.FormatUint(uint64(id), 10)+"-"+strconv.FormatUint(g.seq.Add(1), 10))
 	d := &doc{id: id, ctx: ctx, cancel: cancel, rootKnown: make(chan struct{}), total: -1,
-		children: map[uint64]*childState{}, orphan: true}
+		children: map[uint64]*childState{}, orphan: true, dir: dir, wantLen: -1,
+		inHash: sha256.New(), inNoted: map[uint64]bool{}}
+	context.AfterFunc(ctx, func() { os.RemoveAll(dir) }) // result sent, failed, cancelled, session gone
 	g.orphanDocs++
 	g.docs[id] = d
 	return d
@@ -115,34 +139,62 @@ func (g *engine) child(h *wire.EntityHeader, payload io.Reader, abort func(wire.
 	g.mu.Unlock()
 	defer e.cancel(nil)
 
+	if h.PayloadLength > uint64(g.lim.maxChunkBytes) {
+		g.reject(h, abort, wire.CodeEntityTooLarge, fmt.Sprintf("payload-length %d exceeds the peer's chunk limit %d", h.PayloadLength, g.lim.maxChunkBytes))
+		g.childFinished(e, outcomeFailed, nil)
+		return
+	}
+	release, err := g.admit(e.ctx, h.PayloadLength)
+	if err != nil {
+		abort(wire.CodeNoError) // document cancelled or session gone
+		return
+	}
+	defer release()
 	g.log.Info("entity received", "entity", e.id, "kind", "child", "parent", parent, "chunk", ci.ChunkIndex, "processor", e.procName, "bytes", h.PayloadLength)
 	g.send(e, wire.StatusProcessing, nil)
-	raw, err := g.readPayload(h, payload)
+	raw, err := g.readPayload(h, payload, g.lim.maxChunkBytes)
 	if err != nil {
 		g.payloadFailed(e, abort, err)
 		g.childFinished(e, outcomeFailed, nil)
 		return
 	}
 	e.payload = raw // verified: nothing was committed before this point
-	res := g.run(e)
+	g.noteInput(d, ci.ChunkIndex, raw)
+	g.finishChild(e, g.run(e))
+}
+
+// finishChild spools the output of a succeeded child and reports COMPLETE
+// (FAILED when the spool cannot be written), then records the outcome.
+func (g *engine) finishChild(e *entity, res result) {
 	switch res.kind {
 	case resultSucceeded:
-		if g.send(e, wire.StatusComplete, nil) {
-			g.log.Debug("entity finished", "entity", e.id, "parent", parent, "status", wire.StatusComplete)
+		sp, err := g.spoolOutput(e, res.out)
+		if err != nil {
+			if e.doc.ctx.Err() == nil {
+				g.log.Error("child output not spooled; failing the child", "entity", e.id, "chunk", e.chunk, "err", err)
+				g.send(e, wire.StatusFailed, nil)
+			}
+			g.childFinished(e, outcomeFailed, nil)
+			return
 		}
-		g.childFinished(e, outcomeSucceeded, res.out)
+		if g.send(e, wire.StatusComplete, nil) {
+			g.log.Debug("entity finished", "entity", e.id, "parent", e.doc.id, "status", wire.StatusComplete)
+		}
+		g.childFinished(e, outcomeSucceeded, sp)
 	case resultFailed:
 		g.childFinished(e, outcomeFailed, nil)
 	case resultSkipped:
 		g.childFinished(e, outcomeSkipped, nil)
 	case resultAbandoned:
 		g.childFinished(e, outcomeAbandoned, nil)
+	case resultDeferred:
+		g.detachIfWaitingOnClaims(e.doc)
 	}
 }
 
 // childFinished records the terminal outcome of child e and starts
 // rehydration when the document is ready.
-func (g *engine) childFinished(e *entity, o childOutcome, out *Output) {
+func (g *engine) childFinished(e *entity, o childOutcome, out *spooled) {
 	g.mu.Lock()
 	d := e.doc
 	cs := d.children[uint64(e.chunk)]
@@ -151,11 +203,38 @@ func (g *engine) childFinished(e *entity, o childOutcome, out *Output) {
 		return
 	}
 	cs.done, cs.outcome, cs.out = true, o, out
-	e.payload = nil // outputs are kept, inputs are not
+	e.payload = nil // inputs are not kept; outputs are spooled
 	ready := g.readyLocked(d)
 	g.mu.Unlock()
 	if ready {
 		g.spawn(func() { g.rehydrate(d) })
+	} else {
+		g.detachIfWaitingOnClaims(d)
+	}
+}
+
+// detachIfWaitingOnClaims detaches root R from the session's GOAWAY drain
+// when every child that is not terminal is DEFERRED with a persisted claim:
+// nothing on this session can finish R before a redemption (docs/profile.md
+// 6, 7). A redemption re-attaches it.
+func (g *engine) detachIfWaitingOnClaims(d *doc) {
+	g.mu.Lock()
+	ok := d.root != nil && !d.cancelled && !d.finishing && int64(len(d.children)) == d.total
+	waiting := 0
+	for _, cs := range d.children {
+		if !ok {
+			break
+		}
+		if !cs.done {
+			ok = cs.e.claim != nil && g.deferred[cs.e.id] == cs.e
+			waiting++
+		}
+	}
+	g.mu.Unlock()
+	if ok && waiting > 0 {
+		if err := g.c.SetDetached(0, d.id, true); err != nil {
+			g.log.Debug("root not detached", "entity", d.id, "err", err)
+		}
 	}
 }
 
@@ -197,13 +276,25 @@ func (g *engine) dehydratedRoot(h *wire.EntityHeader, payload io.Reader, abort f
 		return
 	}
 	var contentLen uint64
+	wantLen := int64(-1)
 	if s := h.Metadata[MetaContentLength]; s != "" {
-		if contentLen, err = strconv.ParseUint(s, 10, 64); err != nil {
+		if contentLen, err = strconv.ParseUint(s, 10, 63); err != nil {
 			g.reject(h, abort, wire.CodeEntityInvalid, MetaContentLength+" is not a decimal integer")
 			return
 		}
+		wantLen = int64(contentLen)
 	}
-	raw, err := g.readPayload(h, payload)
+	var wantSum []byte
+	if s := h.Metadata[MetaContentSHA256]; s != "" {
+		if wantSum, err = hex.DecodeString(s); err != nil || len(wantSum) != sha256.Size {
+			g.reject(h, abort, wire.CodeEntityInvalid, MetaContentSHA256+" is not 64 hex digits (SHA-256)")
+			return
+		}
+	}
+	// The envelope carries no blob: read without the payload budget, so
+	// that children holding the budget while they wait for the root's
+	// completion policy cannot starve it.
+	raw, err := g.readPayload(h, payload, g.lim.maxEntityBytes)
 	if err != nil {
 		g.payloadFailed(&entity{id: h.EntityID, header: h}, abort, err)
 		return
@@ -225,6 +316,7 @@ func (g *engine) dehydratedRoot(h *wire.EntityHeader, payload io.Reader, abort f
 		return
 	}
 	d.root, d.env, d.total = h, env, int64(total)
+	d.wantSum, d.wantLen = wantSum, wantLen
 	d.rootEnt = &entity{id: h.EntityID, header: h, chunk: -1, ctx: d.ctx, cancel: d.cancel}
 	g.unorphan(d)
 	close(d.rootKnown)
@@ -266,22 +358,25 @@ func (g *engine) dehydratedRoot(h *wire.EntityHeader, payload io.Reader, abort f
 	}
 	if ready {
 		g.rehydrate(d)
+	} else {
+		g.detachIfWaitingOnClaims(d)
 	}
 }
 
-// rehydrate evaluates the completion policy and reports REHYDRATING, sends
-// the result (children outputs in chunk-index order) and COMPLETE, or FAILED
+// rehydrate evaluates the completion policy and reports REHYDRATING, checks
+// the root's content summary, sends the result (children outputs in
+// chunk-index order, streamed from the spool) and COMPLETE, or FAILED
 // (docs/profile.md 4.2 step 4, 4.3, 5).
 func (g *engine) rehydrate(d *doc) {
-	defer d.cancel(nil)
+	defer d.cancel(nil) // removes the spool
 	g.mu.Lock()
 	outcomes := make([]childOutcome, d.total)
-	var parts []*Output
+	var parts []part
 	for i := range uint64(d.total) {
 		cs := d.children[i]
 		outcomes[i] = cs.outcome
 		if cs.outcome == outcomeSucceeded {
-			parts = append(parts, cs.out)
+			parts = append(parts, part{idx: i, sp: cs.out})
 		}
 	}
 	root, env, re := d.root, d.env, d.rootEnt
@@ -298,11 +393,27 @@ func (g *engine) rehydrate(d *doc) {
 		g.log.Info("entity finished", "entity", d.id, "doc", env.DocID, "status", wire.StatusFailed, "reason", "completion policy not met")
 		return
 	}
+	if why := g.verifyContent(d); why != "" {
+		g.send(re, wire.StatusFailed, nil)
+		g.log.Warn("entity finished", "entity", d.id, "doc", env.DocID, "status", wire.StatusFailed, "reason", why)
+		return
+	}
 	name, proc, _ := g.procs.lookup(root.Metadata) // checked on arrival
 	re.proc, re.procName = proc, name
-	out, err := g.call(re, func() (*Output, error) { return proc.Rehydrate(re.ctx, parts) })
-	if err == nil {
-		err = g.sendResult(re.ctx, d.id, out, &[2]int{v.succeeded, v.total})
+	counts := [2]int{v.succeeded, v.total}
+	var n int64
+	var err error
+	if c, ok := proc.(Concatenator); ok {
+		n, err = g.sendConcat(re.ctx, d, c, parts, counts)
+	} else {
+		var outs []*Output
+		if outs, err = g.loadParts(d, parts); err == nil {
+			var out *Output
+			out, err = g.call(re, func() (*Output, error) { return proc.Rehydrate(re.ctx, outs) })
+			if err == nil {
+				n, err = int64(len(out.Data)), g.sendResult(re.ctx, d.id, out, &counts)
+			}
+		}
 	}
 	if err != nil {
 		g.log.Warn("rehydration failed", "entity", d.id, "doc", env.DocID, "err", err)
@@ -310,6 +421,6 @@ func (g *engine) rehydrate(d *doc) {
 		return
 	}
 	if g.send(re, wire.StatusComplete, nil) {
-		g.log.Info("entity finished", "entity", d.id, "doc", env.DocID, "status", wire.StatusComplete, "bytes", len(out.Data), "children", v.total)
+		g.log.Info("entity finished", "entity", d.id, "doc", env.DocID, "status", wire.StatusComplete, "bytes", n, "children", v.total)
 	}
 }

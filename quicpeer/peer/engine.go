@@ -8,9 +8,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/semaphore"
 
 	"github.com/pipestream/gateway/quicpeer/wire"
 )
@@ -22,6 +27,7 @@ type conn interface {
 	SendStatus(f wire.StatusFrame) error
 	SendScopeDigest(f wire.ScopeDigestFrame) error
 	SendEntity(ctx context.Context, h *wire.EntityHeader, payload io.Reader) error
+	SetDetached(scope, id uint32, on bool) error
 }
 
 // negotiation is the part of the capability exchange the engine uses.
@@ -39,6 +45,9 @@ type core struct {
 	yields *yieldBook
 	lim    resolvedLimits
 	pool   chan struct{}
+	budget *semaphore.Weighted // payload octets held in memory (params.go)
+	work   string              // <data-dir>/work
+	seq    atomic.Uint64       // names session and document spool dirs
 	log    *slog.Logger
 	now    func() time.Time
 }
@@ -53,9 +62,10 @@ var (
 // engine is the processing state of one session (docs/profile.md 4-7).
 type engine struct {
 	*core
-	c   conn
-	neg negotiation
-	log *slog.Logger
+	c    conn
+	neg  negotiation
+	log  *slog.Logger
+	work string // this session's spool dir under core.work
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -74,7 +84,8 @@ type engine struct {
 
 func newEngine(parent context.Context, co *core, c conn, neg negotiation, log *slog.Logger) *engine {
 	ctx, cancel := context.WithCancelCause(parent)
-	return &engine{core: co, c: c, neg: neg, log: log, ctx: ctx, cancel: cancel,
+	work := filepath.Join(co.work, "s"+strconv.FormatUint(co.seq.Add(1), 10))
+	return &engine{core: co, c: c, neg: neg, log: log, ctx: ctx, cancel: cancel, work: work,
 		docs: map[uint32]*doc{}, jobs: map[uint32]*entity{}, deferred: map[uint32]*entity{}, openScopes: map[uint32]struct{}{}}
 }
 
@@ -88,6 +99,9 @@ func (g *engine) close(cause error) {
 	g.mu.Unlock()
 	g.cancel(cause)
 	g.wg.Wait()
+	if err := os.RemoveAll(g.work); err != nil {
+		g.log.Warn("session spool not removed", "dir", g.work, "err", err)
+	}
 }
 
 // entity is one entity the peer processes (a root, a child, a redemption).
@@ -104,14 +118,16 @@ type entity struct {
 	claim     *ClaimRecord // set while DEFERRED
 	docID     string       // PipeDoc doc-id of a standalone root
 
-	ctx    context.Context
+	ctx    context.Context // lifetime: document cancel, session end
 	cancel context.CancelCauseFunc
 
 	mu       sync.Mutex
-	status   wire.Status // last status sent by the peer (PENDING before)
-	start    time.Time
-	timer    *time.Timer // completion-policy timeout
-	claimT   *time.Timer // claim expiry while DEFERRED
+	actx     context.Context         // current attempt, child of ctx; the timeout cancels it
+	acancel  context.CancelCauseFunc // with errTimedOut
+	status   wire.Status             // last status sent by the peer (PENDING before)
+	start    time.Time               // first PROCESSING of the current attempt
+	timer    *time.Timer             // completion-policy timeout
+	claimT   *time.Timer             // claim expiry while DEFERRED
 	attempts int
 	done     bool
 }
@@ -133,22 +149,27 @@ func (g *engine) send(e *entity, st wire.Status, ext []byte) bool {
 	return true
 }
 
-// readPayload reads a verified payload, bounded by the entity limit. A
-// verification error comes from the session's reader (which aborts the
-// stream and reports FAILED itself).
-func (g *engine) readPayload(h *wire.EntityHeader, r io.Reader) ([]byte, error) {
-	if h.PayloadLength > uint64(g.lim.maxEntityBytes) {
-		return nil, wire.Errorf(wire.CodeEntityTooLarge, "entity %d: payload-length %d exceeds the peer's limit %d", h.EntityID, h.PayloadLength, g.lim.maxEntityBytes)
+// readPayload reads a verified payload of at most limit octets. The caller
+// has admitted payload-length octets into the payload budget, so the buffer
+// is allocated once at that size (bounded by limit and the budget, never
+// by an unchecked length field). A verification error comes from the
+// session's reader (which aborts the stream and reports FAILED itself).
+func (g *engine) readPayload(h *wire.EntityHeader, r io.Reader, limit int64) ([]byte, error) {
+	if h.PayloadLength > uint64(limit) {
+		return nil, wire.Errorf(wire.CodeEntityTooLarge, "entity %d: payload-length %d exceeds the peer's limit %d", h.EntityID, h.PayloadLength, limit)
 	}
-	var buf bytes.Buffer // grows with the bytes that arrive, never from the length field
-	n, err := io.Copy(&buf, io.LimitReader(r, g.lim.maxEntityBytes+1))
-	if err != nil {
+	buf := make([]byte, h.PayloadLength)
+	if _, err := io.ReadFull(r, buf); err != nil {
 		return nil, err
 	}
-	if n > g.lim.maxEntityBytes {
-		return nil, wire.Errorf(wire.CodeEntityTooLarge, "entity %d: payload exceeds the peer's limit %d", h.EntityID, g.lim.maxEntityBytes)
+	var one [1]byte // EOF is where the reader verifies length and SHA-256
+	if n, err := r.Read(one[:]); n > 0 || err != io.EOF {
+		if err == nil || err == io.EOF {
+			err = wire.Errorf(wire.CodeEntityInvalid, "entity %d: payload is longer than payload-length %d", h.EntityID, h.PayloadLength)
+		}
+		return nil, err
 	}
-	return buf.Bytes(), nil
+	return buf, nil
 }
 
 // reject aborts an entity stream with code and reports FAILED for it
@@ -274,9 +295,19 @@ func (g *engine) wholeRoot(h *wire.EntityHeader, payload io.Reader, abort func(w
 		}
 		g.mu.Unlock()
 	}()
+	if h.PayloadLength > uint64(g.lim.maxEntityBytes) {
+		g.reject(h, abort, wire.CodeEntityTooLarge, fmt.Sprintf("payload-length %d exceeds the peer's whole-document limit %d", h.PayloadLength, g.lim.maxEntityBytes))
+		return
+	}
+	release, err := g.admit(e.ctx, h.PayloadLength)
+	if err != nil {
+		abort(wire.CodeNoError)
+		return
+	}
+	defer release()
 	g.log.Info("entity received", "entity", e.id, "kind", "root", "processor", e.procName, "bytes", h.PayloadLength)
 	g.send(e, wire.StatusProcessing, nil)
-	raw, err := g.readPayload(h, payload)
+	raw, err := g.readPayload(h, payload, g.lim.maxEntityBytes)
 	if err != nil {
 		g.payloadFailed(e, abort, err)
 		return
@@ -333,18 +364,7 @@ func (e *entity) lastStatus() wire.Status {
 // unidirectional stream (docs/profile.md 4.3).
 func (g *engine) sendResult(ctx context.Context, id uint32, out *Output, counts *[2]int) error {
 	sum := sha256.Sum256(out.Data)
-	scope := uint32(0)
-	md := map[string]string{MetaRole: "result"}
-	if counts != nil {
-		md[MetaChildrenComplete] = strconv.Itoa(counts[0])
-		md[MetaChildrenTotal] = strconv.Itoa(counts[1])
-	}
-	ct := out.ContentType
-	if ct == "" {
-		ct = "application/octet-stream"
-	}
-	h := &wire.EntityHeader{EntityID: id, ScopeID: &scope, Layer: out.Layer, ContentType: ct,
-		PayloadLength: uint64(len(out.Data)), Checksum: sum[:], Metadata: md}
+	h := resultHeader(id, out.ContentType, out.Layer, uint64(len(out.Data)), sum[:], counts)
 	return g.c.SendEntity(ctx, h, bytes.NewReader(out.Data))
 }
 

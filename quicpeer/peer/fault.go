@@ -17,7 +17,10 @@ import (
 //	fail-once  the first attempt fails, retries succeed (needs on-failure RETRY)
 //	yield      YIELDED with a Yield token, then the peer resumes it (Layer 2)
 //	defer      DEFERRED with a claim check (Layer 2); redemption processes it
-//	timeout    never finishes; the policy's timeout-ms abandons it
+//	timeout    never finishes; the policy's timeout-ms ends it (on-timeout
+//	           decides what follows). The wait holds no worker.
+//	timeout-once  the first attempt never finishes, retries succeed (needs
+//	           on-timeout RETRY)
 //
 // pipestream.fault-chunks (on the entity, else on the root) limits the
 // fault to those chunk indexes. Where no fault applies, and on a redeemed
@@ -29,11 +32,12 @@ var ErrInjected = errors.New("fault processor: injected failure")
 
 // Fault actions.
 const (
-	FaultFail     = "fail"
-	FaultFailOnce = "fail-once"
-	FaultYield    = "yield"
-	FaultDefer    = "defer"
-	FaultTimeout  = "timeout"
+	FaultFail        = "fail"
+	FaultFailOnce    = "fail-once"
+	FaultYield       = "yield"
+	FaultDefer       = "defer"
+	FaultTimeout     = "timeout"
+	FaultTimeoutOnce = "timeout-once"
 )
 
 // yieldReasonExternalCall is Yield Reason EXTERNAL_CALL (Section 6.5.1.1).
@@ -74,16 +78,23 @@ func (Fault) Process(ctx context.Context, in *Input) (*Output, error) {
 		}
 		return &Output{Defer: &DeferRequest{TTL: ttl}}, nil
 	case FaultTimeout:
-		<-ctx.Done()
-		return nil, context.Cause(ctx)
+		return nil, errStall
+	case FaultTimeoutOnce:
+		if in.Attempt == 0 {
+			return nil, errStall
+		}
+		return Passthrough{}.Process(ctx, in)
 	default:
-		return nil, fmt.Errorf("fault processor: unknown %s %q: use fail, fail-once, yield, defer or timeout", MetaFault, action)
+		return nil, fmt.Errorf("fault processor: unknown %s %q: use fail, fail-once, yield, defer, timeout or timeout-once", MetaFault, action)
 	}
 }
 
 func (Fault) Rehydrate(ctx context.Context, parts []*Output) (*Output, error) {
 	return Passthrough{}.Rehydrate(ctx, parts)
 }
+
+// ConcatType makes Fault a Concatenator like Passthrough.
+func (Fault) ConcatType(first *Output) (string, uint8) { return Passthrough{}.ConcatType(first) }
 
 func claimTTL(md map[string]string) (time.Duration, error) {
 	s := md[MetaClaimTTL]

@@ -24,8 +24,9 @@ type Options struct {
 	// CertHosts are the DNS names / IPs of a generated certificate
 	// (default localhost, 127.0.0.1, ::1).
 	CertHosts []string
-	// DataDir holds the claim-check store and the generated certificate.
-	// Required.
+	// DataDir holds the claim-check store, the generated certificate and
+	// work/, the spool of child outputs of documents being rehydrated
+	// (emptied on start). Required.
 	DataDir string
 	Logger  *slog.Logger
 	// Limits are the draft-02 Section 10.3 limits (zero = draft default);
@@ -38,9 +39,18 @@ type Options struct {
 	DrainTimeout time.Duration
 	// Workers bounds concurrent processor calls (default GOMAXPROCS, min 2).
 	Workers int
-	// MaxEntityBytes caps one entity payload the peer buffers (default 64 MiB,
-	// never above Limits.MaxPayloadBytes when that is set).
+	// MaxEntityBytes caps a whole document's payload (its PipeDoc envelope),
+	// which the peer buffers (default 64 MiB, never above
+	// Limits.MaxPayloadBytes when that is set).
 	MaxEntityBytes int64
+	// MaxChunkBytes caps one dehydration child's payload (default 16 MiB,
+	// never above MaxEntityBytes).
+	MaxChunkBytes int64
+	// PayloadBudget bounds the payload bytes held in memory across all
+	// entities being read or processed (default 16 MiB); an entity larger
+	// than the budget runs alone. Child outputs are spooled to
+	// <DataDir>/work and never count.
+	PayloadBudget int64
 	// OrphanDocs and OrphanChildren bound documents known only through
 	// their children and those children, per session (default 256 / 4096).
 	OrphanDocs, OrphanChildren int
@@ -51,6 +61,8 @@ type Options struct {
 // resolvedLimits are the engine's local limits.
 type resolvedLimits struct {
 	maxEntityBytes int64
+	maxChunkBytes  int64
+	payloadBudget  int64
 	orphanDocs     int
 	orphanChildren int
 	childrenPerMB  int
@@ -96,6 +108,13 @@ func (o Options) resolve() (Options, resolvedLimits, error) {
 	if o.Limits.MaxPayloadBytes > 0 && uint64(o.MaxEntityBytes) > o.Limits.MaxPayloadBytes {
 		o.MaxEntityBytes = int64(o.Limits.MaxPayloadBytes)
 	}
+	if o.MaxChunkBytes <= 0 {
+		o.MaxChunkBytes = defaultMaxChunkBytes
+	}
+	o.MaxChunkBytes = min(o.MaxChunkBytes, o.MaxEntityBytes)
+	if o.PayloadBudget <= 0 {
+		o.PayloadBudget = defaultPayloadBudget
+	}
 	if o.OrphanDocs <= 0 {
 		o.OrphanDocs = defaultOrphanDocs
 	}
@@ -108,7 +127,7 @@ func (o Options) resolve() (Options, resolvedLimits, error) {
 	if o.Limits.MaxScopeDepth > wire.MaxScopeDepth {
 		return o, resolvedLimits{}, fmt.Errorf("peer: Limits.MaxScopeDepth %d exceeds the draft maximum %d", o.Limits.MaxScopeDepth, wire.MaxScopeDepth)
 	}
-	lim := resolvedLimits{maxEntityBytes: o.MaxEntityBytes, orphanDocs: o.OrphanDocs, orphanChildren: o.OrphanChildren,
+	lim := resolvedLimits{maxEntityBytes: o.MaxEntityBytes, maxChunkBytes: o.MaxChunkBytes, payloadBudget: o.PayloadBudget, orphanDocs: o.OrphanDocs, orphanChildren: o.OrphanChildren,
 		childrenPerMB: o.Limits.ChildrenPerMB, claimExpiry: o.Limits.ClaimExpiry}
 	if lim.childrenPerMB <= 0 {
 		lim.childrenPerMB = defaultChildrenPerMB

@@ -13,10 +13,20 @@ const (
 	defaultOrphanDocs = 256
 	// defaultOrphanChildren caps children buffered for such documents per session.
 	defaultOrphanChildren = 4096
-	// defaultMaxEntityBytes caps one entity payload the peer buffers (the
-	// profile's chunks are at most 16 MiB; whole documents are <= 1 MiB by
-	// default but may be configured larger).
+	// defaultMaxEntityBytes caps a whole document (root with blob) the peer
+	// buffers: the gateway sends SPLIT_NONE documents whole up to 64 MiB.
 	defaultMaxEntityBytes = 64 << 20
+	// defaultMaxChunkBytes caps a dehydration child: the gateway's chunks
+	// are at most 16 MiB (profile 4.2).
+	defaultMaxChunkBytes = 16 << 20
+	// defaultPayloadBudget bounds the entity payloads held in memory at
+	// once (read, processing, not yet spooled): one maximum-size chunk or 16
+	// default 1 MiB chunks; streams beyond it wait unread, so QUIC flow
+	// control holds the sender back and the peer's memory stays flat.
+	defaultPayloadBudget = 16 << 20
+	// spoolBufferBytes is the one buffer used to hash and stream spooled
+	// child outputs into a result.
+	spoolBufferBytes = 64 << 10
 	// defaultChildrenPerMB is the amplification ratio of draft-02 Section 10.4.
 	defaultChildrenPerMB = 1000
 	// amplificationFloorBytes: a parent smaller than this is treated as this

@@ -157,6 +157,15 @@ func (Passthrough) Rehydrate(_ context.Context, parts []*Output) (*Output, error
 	return &Output{Data: concatParts(parts), ContentType: ct}, nil
 }
 
+// ConcatType makes Passthrough a Concatenator: the result is streamed from
+// the spooled child outputs (content-type of the first, layer 0).
+func (Passthrough) ConcatType(first *Output) (string, uint8) {
+	if first.ContentType != "" {
+		return first.ContentType, 0
+	}
+	return "application/octet-stream", 0
+}
+
 func contentTypeOf(h *wire.EntityHeader, def string) string {
 	if h != nil && h.ContentType != "" {
 		return h.ContentType

@@ -129,10 +129,18 @@ func TestFaultModes(t *testing.T) {
 	if _, err := f.Process(ctx, input(map[string]string{MetaFault: "defer", MetaClaimTTL: "soon"}, "x")); err == nil {
 		t.Fatal("bad claim-ttl-ms accepted")
 	}
-	tctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
-	defer cancel()
-	if _, err := f.Process(tctx, input(map[string]string{MetaFault: "timeout"}, "x")); !errors.Is(err, context.DeadlineExceeded) {
+	// timeout returns at once: the engine waits for the attempt's end
+	// without holding a worker.
+	if _, err := f.Process(ctx, input(map[string]string{MetaFault: "timeout"}, "x")); !errors.Is(err, errStall) {
 		t.Fatalf("timeout: %v", err)
+	}
+	once := input(map[string]string{MetaFault: "timeout-once"}, "x")
+	if _, err := f.Process(ctx, once); !errors.Is(err, errStall) {
+		t.Fatalf("timeout-once attempt 0: %v", err)
+	}
+	once.Attempt = 1
+	if out, err := f.Process(ctx, once); err != nil || string(out.Data) != "x" {
+		t.Fatalf("timeout-once attempt 1: %+v %v", out, err)
 	}
 	red := input(map[string]string{MetaFault: "fail"}, "x")
 	red.Redeemed = true

@@ -2,6 +2,7 @@ package peer
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"strconv"
@@ -37,7 +38,21 @@ func (g *engine) redeem(h *wire.EntityHeader, payload io.Reader, abort func(wire
 	}
 	// Read and verify the payload before consuming the claim, so a corrupt
 	// redemption does not burn it.
-	raw, err := g.readPayload(h, payload)
+	limit := g.lim.maxEntityBytes
+	if rec.ParentID != 0 || rec.Chunk >= 0 {
+		limit = g.lim.maxChunkBytes
+	}
+	if h.PayloadLength > uint64(limit) {
+		g.reject(h, abort, wire.CodeEntityTooLarge, fmt.Sprintf("payload-length %d exceeds the peer's limit %d", h.PayloadLength, limit))
+		return
+	}
+	release, err := g.admit(g.ctx, h.PayloadLength)
+	if err != nil {
+		abort(wire.CodeNoError)
+		return
+	}
+	defer release()
+	raw, err := g.readPayload(h, payload, limit)
 	if err != nil {
 		g.payloadFailed(&entity{id: h.EntityID, header: h}, abort, err)
 		return
@@ -56,18 +71,33 @@ func (g *engine) redeem(h *wire.EntityHeader, payload io.Reader, abort func(wire
 	}
 	g.log.Info("claim redeemed", "claim", id, "entity", h.EntityID, "doc", rec.DocID, "processor", rec.Processor)
 
-	// The deferred entity of this session, if the stream reuses its ID.
+	// The deferred entity of this session: the stream reuses its ID, or
+	// (fresh ID) the claim record names a child of a document still open.
 	g.mu.Lock()
 	de := g.deferred[h.EntityID]
 	if de != nil && (de.claim == nil || de.claim.ID != id) {
 		de = nil
 	}
-	if de != nil {
-		delete(g.deferred, h.EntityID)
+	superseded := false
+	if de == nil && rec.SessionID == g.c.ID() && rec.ParentID != 0 && rec.Chunk >= 0 {
+		if dd := g.docs[rec.ParentID]; dd != nil && !dd.cancelled && !dd.finishing {
+			if cs := dd.children[uint64(rec.Chunk)]; cs != nil && !cs.done && cs.e.claim != nil && cs.e.claim.ID == id {
+				de, superseded = cs.e, true
+			}
+		}
+	}
+	if de != nil && g.deferred[de.id] == de {
+		delete(g.deferred, de.id)
 	}
 	g.mu.Unlock()
 	if de != nil {
 		de.stopClaimTimer()
+	}
+	if superseded {
+		// The fresh entity stands for the chunk from now on; the deferred ID
+		// is resolved so that the gateway's cursor can pass it.
+		g.send(de, wire.StatusSkipped, nil)
+		g.log.Info("deferred entity superseded by its redemption", "entity", de.id, "redemption", h.EntityID, "claim", id)
 	}
 
 	md := maps.Clone(rec.Metadata)
@@ -93,6 +123,21 @@ func (g *engine) redeem(h *wire.EntityHeader, payload io.Reader, abort func(wire
 	e.redeemed, e.chunk, e.doc, e.docID = true, rec.Chunk, d, rec.DocID
 	if de != nil {
 		e.depth = de.depth
+	}
+	if d != nil {
+		g.mu.Lock()
+		live := !d.cancelled && !d.finishing
+		if cs := d.children[uint64(rec.Chunk)]; live && cs != nil && !cs.done {
+			cs.e = e // cancel and timeouts now reach the redemption
+		}
+		g.mu.Unlock()
+		if !live {
+			abort(wire.CodeNoError)
+			return
+		}
+		if err := g.c.SetDetached(0, d.id, false); err != nil { // R can finish again
+			g.log.Debug("root not re-attached", "entity", d.id, "err", err)
+		}
 	}
 	e.payload = raw
 	if rec.ParentID == 0 && rec.Chunk < 0 { // a whole root: the payload is its PipeDoc envelope
@@ -123,15 +168,5 @@ func (g *engine) redeem(h *wire.EntityHeader, payload io.Reader, abort func(wire
 		g.finishStandalone(e, res, rec.DocID)
 		return
 	}
-	switch res.kind {
-	case resultSucceeded:
-		g.send(e, wire.StatusComplete, nil)
-		g.childFinished(e, outcomeSucceeded, res.out)
-	case resultFailed:
-		g.childFinished(e, outcomeFailed, nil)
-	case resultSkipped:
-		g.childFinished(e, outcomeSkipped, nil)
-	case resultAbandoned:
-		g.childFinished(e, outcomeAbandoned, nil)
-	}
+	g.finishChild(e, res)
 }

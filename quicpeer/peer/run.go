@@ -67,19 +67,47 @@ func (g *engine) rootMetaOf(e *entity) map[string]string {
 	return nil
 }
 
-// armTimeout (re)starts e's completion-policy timeout, measured from the
-// entity's first PROCESSING.
+// beginAttempt starts an attempt of e: a fresh attempt context (child of
+// e.ctx) and the completion-policy timeout, measured from the attempt's
+// first PROCESSING (for the first attempt, from the entity's).
+func (g *engine) beginAttempt(e *entity, timeout time.Duration, first bool) {
+	e.mu.Lock()
+	if e.acancel != nil {
+		e.acancel(nil)
+	}
+	e.actx, e.acancel = context.WithCancelCause(e.ctx)
+	if !first {
+		e.start = g.now()
+	}
+	e.mu.Unlock()
+	g.armTimeout(e, timeout)
+}
+
+// armTimeout (re)starts the timeout of e's current attempt; it cancels that
+// attempt's context with errTimedOut. Before the first attempt it does
+// nothing (beginAttempt arms it).
 func (g *engine) armTimeout(e *entity, d time.Duration) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.timer != nil {
 		e.timer.Stop()
 	}
-	if e.done {
+	if e.done || e.acancel == nil {
 		return
 	}
 	left := max(e.start.Add(d).Sub(g.now()), 0)
-	e.timer = time.AfterFunc(left, func() { e.cancel(errTimedOut) })
+	cancel := e.acancel
+	e.timer = time.AfterFunc(left, func() { cancel(errTimedOut) })
+}
+
+// attemptCtx is the context of e's current attempt (e.ctx outside one).
+func (e *entity) attemptCtx() context.Context {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.actx != nil {
+		return e.actx
+	}
+	return e.ctx
 }
 
 func (e *entity) stopTimer() {
@@ -88,6 +116,9 @@ func (e *entity) stopTimer() {
 	e.done = true
 	if e.timer != nil {
 		e.timer.Stop()
+	}
+	if e.acancel != nil {
+		e.acancel(nil)
 	}
 }
 
@@ -101,10 +132,11 @@ func (e *entity) stopClaimTimer() {
 
 // call runs fn on the bounded worker pool, turning a panic into an error.
 func (g *engine) call(e *entity, fn func() (*Output, error)) (out *Output, err error) {
+	ctx := e.attemptCtx()
 	select {
 	case g.pool <- struct{}{}:
-	case <-e.ctx.Done():
-		return nil, context.Cause(e.ctx)
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
 	}
 	defer func() { <-g.pool }()
 	defer func() {
@@ -137,6 +169,11 @@ func permanent(err error) bool {
 	return errors.As(err, &pe)
 }
 
+// errStall is returned by a processor (the fault processor's timeout
+// action) that makes no progress until its attempt ends: run then waits
+// for the attempt's timeout or cancel without holding a worker.
+var errStall = errors.New("processor stalls until the attempt times out")
+
 // run processes e after its PROCESSING was sent: the processor call with
 // yields (Section 6.5.1), Layer 1 nesting, deferral, retries and timeouts
 // per the completion policy (docs/profile.md 5, 6). On success it returns
@@ -145,26 +182,39 @@ func permanent(err error) bool {
 func (g *engine) run(e *entity) result {
 	defer e.stopTimer()
 	p, _ := g.policyOf(e)
-	g.armTimeout(e, p.timeout)
+	g.beginAttempt(e, p.timeout, true)
 	var resume []byte
 	yields := 0
 	for {
+		actx := e.attemptCtx()
 		in := &Input{Header: e.header, Payload: e.payload, Depth: e.depth, ChunkIndex: e.chunk,
 			Attempt: e.attempts, Resume: resume, Yields: yields, Redeemed: e.redeemed, RootMeta: g.rootMetaOf(e)}
 		in.MaxDepth = g.maxDepthFor(e.header.Metadata, in.RootMeta)
-		out, err := g.call(e, func() (*Output, error) { return e.proc.Process(e.ctx, in) })
+		out, err := g.call(e, func() (*Output, error) { return e.proc.Process(actx, in) })
+		if errors.Is(err, errStall) {
+			<-actx.Done() // the worker is free; the timeout timer ends the wait
+		}
 		if err == nil && out.Dehydrate != nil {
 			out, err = g.nested(e, out)
 		}
-		if e.ctx.Err() != nil {
-			return g.interrupted(e)
+		if actx.Err() != nil {
+			res, again := g.interrupted(e)
+			if !again {
+				return res
+			}
+			resume, yields = nil, 0
+			continue
 		}
 		switch {
 		case err != nil:
 		case out.Yield != nil:
 			resume, yields = g.yield(e, out.Yield), yields+1
-			if e.ctx.Err() != nil {
-				return g.interrupted(e)
+			if actx.Err() != nil {
+				res, again := g.interrupted(e)
+				if !again {
+					return res
+				}
+				resume, yields = nil, 0
 			}
 			continue
 		case out.Defer != nil:
@@ -176,22 +226,14 @@ func (g *engine) run(e *entity) result {
 		g.log.Info("entity attempt failed", "entity", e.id, "scope", e.scope, "attempt", e.attempts, "code", wire.CodeOf(err), "err", err)
 		p = g.waitPolicy(e)
 		if e.ctx.Err() != nil {
-			return g.interrupted(e)
+			return result{kind: resultCancelled}
 		}
 		switch {
 		case p.onFailure == wire.ActionRetry && g.neg.layer2 && e.attempts < p.maxRetries && !permanent(err):
-			if !g.send(e, wire.StatusFailed, nil) || !g.send(e, wire.StatusRetrying, nil) {
+			if !g.retry(e, p) {
 				return result{kind: resultCancelled}
 			}
-			if !sleep(e, p.retryDelay) {
-				return g.interrupted(e)
-			}
-			e.attempts++
 			resume, yields = nil, 0
-			g.log.Info("entity retrying", "entity", e.id, "attempt", e.attempts, "max_retries", p.maxRetries)
-			if !g.send(e, wire.StatusProcessing, nil) {
-				return result{kind: resultCancelled}
-			}
 		case p.onFailure == wire.ActionDefer && g.neg.layer2 && !permanent(err):
 			return g.deferEntity(e, 0)
 		default:
@@ -204,23 +246,62 @@ func (g *engine) run(e *entity) result {
 	}
 }
 
-// interrupted handles a cancelled context: a timeout abandons the entity
-// (Layer 2; FAILED without it), a gateway cancel or session end sends nothing.
-func (g *engine) interrupted(e *entity) result {
-	if context.Cause(e.ctx) != errTimedOut {
-		return result{kind: resultCancelled}
+// retry reports FAILED, RETRYING, waits retry-delay-ms and starts the next
+// attempt with PROCESSING. It returns false when e was cancelled.
+func (g *engine) retry(e *entity, p policy) bool {
+	e.mu.Lock()
+	if e.timer != nil {
+		e.timer.Stop() // the delay does not count against timeout-ms
 	}
-	p, _ := g.policyOf(e)
-	g.log.Info("entity timed out", "entity", e.id, "scope", e.scope, "timeout", p.timeout)
+	e.mu.Unlock()
+	if !g.send(e, wire.StatusFailed, nil) || !g.send(e, wire.StatusRetrying, nil) {
+		return false
+	}
+	if !sleep(e, p.retryDelay) {
+		return false
+	}
+	e.attempts++
+	g.log.Info("entity retrying", "entity", e.id, "attempt", e.attempts, "max_retries", p.maxRetries)
+	if !g.send(e, wire.StatusProcessing, nil) {
+		return false
+	}
+	g.beginAttempt(e, p.timeout, false)
+	return true
+}
+
+// interrupted handles an ended attempt. A gateway cancel or session end
+// sends nothing. A timeout applies on-timeout (docs/profile.md 5): RETRY
+// (Layer 2, retries left) reports FAILED, RETRYING, PROCESSING and returns
+// again = true; DEFER issues a claim check (DEFERRED); otherwise the entity
+// is ABANDONED (FAILED without Layer 2), and SKIP excludes it from
+// rehydration.
+func (g *engine) interrupted(e *entity) (res result, again bool) {
+	if e.ctx.Err() != nil || context.Cause(e.attemptCtx()) != errTimedOut {
+		return result{kind: resultCancelled}, false
+	}
+	p := g.waitPolicy(e)
+	if e.ctx.Err() != nil {
+		return result{kind: resultCancelled}, false
+	}
+	g.log.Info("entity timed out", "entity", e.id, "scope", e.scope, "timeout", p.timeout, "on_timeout", p.onTimeout, "attempt", e.attempts)
+	switch {
+	case p.onTimeout == wire.ActionRetry && g.neg.layer2 && e.attempts < p.maxRetries:
+		if !g.retry(e, p) {
+			return result{kind: resultCancelled}, false
+		}
+		return result{}, true
+	case p.onTimeout == wire.ActionDefer && g.neg.layer2:
+		return g.deferEntity(e, 0), false
+	}
 	if g.neg.layer2 {
 		g.send(e, wire.StatusAbandoned, nil)
 	} else {
 		g.send(e, wire.StatusFailed, nil)
 	}
 	if p.onTimeout == wire.ActionSkip {
-		return result{kind: resultSkipped}
+		return result{kind: resultSkipped}, false
 	}
-	return result{kind: resultAbandoned}
+	return result{kind: resultAbandoned}, false
 }
 
 // yield reports YIELDED with a Yield token, waits, verifies the token
@@ -284,11 +365,17 @@ func (g *engine) deferEntity(e *entity, ttl time.Duration) result {
 	}
 	g.mu.Lock()
 	e.claim = stored
+	e.payload = nil // the redemption carries the payload again
 	g.deferred[e.id] = e
 	g.mu.Unlock()
 	ext := wire.AppendClaimCheckExt(nil, wire.ClaimCheckExtension{ClaimID: stored.ID, ExpiryMicros: uint64(stored.Expiry.UnixMicro())})
 	if !g.send(e, wire.StatusDeferred, ext) {
 		return result{kind: resultCancelled}
+	}
+	// The claim is persisted and outlives the session: a shutdown does not
+	// wait for it (docs/profile.md 7).
+	if err := g.c.SetDetached(e.scope, e.id, true); err != nil {
+		g.log.Debug("deferred entity not detached", "entity", e.id, "err", err)
 	}
 	g.log.Info("claim issued", "entity", e.id, "claim", stored.ID, "doc", stored.DocID, "expiry", stored.Expiry.UTC())
 	e.mu.Lock()
@@ -327,7 +414,7 @@ func (g *engine) nested(e *entity, out *Output) (*Output, error) {
 		leaves[i] = &Output{Data: s, ContentType: out.ContentType}
 	}
 	merge := func() (*Output, error) {
-		return g.call(e, func() (*Output, error) { return e.proc.Rehydrate(e.ctx, leaves) })
+		return g.call(e, func() (*Output, error) { return e.proc.Rehydrate(e.attemptCtx(), leaves) })
 	}
 	if !g.neg.layer1 {
 		return merge()

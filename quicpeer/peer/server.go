@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/semaphore"
+
 	"github.com/pipestream/gateway/quicpeer"
 	"github.com/pipestream/gateway/quicpeer/wire"
 )
@@ -59,13 +61,17 @@ func Start(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	work, err := prepareWorkDir(o.DataDir)
+	if err != nil {
+		return nil, err
+	}
 	claims, err := OpenClaimStore(o.DataDir, o.Logger, nil)
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{opts: o, certPEM: certPEM, log: o.Logger, engines: map[*quicpeer.Session]*engine{}, acceptDone: make(chan struct{})}
 	s.co = &core{procs: o.Processors, claims: claims, yields: newYieldBook(nil), lim: lim,
-		pool: make(chan struct{}, o.Workers), log: o.Logger, now: time.Now}
+		pool: make(chan struct{}, o.Workers), budget: semaphore.NewWeighted(lim.payloadBudget), work: work, log: o.Logger, now: time.Now}
 	ln, err := quicpeer.Listen(o.ListenAddr, quicpeer.Config{
 		TLS: quicpeer.ServerTLS(cert), Offer: *o.Offer, Limits: o.Limits, Handler: handler{s}, Logger: o.Logger,
 	})

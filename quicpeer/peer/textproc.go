@@ -271,3 +271,6 @@ func (Sentences) Process(ctx context.Context, in *Input) (*Output, error) {
 func (Sentences) Rehydrate(_ context.Context, parts []*Output) (*Output, error) {
 	return &Output{Data: concatParts(parts), ContentType: sentencesType}, nil
 }
+
+// ConcatType makes Sentences a Concatenator: one sentence per line, in order.
+func (Sentences) ConcatType(*Output) (string, uint8) { return sentencesType, 0 }
