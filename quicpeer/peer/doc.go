@@ -4,8 +4,10 @@
 // children), runs processors (passthrough, textstats, sentences, fault),
 // nests with Layer 1 scopes and SCOPE_DIGEST, applies completion policies
 // (retries, skip, defer, timeouts), issues Yield tokens and claim checks
-// (persisted in the data dir, redeemed exactly once) and shuts down with
-// GOAWAY and a bounded drain.
+// (persisted in the data dir, redeemed exactly once), spools child outputs
+// to <data-dir>/work so that memory stays flat for any document size, and
+// shuts down with GOAWAY and a bounded drain (deferred entities do not hold
+// it: their claims outlive the session).
 //
 // Embedding (the gateway's default mode):
 //
