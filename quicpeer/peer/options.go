@@ -1,6 +1,7 @@
 package peer
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,6 +22,10 @@ type Options struct {
 	// peer-key.pem, or creates a self-signed certificate there (key 0600)
 	// for clients to pin.
 	CertFile, KeyFile string
+	// ClientCAs, when set, turns on mutual TLS: every client must present
+	// a certificate that chains to one of these CAs or the handshake fails
+	// (DESIGN.md section 7). nil accepts any client (the default).
+	ClientCAs *x509.CertPool
 	// CertHosts are the DNS names / IPs of a generated certificate
 	// (default localhost, 127.0.0.1, ::1).
 	CertHosts []string

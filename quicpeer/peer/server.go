@@ -2,6 +2,7 @@ package peer
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -72,8 +73,13 @@ func Start(opts Options) (*Server, error) {
 	s := &Server{opts: o, certPEM: certPEM, log: o.Logger, engines: map[*quicpeer.Session]*engine{}, acceptDone: make(chan struct{})}
 	s.co = &core{procs: o.Processors, claims: claims, yields: newYieldBook(nil), lim: lim,
 		pool: make(chan struct{}, o.Workers), budget: semaphore.NewWeighted(lim.payloadBudget), work: work, log: o.Logger, now: time.Now}
+	tlsConf := quicpeer.ServerTLS(cert)
+	if o.ClientCAs != nil {
+		tlsConf.ClientCAs = o.ClientCAs
+		tlsConf.ClientAuth = tls.RequireAndVerifyClientCert
+	}
 	ln, err := quicpeer.Listen(o.ListenAddr, quicpeer.Config{
-		TLS: quicpeer.ServerTLS(cert), Offer: *o.Offer, Limits: o.Limits, Handler: handler{s}, Logger: o.Logger,
+		TLS: tlsConf, Offer: *o.Offer, Limits: o.Limits, Handler: handler{s}, Logger: o.Logger,
 	})
 	if err != nil {
 		claims.Close()
