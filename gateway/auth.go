@@ -5,9 +5,7 @@ import (
 	"crypto/subtle"
 	"strings"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 
 	"github.com/pipestream/gateway/bridge"
 )
@@ -38,14 +36,14 @@ type StaticTokens map[string]bridge.Tenant
 // Authenticate implements Authenticator.
 func (s StaticTokens) Authenticate(_ context.Context, token string) (bridge.Tenant, error) {
 	if token == "" {
-		return "", status.Error(codes.Unauthenticated, "missing credentials: send \"authorization: Bearer <token>\"")
+		return "", errMissingToken
 	}
 	for known, tenant := range s {
 		if subtle.ConstantTimeCompare([]byte(known), []byte(token)) == 1 {
 			return tenant, nil
 		}
 	}
-	return "", status.Error(codes.Unauthenticated, "unknown bearer token: check the token you were issued")
+	return "", errUnknownToken
 }
 
 // Limiter is the hook for per-tenant rate limits and quotas. Allow runs right

@@ -3,7 +3,9 @@ package gateway
 import (
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"time"
@@ -34,8 +36,14 @@ type Config struct {
 	Registry *prometheus.Registry
 
 	// Authenticator maps bearer tokens to tenants (default NoAuth: every
-	// caller is tenant ""). Plug a token file or OIDC verifier in here.
+	// caller is tenant ""). TokenFile reads a file of token hashes; plug an
+	// OIDC verifier in here.
 	Authenticator Authenticator
+	// AllowInsecureNoAuth lets a NoAuth server listen beyond loopback.
+	// Without it Start refuses (ErrInsecureListen): with no tokens anyone
+	// who reaches the port is every tenant at once. Set it only behind a
+	// proxy that authenticates.
+	AllowInsecureNoAuth bool
 	// Limiter, if set, runs after authentication on every RPC (per-tenant
 	// rate limits and quotas). nil allows everything.
 	Limiter Limiter
@@ -49,8 +57,27 @@ type Config struct {
 	// MaxJSONBodyBytes caps every other REST request body (413).
 	MaxJSONBodyBytes int64
 	// MaxConcurrentStreams per HTTP/2 connection on the gRPC listener
-	// (0: grpc-go default).
+	// (0: DefaultMaxConcurrentStreams). The REST proxy, the upload route and
+	// the WebSocket route share one connection to the gRPC listener, so this
+	// also bounds concurrent REST calls in total (later ones wait).
 	MaxConcurrentStreams uint32
+
+	// RateLimit is each tenant's sustained request rate per second over
+	// gRPC and REST alike (a stream counts once, when it opens) and
+	// RateBurst its bucket size. Over the limit: ResourceExhausted / HTTP
+	// 429 with RetryInfo, a retry-after trailer and a Retry-After header.
+	// 0 takes the default; negative disables the limit.
+	RateLimit float64
+	RateBurst int
+	// MaxUploadsPerTenant caps concurrent UploadDocument streams (REST
+	// uploads included) per tenant; MaxSubscribersPerTenant caps concurrent
+	// event streams (SubscribeEvents, WatchDocument, WebSocket). 0 takes the
+	// default; negative disables the cap.
+	MaxUploadsPerTenant, MaxSubscribersPerTenant int
+	// UploadIdleTimeout cuts an upload whose body stalls: no bytes (REST)
+	// or no message (gRPC) for this long ends it with HTTP 408 /
+	// DeadlineExceeded, reason UPLOAD_STALLED.
+	UploadIdleTimeout time.Duration
 
 	// ReadHeaderTimeout and IdleTimeout protect the HTTP listener against
 	// slowloris and idle connections. There is deliberately no WriteTimeout:
@@ -60,8 +87,8 @@ type Config struct {
 
 	// GRPCTLS and HTTPTLS, when set, serve TLS on the listeners. With
 	// GRPCTLS, InternalDialTLS is what the REST proxy uses to dial the gRPC
-	// listener (it must trust GRPCTLS's certificate). Hooks for a later
-	// issue; nil serves plaintext (loopback deployments).
+	// listener (it must trust GRPCTLS's certificate); ServerTLSFiles builds
+	// all three from a certificate and key. nil serves plaintext.
 	GRPCTLS, HTTPTLS, InternalDialTLS *tls.Config
 
 	// Docs serves /openapi.json and /docs/ (default openapi.Handler(): the
@@ -103,6 +130,24 @@ func (c *Config) setDefaults() error {
 	if c.MaxJSONBodyBytes <= 0 {
 		c.MaxJSONBodyBytes = DefaultMaxJSONBodyBytes
 	}
+	if c.RateLimit == 0 {
+		c.RateLimit = DefaultRateLimit
+	}
+	if c.RateBurst <= 0 {
+		c.RateBurst = max(DefaultRateBurst, int(math.Ceil(c.RateLimit)))
+	}
+	if c.MaxUploadsPerTenant == 0 {
+		c.MaxUploadsPerTenant = DefaultMaxUploadsPerTenant
+	}
+	if c.MaxSubscribersPerTenant == 0 {
+		c.MaxSubscribersPerTenant = DefaultMaxSubscribersPerTenant
+	}
+	if c.UploadIdleTimeout <= 0 {
+		c.UploadIdleTimeout = DefaultUploadIdleTimeout
+	}
+	if c.MaxConcurrentStreams == 0 {
+		c.MaxConcurrentStreams = DefaultMaxConcurrentStreams
+	}
 	if c.ReadHeaderTimeout <= 0 {
 		c.ReadHeaderTimeout = DefaultReadHeaderTimeout
 	}
@@ -116,6 +161,43 @@ func (c *Config) setDefaults() error {
 		return errors.New("gateway: Config.MaxRecvMsgBytes must be at least 260 KiB so one upload chunk fits")
 	}
 	return nil
+}
+
+// ErrInsecureListen is returned by Start when no authentication is
+// configured and a listener would accept connections beyond loopback.
+var ErrInsecureListen = errors.New("refusing to listen beyond loopback without authentication")
+
+// checkExposure enforces DESIGN.md section 7: with NoAuth the server
+// listens on loopback only unless AllowInsecureNoAuth.
+func (c *Config) checkExposure() error {
+	if !isNoAuth(c.Authenticator) || c.AllowInsecureNoAuth {
+		return nil
+	}
+	for _, l := range []struct {
+		name, flag, addr string
+		lis              net.Listener
+	}{
+		{"gRPC", "--grpc-addr", c.GRPCAddr, c.GRPCListener},
+		{"HTTP", "--http-addr", c.HTTPAddr, c.HTTPListener},
+	} {
+		addr := l.addr
+		if l.lis != nil {
+			addr = l.lis.Addr().String()
+		}
+		if !isLoopback(addr) {
+			return fmt.Errorf("gateway: %w: %s %s %s is not a loopback address, and with no bearer tokens anyone who reaches it can read and submit every document. Configure tokens with --auth-tokens FILE (see `gateway hash-token`), listen on 127.0.0.1, or pass --insecure-no-auth if a proxy in front authenticates",
+				ErrInsecureListen, l.name, l.flag, addr)
+		}
+	}
+	return nil
+}
+
+func isNoAuth(a Authenticator) bool {
+	switch a.(type) {
+	case NoAuth, *NoAuth:
+		return true
+	}
+	return false
 }
 
 // isLoopback reports whether addr (host:port) only listens on loopback.

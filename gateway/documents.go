@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"google.golang.org/genproto/googleapis/api/httpbody"
 	"google.golang.org/grpc"
@@ -48,10 +51,14 @@ func tooLarge(limit int64) error {
 
 // UploadDocument reads the options from the first message and pipes every
 // chunk into bridge.Upload as it arrives: memory per upload is one message,
-// never the whole document.
+// never the whole document. A client that sends nothing for
+// Config.UploadIdleTimeout is cut with DeadlineExceeded, reason
+// UPLOAD_STALLED.
 func (d *documentService) UploadDocument(stream grpc.ClientStreamingServer[gatewayv1.UploadDocumentRequest, gatewayv1.Document]) error {
 	ctx := stream.Context()
-	first, err := stream.Recv()
+	in := newIdleReceiver(stream, d.s.cfg.UploadIdleTimeout)
+	defer in.stop()
+	first, err := in.next()
 	if errors.Is(err, io.EOF) {
 		return status.Error(codes.InvalidArgument, "upload stream is empty: send a first message with options, then the content chunks")
 	}
@@ -65,7 +72,9 @@ func (d *documentService) UploadDocument(stream grpc.ClientStreamingServer[gatew
 
 	pr, pw := io.Pipe()
 	limit := d.s.cfg.MaxUploadBytes
+	pumpDone := make(chan struct{})
 	go func() {
+		defer close(pumpDone)
 		var total int64
 		msg := first
 		for {
@@ -79,7 +88,7 @@ func (d *documentService) UploadDocument(stream grpc.ClientStreamingServer[gatew
 					return // reader gone: bridge.Upload returned
 				}
 			}
-			next, err := stream.Recv()
+			next, err := in.next()
 			if errors.Is(err, io.EOF) {
 				pw.Close()
 				return
@@ -92,14 +101,74 @@ func (d *documentService) UploadDocument(stream grpc.ClientStreamingServer[gatew
 		}
 	}()
 	doc, err := d.s.cfg.Bridge.Upload(ctx, TenantFromContext(ctx), opts, pr)
-	// Unblock the receiver if the bridge stopped reading early; the stream
-	// itself ends when this handler returns.
+	// Unblock the pump if the bridge stopped reading early.
 	pr.CloseWithError(errors.New("upload ended"))
+	in.stop()
+	<-pumpDone
 	if err != nil {
+		if in.stalled() {
+			return uploadStalled(d.s.cfg.UploadIdleTimeout)
+		}
 		return toStatus(err)
 	}
 	return stream.SendAndClose(doc)
 }
+
+// idleReceiver receives upload messages on its own goroutine so that a
+// stalled client can be cut: grpc-go's Recv cannot be interrupted by the
+// handler, only by the handler returning.
+type idleReceiver struct {
+	msgs     chan recvResult
+	done     chan struct{}
+	stopOnce sync.Once
+	idle     time.Duration
+	timer    *time.Timer
+	timedOut atomic.Bool
+}
+
+type recvResult struct {
+	m   *gatewayv1.UploadDocumentRequest
+	err error
+}
+
+func newIdleReceiver(stream grpc.ClientStreamingServer[gatewayv1.UploadDocumentRequest, gatewayv1.Document], idle time.Duration) *idleReceiver {
+	r := &idleReceiver{msgs: make(chan recvResult), done: make(chan struct{}), idle: idle, timer: time.NewTimer(idle)}
+	go func() {
+		for {
+			m, err := stream.Recv()
+			select {
+			case r.msgs <- recvResult{m, err}:
+			case <-r.done:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return r
+}
+
+// next returns the next message, io.EOF at the end, or UPLOAD_STALLED when
+// none arrived within idle.
+func (r *idleReceiver) next() (*gatewayv1.UploadDocumentRequest, error) {
+	r.timer.Reset(r.idle)
+	select {
+	case res := <-r.msgs:
+		return res.m, res.err
+	case <-r.timer.C:
+		r.timedOut.Store(true)
+		return nil, uploadStalled(r.idle)
+	case <-r.done:
+		return nil, errors.New("upload ended")
+	}
+}
+
+func (r *idleReceiver) stalled() bool { return r.timedOut.Load() }
+
+// stop releases the receiving goroutine (it exits once Recv returns, which
+// happens when the handler returns).
+func (r *idleReceiver) stop() { r.stopOnce.Do(func() { close(r.done) }) }
 
 func (d *documentService) GetDocument(ctx context.Context, req *gatewayv1.GetDocumentRequest) (*gatewayv1.Document, error) {
 	if err := requireID("id", req.GetId()); err != nil {

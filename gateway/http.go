@@ -79,12 +79,33 @@ func outgoingHeader(key string) (string, bool) {
 }
 
 // httpErrorHandler is grpc-gateway's default (a JSON google.rpc.Status with
-// the code's HTTP status) except that TOO_LARGE errors answer 413.
+// the code's HTTP status) except that TOO_LARGE errors answer 413 and
+// UPLOAD_STALLED 408; it adds the headers of errorHeaders.
 func httpErrorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
-	if errorReason(err) == ReasonTooLarge {
+	errorHeaders(w.Header(), err)
+	switch errorReason(err) {
+	case ReasonTooLarge:
 		w = statusOverride{ResponseWriter: w, code: http.StatusRequestEntityTooLarge}
+	case ReasonUploadStalled:
+		w = statusOverride{ResponseWriter: w, code: http.StatusRequestTimeout}
 	}
 	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
+}
+
+// errorHeaders sets the HTTP headers an error calls for: WWW-Authenticate
+// on 401 (RFC 6750 section 3) and Retry-After when the status carries a
+// RetryInfo (rate and concurrency limits: 429).
+func errorHeaders(h http.Header, err error) {
+	if status.Code(err) == codes.Unauthenticated {
+		if errorReason(err) == ReasonInvalidToken {
+			h.Set("WWW-Authenticate", `Bearer realm="pipestream", error="invalid_token"`)
+		} else {
+			h.Set("WWW-Authenticate", `Bearer realm="pipestream"`)
+		}
+	}
+	if d, ok := retryDelay(err); ok {
+		h.Set("Retry-After", retryAfterSeconds(d))
+	}
 }
 
 type statusOverride struct {

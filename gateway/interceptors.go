@@ -12,6 +12,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/pipestream/gateway/bridge"
 )
 
 // The interceptor chain, outermost first (STYLE.md, OpenFGA): recovery,
@@ -164,40 +166,66 @@ func (s *Server) logStream(srv any, ss grpc.ServerStream, info *grpc.StreamServe
 
 // --- auth (last) ---
 
-func (s *Server) authenticate(ctx context.Context, method string) error {
+// authenticate runs the Authenticator, then Config.Limiter and the
+// per-tenant rate limit. Health and reflection skip all of it.
+func (s *Server) authenticate(ctx context.Context, method string) (bridge.Tenant, error) {
 	if skipAuth(method) {
-		return nil
+		return "", nil
 	}
 	tenant, err := s.cfg.Authenticator.Authenticate(ctx, bearerToken(ctx))
 	if err != nil {
+		s.metrics.rejected.WithLabelValues("unauthenticated").Inc()
 		if st, ok := status.FromError(err); ok && (st.Code() == codes.Unauthenticated || st.Code() == codes.PermissionDenied) {
-			return err
+			return "", err
 		}
-		return status.Errorf(codes.Unauthenticated, "authentication failed: %v", err)
+		return "", status.Errorf(codes.Unauthenticated, "authentication failed: %v", err)
 	}
 	if ci := callInfoFrom(ctx); ci != nil {
 		ci.tenant = tenant
 	}
 	if s.cfg.Limiter != nil {
 		if err := s.cfg.Limiter.Allow(ctx, tenant, method); err != nil {
+			s.metrics.rejected.WithLabelValues("limiter").Inc()
 			if _, ok := status.FromError(err); ok {
-				return err
+				return "", err
 			}
-			return status.Error(codes.ResourceExhausted, err.Error())
+			return "", status.Error(codes.ResourceExhausted, err.Error())
 		}
 	}
-	return nil
+	if err := s.limits.allow(tenant); err != nil {
+		s.metrics.rejected.WithLabelValues("rate").Inc()
+		return "", err
+	}
+	return tenant, nil
 }
 
 func (s *Server) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	if err := s.authenticate(ctx, info.FullMethod); err != nil {
+	if _, err := s.authenticate(ctx, info.FullMethod); err != nil {
+		if md := retryAfterMD(err); md != nil {
+			_ = grpc.SetTrailer(ctx, md)
+		}
 		return nil, err
 	}
 	return h(ctx, req)
 }
 
+// authStream also holds a per-tenant concurrency slot for uploads and
+// event streams while the handler runs.
 func (s *Server) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	if err := s.authenticate(ss.Context(), info.FullMethod); err != nil {
+	tenant, err := s.authenticate(ss.Context(), info.FullMethod)
+	if err == nil && !skipAuth(info.FullMethod) {
+		var release func()
+		release, err = s.limits.acquire(info.FullMethod, tenant)
+		if err == nil {
+			defer release()
+		} else {
+			s.metrics.rejected.WithLabelValues("concurrency").Inc()
+		}
+	}
+	if err != nil {
+		if md := retryAfterMD(err); md != nil {
+			ss.SetTrailer(md)
+		}
 		return err
 	}
 	return h(srv, ss)

@@ -23,6 +23,7 @@ type grpcMetrics struct {
 	sent     *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
 	panics   *prometheus.CounterVec
+	rejected *prometheus.CounterVec
 }
 
 func newGRPCMetrics(reg prometheus.Registerer) (*grpcMetrics, error) {
@@ -45,6 +46,9 @@ func newGRPCMetrics(reg prometheus.Registerer) (*grpcMetrics, error) {
 		panics: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "grpc_server_panics_recovered_total", Help: "Panics turned into codes.Internal by the recovery interceptor."},
 			[]string{"grpc_method"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pipestream_gateway_rejected_total", Help: "Calls refused before the handler: unauthenticated, limiter, rate, concurrency."},
+			[]string{"reason"}),
 	}
 	if reg == nil {
 		return m, nil
@@ -66,6 +70,9 @@ func newGRPCMetrics(reg prometheus.Registerer) (*grpcMetrics, error) {
 		return nil, err
 	}
 	if m.panics, err = register(reg, m.panics); err != nil {
+		return nil, err
+	}
+	if m.rejected, err = register(reg, m.rejected); err != nil {
 		return nil, err
 	}
 	return m, nil

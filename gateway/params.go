@@ -29,6 +29,28 @@ const (
 	// stay far below the message limit and keep memory per upload flat.
 	uploadChunkBytes = 256 << 10
 
+	// DefaultRateLimit (requests/s per tenant) and DefaultRateBurst leave
+	// room for busy polling clients and batch submitters while stopping one
+	// tenant from saturating the store's single writer.
+	DefaultRateLimit = 200
+	DefaultRateBurst = 400
+	// DefaultMaxUploadsPerTenant: each upload holds a spool file, a
+	// goroutine and a QUIC entity stream; a handful per tenant is plenty.
+	DefaultMaxUploadsPerTenant = 8
+	// DefaultMaxSubscribersPerTenant bounds event streams (subscribe, watch,
+	// WebSocket): each holds a goroutine and an event-log subscription.
+	DefaultMaxSubscribersPerTenant = 64
+	// DefaultUploadIdleTimeout cuts an upload body that stops arriving, so
+	// a stalled client cannot hold a spool file and an upload slot forever.
+	DefaultUploadIdleTimeout = 30 * time.Second
+	// DefaultMaxConcurrentStreams per HTTP/2 connection on the gRPC
+	// listener; the REST proxy's one connection shares it, so it sits well
+	// above tenants x subscribers of typical deployments.
+	DefaultMaxConcurrentStreams = 1024
+	// DefaultTokenPollInterval is how often the token file is checked for
+	// changes: quick enough that a revoked token stops working within seconds.
+	DefaultTokenPollInterval = 3 * time.Second
+
 	// DefaultReadHeaderTimeout defeats slowloris clients that trickle headers.
 	DefaultReadHeaderTimeout = 10 * time.Second
 	// DefaultIdleTimeout closes keep-alive connections nobody uses.

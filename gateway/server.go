@@ -31,6 +31,7 @@ type Server struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *grpcMetrics
+	limits  *tenantLimits
 
 	grpc   *grpc.Server
 	health *health.Server
@@ -61,6 +62,9 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
+	if err := cfg.checkExposure(); err != nil {
+		return nil, err
+	}
 	m, err := newGRPCMetrics(cfg.Registry)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: register metrics: %w", err)
@@ -69,6 +73,7 @@ func New(cfg Config) (*Server, error) {
 		cfg:       cfg,
 		log:       cfg.Logger,
 		metrics:   m,
+		limits:    newTenantLimits(&cfg),
 		serveErrs: make(chan error, 2),
 		stopPoll:  make(chan struct{}),
 	}
@@ -80,9 +85,7 @@ func New(cfg Config) (*Server, error) {
 		grpc.ChainUnaryInterceptor(s.unaryInterceptors()...),
 		grpc.ChainStreamInterceptor(s.streamInterceptors()...),
 	}
-	if cfg.MaxConcurrentStreams > 0 {
-		opts = append(opts, grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams))
-	}
+	opts = append(opts, grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams))
 	if cfg.GRPCTLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.GRPCTLS)))
 	}
@@ -168,14 +171,19 @@ func (s *Server) Start() error {
 		s.pollHealth()
 	}()
 
+	scheme := "http://"
+	if s.cfg.HTTPTLS != nil {
+		scheme = "https://"
+	}
 	s.log.Info("gateway listening", "grpc", s.GRPCAddr(), "http", s.HTTPAddr(),
-		"rest", "http://"+s.HTTPAddr()+"/v1/documents", "docs", "http://"+s.HTTPAddr()+"/docs/",
-		"metrics", "http://"+s.HTTPAddr()+"/metrics")
-	if _, isNoAuth := s.cfg.Authenticator.(NoAuth); isNoAuth {
+		"grpc_tls", s.cfg.GRPCTLS != nil, "http_tls", s.cfg.HTTPTLS != nil,
+		"rest", scheme+s.HTTPAddr()+"/v1/documents", "docs", scheme+s.HTTPAddr()+"/docs/",
+		"metrics", scheme+s.HTTPAddr()+"/metrics")
+	if isNoAuth(s.cfg.Authenticator) {
 		if isLoopback(s.GRPCAddr()) && isLoopback(s.HTTPAddr()) {
 			s.log.Info("no authentication configured: listening on loopback only")
 		} else {
-			s.log.Warn("no authentication configured but listening beyond loopback: anyone who can reach these ports can use the API",
+			s.log.Warn("no authentication configured but listening beyond loopback (--insecure-no-auth): anyone who can reach these ports can use the API",
 				"grpc", s.GRPCAddr(), "http", s.HTTPAddr())
 		}
 	}

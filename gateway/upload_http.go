@@ -7,8 +7,10 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
@@ -59,7 +61,7 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
 	}
 
 	sendErr := stream.Send(&gatewayv1.UploadDocumentRequest{Options: opts})
-	body := http.MaxBytesReader(w, r.Body, limit)
+	body := &idleReader{r: http.MaxBytesReader(w, r.Body, limit), rc: http.NewResponseController(w), idle: s.cfg.UploadIdleTimeout}
 	buf := make([]byte, uploadChunkBytes)
 	for sendErr == nil {
 		n, rerr := io.ReadFull(body, buf)
@@ -77,10 +79,20 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
 				s.writeStatus(w, r, http.StatusRequestEntityTooLarge, tooLarge(limit))
 				return
 			}
+			if errors.Is(rerr, os.ErrDeadlineExceeded) {
+				s.log.Warn("upload body stalled; cut", "idle_timeout", s.cfg.UploadIdleTimeout, "remote", r.RemoteAddr)
+				w.Header().Set("Connection", "close")
+				s.writeStatus(w, r, http.StatusRequestTimeout, uploadStalled(s.cfg.UploadIdleTimeout))
+				return
+			}
 			fail(status.Errorf(codes.InvalidArgument, "reading the request body failed: %v; resend the upload", rerr))
 			return
 		}
 	}
+	// The body is read: clear the idle deadline so that it cannot fire
+	// while the bridge finishes (the HTTP/1 server's background read would
+	// take it for a dead client and cancel the request).
+	_ = body.rc.SetReadDeadline(time.Time{})
 	// io.EOF from Send means the server ended the stream; CloseAndRecv
 	// returns its status.
 	doc, err := stream.CloseAndRecv()
@@ -90,6 +102,28 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx = runtime.NewServerMetadataContext(ctx, runtime.ServerMetadata{HeaderMD: header, TrailerMD: trailer})
 	runtime.ForwardResponseMessage(ctx, s.gwMux, outbound, w, r, doc)
+}
+
+// idleReader arms a read deadline of idle before every Read of an upload
+// body, so a client that stops sending is cut after idle even though the
+// body as a whole may take hours (no overall timeout: large uploads are
+// legitimate). Where the connection cannot take deadlines (a wrapped
+// ResponseWriter), reads go on without one.
+type idleReader struct {
+	r    io.Reader
+	rc   *http.ResponseController
+	idle time.Duration
+}
+
+func (ir *idleReader) Read(p []byte) (int, error) {
+	_ = ir.rc.SetReadDeadline(time.Now().Add(ir.idle))
+	return ir.r.Read(p)
+}
+
+// uploadStalled is the error of an upload whose body stopped arriving.
+func uploadStalled(idle time.Duration) error {
+	return statusError(codes.DeadlineExceeded, ReasonUploadStalled, fmt.Sprintf(
+		"the upload body stalled: nothing arrived for %s (--upload-idle-timeout); resend the upload", idle))
 }
 
 // parseUploadOptions reads SubmitOptions from query parameters. Names are

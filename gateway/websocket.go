@@ -64,6 +64,7 @@ func (s *Server) handleEventsWS(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		st := status.Convert(err)
+		errorHeaders(w.Header(), err) // WWW-Authenticate, Retry-After
 		preUpgradeError(w, runtime.HTTPStatusFromCode(st.Code()), wsErrorName(err), st.Message())
 		return
 	}

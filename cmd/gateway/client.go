@@ -4,30 +4,35 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/pipestream/gateway/gateway"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
 
 // clientFlags are shared by the client verbs.
 type clientFlags struct {
-	addr, token *string
+	addr, token, tlsCA, tlsName *string
 }
 
 func addClientFlags(fs *flagSet) clientFlags {
 	return clientFlags{
-		addr:  fs.String("addr", "GATEWAY_ADDR", "127.0.0.1:9090", "gRPC address of the gateway"),
-		token: fs.String("token", "GATEWAY_TOKEN", "", "bearer token, sent as \"authorization: Bearer <token>\""),
+		addr:    fs.String("addr", "GATEWAY_ADDR", "127.0.0.1:9090", "gRPC address of the gateway"),
+		token:   fs.String("token", "GATEWAY_TOKEN", "", "bearer token, sent as \"authorization: Bearer <token>\""),
+		tlsCA:   fs.String("tls-ca", "GATEWAY_TLS_CA", "", "PEM CA bundle (or the server's certificate) that verifies a gateway serving TLS; empty: plaintext"),
+		tlsName: fs.String("tls-server-name", "GATEWAY_TLS_SERVER_NAME", "", "TLS server name to verify (default: the host of --addr)"),
 	}
 }
 
@@ -40,8 +45,18 @@ type client struct {
 }
 
 func (c clientFlags) dial() (*client, error) {
+	creds := insecure.NewCredentials()
+	if *c.tlsCA != "" {
+		tc, err := gateway.ClientTLS(*c.tlsCA, *c.tlsName)
+		if err != nil {
+			return nil, err
+		}
+		creds = credentials.NewTLS(tc)
+	} else if *c.tlsName != "" {
+		return nil, errors.New("--tls-server-name needs --tls-ca")
+	}
 	conn, err := grpc.NewClient(*c.addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30)))
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", *c.addr, err)

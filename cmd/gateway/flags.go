@@ -86,6 +86,18 @@ func (fs *flagSet) Uint(name, env string, def uint, usage string) *uint {
 	return fs.FlagSet.Uint(name, def, u)
 }
 
+func (fs *flagSet) Float64(name, env string, def float64, usage string) *float64 {
+	v, ok, u := fs.env(env, usage)
+	if ok {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			fs.envErrs = append(fs.envErrs, fmt.Errorf("$%s=%q: want a number", env, v))
+		}
+		def = f
+	}
+	return fs.FlagSet.Float64(name, def, u)
+}
+
 func (fs *flagSet) Duration(name, env string, def time.Duration, usage string) *time.Duration {
 	v, ok, u := fs.env(env, usage)
 	if ok {

@@ -25,6 +25,7 @@ func verbs() []verb {
 		{"watch", "print every update of a document until it is terminal", runWatch},
 		{"result", "write a finished document's result bytes", runResult},
 		{"redeem", "redeem a claim check", runRedeem},
+		{"hash-token", "print the --auth-tokens line for a bearer token (read from stdin)", runHashToken},
 	}
 }
 
@@ -55,7 +56,7 @@ func dispatch(args []string) int {
 func usage() {
 	fmt.Fprintf(os.Stderr, "gateway: PipeStream gateway (gRPC + REST + WebSocket in front of PipeStream peers over QUIC)\n\nUsage:\n  gateway [serve] [flags]\n  gateway <command> [flags] [args]\n\nCommands:\n")
 	for _, v := range verbs() {
-		fmt.Fprintf(os.Stderr, "  %-8s %s\n", v.name, v.summary)
+		fmt.Fprintf(os.Stderr, "  %-10s %s\n", v.name, v.summary)
 	}
 	fmt.Fprintf(os.Stderr, "\nRun 'gateway <command> --help' for a command's flags. Every flag can also be set\nwith the environment variable shown next to it (flags win).\n")
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"os"
 	"os/signal"
@@ -16,7 +17,9 @@ const peerHelp = `Run a standalone PipeStream processing peer: QUIC (TLS 1.3, AL
 on --listen, processors passthrough, textstats, sentences and fault. Without
 --cert/--key it creates a self-signed certificate in --data-dir
 (peer-cert.pem); give that file to the gateway as --peer-ca. SIGTERM sends
-GOAWAY, drains accepted work and closes with code 0x00.
+GOAWAY, drains accepted work and closes with code 0x00. With --client-ca the
+peer requires mutual TLS: a gateway must present a certificate issued by
+that CA (gateway serve --peer-cert/--peer-key) or the handshake fails.
 
 Example:
   gateway peer --listen 0.0.0.0:4433 --data-dir /var/lib/pipestream-peer
@@ -27,6 +30,7 @@ func runPeer(args []string) int {
 	listen := fs.String("listen", "GATEWAY_PEER_LISTEN", "127.0.0.1:4433", "UDP listen address")
 	cert := fs.String("cert", "GATEWAY_PEER_CERT", "", "PEM certificate file (with --key; default: self-signed in --data-dir)")
 	key := fs.String("key", "GATEWAY_PEER_KEY", "", "PEM private key file (with --cert)")
+	clientCA := fs.String("client-ca", "GATEWAY_PEER_CLIENT_CA", "", "PEM CA bundle; when set, clients must present a certificate it verifies (mutual TLS)")
 	dataDir := fs.String("data-dir", "GATEWAY_PEER_DATA_DIR", filepath.Join("data", "peer"), "directory for the claim-check store and the generated certificate")
 	preferPB := fs.Bool("prefer-protobuf", "GATEWAY_PREFER_PROTOBUF", false, "prefer the Protobuf serialization format")
 	drain := fs.Duration("drain-timeout", "GATEWAY_PEER_DRAIN_TIMEOUT", 15*time.Second, "how long to drain accepted work after GOAWAY")
@@ -43,9 +47,21 @@ func runPeer(args []string) int {
 	if err != nil {
 		return fail(os.Stderr, "peer", err)
 	}
+	var clientCAs *x509.CertPool
+	if *clientCA != "" {
+		b, err := os.ReadFile(*clientCA)
+		if err != nil {
+			return fail(os.Stderr, "peer", fmt.Errorf("read --client-ca: %w", err))
+		}
+		clientCAs = x509.NewCertPool()
+		if !clientCAs.AppendCertsFromPEM(b) {
+			return fail(os.Stderr, "peer", fmt.Errorf("--client-ca %s holds no PEM certificate", *clientCA))
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	srv, err := peer.Start(peer.Options{
+		ClientCAs:    clientCAs,
 		ListenAddr:   *listen,
 		CertFile:     *cert,
 		KeyFile:      *key,
@@ -61,7 +77,7 @@ func runPeer(args []string) int {
 	if pin == "" {
 		pin = filepath.Join(*dataDir, peer.CertFileName)
 	}
-	log.Info("peer listening (QUIC)", "addr", srv.Addr().String(), "certificate", pin)
+	log.Info("peer listening (QUIC)", "addr", srv.Addr().String(), "certificate", pin, "mutual_tls", clientCAs != nil)
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.Background(), *drain+5*time.Second)
 	defer cancel()

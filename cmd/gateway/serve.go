@@ -24,9 +24,18 @@ starts a processing peer in-process on a loopback UDP port and pins its
 certificate, so this one command runs the whole system. SIGINT/SIGTERM shut
 down gracefully (GOAWAY to the peer, drain, then stop).
 
+Security (docs/security.md): --auth-tokens FILE maps bearer tokens (stored as
+SHA-256 hashes, see 'gateway hash-token') to tenants; the file is re-read
+when it changes and on SIGHUP. Without tokens the server only listens on
+loopback unless --insecure-no-auth. --tls-cert/--tls-key serve TLS on both
+listeners. /healthz, /metrics, /openapi.json, /docs/, gRPC health and
+reflection need no token.
+
 Example:
   gateway --data-dir /var/lib/pipestream
-  gateway serve --peer peer.example:4433 --peer-ca peer-ca.pem`
+  gateway serve --peer peer.example:4433 --peer-ca peer-ca.pem \
+    --grpc-addr 0.0.0.0:9090 --http-addr 0.0.0.0:8443 \
+    --auth-tokens /etc/pipestream/tokens --tls-cert gw.pem --tls-key gw-key.pem`
 
 func runServe(args []string) int {
 	fs := newFlags("serve", "gateway [serve] [flags]", serveHelp)
@@ -36,9 +45,25 @@ func runServe(args []string) int {
 	peerAddr := fs.String("peer", "GATEWAY_PEER", "", "UDP host:port of an external PipeStream peer (empty: start one in-process)")
 	peerCA := fs.String("peer-ca", "GATEWAY_PEER_CA", "", "PEM file of the CA or certificate that verifies --peer (required with --peer)")
 	peerName := fs.String("peer-server-name", "GATEWAY_PEER_SERVER_NAME", "", "TLS server name of --peer (default: its host)")
+	peerCert := fs.String("peer-cert", "GATEWAY_PEER_CLIENT_CERT", "", "PEM client certificate presented to --peer (mutual TLS; with --peer-key)")
+	peerKey := fs.String("peer-key", "GATEWAY_PEER_CLIENT_KEY", "", "PEM private key of --peer-cert")
 	preferPB := fs.Bool("prefer-protobuf", "GATEWAY_PREFER_PROTOBUF", false, "offer the Protobuf serialization format (CBOR otherwise)")
+	authTokens := fs.String("auth-tokens", "GATEWAY_AUTH_TOKENS", "", "file of \"sha256:<hex> <tenant>\" lines (see gateway hash-token); empty: no authentication, loopback only")
+	insecureNoAuth := fs.Bool("insecure-no-auth", "GATEWAY_INSECURE_NO_AUTH", false, "allow listening beyond loopback without --auth-tokens (only behind a proxy that authenticates)")
+	tlsCert := fs.String("tls-cert", "GATEWAY_TLS_CERT", "", "PEM certificate chain for TLS on the gRPC and HTTP listeners (with --tls-key)")
+	tlsKey := fs.String("tls-key", "GATEWAY_TLS_KEY", "", "PEM private key of --tls-cert")
 	maxUpload := fs.Int64("max-upload-bytes", "GATEWAY_MAX_UPLOAD_BYTES", gateway.DefaultMaxUploadBytes, "largest document accepted (REST body and gRPC upload)")
+	maxJSON := fs.Int64("max-json-body-bytes", "GATEWAY_MAX_JSON_BODY_BYTES", gateway.DefaultMaxJSONBodyBytes, "largest REST request body other than uploads")
+	maxRecv := fs.Int64("max-recv-msg-bytes", "GATEWAY_MAX_RECV_MSG_BYTES", gateway.DefaultMaxRecvMsgBytes, "largest gRPC request message")
 	maxSend := fs.Int64("max-send-msg-bytes", "GATEWAY_MAX_SEND_MSG_BYTES", gateway.DefaultMaxSendMsgBytes, "largest gRPC response message (bounds GetDocumentResult)")
+	maxStreams := fs.Uint("max-concurrent-streams", "GATEWAY_MAX_CONCURRENT_STREAMS", gateway.DefaultMaxConcurrentStreams, "concurrent gRPC streams per connection (the REST proxy shares one connection)")
+	rateLimit := fs.Float64("rate-limit", "GATEWAY_RATE_LIMIT", gateway.DefaultRateLimit, "requests per second per tenant (0: unlimited)")
+	rateBurst := fs.Uint("rate-burst", "GATEWAY_RATE_BURST", gateway.DefaultRateBurst, "burst of requests per tenant above --rate-limit")
+	maxUploads := fs.Uint("max-uploads-per-tenant", "GATEWAY_MAX_UPLOADS_PER_TENANT", gateway.DefaultMaxUploadsPerTenant, "concurrent uploads per tenant (0: unlimited)")
+	maxSubs := fs.Uint("max-subscribers-per-tenant", "GATEWAY_MAX_SUBSCRIBERS_PER_TENANT", gateway.DefaultMaxSubscribersPerTenant, "concurrent event streams (subscribe, watch, WebSocket) per tenant (0: unlimited)")
+	uploadIdle := fs.Duration("upload-idle-timeout", "GATEWAY_UPLOAD_IDLE_TIMEOUT", gateway.DefaultUploadIdleTimeout, "cut an upload whose body sends nothing for this long")
+	readHeader := fs.Duration("read-header-timeout", "GATEWAY_READ_HEADER_TIMEOUT", gateway.DefaultReadHeaderTimeout, "time an HTTP client has to send its request headers")
+	idleTimeout := fs.Duration("idle-timeout", "GATEWAY_IDLE_TIMEOUT", gateway.DefaultIdleTimeout, "close idle HTTP keep-alive connections after this long")
 	inline := fs.Int64("inline-threshold", "GATEWAY_INLINE_THRESHOLD", 1<<20, "documents up to this size without a split strategy are sent whole")
 	shutdown := fs.Duration("shutdown-timeout", "GATEWAY_SHUTDOWN_TIMEOUT", gateway.DefaultShutdownTimeout, "how long a graceful shutdown may take")
 	logLevel := fs.String("log-level", "GATEWAY_LOG_LEVEL", "info", "debug, info, warn or error")
@@ -58,6 +83,57 @@ func runServe(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	gcfg := gateway.Config{
+		GRPCAddr:                *grpcAddr,
+		HTTPAddr:                *httpAddr,
+		Logger:                  log,
+		AllowInsecureNoAuth:     *insecureNoAuth,
+		MaxUploadBytes:          *maxUpload,
+		MaxJSONBodyBytes:        *maxJSON,
+		MaxRecvMsgBytes:         int(min(*maxRecv, 1<<31-1)),
+		MaxSendMsgBytes:         int(min(*maxSend, 1<<31-1)),
+		MaxConcurrentStreams:    uint32(*maxStreams),
+		RateLimit:               orUnlimited(*rateLimit),
+		RateBurst:               int(*rateBurst),
+		MaxUploadsPerTenant:     int(orUnlimited(float64(*maxUploads))),
+		MaxSubscribersPerTenant: int(orUnlimited(float64(*maxSubs))),
+		UploadIdleTimeout:       *uploadIdle,
+		ReadHeaderTimeout:       *readHeader,
+		IdleTimeout:             *idleTimeout,
+	}
+	if *authTokens != "" {
+		tf, err := gateway.LoadTokenFile(*authTokens, log.With("component", "auth"))
+		if err != nil {
+			return fail(os.Stderr, "serve", fmt.Errorf("--auth-tokens: %w", err))
+		}
+		if tf.Len() == 0 {
+			log.Warn("the token file has no entries: every API call will be refused until lines from 'gateway hash-token' are added", "path", *authTokens)
+		}
+		gcfg.Authenticator = tf
+		go tf.Watch(ctx, gateway.DefaultTokenPollInterval)
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-hup:
+					_ = tf.Reload()
+				}
+			}
+		}()
+		log.Info("bearer token authentication on", "tokens", tf.Len(), "file", *authTokens)
+	}
+	if *tlsCert != "" || *tlsKey != "" {
+		tc, err := gateway.ServerTLSFiles(*tlsCert, *tlsKey)
+		if err != nil {
+			return fail(os.Stderr, "serve", err)
+		}
+		gcfg.GRPCTLS, gcfg.HTTPTLS, gcfg.InternalDialTLS = tc.GRPC, tc.HTTP, tc.InternalDial
+	}
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
@@ -71,10 +147,21 @@ func runServe(args []string) int {
 		Logger:           log.With("component", "bridge"),
 		Registerer:       reg,
 	}
+	if (*peerCert == "") != (*peerKey == "") {
+		return fail(os.Stderr, "serve", errors.New("set both --peer-cert and --peer-key, or neither"))
+	}
+	if *peerCert != "" {
+		if bopts.PeerClientCertPEM, err = os.ReadFile(*peerCert); err != nil {
+			return fail(os.Stderr, "serve", fmt.Errorf("read --peer-cert: %w", err))
+		}
+		if bopts.PeerClientKeyPEM, err = os.ReadFile(*peerKey); err != nil {
+			return fail(os.Stderr, "serve", fmt.Errorf("read --peer-key: %w", err))
+		}
+	}
 	var embedded *peer.Server
 	if *peerAddr == "" {
-		if *peerCA != "" || *peerName != "" {
-			return fail(os.Stderr, "serve", errors.New("--peer-ca and --peer-server-name need --peer"))
+		if *peerCA != "" || *peerName != "" || *peerCert != "" {
+			return fail(os.Stderr, "serve", errors.New("--peer-ca, --peer-server-name and --peer-cert need --peer (the embedded peer is pinned and loopback-only)"))
 		}
 		embedded, err = peer.Start(peer.Options{
 			ListenAddr: "127.0.0.1:0",
@@ -112,15 +199,8 @@ func runServe(args []string) int {
 		stopPeer()
 		return fail(os.Stderr, "serve", err)
 	}
-	srv, err := gateway.New(gateway.Config{
-		GRPCAddr:        *grpcAddr,
-		HTTPAddr:        *httpAddr,
-		Bridge:          b,
-		Logger:          log,
-		Registry:        reg,
-		MaxUploadBytes:  *maxUpload,
-		MaxSendMsgBytes: int(*maxSend),
-	})
+	gcfg.Bridge, gcfg.Registry = b, reg
+	srv, err := gateway.New(gcfg)
 	if err != nil {
 		closeBridge(b, *shutdown)
 		stopPeer()
@@ -138,6 +218,15 @@ func closeBridge(b *bridge.Bridge, d time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	_ = b.Close(ctx)
+}
+
+// orUnlimited maps the command line's "0 = unlimited" to the gateway
+// Config's "negative = unlimited" (where 0 takes the default).
+func orUnlimited(v float64) float64 {
+	if v == 0 {
+		return -1
+	}
+	return v
 }
 
 func ptr[T any](v T) *T { return &v }
