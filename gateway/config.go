@@ -167,9 +167,12 @@ func (c *Config) setDefaults() error {
 // configured and a listener would accept connections beyond loopback.
 var ErrInsecureListen = errors.New("refusing to listen beyond loopback without authentication")
 
-// checkExposure enforces DESIGN.md section 7: with NoAuth the server
-// listens on loopback only unless AllowInsecureNoAuth.
-func (c *Config) checkExposure() error {
+// CheckExposure enforces DESIGN.md section 7: with NoAuth (no
+// Authenticator) the server listens on loopback only unless
+// AllowInsecureNoAuth. New calls it; callers may call it earlier to fail
+// before starting anything else. "localhost", 127.0.0.0/8 and ::1 are
+// loopback; 0.0.0.0, :: and an empty host (":8080") are not.
+func (c *Config) CheckExposure() error {
 	if !isNoAuth(c.Authenticator) || c.AllowInsecureNoAuth {
 		return nil
 	}
@@ -194,7 +197,7 @@ func (c *Config) checkExposure() error {
 
 func isNoAuth(a Authenticator) bool {
 	switch a.(type) {
-	case NoAuth, *NoAuth:
+	case nil, NoAuth, *NoAuth:
 		return true
 	}
 	return false

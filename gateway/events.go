@@ -33,7 +33,8 @@ func (e *eventService) SubscribeEvents(req *gatewayv1.SubscribeEventsRequest, st
 	}
 	ctx, cancel := e.s.streamContext(stream.Context())
 	defer cancel()
-	_ = stream.SendHeader(nil)
+	// The marker tells the WebSocket route that auth and limits passed.
+	_ = stream.SendHeader(metadata.Pairs(subscribedHeader, "1"))
 	var cursor *uint64
 	if req.Cursor != nil {
 		c := req.GetCursor()

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"strings"
+	"sync"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -29,6 +30,7 @@ func (s *Server) httpHandler() (http.Handler, error) {
 		runtime.WithIncomingHeaderMatcher(incomingHeader),
 		runtime.WithOutgoingHeaderMatcher(outgoingHeader),
 		runtime.WithErrorHandler(httpErrorHandler),
+		runtime.WithStreamErrorHandler(streamErrorHandler),
 	)
 	ctx := context.Background()
 	if err := gatewayv1.RegisterDocumentServiceHandler(ctx, s.gwMux, s.conn); err != nil {
@@ -39,14 +41,14 @@ func (s *Server) httpHandler() (http.Handler, error) {
 	}
 
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/documents:upload", s.handleUpload)
+	mux.Handle("POST /v1/documents:upload", withErrorHeaders(http.HandlerFunc(s.handleUpload)))
 	mux.HandleFunc("GET /v1/events/ws", s.handleEventsWS)
 	mux.HandleFunc("GET /healthz", s.handleHealthz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{ErrorLog: slogPrintln{s}}))
 	mux.Handle("/openapi.json", s.cfg.Docs)
 	mux.Handle("/docs", s.cfg.Docs)
 	mux.Handle("/docs/", s.cfg.Docs)
-	mux.Handle("/", s.limitBody(s.gwMux))
+	mux.Handle("/", withErrorHeaders(s.limitBody(s.gwMux)))
 	return mux, nil
 }
 
@@ -80,9 +82,9 @@ func outgoingHeader(key string) (string, bool) {
 
 // httpErrorHandler is grpc-gateway's default (a JSON google.rpc.Status with
 // the code's HTTP status) except that TOO_LARGE errors answer 413 and
-// UPLOAD_STALLED 408; it adds the headers of errorHeaders.
+// UPLOAD_STALLED 408; withErrorHeaders adds the headers of errorHeaders.
 func httpErrorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
-	errorHeaders(w.Header(), err)
+	recordError(ctx, err)
 	switch errorReason(err) {
 	case ReasonTooLarge:
 		w = statusOverride{ResponseWriter: w, code: http.StatusRequestEntityTooLarge}
@@ -92,9 +94,18 @@ func httpErrorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Mars
 	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
 }
 
+// streamErrorHandler is grpc-gateway's default for errors of server
+// streams (watch, subscribe), which it writes itself; it records the error
+// so that withErrorHeaders can add headers before the status line.
+func streamErrorHandler(ctx context.Context, err error) *status.Status {
+	recordError(ctx, err)
+	return runtime.DefaultStreamErrorHandler(ctx, err)
+}
+
 // errorHeaders sets the HTTP headers an error calls for: WWW-Authenticate
-// on 401 (RFC 6750 section 3) and Retry-After when the status carries a
-// RetryInfo (rate and concurrency limits: 429).
+// on 401 (RFC 6750 section 3; grpc-gateway would put the message there)
+// and Retry-After when the status carries a RetryInfo (rate and
+// concurrency limits: 429).
 func errorHeaders(h http.Header, err error) {
 	if status.Code(err) == codes.Unauthenticated {
 		if errorReason(err) == ReasonInvalidToken {
@@ -107,6 +118,61 @@ func errorHeaders(h http.Header, err error) {
 		h.Set("Retry-After", retryAfterSeconds(d))
 	}
 }
+
+// errorSlot carries the error of one REST request from grpc-gateway's error
+// handlers to the response writer of withErrorHeaders.
+type errorSlot struct {
+	mu  sync.Mutex
+	err error
+}
+
+type errorSlotKey struct{}
+
+func recordError(ctx context.Context, err error) {
+	if slot, ok := ctx.Value(errorSlotKey{}).(*errorSlot); ok {
+		slot.mu.Lock()
+		slot.err = err
+		slot.mu.Unlock()
+	}
+}
+
+// withErrorHeaders lets the error handlers' recorded error set response
+// headers (errorHeaders) just before the status line is written.
+func withErrorHeaders(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		slot := &errorSlot{}
+		r = r.WithContext(context.WithValue(r.Context(), errorSlotKey{}, slot))
+		h.ServeHTTP(&errorHeaderWriter{ResponseWriter: w, slot: slot}, r)
+	})
+}
+
+type errorHeaderWriter struct {
+	http.ResponseWriter
+	slot *errorSlot
+}
+
+func (w *errorHeaderWriter) WriteHeader(code int) {
+	if code >= 400 {
+		w.slot.mu.Lock()
+		err := w.slot.err
+		w.slot.mu.Unlock()
+		if err != nil {
+			errorHeaders(w.Header(), err)
+		}
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Flush keeps NDJSON streams streaming.
+func (w *errorHeaderWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the connection (read
+// deadlines of the upload route).
+func (w *errorHeaderWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 type statusOverride struct {
 	http.ResponseWriter

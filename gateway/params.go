@@ -76,6 +76,9 @@ const (
 	// requestIDHeader is the metadata key (and HTTP header) carrying the
 	// request id in and out.
 	requestIDHeader = "x-request-id"
+	// subscribedHeader is the response header SubscribeEvents sends once
+	// the subscription started (auth and limits passed).
+	subscribedHeader = "x-pipestream-subscribed"
 	// maxRequestIDLen bounds a client-supplied request id; longer ones are
 	// replaced, not trusted.
 	maxRequestIDLen = 128

@@ -62,7 +62,7 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	if err := cfg.checkExposure(); err != nil {
+	if err := cfg.CheckExposure(); err != nil {
 		return nil, err
 	}
 	m, err := newGRPCMetrics(cfg.Registry)

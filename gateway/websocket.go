@@ -13,6 +13,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
@@ -58,9 +59,17 @@ func (s *Server) handleEventsWS(w http.ResponseWriter, r *http.Request) {
 	}
 	stream, err := gatewayv1.NewEventServiceClient(s.conn).SubscribeEvents(ctx, req)
 	if err == nil {
-		// SubscribeEvents sends headers once auth passed and the
-		// subscription starts; an error here is a pre-upgrade rejection.
-		_, err = stream.Header()
+		// SubscribeEvents sends headers once auth and the limits passed and
+		// the subscription starts, marked with subscribedHeader; a call
+		// rejected before that is a trailers-only response (Header returns
+		// the trailers without an error, Recv the status). Either is a
+		// pre-upgrade rejection.
+		var md metadata.MD
+		if md, err = stream.Header(); err == nil && len(md.Get(subscribedHeader)) == 0 {
+			if _, err = stream.Recv(); err == nil || errors.Is(err, io.EOF) {
+				err = status.Error(codes.Internal, "the event subscription ended before it started")
+			}
+		}
 	}
 	if err != nil {
 		st := status.Convert(err)

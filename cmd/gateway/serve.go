@@ -134,6 +134,10 @@ func runServe(args []string) int {
 		gcfg.GRPCTLS, gcfg.HTTPTLS, gcfg.InternalDialTLS = tc.GRPC, tc.HTTP, tc.InternalDial
 	}
 
+	if err := gcfg.CheckExposure(); err != nil {
+		return fail(os.Stderr, "serve", err)
+	}
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 

@@ -1,0 +1,242 @@
+package gateway_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	reflectpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/pipestream/gateway/gateway"
+	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
+)
+
+// writeTokens writes a token file mapping each token to its tenant.
+func writeTokens(t *testing.T, path string, tokens map[string]string) {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("# test tokens\n\n")
+	for tok, tenant := range tokens {
+		b.WriteString(gateway.HashToken(tok) + "\t" + tenant + "   # " + tenant + "'s token\n")
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func bearer(ctx context.Context, token string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+}
+
+func TestParseTokenFile(t *testing.T) {
+	h := gateway.HashToken("s3cret")
+	if !strings.HasPrefix(h, "sha256:") || len(h) != 7+64 {
+		t.Fatalf("HashToken = %q, want sha256:<64 hex>", h)
+	}
+	m, err := gateway.ParseTokenFile([]byte("# c\n\n" + h + " acme # trailing\n" + gateway.HashToken("other") + "\tglobex\n"))
+	if err != nil || len(m) != 2 {
+		t.Fatalf("parse: %v %v", m, err)
+	}
+	for _, tc := range []struct{ in, want string }{
+		{"s3cret acme", `line 1: the hash must start with "sha256:"`},
+		{"sha256:abcd acme", "line 1: the SHA-256 hash must be 64 hex digits"},
+		{"sha256:" + strings.Repeat("zz", 32) + " acme", "line 1: the hash is not hex"},
+		{"# ok\n" + h, "line 2: want"},
+		{h + " acme extra", "line 1: want"},
+		{h + " acme/evil", "line 1: tenant"},
+		{h + " acme\n" + h + " globex", `line 2: this token hash is already mapped to tenant "acme"`},
+	} {
+		_, err := gateway.ParseTokenFile([]byte(tc.in))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ParseTokenFile(%q) = %v, want an error containing %q", tc.in, err, tc.want)
+		}
+	}
+}
+
+// TestAuthentication: without a token or with an unknown one every API
+// route answers Unauthenticated (REST 401 with WWW-Authenticate: Bearer),
+// the operations routes stay open, and a known token reaches the bridge
+// as its tenant.
+func TestAuthentication(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens")
+	writeTokens(t, path, map[string]string{"tok-a": "acme"})
+	tf, err := gateway.LoadTokenFile(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, func(c *gateway.Config) { c.Authenticator = tf })
+	ctx := context.Background()
+	doc := h.fake.add(gatewayv1.State_SUCCEEDED, 5)
+
+	for name, c := range map[string]context.Context{"no token": ctx, "unknown token": bearer(ctx, "tok-b"), "wrong scheme": metadata.AppendToOutgoingContext(ctx, "authorization", "Basic dG9rLWE=")} {
+		_, err := h.docs.GetDocument(c, &gatewayv1.GetDocumentRequest{Id: doc.Id})
+		if status.Code(err) != codes.Unauthenticated {
+			t.Errorf("gRPC GetDocument, %s: %v, want Unauthenticated", name, err)
+		}
+		s, err := h.events.SubscribeEvents(c, &gatewayv1.SubscribeEventsRequest{})
+		if err == nil {
+			_, err = s.Recv()
+		}
+		if status.Code(err) != codes.Unauthenticated {
+			t.Errorf("gRPC SubscribeEvents, %s: %v, want Unauthenticated", name, err)
+		}
+	}
+
+	for _, tc := range []struct {
+		method, path, auth, wantChallenge string
+	}{
+		{"GET", "/v1/documents/" + doc.Id, "", `Bearer realm="pipestream"`},
+		{"GET", "/v1/documents", "Bearer nope", `Bearer realm="pipestream", error="invalid_token"`},
+		{"GET", "/v1/documents/" + doc.Id + ":watch", "", `Bearer realm="pipestream"`},
+		{"POST", "/v1/documents:upload", "Bearer nope", `Bearer realm="pipestream", error="invalid_token"`},
+		{"GET", "/v1/events:window", "", `Bearer realm="pipestream"`},
+	} {
+		var hdr []string
+		if tc.auth != "" {
+			hdr = []string{"Authorization", tc.auth}
+		}
+		code, rh, body := h.do(tc.method, tc.path, strings.NewReader("x"), hdr...)
+		if code != 401 || rh.Get("WWW-Authenticate") != tc.wantChallenge {
+			t.Errorf("%s %s (auth %q): HTTP %d WWW-Authenticate %q %s, want 401 %q", tc.method, tc.path, tc.auth, code, rh.Get("WWW-Authenticate"), body, tc.wantChallenge)
+			continue
+		}
+		if st := decodeStatus(t, body); st.Code != int(codes.Unauthenticated) {
+			t.Errorf("%s %s: status %+v", tc.method, tc.path, st)
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, resp, err := websocket.Dial(wctx, "ws"+strings.TrimPrefix(h.base, "http")+"/v1/events/ws", nil)
+	if err == nil || resp == nil || resp.StatusCode != 401 || !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") {
+		t.Errorf("WebSocket without a token: %v %v, want a 401 with WWW-Authenticate before the upgrade", resp, err)
+	}
+
+	// Open routes.
+	for _, p := range []string{"/metrics", "/openapi.json", "/docs/"} {
+		if code, _, body := h.do("GET", p, nil); code != 200 {
+			t.Errorf("GET %s without a token: HTTP %d %.200s, want 200", p, code, body)
+		}
+	}
+	if code, _, _ := h.do("GET", "/healthz", nil); code == 401 {
+		t.Error("/healthz asks for a token")
+	}
+	if _, err := healthpb.NewHealthClient(h.conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Errorf("gRPC health without a token: %v", err)
+	}
+	rs, err := reflectpb.NewServerReflectionClient(h.conn).ServerReflectionInfo(ctx)
+	if err == nil {
+		err = rs.Send(&reflectpb.ServerReflectionRequest{MessageRequest: &reflectpb.ServerReflectionRequest_ListServices{}})
+	}
+	if err == nil {
+		_, err = rs.Recv()
+		rs.CloseSend()
+	}
+	if err != nil {
+		t.Errorf("reflection without a token: %v", err)
+	}
+
+	// The right token gets through, as its tenant.
+	if _, err := h.docs.SubmitDocument(bearer(ctx, "tok-a"), &gatewayv1.SubmitDocumentRequest{Content: []byte("x"), ContentType: "text/plain"}); err != nil {
+		t.Fatalf("submit with a valid token: %v", err)
+	}
+	if got := h.fake.lastTenant.Load(); got == nil || *got != "acme" {
+		t.Errorf("bridge saw tenant %v, want acme", got)
+	}
+	code, _, body := h.do("POST", "/v1/documents", strings.NewReader(`{"content":"eA==","contentType":"text/plain"}`), "Authorization", "bearer tok-a")
+	if code != 200 {
+		t.Errorf("REST submit with a valid token (lower-case scheme): HTTP %d %s", code, body)
+	}
+}
+
+// TestTokenFileReload: a rewritten file takes effect without a restart
+// (mtime polling), a broken file keeps the previous set, and Reload (what
+// SIGHUP calls) reports the error.
+func TestTokenFileReload(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens")
+	writeTokens(t, path, map[string]string{"old": "acme"})
+	tf, err := gateway.LoadTokenFile(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, func(c *gateway.Config) { c.Authenticator = tf })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); tf.Watch(ctx, 20*time.Millisecond) }()
+	defer func() { cancel(); <-done }()
+
+	call := func(tok string) codes.Code {
+		_, err := h.docs.ListDocuments(bearer(context.Background(), tok), &gatewayv1.ListDocumentsRequest{})
+		return status.Code(err)
+	}
+	if c := call("old"); c != codes.OK {
+		t.Fatalf("old token: %v", c)
+	}
+	writeTokens(t, path, map[string]string{"new": "acme", "second-tenant-token": "globex"})
+	waitFor(t, 5*time.Second, "the new token file to be picked up", func() bool { return call("new") == codes.OK })
+	if c := call("old"); c != codes.Unauthenticated {
+		t.Errorf("revoked token: %v, want Unauthenticated", c)
+	}
+	if err := os.WriteFile(path, []byte("this is not a token file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := tf.Reload(); err == nil || !strings.Contains(err.Error(), "line 1") {
+		t.Errorf("Reload of a broken file: %v, want an error naming line 1", err)
+	}
+	time.Sleep(100 * time.Millisecond) // the poller sees the broken file too
+	if c := call("new"); c != codes.OK || tf.Len() != 2 {
+		t.Errorf("after a broken reload: %v with %d tokens, want the previous 2 still accepted", c, tf.Len())
+	}
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !f() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRefuseNonLoopbackWithoutAuth: DESIGN.md section 7.
+func TestRefuseNonLoopbackWithoutAuth(t *testing.T) {
+	fb := newFakeBridge()
+	for _, tc := range []struct {
+		grpc, http string
+		noAuthOK   bool
+		auth       gateway.Authenticator
+		wantErr    bool
+	}{
+		{grpc: "0.0.0.0:0", http: "127.0.0.1:0", wantErr: true},
+		{grpc: "127.0.0.1:0", http: ":0", wantErr: true},
+		{grpc: "[::]:0", http: "127.0.0.1:0", wantErr: true},
+		{grpc: "192.0.2.1:9090", http: "127.0.0.1:0", wantErr: true},
+		{grpc: "localhost:0", http: "127.0.0.2:0"},
+		{grpc: "[::1]:0", http: "127.0.0.1:0"},
+		{grpc: "0.0.0.0:0", http: ":0", noAuthOK: true},
+		{grpc: "0.0.0.0:0", http: ":0", auth: gateway.StaticTokens{"t": "acme"}},
+	} {
+		cfg := gateway.Config{GRPCAddr: tc.grpc, HTTPAddr: tc.http, Bridge: fb, AllowInsecureNoAuth: tc.noAuthOK, Authenticator: tc.auth}
+		srv, err := gateway.New(cfg)
+		if tc.wantErr {
+			if !errors.Is(err, gateway.ErrInsecureListen) || !strings.Contains(err.Error(), "--insecure-no-auth") || !strings.Contains(err.Error(), "--auth-tokens") {
+				t.Errorf("grpc %s http %s: %v, want ErrInsecureListen naming --auth-tokens and --insecure-no-auth", tc.grpc, tc.http, err)
+			}
+			continue
+		}
+		if err != nil || srv == nil {
+			t.Errorf("grpc %s http %s: %v, want it accepted", tc.grpc, tc.http, err)
+		}
+	}
+}
+
