@@ -239,4 +239,3 @@ func TestRefuseNonLoopbackWithoutAuth(t *testing.T) {
 		}
 	}
 }
-
