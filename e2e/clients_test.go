@@ -162,8 +162,16 @@ func wantError(t testing.TB, what string, r httpResp, httpStatus, grpcCode int, 
 	if r.status != httpStatus {
 		t.Fatalf("%s: want HTTP %d, got %s", what, httpStatus, r)
 	}
+	// Streaming routes (NDJSON) wrap the status: {"error": Status}.
+	body := r.body
+	var env struct {
+		Error json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(body, &env) == nil && len(env.Error) > 0 && env.Error[0] == '{' {
+		body = env.Error
+	}
 	var st rpcStatus
-	if err := json.Unmarshal(r.body, &st); err != nil {
+	if err := json.Unmarshal(body, &st); err != nil {
 		t.Fatalf("%s: body is not a google.rpc.Status JSON object: %v\n%s", what, err, r.body)
 	}
 	if st.Code != grpcCode {
@@ -282,4 +290,45 @@ func cli(t testing.TB, g *gatewayProc, verb string, args ...string) (stdout, std
 	t.Helper()
 	full := append([]string{verb, "--addr", g.grpcAddr}, args...)
 	return run(t, clientTimeout, nil, gatewayBinary(t), full...)
+}
+
+// curlStream reads a stream that does not end by itself (the event log)
+// with curl -N for d, then returns what arrived. curl's exit code 28
+// (timeout) is the expected way out.
+func curlStream(t testing.TB, url string, d time.Duration) httpResp {
+	t.Helper()
+	dir := t.TempDir()
+	bodyFile, hdrFile := filepath.Join(dir, "body"), filepath.Join(dir, "headers")
+	secs := fmt.Sprintf("%.1f", d.Seconds())
+	out, errb, code := run(t, clientTimeout, nil, need(t, toolCurl), "-sS", "-N", "-o", bodyFile, "-D", hdrFile, "-w", "%{http_code}", "--max-time", secs, url)
+	if code != 0 && code != 28 {
+		t.Fatalf("curl -N %s: exit %d: %s", url, code, errb)
+	}
+	status, _ := strconv.Atoi(strings.TrimSpace(string(out)))
+	b, _ := os.ReadFile(bodyFile)
+	h, _ := os.ReadFile(hdrFile)
+	return httpResp{status: status, body: b, headers: string(h)}
+}
+
+// events decodes an NDJSON event stream ({"result": Event} per line).
+func events(t testing.TB, r httpResp) []*gatewayv1.Event {
+	t.Helper()
+	wantOK(t, "event stream", r)
+	var out []*gatewayv1.Event
+	for _, line := range scanLines(r.body) {
+		var env struct {
+			Result json.RawMessage `json:"result"`
+			Error  json.RawMessage `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(line), &env); err != nil {
+			t.Fatalf("event stream line is not JSON: %v\n%s", err, line)
+		}
+		if env.Error != nil {
+			t.Fatalf("event stream error: %s", env.Error)
+		}
+		ev := &gatewayv1.Event{}
+		decode(t, env.Result, ev)
+		out = append(out, ev)
+	}
+	return out
 }
