@@ -28,7 +28,10 @@ func st(s wire.Status, id, scope uint32, depth uint8) []byte {
 func TestControlStreamViolations(t *testing.T) {
 	l1 := &wire.Capabilities{Layer0Core: true, Layer1Recursive: true, MaxScopeDepth: u64(3)}
 	digest := func(scope uint32) []byte { f := wire.ScopeDigestFrame{ScopeID: scope}; return f.Append(nil) }
-	barrier := func(scope uint32) []byte { f := wire.BarrierFrame{ScopeID: scope, ParentEntityID: 1}; return f.Append(nil) }
+	barrier := func(scope uint32) []byte {
+		f := wire.BarrierFrame{ScopeID: scope, ParentEntityID: 1}
+		return f.Append(nil)
+	}
 	goaway := func(last uint32) []byte { f := wire.GoAwayFrame{LastEntityID: last}; return f.Append(nil) }
 	cases := []struct {
 		name    string

@@ -105,8 +105,14 @@ func (s *session) writeEntity(ctx context.Context, st sendStream, h *wire.Entity
 		}
 		if rerr != nil {
 			st.CancelWrite(wire.CodeInternalError)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
 			return fmt.Errorf("quicpeer: entity %d: reading payload: %w", id, rerr)
 		}
+	}
+	if ctx.Err() != nil { // cancelled while the payload was read: the stream is reset
+		return ctx.Err()
 	}
 	if sent != h.PayloadLength {
 		st.CancelWrite(wire.CodeEntityInvalid)

@@ -91,7 +91,7 @@ func TestChecksumMismatchFailsEntityOnly(t *testing.T) {
 // resets the stream with 0x05 and reports FAILED itself (the receiver may
 // never see the header).
 func TestEntityLengthAndHeaderErrors(t *testing.T) {
-	p := newPair(t, cborMode)
+	p := newPair(t, cborMode, window(1))
 	ctx := context.Background()
 	id, _ := p.client.AssignID(ctx)
 	err := p.client.SendEntity(ctx, header(id, 100, 5), newGen(99, 5))
@@ -100,29 +100,26 @@ func TestEntityLengthAndHeaderErrors(t *testing.T) {
 	}
 	waitFailed(t, p, id)
 	if err := p.client.SendEntity(ctx, header(77, 1, 1), newGen(1, 1)); codeOf(err) != wire.CodeEntityInvalid {
+		// 77 was never assigned
 		t.Fatalf("unassigned root ID: %v, want 0x05", err)
 	}
 }
 
-// waitFailed waits until one side reported FAILED for id to the other (the
-// side that aborted reports; if both do, the race rule drops the second)
-// and the client's cursor moved past id.
+// waitFailed checks that entity id ended FAILED on both sides: the side
+// that aborted the stream reports FAILED (if both do, each ignores the
+// other's under the race rule). The pair has window 1, so the client can
+// assign again only once id is resolved; the server acknowledges a
+// checkpoint after id only once it sees id terminal.
 func waitFailed(t *testing.T, p *pair, id uint32) {
 	t.Helper()
-	deadline := time.After(waitFor)
-	for {
-		select {
-		case f := <-p.sr.statuses:
-			if f.EntityID == id && f.Status == wire.StatusFailed {
-				return
-			}
-		case f := <-p.cr.statuses:
-			if f.EntityID == id && f.Status == wire.StatusFailed {
-				return
-			}
-		case <-deadline:
-			t.Fatalf("no FAILED for entity %d on stream 0", id)
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	next, err := p.client.AssignID(ctx)
+	if err != nil {
+		t.Fatalf("entity %d never resolved at the client: %v", id, err)
+	}
+	if err := p.client.Checkpoint(ctx, &wire.CheckpointFrame{CheckpointID: "failed", CheckpointEntityID: next}); err != nil {
+		t.Fatalf("entity %d not terminal at the server: %v", id, err)
 	}
 }
 
@@ -159,7 +156,7 @@ func TestMalformedEntityHeaderAborted(t *testing.T) {
 // Section 5.3: an entity stream aborted by its sender yields FAILED.
 func TestResetEntityStreamYieldsFailed(t *testing.T) {
 	run(t, allModes, func(t *testing.T, m mode) {
-		p := newPair(t, m)
+		p := newPair(t, m, window(1))
 		id, _ := p.client.AssignID(context.Background())
 		ctx, cancel := context.WithCancel(context.Background())
 		pr, pw := io.Pipe()
@@ -193,13 +190,13 @@ func TestPeerDeathMidEntity(t *testing.T) {
 	ctx := context.Background()
 	id, _ := p.client.AssignID(ctx)
 	started := make(chan struct{})
-	p.sr.onEntity = func(_ *quicpeer.Session, e *quicpeer.IncomingEntity) {
+	p.sr.setOnEntity(func(_ *quicpeer.Session, e *quicpeer.IncomingEntity) {
 		buf := make([]byte, 1000)
 		io.ReadFull(e.Payload, buf)
 		close(started)
 		_, err := io.Copy(io.Discard, e.Payload)
 		p.sr.entities <- entityResult{err: err}
-	}
+	})
 	pr, pw := io.Pipe()
 	errc := make(chan error, 1)
 	big := &wire.EntityHeader{EntityID: id, PayloadLength: 1 << 30} // no checksum: never completes

@@ -96,10 +96,16 @@ type recorder struct {
 	goaways     chan wire.GoAwayFrame
 	entities    chan entityResult
 	closed      chan error
-	// onEntity replaces the default (read to EOF, hash, record).
+	// onEntity replaces the default (read to EOF, hash, record); set it
+	// with setOnEntity (the network does not order it for the race detector).
+	mu       sync.Mutex
 	onEntity func(s *quicpeer.Session, e *quicpeer.IncomingEntity)
-	// onStatus runs after a status was recorded.
-	onStatus func(s *quicpeer.Session, f wire.StatusFrame)
+}
+
+func (r *recorder) setOnEntity(f func(s *quicpeer.Session, e *quicpeer.IncomingEntity)) {
+	r.mu.Lock()
+	r.onEntity = f
+	r.mu.Unlock()
 }
 
 func newRecorder() *recorder {
@@ -119,9 +125,6 @@ func (r *recorder) HandleStatus(s *quicpeer.Session, f wire.StatusFrame) {
 		f.Ext = append([]byte(nil), f.Ext...) // Ext is only valid during the call
 	}
 	r.statuses <- f
-	if r.onStatus != nil {
-		r.onStatus(s, f)
-	}
 }
 func (r *recorder) HandleScopeDigest(_ *quicpeer.Session, f wire.ScopeDigestFrame) { r.digests <- f }
 func (r *recorder) HandleBarrier(_ *quicpeer.Session, f wire.BarrierFrame)         { r.barriers <- f }
@@ -130,8 +133,11 @@ func (r *recorder) HandleGoAway(_ *quicpeer.Session, f wire.GoAwayFrame)        
 func (r *recorder) HandleClose(_ *quicpeer.Session, err error)                     { r.closed <- err }
 
 func (r *recorder) HandleEntity(s *quicpeer.Session, e *quicpeer.IncomingEntity) {
-	if r.onEntity != nil {
-		r.onEntity(s, e)
+	r.mu.Lock()
+	on := r.onEntity
+	r.mu.Unlock()
+	if on != nil {
+		on(s, e)
 		return
 	}
 	h := sha256.New()
