@@ -252,6 +252,12 @@ func (sub *subscriber) replayPage(ctx context.Context) error {
 	}
 	for i := range recs {
 		r := &recs[i]
+		if r.Seq > hi {
+			// Committed but not yet published: the tail delivers it, so no
+			// subscriber ever sees a seq above Latest().
+			sub.next = r.Seq
+			return nil
+		}
 		ev, err := r.Decode()
 		if err != nil {
 			return fmt.Errorf("eventlog: replay: %w", err)

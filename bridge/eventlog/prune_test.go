@@ -1,0 +1,218 @@
+package eventlog_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pipestream/gateway/bridge/eventlog"
+	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
+)
+
+// TestPruneHonorsClientPosition: a client that disconnected at seq 30 holds
+// the window at 30 - 5 while it is active, and stops counting after 7 days.
+func TestPruneHonorsClientPosition(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	e := open(t, t.TempDir(), eventlog.Options{Registerer: reg})
+	e.createDoc("t", "d", 1<<16)
+	e.appendN("t", 30, eventlog.KindStatus, "d")
+	// The client reads up to 30 and leaves.
+	s := subscribe(e, "t", ptr(1), eventlog.Filter{})
+	s.seqs(t, 30)
+	s.stop(t)
+	e.appendN("t", 70, eventlog.KindStatus, "d") // latest 100
+	e.clk.Advance(2 * time.Hour)
+	rep, err := e.log.Prune(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.MinPosition != 30 || rep.KeepFrom != 25 || rep.Clients != 1 || rep.Removed != 24 || rep.Reason != "min_position" {
+		t.Fatalf("got %+v, want min position 30, keep from 25", rep)
+	}
+	w, err := e.log.Window(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.GetOldestSeq() != 25 || w.GetLatestSeq() != 100 || w.GetRetainedEvents() != 76 ||
+		w.GetActiveClients() != 1 || w.GetSnapshotBytes() < 1<<16 || w.GetRetainedBytes() == 0 {
+		t.Fatalf("window %v", w)
+	}
+	// The client resumes with its cursor: no OutdatedCursor.
+	s = subscribe(e, "t", ptr(30), eventlog.Filter{})
+	if ev := s.next(t); ev.GetSeq() != 30 {
+		t.Fatalf("resume got %v", ev)
+	}
+	s.stop(t)
+	if got := outdated(reg); got != 0 {
+		t.Fatalf("outdated fallbacks %v", got)
+	}
+	// Eight days later the client is inactive: min_serial is the latest.
+	e.clk.Advance(8 * 24 * time.Hour)
+	rep, err = e.log.Prune(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Clients != 0 || rep.KeepFrom != 95 {
+		t.Fatalf("got %+v, want no clients, keep from 100-5", rep)
+	}
+	s = subscribe(e, "t", ptr(30), eventlog.Filter{})
+	if ev := s.next(t); ev.GetName() != eventlog.InfoOutdatedCursor {
+		t.Fatalf("got %v, want OutdatedCursor", ev)
+	}
+	s.stop(t)
+	if got := outdated(reg); got != 1 {
+		t.Fatalf("outdated fallbacks metric %v, want 1", got)
+	}
+}
+
+// outdated reads pipestream_eventlog_outdated_cursor_total from reg.
+func outdated(reg *prometheus.Registry) float64 {
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() == "pipestream_eventlog_outdated_cursor_total" {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return -1
+}
+
+// TestPruneSafeguardsAndCaps at the log level: min age and newest N hold
+// the adaptive rule back; the snapshot size and hard caps always apply.
+func TestPruneSafeguardsAndCaps(t *testing.T) {
+	ctx := context.Background()
+	t.Run("min age", func(t *testing.T) {
+		e := open(t, t.TempDir(), eventlog.Options{})
+		e.createDoc("t", "d", 1<<16)
+		e.appendN("t", 10, eventlog.KindStatus, "d") // at epoch
+		e.clk.Advance(30 * time.Minute)
+		e.appendN("t", 10, eventlog.KindStatus, "d") // 11..20 at +30m
+		e.clk.Advance(45 * time.Minute)              // first ten are 75m old, the rest 45m
+		if rep, _ := e.log.Prune(ctx); rep.KeepFrom != 11 || rep.Reason != "min_age" {
+			t.Fatalf("got %+v, want keep from 11 (younger than an hour)", rep)
+		}
+	})
+	t.Run("newest N", func(t *testing.T) {
+		e := open(t, t.TempDir(), eventlog.Options{KeepNewest: 8, NoSafetyMargin: true, MinAge: time.Nanosecond})
+		e.createDoc("t", "d", 1<<16)
+		e.appendN("t", 20, eventlog.KindStatus, "d")
+		e.clk.Advance(time.Hour)
+		if rep, _ := e.log.Prune(ctx); rep.KeepFrom != 13 || rep.Reason != "keep_newest" {
+			t.Fatalf("got %+v, want keep from 13", rep)
+		}
+	})
+	t.Run("snapshot size", func(t *testing.T) {
+		e := open(t, t.TempDir(), eventlog.Options{})
+		e.createDoc("t", "d", 200)
+		e.appendN("t", 50, eventlog.KindStatus, "d")
+		// A client stuck at 1 would hold everything.
+		sctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			done <- e.log.Subscribe(sctx, "t", "stuck", ptr(1), eventlog.Filter{}, func(*gatewayv1.Event) error {
+				<-sctx.Done()
+				return sctx.Err()
+			})
+		}()
+		waitSubscribed(t, e, 1)
+		e.clk.Advance(2 * time.Hour)
+		rep, _ := e.log.Prune(ctx)
+		cancel()
+		<-done
+		w, _ := e.log.Window(ctx)
+		if rep.Reason != "snapshot_size" || w.GetRetainedBytes() > w.GetSnapshotBytes() || w.GetRetainedEvents() == 0 {
+			t.Fatalf("got %+v, window %v: retained bytes must not exceed the snapshot", rep, w)
+		}
+	})
+	t.Run("hard caps", func(t *testing.T) {
+		e := open(t, t.TempDir(), eventlog.Options{MaxAge: 10 * time.Minute, MaxBytes: 1 << 20})
+		e.createDoc("t", "d", 1<<16)
+		s := subscribe(e, "t", ptr(0), eventlog.Filter{}) // active at position 0
+		waitSubscribed(t, e, 1)
+		e.appendN("t", 10, eventlog.KindStatus, "d")
+		e.clk.Advance(time.Hour)
+		e.appendN("t", 3, eventlog.KindStatus, "d")
+		s.seqs(t, 13)
+		if rep, _ := e.log.Prune(ctx); rep.KeepFrom != 11 || rep.Reason != "max_age" {
+			t.Fatalf("got %+v, want the max age cap at 11", rep)
+		}
+		s.stop(t)
+		e2 := open(t, t.TempDir(), eventlog.Options{MaxBytes: 1})
+		e2.createDoc("t", "d", 1<<16)
+		e2.appendN("t", 5, eventlog.KindStatus, "d")
+		if rep, _ := e2.log.Prune(ctx); rep.KeepFrom != 5 || rep.Reason != "max_bytes" {
+			t.Fatalf("got %+v, want only the newest event kept", rep)
+		}
+	})
+}
+
+// TestSeqContinuesAfterReopen: seqs never repeat across a restart, and the
+// reopened log serves the retained window from the store.
+func TestSeqContinuesAfterReopen(t *testing.T) {
+	dir := t.TempDir()
+	e := open(t, dir, eventlog.Options{})
+	e.createDoc("t", "d", 1<<16)
+	e.appendN("t", 10, eventlog.KindStatus, "d")
+	e.clk.Advance(2 * time.Hour)
+	if _, err := e.log.Prune(context.Background()); err != nil { // window 5..10
+		t.Fatal(err)
+	}
+	e.close()
+	e = open(t, dir, eventlog.Options{})
+	if l := e.log.Latest(); l != 10 {
+		t.Fatalf("latest after reopen %d", l)
+	}
+	w, _ := e.log.Window(context.Background())
+	if w.GetOldestSeq() != 5 || w.GetLatestSeq() != 10 || w.GetRetainedEvents() != 6 {
+		t.Fatalf("window after reopen %v", w)
+	}
+	if err := e.log.Subscribe(context.Background(), "t", "", ptr(11), eventlog.Filter{}, func(*gatewayv1.Event) error { return nil }); !errors.Is(err, eventlog.ErrFutureCursor) {
+		t.Fatalf("got %v", err)
+	}
+	s := subscribe(e, "t", ptr(0), eventlog.Filter{})
+	if got := s.seqs(t, 6); !eq(got, seqRange(5, 10)) {
+		t.Fatalf("got %v", got)
+	}
+	if got := e.appendN("t", 2, eventlog.KindStatus, "d"); !eq(got, []uint64{11, 12}) {
+		t.Fatalf("seqs after reopen %v, want 11 12", got)
+	}
+	if got := s.seqs(t, 2); !eq(got, []uint64{11, 12}) {
+		t.Fatalf("live after reopen %v", got)
+	}
+	s.stop(t)
+	snap, err := e.log.Snapshot(context.Background(), "t")
+	if err != nil || snap.GetSeq() != 12 || len(snap.GetDocuments()) != 1 {
+		t.Fatalf("snapshot %v %v", snap, err)
+	}
+	if snap, _ := e.log.Snapshot(context.Background(), "other"); len(snap.GetDocuments()) != 0 {
+		t.Fatal("another tenant's snapshot must be empty")
+	}
+}
+
+// TestBackgroundPrunerAndClose: the pruner runs on its own and Close ends
+// subscriptions with ErrClosed.
+func TestBackgroundPrunerAndClose(t *testing.T) {
+	e := open(t, t.TempDir(), eventlog.Options{PruneInterval: 5 * time.Millisecond, MinAge: time.Nanosecond})
+	e.createDoc("t", "d", 1<<16)
+	e.appendN("t", 40, eventlog.KindStatus, "d")
+	e.clk.Advance(time.Hour)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		w, _ := e.log.Window(context.Background())
+		if w.GetOldestSeq() == 35 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pruner did not run: %v", w)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	s := subscribe(e, "t", nil, eventlog.Filter{})
+	waitSubscribed(t, e, 1)
+	e.log.Close()
+	if err := <-s.done; !errors.Is(err, eventlog.ErrClosed) {
+		t.Fatalf("got %v, want ErrClosed", err)
+	}
+}
