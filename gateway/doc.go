@@ -21,7 +21,13 @@
 // Errors are google.rpc.Status (JSON over REST) with an ErrorInfo reason
 // where a client must tell cases apart (see the Reason constants).
 //
-// Extension points: Config.Authenticator (bearer token -> tenant; health
-// and reflection skip it), Config.Limiter (per-tenant limits, runs right
-// after auth), Config.GRPCTLS / HTTPTLS / InternalDialTLS (TLS listeners).
+// Security (docs/security.md): Config.Authenticator maps bearer tokens to
+// tenants (TokenFile: a file of SHA-256 token hashes, reloadable; health,
+// reflection, /healthz, /metrics, /openapi.json and /docs/ stay open); with
+// NoAuth, New refuses non-loopback addresses unless AllowInsecureNoAuth.
+// Unauthenticated REST calls answer 401 with WWW-Authenticate: Bearer.
+// Per-tenant limits (rate with RetryInfo / Retry-After, concurrent uploads,
+// concurrent event streams) run right after auth, then Config.Limiter;
+// uploads are cut after UploadIdleTimeout without data. ServerTLSFiles
+// builds Config.GRPCTLS / HTTPTLS / InternalDialTLS.
 package gateway
