@@ -36,6 +36,7 @@ type docRun struct {
 	// committed is set once the Create batch is durable; before that no
 	// events are produced and the flusher skips the document.
 	committed    bool
+	committing   bool // the Create batch is on its way: later events follow it
 	persistedRev uint64
 	dirty        bool
 	pending      []*gatewayv1.Event
@@ -85,7 +86,7 @@ func (d *docRun) addEvent(ev *gatewayv1.Event) {
 	doc.Rev++
 	doc.UpdateTime = timestamppb.New(now)
 	d.dirty = true
-	if !d.committed {
+	if !d.committed && !d.committing {
 		return
 	}
 	ev.Time = timestamppb.New(now)

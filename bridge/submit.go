@@ -212,6 +212,8 @@ func (u *upload) commit(ctx context.Context, size int64, sum [32]byte) (*gateway
 		batch.Entities = append(batch.Entities, store.EntityRecord{DocID: d.id, Entity: proto.Clone(e).(*gatewayv1.Entity)})
 	}
 	d.dirtyEnts = map[entKey]*gatewayv1.Entity{}
+	d.pending = nil // folded into the Create snapshot
+	d.committing = true
 	snapRev := rec.Doc.Rev
 	b.mu.Unlock()
 	res, err := b.commit(ctx, batch)
