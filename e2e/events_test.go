@@ -1,0 +1,92 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
+)
+
+// TestEventLog: GET /v1/events:subscribe?cursor=0 (NDJSON) replays the
+// document's events with increasing seq and a gap-free revision chain
+// (each event's since = the previous event's rev, starting at since 0),
+// starting with the state the submission answered and ending SUCCEEDED;
+// GET /v1/events:window brackets them.
+func TestEventLog(t *testing.T) {
+	g := shared(t)
+	cases := []struct {
+		name string
+		req  map[string]any
+	}{
+		{"whole", map[string]any{"content": b64([]byte("event log, whole")), "contentType": "text/plain"}},
+		{"dehydrated", map[string]any{"content": b64(textCorpus(4000)), "contentType": "text/plain",
+			"split": map[string]any{"strategy": "SPLIT_LINES", "chunkBytes": 1000}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d := submitREST(t, g, c.req)
+			if fin := awaitREST(t, g, d.GetId()); fin.GetState() != gatewayv1.State_SUCCEEDED {
+				t.Fatalf("state %v, want SUCCEEDED", fin.GetState())
+			}
+			all := events(t, curlStream(t, g.baseURL()+"/v1/events:subscribe?cursor=0", 1500*time.Millisecond))
+			var mine []*gatewayv1.Event
+			var last uint64
+			for _, ev := range all {
+				if ev.GetSeq() <= last {
+					t.Fatalf("seq %d after %d: the log must be strictly increasing", ev.GetSeq(), last)
+				}
+				last = ev.GetSeq()
+				if ev.GetDocumentId() == d.GetId() {
+					mine = append(mine, ev)
+				}
+			}
+			if len(mine) == 0 {
+				t.Fatalf("no events of document %s among %d replayed events", d.GetId(), len(all))
+			}
+			var states []string
+			var rev uint64
+			var chain []string
+			for _, ev := range mine {
+				chain = append(chain, fmt.Sprintf("seq %d %s rev %d since %d", ev.GetSeq(), ev.GetKind(), ev.GetRev(), ev.GetSince()))
+				if ev.GetSince() != rev {
+					t.Errorf("event seq %d (%s) has since=%d, want %d (the previous event's rev): the log has a gap", ev.GetSeq(), ev.GetKind(), ev.GetSince(), rev)
+				}
+				rev = ev.GetRev()
+				if ev.GetKind() == "#document" {
+					states = append(states, ev.GetState().String())
+				}
+				if ev.GetTime() == nil {
+					t.Errorf("event seq %d has no time", ev.GetSeq())
+				}
+			}
+			if t.Failed() {
+				t.Logf("events of %s:\n%s", d.GetId(), strings.Join(chain, "\n"))
+			}
+			if len(states) == 0 || states[len(states)-1] != "SUCCEEDED" {
+				t.Errorf("#document states %v, want them to end with SUCCEEDED", states)
+			}
+			if len(states) == 0 || states[0] != d.GetState().String() {
+				t.Errorf("#document states %v: want the first to be %v, the state the submission answered", states, d.GetState())
+			}
+			if mine[0].GetSince() != 0 {
+				t.Errorf("the document's first event (seq %d) has since=%d, want 0", mine[0].GetSeq(), mine[0].GetSince())
+			}
+
+			r := curl(t, "GET", g.baseURL()+"/v1/events:window", nil)
+			wantOK(t, "GET /v1/events:window", r)
+			w := &gatewayv1.EventWindow{}
+			decode(t, r.body, w)
+			if w.GetOldestSeq() == 0 || w.GetOldestSeq() > all[0].GetSeq() || w.GetLatestSeq() < last {
+				t.Errorf("window %v does not bracket the replayed seqs %d..%d", w, all[0].GetSeq(), last)
+			}
+			if w.GetRetainedEvents() == 0 || w.GetRetainedBytes() == 0 {
+				t.Errorf("window %v: retained events/bytes are zero", w)
+			}
+			if w.GetSnapshotBytes() == 0 {
+				t.Errorf("window %v: snapshotBytes is 0 with documents in the store (the cap on retained bytes)", w)
+			}
+		})
+	}
+}
