@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"github.com/pipestream/gateway/quicpeer/wire"
 )
@@ -152,15 +153,41 @@ type peerStopped struct {
 func (e *peerStopped) Error() string   { return e.pe.Error() }
 func (e *peerStopped) Unwrap() []error { return []error{e.pe, e.cause} }
 
-// acceptLoop accepts entity streams once the capability exchange is done.
+// acceptLoop accepts entity streams once the capability exchange is done
+// and hands each to an idle worker or a new one. Workers are reused
+// because a fresh goroutine has to grow its stack for header decoding on
+// every stream; their number is bounded by the concurrent-stream limit.
 func (s *session) acceptLoop() {
 	defer s.loops.Done()
+	work := make(chan receiveStream)
 	for {
 		rs, err := s.conn.AcceptUniStream(s.ctx)
 		if err != nil {
 			return
 		}
-		go s.handleIncoming(rs)
+		select {
+		case work <- rs:
+		default:
+			go s.worker(rs, work)
+		}
+	}
+}
+
+// worker runs handleIncoming for rs, then for further streams until it has
+// been idle for workerIdle or the session ends.
+func (s *session) worker(rs receiveStream, work <-chan receiveStream) {
+	t := time.NewTimer(workerIdle)
+	defer t.Stop()
+	for {
+		s.handleIncoming(rs)
+		t.Reset(workerIdle)
+		select {
+		case rs = <-work:
+		case <-t.C:
+			return
+		case <-s.ctx.Done():
+			return
+		}
 	}
 }
 

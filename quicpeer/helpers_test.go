@@ -182,7 +182,7 @@ type pair struct {
 	ln             *quicpeer.Listener
 }
 
-func baseConfig(t testing.TB, m mode, r *recorder, server bool) quicpeer.Config {
+func baseConfig(t testing.TB, m mode, r quicpeer.Handler, server bool) quicpeer.Config {
 	f := m.format
 	c := quicpeer.Config{
 		Offer:   wire.Capabilities{Layer0Core: true, SerializationFormat: &f},
@@ -198,10 +198,16 @@ func baseConfig(t testing.TB, m mode, r *recorder, server bool) quicpeer.Config 
 
 // newPair starts a listener and dials it; both sessions are closed and
 // drained at cleanup.
-func newPair(t *testing.T, m mode, opts ...pairOpts) *pair {
+func newPair(t testing.TB, m mode, opts ...pairOpts) *pair {
 	t.Helper()
 	p := &pair{cr: newRecorder(), sr: newRecorder()}
-	cc, sc := baseConfig(t, m, p.cr, false), baseConfig(t, m, p.sr, true)
+	p.client, p.server, p.ln = newPairWith(t, m, p.cr, p.sr, opts...)
+	return p
+}
+
+func newPairWith(t testing.TB, m mode, ch, sh quicpeer.Handler, opts ...pairOpts) (client, server *quicpeer.Session, ln *quicpeer.Listener) {
+	t.Helper()
+	cc, sc := baseConfig(t, m, ch, false), baseConfig(t, m, sh, true)
 	for _, o := range opts {
 		o(&cc, &sc)
 	}
@@ -209,27 +215,26 @@ func newPair(t *testing.T, m mode, opts ...pairOpts) *pair {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.ln = ln
 	t.Cleanup(func() { ln.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	p.client, err = quicpeer.Dial(ctx, ln.Addr().String(), cc)
+	client, err = quicpeer.Dial(ctx, ln.Addr().String(), cc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		p.client.CloseWithError(wire.CodeNoError, "test done")
-		<-p.client.Done()
+		client.CloseWithError(wire.CodeNoError, "test done")
+		<-client.Done()
 	})
-	p.server, err = ln.Accept(ctx)
+	server, err = ln.Accept(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		p.server.CloseWithError(wire.CodeNoError, "test done")
-		<-p.server.Done()
+		server.CloseWithError(wire.CodeNoError, "test done")
+		<-server.Done()
 	})
-	return p
+	return client, server, ln
 }
 
 // layers turns Layer 1 and 2 on in both offers.

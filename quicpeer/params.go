@@ -49,6 +49,10 @@ const (
 	// idleFactor: stream-0 silence of idleFactor*keepalive may close the
 	// connection with PIPESTREAM_IDLE_TIMEOUT (Section 5.1.4).
 	idleFactor = 3
+	// workerIdle is how long an entity-stream worker goroutine waits for
+	// the next stream before it exits: long enough to carry a burst, short
+	// enough that an idle session holds no workers.
+	workerIdle = time.Second
 	// closeDrainTimeout bounds how long a session waits for its internal
 	// goroutines after the connection ended.
 	closeDrainTimeout = 5 * time.Second
