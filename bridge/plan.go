@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"mime"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -296,16 +295,6 @@ func (p *plan) childMetadata(index uint64) map[string]string {
 		md[metaClaimTTL] = v
 	}
 	return md
-}
-
-// sortedKeys is used for deterministic logs.
-func sortedKeys(m map[string]string) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }
 
 func invalidf(format string, args ...any) error {
