@@ -53,6 +53,11 @@ func TestEventLog(t *testing.T) {
 				if ev.GetSince() != rev {
 					t.Errorf("event seq %d (%s) has since=%d, want %d (the previous event's rev): the log has a gap", ev.GetSeq(), ev.GetKind(), ev.GetSince(), rev)
 				}
+				// Every change is one event (DESIGN.md section 5), and the
+				// revision counts changes: rev = since + 1.
+				if ev.GetRev() != ev.GetSince()+1 {
+					t.Errorf("event seq %d (%s) has rev=%d since=%d: %d changes of the document have no event", ev.GetSeq(), ev.GetKind(), ev.GetRev(), ev.GetSince(), ev.GetRev()-ev.GetSince()-1)
+				}
 				rev = ev.GetRev()
 				if ev.GetKind() == "#document" {
 					states = append(states, ev.GetState().String())
