@@ -47,8 +47,12 @@ func (s *session) sendEntity(ctx context.Context, h *wire.EntityHeader, payload 
 		s.mu.Unlock()
 		return s.endedErr()
 	case scope == 0 && s.goawayRecv && after(id, s.recvLast):
+		last := s.recvLast
 		s.mu.Unlock()
-		return fmt.Errorf("%w: entity %d is above the peer's GOAWAY Last Entity ID %d", ErrGoAway, id, s.recvLast)
+		// The entity will never be sent on this session: FAILED resolves
+		// its ID on both ends so that both can drain.
+		s.failEntity(scope, id, "above the peer's GOAWAY")
+		return fmt.Errorf("%w: entity %d is above the peer's GOAWAY Last Entity ID %d", ErrGoAway, id, last)
 	case scope == 0 && s.role == RoleClient && !s.tr.ids.InFlight(id):
 		s.mu.Unlock()
 		return localErr(wire.CodeEntityInvalid, "root entity %d was not assigned by AssignID (or is already resolved)", id)
@@ -239,11 +243,26 @@ func (s *session) handleIncoming(rs receiveStream) {
 	in.finish()
 }
 
-// reject aborts an entity stream with err's code and reports FAILED.
+// reject aborts an entity stream with err's code and reports FAILED for
+// it. A rejected entity is not tracked (it may be what a limit refused), so
+// the FAILED is written without a state check.
 func (s *session) reject(rs receiveStream, scope, id uint32, err error) {
 	rs.CancelRead(wire.CodeOf(err))
 	s.log.Warn("rejected entity", "entity", id, "scope", scope, "err", err)
-	s.failEntity(scope, id, err.Error())
+	s.mu.Lock()
+	_, tracked := s.tr.scopes[scope][id]
+	f := wire.StatusFrame{Status: wire.StatusFailed, EntityID: id, ScopeID: scope, Depth: s.tr.depthOf(scope)}
+	s.mu.Unlock()
+	if tracked {
+		s.failEntity(scope, id, err.Error())
+		return
+	}
+	if s.negotiated.Layer1 || (scope == 0 && f.Depth == 0) {
+		s.wmu.Lock()
+		s.wbuf = f.Append(s.wbuf[:0])
+		_ = s.writeLocked()
+		s.wmu.Unlock()
+	}
 }
 
 // incomingPayload is IncomingEntity.Payload: the wire PayloadReader plus

@@ -311,3 +311,99 @@ func newPairViaProxy(t *testing.T, m mode, opts ...pairOpts) *proxiedPair {
 	t.Cleanup(func() { p.server.CloseWithError(0, ""); <-p.server.Done() })
 	return &proxiedPair{p, px}
 }
+
+// Section 10.3: the payload cap and max-entities-per-scope reject the
+// entity (0x06) and report FAILED; the connection lives on.
+func TestEntityLimits(t *testing.T) {
+	p := newPair(t, cborMode, func(c, s *quicpeer.Config) {
+		s.Limits.MaxPayloadBytes = 1000
+		s.Offer.MaxEntitiesPerScope = u64(2)
+	})
+	ctx := context.Background()
+	id1, _ := p.client.AssignID(ctx)
+	if err := p.client.SendEntity(ctx, header(id1, 1001, 1), newGen(1001, 1)); err != nil && codeOf(err) != wire.CodeEntityTooLarge {
+		t.Fatalf("oversize entity: %v", err)
+	}
+	if f := nextStatus(t, p.cr); f.EntityID != id1 || f.Status != wire.StatusFailed {
+		t.Fatalf("got %+v, want FAILED for the oversize entity %d", f, id1)
+	}
+	if p.client.Err() != nil || p.server.Err() != nil {
+		t.Fatal("connection closed")
+	}
+	// The client never has more root entities in flight than the per-scope
+	// limit: with 2, the third AssignID waits.
+	p.client.AssignID(ctx)
+	p.client.AssignID(ctx)
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := p.client.AssignID(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("AssignID beyond max-entities-per-scope: %v, want to wait", err)
+	}
+}
+
+// A peer that ignores max-entities-per-scope gets the extra entity
+// rejected with 0x06 and reported FAILED (raw client, no cursor updates).
+func TestPerScopeLimitEnforcedOnReceive(t *testing.T) {
+	sr := newRecorder()
+	cfg := baseConfig(t, cborMode, sr, true)
+	cfg.Offer.MaxEntitiesPerScope = u64(2)
+	ln, err := quicpeer.Listen("127.0.0.1:0", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	raw := dialRaw(t, ln.Addr().String(), defaultCaps())
+	for id := uint32(1); id <= 2; id++ {
+		raw.sendEntity(&wire.EntityHeader{EntityID: id, PayloadLength: 1}, []byte{1})
+		if got := recv(t, sr.entities, "entity"); got.err != nil {
+			t.Fatal(got.err)
+		}
+	}
+	raw.sendEntity(&wire.EntityHeader{EntityID: 3, PayloadLength: 1}, []byte{1})
+	if f := raw.nextStatus(); f.EntityID != 3 || f.Status != wire.StatusFailed {
+		t.Fatalf("got %+v, want FAILED for entity 3", f)
+	}
+}
+
+// docs/profile.md 3: statuses may arrive before their entity stream, and
+// children before their parent; none of that is an error.
+func TestOutOfOrderArrival(t *testing.T) {
+	p := newPair(t, cborMode)
+	ctx := context.Background()
+	root, _ := p.client.AssignID(ctx)
+	child, _ := p.client.AssignID(ctx)
+	if err := p.client.SendStatus(status(wire.StatusDehydrating, root)); err != nil {
+		t.Fatal(err)
+	}
+	// The peer reports the child before its stream arrived.
+	if err := p.server.SendStatus(status(wire.StatusProcessing, child)); err != nil {
+		t.Fatal(err)
+	}
+	ch := header(child, 5, 3)
+	ch.ParentID = u32(root)
+	if err := p.client.SendEntity(ctx, ch, newGen(5, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.client.SendEntity(ctx, header(root, 7, 4), newGen(7, 4)); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if got := recv(t, p.sr.entities, "entity"); got.err != nil {
+			t.Fatal(got.err)
+		}
+	}
+	if f := nextStatus(t, p.sr); f.EntityID != root || f.Status != wire.StatusDehydrating {
+		t.Fatalf("server got %+v", f)
+	}
+	if f := nextStatus(t, p.cr); f.EntityID != child || f.Status != wire.StatusProcessing {
+		t.Fatalf("client got %+v", f)
+	}
+	// A result stream from the server for an ID the client never assigned
+	// is refused (0x05).
+	if err := p.server.SendEntity(ctx, header(99, 1, 5), newGen(1, 5)); err == nil || codeOf(err) != wire.CodeEntityInvalid {
+		// the server may finish writing before STOP_SENDING arrives
+		if err != nil {
+			t.Fatalf("unassigned result stream: %v", err)
+		}
+	}
+}

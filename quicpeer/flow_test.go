@@ -142,6 +142,7 @@ func TestGoAwayDrain(t *testing.T) {
 			t.Fatal(err)
 		}
 		recv(t, p.sr.entities, "entity")
+		late, _ := p.client.AssignID(ctx) // assigned, not yet sent when GOAWAY comes
 		gerr := make(chan error, 1)
 		go func() { gerr <- p.server.GoAway(ctx) }()
 		if g := recv(t, p.cr.goaways, "GOAWAY at the client"); g.LastEntityID != id {
@@ -149,6 +150,12 @@ func TestGoAwayDrain(t *testing.T) {
 		}
 		if _, err := p.client.AssignID(ctx); !errors.Is(err, quicpeer.ErrGoAway) {
 			t.Fatalf("AssignID after GOAWAY: %v, want ErrGoAway", err)
+		}
+		if err := p.client.SendEntity(ctx, header(late, 1, 1), newGen(1, 1)); !errors.Is(err, quicpeer.ErrGoAway) {
+			t.Fatalf("SendEntity above GOAWAY Last: %v, want ErrGoAway", err)
+		}
+		if f := nextStatus(t, p.sr); f.EntityID != late || f.Status != wire.StatusFailed {
+			t.Fatalf("server got %+v, want FAILED for the unsent entity %d", f, late)
 		}
 		select {
 		case err := <-gerr:

@@ -47,7 +47,9 @@ func newTracker(client bool, n Negotiated) *tracker {
 		peerCursor: 1,
 	}
 	if client {
-		t.ids = wire.NewIDSpace(n.MaxWindow)
+		// Root-scope entities in flight are bounded by the window and by
+		// max-entities-per-scope, whichever is smaller.
+		t.ids = wire.NewIDSpace(uint32(min(uint64(n.MaxWindow), n.MaxPerScope)))
 	}
 	return t
 }
@@ -193,6 +195,9 @@ func (t *tracker) roomFor(scope uint32, sm map[uint32]entState) error {
 func (t *tracker) register(scope, id, parent uint32, budget int16) error {
 	if scope == 0 && t.stale(id) {
 		return nil
+	}
+	if scope == 0 && t.client && !t.ids.InFlight(id) {
+		return wire.Errorf(wire.CodeEntityInvalid, "root entity %d was never assigned by this client", id)
 	}
 	sm := t.scopes[scope]
 	e, known := sm[id]
