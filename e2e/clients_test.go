@@ -95,20 +95,25 @@ func curl(t testing.TB, method, url string, body []byte, extra ...string) httpRe
 // json.Marshal'ed) with Content-Type application/json.
 func curlJSON(t testing.TB, method, url string, v any) httpResp {
 	t.Helper()
-	var body []byte
+	return curl(t, method, url, curlJSONBody(t, v), "-H", "Content-Type: application/json")
+}
+
+// curlJSONBody encodes v as curlJSON does.
+func curlJSONBody(t testing.TB, v any) []byte {
+	t.Helper()
 	switch x := v.(type) {
 	case nil:
+		return nil
 	case string:
-		body = []byte(x)
+		return []byte(x)
 	case []byte:
-		body = x
-	default:
-		var err error
-		if body, err = json.Marshal(v); err != nil {
-			t.Fatal(err)
-		}
+		return x
 	}
-	return curl(t, method, url, body, "-H", "Content-Type: application/json")
+	body, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return body
 }
 
 // decode unmarshals protojson into m, failing t on unknown fields.
@@ -297,10 +302,17 @@ func cli(t testing.TB, g *gatewayProc, verb string, args ...string) (stdout, std
 // (timeout) is the expected way out.
 func curlStream(t testing.TB, url string, d time.Duration) httpResp {
 	t.Helper()
+	return curlStreamAuth(t, url, d, nil)
+}
+
+// curlStreamAuth is curlStream with extra curl arguments (headers).
+func curlStreamAuth(t testing.TB, url string, d time.Duration, extra []string) httpResp {
+	t.Helper()
 	dir := t.TempDir()
 	bodyFile, hdrFile := filepath.Join(dir, "body"), filepath.Join(dir, "headers")
 	secs := fmt.Sprintf("%.1f", d.Seconds())
-	out, errb, code := run(t, clientTimeout, nil, need(t, toolCurl), "-sS", "-N", "-o", bodyFile, "-D", hdrFile, "-w", "%{http_code}", "--max-time", secs, url)
+	out, errb, code := run(t, clientTimeout, nil, need(t, toolCurl),
+		append(append([]string{"-sS", "-N", "-o", bodyFile, "-D", hdrFile, "-w", "%{http_code}", "--max-time", secs}, extra...), url)...)
 	if code != 0 && code != 28 {
 		t.Fatalf("curl -N %s: exit %d: %s", url, code, errb)
 	}

@@ -95,3 +95,18 @@ func TestEventLog(t *testing.T) {
 		})
 	}
 }
+
+// TestEventStreamHeadersBeforeEvents: a live-only subscription (no cursor)
+// with nothing to send yet still answers 200 with its headers at once, so
+// a client can tell an idle stream from a stuck request.
+func TestEventStreamHeadersBeforeEvents(t *testing.T) {
+	g := startGateway(t, gwOpts{}) // own gateway: nothing else writes events
+	r := curlStream(t, g.baseURL()+"/v1/events:subscribe", 1500*time.Millisecond)
+	if r.status != 200 {
+		t.Errorf("live-only GET /v1/events:subscribe on an idle log: HTTP %03d after 1.5 s (headers %q), want 200 sent before the first event", r.status, r.headers)
+	}
+	r = curlStream(t, g.baseURL()+"/v1/events:subscribe?cursor=0", 1500*time.Millisecond)
+	if r.status != 200 {
+		t.Errorf("GET /v1/events:subscribe?cursor=0 on an empty log: HTTP %03d after 1.5 s, want 200", r.status)
+	}
+}
