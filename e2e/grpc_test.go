@@ -123,6 +123,7 @@ func TestGRPCUploadStreaming(t *testing.T) {
 // TestGrpcurl drives the gRPC API with grpcurl over server reflection:
 // list, a unary submit and the WatchDocument server stream.
 func TestGrpcurl(t *testing.T) {
+	need(t, toolGrpcurl)
 	g := shared(t)
 
 	out, errb, code := grpcurl(t, g, nil, "list")

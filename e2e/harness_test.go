@@ -43,6 +43,7 @@ var (
 	sharedMu  sync.Mutex
 	sharedGW  *gatewayProc
 	sharedErr error
+	sharedDir string // the shared gateway's data dir; removed by TestMain
 )
 
 func TestMain(m *testing.M) {
@@ -64,7 +65,9 @@ func TestMain(m *testing.M) {
 		if code != 0 {
 			fmt.Fprintf(os.Stderr, "\n--- tail of the shared gateway's log (%s) ---\n%s\n", sharedGW.proc.logPath, sharedGW.proc.tail(logTailLines))
 		}
-		os.RemoveAll(sharedGW.dataDir)
+	}
+	if sharedDir != "" {
+		os.RemoveAll(sharedDir)
 	}
 	sharedMu.Unlock()
 	os.RemoveAll(binDir)
@@ -309,6 +312,8 @@ func shared(t testing.TB) *gatewayProc {
 		if err != nil {
 			t.Fatal(err)
 		}
+		sharedDir = dir
+		sharedErr = errors.New("the shared gateway failed to start (see the first test that used it)")
 		sharedGW, sharedErr = launchGateway(t, binDir, gwOpts{dataDir: dir})
 		if sharedErr != nil && sharedGW != nil {
 			sharedGW.proc.stop()

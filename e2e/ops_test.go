@@ -82,8 +82,8 @@ func TestOperationsEndpoints(t *testing.T) {
 // that the rendered DOM (after the Swagger UI script ran) lists the API's
 // operations.
 func TestDocsRenderInChromium(t *testing.T) {
-	g := shared(t)
 	chromium := need(t, toolChromium)
+	g := shared(t)
 	profile := t.TempDir()
 	args := chromiumArgs(profile, g.baseURL()+"/docs/")
 	out, errb, code := run(t, 90*time.Second, nil, chromium, args...)
