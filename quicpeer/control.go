@@ -42,11 +42,9 @@ func (s *session) controlFailed(err error) {
 	default:
 		if code, _, ok := streamAbort(err); ok {
 			_ = s.closeWithError(wire.CodeControlReset, "stream 0 was reset with "+code.String())
-			return
 		}
-		if s.conn.Context().Err() == nil {
-			_ = s.closeWithError(wire.CodeControlReset, "stream 0 unusable: "+err.Error())
-		}
+		// Anything else is the connection ending (CONNECTION_CLOSE, idle
+		// timeout); watch reports it, possibly a moment after this read.
 	}
 }
 
