@@ -74,25 +74,51 @@ type Negotiated struct {
 	PeerOffer   wire.Capabilities
 }
 
-// Handler receives everything the remote endpoint sends. Control-frame
-// callbacks run on the session's control goroutine in stream-0 order after
-// the session validated them (transition table, layer gating, depth); they
-// must not block for long. HandleEntity runs on its own goroutine per
-// entity stream.
+// Handler receives everything the remote endpoint sends.
+//
+// Threading: the control-frame callbacks (HandleStatus, HandleScopeDigest,
+// HandleBarrier, HandleCheckpoint, HandleGoAway) run one at a time on the
+// session's control goroutine, in stream-0 order, after the session
+// validated the frame (transition table, layer gating, depth, scope 0,
+// GOAWAY monotonicity). While one runs, stream 0 is not read: they must not
+// block for long. They may call any Session method (SendStatus etc.),
+// except waiting ones (Checkpoint, GoAway, a full-window AssignID), which
+// would wait for frames this goroutine has to read. HandleEntity runs on
+// its own goroutine per entity stream, concurrently with everything else.
+// HandleClose runs once, last, after the control goroutine has stopped.
 type Handler interface {
+	// HandleStatus gets every accepted entity STATUS. f.Ext aliases the
+	// session's read buffer and is valid only until the callback returns:
+	// copy it to keep it (wire.StatusFrame.Yield/ClaimCheck alias it too).
+	// Statuses ignored under the race rule or for entities behind the
+	// cursor are not delivered. Heartbeats are consumed by the session; on
+	// the server, the client's cursor updates (entity 0xFFFFFFFF, C=1) are
+	// delivered after the session applied them.
 	HandleStatus(s *Session, f wire.StatusFrame)
 	HandleScopeDigest(s *Session, f wire.ScopeDigestFrame)
 	HandleBarrier(s *Session, f wire.BarrierFrame)
+	// HandleCheckpoint gets both requests (flags 0; the session itself
+	// answers with flags=1 once Section 9.3 condition 1 holds) and
+	// acknowledgements (flags 1; a pending Checkpoint call returns). f is
+	// freshly decoded and may be kept.
 	HandleCheckpoint(s *Session, f *wire.CheckpointFrame)
+	// HandleGoAway: from now on AssignID and SendEntity above
+	// f.LastEntityID fail with ErrGoAway; dial a new session for new work.
 	HandleGoAway(s *Session, f wire.GoAwayFrame)
-	// HandleEntity gets an incoming entity stream whose header is decoded.
-	// Read e.Payload to EOF: a checksum or length mismatch surfaces as a
-	// *wire.Error from Read (the session aborts the stream with 0x04/0x05
-	// and reports FAILED on stream 0).
+	// HandleEntity gets an incoming entity stream whose header is decoded
+	// (e.Header is the caller's to keep). Read e.Payload to io.EOF before
+	// committing a result (Section 10.2): a checksum or length mismatch
+	// surfaces as a *wire.Error from Read, the session then aborts the
+	// stream with 0x04/0x05 and reports FAILED on stream 0; a stream the
+	// sender reset is reported FAILED too. When HandleEntity returns
+	// without reading to EOF, the rest of the stream is discarded
+	// (STOP_SENDING 0x00) and no status is sent for it.
 	HandleEntity(s *Session, e *IncomingEntity)
 	// HandleClose is called once when the session ends; err is nil on a
-	// graceful close, else a *wire.Error or transport error. Entities
-	// without a terminal status are to be treated as failed (Section 5.3).
+	// graceful close (PIPESTREAM_NO_ERROR by either side), a *CloseError
+	// for other PipeStream codes (wire.CodeOf works), else the transport
+	// error (e.g. idle timeout). Entities without a terminal status are to
+	// be treated as failed (Section 5.3).
 	HandleClose(s *Session, err error)
 }
 
@@ -100,7 +126,9 @@ type Handler interface {
 type IncomingEntity struct {
 	Header  *wire.EntityHeader
 	Payload io.Reader // streamed; verifies length and SHA-256 at EOF
-	// Abort stops the stream with a PipeStream error code (RESET/STOP_SENDING).
+	// Abort stops the stream with a PipeStream error code (STOP_SENDING),
+	// e.g. 0x0A/0x0B for a claim redemption. The caller reports the
+	// entity's status itself.
 	Abort func(code wire.ErrorCode)
 }
 
@@ -143,15 +171,27 @@ func (s *Session) ID() string { return s.impl.id }
 func (s *Session) AssignID(ctx context.Context) (uint32, error) { return s.impl.assignID(ctx) }
 
 // SendEntity opens a unidirectional stream, writes the entity header and
-// streams payload until EOF, then closes the stream (FIN). h.PayloadLength
-// must be the exact payload size; h.Checksum, if set, must be its SHA-256.
-// A short or long payload aborts the stream with 0x05.
+// streams payload until EOF through a pooled buffer, then closes the stream
+// (FIN). h.PayloadLength must be the exact payload size; h.Checksum, if
+// set, must be its SHA-256 (the receiver verifies it; the sender does not).
+// A short or long payload resets the stream with 0x05; cancelling ctx
+// resets it with 0x00. Whenever this side aborts the stream (or refuses
+// the entity because of the peer's GOAWAY: ErrGoAway) the session reports
+// FAILED for the entity on stream 0; when the receiver stops the stream,
+// the error carries its code (wire.CodeOf) and the receiver reports the
+// status. On the client, root-scope IDs must come from AssignID. A header
+// with a completion-policy registers it as SetPolicy does.
 func (s *Session) SendEntity(ctx context.Context, h *wire.EntityHeader, payload io.Reader) error {
 	return s.impl.sendEntity(ctx, h, payload)
 }
 
 // SendStatus writes a STATUS frame on stream 0 after checking it against the
-// local view of that entity (transition table, layer gating, depth).
+// local view of that entity (transition table, layer gating, depth); on a
+// failed check nothing is sent and the error carries the code a receiver
+// would close with. Writes are serialized; for an entity already tracked it
+// does not allocate. Terminal root-scope statuses advance the client's
+// cursor (cursor updates are coalesced and sent by the session;
+// connection-level frames cannot be sent here).
 func (s *Session) SendStatus(f wire.StatusFrame) error { return s.impl.sendStatus(f) }
 
 // SendScopeDigest, SendBarrier, SendCheckpoint write those frames on stream 0.
@@ -159,14 +199,19 @@ func (s *Session) SendScopeDigest(f wire.ScopeDigestFrame) error { return s.impl
 func (s *Session) SendBarrier(f wire.BarrierFrame) error         { return s.impl.sendBarrier(f) }
 func (s *Session) SendCheckpoint(f *wire.CheckpointFrame) error  { return s.impl.sendCheckpoint(f) }
 
-// Checkpoint sends a CHECKPOINT request and waits until it is satisfied
-// (Section 9.3) or its timeout passes.
+// Checkpoint sends a CHECKPOINT request (flags 0) and waits for the peer's
+// acknowledgement (flags 1, sent once every entity of the scope before
+// f.CheckpointEntityID is terminal, Section 9.3), or its timeout:
+// f.TimeoutMs capped by Limits.CheckpointTimeout -> ErrCheckpointTimeout.
 func (s *Session) Checkpoint(ctx context.Context, f *wire.CheckpointFrame) error {
 	return s.impl.checkpoint(ctx, f)
 }
 
-// GoAway starts graceful shutdown (Section 6.5): sends GOAWAY, waits until
-// every in-flight entity is terminal or ctx ends, then closes with 0x00.
+// GoAway starts graceful shutdown (Section 6.5): sends GOAWAY (client: last
+// assigned ID; server: highest root ID seen; never above an earlier
+// GOAWAY), refuses new entities above it (0x05 + FAILED), waits until every
+// in-flight entity is resolved or ctx ends, then closes with 0x00. It
+// returns nil when the drain completed (or the peer closed gracefully).
 func (s *Session) GoAway(ctx context.Context) error { return s.impl.goAway(ctx) }
 
 // SetDetached excludes (on = true) or re-includes an entity that has no

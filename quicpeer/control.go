@@ -133,6 +133,16 @@ func (s *session) recvStatus(f *wire.StatusFrame) error {
 		s.log.Info("ignoring a status for an entity this endpoint already ended (race)", "entity", f.EntityID, "scope", f.ScopeID, "status", f.Status.String())
 		return nil
 	}
+	if f.HasCursor && s.role == RoleServer {
+		// Draft-02 lets any STATUS carry a cursor (C=1, Section 6.2.4);
+		// the profile sends it on 0xFFFFFFFF, but a piggybacked one counts.
+		s.mu.Lock()
+		if s.tr.applyPeerCursor(f.Cursor) {
+			s.afterChangeLocked()
+			resolvedNow = true
+		}
+		s.mu.Unlock()
+	}
 	if resolvedNow {
 		s.flushCheckpoints()
 	}

@@ -125,8 +125,8 @@ func (t *tracker) apply(f *wire.StatusFrame, local bool) (v verdict, newlyResolv
 	if int(f.Depth) > t.maxDepth {
 		return 0, false, wire.Errorf(wire.CodeDepthExceeded, "STATUS: depth %d exceeds the negotiated max-scope-depth %d", f.Depth, t.maxDepth)
 	}
-	if f.HasCursor {
-		return 0, false, wire.Errorf(wire.CodeEntityInvalid, "STATUS: cursor update (C=1) on entity %d; only entity 0xFFFFFFFF carries one", f.EntityID)
+	if f.HasCursor && local {
+		return 0, false, wire.Errorf(wire.CodeEntityInvalid, "STATUS: cursor updates (C=1) are sent by the session itself")
 	}
 	scope, id := f.ScopeID, f.EntityID
 	if scope == 0 {
