@@ -57,6 +57,7 @@ func TestControlStreamViolations(t *testing.T) {
 		{"GOAWAY last increases", nil, false, frames(goaway(5), goaway(6)), wire.CodeEntityInvalid},
 		{"CHECKPOINT scope without layer 1", nil, false, checkpointFrame(t, &wire.CheckpointFrame{CheckpointID: "c", CheckpointEntityID: 3, ScopeID: u32(7)}), wire.CodeLayerUnsupported},
 		{"stream ends inside a frame", nil, false, []byte{0x50, 0x10}, wire.CodeEntityInvalid},
+		{"unsupported STATUS version", nil, false, []byte{0x50, 0x22, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0}, wire.CodeLayerUnsupported},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

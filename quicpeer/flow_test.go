@@ -325,3 +325,44 @@ func TestHeartbeatAndIdle(t *testing.T) {
 		t.Fatalf("server HandleClose(%v), want PIPESTREAM_IDLE_TIMEOUT from the peer", err)
 	}
 }
+
+// Section 6.2.3 notes, 9.1: FAILED -> RETRYING only while the completion
+// policy leaves retries; a FAILED that may retry does not resolve its ID,
+// the last FAILED does.
+func TestRetryBudget(t *testing.T) {
+	p := newPair(t, cborMode, layers(true, true), window(1))
+	ctx := context.Background()
+	id, _ := p.client.AssignID(ctx)
+	retry, one := wire.ActionRetry, uint32(1)
+	h := header(id, 3, 1)
+	h.CompletionPolicy = &wire.CompletionPolicy{OnFailure: &retry, MaxRetries: &one}
+	if err := p.client.SendEntity(ctx, h, newGen(3, 1)); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, p.sr.entities, "entity")
+	send := func(sts ...wire.Status) {
+		t.Helper()
+		for _, st := range sts {
+			if err := p.server.SendStatus(status(st, id)); err != nil {
+				t.Fatalf("SendStatus(%v): %v", st, err)
+			}
+			if f := nextStatus(t, p.cr); f.Status != st {
+				t.Fatalf("client got %v, want %v", f.Status, st)
+			}
+		}
+	}
+	send(wire.StatusProcessing, wire.StatusFailed)
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	_, err := p.client.AssignID(short)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("AssignID after a FAILED with a retry left: %v, want to wait", err)
+	}
+	send(wire.StatusRetrying, wire.StatusProcessing, wire.StatusFailed)
+	if _, err := p.client.AssignID(ctx); err != nil {
+		t.Fatalf("AssignID after the last FAILED: %v", err)
+	}
+	if err := p.server.SendStatus(status(wire.StatusRetrying, id)); codeOf(err) != wire.CodeEntityInvalid {
+		t.Fatalf("RETRYING with no retry left: %v, want 0x05", err)
+	}
+}
