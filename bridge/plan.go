@@ -37,7 +37,7 @@ var clientMetaKeys = map[string]bool{metaFault: true, metaFaultChunks: true, met
 var processors = map[string]bool{"passthrough": true, "textstats": true, "sentences": true, "fault": true}
 
 // faultActions of the fault processor (profile 4.4).
-var faultActions = map[string]bool{"fail": true, "fail-once": true, "yield": true, "defer": true, "timeout": true}
+var faultActions = map[string]bool{"fail": true, "fail-once": true, "yield": true, "defer": true, "timeout": true, "timeout-once": true}
 
 // plan is a validated submission: how the document is dispatched.
 type plan struct {
@@ -168,7 +168,7 @@ func (p *plan) checkMetadata() error {
 		return invalidf("metadata is %d bytes; at most %d", n, maxMetadataBytes)
 	}
 	if f, ok := md[metaFault]; ok && !faultActions[f] {
-		return invalidf("metadata %s=%q is unknown (use fail, fail-once, yield, defer or timeout)", metaFault, f)
+		return invalidf("metadata %s=%q is unknown (use fail, fail-once, yield, defer, timeout or timeout-once)", metaFault, f)
 	}
 	if v, ok := md[metaClaimTTL]; ok {
 		if ms, err := strconv.ParseUint(v, 10, 32); err != nil || ms == 0 {

@@ -172,17 +172,29 @@ type DocumentUpdate struct {
 	PrevRev uint64
 }
 
-// EntityRecord upserts one entity keyed by (DocID, Entity.ScopeId,
-// Entity.EntityId). The document must exist (foreign key).
+// EntityRecord upserts one entity keyed by (DocID, Attempt, Entity.ScopeId,
+// ScopeInstance, Entity.EntityId). The document must exist (foreign key).
 type EntityRecord struct {
 	DocID  string
 	Entity *gatewayv1.Entity
+	// Attempt is the dispatch attempt the entity belongs to. Reads
+	// (GetDocument with entities, ListEntities) return only the rows of the
+	// document's highest attempt: older attempts are superseded.
+	Attempt uint32
+	// ScopeInstance tells apart uses of one peer scope ID within an
+	// attempt (a peer may reuse a scope ID after its SCOPE_DIGEST); 0 for
+	// the root scope and a scope's first use.
+	ScopeInstance uint32
 }
 
-// DigestRecord upserts one scope digest keyed by (DocID, Digest.ScopeId).
+// DigestRecord upserts one scope digest keyed by (DocID, Attempt,
+// Digest.ScopeId, ScopeInstance); reads return the highest attempt's, like
+// entities.
 type DigestRecord struct {
-	DocID  string
-	Digest *gatewayv1.ScopeDigest
+	DocID         string
+	Digest        *gatewayv1.ScopeDigest
+	Attempt       uint32
+	ScopeInstance uint32
 }
 
 // ClaimRecord is one claim check. Claim.ClaimId (a decimal uint64) is the key;

@@ -41,12 +41,12 @@ func (s *impl) apply(ctx context.Context, r *request, st *txState) error {
 	for _, e := range b.Entities {
 		x := e.Entity
 		if _, err := s.exec(ctx, `INSERT INTO entities
-			(doc_id, scope_id, entity_id, parent_id, depth, status, chunk_index, chunk_offset, size, checksum, attempts, message)
-			VALUES (?,?,?,?,?,?,?,?,?,?,?,?)
-			ON CONFLICT(doc_id, scope_id, entity_id) DO UPDATE SET
+			(doc_id, attempt, scope_id, scope_instance, entity_id, parent_id, depth, status, chunk_index, chunk_offset, size, checksum, attempts, message)
+			VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+			ON CONFLICT(doc_id, attempt, scope_id, scope_instance, entity_id) DO UPDATE SET
 			parent_id=excluded.parent_id, depth=excluded.depth, status=excluded.status,
 			chunk_index=excluded.chunk_index, chunk_offset=excluded.chunk_offset, size=excluded.size,
-			checksum=excluded.checksum, attempts=excluded.attempts, message=excluded.message`, e.DocID, x.GetScopeId(), x.GetEntityId(), x.GetParentId(), x.GetDepth(), int32(x.GetStatus()),
+			checksum=excluded.checksum, attempts=excluded.attempts, message=excluded.message`, e.DocID, e.Attempt, x.GetScopeId(), e.ScopeInstance, x.GetEntityId(), x.GetParentId(), x.GetDepth(), int32(x.GetStatus()),
 			x.GetChunkIndex(), int64(x.GetChunkOffset()), int64(x.GetSizeBytes()), x.GetChecksum(),
 			x.GetAttempts(), x.GetMessage()); err != nil {
 			return fmt.Errorf("store: upsert entity %s/%d/%d: %w", e.DocID, x.GetScopeId(), x.GetEntityId(), err)
@@ -57,8 +57,9 @@ func (s *impl) apply(ctx context.Context, r *request, st *txState) error {
 		if err != nil {
 			return fmt.Errorf("store: encode digest: %w", err)
 		}
-		if _, err := s.exec(ctx, `INSERT INTO digests (doc_id, scope_id, body) VALUES (?,?,?)
-			ON CONFLICT(doc_id, scope_id) DO UPDATE SET body=excluded.body`, d.DocID, d.Digest.GetScopeId(), body); err != nil {
+		if _, err := s.exec(ctx, `INSERT INTO digests (doc_id, attempt, scope_id, scope_instance, body) VALUES (?,?,?,?,?)
+			ON CONFLICT(doc_id, attempt, scope_id, scope_instance) DO UPDATE SET body=excluded.body`,
+			d.DocID, d.Attempt, d.Digest.GetScopeId(), d.ScopeInstance, body); err != nil {
 			return fmt.Errorf("store: upsert digest %s/%d: %w", d.DocID, d.Digest.GetScopeId(), err)
 		}
 	}

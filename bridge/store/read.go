@@ -121,7 +121,9 @@ func readDocument(ctx context.Context, q querier, tenant, id string, withEntitie
 // fillChildren sets Digests, ClaimChecks and (optionally) Entities.
 func fillChildren(ctx context.Context, q querier, rec *DocumentRecord, withEntities bool) error {
 	id := rec.Doc.GetId()
-	rows, err := q.QueryContext(ctx, "SELECT body FROM digests WHERE doc_id = ? ORDER BY scope_id", id)
+	rows, err := q.QueryContext(ctx, `SELECT body FROM digests WHERE doc_id = ?1
+		AND attempt = (SELECT coalesce(max(attempt), 0) FROM digests WHERE doc_id = ?1)
+		ORDER BY scope_id, scope_instance`, id)
 	if err != nil {
 		return fmt.Errorf("store: read digests of %s: %w", id, err)
 	}
@@ -169,7 +171,9 @@ func fillChildren(ctx context.Context, q querier, rec *DocumentRecord, withEntit
 }
 
 func readEntities(ctx context.Context, q querier, docID string) ([]*gatewayv1.Entity, error) {
-	rows, err := q.QueryContext(ctx, "SELECT "+entityCols+" FROM entities WHERE doc_id = ? ORDER BY scope_id, entity_id", docID)
+	rows, err := q.QueryContext(ctx, "SELECT "+entityCols+` FROM entities WHERE doc_id = ?1
+		AND attempt = (SELECT coalesce(max(attempt), 0) FROM entities WHERE doc_id = ?1)
+		ORDER BY scope_id, scope_instance, entity_id`, docID)
 	if err != nil {
 		return nil, fmt.Errorf("store: read entities of %s: %w", docID, err)
 	}
@@ -435,7 +439,8 @@ func (s *impl) snapshotDocuments(ctx context.Context, tenant string) (seq uint64
 			return err
 		}
 		rows, err = tx.QueryContext(ctx, `SELECT g.doc_id, g.body FROM digests g JOIN documents d ON d.id = g.doc_id
-			WHERE d.tenant = ? ORDER BY g.doc_id, g.scope_id`, tenant)
+			WHERE d.tenant = ? AND g.attempt = (SELECT max(attempt) FROM digests WHERE doc_id = g.doc_id)
+			ORDER BY g.doc_id, g.scope_id, g.scope_instance`, tenant)
 		if err != nil {
 			return fmt.Errorf("store: snapshot digests: %w", err)
 		}

@@ -90,6 +90,47 @@ CREATE TABLE events (
 CREATE INDEX events_tenant ON events(tenant, seq);
 CREATE INDEX events_doc ON events(doc_id, seq);
 `,
+	// 2: entities and digests keyed by dispatch attempt and scope instance.
+	// A re-dispatched document starts a new attempt whose entity IDs (a new
+	// session counts from 1) and peer scope IDs collide with the previous
+	// attempt's, and a peer may reuse a scope ID within one document after
+	// its SCOPE_DIGEST (docs/profile.md 2). Reads return the newest attempt
+	// only. Existing rows become attempt 0, instance 0.
+	`
+CREATE TABLE entities_v2 (
+	doc_id         TEXT NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+	attempt        INTEGER NOT NULL,
+	scope_id       INTEGER NOT NULL,
+	scope_instance INTEGER NOT NULL,
+	entity_id      INTEGER NOT NULL,
+	parent_id      INTEGER NOT NULL,
+	depth          INTEGER NOT NULL,
+	status         INTEGER NOT NULL,
+	chunk_index    INTEGER NOT NULL,
+	chunk_offset   INTEGER NOT NULL,
+	size           INTEGER NOT NULL,
+	checksum       TEXT NOT NULL,
+	attempts       INTEGER NOT NULL,
+	message        TEXT NOT NULL,
+	PRIMARY KEY (doc_id, attempt, scope_id, scope_instance, entity_id)
+) WITHOUT ROWID;
+INSERT INTO entities_v2 SELECT doc_id, 0, scope_id, 0, entity_id, parent_id, depth, status, chunk_index,
+	chunk_offset, size, checksum, attempts, message FROM entities;
+DROP TABLE entities;
+ALTER TABLE entities_v2 RENAME TO entities;
+
+CREATE TABLE digests_v2 (
+	doc_id         TEXT NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+	attempt        INTEGER NOT NULL,
+	scope_id       INTEGER NOT NULL,
+	scope_instance INTEGER NOT NULL,
+	body           BLOB NOT NULL,
+	PRIMARY KEY (doc_id, attempt, scope_id, scope_instance)
+) WITHOUT ROWID;
+INSERT INTO digests_v2 SELECT doc_id, 0, scope_id, 0, body FROM digests;
+DROP TABLE digests;
+ALTER TABLE digests_v2 RENAME TO digests;
+`,
 }
 
 // migrate brings the schema to len(migrations) in one transaction. A database
