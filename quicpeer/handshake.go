@@ -18,13 +18,17 @@ import (
 // stream beyond stream 0, and liveness from the offered keepalive
 // (Section 5.1.4: transport-native liveness first; MaxIdleTimeout is
 // 3 x keepalive, the QUIC PING period half the keepalive).
-func quicConfig(cfg *resolved) *quic.Config {
+func quicConfig(cfg *resolved, role Role) *quic.Config {
 	ka := defaultKeepaliveDuration(cfg.offer)
+	bidi := int64(1) // the server accepts stream 0 only
+	if role == RoleClient {
+		bidi = -1 // the server opens no bidirectional stream
+	}
 	return &quic.Config{
 		HandshakeIdleTimeout:  cfg.HandshakeTimeout,
 		MaxIdleTimeout:        idleFactor * ka,
 		KeepAlivePeriod:       ka / 2,
-		MaxIncomingStreams:    1, // stream 0 only
+		MaxIncomingStreams:    bidi,
 		MaxIncomingUniStreams: cfg.Limits.MaxIncomingStreams,
 	}
 }
@@ -44,7 +48,7 @@ func dial(ctx context.Context, addr string, c Config) (*Session, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.HandshakeTimeout)
 	defer cancel()
-	qc, err := quic.DialAddr(ctx, addr, cfg.TLS, quicConfig(cfg))
+	qc, err := quic.DialAddr(ctx, addr, cfg.TLS, quicConfig(cfg, RoleClient))
 	if err != nil {
 		return nil, fmt.Errorf("quicpeer: dial %s: %w", addr, err)
 	}
@@ -175,7 +179,7 @@ func listen(addr string, c Config) (*Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	ql, err := quic.ListenAddr(addr, cfg.TLS, quicConfig(cfg))
+	ql, err := quic.ListenAddr(addr, cfg.TLS, quicConfig(cfg, RoleServer))
 	if err != nil {
 		return nil, fmt.Errorf("quicpeer: listen %s: %w", addr, err)
 	}

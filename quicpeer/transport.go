@@ -50,11 +50,18 @@ type stream interface {
 
 type quicConn struct{ c *quic.Conn }
 
+// controlUrgency is the RFC 9218 urgency of stream 0 (0 = most urgent, the
+// default is 3): status updates go before entity data (Section 5.1.2).
+const controlUrgency = 0
+
+// OpenStreamSync and AcceptStream are used for stream 0 only; it gets the
+// highest send priority.
 func (q quicConn) OpenStreamSync(ctx context.Context) (stream, error) {
 	s, err := q.c.OpenStreamSync(ctx)
 	if err != nil {
 		return nil, err
 	}
+	s.SetPriority(controlUrgency, false)
 	return quicStream{s}, nil
 }
 
@@ -63,6 +70,7 @@ func (q quicConn) AcceptStream(ctx context.Context) (stream, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.SetPriority(controlUrgency, false)
 	return quicStream{s}, nil
 }
 
