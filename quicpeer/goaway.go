@@ -122,10 +122,6 @@ func (s *session) setDetached(scope, id uint32, on bool) error {
 	return nil
 }
 
-// goawayLinger is how long a drained session waits for in-flight frames to
-// reach the peer before it closes (added by the peer helper; see goAway).
-const goawayLinger = 500 * time.Millisecond
-
 // cursorLoop sends connection-level cursor updates (client role,
 // docs/profile.md section 2), coalesced to one per cursorUpdateInterval.
 func (s *session) cursorLoop() {

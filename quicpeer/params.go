@@ -53,6 +53,11 @@ const (
 	// the next stream before it exits: long enough to carry a burst, short
 	// enough that an idle session holds no workers.
 	workerIdle = time.Second
+	// goawayLinger is how long a drained session waits before its
+	// CONNECTION_CLOSE, which would discard stream data the peer has not
+	// received yet (the last statuses and result streams); the peer
+	// usually closes first.
+	goawayLinger = 500 * time.Millisecond
 	// closeDrainTimeout bounds how long a session waits for its internal
 	// goroutines after the connection ended.
 	closeDrainTimeout = 5 * time.Second
