@@ -47,9 +47,18 @@ func (b *Bridge) GetClaim(ctx context.Context, t Tenant, claimID string) (*gatew
 
 // Redeem resumes a deferred entity exactly once (profile 6): the store
 // moves the claim ISSUED -> REDEEMED atomically, then the original payload
-// is sent again with pipestream.claim-id. A replay answers ErrClaimRedeemed,
-// an expired claim ErrClaimExpired, an unknown one (or another tenant's)
-// ErrNotFound.
+// is sent again with pipestream.claim-id, and Redeem waits for the peer's
+// answer (the redeemed entity's next status, or the stream abort). A replay
+// answers ErrClaimRedeemed, an expired claim ErrClaimExpired, an unknown one
+// (or another tenant's) ErrNotFound.
+//
+// A claim issued to an earlier dispatch attempt of the document (the
+// document was re-dispatched after a lost session or a gateway restart)
+// stays redeemable: the new attempt sends the same chunk again, and the peer
+// defers it again with a new claim; redeeming the old claim resumes the
+// entity through the new one (at once, or as soon as the new attempt
+// defers it). Both claims end REDEEMED; the events say which one carried
+// the redemption.
 func (b *Bridge) Redeem(ctx context.Context, t Tenant, claimID string) (*gatewayv1.ClaimCheck, error) {
 	if err := checkClaimID(claimID); err != nil {
 		return nil, err
@@ -73,24 +82,30 @@ func (b *Bridge) Redeem(ctx context.Context, t Tenant, claimID string) (*gateway
 		return nil, fmt.Errorf("%s belongs to document %s, which is finished; nothing waits for it: %w", what, rec.Claim.DocumentId, ErrFailedPrecondition)
 	}
 	cr := d.claims[claimID]
-	if cr == nil || cr.attempt != d.attempt || d.sess == nil || cr.sess != d.sess {
+	switch {
+	case cr == nil || cr.slot == noSlot && cr.key.scope == 0:
 		b.mu.Unlock()
-		if d.sess == nil {
-			return nil, fmt.Errorf("document %s is waiting for a peer session; retry the redemption later: %w", d.id, ErrUnavailable)
-		}
-		return nil, fmt.Errorf("%s was issued to an earlier dispatch of document %s, which was re-dispatched since; redeem the newest claim: %w",
+		return nil, fmt.Errorf("%s was issued to an earlier dispatch of document %s whose entity the gateway no longer knows; redeem the document's newest claim: %w",
 			what, d.id, ErrFailedPrecondition)
-	}
-	ss := d.sess
-	e := proto.Clone(d.ents[cr.key]).(*gatewayv1.Entity)
-	isRoot := cr.key == entKey{0, d.rootID}
-	if cr.key.scope != 0 {
+	case cr.key.scope != 0:
 		b.mu.Unlock()
 		return nil, fmt.Errorf("%s defers an entity the peer created in its scope %d; the gateway has no payload to resume it: %w",
 			what, cr.key.scope, ErrFailedPrecondition)
+	case cr.attempt == d.attempt && d.sess != nil && cr.sess == d.sess:
+		b.mu.Unlock()
+		return b.redeemRun(ctx, d, claimID, "")
 	}
+	// A claim of an earlier attempt: find the current attempt's claim for
+	// the same chunk (or root).
+	cur := ""
+	for id, c := range d.claims {
+		if id != claimID && c.attempt == d.attempt && d.sess != nil && c.sess == d.sess && c.slot == cr.slot &&
+			c.c.State == gatewayv1.ClaimCheck_ISSUED {
+			cur = id
+		}
+	}
+	from := cr.attempt
 	b.mu.Unlock()
-
 	res, err := b.commit(ctx, &store.Batch{Redeem: &store.RedeemClaim{Tenant: string(t), ClaimID: claimID, Now: now}})
 	if err != nil {
 		return nil, mapStoreErr(what, err)
@@ -99,37 +114,140 @@ func (b *Bridge) Redeem(ctx context.Context, t Tenant, claimID string) (*gateway
 	b.mu.Lock()
 	cr.c = proto.Clone(res.Claim).(*gatewayv1.ClaimCheck)
 	cr.c.DocumentId = d.id
-	d.addEvent(&gatewayv1.Event{Kind: kindClaim, ClaimId: claimID, ClaimAction: "redeemed", EntityId: e.EntityId, ScopeId: e.ScopeId})
+	msg := fmt.Sprintf("issued to dispatch attempt %d; resumes the entity of attempt %d", from, d.attempt)
+	if cur == "" {
+		msg += " once the peer defers it again"
+		d.preRedeem[cr.slot] = claimID
+	}
+	d.addEvent(&gatewayv1.Event{Kind: kindClaim, ClaimId: claimID, ClaimAction: "redeemed", EntityId: cr.c.EntityId, ScopeId: cr.c.ScopeId, Message: msg})
+	d.dirtyClaims[claimID] = true
+	out := publicClaim(cr.c, time.Now())
 	b.kickFlush()
 	b.mu.Unlock()
+	if cur != "" {
+		if _, err := b.redeemRun(ctx, d, cur, claimID); err != nil {
+			return nil, fmt.Errorf("%s is redeemed, but resuming the entity through the current claim %s failed: %w", what, cur, err)
+		}
+	}
+	return out, nil
+}
+
+// redeemRun redeems claim claimID of d's current attempt (via: the earlier
+// claim the client redeemed, "" when it is this one) and waits for the
+// peer's answer: the redeemed entity's next status on the session
+// (PROCESSING or later: accepted; FAILED or ABANDONED: refused), or the
+// stream abort with PIPESTREAM_CLAIM_EXPIRED / _CLAIM_NOT_FOUND. A peer
+// that refuses after the payload was fully written only aborts the stream,
+// which quic-go does not report once the stream was closed (FIN): silence
+// for redeemAckTimeout counts as a refusal. A refusal is recorded on the
+// claim (event with a message), the entity and the document.
+func (b *Bridge) redeemRun(ctx context.Context, d *docRun, claimID, via string) (*gatewayv1.ClaimCheck, error) {
+	what := "claim " + claimID
+	b.mu.Lock()
+	cr := d.claims[claimID]
+	if cr == nil || d.terminal() || cr.attempt != d.attempt || d.sess == nil || cr.sess != d.sess {
+		b.mu.Unlock()
+		return nil, fmt.Errorf("document %s was re-dispatched or finished while %s was being redeemed; retry: %w", d.id, what, ErrUnavailable)
+	}
+	ss := d.sess
+	e := proto.Clone(d.ents[cr.key]).(*gatewayv1.Entity)
+	isRoot := cr.key == rootKey(d.rootID)
+	tenant := d.tenant
+	b.mu.Unlock()
+
+	res, err := b.commit(ctx, &store.Batch{Redeem: &store.RedeemClaim{Tenant: string(tenant), ClaimID: claimID, Now: time.Now()}})
+	if err != nil {
+		return nil, mapStoreErr(what, err)
+	}
+	b.m.claims.WithLabelValues("redeemed").Inc()
+	sk := entKey{id: e.EntityId}
+	w := make(chan wire.Status, 1)
+	b.mu.Lock()
+	cr.c = proto.Clone(res.Claim).(*gatewayv1.ClaimCheck)
+	cr.c.DocumentId = d.id
+	msg := ""
+	if via != "" {
+		msg = "redeemed through claim " + via + " of an earlier dispatch attempt"
+	}
+	d.addEvent(&gatewayv1.Event{Kind: kindClaim, ClaimId: claimID, ClaimAction: "redeemed", EntityId: e.EntityId, ScopeId: e.ScopeId, Message: msg})
+	ss.waiters[sk] = w
+	b.kickFlush()
+	b.mu.Unlock()
+	dropWaiter := func() {
+		b.mu.Lock()
+		if ss.waiters[sk] == w {
+			delete(ss.waiters, sk)
+		}
+		b.mu.Unlock()
+	}
 
 	if err := b.sendRedemption(ctx, d, ss, e, isRoot, claimID); err != nil {
+		dropWaiter()
 		switch wire.CodeOf(err) {
 		case wire.CodeClaimExpired:
-			b.rejectClaim(d, claimID, gatewayv1.ClaimCheck_EXPIRED, "expired")
+			b.rejectClaim(d, claimID, gatewayv1.ClaimCheck_EXPIRED, "expired", "the peer refused the redemption: PIPESTREAM_CLAIM_EXPIRED")
 			return nil, fmt.Errorf("the peer rejected %s as expired (PIPESTREAM_CLAIM_EXPIRED): %w", what, ErrClaimExpired)
 		case wire.CodeClaimNotFound:
-			b.rejectClaim(d, claimID, gatewayv1.ClaimCheck_REDEEMED, "rejected")
+			b.rejectClaim(d, claimID, gatewayv1.ClaimCheck_REDEEMED, "rejected", "the peer refused the redemption: PIPESTREAM_CLAIM_NOT_FOUND (unknown or already redeemed)")
 			return nil, fmt.Errorf("the peer does not know %s or it was redeemed before (PIPESTREAM_CLAIM_NOT_FOUND): %w", what, ErrClaimRedeemed)
 		}
 		return nil, fmt.Errorf("%s is redeemed but resuming the entity failed (%v); the document is re-dispatched if its session is lost: %w",
 			what, err, ErrUnavailable)
 	}
-	return publicClaim(cr.c, time.Now()), nil
+	t := time.NewTimer(redeemAckTimeout)
+	defer t.Stop()
+	select {
+	case st := <-w:
+		switch st {
+		case wire.StatusFailed:
+			b.rejectClaim(d, claimID, gatewayv1.ClaimCheck_REDEEMED, "rejected", "the peer refused the redemption (FAILED for the redeemed entity)")
+			return nil, fmt.Errorf("the peer refused %s (FAILED for the redeemed entity): %w", what, ErrFailedPrecondition)
+		case wire.StatusAbandoned:
+			b.rejectClaim(d, claimID, gatewayv1.ClaimCheck_EXPIRED, "expired", "the peer abandoned the deferred entity: its claim expired before the redemption")
+			return nil, fmt.Errorf("the peer abandoned the entity of %s: the claim expired at the peer: %w", what, ErrClaimExpired)
+		}
+	case <-t.C:
+		dropWaiter()
+		why := fmt.Sprintf("the peer did not acknowledge the redemption within %v: it refused the claim (PIPESTREAM_CLAIM_NOT_FOUND or _EXPIRED after the payload was sent) or is overloaded", redeemAckTimeout)
+		b.rejectClaim(d, claimID, gatewayv1.ClaimCheck_REDEEMED, "rejected", why)
+		return nil, fmt.Errorf("%s: %s: %w", what, why, ErrFailedPrecondition)
+	case <-ss.s.Done():
+		dropWaiter()
+		return nil, fmt.Errorf("%s: the peer session ended before the peer acknowledged the redemption; the document is re-dispatched: %w", what, ErrUnavailable)
+	case <-ctx.Done():
+		dropWaiter()
+		return nil, ctx.Err()
+	}
+	b.mu.Lock()
+	out := publicClaim(cr.c, time.Now())
+	b.mu.Unlock()
+	return out, nil
 }
 
-// rejectClaim records the peer's rejection of a redemption.
-func (b *Bridge) rejectClaim(d *docRun, claimID string, st gatewayv1.ClaimCheck_ClaimState, action string) {
+// rejectClaim records the peer's refusal of a redemption on the claim (state
+// and a #claim event with why), the deferred entity and the document.
+func (b *Bridge) rejectClaim(d *docRun, claimID string, st gatewayv1.ClaimCheck_ClaimState, action, why string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.m.claims.WithLabelValues(action).Inc()
+	b.log.Warn("bridge: the peer refused a redemption", "doc", d.id, "claim", claimID, "why", why)
 	cr := d.claims[claimID]
 	if cr == nil {
 		return
 	}
 	cr.c.State = st
 	d.dirtyClaims[claimID] = true
-	d.addEvent(&gatewayv1.Event{Kind: kindClaim, ClaimId: claimID, ClaimAction: action, Message: "rejected by the peer"})
+	msg := "claim " + claimID + ": " + why
+	if e := d.ents[cr.key]; e != nil && cr.attempt == d.attempt {
+		e.Message = msg
+		d.dirtyEnts[dirtyEnt{d.attempt, cr.key}] = e
+	}
+	if d.rec.Doc.Error == "" {
+		d.rec.Doc.Error = msg
+	} else {
+		d.rec.Doc.Error += "; " + msg
+	}
+	d.addEvent(&gatewayv1.Event{Kind: kindClaim, ClaimId: claimID, ClaimAction: action, EntityId: cr.c.EntityId, ScopeId: cr.c.ScopeId, Message: why})
 	b.kickFlush()
 }
 

@@ -24,9 +24,16 @@ type sessState struct {
 	ents   map[entKey]*entRef     // (scope, id) on this session -> document entity
 	scopes map[uint32]*scopeOwner // peer-allocated scope -> owner
 	dehyd  []parentRef            // entities the peer reported DEHYDRATING, awaiting their scope
-	docs   map[*docRun]struct{}   // documents whose current attempt runs here
-	goaway bool                   // GOAWAY received: assign nothing new here
-	closed bool
+	// lastDehyd: the latest DEHYDRATING per entity ID, which a BARRIER's
+	// Parent Entity ID resolves against (profile 6).
+	lastDehyd map[uint32]parentRef
+	// waiters: redemptions waiting for the peer's first status of the
+	// redeemed entity (session key).
+	waiters  map[entKey]chan wire.Status
+	guessLog bool                 // the no-BARRIER fallback was logged on this session
+	docs     map[*docRun]struct{} // documents whose current attempt runs here
+	goaway   bool                 // GOAWAY received: assign nothing new here
+	closed   bool
 }
 
 // entRef maps a session entity to its document entity (key is the
@@ -40,9 +47,11 @@ type entRef struct {
 }
 
 type scopeOwner struct {
-	doc    *docRun
-	parent entKey
-	depth  uint8
+	doc     *docRun
+	attempt uint32
+	parent  entKey // document key of the entity the scope belongs to
+	inst    uint32 // instance of the scope ID in the document's attempt
+	depth   uint8
 }
 
 type parentRef struct {
@@ -125,7 +134,8 @@ func (b *Bridge) connLoop(ctx context.Context) {
 
 // dial opens a session and makes it the active one.
 func (b *Bridge) dial(ctx context.Context) (*sessState, error) {
-	ss := &sessState{ents: map[entKey]*entRef{}, scopes: map[uint32]*scopeOwner{}, docs: map[*docRun]struct{}{}}
+	ss := &sessState{ents: map[entKey]*entRef{}, scopes: map[uint32]*scopeOwner{}, docs: map[*docRun]struct{}{},
+		lastDehyd: map[uint32]parentRef{}, waiters: map[entKey]chan wire.Status{}}
 	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
 	s, err := quicpeer.Dial(dctx, b.opts.PeerAddr, quicpeer.Config{

@@ -51,6 +51,7 @@ func (b *Bridge) newAttemptLocked(d *docRun, ss *sessState) *attemptJob {
 	d.sess = ss
 	ss.docs[d] = struct{}{}
 	d.ents = map[entKey]*gatewayv1.Entity{}
+	d.digests, d.scopeUses = map[scopeKey]*gatewayv1.ScopeDigest{}, map[uint32]uint32{}
 	d.rootID, d.sendDone, d.rootComplete, d.rootFailures = 0, false, false, 0
 	d.resultReady, d.resultErr = false, ""
 	ctx, cancel := context.WithCancel(b.ctx)
@@ -159,9 +160,9 @@ func (b *Bridge) sendDocument(j *attemptJob, src chunkSource) error {
 	}
 	b.mu.Lock()
 	if j.current() {
-		e := d.ents[entKey{0, rootID}]
+		e := d.ents[rootKey(rootID)]
 		e.Status = gatewayv1.EntityStatus_ENTITY_STATUS_DEHYDRATING
-		d.setEntity(entKey{0, rootID}, e)
+		d.setEntity(rootKey(rootID), e)
 		b.kickFlush()
 	}
 	b.mu.Unlock()
@@ -195,7 +196,7 @@ func (b *Bridge) sendDocument(j *attemptJob, src chunkSource) error {
 			b.mu.Unlock()
 			return context.Canceled
 		}
-		k := entKey{0, id}
+		k := rootKey(id)
 		ss.ents[k] = &entRef{doc: d, key: k, attempt: j.attempt}
 		d.setEntity(k, &gatewayv1.Entity{EntityId: id, ParentId: rootID, Status: gatewayv1.EntityStatus_ENTITY_STATUS_PENDING,
 			ChunkIndex: uint32(c.Index), ChunkOffset: c.Offset, SizeBytes: uint64(len(c.Data)), Checksum: hexSum(c.Sum[:])})
@@ -249,7 +250,7 @@ func (b *Bridge) sendWhole(j *attemptJob, f io.Reader) error {
 func (b *Bridge) registerRootLocked(j *attemptJob, rootID uint32) {
 	d := j.d
 	d.rootID = rootID
-	k := entKey{0, rootID}
+	k := rootKey(rootID)
 	j.ss.ents[k] = &entRef{doc: d, key: k, attempt: j.attempt}
 	d.setEntity(k, &gatewayv1.Entity{EntityId: rootID, Status: gatewayv1.EntityStatus_ENTITY_STATUS_PENDING,
 		SizeBytes: uint64(d.size), Checksum: hexSum(d.sum[:]), Attempts: d.rec.DispatchAttempts})

@@ -3,7 +3,9 @@ package bridge
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
+	"math"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -22,8 +24,29 @@ const (
 )
 
 // entKey identifies an entity of a document's current dispatch attempt:
-// (scope, entity id) on the session the attempt runs on.
-type entKey struct{ scope, id uint32 }
+// (scope, entity id) on the session the attempt runs on, plus the instance
+// of the scope: a peer may reuse a scope ID within one document after its
+// SCOPE_DIGEST (profile 2), and each use is a scope of its own. Session-level
+// maps (sessState.ents) leave inst 0: there a scope ID names one live scope.
+type entKey struct{ scope, inst, id uint32 }
+
+// rootKey is the key of a root-scope entity.
+func rootKey(id uint32) entKey { return entKey{id: id} }
+
+// scopeKey is one use of a peer scope in a document's attempt.
+type scopeKey struct{ scope, inst uint32 }
+
+// dirtyEnt and dirtyDigest name a row to write: rows are keyed by dispatch
+// attempt in the store (older attempts are superseded, store migration 2).
+type dirtyEnt struct {
+	attempt uint32
+	k       entKey
+}
+
+type dirtyDigest struct {
+	attempt uint32
+	k       scopeKey
+}
 
 // docRun is the in-memory state of a non-terminal document. Every field is
 // guarded by Bridge.mu unless noted.
@@ -40,16 +63,21 @@ type docRun struct {
 	persistedRev uint64
 	dirty        bool
 	pending      []*gatewayv1.Event
-	dirtyEnts    map[entKey]*gatewayv1.Entity // pointer: survives an attempt reset
-	dirtyDigests map[uint32]bool
+	dirtyEnts    map[dirtyEnt]*gatewayv1.Entity // pointer: survives an attempt reset
+	dirtyDigests map[dirtyDigest]*gatewayv1.ScopeDigest
 	dirtyClaims  map[string]bool
 
-	ents    map[entKey]*gatewayv1.Entity // current attempt
-	digests map[uint32]*gatewayv1.ScopeDigest
-	claims  map[string]*claimRun
+	ents      map[entKey]*gatewayv1.Entity // current attempt
+	digests   map[scopeKey]*gatewayv1.ScopeDigest
+	scopeUses map[uint32]uint32 // current attempt: uses of each peer scope ID so far
+	claims    map[string]*claimRun
+	// preRedeem: a claim of an earlier attempt was redeemed before the
+	// current attempt deferred the same chunk again (key: chunk slot); the
+	// current attempt's claim is redeemed through it when it is issued.
+	preRedeem map[int64]string
 
 	// Dispatch state of the current attempt.
-	attempt      uint32 // 1-based; 0 = never dispatched
+	attempt      uint32 // 1-based generation, persisted in rec.Private; 0 = never dispatched
 	sess         *sessState
 	rootID       uint32
 	sendDone     bool
@@ -73,7 +101,15 @@ type claimRun struct {
 	attempt uint32
 	key     entKey     // the deferred entity
 	sess    *sessState // session that saw DEFERRED
+	// slot is what the deferred entity stands for: its chunk index, or -1
+	// for the root (a document sent whole). A later attempt re-sends the
+	// same slot; that is how a claim of an earlier attempt finds the entity
+	// it resumes now (profile 6).
+	slot int64
 }
+
+// noSlot marks a claim whose entity is in a peer scope (nothing to resume).
+const noSlot = -2
 
 func (d *docRun) terminal() bool { return store.IsTerminal(d.rec.Doc.GetState()) }
 
@@ -115,7 +151,7 @@ func (d *docRun) setState(s gatewayv1.State, msg string) {
 // setEntity records an entity status change and its #status event.
 func (d *docRun) setEntity(k entKey, e *gatewayv1.Entity) {
 	d.ents[k] = e
-	d.dirtyEnts[k] = e
+	d.dirtyEnts[dirtyEnt{d.attempt, k}] = e
 	d.addEvent(&gatewayv1.Event{Kind: kindStatus, EntityId: e.EntityId, ScopeId: e.ScopeId, EntityStatus: e.Status})
 }
 
@@ -152,7 +188,7 @@ func (d *docRun) counts() *gatewayv1.EntityCounts {
 // allChildrenComplete reports whether every non-root entity is COMPLETE.
 func (d *docRun) allChildrenComplete() (complete, total int) {
 	for k, e := range d.ents {
-		if k.scope == 0 && k.id == d.rootID {
+		if k == rootKey(d.rootID) {
 			continue
 		}
 		total++
@@ -166,6 +202,7 @@ func (d *docRun) allChildrenComplete() (complete, total int) {
 // snapshot returns a copy of the record for a store write (counts filled).
 func (d *docRun) snapshot() *store.DocumentRecord {
 	r := *d.rec
+	r.Private = appendPrivate(nil, d.attempt)
 	r.Doc = proto.Clone(d.rec.Doc).(*gatewayv1.Document)
 	r.Doc.EntityCounts = d.counts()
 	r.Doc.Entities, r.Doc.Digests, r.Doc.ClaimChecks = nil, nil, nil
@@ -189,3 +226,25 @@ func terminalEntity(s gatewayv1.EntityStatus) bool {
 func hexSum(b []byte) string { return hex.EncodeToString(b) }
 
 func sumOf(b []byte) [32]byte { return sha256.Sum256(b) }
+
+// privateV1 is the version byte of DocumentRecord.Private: 0x01, then the
+// dispatch attempt generation as a uvarint. The generation keys entity and
+// digest rows (store migration 2) and must grow across restarts.
+const privateV1 = 0x01
+
+func appendPrivate(b []byte, attempt uint32) []byte {
+	return binary.AppendUvarint(append(b, privateV1), uint64(attempt))
+}
+
+// parsePrivate returns the attempt generation stored by appendPrivate (0
+// for a record written before it existed).
+func parsePrivate(b []byte) uint32 {
+	if len(b) < 2 || b[0] != privateV1 {
+		return 0
+	}
+	v, n := binary.Uvarint(b[1:])
+	if n <= 0 || v > math.MaxUint32 {
+		return 0
+	}
+	return uint32(v)
+}

@@ -37,7 +37,13 @@ func (h *handler) HandleScopeDigest(s *quicpeer.Session, f wire.ScopeDigestFrame
 	b.onDigestLocked(h.ss, f)
 }
 
-func (h *handler) HandleBarrier(*quicpeer.Session, wire.BarrierFrame)        {}
+func (h *handler) HandleBarrier(s *quicpeer.Session, f wire.BarrierFrame) {
+	b := h.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.onBarrierLocked(h.ss, f)
+}
+
 func (h *handler) HandleCheckpoint(*quicpeer.Session, *wire.CheckpointFrame) {}
 
 func (h *handler) HandleGoAway(s *quicpeer.Session, f wire.GoAwayFrame) {
@@ -73,7 +79,11 @@ func (b *Bridge) onStatusLocked(ss *sessState, f wire.StatusFrame) {
 	if f.EntityID == wire.ConnectionEntity || f.Status == wire.StatusUnspecified {
 		return // cursor update or heartbeat
 	}
-	sk := entKey{f.ScopeID, f.EntityID}
+	sk := entKey{scope: f.ScopeID, id: f.EntityID}
+	if w := ss.waiters[sk]; w != nil {
+		delete(ss.waiters, sk)
+		w <- f.Status // buffered: never blocks
+	}
 	ref := ss.ents[sk]
 	if ref == nil {
 		if f.ScopeID == 0 {
@@ -108,7 +118,9 @@ func (b *Bridge) onStatusLocked(ss *sessState, f wire.StatusFrame) {
 	}
 	d.setEntity(ref.key, e)
 	if f.Status == wire.StatusDehydrating && prev != e.Status {
-		ss.dehyd = append(ss.dehyd, parentRef{doc: d, key: ref.key, depth: f.Depth})
+		p := parentRef{doc: d, key: ref.key, depth: f.Depth}
+		ss.dehyd = append(ss.dehyd, p)
+		ss.lastDehyd[f.EntityID] = p
 	}
 	if f.Status == wire.StatusDeferred && f.HasExt {
 		b.onDeferredLocked(ss, d, ref, f)
@@ -119,10 +131,53 @@ func (b *Bridge) onStatusLocked(ss *sessState, f wire.StatusFrame) {
 	b.kickFlush()
 }
 
+// onBarrierLocked attributes a peer scope to its parent (profile 6): a
+// waiting BARRIER(S, E) follows STATUS(E, DEHYDRATING) on stream 0, and E's
+// scope is that of the latest DEHYDRATING status with entity ID E. A
+// released BARRIER needs nothing: SCOPE_DIGEST already closed the scope.
+func (b *Bridge) onBarrierLocked(ss *sessState, f wire.BarrierFrame) {
+	if f.Released {
+		return
+	}
+	p, ok := ss.lastDehyd[f.ParentEntityID]
+	if !ok {
+		b.log.Warn("bridge: BARRIER names a parent the peer never reported DEHYDRATING", "scope", f.ScopeID, "parent", f.ParentEntityID)
+		return
+	}
+	delete(ss.lastDehyd, f.ParentEntityID)
+	for i, q := range ss.dehyd {
+		if q == p {
+			ss.dehyd = append(ss.dehyd[:i], ss.dehyd[i+1:]...)
+			break
+		}
+	}
+	if old := ss.scopes[f.ScopeID]; old != nil {
+		b.log.Warn("bridge: peer reused a scope ID before its SCOPE_DIGEST", "scope", f.ScopeID, "parent", f.ParentEntityID)
+	}
+	b.ownScopeLocked(ss, f.ScopeID, p)
+}
+
+// ownScopeLocked records that scope belongs to parent p: the next instance
+// of that scope ID in p's document attempt.
+func (b *Bridge) ownScopeLocked(ss *sessState, scope uint32, p parentRef) *scopeOwner {
+	d := p.doc
+	inst := d.scopeUses[scope]
+	d.scopeUses[scope] = inst + 1
+	own := &scopeOwner{doc: d, attempt: d.attempt, parent: p.key, inst: inst, depth: p.depth + 1}
+	ss.scopes[scope] = own
+	for k := range ss.ents { // a reused scope ID: forget the previous use's entities
+		if k.scope == scope {
+			delete(ss.ents, k)
+		}
+	}
+	return own
+}
+
 // newScopeEntityLocked registers the first status of an entity in a
-// peer-allocated scope (Layer 1). The scope belongs to the oldest entity the
-// peer reported DEHYDRATING at depth-1 that has no scope yet (the peer
-// reports DEHYDRATING(E) before the statuses of E's scope, profile 6).
+// peer-allocated scope (Layer 1). The scope's owner comes from the peer's
+// BARRIER (profile 6). For a peer that sends no BARRIER the scope is
+// guessed: the oldest entity reported DEHYDRATING at depth-1 that has no
+// scope yet (logged once per session).
 func (b *Bridge) newScopeEntityLocked(ss *sessState, f wire.StatusFrame) *entRef {
 	own := ss.scopes[f.ScopeID]
 	if own == nil {
@@ -142,13 +197,24 @@ func (b *Bridge) newScopeEntityLocked(ss *sessState, f wire.StatusFrame) *entRef
 		}
 		p := ss.dehyd[idx]
 		ss.dehyd = append(ss.dehyd[:idx], ss.dehyd[idx+1:]...)
-		own = &scopeOwner{doc: p.doc, parent: p.key, depth: f.Depth}
-		ss.scopes[f.ScopeID] = own
+		if ss.lastDehyd[p.key.id] == p {
+			delete(ss.lastDehyd, p.key.id)
+		}
+		if !ss.guessLog {
+			ss.guessLog = true
+			b.log.Warn("bridge: the peer sent no BARRIER naming the parent of a new scope (profile 6); attributing it to the oldest DEHYDRATING entity",
+				"scope", f.ScopeID, "parent", p.key.id)
+		}
+		own = b.ownScopeLocked(ss, f.ScopeID, p)
 	}
 	d := own.doc
-	key := entKey{f.ScopeID, f.EntityID}
+	if own.attempt != d.attempt {
+		return nil // a scope of an earlier attempt
+	}
+	sk := entKey{scope: f.ScopeID, id: f.EntityID}
+	key := entKey{scope: f.ScopeID, inst: own.inst, id: f.EntityID}
 	ref := &entRef{doc: d, key: key, attempt: d.attempt}
-	ss.ents[key] = ref
+	ss.ents[sk] = ref
 	if d.ents[key] == nil {
 		d.ents[key] = &gatewayv1.Entity{EntityId: f.EntityID, ScopeId: f.ScopeID, Depth: uint32(f.Depth),
 			ParentId: own.parent.id, Status: gatewayv1.EntityStatus_ENTITY_STATUS_PENDING}
@@ -244,7 +310,7 @@ func (b *Bridge) armFinishTimerLocked(d *docRun, after time.Duration, msg string
 			b.maybeFinishLocked(d)
 			return
 		}
-		if e := d.ents[entKey{0, d.rootID}]; e != nil && e.Status != gatewayv1.EntityStatus_ENTITY_STATUS_FAILED && !d.rootComplete {
+		if e := d.ents[rootKey(d.rootID)]; e != nil && e.Status != gatewayv1.EntityStatus_ENTITY_STATUS_FAILED && !d.rootComplete {
 			return // the peer retried meanwhile
 		}
 		b.finishLocked(d, gatewayv1.State_FAILED, msg)
@@ -260,9 +326,18 @@ func (b *Bridge) onDigestLocked(ss *sessState, f wire.ScopeDigestFrame) {
 		return
 	}
 	d := own.doc
+	delete(ss.scopes, f.ScopeID) // the peer may recycle the scope id after its digest
+	for k, r := range ss.ents {
+		if k.scope == f.ScopeID && r.doc == d {
+			delete(ss.ents, k)
+		}
+	}
+	if own.attempt != d.attempt || d.terminal() {
+		return
+	}
 	var leaves []wire.Leaf
 	for k, e := range d.ents {
-		if k.scope == f.ScopeID {
+		if k.scope == f.ScopeID && k.inst == own.inst {
 			leaves = append(leaves, wire.Leaf{EntityID: k.id, Status: wire.Status(e.Status)})
 		}
 	}
@@ -270,11 +345,11 @@ func (b *Bridge) onDigestLocked(ss *sessState, f wire.ScopeDigestFrame) {
 	ok := root == f.MerkleRoot
 	dg := &gatewayv1.ScopeDigest{ScopeId: f.ScopeID, EntitiesProcessed: f.Processed, EntitiesSucceeded: f.Succeeded,
 		EntitiesFailed: f.Failed, EntitiesDeferred: f.Deferred, MerkleRoot: hexSum(f.MerkleRoot[:]), Verified: ok}
-	// Scope IDs are recycled by the peer: key digests by a per-document ordinal
-	// when the same scope id repeats.
-	key := f.ScopeID
+	// Scope IDs may be recycled by the peer: digests are keyed by the
+	// scope's instance (and the attempt), never overwritten.
+	key := scopeKey{f.ScopeID, own.inst}
 	d.digests[key] = dg
-	d.dirtyDigests[key] = true
+	d.dirtyDigests[dirtyDigest{d.attempt, key}] = dg
 	if !ok {
 		b.m.digestMismatch.Inc()
 		b.log.Error("bridge: SCOPE_DIGEST Merkle root mismatch", "doc", d.id, "scope", f.ScopeID,
@@ -289,12 +364,6 @@ func (b *Bridge) onDigestLocked(ss *sessState, f wire.ScopeDigestFrame) {
 	}
 	d.addEvent(&gatewayv1.Event{Kind: kindStatus, ScopeId: f.ScopeID, EntityId: own.parent.id,
 		EntityStatus: d.ents[own.parent].GetStatus(), Name: "ScopeDigest", Message: fmt.Sprintf("verified=%v", ok)})
-	delete(ss.scopes, f.ScopeID) // the peer may recycle the scope id after its digest
-	for k, r := range ss.ents {
-		if k.scope == f.ScopeID && r.doc == d {
-			delete(ss.ents, k)
-		}
-	}
 	b.kickFlush()
 }
 
@@ -313,10 +382,23 @@ func (b *Bridge) onDeferredLocked(ss *sessState, d *docRun, ref *entRef, f wire.
 		ExpireTime: timestamppb.New(time.UnixMicro(int64(ext.ExpiryMicros))),
 		CreateTime: timestamppb.New(now),
 	}
-	d.claims[id] = &claimRun{c: c, key: ref.key, sess: ss, attempt: d.attempt}
+	cr := &claimRun{c: c, key: ref.key, sess: ss, attempt: d.attempt, slot: d.slotOf(ref.key)}
+	d.claims[id] = cr
 	d.dirtyClaims[id] = true
 	d.addEvent(&gatewayv1.Event{Kind: kindClaim, ClaimId: id, ClaimAction: "issued", EntityId: f.EntityID, ScopeId: f.ScopeID})
 	b.m.claims.WithLabelValues("issued").Inc()
+	if via, ok := d.preRedeem[cr.slot]; ok && cr.slot != noSlot {
+		// The client already redeemed this slot's claim of an earlier
+		// attempt: resume the entity through the new claim (profile 6).
+		delete(d.preRedeem, cr.slot)
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			if _, err := b.redeemRun(b.ctx, d, id, via); err != nil {
+				b.log.Warn("bridge: resuming a re-deferred entity through an earlier claim failed", "doc", d.id, "claim", id, "via", via, "err", err)
+			}
+		}()
+	}
 }
 
 // onSessionClosedLocked fails the non-terminal entities of the session's
@@ -402,7 +484,7 @@ func (b *Bridge) onResult(ss *sessState, e *quicpeer.IncomingEntity) {
 	b.mu.Lock()
 	var d *docRun
 	var attempt uint32
-	if ref := ss.ents[entKey{scopeOf(h), h.EntityID}]; ref != nil && ref.key.scope == 0 && ref.key.id == ref.doc.rootID &&
+	if ref := ss.ents[entKey{scope: scopeOf(h), id: h.EntityID}]; ref != nil && ref.key == rootKey(ref.doc.rootID) &&
 		!ref.doc.terminal() && ref.attempt == ref.doc.attempt {
 		d, attempt = ref.doc, ref.attempt
 	}
@@ -454,4 +536,19 @@ func scopeOf(h *wire.EntityHeader) uint32 {
 		return 0
 	}
 	return *h.ScopeID
+}
+
+// slotOf is what entity k of the current attempt stands for: its chunk
+// index, -1 for the root, noSlot for an entity in a peer scope.
+func (d *docRun) slotOf(k entKey) int64 {
+	switch {
+	case k.scope != 0:
+		return noSlot
+	case k == rootKey(d.rootID):
+		return -1
+	}
+	if e := d.ents[k]; e != nil {
+		return int64(e.ChunkIndex)
+	}
+	return noSlot
 }

@@ -49,3 +49,11 @@ const (
 	// document waits this long for the result before failing.
 	resultFinishGrace = 30 * time.Second
 )
+
+// redeemAckTimeout: after sending a redemption the bridge waits this long
+// for the peer's next status of the redeemed entity; a peer that refuses a
+// claim after the whole payload was written only aborts the stream, which
+// the sender no longer observes, so silence counts as a refusal. The peer
+// answers PROCESSING once the payload is in (milliseconds; the payload
+// budget may delay it under load). A variable so tests can shorten it.
+var redeemAckTimeout = 10 * time.Second

@@ -35,8 +35,8 @@ type docFlush struct {
 	d       *docRun
 	prevRev uint64
 	events  []*gatewayv1.Event
-	ents    map[entKey]*gatewayv1.Entity
-	digests map[uint32]bool
+	ents    map[dirtyEnt]*gatewayv1.Entity
+	digests map[dirtyDigest]*gatewayv1.ScopeDigest
 	claims  map[string]bool
 	final   bool
 }
@@ -52,11 +52,13 @@ func (b *Bridge) flush() {
 		}
 		rec := d.snapshot()
 		batch.Updates = append(batch.Updates, store.DocumentUpdate{Record: rec, PrevRev: d.persistedRev})
-		for _, e := range d.dirtyEnts {
-			batch.Entities = append(batch.Entities, store.EntityRecord{DocID: d.id, Entity: proto.Clone(e).(*gatewayv1.Entity)})
+		for k, e := range d.dirtyEnts {
+			batch.Entities = append(batch.Entities, store.EntityRecord{DocID: d.id, Entity: proto.Clone(e).(*gatewayv1.Entity),
+				Attempt: k.attempt, ScopeInstance: k.k.inst})
 		}
-		for k := range d.dirtyDigests {
-			batch.Digests = append(batch.Digests, store.DigestRecord{DocID: d.id, Digest: proto.Clone(d.digests[k]).(*gatewayv1.ScopeDigest)})
+		for k, dg := range d.dirtyDigests {
+			batch.Digests = append(batch.Digests, store.DigestRecord{DocID: d.id, Digest: proto.Clone(dg).(*gatewayv1.ScopeDigest),
+				Attempt: k.attempt, ScopeInstance: k.k.inst})
 		}
 		for id := range d.dirtyClaims {
 			c := proto.Clone(d.claims[id].c).(*gatewayv1.ClaimCheck)
@@ -71,7 +73,7 @@ func (b *Bridge) flush() {
 		d.persistedRev = rec.Doc.Rev
 		d.pending = nil
 		d.dirty = false
-		d.dirtyEnts, d.dirtyDigests, d.dirtyClaims = map[entKey]*gatewayv1.Entity{}, map[uint32]bool{}, map[string]bool{}
+		d.dirtyEnts, d.dirtyDigests, d.dirtyClaims = map[dirtyEnt]*gatewayv1.Entity{}, map[dirtyDigest]*gatewayv1.ScopeDigest{}, map[string]bool{}
 	}
 	b.mu.Unlock()
 	if len(took) == 0 {
@@ -92,8 +94,10 @@ func (b *Bridge) flush() {
 					d.dirtyEnts[k] = e
 				}
 			}
-			for k := range t.digests {
-				d.dirtyDigests[k] = true
+			for k, dg := range t.digests {
+				if _, ok := d.dirtyDigests[k]; !ok {
+					d.dirtyDigests[k] = dg
+				}
 			}
 			for k := range t.claims {
 				d.dirtyClaims[k] = true

@@ -107,13 +107,13 @@ func (b *Bridge) Cancel(ctx context.Context, t Tenant, id string) (*gatewayv1.Do
 	}
 	if d.sess != nil && !d.sess.closed {
 		b.sendCancelLocked(d.sess, d)
-		if e := d.ents[entKey{0, d.rootID}]; e != nil && d.rootID != 0 {
+		if e := d.ents[rootKey(d.rootID)]; e != nil && d.rootID != 0 {
 			e.Status = gatewayv1.EntityStatus_ENTITY_STATUS_ABANDONED
 			if !d.sess.n.Layer2 {
 				e.Status = gatewayv1.EntityStatus_ENTITY_STATUS_FAILED
 			}
 			e.Message = "cancelled by the client"
-			d.setEntity(entKey{0, d.rootID}, e)
+			d.setEntity(rootKey(d.rootID), e)
 		}
 	}
 	b.finishLocked(d, gatewayv1.State_CANCELLED, "cancelled by the client")

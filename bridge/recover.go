@@ -42,16 +42,12 @@ func (b *Bridge) recover(ctx context.Context) error {
 		copy(d.sum[:], mustHex(rec.Doc.Checksum))
 		b.docs[d.id] = d
 		b.m.running.Inc()
-		if ents, err := b.st.ListEntities(ctx, rec.Tenant, d.id); err == nil {
-			for _, e := range ents {
-				if !terminalEntity(e.Status) && e.Status != gatewayv1.EntityStatus_ENTITY_STATUS_DEFERRED {
-					e.Status = gatewayv1.EntityStatus_ENTITY_STATUS_FAILED
-					e.Message = "gateway restarted; the document is re-dispatched"
-					d.setEntity(entKey{e.ScopeId, e.EntityId}, e)
-				}
-			}
-			d.ents = map[entKey]*gatewayv1.Entity{}
-		}
+		// The next dispatch is a new attempt: its entity rows supersede the
+		// previous process's (store migration 2), so those are left as
+		// they are. Issued claims stay redeemable through the new attempt
+		// (profile 6): remember what each deferred entity stood for.
+		d.attempt = parsePrivate(rec.Private)
+		b.loadClaimsLocked(ctx, d)
 		if !fileExists(b.st.SpoolPath(d.id)) {
 			b.finishLocked(d, gatewayv1.State_FAILED, "the spooled content is missing after a restart; resubmit the document")
 			continue
@@ -65,8 +61,6 @@ func (b *Bridge) recover(ctx context.Context) error {
 	if len(recs) > 0 {
 		b.log.Info("bridge: recovered non-terminal documents", "count", len(recs))
 	}
-	// Issued claims of recovered documents stay in the store; a claim issued
-	// on a previous session is redeemed with a fresh entity ID (profile 6).
 	b.kickFlush()
 	return nil
 }
@@ -74,4 +68,29 @@ func (b *Bridge) recover(ctx context.Context) error {
 func mustHex(s string) []byte {
 	b, _ := hex.DecodeString(s)
 	return b
+}
+
+// loadClaimsLocked loads d's ISSUED claims with the chunk (or root) their
+// entity stood for in the newest stored attempt.
+func (b *Bridge) loadClaimsLocked(ctx context.Context, d *docRun) {
+	full, err := b.st.GetDocument(ctx, string(d.tenant), d.id, true)
+	if err != nil {
+		b.log.Warn("bridge: loading claims of a recovered document", "doc", d.id, "err", err)
+		return
+	}
+	for _, c := range full.Doc.ClaimChecks {
+		if c.State != gatewayv1.ClaimCheck_ISSUED {
+			continue
+		}
+		cr := &claimRun{c: proto.Clone(c).(*gatewayv1.ClaimCheck), attempt: d.attempt, key: entKey{scope: c.ScopeId, id: c.EntityId}, slot: noSlot}
+		for _, e := range full.Doc.Entities {
+			if c.ScopeId == 0 && e.ScopeId == 0 && e.EntityId == c.EntityId {
+				cr.slot = int64(e.ChunkIndex)
+				if e.ParentId == 0 {
+					cr.slot = -1
+				}
+			}
+		}
+		d.claims[c.ClaimId] = cr
+	}
 }

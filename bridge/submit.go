@@ -71,8 +71,9 @@ func (b *Bridge) newDocRun(id string, t Tenant, p *plan) *docRun {
 	}
 	return &docRun{
 		id: id, tenant: t, plan: p, rec: &store.DocumentRecord{Tenant: string(t), Doc: doc},
-		dirtyEnts: map[entKey]*gatewayv1.Entity{}, dirtyDigests: map[uint32]bool{}, dirtyClaims: map[string]bool{},
-		ents: map[entKey]*gatewayv1.Entity{}, digests: map[uint32]*gatewayv1.ScopeDigest{}, claims: map[string]*claimRun{},
+		dirtyEnts: map[dirtyEnt]*gatewayv1.Entity{}, dirtyDigests: map[dirtyDigest]*gatewayv1.ScopeDigest{}, dirtyClaims: map[string]bool{},
+		ents: map[entKey]*gatewayv1.Entity{}, digests: map[scopeKey]*gatewayv1.ScopeDigest{}, scopeUses: map[uint32]uint32{},
+		claims: map[string]*claimRun{}, preRedeem: map[int64]string{},
 	}
 }
 
@@ -208,10 +209,11 @@ func (u *upload) commit(ctx context.Context, size int64, sum [32]byte) (*gateway
 	batch := &store.Batch{Create: rec, Events: []store.EventAppend{{Tenant: string(d.tenant), Event: &gatewayv1.Event{
 		Kind: kindDocument, DocumentId: d.id, State: rec.Doc.State, Rev: rec.Doc.Rev, Since: 0, Time: rec.Doc.UpdateTime,
 	}}}}
-	for _, e := range d.ents {
-		batch.Entities = append(batch.Entities, store.EntityRecord{DocID: d.id, Entity: proto.Clone(e).(*gatewayv1.Entity)})
+	for k, e := range d.ents {
+		batch.Entities = append(batch.Entities, store.EntityRecord{DocID: d.id, Entity: proto.Clone(e).(*gatewayv1.Entity),
+			Attempt: d.attempt, ScopeInstance: k.inst})
 	}
-	d.dirtyEnts = map[entKey]*gatewayv1.Entity{}
+	d.dirtyEnts = map[dirtyEnt]*gatewayv1.Entity{}
 	d.pending = nil // folded into the Create snapshot
 	d.committing = true
 	snapRev := rec.Doc.Rev

@@ -26,6 +26,7 @@ type conn interface {
 	ID() string
 	SendStatus(f wire.StatusFrame) error
 	SendScopeDigest(f wire.ScopeDigestFrame) error
+	SendBarrier(f wire.BarrierFrame) error
 	SendEntity(ctx context.Context, h *wire.EntityHeader, payload io.Reader) error
 	SetDetached(scope, id uint32, on bool) error
 }
@@ -78,6 +79,7 @@ type engine struct {
 	orphanDocs     int                 // docs known only through children
 	orphanChildren int                 // children of such docs
 	nextScope      uint32              // last allocated peer scope ID
+	dehydMu        sync.Mutex          // keeps STATUS(E, DEHYDRATING) and its BARRIER adjacent (profile 6)
 	openScopes     map[uint32]struct{} // peer scopes not yet closed
 	closing        bool
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -87,6 +88,8 @@ type recorder struct {
 	changed  chan struct{}
 	statuses []wire.StatusFrame
 	digests  []wire.ScopeDigestFrame
+	barriers []wire.BarrierFrame
+	control  []string // stream 0 frames in arrival order: "STATUS DEHYDRATING 1@0", "BARRIER 1 1 waiting", "DIGEST 1"
 	results  map[uint32]result
 	goaways  []wire.GoAwayFrame
 	hashOnly bool // results are hashed while read, not kept (large documents)
@@ -108,12 +111,27 @@ func (r *recorder) note(f func()) {
 
 func (r *recorder) HandleStatus(_ *quicpeer.Session, f wire.StatusFrame) {
 	f.Ext = slices.Clone(f.Ext)
-	r.note(func() { r.statuses = append(r.statuses, f) })
+	r.note(func() {
+		r.statuses = append(r.statuses, f)
+		r.control = append(r.control, fmt.Sprintf("STATUS %s %d@%d", f.Status, f.EntityID, f.ScopeID))
+	})
 }
 func (r *recorder) HandleScopeDigest(_ *quicpeer.Session, f wire.ScopeDigestFrame) {
-	r.note(func() { r.digests = append(r.digests, f) })
+	r.note(func() {
+		r.digests = append(r.digests, f)
+		r.control = append(r.control, fmt.Sprintf("DIGEST %d", f.ScopeID))
+	})
 }
-func (r *recorder) HandleBarrier(*quicpeer.Session, wire.BarrierFrame)        {}
+func (r *recorder) HandleBarrier(_ *quicpeer.Session, f wire.BarrierFrame) {
+	r.note(func() {
+		r.barriers = append(r.barriers, f)
+		st := "waiting"
+		if f.Released {
+			st = "released"
+		}
+		r.control = append(r.control, fmt.Sprintf("BARRIER %d %d %s", f.ScopeID, f.ParentEntityID, st))
+	})
+}
 func (r *recorder) HandleCheckpoint(*quicpeer.Session, *wire.CheckpointFrame) {}
 func (r *recorder) HandleGoAway(_ *quicpeer.Session, f wire.GoAwayFrame) {
 	r.note(func() { r.goaways = append(r.goaways, f) })

@@ -2,6 +2,7 @@ package peer_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -132,6 +133,22 @@ func TestSentencesLayer1(t *testing.T) {
 		}
 		if d.ScopeID == 0 || len(leaves) != 3 || d.Processed != 3 || d.Succeeded != 3 || d.MerkleRoot != wire.MerkleRoot(leaves) {
 			t.Fatalf("digest %+v does not match observed statuses %v", d, final)
+		}
+		// Profile 6: DEHYDRATING(E) then BARRIER(S, E, waiting) adjacent,
+		// the scope's statuses, SCOPE_DIGEST(S), BARRIER(S, E, released),
+		// REHYDRATING(E) -- in this order on stream 0.
+		s := d.ScopeID
+		want := []string{
+			fmt.Sprintf("STATUS DEHYDRATING %d@0", id), fmt.Sprintf("BARRIER %d %d waiting", s, id),
+			fmt.Sprintf("STATUS PROCESSING 1@%d", s), fmt.Sprintf("STATUS COMPLETE 1@%d", s),
+			fmt.Sprintf("STATUS PROCESSING 2@%d", s), fmt.Sprintf("STATUS COMPLETE 2@%d", s),
+			fmt.Sprintf("STATUS PROCESSING 3@%d", s), fmt.Sprintf("STATUS COMPLETE 3@%d", s),
+			fmt.Sprintf("DIGEST %d", s), fmt.Sprintf("BARRIER %d %d released", s, id),
+			fmt.Sprintf("STATUS REHYDRATING %d@0", id),
+		}
+		start := slices.Index(c.rec.control, want[0])
+		if start < 0 || len(c.rec.control) < start+len(want) || !slices.Equal(c.rec.control[start:start+len(want)], want) {
+			t.Fatalf("stream 0 frames %q, want the run %q", c.rec.control, want)
 		}
 	})
 }

@@ -404,9 +404,12 @@ func (g *engine) claimExpired(e *entity, id uint64) {
 }
 
 // nested performs Layer 1 dehydration of e into out.Dehydrate (docs/profile.md
-// 6): a new scope, PROCESSING/COMPLETE per sub-entity at depth+1,
-// SCOPE_DIGEST, REHYDRATING(e), then the processor's merge. Without Layer 1
-// the sub-entities are merged locally without any status.
+// 6): a new scope S, STATUS(e, DEHYDRATING) immediately followed by
+// BARRIER(S, e, waiting) (Section 6.4: the barrier names e as the parent
+// whose sub-tree S is, so the gateway attributes S without guessing),
+// PROCESSING/COMPLETE per sub-entity at depth+1, SCOPE_DIGEST(S),
+// BARRIER(S, e, released), REHYDRATING(e), then the processor's merge.
+// Without Layer 1 the sub-entities are merged locally without any status.
 func (g *engine) nested(e *entity, out *Output) (*Output, error) {
 	subs := out.Dehydrate
 	leaves := make([]*Output, len(subs))
@@ -432,8 +435,21 @@ func (g *engine) nested(e *entity, out *Output) (*Output, error) {
 		return nil, wire.Errorf(wire.CodeScopeInvalid, "entity %d: no free scope ID", e.id)
 	}
 	defer g.releaseScope(scope)
-	if !g.send(e, wire.StatusDehydrating, nil) {
+	barrier := wire.BarrierFrame{ScopeID: scope, ParentEntityID: e.id}
+	// No other DEHYDRATING may come between e's and the barrier: the
+	// gateway takes e's scope from the DEHYDRATING that precedes it.
+	g.dehydMu.Lock()
+	sent := g.send(e, wire.StatusDehydrating, nil)
+	var berr error
+	if sent {
+		berr = g.c.SendBarrier(barrier)
+	}
+	g.dehydMu.Unlock()
+	if !sent {
 		return nil, errSessionGone
+	}
+	if berr != nil {
+		return nil, fmt.Errorf("barrier of scope %d: %w", scope, berr)
 	}
 	g.log.Info("entity dehydrating", "entity", e.id, "scope", scope, "sub_entities", len(subs), "depth", depth)
 	digestLeaves := make([]wire.Leaf, len(subs))
@@ -449,6 +465,10 @@ func (g *engine) nested(e *entity, out *Output) (*Output, error) {
 	n := uint64(len(subs))
 	if err := g.c.SendScopeDigest(wire.ScopeDigestFrame{ScopeID: scope, Processed: n, Succeeded: n, MerkleRoot: wire.MerkleRoot(digestLeaves)}); err != nil {
 		return nil, fmt.Errorf("scope digest %d: %w", scope, err)
+	}
+	barrier.Released = true
+	if err := g.c.SendBarrier(barrier); err != nil {
+		return nil, fmt.Errorf("barrier of scope %d: %w", scope, err)
 	}
 	if !g.send(e, wire.StatusRehydrating, nil) {
 		return nil, errSessionGone
