@@ -26,6 +26,7 @@ func verbs() []verb {
 		{"result", "write a finished document's result bytes", runResult},
 		{"redeem", "redeem a claim check", runRedeem},
 		{"hash-token", "print the --auth-tokens line for a bearer token (read from stdin)", runHashToken},
+		{"bench", "measure the gateway against bare quic-go/grpc-go baselines", runBench},
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/pipestream/gateway/bridge"
 	"github.com/pipestream/gateway/gateway"
+	"github.com/pipestream/gateway/internal/bench"
 	"github.com/pipestream/gateway/quicpeer/peer"
 )
 
@@ -68,6 +69,7 @@ func runServe(args []string) int {
 	shutdown := fs.Duration("shutdown-timeout", "GATEWAY_SHUTDOWN_TIMEOUT", gateway.DefaultShutdownTimeout, "how long a graceful shutdown may take")
 	logLevel := fs.String("log-level", "GATEWAY_LOG_LEVEL", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "GATEWAY_LOG_FORMAT", "text", "text or json")
+	pprofAddr := fs.String("pprof-addr", "GATEWAY_PPROF_ADDR", "", "serve net/http/pprof on this loopback address (empty: off; see docs/performance.md)")
 	if code, ok := fs.parse(args); !ok {
 		return code
 	}
@@ -82,6 +84,14 @@ func runServe(args []string) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *pprofAddr != "" {
+		addr, stopPprof, err := bench.ServePprof(*pprofAddr)
+		if err != nil {
+			return fail(os.Stderr, "serve", err)
+		}
+		defer stopPprof()
+		log.Info("pprof listening", "addr", addr.String())
+	}
 
 	gcfg := gateway.Config{
 		GRPCAddr:                *grpcAddr,

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/pipestream/gateway/internal/bench"
+)
+
+const benchHelp = `Measure the gateway against bare quic-go and grpc-go baselines in one run
+(docs/performance.md). Phases: bulk (one large upload over REST and gRPC vs
+a raw quic-go stream copy and a grpc-go TLS stream), small (4 KiB documents
+submit -> SUCCEEDED over gRPC and REST vs a grpc-go unary call), churn
+(whole entities over one quicpeer connection vs raw quic-go stream churn),
+control (STATUS frames/s over one connection), fanout (events delivered to
+1,000 WebSocket subscribers).
+
+Without --grpc-addr/--http-addr it starts this binary as 'gateway serve'
+with an embedded peer in a temporary data dir, with --rate-limit 0 (the
+default 200 req/s per tenant would cap the phases) and no upload or
+subscriber caps, and reports that process's peak RSS and CPU. Progress goes
+to stderr, the table (or --json) to stdout.
+
+Example:
+  gateway bench
+  gateway bench --only bulk --bulk-bytes 1GiB
+  gateway bench --only small,fanout --duration 10s --json`
+
+func runBench(args []string) int {
+	fs := newFlags("bench", "gateway bench [flags]", benchHelp)
+	grpcAddr := fs.String("grpc-addr", "GATEWAY_BENCH_GRPC_ADDR", "", "gRPC address of a running gateway (with --http-addr; empty: start one)")
+	httpAddr := fs.String("http-addr", "GATEWAY_BENCH_HTTP_ADDR", "", "HTTP address of a running gateway (with --grpc-addr)")
+	token := fs.String("token", "GATEWAY_TOKEN", "", "bearer token for a running gateway")
+	only := fs.String("only", "GATEWAY_BENCH_ONLY", strings.Join(bench.Phases, ","), "comma list of phases to run")
+	bulkBytes := fs.Int64("bulk-bytes", "GATEWAY_BENCH_BULK_BYTES", bench.DefaultBulkBytes, "size of the bulk document")
+	smallBytes := fs.Int64("small-bytes", "GATEWAY_BENCH_SMALL_BYTES", bench.DefaultSmallBytes, "size of each small document")
+	entityBytes := fs.Int64("entity-bytes", "GATEWAY_BENCH_ENTITY_BYTES", bench.DefaultEntityBytes, "payload of each entity in the churn phase")
+	conc := fs.Uint("concurrency", "GATEWAY_BENCH_CONCURRENCY", bench.DefaultConcurrency, "operations in flight (small and churn phases)")
+	dur := fs.Duration("duration", "GATEWAY_BENCH_DURATION", bench.DefaultDuration, "length of each timed run (small, churn, control, fanout; every path and baseline)")
+	subs := fs.Uint("subscribers", "GATEWAY_BENCH_SUBSCRIBERS", bench.DefaultSubscribers, "WebSocket subscribers in the fanout phase")
+	rate := fs.Uint("fanout-docs", "GATEWAY_BENCH_FANOUT_DOCS", bench.DefaultFanoutDocs, "documents per second submitted in the fanout phase")
+	asJSON := fs.Bool("json", "GATEWAY_BENCH_JSON", false, "print JSON instead of the table")
+	pprofAddr := fs.String("pprof-addr", "GATEWAY_BENCH_PPROF_ADDR", "", "pass --pprof-addr to the started gateway (profile it while the bench runs)")
+	cpuProfile := fs.String("cpuprofile", "GATEWAY_BENCH_CPUPROFILE", "", "write a CPU profile of the bench process (baselines, churn, control) to this file")
+	if code, ok := fs.parse(args); !ok {
+		return code
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "gateway bench: unexpected argument %q (flags only; see --help)\n", fs.Arg(0))
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := bench.Run(ctx, bench.Options{
+		GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, Token: *token,
+		PprofAddr: *pprofAddr, CPUProfile: *cpuProfile,
+		Only:      strings.Split(*only, ","),
+		BulkBytes: *bulkBytes, SmallBytes: *smallBytes, EntityBytes: *entityBytes,
+		Concurrency: int(*conc), Duration: *dur, Subscribers: int(*subs), FanoutDocsPerSec: int(*rate),
+		Progress: os.Stderr,
+	})
+	if err != nil {
+		if rep != nil && len(rep.Results) > 0 {
+			_ = rep.WriteTable(os.Stderr)
+		}
+		return fail(os.Stderr, "bench", err)
+	}
+	if *asJSON {
+		err = rep.WriteJSON(os.Stdout)
+	} else {
+		err = rep.WriteTable(os.Stdout)
+	}
+	if err != nil {
+		return fail(os.Stderr, "bench", err)
+	}
+	return 0
+}

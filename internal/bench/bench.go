@@ -1,0 +1,258 @@
+// Package bench is `gateway bench`: it measures the gateway's paths (bulk
+// upload, small documents, entity churn, control frames, event fan-out)
+// against bare quic-go and grpc-go baselines run in the same process and the
+// same run, and reports rates, latency percentiles, ratios, and the gateway
+// process's peak RSS and CPU. docs/performance.md has the numbers and how
+// to read them.
+//
+// By default it starts the real binary (`<this executable> serve`) as a
+// subprocess with an embedded peer in a temporary data directory, so the
+// gateway's resident memory (VmHWM) and CPU time (utime+stime) can be read
+// from /proc/<pid> without counting the load generator. With GRPCAddr and
+// HTTPAddr it drives a running gateway instead (no RSS/CPU figures then).
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Phases in the order they run.
+var Phases = []string{"bulk", "small", "churn", "control", "fanout"}
+
+// Options configure a run. Zero values take the defaults in params.go.
+type Options struct {
+	// GRPCAddr and HTTPAddr select a running gateway (both or neither);
+	// empty: start one. Token is sent as a bearer token to it.
+	GRPCAddr, HTTPAddr, Token string
+	// ServeCommand is the argv prefix that starts a gateway (default:
+	// this executable and "serve"); the bench appends listen addresses,
+	// data dir and limits.
+	ServeCommand []string
+	// PprofAddr, when set, is passed to the started gateway as
+	// --pprof-addr so it can be profiled while the bench runs.
+	PprofAddr string
+	// CPUProfile, when set, writes a CPU profile of the bench process
+	// (baselines, churn and control phases run in it).
+	CPUProfile string
+	// Only lists the phases to run (default all).
+	Only []string
+
+	BulkBytes, SmallBytes, EntityBytes int64
+	Concurrency                        int
+	Duration                           time.Duration
+	Subscribers                        int
+	FanoutDocsPerSec                   int
+
+	// Progress receives progress lines (default io.Discard).
+	Progress io.Writer
+}
+
+func (o *Options) setDefaults() error {
+	if (o.GRPCAddr == "") != (o.HTTPAddr == "") {
+		return errors.New("set both --grpc-addr and --http-addr to drive a running gateway, or neither to start one")
+	}
+	if o.BulkBytes <= 0 {
+		o.BulkBytes = DefaultBulkBytes
+	}
+	if o.SmallBytes <= 0 {
+		o.SmallBytes = DefaultSmallBytes
+	}
+	if o.EntityBytes <= 0 {
+		o.EntityBytes = DefaultEntityBytes
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = DefaultConcurrency
+	}
+	if o.Duration <= 0 {
+		o.Duration = DefaultDuration
+	}
+	if o.Subscribers <= 0 {
+		o.Subscribers = DefaultSubscribers
+	}
+	if o.FanoutDocsPerSec <= 0 {
+		o.FanoutDocsPerSec = DefaultFanoutDocs
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	if len(o.Only) == 0 {
+		o.Only = Phases
+	}
+	for _, p := range o.Only {
+		if !slices.Contains(Phases, p) {
+			return fmt.Errorf("unknown phase %q: pick from %s", p, strings.Join(Phases, ","))
+		}
+	}
+	if len(o.ServeCommand) == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("find this executable to start the gateway: %w", err)
+		}
+		o.ServeCommand = []string{exe, "serve"}
+	}
+	return nil
+}
+
+// Result is one measured path.
+type Result struct {
+	Phase string `json:"phase"`
+	Path  string `json:"path"`
+	// Baseline marks a bare quic-go / grpc-go reference run.
+	Baseline bool    `json:"baseline"`
+	Unit     string  `json:"unit"`
+	Rate     float64 `json:"rate"`
+	Count    int64   `json:"count"`
+	Seconds  float64 `json:"seconds"`
+	// Latency percentiles in milliseconds (small documents).
+	P50ms  float64 `json:"p50_ms,omitempty"`
+	P99ms  float64 `json:"p99_ms,omitempty"`
+	P999ms float64 `json:"p999_ms,omitempty"`
+	// Ratios of Rate to each baseline of the phase.
+	Ratios []Ratio `json:"ratios,omitempty"`
+	// Gateway process figures during this path (started gateway only).
+	PeakRSSMiB   float64 `json:"gateway_peak_rss_mib,omitempty"`
+	CPUPerOpUs   float64 `json:"gateway_cpu_us_per_op,omitempty"`
+	GatewayCPUPc float64 `json:"gateway_cpu_percent,omitempty"`
+	Note         string  `json:"note,omitempty"`
+}
+
+// Ratio compares a path with one baseline.
+type Ratio struct {
+	Baseline string  `json:"baseline"`
+	X        float64 `json:"x"`
+}
+
+// Report is the outcome of Run.
+type Report struct {
+	Machine string   `json:"machine"`
+	Gateway string   `json:"gateway"`
+	Results []Result `json:"results"`
+	Notes   []string `json:"notes,omitempty"`
+}
+
+// Run runs the selected phases and returns their results. It stops the
+// gateway it started before returning.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	if err := o.setDefaults(); err != nil {
+		return nil, err
+	}
+	if o.CPUProfile != "" {
+		f, err := os.Create(o.CPUProfile)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return nil, err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	r := &Report{Machine: machine()}
+	b := &runner{o: o, rep: r}
+	needGateway := slices.ContainsFunc(o.Only, func(p string) bool { return p == "bulk" || p == "small" || p == "fanout" })
+	if needGateway {
+		g, err := connectGateway(ctx, o)
+		if err != nil {
+			return nil, err
+		}
+		defer g.close()
+		b.gw = g
+		r.Gateway = g.describe()
+		if g.cmd != nil {
+			r.Notes = append(r.Notes, "the bench started its own gateway with --rate-limit 0 (the default per-tenant limit of 200 req/s would cap the small-document and fan-out phases) and without upload or subscriber caps")
+		} else {
+			r.Notes = append(r.Notes, "driving a running gateway: its --rate-limit (default 200 req/s per tenant) and subscriber caps apply; start it with --rate-limit 0 --max-subscribers-per-tenant 0 to measure the gateway itself")
+		}
+	}
+	for _, p := range Phases {
+		if !slices.Contains(o.Only, p) {
+			continue
+		}
+		b.progress("phase %s", p)
+		var err error
+		switch p {
+		case "bulk":
+			err = b.bulk(ctx)
+		case "small":
+			err = b.small(ctx)
+		case "churn":
+			err = b.churn(ctx)
+		case "control":
+			err = b.control(ctx)
+		case "fanout":
+			err = b.fanout(ctx)
+		}
+		if err != nil {
+			return r, fmt.Errorf("phase %s: %w", p, err)
+		}
+	}
+	return r, nil
+}
+
+// runner carries the state shared by the phases.
+type runner struct {
+	o   Options
+	rep *Report
+	gw  *gatewayProc
+}
+
+func (b *runner) progress(format string, args ...any) {
+	fmt.Fprintf(b.o.Progress, "bench: "+format+"\n", args...)
+}
+
+func (b *runner) add(r Result) {
+	b.rep.Results = append(b.rep.Results, r)
+	b.progress("  %-34s %10.1f %s", r.Path, r.Rate, r.Unit)
+}
+
+// ratios fills the Ratios of every non-baseline result of phase against
+// every baseline of the phase.
+func (b *runner) ratios(phase string) {
+	var base []Result
+	for _, r := range b.rep.Results {
+		if r.Phase == phase && r.Baseline && r.Rate > 0 {
+			base = append(base, r)
+		}
+	}
+	for i := range b.rep.Results {
+		r := &b.rep.Results[i]
+		if r.Phase != phase || r.Baseline {
+			continue
+		}
+		r.Ratios = r.Ratios[:0]
+		for _, bl := range base {
+			if bl.Unit == r.Unit {
+				r.Ratios = append(r.Ratios, Ratio{Baseline: bl.Path, X: r.Rate / bl.Rate})
+			}
+		}
+	}
+}
+
+func machine() string {
+	model := ""
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "model name"); ok && model == "" {
+				model = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+			}
+		}
+		if strings.Contains(string(b), " sha_ni") {
+			model += ", sha_ni"
+		} else {
+			model += ", no sha_ni"
+		}
+	}
+	return fmt.Sprintf("%s/%s, %d CPUs, %s, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), model, runtime.Version())
+}
+
+// since is the elapsed time since t in seconds, never zero.
+func since(t time.Time) float64 { return max(time.Since(t).Seconds(), 1e-9) }

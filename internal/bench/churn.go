@@ -1,0 +1,221 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pipestream/gateway/quicpeer"
+	"github.com/pipestream/gateway/quicpeer/peer"
+	"github.com/pipestream/gateway/quicpeer/wire"
+)
+
+// producers is how many goroutines open entity streams in the churn
+// phase (both paths): enough to keep one connection busy on two cores.
+const producers = 4
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// churn measures whole (1:1) entities of Options.EntityBytes over one
+// quicpeer connection to a processing peer started in this process
+// (AssignID, SendEntity, wait for COMPLETE; the peer's result stream is
+// read to EOF), against raw quic-go uni-stream open/write/close churn of
+// the same payload size with the same number in flight.
+func (b *runner) churn(ctx context.Context) error {
+	n, conc, d := b.o.EntityBytes, b.o.Concurrency, b.o.Duration
+	b.progress("  raw quic-go stream churn, %s streams, %d in flight, %s", sizeStr(n), conc, d)
+	cnt, secs, err := rawChurn(ctx, int(n), conc, d)
+	if err != nil {
+		return fmt.Errorf("raw quic-go churn: %w", err)
+	}
+	b.add(Result{Phase: "churn", Path: "raw quic-go stream open/write/close", Baseline: true, Unit: "entities/s", Rate: float64(cnt) / secs, Count: cnt, Seconds: secs})
+
+	b.progress("  quicpeer entities -> COMPLETE, %s, %d in flight, %s", sizeStr(n), conc, d)
+	cnt, secs, err = peerChurn(ctx, int(n), conc, d)
+	if err != nil {
+		return fmt.Errorf("quicpeer churn: %w", err)
+	}
+	b.add(Result{Phase: "churn", Path: "quicpeer entity -> COMPLETE (peer)", Unit: "entities/s", Rate: float64(cnt) / secs, Count: cnt, Seconds: secs,
+		Note: "includes the peer's processing and result stream"})
+	b.ratios("churn")
+	return nil
+}
+
+// inflight runs producers goroutines that call send while fewer than conc
+// operations are unfinished, until d has passed; done() must be called
+// once per finished operation. It returns the finished count and seconds.
+type inflight struct {
+	sem      chan struct{}
+	finished atomic.Int64
+}
+
+func (f *inflight) done() {
+	f.finished.Add(1)
+	<-f.sem
+}
+
+func runInflight(ctx context.Context, conc int, d time.Duration, f *inflight, send func(ctx context.Context) error) (int64, float64, error) {
+	f.sem = make(chan struct{}, conc)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg      sync.WaitGroup
+		started atomic.Int64
+		errOnce sync.Once
+		first   error
+	)
+	start := time.Now()
+	deadline := start.Add(d)
+	for range producers {
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				select {
+				case f.sem <- struct{}{}:
+				case <-ctx.Done():
+					return
+				}
+				started.Add(1)
+				if err := send(ctx); err != nil {
+					errOnce.Do(func() { first = err; cancel() })
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if first != nil {
+		return 0, 0, first
+	}
+	// Wait for the ones in flight.
+	stuck := time.Now().Add(waitTimeout)
+	for f.finished.Load() < started.Load() {
+		if time.Now().After(stuck) {
+			return 0, 0, fmt.Errorf("%d of %d operations did not finish within %s", started.Load()-f.finished.Load(), started.Load(), waitTimeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return f.finished.Load(), since(start), nil
+}
+
+func rawChurn(ctx context.Context, size, conc int, d time.Duration) (int64, float64, error) {
+	rq, err := newRawQUIC(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer rq.close()
+	f := &inflight{}
+	stop := make(chan struct{})
+	defer close(stop)
+	var bad atomic.Int64
+	go func() {
+		for {
+			select {
+			case n := <-rq.got:
+				if n != int64(size) {
+					bad.Add(1)
+				}
+				f.done()
+			case <-stop:
+				return
+			}
+		}
+	}()
+	payload := patternBlock[:size]
+	cnt, secs, err := runInflight(ctx, conc, d, f, func(ctx context.Context) error {
+		st, err := rq.cc.OpenUniStreamSync(ctx)
+		if err != nil {
+			return err
+		}
+		if _, err := st.Write(payload); err != nil {
+			return err
+		}
+		return st.Close()
+	})
+	if err == nil && bad.Load() > 0 {
+		err = fmt.Errorf("%d streams arrived short", bad.Load())
+	}
+	return cnt, secs, err
+}
+
+// churnClient counts COMPLETE root statuses and drains result streams.
+type churnClient struct {
+	f      *inflight
+	failed atomic.Int64
+}
+
+func (h *churnClient) HandleStatus(_ *quicpeer.Session, f wire.StatusFrame) {
+	if f.EntityID == wire.ConnectionEntity || f.ScopeID != 0 {
+		return
+	}
+	switch f.Status {
+	case wire.StatusComplete:
+		h.f.done()
+	case wire.StatusFailed, wire.StatusAbandoned, wire.StatusSkipped:
+		h.failed.Add(1)
+		h.f.done()
+	}
+}
+func (h *churnClient) HandleScopeDigest(*quicpeer.Session, wire.ScopeDigestFrame) {}
+func (h *churnClient) HandleBarrier(*quicpeer.Session, wire.BarrierFrame)         {}
+func (h *churnClient) HandleCheckpoint(*quicpeer.Session, *wire.CheckpointFrame)  {}
+func (h *churnClient) HandleGoAway(*quicpeer.Session, wire.GoAwayFrame)           {}
+func (h *churnClient) HandleClose(*quicpeer.Session, error)                       {}
+func (h *churnClient) HandleEntity(_ *quicpeer.Session, e *quicpeer.IncomingEntity) {
+	_, _ = io.Copy(io.Discard, e.Payload)
+}
+
+func peerChurn(ctx context.Context, size, conc int, d time.Duration) (int64, float64, error) {
+	dir, err := os.MkdirTemp("", "gateway-bench-peer-")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := peer.Start(peer.Options{DataDir: dir, Logger: quiet})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	tc, err := quicpeer.ClientTLS(srv.CertPEM())
+	if err != nil {
+		return 0, 0, err
+	}
+	h := &churnClient{f: &inflight{}}
+	s, err := quicpeer.Dial(ctx, srv.Addr().String(), quicpeer.Config{TLS: tc, Offer: peer.DefaultOffer(false), Handler: h, Logger: quiet})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() {
+		_ = s.CloseWithError(wire.CodeNoError, "bench done")
+		<-s.Done()
+	}()
+	codec := wire.CodecFor(s.Negotiated().Format)
+	blob := patternBlock[:size]
+	cnt, secs, err := runInflight(ctx, conc, d, h.f, func(ctx context.Context) error {
+		id, err := s.AssignID(ctx)
+		if err != nil {
+			return err
+		}
+		env, err := codec.MarshalPipeDoc(&wire.PipeDoc{DocID: "bench-" + strconv.FormatUint(uint64(id), 10), EntityID: id, Blob: blob})
+		if err != nil {
+			return err
+		}
+		sum := sha256.Sum256(env)
+		return s.SendEntity(ctx, &wire.EntityHeader{EntityID: id, ContentType: "application/octet-stream", PayloadLength: uint64(len(env)), Checksum: sum[:]}, bytes.NewReader(env))
+	})
+	if err == nil && h.failed.Load() > 0 {
+		err = fmt.Errorf("%d entities did not complete", h.failed.Load())
+	}
+	return cnt, secs, err
+}

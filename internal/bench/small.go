@@ -1,0 +1,300 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
+)
+
+// small measures 4 KiB documents at Options.Concurrency, submit ->
+// SUCCEEDED, over gRPC (SubmitDocument) and REST (POST /v1/documents),
+// against a bare grpc-go unary call over plaintext loopback (like the
+// gateway's listener here).
+//
+// Completion: one event subscription per path, filtered to "#document"
+// events and opened at the log's latest seq before the first submit
+// (SubscribeEvents over gRPC, NDJSON /v1/events:subscribe over REST). That
+// is the cheapest correct wait: one stream for all documents instead of a
+// WatchDocument stream or polling per document, and the cursor makes sure
+// no terminal event is missed.
+func (b *runner) small(ctx context.Context) error {
+	payload := patternBlock[:b.o.SmallBytes]
+	d := b.o.Duration
+
+	b.progress("  bare grpc-go unary (plaintext), %d in flight, %s", b.o.Concurrency, d)
+	lat, secs, err := b.unaryBaseline(ctx, payload)
+	if err != nil {
+		return fmt.Errorf("grpc-go unary baseline: %w", err)
+	}
+	b.add(latResult("small", "bare grpc-go unary (plaintext)", true, lat, secs))
+
+	for _, path := range []string{"grpc", "rest"} {
+		b.progress("  gateway %s submit -> SUCCEEDED, %d in flight, %s", path, b.o.Concurrency, d)
+		var (
+			lat  []time.Duration
+			secs float64
+		)
+		ps, ok, err := b.gw.measure(func() (err error) {
+			lat, secs, err = b.gw.smallDocs(ctx, path, payload, b.o.Concurrency, d)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		name := map[string]string{"grpc": "gateway gRPC Submit -> SUCCEEDED", "rest": "gateway REST POST -> SUCCEEDED"}[path]
+		r := latResult("small", name, false, lat, secs)
+		fill(&r, ps, ok, int64(len(lat)), secs)
+		b.add(r)
+	}
+	b.ratios("small")
+	return nil
+}
+
+func latResult(phase, path string, base bool, lat []time.Duration, secs float64) Result {
+	slices.Sort(lat)
+	pct := func(p float64) float64 {
+		if len(lat) == 0 {
+			return 0
+		}
+		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
+	}
+	return Result{Phase: phase, Path: path, Baseline: base, Unit: "docs/s", Rate: float64(len(lat)) / secs,
+		Count: int64(len(lat)), Seconds: secs, P50ms: pct(0.50), P99ms: pct(0.99), P999ms: pct(0.999)}
+}
+
+// closedLoop runs conc workers calling op until d has passed and returns
+// every latency and the elapsed seconds; the first error stops all.
+func closedLoop(ctx context.Context, conc int, d time.Duration, op func(ctx context.Context) error) ([]time.Duration, float64, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu    sync.Mutex
+		all   []time.Duration
+		first error
+		wg    sync.WaitGroup
+	)
+	start := time.Now()
+	deadline := start.Add(d)
+	for range conc {
+		wg.Go(func() {
+			var lat []time.Duration
+			for time.Now().Before(deadline) && ctx.Err() == nil {
+				t0 := time.Now()
+				if err := op(ctx); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+					cancel()
+					break
+				}
+				lat = append(lat, time.Since(t0))
+			}
+			mu.Lock()
+			all = append(all, lat...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return all, since(start), first
+}
+
+func (b *runner) unaryBaseline(ctx context.Context, payload []byte) ([]time.Duration, float64, error) {
+	g, err := newGRPCBaseline(false)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer g.close()
+	return closedLoop(ctx, b.o.Concurrency, b.o.Duration, func(ctx context.Context) error {
+		in, out := payload, []byte(nil)
+		return g.conn.Invoke(ctx, unaryMethod, &in, &out)
+	})
+}
+
+// smallDocs submits payload as documents over path ("grpc" or "rest") with
+// conc in flight for d and waits for each to be SUCCEEDED.
+func (g *gatewayProc) smallDocs(ctx context.Context, path string, payload []byte, conc int, d time.Duration) ([]time.Duration, float64, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := g.follow(ctx, path)
+	if err != nil {
+		return nil, 0, err
+	}
+	body, _ := json.Marshal(map[string]string{"content": base64.StdEncoding.EncodeToString(payload), "contentType": "application/octet-stream"})
+	return closedLoop(ctx, conc, d, func(ctx context.Context) error {
+		var id string
+		if path == "grpc" {
+			doc, err := g.docs.SubmitDocument(g.ctx(ctx), &gatewayv1.SubmitDocumentRequest{Content: payload, ContentType: "application/octet-stream"})
+			if err != nil {
+				return err
+			}
+			id = doc.GetId()
+		} else {
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+g.httpAddr+"/v1/documents", bytes.NewReader(body))
+			if err != nil {
+				return err
+			}
+			req.Header.Set("Content-Type", "application/json")
+			g.authorize(req)
+			var doc struct {
+				ID string `json:"id"`
+			}
+			if err := g.doJSON(req, &doc); err != nil {
+				return err
+			}
+			id = doc.ID
+		}
+		return w.wait(ctx, id)
+	})
+}
+
+// waiter hands terminal #document events to the goroutine waiting for
+// that document; events that arrive before their waiter are kept.
+type waiter struct {
+	mu      sync.Mutex
+	waiting map[string]chan error
+	early   map[string]error
+	broken  error
+}
+
+func newWaiter() *waiter {
+	return &waiter{waiting: map[string]chan error{}, early: map[string]error{}}
+}
+
+func (w *waiter) deliver(id string, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ch, ok := w.waiting[id]; ok {
+		delete(w.waiting, id)
+		ch <- err
+		return
+	}
+	w.early[id] = err
+}
+
+// fail ends every wait with err (the subscription broke).
+func (w *waiter) fail(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.broken = err
+	for id, ch := range w.waiting {
+		delete(w.waiting, id)
+		ch <- err
+	}
+}
+
+func (w *waiter) wait(ctx context.Context, id string) error {
+	w.mu.Lock()
+	if err, ok := w.early[id]; ok {
+		delete(w.early, id)
+		w.mu.Unlock()
+		return err
+	}
+	if w.broken != nil {
+		w.mu.Unlock()
+		return w.broken
+	}
+	ch := make(chan error, 1)
+	w.waiting[id] = ch
+	w.mu.Unlock()
+	t := time.NewTimer(waitTimeout)
+	defer t.Stop()
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return fmt.Errorf("document %s: no terminal event within %s", id, waitTimeout)
+	}
+}
+
+// follow opens a "#document" subscription at the log's latest seq over
+// path and feeds a waiter until ctx ends.
+func (g *gatewayProc) follow(ctx context.Context, path string) (*waiter, error) {
+	win, err := g.events.GetEventWindow(g.ctx(ctx), &gatewayv1.GetEventWindowRequest{})
+	if err != nil {
+		return nil, err
+	}
+	cursor := win.GetLatestSeq()
+	w := newWaiter()
+	onEvent := func(e *gatewayv1.Event) {
+		if e.GetKind() != "#document" {
+			return
+		}
+		if err := terminal(e.GetDocumentId(), e.GetState(), e.GetMessage()); err != errNotTerminal {
+			w.deliver(e.GetDocumentId(), err)
+		}
+	}
+	if path == "grpc" {
+		st, err := g.events.SubscribeEvents(g.ctx(ctx), &gatewayv1.SubscribeEventsRequest{Cursor: &cursor, Kinds: []string{"#document"}})
+		if err != nil {
+			return nil, err
+		}
+		go func() {
+			for {
+				e, err := st.Recv()
+				if err != nil {
+					w.fail(fmt.Errorf("event subscription: %w", err))
+					return
+				}
+				onEvent(e)
+			}
+		}()
+		return w, nil
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+g.httpAddr+"/v1/events:subscribe?kinds=%23document&cursor="+strconv.FormatUint(cursor, 10), nil)
+	if err != nil {
+		return nil, err
+	}
+	g.authorize(req)
+	resp, err := g.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
+		resp.Body.Close()
+		return nil, fmt.Errorf("subscribe: HTTP %d: %s", resp.StatusCode, b)
+	}
+	go func() {
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			var line struct {
+				Result *struct {
+					Kind       string `json:"kind"`
+					DocumentID string `json:"documentId"`
+					State      string `json:"state"`
+					Message    string `json:"message"`
+				} `json:"result"`
+				Error *struct {
+					Message string `json:"message"`
+				} `json:"error"`
+			}
+			if err := json.Unmarshal(sc.Bytes(), &line); err != nil || line.Error != nil {
+				w.fail(fmt.Errorf("event subscription: %v %v", err, line.Error))
+				return
+			}
+			if line.Result != nil {
+				onEvent(&gatewayv1.Event{Kind: line.Result.Kind, DocumentId: line.Result.DocumentID,
+					State: gatewayv1.State(gatewayv1.State_value[line.Result.State]), Message: line.Result.Message})
+			}
+		}
+		w.fail(fmt.Errorf("event subscription ended: %v", sc.Err()))
+	}()
+	return w, nil
+}
