@@ -114,8 +114,13 @@ const noSlot = -2
 func (d *docRun) terminal() bool { return store.IsTerminal(d.rec.Doc.GetState()) }
 
 // addEvent records ev for the document: bumps rev and queues the event for
-// the flusher. Before the Create commit only rev moves (the Create batch
-// carries a snapshot).
+// the flusher. Before the Create commit only rev moves: with a pipelined
+// upload (profile 4.2) the peer's statuses for early chunks arrive while the
+// client is still uploading; they are folded into the first #document event,
+// which carries the document's rev at commit time with since = 0 (a
+// snapshot). Events made while the Create batch commits (committing) queue
+// behind it, so every later event has since = the previous event's rev:
+// a watcher sees contiguous revisions (TestPipelinedUploadRevsContiguous).
 func (d *docRun) addEvent(ev *gatewayv1.Event) {
 	doc := d.rec.Doc
 	now := time.Now()

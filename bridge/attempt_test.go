@@ -1,0 +1,104 @@
+package bridge_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"testing"
+	"time"
+
+	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
+)
+
+// A claim issued to an earlier dispatch attempt stays redeemable (profile
+// 6): the gateway restarts while a document waits on a claim, the new
+// attempt is deferred again with a new claim, and redeeming the OLD claim
+// resumes the document. The entity tree and counts show the current
+// attempt only: no FAILED leftovers of the first one.
+func TestEarlierAttemptClaimRedeemable(t *testing.T) {
+	forFormats(t, func(t *testing.T, opts ...envOpt) {
+		e := newEnv(t, opts...)
+		e.waitReady()
+		ctx := context.Background()
+		content := []byte("deferred across a gateway restart")
+		req := &gatewayv1.SubmitDocumentRequest{ContentType: "text/plain",
+			Split:    &gatewayv1.SplitOptions{Strategy: gatewayv1.SplitStrategy_SPLIT_NONE, Processor: "fault"},
+			Metadata: map[string]string{"pipestream.fault": "defer"}}
+		doc := e.submit(content, req)
+		old := e.waitFor(doc.Id, 20*time.Second, "a claim", func(d *gatewayv1.Document) bool { return len(d.ClaimChecks) == 1 }).ClaimChecks[0].ClaimId
+
+		e.closeBridge()
+		e.startBridge()
+		e.waitReady()
+		e.waitFor(doc.Id, 20*time.Second, "the second attempt's claim", func(d *gatewayv1.Document) bool { return len(d.ClaimChecks) == 2 })
+		c, err := e.b.Redeem(ctx, "", old)
+		if err != nil {
+			t.Fatalf("Redeem of the first attempt's claim: %v", err)
+		}
+		if c.State != gatewayv1.ClaimCheck_REDEEMED {
+			t.Fatalf("claim %v", c)
+		}
+		got := e.wait(doc.Id, 20*time.Second)
+		if got.State != gatewayv1.State_SUCCEEDED {
+			t.Fatalf("state %s error %q counts %v", got.State, got.Error, got.EntityCounts)
+		}
+		if res := e.result(doc.Id); !bytes.Equal(res, content) {
+			t.Fatalf("result %q", res)
+		}
+		if len(got.Entities) != 1 || got.Entities[0].Status != gatewayv1.EntityStatus_ENTITY_STATUS_COMPLETE {
+			t.Fatalf("entities %v: want the current attempt's root only, COMPLETE", got.Entities)
+		}
+		if n := got.EntityCounts; n.Total != 1 || n.Complete != 1 || n.Failed != 0 {
+			t.Fatalf("counts %v", n)
+		}
+		for _, cc := range got.ClaimChecks {
+			if cc.State != gatewayv1.ClaimCheck_REDEEMED {
+				t.Fatalf("claim %v: want both claims REDEEMED", cc)
+			}
+		}
+	})
+}
+
+// Pipelined upload (profile 4.2): statuses made before the Create commit
+// are folded into the first #document event; every later event follows
+// with since = the previous rev, so a watcher replaying from the start sees
+// contiguous revisions.
+func TestPipelinedUploadRevsContiguous(t *testing.T) {
+	e := newEnv(t)
+	e.waitReady()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pr, pw := io.Pipe()
+	go func() {
+		for i := range 20 {
+			_, _ = pw.Write(bytes.Repeat([]byte{'a' + byte(i%26)}, 4095))
+			_, _ = pw.Write([]byte("\n"))
+			time.Sleep(5 * time.Millisecond) // statuses of early chunks arrive before the commit
+		}
+		pw.Close()
+	}()
+	doc, err := e.b.Upload(ctx, "", &gatewayv1.SubmitOptions{ContentType: "text/plain",
+		Split: &gatewayv1.SplitOptions{Strategy: gatewayv1.SplitStrategy_SPLIT_LINES, ChunkBytes: 4096}}, pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.wait(doc.Id, 20*time.Second)
+	var evs []*gatewayv1.Event
+	err = e.b.Watch(ctx, "", doc.Id, 1, func(u *gatewayv1.WatchDocumentResponse) error {
+		if u.Event != nil {
+			evs = append(evs, u.Event)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) < 3 || evs[0].Kind != "#document" || evs[0].Since != 0 {
+		t.Fatalf("first events %v: want the #document creation with since 0", evs[:min(len(evs), 3)])
+	}
+	for i := 1; i < len(evs); i++ {
+		if evs[i].Since != evs[i-1].Rev || evs[i].Rev != evs[i].Since+1 {
+			t.Fatalf("event %d (%s rev %d since %d) after rev %d: revisions not contiguous", i, evs[i].Kind, evs[i].Rev, evs[i].Since, evs[i-1].Rev)
+		}
+	}
+}
