@@ -103,15 +103,14 @@ func (u *upload) run(ctx context.Context, r io.Reader) (*gatewayv1.Document, err
 	whole := p.strategy == gatewayv1.SplitStrategy_SPLIT_NONE
 	src := io.Reader(lr)
 	if p.strategy == gatewayv1.SplitStrategy_SPLIT_STRATEGY_UNSPECIFIED {
-		peek := make([]byte, b.opts.InlineThreshold+1)
-		n, err := io.ReadFull(lr, peek)
-		switch {
-		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-			whole = true
-		case err != nil:
+		// ReadAll grows with the content: a 4 KiB Submit no longer
+		// allocates InlineThreshold+1 octets (docs/performance.md).
+		peek, err := io.ReadAll(io.LimitReader(lr, b.opts.InlineThreshold+1))
+		if err != nil {
 			return nil, fmt.Errorf("reading the upload: %w", err)
 		}
-		src = io.MultiReader(bytes.NewReader(peek[:n]), lr)
+		whole = int64(len(peek)) <= b.opts.InlineThreshold
+		src = io.MultiReader(bytes.NewReader(peek), lr)
 	}
 	var size int64
 	var sum [32]byte
