@@ -23,7 +23,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(w, "gateway: %s\n", r.Gateway)
 	}
 	fmt.Fprintln(w)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "phase\tpath\trate\tunit\tp50 ms\tp99 ms\tp99.9 ms\tgw RSS MiB\tgw CPU\tgw µs/op\tvs baseline\t")
 	for _, x := range r.Results {
 		path := x.Path
