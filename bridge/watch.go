@@ -77,23 +77,56 @@ func (b *Bridge) Watch(ctx context.Context, t Tenant, id string, cursor uint64, 
 	if errors.Is(err, errWatchDone) {
 		return nil
 	}
-	return mapEventErr(err)
+	return b.mapEventErr(err, cursor)
 }
 
-// mapEventErr maps event log errors to the bridge's.
-func mapEventErr(err error) error {
+// mapEventErr maps event log errors to the bridge's. The event log's
+// FutureCursor and ConsumerTooSlow errors already name the condition (their
+// sentinels share the bridge's text), so they are not wrapped in a second
+// copy of it (sentinelErr); FutureCursor gets a message that says which
+// cursor to use (futureCursorErr).
+func (b *Bridge) mapEventErr(err error, cursor uint64) error {
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, eventlog.ErrFutureCursor):
-		return fmt.Errorf("%v: %w", err, ErrFutureCursor)
+		return &futureCursorErr{cursor: cursor, latest: b.ev.Latest(), err: err}
 	case errors.Is(err, eventlog.ErrConsumerTooSlow):
-		return fmt.Errorf("%v: %w", err, ErrConsumerTooSlow)
+		return &sentinelErr{err: err, sentinel: ErrConsumerTooSlow}
 	case errors.Is(err, eventlog.ErrClosed):
 		return fmt.Errorf("the event log is closed (shutting down): %w", ErrUnavailable)
 	}
 	return err
 }
+
+// sentinelErr is err (whose message already says what happened) that also
+// matches a bridge sentinel with errors.Is.
+type sentinelErr struct {
+	err      error
+	sentinel error
+}
+
+func (e *sentinelErr) Error() string   { return e.err.Error() }
+func (e *sentinelErr) Unwrap() []error { return []error{e.err, e.sentinel} }
+
+// futureCursorErr is the AT sync FutureCursor error (draft-holmgren-at-
+// synchronization-00, "Cursors and Resumption"): the cursor is above the
+// latest seq. It matches ErrFutureCursor and the event log's error.
+type futureCursorErr struct {
+	cursor, latest uint64
+	err            error // the event log's
+}
+
+func (e *futureCursorErr) Error() string {
+	if e.latest >= e.cursor {
+		// The log moved past the cursor since the subscription was refused.
+		return fmt.Sprintf("FutureCursor: cursor %d was ahead of the latest seq when the subscription started; the latest seq is now %d: subscribe again", e.cursor, e.latest)
+	}
+	return fmt.Sprintf("FutureCursor: cursor %d is ahead of the latest seq %d: use a cursor <= %d (the seq of the last event you received), 0 for the whole retained window, or no cursor for live events only",
+		e.cursor, e.latest, e.latest)
+}
+
+func (e *futureCursorErr) Unwrap() []error { return []error{e.err, ErrFutureCursor} }
 
 // Events gives access to the event log.
 func (b *Bridge) Events() EventLog { return events{b} }
@@ -101,18 +134,22 @@ func (b *Bridge) Events() EventLog { return events{b} }
 type events struct{ b *Bridge }
 
 func (e events) Subscribe(ctx context.Context, t Tenant, clientKey string, cursor *uint64, f EventFilter, send func(*gatewayv1.Event) error) error {
-	return mapEventErr(e.b.ev.Subscribe(ctx, string(t), clientKey, cursor, eventlog.Filter{Kinds: f.Kinds, DocumentID: f.DocumentID}, send))
+	var c uint64
+	if cursor != nil {
+		c = *cursor
+	}
+	return e.b.mapEventErr(e.b.ev.Subscribe(ctx, string(t), clientKey, cursor, eventlog.Filter{Kinds: f.Kinds, DocumentID: f.DocumentID}, send), c)
 }
 
 func (e events) Window(ctx context.Context) (*gatewayv1.EventWindow, error) {
 	w, err := e.b.ev.Window(ctx)
-	return w, mapEventErr(err)
+	return w, e.b.mapEventErr(err, 0)
 }
 
 func (e events) Snapshot(ctx context.Context, t Tenant) (*gatewayv1.Snapshot, error) {
 	s, err := e.b.ev.Snapshot(ctx, string(t))
 	if err != nil {
-		return nil, mapEventErr(err)
+		return nil, e.b.mapEventErr(err, 0)
 	}
 	for _, d := range s.Documents {
 		d.Name = "documents/" + d.Id
