@@ -102,6 +102,8 @@ func (g *gatewayProc) start(ctx context.Context, o Options) error {
 	cmd := exec.Command(o.ServeCommand[0], args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), "QUIC_GO_DISABLE_RECEIVE_BUFFER_WARNING=true")
+	// A bench that dies (SIGKILL, SIGQUIT) takes its gateway with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", o.ServeCommand[0], err)
 	}
