@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -41,9 +40,15 @@ type env struct {
 // open opens a real store in dir and a Log over it (pruner off unless the
 // options say otherwise).
 func open(t testing.TB, dir string, opts eventlog.Options) *env {
+	return openSync(t, dir, opts, "NORMAL")
+}
+
+// openSync is open with the store's synchronous mode (FULL survives power
+// loss; NORMAL survives process crashes).
+func openSync(t testing.TB, dir string, opts eventlog.Options, sync string) *env {
 	t.Helper()
 	ctx := context.Background()
-	st, err := store.Open(ctx, dir, store.Options{Synchronous: "NORMAL"})
+	st, err := store.Open(ctx, dir, store.Options{Synchronous: sync})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,5 +195,3 @@ func seqRange(from, to uint64) []uint64 {
 }
 
 func eq(a, b []uint64) bool { return fmt.Sprint(a) == fmt.Sprint(b) }
-
-var _ = sync.Mutex{}

@@ -45,12 +45,17 @@ func TestReconnectNoGapNoDuplicate(t *testing.T) {
 	// Resume style: "last" = the draft's rule (cursor = last processed seq,
 	// which comes again and is skipped by seq); "next" = last+1 while that
 	// is not a future cursor. Both consumers run while the writers append.
+	writersDone := make(chan struct{})
+	go func() { wg.Wait(); close(writersDone) }()
 	results := make(chan []uint64, 2)
 	for _, style := range []string{"last", "next"} {
-		go func() { results <- consume(t, e, style, want) }()
+		go func() { results <- consume(t, e, style, want, writersDone) }()
 	}
 	got := [][]uint64{<-results, <-results}
-	wg.Wait()
+	<-writersDone
+	if t.Failed() {
+		return
+	}
 	s := subscribe(e, "a", ptr(0), eventlog.Filter{})
 	all := s.seqs(t, want)
 	s.stop(t)
@@ -63,7 +68,7 @@ func TestReconnectNoGapNoDuplicate(t *testing.T) {
 
 // consume reads tenant "a" in short sessions until it has want events and
 // returns the seqs it processed; it fails on any duplicate or disorder.
-func consume(t *testing.T, e *env, style string, want int) []uint64 {
+func consume(t *testing.T, e *env, style string, want int, writersDone <-chan struct{}) []uint64 {
 	var got []uint64
 	cursor := ptr(0)
 	for sessions := 1; len(got) < want; sessions++ {
@@ -71,7 +76,7 @@ func consume(t *testing.T, e *env, style string, want int) []uint64 {
 			t.Errorf("%s: no progress: %d events", style, len(got))
 			return nil
 		}
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		n, first := 0, true
 		skipFirst := len(got) > 0 && *cursor == got[len(got)-1] // the cursor's event comes again
 		var bad error
@@ -100,7 +105,15 @@ func consume(t *testing.T, e *env, style string, want int) []uint64 {
 			t.Error(bad)
 			return nil
 		}
-		if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, eventlog.ErrConsumerTooSlow) {
+		if errors.Is(err, context.DeadlineExceeded) && n == 0 {
+			select {
+			case <-writersDone:
+				t.Errorf("%s: stuck after %d of %d events (latest %d, last %v): a gap", style, len(got), want, e.log.Latest(), got[max(len(got)-3, 0):])
+				return nil
+			default:
+			}
+		}
+		if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, eventlog.ErrConsumerTooSlow) {
 			t.Error(err)
 			return nil
 		}
