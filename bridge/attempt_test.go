@@ -60,9 +60,9 @@ func TestEarlierAttemptClaimRedeemable(t *testing.T) {
 }
 
 // Pipelined upload (profile 4.2): statuses made before the Create commit
-// are folded into the first #document event; every later event follows
-// with since = the previous rev, so a watcher replaying from the start sees
-// contiguous revisions.
+// follow the creation event (rev 1) as events of their own; every event
+// has since = the previous rev, so a watcher replaying from the start sees
+// contiguous revisions (TestPreCommitChangesAreEvents forces the race).
 func TestPipelinedUploadRevsContiguous(t *testing.T) {
 	e := newEnv(t)
 	e.waitReady()

@@ -56,8 +56,8 @@ type docRun struct {
 	plan   *plan
 	rec    *store.DocumentRecord // rec.Doc is the live document (no entity/digest/claim lists)
 
-	// committed is set once the Create batch is durable; before that no
-	// events are produced and the flusher skips the document.
+	// committed is set once the Create batch is durable; before that the
+	// flusher skips the document and its events queue in pending.
 	committed    bool
 	committing   bool // the Create batch is on its way: later events follow it
 	persistedRev uint64
@@ -114,22 +114,21 @@ const noSlot = -2
 func (d *docRun) terminal() bool { return store.IsTerminal(d.rec.Doc.GetState()) }
 
 // addEvent records ev for the document: bumps rev and queues the event for
-// the flusher. Before the Create commit only rev moves: with a pipelined
-// upload (profile 4.2) the peer's statuses for early chunks arrive while the
-// client is still uploading; they are folded into the first #document event,
-// which carries the document's rev at commit time with since = 0 (a
-// snapshot). Events made while the Create batch commits (committing) queue
-// behind it, so every later event has since = the previous event's rev:
-// a watcher sees contiguous revisions (TestPipelinedUploadRevsContiguous).
+// the flusher (DESIGN.md section 5: every change is one event). Rev 1 is
+// the document's creation (the #document PENDING event of the Create
+// batch), so changes start at rev 2. Changes made before the Create commit
+// (a pipelined upload, profile 4.2: the peer answers early chunks while the
+// client is still uploading) queue like any other and go into the Create
+// batch right after the creation event, in order; changes made while the
+// Create batch commits (committing) go to the next flush. Either way every
+// event has since = the previous event's rev: a watcher sees contiguous
+// revisions from 1 (TestPreCommitChangesAreEvents).
 func (d *docRun) addEvent(ev *gatewayv1.Event) {
 	doc := d.rec.Doc
 	now := time.Now()
 	doc.Rev++
 	doc.UpdateTime = timestamppb.New(now)
 	d.dirty = true
-	if !d.committed && !d.committing {
-		return
-	}
 	ev.Time = timestamppb.New(now)
 	ev.DocumentId = d.id
 	ev.Rev = doc.Rev

@@ -1,6 +1,13 @@
 package bridge
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
+)
 
 // SetRedeemAckTimeout shortens redeemAckTimeout for a test; call the
 // returned func to restore it. Not safe while a bridge is redeeming.
@@ -8,4 +15,35 @@ func SetRedeemAckTimeout(d time.Duration) (restore func()) {
 	old := redeemAckTimeout
 	redeemAckTimeout = d
 	return func() { redeemAckTimeout = old }
+}
+
+// HoldCreateCommit makes every Upload wait, before it builds its Create
+// batch, until cond holds for the uncommitted document (checked under the
+// bridge's lock every 5 ms, at most timeout): peer statuses of pipelined
+// chunks then arrive before the commit. held reports whether cond held
+// before the timeout every time. Call restore before the bridge closes.
+func HoldCreateCommit(cond func(claims int, ents []*gatewayv1.Entity) bool, timeout time.Duration) (restore func(), held func() bool) {
+	var ok atomic.Bool
+	ok.Store(true)
+	testHookBeforeCreateCommit = func(b *Bridge, d *docRun) {
+		deadline := time.Now().Add(timeout)
+		for {
+			b.mu.Lock()
+			ents := make([]*gatewayv1.Entity, 0, len(d.ents))
+			for _, e := range d.ents {
+				ents = append(ents, proto.Clone(e).(*gatewayv1.Entity))
+			}
+			done := cond(len(d.claims), ents)
+			b.mu.Unlock()
+			if done {
+				return
+			}
+			if time.Now().After(deadline) {
+				ok.Store(false)
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	return func() { testHookBeforeCreateCommit = nil }, ok.Load
 }

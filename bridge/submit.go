@@ -68,6 +68,7 @@ func (b *Bridge) newDocRun(id string, t Tenant, p *plan) *docRun {
 		Name: "documents/" + id, Id: id, State: gatewayv1.State_PENDING, ContentType: o.ContentType,
 		DisplayName: o.DisplayName, RequestId: o.RequestId, Split: o.Split, CompletionPolicy: o.CompletionPolicy,
 		Metadata: o.Metadata, CreateTime: now, UpdateTime: now,
+		Rev: 1, // the creation; see addEvent
 	}
 	return &docRun{
 		id: id, tenant: t, plan: p, rec: &store.DocumentRecord{Tenant: string(t), Doc: doc},
@@ -195,6 +196,9 @@ func (u *upload) dehydrate(ctx context.Context, src io.Reader, lr *limitReader, 
 // hands it to the dispatcher.
 func (u *upload) commit(ctx context.Context, size int64, sum [32]byte) (*gatewayv1.Document, error) {
 	b, d := u.b, u.d
+	if testHookBeforeCreateCommit != nil {
+		testHookBeforeCreateCommit(b, d)
+	}
 	hash := u.p.bodyHash(sum)
 	b.mu.Lock()
 	d.size, d.sum = size, sum
@@ -203,17 +207,33 @@ func (u *upload) commit(ctx context.Context, size int64, sum [32]byte) (*gateway
 	doc.Checksum = hex.EncodeToString(sum[:])
 	d.rec.BodyHash = hash
 	d.rec.SpoolPath = b.st.SpoolPath(d.id)
-	doc.Rev = max(doc.Rev, 1)
 	rec := d.snapshot()
-	batch := &store.Batch{Create: rec, Events: []store.EventAppend{{Tenant: string(d.tenant), Event: &gatewayv1.Event{
-		Kind: kindDocument, DocumentId: d.id, State: rec.Doc.State, Rev: rec.Doc.Rev, Since: 0, Time: rec.Doc.UpdateTime,
-	}}}}
+	// The creation is rev 1 (state PENDING, since 0); every change made
+	// before this commit follows it as its own event (addEvent).
+	batch := &store.Batch{Create: rec, Events: make([]store.EventAppend, 0, 1+len(d.pending))}
+	batch.Events = append(batch.Events, store.EventAppend{Tenant: string(d.tenant), Event: &gatewayv1.Event{
+		Kind: kindDocument, DocumentId: d.id, State: gatewayv1.State_PENDING, Rev: 1, Since: 0, Time: rec.Doc.CreateTime,
+	}})
+	for _, ev := range d.pending {
+		batch.Events = append(batch.Events, store.EventAppend{Tenant: string(d.tenant), Event: ev})
+	}
 	for k, e := range d.ents {
 		batch.Entities = append(batch.Entities, store.EntityRecord{DocID: d.id, Entity: proto.Clone(e).(*gatewayv1.Entity),
 			Attempt: d.attempt, ScopeInstance: k.inst})
 	}
+	for k, dg := range d.dirtyDigests {
+		batch.Digests = append(batch.Digests, store.DigestRecord{DocID: d.id, Digest: proto.Clone(dg).(*gatewayv1.ScopeDigest),
+			Attempt: k.attempt, ScopeInstance: k.k.inst})
+	}
+	for id := range d.dirtyClaims {
+		c := proto.Clone(d.claims[id].c).(*gatewayv1.ClaimCheck)
+		c.Name = ""
+		batch.Claims = append(batch.Claims, store.ClaimRecord{Tenant: string(d.tenant), Claim: c})
+	}
 	d.dirtyEnts = map[dirtyEnt]*gatewayv1.Entity{}
-	d.pending = nil // folded into the Create snapshot
+	d.dirtyDigests = map[dirtyDigest]*gatewayv1.ScopeDigest{}
+	d.dirtyClaims = map[string]bool{}
+	d.pending = nil // in the Create batch
 	d.committing = true
 	snapRev := rec.Doc.Rev
 	b.mu.Unlock()
@@ -237,9 +257,7 @@ func (u *upload) commit(ctx context.Context, size int64, sum [32]byte) (*gateway
 	d.uploading = false
 	b.docs[d.id] = d
 	b.m.running.Inc()
-	if d.rec.Doc.Rev > snapRev || len(d.dirtyEnts) > 0 {
-		d.dirty = true
-	}
+	d.dirty = d.rec.Doc.Rev > snapRev || len(d.dirtyEnts) > 0 || len(d.dirtyDigests) > 0 || len(d.dirtyClaims) > 0
 	pipelined := u.pipe != nil && u.pipe.alive() && d.sess != nil
 	if !pipelined {
 		if u.pipe != nil {
@@ -257,6 +275,10 @@ func (u *upload) commit(ctx context.Context, size int64, sum [32]byte) (*gateway
 	b.kickFlush()
 	return out, nil
 }
+
+// testHookBeforeCreateCommit, when set by a test, runs before an upload
+// builds its Create batch (to let peer statuses arrive first).
+var testHookBeforeCreateCommit func(*Bridge, *docRun)
 
 // abandon drops an upload that will not be committed: stop the pipelined
 // attempt and tell the peer to drop the root.
