@@ -58,7 +58,9 @@ type Service interface {
 	GetClaim(ctx context.Context, t Tenant, claimID string) (*gatewayv1.ClaimCheck, error)
 	Redeem(ctx context.Context, t Tenant, claimID string) (*gatewayv1.ClaimCheck, error)
 	// Watch streams the document's events from cursor (0 = current state
-	// first), calling send for each, until the document is terminal or ctx ends.
+	// first), calling send for each, until the document is terminal or ctx
+	// ends. It calls SubscriptionStarted(ctx) once the document was found
+	// and the cursor accepted, before the first send.
 	Watch(ctx context.Context, t Tenant, id string, cursor uint64, send func(*gatewayv1.WatchDocumentResponse) error) error
 	// Events gives access to the event log (subscribe, window, snapshot).
 	Events() EventLog
@@ -73,12 +75,34 @@ type EventLog interface {
 	// Subscribe follows the log with AT-sync cursor rules. cursor == nil:
 	// live only. It calls send for every event (including the #info
 	// OutdatedCursor event) until ctx ends or an error: ErrFutureCursor,
-	// ErrConsumerTooSlow. clientKey identifies the client for retention
+	// ErrConsumerTooSlow. It calls SubscriptionStarted(ctx) once the cursor
+	// is accepted, before the first send. clientKey identifies the client for retention
 	// tracking (it is hashed with a rotating salt before use).
 	Subscribe(ctx context.Context, t Tenant, clientKey string, cursor *uint64, filter EventFilter, send func(*gatewayv1.Event) error) error
 	Window(ctx context.Context) (*gatewayv1.EventWindow, error)
 	Snapshot(ctx context.Context, t Tenant) (*gatewayv1.Snapshot, error)
 }
+
+// WithStartHook returns a context for EventLog.Subscribe and Service.Watch
+// that makes them call f once the subscription started: the cursor was
+// accepted (no FutureCursor) and nothing has been sent yet. Transports send
+// their response headers from f, so that an idle stream answers at once
+// while a refused cursor still fails the call before any header
+// (package gateway doc, "Streams"). Implementations call SubscriptionStarted.
+func WithStartHook(ctx context.Context, f func()) context.Context {
+	return context.WithValue(ctx, startHookKey{}, f)
+}
+
+// SubscriptionStarted calls the WithStartHook function of ctx, if any.
+// Implementations of EventLog.Subscribe and Service.Watch call it once,
+// after the cursor was accepted and before the first send.
+func SubscriptionStarted(ctx context.Context) {
+	if f, ok := ctx.Value(startHookKey{}).(func()); ok && f != nil {
+		f()
+	}
+}
+
+type startHookKey struct{}
 
 // EventFilter narrows a subscription.
 type EventFilter struct {

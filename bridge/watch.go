@@ -27,6 +27,7 @@ func (b *Bridge) Watch(ctx context.Context, t Tenant, id string, cursor uint64, 
 	}
 	var lastRev, stopAt uint64
 	onStart := func(latest uint64) error {
+		SubscriptionStarted(ctx)
 		doc, err := b.GetDocument(ctx, t, id, false)
 		if err != nil {
 			return err
@@ -138,7 +139,10 @@ func (e events) Subscribe(ctx context.Context, t Tenant, clientKey string, curso
 	if cursor != nil {
 		c = *cursor
 	}
-	return e.b.mapEventErr(e.b.ev.Subscribe(ctx, string(t), clientKey, cursor, eventlog.Filter{Kinds: f.Kinds, DocumentID: f.DocumentID}, send), c)
+	err := e.b.ev.Follow(ctx, eventlog.Subscription{Tenant: string(t), ClientKey: clientKey, Cursor: cursor,
+		Filter:  eventlog.Filter{Kinds: f.Kinds, DocumentID: f.DocumentID},
+		OnStart: func(uint64) error { SubscriptionStarted(ctx); return nil }}, send)
+	return e.b.mapEventErr(err, c)
 }
 
 func (e events) Window(ctx context.Context) (*gatewayv1.EventWindow, error) {

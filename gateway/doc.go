@@ -18,6 +18,18 @@
 //	GET  /v1/events/ws?cursor=N         WebSocket, draft-holmgren-at-synchronization-00 CBOR frames
 //	GET  /healthz, /metrics, /openapi.json, /docs/
 //
+// Streams: SubscribeEvents and WatchDocument send their gRPC response
+// headers once the subscription started, i.e. the cursor was accepted
+// (bridge.WithStartHook), never before: a refused cursor (FutureCursor) or
+// an unknown document is a plain error status (REST: 400 / 404 with a
+// google.rpc.Status body; WebSocket: FutureCursor as an error frame after
+// the upgrade, as draft-holmgren-at-synchronization-00 "Error Frames"
+// asks). The REST proxy writes "200 application/json" and flushes as soon
+// as those headers arrive (flushStreamHeaders), so an idle stream answers
+// at once; no event is invented to carry them (the AT sync draft has no
+// such frame). An error after the start ends the NDJSON body with an
+// {"error": Status} line.
+//
 // Errors are google.rpc.Status (JSON over REST) with an ErrorInfo reason
 // where a client must tell cases apart (see the Reason constants).
 //

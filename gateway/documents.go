@@ -192,9 +192,7 @@ func (d *documentService) WatchDocument(req *gatewayv1.WatchDocumentRequest, str
 	}
 	ctx, cancel := d.s.streamContext(stream.Context())
 	defer cancel()
-	// Send headers now: REST clients and the WebSocket bridge learn that the
-	// call was accepted before the first update.
-	_ = stream.SendHeader(nil)
+	ctx = startedHeaders(ctx, stream)
 	var last uint64
 	err := d.s.cfg.Bridge.Watch(ctx, TenantFromContext(ctx), req.GetId(), req.GetCursor(), func(r *gatewayv1.WatchDocumentResponse) error {
 		if seq := r.GetEvent().GetSeq(); seq > 0 {

@@ -33,8 +33,7 @@ func (e *eventService) SubscribeEvents(req *gatewayv1.SubscribeEventsRequest, st
 	}
 	ctx, cancel := e.s.streamContext(stream.Context())
 	defer cancel()
-	// The marker tells the WebSocket route that auth and limits passed.
-	_ = stream.SendHeader(metadata.Pairs(subscribedHeader, "1"))
+	ctx = startedHeaders(ctx, stream)
 	var cursor *uint64
 	if req.Cursor != nil {
 		c := req.GetCursor()
@@ -65,6 +64,16 @@ func (e *eventService) GetEventWindow(ctx context.Context, _ *gatewayv1.GetEvent
 func (e *eventService) GetSnapshot(ctx context.Context, _ *gatewayv1.GetSnapshotRequest) (*gatewayv1.Snapshot, error) {
 	snap, err := e.s.cfg.Bridge.Events().Snapshot(ctx, TenantFromContext(ctx))
 	return snap, toStatus(err)
+}
+
+// startedHeaders returns ctx with a bridge start hook that sends the
+// response headers, marked with subscribedHeader, once the subscription
+// started (cursor accepted): the REST proxy then writes the HTTP status
+// before the first event (flushStreamHeaders) and the WebSocket route
+// upgrades. A call refused before that (FutureCursor, NotFound) has no
+// headers and keeps its HTTP error status.
+func startedHeaders(ctx context.Context, stream grpc.ServerStream) context.Context {
+	return bridge.WithStartHook(ctx, func() { _ = stream.SendHeader(metadata.Pairs(subscribedHeader, "1")) })
 }
 
 // clientKey identifies a subscriber for the event log's retention tracking

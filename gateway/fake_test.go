@@ -178,6 +178,7 @@ func (f *fakeBridge) Watch(ctx context.Context, _ bridge.Tenant, id string, curs
 	if err != nil {
 		return err
 	}
+	bridge.SubscriptionStarted(ctx)
 	states := []gatewayv1.State{gatewayv1.State_RUNNING, gatewayv1.State_RUNNING, gatewayv1.State_SUCCEEDED}
 	for i, st := range states {
 		ev := &gatewayv1.Event{Seq: cursor + uint64(i) + 1, Kind: "#document", DocumentId: id, State: st, Rev: uint64(i + 2), Since: uint64(i + 1)}
@@ -221,6 +222,10 @@ func (l *fakeLog) Subscribe(ctx context.Context, _ bridge.Tenant, _ string, curs
 		if c > l.latest {
 			return fmt.Errorf("cursor %d, latest %d: %w", c, l.latest, bridge.ErrFutureCursor)
 		}
+	}
+	bridge.SubscriptionStarted(ctx)
+	if cursor != nil {
+		c := *cursor
 		if c != 0 && c < l.oldest {
 			if err := send(&gatewayv1.Event{Time: timestamppb.Now(), Kind: "#info", Name: "OutdatedCursor",
 				Message: fmt.Sprintf("cursor %d is older than the window (oldest %d)", c, l.oldest)}); err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
@@ -31,6 +32,7 @@ func (s *Server) httpHandler() (http.Handler, error) {
 		runtime.WithOutgoingHeaderMatcher(outgoingHeader),
 		runtime.WithErrorHandler(httpErrorHandler),
 		runtime.WithStreamErrorHandler(streamErrorHandler),
+		runtime.WithForwardResponseOption(flushStreamHeaders),
 	)
 	ctx := context.Background()
 	if err := gatewayv1.RegisterDocumentServiceHandler(ctx, s.gwMux, s.conn); err != nil {
@@ -77,7 +79,34 @@ func outgoingHeader(key string) (string, bool) {
 	if strings.EqualFold(key, requestIDHeader) {
 		return "X-Request-Id", true
 	}
+	if strings.EqualFold(key, subscribedHeader) {
+		return "", false // internal: see flushStreamHeaders
+	}
 	return runtime.MetadataHeaderPrefix + key, true
+}
+
+// flushStreamHeaders writes the HTTP status and headers of an NDJSON stream
+// (SubscribeEvents, WatchDocument) as soon as the gRPC call sent its
+// headers marked with subscribedHeader, i.e. once the subscription started.
+// grpc-gateway's ForwardResponseStream would write them only with the first
+// message, so an idle subscription looked like a stuck request; it calls
+// the forward-response options once with a nil message before it waits for
+// the first one, which is where this runs. Calls refused before the start
+// (FutureCursor, NotFound) carry no marker and keep their error status.
+// The Content-Type is what ForwardResponseStream sets for the mux's only
+// marshaler (JSONPb); it cannot change after the status line.
+func flushStreamHeaders(ctx context.Context, w http.ResponseWriter, m proto.Message) error {
+	if m != nil {
+		return nil
+	}
+	md, ok := runtime.ServerMetadataFromContext(ctx)
+	if !ok || len(md.HeaderMD.Get(subscribedHeader)) == 0 {
+		return nil
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_ = http.NewResponseController(w).Flush() // a gone client fails the next write
+	return nil
 }
 
 // httpErrorHandler is grpc-gateway's default (a JSON google.rpc.Status with
@@ -148,10 +177,23 @@ func withErrorHeaders(h http.Handler) http.Handler {
 
 type errorHeaderWriter struct {
 	http.ResponseWriter
-	slot *errorSlot
+	slot  *errorSlot
+	wrote bool // the status line is out (flushStreamHeaders may write it early)
 }
 
+func (w *errorHeaderWriter) Write(p []byte) (int, error) {
+	w.wrote = true
+	return w.ResponseWriter.Write(p)
+}
+
+// WriteHeader writes the status once; a later call (grpc-gateway's stream
+// error path after flushStreamHeaders wrote 200) is dropped, the error then
+// travels in the body as an {"error": Status} line.
 func (w *errorHeaderWriter) WriteHeader(code int) {
+	if w.wrote {
+		return
+	}
+	w.wrote = true
 	if code >= 400 {
 		w.slot.mu.Lock()
 		err := w.slot.err

@@ -76,8 +76,9 @@ const (
 	// requestIDHeader is the metadata key (and HTTP header) carrying the
 	// request id in and out.
 	requestIDHeader = "x-request-id"
-	// subscribedHeader is the response header SubscribeEvents sends once
-	// the subscription started (auth and limits passed).
+	// subscribedHeader is the response header SubscribeEvents and
+	// WatchDocument send once the subscription started (auth and limits
+	// passed, cursor accepted); it is not forwarded to HTTP clients.
 	subscribedHeader = "x-pipestream-subscribed"
 	// maxRequestIDLen bounds a client-supplied request id; longer ones are
 	// replaced, not trusted.

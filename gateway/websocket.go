@@ -71,6 +71,15 @@ func (s *Server) handleEventsWS(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	if err != nil && errorReason(err) == ReasonFutureCursor {
+		// "Error Frames": a future cursor is an error frame after the
+		// upgrade, then close (the subscription refused it before start).
+		if c, aerr := websocket.Accept(w, r, nil); aerr == nil {
+			s.closeWithErrorFrame(c, ReasonFutureCursor, status.Convert(err).Message())
+			_ = c.CloseNow()
+		}
+		return
+	}
 	if err != nil {
 		st := status.Convert(err)
 		errorHeaders(w.Header(), err) // WWW-Authenticate, Retry-After
