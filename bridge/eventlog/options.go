@@ -129,7 +129,10 @@ func (o Options) RetentionConfig() (retention.Config, retention.TrackerConfig, e
 			MaxAge:         o.MaxAge,
 			MaxBytes:       uint64(o.MaxBytes),
 		}, retention.TrackerConfig{
-			SaltRotation:        o.SaltRotation,
+			SaltRotation: o.SaltRotation,
+			// Salts cover the inactivity window: a client back within it is
+			// re-keyed, never orphaned (an orphan would pin its old position).
+			KeepSalts:           int((o.InactiveAfter+o.SaltRotation-1)/o.SaltRotation) + 1,
 			MaxClients:          o.MaxTrackedClients,
 			NewClientsPerSecond: o.NewClientsPerSecond,
 			NewClientsBurst:     o.NewClientsBurst,

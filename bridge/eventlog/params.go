@@ -41,8 +41,9 @@ const (
 	// inactivity threshold stops counting, so a client that keeps asking for
 	// an old cursor cannot pin the log (section 6, Denial of Service).
 	DefaultPositionMaxAge = DefaultInactiveAfter
-	// DefaultSaltRotation: section 5 "hashing with a rotating salt"; daily,
-	// with the previous salt kept one more day for re-keying.
+	// DefaultSaltRotation: section 5 "hashing with a rotating salt"; daily.
+	// Salts are kept for InactiveAfter (plus one period) so a returning
+	// client is re-keyed; after that it cannot be linked any more.
 	DefaultSaltRotation = 24 * time.Hour
 	// DefaultMaxTrackedClients caps the tracker (about 150 bytes a client,
 	// so 64k clients cost ~10 MB); LRU eviction of idle clients beyond it.

@@ -46,9 +46,13 @@ func (c *Client) Position() uint64 {
 
 // TrackerConfig bounds the tracker.
 type TrackerConfig struct {
-	// SaltRotation is how often a fresh random salt is drawn; the previous
-	// salt is kept for one more period so returning clients are re-keyed.
+	// SaltRotation is how often a fresh random salt is drawn.
 	SaltRotation time.Duration
+	// KeepSalts is how many salts (current included) are kept so that a
+	// returning client is found and re-keyed under the current salt; set it
+	// to cover the inactivity threshold (older entries expire anyway). At
+	// least 2.
+	KeepSalts int
 	// MaxClients caps tracked clients; the least recently seen idle client
 	// is evicted first.
 	MaxClients int
@@ -65,7 +69,7 @@ type Tracker struct {
 	cfg TrackerConfig
 
 	mu         sync.Mutex
-	cur, prev  []byte // HMAC keys; prev may be nil
+	salts      [][]byte // HMAC keys, newest first
 	rotatedAt  time.Time
 	clients    map[ClientID]*Client
 	lru        Client // sentinel: lru.next is the most recently used
@@ -86,7 +90,7 @@ func NewTracker(cfg TrackerConfig, now time.Time) *Tracker {
 		t.limiter = rate.NewLimiter(rate.Inf, 0)
 	}
 	t.lru.next, t.lru.prev = &t.lru, &t.lru
-	t.cur = newSalt()
+	t.salts = [][]byte{newSalt()}
 	t.rotatedAt = now
 	return t
 }
@@ -105,19 +109,32 @@ func hashKey(salt []byte, key string) ClientID {
 	return id
 }
 
-// rotateLocked draws a new salt when the period has passed; the old one
-// becomes prev for one period, older ones are forgotten.
+// rotateLocked draws a new salt per elapsed period and forgets salts beyond
+// KeepSalts: an entry keyed under a forgotten salt can no longer be linked
+// to its client and only waits for expiry.
 func (t *Tracker) rotateLocked(now time.Time) {
-	if t.cfg.SaltRotation <= 0 || now.Sub(t.rotatedAt) < t.cfg.SaltRotation {
+	if t.cfg.SaltRotation <= 0 {
 		return
 	}
-	if now.Sub(t.rotatedAt) >= 2*t.cfg.SaltRotation {
-		t.prev = nil // idle for two periods: nobody could be re-keyed anyway
-	} else {
-		t.prev = t.cur
+	keep := max(t.cfg.KeepSalts, 2)
+	n := int(now.Sub(t.rotatedAt) / t.cfg.SaltRotation)
+	if n <= 0 {
+		return
 	}
-	t.cur = newSalt()
-	t.rotatedAt = now
+	if n >= keep { // every kept salt has aged out
+		clear(t.salts)
+		t.salts = [][]byte{newSalt()}
+		t.rotatedAt = now
+		return
+	}
+	for range n {
+		t.salts = append([][]byte{newSalt()}, t.salts...)
+	}
+	t.rotatedAt = t.rotatedAt.Add(time.Duration(n) * t.cfg.SaltRotation)
+	if len(t.salts) > keep {
+		clear(t.salts[keep:])
+		t.salts = t.salts[:keep]
+	}
 }
 
 func (t *Tracker) unlinkLocked(c *Client) {
@@ -140,10 +157,13 @@ func (t *Tracker) Touch(clientKey string, pos uint64, now time.Time) *Client {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.rotateLocked(now)
-	id := hashKey(t.cur, clientKey)
+	id := hashKey(t.salts[0], clientKey)
 	c := t.clients[id]
-	if c == nil && t.prev != nil {
-		old := hashKey(t.prev, clientKey)
+	for _, salt := range t.salts[1:] {
+		if c != nil {
+			break
+		}
+		old := hashKey(salt, clientKey)
 		if c = t.clients[old]; c != nil { // re-key under the current salt
 			delete(t.clients, old)
 			c.id = id

@@ -6,7 +6,7 @@ import (
 )
 
 func TestTrackerSaltRotationRekeys(t *testing.T) {
-	tr := NewTracker(TrackerConfig{SaltRotation: 24 * time.Hour, MaxClients: 10}, t0)
+	tr := NewTracker(TrackerConfig{SaltRotation: 24 * time.Hour, KeepSalts: 3, MaxClients: 10}, t0)
 	c := tr.Touch("203.0.113.7", 10, t0)
 	tr.Release(c, t0)
 	id0 := c.id
@@ -16,14 +16,20 @@ func TestTrackerSaltRotationRekeys(t *testing.T) {
 	if c2 != c || c.id == id0 || tr.Len() != 1 || tr.Stats().Rekeyed != 1 {
 		t.Fatalf("returning client must keep its entry under a new id: same=%v len=%d stats=%+v", c2 == c, tr.Len(), tr.Stats())
 	}
-	// Absent for more than a whole period after a rotation: a new entry; the
-	// old one keeps its position until it expires as inactive.
-	c3 := tr.Touch("203.0.113.7", 12, t0.Add(75*time.Hour))
-	if c3 == c || tr.Len() != 2 {
-		t.Fatalf("after two rotations the client cannot be matched: same=%v len=%d", c3 == c, tr.Len())
+	// Two periods later (salts kept: 3) it is still found.
+	c3 := tr.Touch("203.0.113.7", 12, t0.Add(73*time.Hour))
+	tr.Release(c3, t0.Add(73*time.Hour))
+	if c3 != c || tr.Len() != 1 {
+		t.Fatalf("within KeepSalts periods the client must be re-keyed: same=%v len=%d", c3 == c, tr.Len())
+	}
+	// Absent longer than KeepSalts periods: it cannot be linked any more; a
+	// new entry, the old one keeps its position until it expires.
+	c4 := tr.Touch("203.0.113.7", 13, t0.Add(73*time.Hour+4*24*time.Hour))
+	if c4 == c || tr.Len() != 2 {
+		t.Fatalf("beyond the kept salts the client cannot be matched: same=%v len=%d", c4 == c, tr.Len())
 	}
 	// The raw key is never stored: the id is an HMAC under a random salt.
-	if hashKey(tr.cur, "203.0.113.7") != c3.id || hashKey([]byte("other"), "203.0.113.7") == c3.id {
+	if hashKey(tr.salts[0], "203.0.113.7") != c4.id || hashKey([]byte("other"), "203.0.113.7") == c4.id {
 		t.Fatal("id must be HMAC-SHA256(salt, key)")
 	}
 }
@@ -44,7 +50,7 @@ func TestTrackerLRUCapAndRateLimit(t *testing.T) {
 		t.Fatalf("cap: len %d stats %+v", tr.Len(), tr.Stats())
 	}
 	tr.mu.Lock()
-	_, hasB := tr.clients[hashKey(tr.cur, "b")]
+	_, hasB := tr.clients[hashKey(tr.salts[0], "b")]
 	tr.mu.Unlock()
 	if hasB {
 		t.Fatal("b should have been evicted (LRU)")
