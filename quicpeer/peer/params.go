@@ -55,6 +55,10 @@ const (
 	// maxDistinctWords caps the per-entity word map of textstats (memory bound
 	// on adversarial input); words beyond it still count in totals.
 	maxDistinctWords = 100_000
+	// maxSeamWordBytes bounds the partial words textstats keeps at each
+	// chunk edge to rejoin words cut by a boundary; longer words are not
+	// natural-language words and are corrected by count only.
+	maxSeamWordBytes = 1024
 	// maxRetryDelay caps retry-delay-ms from a peer-supplied policy.
 	maxRetryDelay = time.Minute
 )

@@ -13,8 +13,13 @@ import (
 // TextStats computes ParsedData (data layer 2) JSON statistics of text:
 // bytes, lines, words, sentences and the most frequent words. Rehydrate
 // sums the children's statistics (N:1), correcting for words and sentences
-// cut by a chunk boundary; top words are exact as long as each chunk has
-// fewer than maxDistinctWords distinct words.
+// cut by a chunk boundary: each child's merge state keeps its leading and
+// trailing partial word (word runes and a UTF-8 sequence cut in two), and
+// the merge re-counts the word across each seam. Word counts and top words
+// are exact as long as each chunk has fewer than maxDistinctWords distinct
+// words and no word cut by a boundary is longer than maxSeamWordBytes; a
+// child output from another process (partialFromJSON) carries no edges, so
+// its seams are corrected by count only.
 type TextStats struct{}
 
 // TextStatsResult is the JSON document TextStats produces.
@@ -43,6 +48,14 @@ type textPartial struct {
 	// white space (a blank line across the cut separates sentences).
 	endsMidSent, hasSentence bool
 	leadNL, trailNL          int
+	// lead and trail are the bytes of the partial word at each edge: the
+	// word runes before the first / after the last non-word rune, plus a
+	// UTF-8 sequence cut at that edge. allWord: lead is the whole text (no
+	// complete non-word rune). edges: lead and trail are known (false for
+	// partialFromJSON and for an over-long seam word).
+	lead, trail []byte
+	allWord     bool
+	edges       bool
 }
 
 const textStatsType = "application/json"
@@ -67,24 +80,88 @@ func (TextStats) Rehydrate(ctx context.Context, parts []*Output) (*Output, error
 		total.newlines += p.newlines
 		total.words += p.words
 		total.sentences += p.sentences
-		if prev != nil {
-			if prev.endsInWord && p.startsInWord && total.words > 0 {
-				total.words--
-			}
-			if prev.endsMidSent && p.hasSentence && prev.trailNL+p.leadNL < 2 && total.sentences > 0 {
-				total.sentences--
-			}
-		}
 		for w, c := range p.counts {
 			if _, ok := total.counts[w]; ok || len(total.counts) < maxDistinctWords {
 				total.counts[w] += c
 			}
 		}
+		if prev == nil {
+			total.startsInWord, total.edges, total.allWord = p.startsInWord, p.edges, p.allWord
+			total.lead, total.trail = slices.Clone(p.lead), slices.Clone(p.trail)
+		} else {
+			total.joinSeam(p)
+			if prev.endsMidSent && p.hasSentence && prev.trailNL+p.leadNL < 2 && total.sentences > 0 {
+				total.sentences--
+			}
+		}
 		total.endsNewline = p.endsNewline
 		total.endsInWord, total.endsMidSent = p.endsInWord, p.endsMidSent
+		total.trailNL = p.trailNL
+		if prev == nil {
+			total.leadNL = p.leadNL
+		}
+		total.hasSentence = total.hasSentence || p.hasSentence
 		prev = p
 	}
 	return total.output()
+}
+
+// joinSeam corrects the running total (whose text ends with total.trail)
+// for the word cut between it and p, which follows: the tokens of the two
+// edge fragments, counted on each side, are replaced by the tokens of the
+// fragments joined. Then total.trail becomes the open word at the new end.
+func (total *textPartial) joinSeam(p *textPartial) {
+	if !total.edges || !p.edges {
+		// No fragments: correct the word total only.
+		if total.endsInWord && p.startsInWord && total.words > 0 {
+			total.words--
+		}
+		total.edges, total.trail, total.lead = false, nil, nil
+		return
+	}
+	if len(total.trail) > 0 && len(p.lead) > 0 {
+		joined := make([]byte, 0, len(total.trail)+len(p.lead))
+		joined = append(append(joined, total.trail...), p.lead...)
+		forEachWord(total.trail, total.uncount)
+		forEachWord(p.lead, total.uncount)
+		forEachWord(joined, total.count)
+		if total.allWord {
+			total.lead = joined
+		}
+		if p.allWord {
+			total.trail = joined
+		} else {
+			total.trail = slices.Clone(p.trail)
+		}
+		total.allWord = total.allWord && p.allWord
+		if len(total.lead) > maxSeamWordBytes || len(total.trail) > maxSeamWordBytes {
+			total.edges, total.trail, total.lead = false, nil, nil
+		}
+		return
+	}
+	total.allWord = false
+	total.trail = slices.Clone(p.trail)
+}
+
+// count and uncount move one occurrence of w in and out of the totals
+// (counts stay within maxDistinctWords; an uncounted word is not there).
+func (p *textPartial) count(w string) {
+	p.words++
+	if _, ok := p.counts[w]; ok || len(p.counts) < maxDistinctWords {
+		p.counts[w]++
+	}
+}
+
+func (p *textPartial) uncount(w string) {
+	if p.words > 0 {
+		p.words--
+	}
+	switch c := p.counts[w]; {
+	case c > 1:
+		p.counts[w] = c - 1
+	case c == 1:
+		delete(p.counts, w)
+	}
 }
 
 func (p *textPartial) output() (*Output, error) {
@@ -136,8 +213,70 @@ func topN(counts map[string]uint64, n int) []WordCount {
 
 func isWordRune(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) || r == '\'' }
 
+// forEachWord calls fn with every word of b, lower-cased: a maximal run of
+// word runes (bytes that are not valid UTF-8 separate words).
+func forEachWord(b []byte, fn func(w string)) {
+	start := -1
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if isWordRune(r) && r != utf8.RuneError {
+			if start < 0 {
+				start = i
+			}
+		} else if start >= 0 {
+			fn(strings.ToLower(string(b[start:i])))
+			start = -1
+		}
+		i += n
+	}
+	if start >= 0 {
+		fn(strings.ToLower(string(b[start:])))
+	}
+}
+
+// edgeFragments returns the partial words at both edges of b (see
+// textPartial.lead) and whether the lead is all of b.
+func edgeFragments(b []byte) (lead, trail []byte, allWord bool) {
+	i := 0
+	for i < len(b) && i < utf8.UTFMax-1 && !utf8.RuneStart(b[i]) {
+		i++ // the tail of a sequence cut at the start
+	}
+	for i < len(b) {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError || !isWordRune(r) {
+			if !utf8.FullRune(b[i:]) {
+				i = len(b) // a sequence cut at the end
+			}
+			break
+		}
+		i += n
+	}
+	if i == len(b) {
+		return b, b, true
+	}
+	lead = b[:i]
+	j := len(b)
+	// A sequence cut at the end: a start byte with too few continuation bytes.
+	for k := len(b) - 1; k >= 0 && k >= len(b)-(utf8.UTFMax-1); k-- {
+		if utf8.RuneStart(b[k]) {
+			if !utf8.FullRune(b[k:]) {
+				j = k
+			}
+			break
+		}
+	}
+	for j > 0 {
+		r, n := utf8.DecodeLastRune(b[:j])
+		if r == utf8.RuneError || !isWordRune(r) {
+			break
+		}
+		j -= n
+	}
+	return lead, b[j:], false
+}
+
 func analyzeText(b []byte) *textPartial {
-	p := &textPartial{bytes: uint64(len(b)), counts: map[string]uint64{}}
+	p := &textPartial{bytes: uint64(len(b)), counts: map[string]uint64{}, edges: true}
 	if len(b) == 0 {
 		return p
 	}
@@ -146,26 +285,14 @@ func analyzeText(b []byte) *textPartial {
 	first, _ := utf8.DecodeRune(b)
 	last, _ := utf8.DecodeLastRune(b)
 	p.startsInWord, p.endsInWord = isWordRune(first), isWordRune(last)
-	var word []rune
-	flush := func() {
-		if len(word) == 0 {
-			return
-		}
-		p.words++
-		w := strings.ToLower(string(word))
-		if _, ok := p.counts[w]; ok || len(p.counts) < maxDistinctWords {
-			p.counts[w]++
-		}
-		word = word[:0]
+	lead, trail, all := edgeFragments(b)
+	p.allWord = all
+	if len(lead) <= maxSeamWordBytes && len(trail) <= maxSeamWordBytes {
+		p.lead, p.trail = slices.Clone(lead), slices.Clone(trail)
+	} else {
+		p.edges = false
 	}
-	for _, r := range string(b) {
-		if isWordRune(r) {
-			word = append(word, r)
-		} else {
-			flush()
-		}
-	}
-	flush()
+	forEachWord(b, p.count)
 	sents, endsMid := splitSentences(b)
 	p.sentences = uint64(len(sents))
 	p.endsMidSent = endsMid
