@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pipestream/gateway/bridge/eventlog"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
 
@@ -147,4 +148,8 @@ type Options struct {
 	Logger *slog.Logger
 	// Registerer for Prometheus metrics (nil: none).
 	Registerer prometheus.Registerer
+	// EventLog tunes the event log's tail and retention (docs/retention.md;
+	// zero values take the drafts' defaults). Logger and Registerer, when
+	// nil, are the ones above.
+	EventLog eventlog.Options
 }

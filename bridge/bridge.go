@@ -59,7 +59,14 @@ func New(ctx context.Context, opts Options) (*Bridge, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bridge: open store in %s: %w", opts.DataDir, err)
 	}
-	ev, err := eventlog.New(ctx, st, eventlog.Options{Logger: opts.Logger, Registerer: opts.Registerer})
+	eo := opts.EventLog
+	if eo.Logger == nil {
+		eo.Logger = opts.Logger
+	}
+	if eo.Registerer == nil {
+		eo.Registerer = opts.Registerer
+	}
+	ev, err := eventlog.New(ctx, st, eo)
 	if err != nil {
 		st.Close()
 		return nil, fmt.Errorf("bridge: open event log: %w", err)

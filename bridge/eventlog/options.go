@@ -34,7 +34,8 @@ type Options struct {
 	KeepNewest int
 	// MinAge: events younger than this are never pruned by the adaptive rule.
 	MinAge time.Duration
-	// PositionMaxAge: positions whose event is older than this are ignored.
+	// PositionMaxAge: positions whose event is older than this are ignored
+	// (default: InactiveAfter, see DefaultPositionMaxAge).
 	PositionMaxAge time.Duration
 	// MaxAge, MaxBytes: operator hard caps, applied after every other rule
 	// (0 = none). The newest event is always kept.
@@ -93,7 +94,7 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	def(&o.KeepNewest, DefaultKeepNewest)
 	defDur(&o.MinAge, DefaultMinAge)
-	defDur(&o.PositionMaxAge, DefaultPositionMaxAge)
+	defDur(&o.PositionMaxAge, o.InactiveAfter) // DefaultPositionMaxAge with the default
 	defDur(&o.SaltRotation, DefaultSaltRotation)
 	def(&o.MaxTrackedClients, DefaultMaxTrackedClients)
 	if o.NewClientsPerSecond == 0 {

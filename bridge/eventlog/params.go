@@ -39,7 +39,8 @@ const (
 	DefaultMinAge = time.Hour
 	// DefaultPositionMaxAge: a position whose event is older than the
 	// inactivity threshold stops counting, so a client that keeps asking for
-	// an old cursor cannot pin the log (section 6, Denial of Service).
+	// an old cursor cannot pin the log (section 6, Denial of Service). It
+	// follows Options.InactiveAfter when that is set.
 	DefaultPositionMaxAge = DefaultInactiveAfter
 	// DefaultSaltRotation: section 5 "hashing with a rotating salt"; daily.
 	// Salts are kept for InactiveAfter (plus one period) so a returning
