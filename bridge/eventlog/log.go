@@ -78,8 +78,8 @@ type Log struct {
 	pending []*item
 
 	floor     atomic.Uint64 // prune boundary announced before the store deletes
-	snapBytes atomic.Int64
-	sincePass atomic.Int64 // events appended since the last retention pass
+	snap      snapshotSize  // store.SnapshotBytes, cached (snapshot.go)
+	sincePass atomic.Int64  // events appended since the last retention pass
 	trigger   chan struct{}
 	pruneMu   sync.Mutex
 
@@ -118,8 +118,8 @@ func New(ctx context.Context, st *store.Store, opts Options) (*Log, error) {
 		st.SetEventHook(nil)
 		return nil, err
 	}
-	if sb, err := st.SnapshotBytes(ctx); err == nil {
-		l.snapBytes.Store(sb)
+	if _, err := l.measureSnapshot(ctx); err != nil {
+		o.Logger.Warn("eventlog: snapshot size", "err", err)
 	}
 	if !o.DisablePruner {
 		l.wg.Add(1)
@@ -239,8 +239,9 @@ func (l *Log) Latest() uint64 { return l.tail.latestSeq() }
 
 // Window reports the retained window: oldest and latest retained seq,
 // retained events and bytes (the store's encoded size), the snapshot size
-// (store.SnapshotBytes as of the last retention pass; the cap on retained
-// bytes) and the number of clients that currently count for retention. It
+// (store.SnapshotBytes, the cap on retained bytes; re-measured when the
+// store committed since the last measurement, at most every
+// snapshotRefresh, see snapshotBytes) and the number of clients that currently count for retention. It
 // plays the RRDP notification file's role.
 func (l *Log) Window(ctx context.Context) (*gatewayv1.EventWindow, error) {
 	select {
@@ -262,7 +263,7 @@ func (l *Log) Window(ctx context.Context) (*gatewayv1.EventWindow, error) {
 		LatestSeq:      max(latest, l.Latest()),
 		RetainedEvents: uint64(events),
 		RetainedBytes:  bytes,
-		SnapshotBytes:  uint64(max(l.snapBytes.Load(), 0)),
+		SnapshotBytes:  uint64(l.snapshotBytes(ctx)),
 		ActiveClients:  uint32(min(active, 1<<31)),
 	}, nil
 }

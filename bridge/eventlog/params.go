@@ -61,4 +61,16 @@ const (
 	// were appended since the last one (section 3.2: "whenever a new delta
 	// file is created", batched per section 4.1).
 	DefaultPruneEveryEvents = 8192
+
+	// snapshotRefresh: Window re-measures the snapshot size (an
+	// O(documents) scan) at most this often while commits keep coming; a
+	// monitoring poller sees a value at most this old.
+	snapshotRefresh = 2 * time.Second
+	// snapshotCostFactor stretches snapshotRefresh to this many times the
+	// last scan's duration, so Window polling spends at most ~5 % of a core
+	// on scans however large the store.
+	snapshotCostFactor = 20
+	// snapshotMaxStale: a scan older than this is redone even if no event
+	// was committed (rows changed by another process sharing the file).
+	snapshotMaxStale = time.Minute
 )

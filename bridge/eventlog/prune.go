@@ -35,11 +35,10 @@ func (l *Log) Prune(ctx context.Context) (PruneReport, error) {
 	l.pruneMu.Lock()
 	defer l.pruneMu.Unlock()
 	l.sincePass.Store(0)
-	sb, err := l.st.SnapshotBytes(ctx)
+	sb, err := l.measureSnapshot(ctx)
 	if err != nil {
 		return PruneReport{}, fmt.Errorf("eventlog: snapshot size: %w", err)
 	}
-	l.snapBytes.Store(sb)
 	p := l.ret.Plan(l.opts.Now(), uint64(max(sb, 0)))
 	rep := PruneReport{KeepFrom: p.KeepFrom, Reason: p.Reason, MinPosition: p.MinPosition, Clients: p.Clients,
 		RetainedBytes: p.RetainedBytes, SizeOnlyRetainedBytes: p.SizeOnlyRetainedBytes, SnapshotBytes: uint64(max(sb, 0))}

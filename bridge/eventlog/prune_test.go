@@ -216,3 +216,33 @@ func TestBackgroundPrunerAndClose(t *testing.T) {
 		t.Fatalf("got %v, want ErrClosed", err)
 	}
 }
+
+// TestWindowSnapshotBytesFresh: the window's snapshot size follows the
+// documents without waiting for a retention pass (none runs here): the first
+// documents show at once, later ones within the refresh bound (2 s).
+func TestWindowSnapshotBytesFresh(t *testing.T) {
+	e := open(t, t.TempDir(), eventlog.Options{})
+	window := func() *gatewayv1.EventWindow {
+		t.Helper()
+		w, err := e.log.Window(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	if w := window(); w.GetSnapshotBytes() != 0 {
+		t.Fatalf("empty store: %v", w)
+	}
+	e.createDoc("t", "d1", 4096)
+	if w := window(); w.GetSnapshotBytes() < 4096 {
+		t.Fatalf("right after creating a 4 KiB document: snapshotBytes %d, want >= 4096", w.GetSnapshotBytes())
+	}
+	e.createDoc("u", "d2", 8192)
+	deadline := time.Now().Add(5 * time.Second)
+	for window().GetSnapshotBytes() < 4096+8192 {
+		if time.Now().After(deadline) {
+			t.Fatalf("snapshotBytes still %d 5 s after a second document (want >= %d)", window().GetSnapshotBytes(), 4096+8192)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,0 +1,70 @@
+package eventlog
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// snapshotSize caches store.SnapshotBytes (an O(documents) scan) for Window
+// and the retention pass. The cache is tagged with the store's count of
+// committed transactions at the time of the scan: documents and digests
+// change only in commits, so an unchanged count means an unchanged size.
+type snapshotSize struct {
+	bytes atomic.Int64 // last measured size; read without the lock
+
+	mu   sync.Mutex // held while measuring
+	txns uint64     // store transactions committed when the last scan started
+	at   time.Time  // when it finished (wall clock with monotonic reading)
+	cost time.Duration
+	ok   bool // measured at least once
+}
+
+// snapshotBytes returns the snapshot size for Window: the cached value when
+// it is fresh, else a new scan. Fresh means nothing was committed since the
+// scan, or the scan is younger than snapshotRefresh (stretched to
+// snapshotCostFactor times the scan's own duration, so polling Window costs
+// at most ~1/snapshotCostFactor of a core) and not 0. A cached 0 with new
+// commits is always re-measured: the first documents must show up at once.
+// Beyond snapshotMaxStale a scan runs anyway (rows written by another
+// process). Concurrent callers never queue behind a scan: they get the
+// cached value. Cheap path: one atomic load and a clock read.
+func (l *Log) snapshotBytes(ctx context.Context) int64 {
+	c := &l.snap
+	if !c.mu.TryLock() {
+		return c.bytes.Load()
+	}
+	defer c.mu.Unlock()
+	age := time.Since(c.at)
+	changed := l.st.WriterStats().Transactions != c.txns
+	fresh := c.ok && age < snapshotMaxStale &&
+		(!changed || (c.bytes.Load() != 0 && age < max(snapshotRefresh, snapshotCostFactor*c.cost)))
+	if fresh {
+		return c.bytes.Load()
+	}
+	if _, err := l.measureSnapshotLocked(ctx); err != nil && ctx.Err() == nil {
+		l.opts.Logger.Warn("eventlog: snapshot size", "err", err)
+	}
+	return c.bytes.Load()
+}
+
+// measureSnapshot scans the snapshot size now (the retention pass).
+func (l *Log) measureSnapshot(ctx context.Context) (int64, error) {
+	l.snap.mu.Lock()
+	defer l.snap.mu.Unlock()
+	return l.measureSnapshotLocked(ctx)
+}
+
+func (l *Log) measureSnapshotLocked(ctx context.Context) (int64, error) {
+	c := &l.snap
+	txns := l.st.WriterStats().Transactions // before the scan: a commit during it makes the next call re-measure
+	start := time.Now()
+	sb, err := l.st.SnapshotBytes(ctx)
+	if err != nil {
+		return 0, err
+	}
+	c.bytes.Store(max(sb, 0))
+	c.txns, c.at, c.cost, c.ok = txns, time.Now(), time.Since(start), true
+	return max(sb, 0), nil
+}
