@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/genproto/googleapis/api/httpbody"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
@@ -280,6 +282,29 @@ func resultREST(t testing.TB, g *gatewayProc, id string) httpResp {
 	r := curl(t, "GET", u, nil)
 	wantOK(t, "GET "+u, r)
 	return r
+}
+
+// grpcResult reads the GetDocumentResult stream (chunks of the result, the
+// first with the content type) into one HttpBody.
+func grpcResult(ctx context.Context, docs gatewayv1.DocumentServiceClient, id string) (*httpbody.HttpBody, error) {
+	stream, err := docs.GetDocumentResult(ctx, &gatewayv1.GetDocumentResultRequest{Id: id})
+	if err != nil {
+		return nil, err
+	}
+	var body httpbody.HttpBody
+	for first := true; ; first = false {
+		m, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return &body, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if first {
+			body.ContentType = m.GetContentType()
+		}
+		body.Data = append(body.Data, m.GetData()...)
+	}
 }
 
 // grpcurl runs `grpcurl -plaintext flags... ADDR cmd...` against g's gRPC

@@ -100,7 +100,7 @@ func TestGRPCUploadStreaming(t *testing.T) {
 		t.Errorf("children carry %d bytes, want %d (entity tree: %d entities)", chunkBytes, len(in), len(full.GetEntities()))
 	}
 
-	body, err := c.docs.GetDocumentResult(ctx, &gatewayv1.GetDocumentResultRequest{Id: d.GetId()})
+	body, err := grpcResult(ctx, c.docs, d.GetId())
 	if err != nil {
 		t.Fatalf("GetDocumentResult: %v", err)
 	}

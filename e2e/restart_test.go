@@ -119,7 +119,7 @@ func TestRestartMidRun(t *testing.T) {
 			t.Errorf("document %s after restart ended %v (%s), want one of %v", id, fin.GetState(), fin.GetError(), wnt.states)
 			continue
 		}
-		body, err := c2.docs.GetDocumentResult(ctx, &gatewayv1.GetDocumentResultRequest{Id: id})
+		body, err := grpcResult(ctx, c2.docs, id)
 		if err != nil {
 			t.Errorf("result of %s after restart: %v", id, err)
 			continue

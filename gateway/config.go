@@ -160,6 +160,9 @@ func (c *Config) setDefaults() error {
 	if c.MaxRecvMsgBytes < uploadChunkBytes+4096 {
 		return errors.New("gateway: Config.MaxRecvMsgBytes must be at least 260 KiB so one upload chunk fits")
 	}
+	if c.MaxSendMsgBytes < resultChunkBytes+4096 {
+		return errors.New("gateway: Config.MaxSendMsgBytes must be at least 260 KiB so one result chunk fits")
+	}
 	return nil
 }
 

@@ -10,7 +10,7 @@
 //	POST /v1/documents:upload           raw body -> UploadDocument stream; options as query params; 413 over the limit
 //	GET  /v1/documents[/{id}]           ListDocuments / GetDocument
 //	GET  /v1/documents/{id}:watch       WatchDocument, NDJSON
-//	GET  /v1/documents/{id}/result      GetDocumentResult, raw bytes
+//	GET  /v1/documents/{id}/result      GetDocumentResult stream as raw bytes, with Content-Length (result_http.go)
 //	POST /v1/documents/{id}:cancel      CancelDocument
 //	GET  /v1/claims/{id}, POST :redeem  GetClaimCheck / RedeemClaimCheck
 //	GET  /v1/events:subscribe?cursor=N  SubscribeEvents, NDJSON
@@ -29,6 +29,14 @@
 // at once; no event is invented to carry them (the AT sync draft has no
 // such frame). An error after the start ends the NDJSON body with an
 // {"error": Status} line.
+//
+// Results: GetDocumentResult is a server stream of google.api.HttpBody
+// chunks (resultChunkBytes each; the first carries the content type, the
+// header x-pipestream-result-size the total), so results of any size pass
+// the gRPC message limit and are never held whole. Over REST the gateway's
+// own route writes the bytes themselves (grpc-gateway's stream encoding
+// would put a newline after every chunk); an error after the status line
+// aborts the connection, so a short body is never mistaken for a result.
 //
 // Errors are google.rpc.Status (JSON over REST) with an ErrorInfo reason
 // where a client must tell cases apart (see the Reason constants).

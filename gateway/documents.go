@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/genproto/googleapis/api/httpbody"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
@@ -206,47 +208,54 @@ func (d *documentService) WatchDocument(req *gatewayv1.WatchDocumentRequest, str
 	return toStatus(err)
 }
 
-func (d *documentService) GetDocumentResult(ctx context.Context, req *gatewayv1.GetDocumentResultRequest) (*httpbody.HttpBody, error) {
+// GetDocumentResult streams the rehydrated result from bridge.Result in
+// resultChunkBytes messages, so a result of any size passes without being
+// held whole: the first message carries the content type (and may be empty
+// for an empty result), the header resultSizeHeader the total size when the
+// bridge knows it. A read error ends the stream with the error status.
+func (d *documentService) GetDocumentResult(req *gatewayv1.GetDocumentResultRequest, stream grpc.ServerStreamingServer[httpbody.HttpBody]) error {
 	if err := requireID("id", req.GetId()); err != nil {
-		return nil, err
+		return err
 	}
+	ctx := stream.Context()
 	ct, size, rc, err := d.s.cfg.Bridge.Result(ctx, TenantFromContext(ctx), req.GetId())
 	if err != nil {
-		return nil, toStatus(err)
+		return toStatus(err)
 	}
 	defer rc.Close()
-	// Leave room for the HttpBody framing and content type.
-	limit := int64(d.s.cfg.MaxSendMsgBytes) - 1024
-	if size > limit {
-		return nil, statusError(codes.ResourceExhausted, ReasonTooLarge, fmt.Sprintf(
-			"result of document %s is %d bytes, above the %d-byte response limit: ask the operator to raise --max-send-msg-bytes", req.GetId(), size, limit))
-	}
-	capHint := size
-	if capHint < 0 {
-		capHint = 0
-	}
-	buf := make([]byte, 0, capHint)
-	n, err := io.Copy(sliceWriter{&buf}, io.LimitReader(rc, limit+1))
-	if err != nil {
-		return nil, toStatus(fmt.Errorf("read result of document %s: %w", req.GetId(), err))
-	}
-	if n > limit {
-		return nil, statusError(codes.ResourceExhausted, ReasonTooLarge, fmt.Sprintf(
-			"result of document %s is larger than the %d-byte response limit: ask the operator to raise --max-send-msg-bytes", req.GetId(), limit))
-	}
 	if ct == "" {
 		ct = "application/octet-stream"
 	}
-	return &httpbody.HttpBody{ContentType: ct, Data: buf}, nil
-}
-
-// sliceWriter appends to a byte slice (bytes.Buffer without the doubling
-// beyond the known size).
-type sliceWriter struct{ b *[]byte }
-
-func (w sliceWriter) Write(p []byte) (int, error) {
-	*w.b = append(*w.b, p...)
-	return len(p), nil
+	if size >= 0 {
+		_ = stream.SetHeader(metadata.Pairs(resultSizeHeader, strconv.FormatInt(size, 10)))
+	}
+	var sent int64
+	for first := true; ; first = false {
+		// A fresh buffer per message: grpc-go forbids touching a message
+		// after SendMsg (stats handlers may read it later).
+		buf := make([]byte, resultChunkBytes)
+		n, rerr := io.ReadFull(rc, buf)
+		if n > 0 || first {
+			msg := &httpbody.HttpBody{Data: buf[:n]}
+			if first {
+				msg.ContentType = ct
+			}
+			if err := stream.Send(msg); err != nil {
+				return err
+			}
+			sent += int64(n)
+		}
+		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+			break
+		}
+		if rerr != nil {
+			return toStatus(fmt.Errorf("read result of document %s after %d bytes: %w", req.GetId(), sent, rerr))
+		}
+	}
+	if size >= 0 && sent != size {
+		return status.Errorf(codes.DataLoss, "result of document %s: sent %d bytes, the stored result has %d; fetch it again", req.GetId(), sent, size)
+	}
+	return nil
 }
 
 func (d *documentService) CancelDocument(ctx context.Context, req *gatewayv1.CancelDocumentRequest) (*gatewayv1.Document, error) {

@@ -37,6 +37,9 @@ type fakeBridge struct {
 	log *fakeLog
 
 	lastTenant atomic.Pointer[bridge.Tenant]
+
+	// result, if set, answers Result for the ids it knows (ok).
+	result func(id string) (ct string, size int64, rc io.ReadCloser, ok bool)
 }
 
 func newFakeBridge() *fakeBridge {
@@ -132,6 +135,11 @@ func (f *fakeBridge) ListDocuments(context.Context, bridge.Tenant, *gatewayv1.Li
 }
 
 func (f *fakeBridge) Result(_ context.Context, _ bridge.Tenant, id string) (string, int64, io.ReadCloser, error) {
+	if f.result != nil {
+		if ct, size, rc, ok := f.result(id); ok {
+			return ct, size, rc, nil
+		}
+	}
 	d, err := f.get(id)
 	if err != nil {
 		return "", 0, nil, err

@@ -21,6 +21,7 @@ import (
 // httpHandler builds the HTTP routes:
 //
 //	POST /v1/documents:upload   raw body streamed into UploadDocument (upload_http.go)
+//	GET  /v1/documents/{id}/result  GetDocumentResult stream as the raw body (result_http.go)
 //	GET  /v1/events/ws          WebSocket event stream, AT sync CBOR frames (websocket.go)
 //	GET  /healthz               200 when ready, 503 + reason otherwise
 //	GET  /metrics               Prometheus
@@ -44,6 +45,7 @@ func (s *Server) httpHandler() (http.Handler, error) {
 
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/documents:upload", withErrorHeaders(http.HandlerFunc(s.handleUpload)))
+	mux.Handle("GET /v1/documents/{id}/result", withErrorHeaders(http.HandlerFunc(s.handleResult)))
 	mux.HandleFunc("GET /v1/events/ws", s.handleEventsWS)
 	mux.HandleFunc("GET /healthz", s.handleHealthz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{ErrorLog: slogPrintln{s}}))

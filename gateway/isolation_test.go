@@ -75,7 +75,10 @@ func TestTenantIsolation(t *testing.T) {
 		for _, id := range []string{a1.Id, a2.Id} {
 			_, err := h.docs.GetDocument(globex, &gatewayv1.GetDocumentRequest{Id: id})
 			wantNotFound("GetDocument", err)
-			_, err = h.docs.GetDocumentResult(globex, &gatewayv1.GetDocumentResultRequest{Id: id})
+			rs, err := h.docs.GetDocumentResult(globex, &gatewayv1.GetDocumentResultRequest{Id: id})
+			if err == nil {
+				_, err = rs.Recv()
+			}
 			wantNotFound("GetDocumentResult", err)
 			_, err = h.docs.CancelDocument(globex, &gatewayv1.CancelDocumentRequest{Id: id})
 			wantNotFound("CancelDocument", err)

@@ -14,8 +14,8 @@ const (
 	// DefaultMaxRecvMsgBytes bounds one inbound gRPC message; uploads stream
 	// in chunks, so nothing legitimate needs more than a few MiB.
 	DefaultMaxRecvMsgBytes = 16 << 20
-	// DefaultMaxSendMsgBytes bounds one outbound gRPC message; it is also the
-	// largest result GetDocumentResult returns in one HttpBody.
+	// DefaultMaxSendMsgBytes bounds one outbound gRPC message (results are
+	// streamed in resultChunkBytes messages, so any size passes).
 	DefaultMaxSendMsgBytes = 64 << 20
 	// DefaultMaxUploadBytes caps one REST upload body and one gRPC upload
 	// stream (the bridge applies its own MaxDocumentBytes as well).
@@ -28,6 +28,9 @@ const (
 	// upload handler sends: big enough to amortize framing, small enough to
 	// stay far below the message limit and keep memory per upload flat.
 	uploadChunkBytes = 256 << 10
+	// resultChunkBytes is the size of one GetDocumentResult message, for
+	// the same reasons.
+	resultChunkBytes = 256 << 10
 
 	// DefaultRateLimit (requests/s per tenant) and DefaultRateBurst leave
 	// room for busy polling clients and batch submitters while stopping one
@@ -80,6 +83,9 @@ const (
 	// WatchDocument send once the subscription started (auth and limits
 	// passed, cursor accepted); it is not forwarded to HTTP clients.
 	subscribedHeader = "x-pipestream-subscribed"
+	// resultSizeHeader is the GetDocumentResult response header with the
+	// result's total size in bytes (REST: Content-Length).
+	resultSizeHeader = "x-pipestream-result-size"
 	// maxRequestIDLen bounds a client-supplied request id; longer ones are
 	// replaced, not trusted.
 	maxRequestIDLen = 128

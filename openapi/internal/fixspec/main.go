@@ -8,7 +8,8 @@
 //     (gateway/upload_http.go), not a JSON UploadDocumentRequest;
 //   - WatchDocument and SubscribeEvents answer newline-delimited JSON, one
 //     {"result": ...} object per line;
-//   - GetDocumentResult answers the raw result bytes (google.api.HttpBody);
+//   - GetDocumentResult answers the raw result bytes, streamed (gRPC: a
+//     stream of google.api.HttpBody; REST: gateway/result_http.go);
 //   - the HTTP statuses each operation's gRPC errors map to;
 //   - the non-gRPC endpoints: /healthz, /metrics, /openapi.json, /docs/ and
 //     the WebSocket event stream /v1/events/ws.
@@ -203,15 +204,23 @@ func markNDJSON(o obj) error {
 	return nil
 }
 
-// fixResult documents GetDocumentResult's raw body (google.api.HttpBody is
-// written as the body itself with its content type).
+// fixResult documents GetDocumentResult's raw body: over gRPC a stream of
+// google.api.HttpBody chunks, over REST the bytes themselves (the gateway's
+// own route, not grpc-gateway's stream encoding); the generated
+// "Stream result of HttpBody" wrapper is replaced and pruned.
 func fixResult(o obj) {
 	resp, _ := o["responses"].(obj)
 	resp["200"] = obj{
-		"description": "The rehydrated result bytes as the raw body; Content-Type is the result's content type.",
-		"schema":      obj{"type": "file"},
+		"description": "The rehydrated result bytes as the raw body, streamed (any size; the gateway never holds it whole), " +
+			"with the result's Content-Type and its Content-Length. A failure after the first byte aborts the connection, " +
+			"so a short body is always detectable.",
+		"schema": obj{"type": "file"},
+		"headers": obj{
+			"Content-Length": obj{"type": "integer", "format": "int64", "description": "Size of the result in bytes."},
+		},
 	}
 	o["produces"] = []any{"application/octet-stream"}
+	o["x-stream"] = "bytes"
 }
 
 // errorDocs are the HTTP statuses (grpc-gateway's mapping of the gRPC codes)

@@ -52,8 +52,12 @@ type DocumentServiceClient interface {
 	// Stream every change of one document, resumable from an event sequence
 	// number. The stream ends when the document reaches a terminal state.
 	WatchDocument(ctx context.Context, in *WatchDocumentRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchDocumentResponse], error)
-	// Get the rehydrated result bytes of a finished document.
-	GetDocumentResult(ctx context.Context, in *GetDocumentResultRequest, opts ...grpc.CallOption) (*httpbody.HttpBody, error)
+	// Get the rehydrated result bytes of a finished document, streamed: the
+	// first message carries the content type, every message a chunk of the
+	// bytes in order (at most 256 KiB each; the first may be empty). The
+	// response header "x-pipestream-result-size" gives the total size when
+	// known. Concatenate data until the stream ends; an error ends it early.
+	GetDocumentResult(ctx context.Context, in *GetDocumentResultRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[httpbody.HttpBody], error)
 	// Cancel a document (best effort). Cancelling a terminal document is a
 	// FailedPrecondition error.
 	CancelDocument(ctx context.Context, in *CancelDocumentRequest, opts ...grpc.CallOption) (*Document, error)
@@ -136,15 +140,24 @@ func (c *documentServiceClient) WatchDocument(ctx context.Context, in *WatchDocu
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type DocumentService_WatchDocumentClient = grpc.ServerStreamingClient[WatchDocumentResponse]
 
-func (c *documentServiceClient) GetDocumentResult(ctx context.Context, in *GetDocumentResultRequest, opts ...grpc.CallOption) (*httpbody.HttpBody, error) {
+func (c *documentServiceClient) GetDocumentResult(ctx context.Context, in *GetDocumentResultRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[httpbody.HttpBody], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(httpbody.HttpBody)
-	err := c.cc.Invoke(ctx, DocumentService_GetDocumentResult_FullMethodName, in, out, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &DocumentService_ServiceDesc.Streams[2], DocumentService_GetDocumentResult_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	x := &grpc.GenericClientStream[GetDocumentResultRequest, httpbody.HttpBody]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
 }
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type DocumentService_GetDocumentResultClient = grpc.ServerStreamingClient[httpbody.HttpBody]
 
 func (c *documentServiceClient) CancelDocument(ctx context.Context, in *CancelDocumentRequest, opts ...grpc.CallOption) (*Document, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -197,8 +210,12 @@ type DocumentServiceServer interface {
 	// Stream every change of one document, resumable from an event sequence
 	// number. The stream ends when the document reaches a terminal state.
 	WatchDocument(*WatchDocumentRequest, grpc.ServerStreamingServer[WatchDocumentResponse]) error
-	// Get the rehydrated result bytes of a finished document.
-	GetDocumentResult(context.Context, *GetDocumentResultRequest) (*httpbody.HttpBody, error)
+	// Get the rehydrated result bytes of a finished document, streamed: the
+	// first message carries the content type, every message a chunk of the
+	// bytes in order (at most 256 KiB each; the first may be empty). The
+	// response header "x-pipestream-result-size" gives the total size when
+	// known. Concatenate data until the stream ends; an error ends it early.
+	GetDocumentResult(*GetDocumentResultRequest, grpc.ServerStreamingServer[httpbody.HttpBody]) error
 	// Cancel a document (best effort). Cancelling a terminal document is a
 	// FailedPrecondition error.
 	CancelDocument(context.Context, *CancelDocumentRequest) (*Document, error)
@@ -234,8 +251,8 @@ func (UnimplementedDocumentServiceServer) ListDocuments(context.Context, *ListDo
 func (UnimplementedDocumentServiceServer) WatchDocument(*WatchDocumentRequest, grpc.ServerStreamingServer[WatchDocumentResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchDocument not implemented")
 }
-func (UnimplementedDocumentServiceServer) GetDocumentResult(context.Context, *GetDocumentResultRequest) (*httpbody.HttpBody, error) {
-	return nil, status.Error(codes.Unimplemented, "method GetDocumentResult not implemented")
+func (UnimplementedDocumentServiceServer) GetDocumentResult(*GetDocumentResultRequest, grpc.ServerStreamingServer[httpbody.HttpBody]) error {
+	return status.Error(codes.Unimplemented, "method GetDocumentResult not implemented")
 }
 func (UnimplementedDocumentServiceServer) CancelDocument(context.Context, *CancelDocumentRequest) (*Document, error) {
 	return nil, status.Error(codes.Unimplemented, "method CancelDocument not implemented")
@@ -339,23 +356,16 @@ func _DocumentService_WatchDocument_Handler(srv interface{}, stream grpc.ServerS
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type DocumentService_WatchDocumentServer = grpc.ServerStreamingServer[WatchDocumentResponse]
 
-func _DocumentService_GetDocumentResult_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(GetDocumentResultRequest)
-	if err := dec(in); err != nil {
-		return nil, err
+func _DocumentService_GetDocumentResult_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(GetDocumentResultRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
 	}
-	if interceptor == nil {
-		return srv.(DocumentServiceServer).GetDocumentResult(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: DocumentService_GetDocumentResult_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(DocumentServiceServer).GetDocumentResult(ctx, req.(*GetDocumentResultRequest))
-	}
-	return interceptor(ctx, in, info, handler)
+	return srv.(DocumentServiceServer).GetDocumentResult(m, &grpc.GenericServerStream[GetDocumentResultRequest, httpbody.HttpBody]{ServerStream: stream})
 }
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type DocumentService_GetDocumentResultServer = grpc.ServerStreamingServer[httpbody.HttpBody]
 
 func _DocumentService_CancelDocument_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CancelDocumentRequest)
@@ -431,10 +441,6 @@ var DocumentService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _DocumentService_ListDocuments_Handler,
 		},
 		{
-			MethodName: "GetDocumentResult",
-			Handler:    _DocumentService_GetDocumentResult_Handler,
-		},
-		{
 			MethodName: "CancelDocument",
 			Handler:    _DocumentService_CancelDocument_Handler,
 		},
@@ -456,6 +462,11 @@ var DocumentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "WatchDocument",
 			Handler:       _DocumentService_WatchDocument_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "GetDocumentResult",
+			Handler:       _DocumentService_GetDocumentResult_Handler,
 			ServerStreams: true,
 		},
 	},
