@@ -70,6 +70,7 @@ func runServe(args []string) int {
 	logLevel := fs.String("log-level", "GATEWAY_LOG_LEVEL", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "GATEWAY_LOG_FORMAT", "text", "text or json")
 	pprofAddr := fs.String("pprof-addr", "GATEWAY_PPROF_ADDR", "", "serve net/http/pprof on this loopback address (empty: off; see docs/performance.md)")
+	eventLogOpts := retentionFlags(fs) // docs/retention.md
 	if code, ok := fs.parse(args); !ok {
 		return code
 	}
@@ -78,6 +79,10 @@ func runServe(args []string) int {
 		return 2
 	}
 	log, err := newLogger(*logLevel, *logFormat)
+	if err != nil {
+		return fail(os.Stderr, "serve", err)
+	}
+	evOpts, err := eventLogOpts()
 	if err != nil {
 		return fail(os.Stderr, "serve", err)
 	}
@@ -160,6 +165,7 @@ func runServe(args []string) int {
 		MaxDocumentBytes: *maxUpload,
 		Logger:           log.With("component", "bridge"),
 		Registerer:       reg,
+		EventLog:         evOpts,
 	}
 	if (*peerCert == "") != (*peerKey == "") {
 		return fail(os.Stderr, "serve", errors.New("set both --peer-cert and --peer-key, or neither"))
