@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -20,6 +21,11 @@ import (
 )
 
 const subscribeMethod = "/pipestream.gateway.v1.EventService/SubscribeEvents"
+
+// wsWriteDeadline is wsWriteTimeout; tests shorten it (export_test.go).
+var wsWriteDeadline atomic.Int64
+
+func init() { wsWriteDeadline.Store(int64(wsWriteTimeout)) }
 
 // handleEventsWS serves GET /v1/events/ws?cursor=N[&kinds=#status][&documentId=ID]:
 // the event log over WebSocket as draft-holmgren-at-synchronization-00
@@ -137,7 +143,7 @@ func (s *Server) handleEventsWS(w http.ResponseWriter, r *http.Request) {
 			s.log.Warn("dropping oversized WebSocket event frame", "seq", ev.GetSeq(), "error", err)
 			continue
 		}
-		wctx, wcancel := context.WithTimeout(ctx, wsWriteTimeout)
+		wctx, wcancel := context.WithTimeout(ctx, time.Duration(wsWriteDeadline.Load()))
 		err = c.Write(wctx, websocket.MessageBinary, frame)
 		wcancel()
 		if err != nil {
