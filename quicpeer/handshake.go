@@ -2,8 +2,10 @@ package quicpeer
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"time"
@@ -87,12 +89,12 @@ func clientHandshake(cfg *resolved, conn connection) (*session, error) {
 		_ = conn.CloseWithError(wire.CodeInternalError, "cannot send CAPABILITIES")
 		return nil, err
 	}
-	cr := wire.NewControlReader(ctrl, wire.MaxVariableLength)
-	peer, err := readCapabilities(cr)
+	peer, err := readCapabilities(ctrl)
 	if err != nil {
 		_ = conn.CloseWithError(wire.CodeOf(err), err.Error())
 		return nil, err
 	}
+	cr := wire.NewControlReader(ctrl, wire.MaxVariableLength)
 	return start(cfg, RoleClient, conn, ctrl, cr, negotiate(cfg.offer, *peer)), nil
 }
 
@@ -108,12 +110,12 @@ func serverHandshake(ctx context.Context, cfg *resolved, conn connection) (*sess
 		_ = conn.CloseWithError(wire.CodeInternalError, err.Error())
 		return nil, err
 	}
-	cr := wire.NewControlReader(ctrl, wire.MaxVariableLength)
-	peer, err := readCapabilities(cr)
+	peer, err := readCapabilities(ctrl)
 	if err != nil {
 		_ = conn.CloseWithError(wire.CodeOf(err), err.Error())
 		return nil, err
 	}
+	cr := wire.NewControlReader(ctrl, wire.MaxVariableLength)
 	if err := writeCapabilities(ctrl, &cfg.offer); err != nil {
 		_ = conn.CloseWithError(wire.CodeInternalError, "cannot send CAPABILITIES")
 		return nil, err
@@ -132,25 +134,35 @@ func writeCapabilities(w sendStream, c *wire.Capabilities) error {
 }
 
 // readCapabilities reads the first frame of stream 0, which must be a
-// CBOR CAPABILITIES. Anything that cannot be decoded is
-// PIPESTREAM_INTERNAL_ERROR (Section 3.5); layer0-core false is 0x0C and
-// the limit checks of wire.ValidateCapabilities keep their codes.
-func readCapabilities(cr *wire.ControlReader) (*wire.Capabilities, error) {
-	f, err := cr.Next()
-	if err != nil {
-		var pe *wire.Error
-		if errors.As(err, &pe) {
-			return nil, localErr(wire.CodeInternalError, "cannot decode the first CAPABILITIES: %s", pe.Msg)
-		}
+// CBOR CAPABILITIES, straight from r (no ControlReader yet: the session's
+// reader allows 16 MiB bodies, the first CAPABILITIES only
+// maxCapabilitiesBytes). The type octet is checked first and the declared
+// length next, before any octet of the body is read or buffered (Section
+// 10.3): a longer one is PIPESTREAM_ENTITY_TOO_LARGE (0x06). Anything that
+// cannot be decoded (another frame type, a stream that ends inside the
+// frame, bad CBOR) is PIPESTREAM_INTERNAL_ERROR (Section 3.5);
+// layer0-core false is 0x0C and the limit checks of
+// wire.ValidateCapabilities keep their codes. It reads exactly one frame.
+func readCapabilities(r io.Reader) (*wire.Capabilities, error) {
+	var hdr [wire.VarHeaderLen]byte
+	if _, err := io.ReadFull(r, hdr[:1]); err != nil {
 		return nil, fmt.Errorf("quicpeer: read CAPABILITIES: %w", err)
 	}
-	if f.Type != wire.FrameCapabilities {
-		return nil, localErr(wire.CodeInternalError, "first frame on stream 0 is type 0x%02X, not CAPABILITIES (0x80)", byte(f.Type))
+	if t := wire.FrameType(hdr[0]); t != wire.FrameCapabilities {
+		return nil, localErr(wire.CodeInternalError, "first frame on stream 0 is type 0x%02X, not CAPABILITIES (0x80)", byte(t))
 	}
-	if len(f.Body) > maxCapabilitiesBytes {
-		return nil, localErr(wire.CodeInternalError, "first CAPABILITIES is %d octets, more than %d", len(f.Body), maxCapabilitiesBytes)
+	if _, err := io.ReadFull(r, hdr[1:]); err != nil {
+		return nil, handshakeReadErr(err)
 	}
-	c, err := wire.CodecFor(wire.FormatCBOR).UnmarshalCapabilities(f.Body)
+	n := binary.BigEndian.Uint32(hdr[1:])
+	if n > maxCapabilitiesBytes {
+		return nil, localErr(wire.CodeEntityTooLarge, "first CAPABILITIES declares %d octets, more than the %d allowed", n, maxCapabilitiesBytes)
+	}
+	body := make([]byte, n) // n <= maxCapabilitiesBytes
+	if _, err := io.ReadFull(r, body); err != nil {
+		return nil, handshakeReadErr(err)
+	}
+	c, err := wire.CodecFor(wire.FormatCBOR).UnmarshalCapabilities(body)
 	if err != nil {
 		return nil, localErr(wire.CodeInternalError, "cannot decode the first CAPABILITIES: %v", err)
 	}
@@ -158,6 +170,16 @@ func readCapabilities(cr *wire.ControlReader) (*wire.Capabilities, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// handshakeReadErr maps a read error inside the first CAPABILITIES: the
+// stream ending there makes it undecodable (0x01); anything else (a reset,
+// the connection ending) is returned as is.
+func handshakeReadErr(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return localErr(wire.CodeInternalError, "cannot decode the first CAPABILITIES: stream 0 ended inside the frame")
+	}
+	return fmt.Errorf("quicpeer: read CAPABILITIES: %w", err)
 }
 
 // listener accepts server sessions.

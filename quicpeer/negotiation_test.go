@@ -80,6 +80,10 @@ func TestFirstCapabilitiesRejected(t *testing.T) {
 		{"undecodable CBOR", wire.AppendVariable(nil, wire.FrameCapabilities, []byte{0xff, 0xfe, 0x01}), wire.CodeInternalError},
 		{"not CAPABILITIES first", appendStatus(status(wire.StatusProcessing, 1)), wire.CodeInternalError},
 		{"truncated length", []byte{0x80, 0x00}, wire.CodeInternalError},
+		// The 4 KiB cap applies to the declared length: no body follows,
+		// so the close can only come from the length (docs/profile.md 1).
+		{"declared 4097 octets", []byte{0x80, 0x00, 0x00, 0x10, 0x01}, wire.CodeEntityTooLarge},
+		{"declared 1 MiB", []byte{0x80, 0x00, 0x10, 0x00, 0x00}, wire.CodeEntityTooLarge},
 		// vector control-cbor/invalid-capabilities-layer0-false.bin
 		{"layer0-core false", hexBytes(t, "8000000033a36b6c61796572302d636f7265f4706c61796572312d726563757273697665f4716c61796572322d726573696c69656e6365f4"), wire.CodeLayerUnsupported},
 	}
