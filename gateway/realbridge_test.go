@@ -19,7 +19,7 @@ import (
 )
 
 // selfSignedPEM makes a certificate to pin; nothing listens behind it.
-func selfSignedPEM(t *testing.T) []byte {
+func selfSignedPEM(t testing.TB) []byte {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
