@@ -115,7 +115,9 @@ func (g *engine) child(h *wire.EntityHeader, payload io.Reader, abort func(wire.
 	case d.children[ci.ChunkIndex] != nil:
 		why = "duplicate chunk-index " + strconv.FormatUint(ci.ChunkIndex, 10)
 	case uint64(len(d.children)) >= g.neg.maxPerScope:
-		code, why = wire.CodeWindowExceeded, "more children than max-entities-per-scope"
+		// max-entities-per-scope is a size limit: 0x06, as in the session
+		// (docs/conformance.md decisions); 0x08 is the window.
+		code, why = wire.CodeEntityTooLarge, "more children than max-entities-per-scope"
 	case d.orphan && g.orphanChildren >= g.lim.orphanChildren:
 		code, why = wire.CodeWindowExceeded, "orphan buffer full: too many children before their root"
 	}
