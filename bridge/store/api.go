@@ -224,9 +224,33 @@ type EventAppend struct {
 	Event  *gatewayv1.Event
 }
 
+// PayloadKind names an inline payload of a document.
+type PayloadKind int32
+
+const (
+	// PayloadContent is the submitted content of a document kept inline
+	// instead of a spool file.
+	PayloadContent PayloadKind = 1
+	// PayloadResult is the rehydrated output kept inline instead of a
+	// result file.
+	PayloadResult PayloadKind = 2
+)
+
+// PayloadRecord stores (or, with Body nil, deletes) one inline payload of
+// a document in the batch's transaction: small payloads become durable with
+// the document change they belong to, without a file, an fsync of their own
+// or a directory fsync. The document must exist (foreign key); the row goes
+// away with it. Size is the caller's policy: every byte of Body is written
+// to the WAL of the group commit, so keep it to tens of KiB.
+type PayloadRecord struct {
+	DocID string
+	Kind  PayloadKind
+	Body  []byte
+}
+
 // Batch is one atomic unit of work: all of it commits or none of it.
 // Ops apply in field order: Create, Redeem, Updates, Entities, Digests,
-// Claims, Events.
+// Claims, Payloads, Events.
 type Batch struct {
 	// Create inserts a new document. If Create.Doc.RequestId is non-empty
 	// and (tenant, request id) already exists: same BodyHash -> the batch is
@@ -238,6 +262,7 @@ type Batch struct {
 	Entities []EntityRecord
 	Digests  []DigestRecord
 	Claims   []ClaimRecord
+	Payloads []PayloadRecord
 	Events   []EventAppend
 }
 
@@ -445,6 +470,13 @@ func (s *Store) OpenSpool(docID string) (*os.File, error) { return s.openPayload
 
 // OpenResult opens docID's synced result file for reading (caller closes).
 func (s *Store) OpenResult(docID string) (*os.File, error) { return s.openPayload(resultDir, docID) }
+
+// GetPayload returns the inline payload kind of tenant's document docID,
+// as committed by a Batch's Payloads (ErrNotFound when the document is not
+// tenant's or has no such payload). The slice is the caller's.
+func (s *Store) GetPayload(ctx context.Context, tenant, docID string, kind PayloadKind) ([]byte, error) {
+	return s.getPayload(ctx, tenant, docID, kind)
+}
 
 // RemovePayloads deletes docID's spool and result files (missing is fine).
 func (s *Store) RemovePayloads(docID string) error { return s.removePayloads(docID) }

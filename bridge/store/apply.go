@@ -68,6 +68,11 @@ func (s *impl) apply(ctx context.Context, r *request, st *txState) error {
 			return err
 		}
 	}
+	for _, p := range b.Payloads {
+		if err := s.applyPayload(ctx, p); err != nil {
+			return err
+		}
+	}
 	if len(r.events) > 0 {
 		r.res.Seqs = make([]uint64, len(r.events))
 		for i := range r.events {
@@ -216,5 +221,20 @@ func (s *impl) applyPrune(ctx context.Context, r *request, st *txState) error {
 	r.pres = PruneResult{Removed: uint64(n), Bytes: uint64(size)}
 	st.count -= uint64(n)
 	st.bytes -= uint64(size)
+	return nil
+}
+
+// applyPayload upserts (or, with a nil Body, deletes) one inline payload.
+func (s *impl) applyPayload(ctx context.Context, p PayloadRecord) error {
+	if p.Body == nil {
+		if _, err := s.exec(ctx, "DELETE FROM payloads WHERE doc_id = ? AND kind = ?", p.DocID, int32(p.Kind)); err != nil {
+			return fmt.Errorf("store: delete payload %s/%d: %w", p.DocID, p.Kind, err)
+		}
+		return nil
+	}
+	if _, err := s.exec(ctx, `INSERT INTO payloads (doc_id, kind, body) VALUES (?,?,?)
+		ON CONFLICT(doc_id, kind) DO UPDATE SET body=excluded.body`, p.DocID, int32(p.Kind), p.Body); err != nil {
+		return fmt.Errorf("store: store payload %s/%d: %w", p.DocID, p.Kind, err)
+	}
 	return nil
 }

@@ -150,6 +150,11 @@ func prepare(b *Batch) (*request, error) {
 			return nil, fmt.Errorf("%w: digest record needs DocID and Digest", ErrInvalid)
 		}
 	}
+	for _, p := range b.Payloads {
+		if p.DocID == "" || (p.Kind != PayloadContent && p.Kind != PayloadResult) {
+			return nil, fmt.Errorf("%w: payload record needs DocID and a known Kind (got %q, %d)", ErrInvalid, p.DocID, p.Kind)
+		}
+	}
 	for _, c := range b.Claims {
 		if err := validClaim(c); err != nil {
 			return nil, err

@@ -207,6 +207,21 @@ func (s *impl) getDocument(ctx context.Context, tenant, id string, withEntities 
 	return rec, err
 }
 
+func (s *impl) getPayload(ctx context.Context, tenant, docID string, kind PayloadKind) ([]byte, error) {
+	var body []byte
+	err := s.rdb.QueryRowContext(ctx, `SELECT p.body FROM payloads p JOIN documents d ON d.id = p.doc_id
+		WHERE p.doc_id = ? AND p.kind = ? AND d.tenant = ?`, docID, int32(kind), tenant).Scan(&body)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("%w: payload %d of document %s", ErrNotFound, kind, docID)
+	} else if err != nil {
+		return nil, fmt.Errorf("store: read payload %d of %s: %w", kind, docID, err)
+	}
+	if body == nil {
+		body = []byte{} // stored non-NULL: an empty payload is not a missing one
+	}
+	return body, nil
+}
+
 // Page token: base64url(version | state (1 byte) | create_time (8 bytes BE) | id).
 const pageTokenVersion = 1
 

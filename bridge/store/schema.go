@@ -131,6 +131,22 @@ INSERT INTO digests_v2 SELECT doc_id, 0, scope_id, 0, body FROM digests;
 DROP TABLE digests;
 ALTER TABLE digests_v2 RENAME TO digests;
 `,
+	// 3: small payloads inline (kind 1: submitted content, 2: result),
+	// committed in the same group-commit transaction as the document change
+	// they belong to, instead of a spool/result file each with its own
+	// fsync, rename and directory fsync (docs/performance.md). A table of
+	// their own rather than a column of documents: SQLite rewrites the whole
+	// row on UPDATE, and a document row is updated several times per
+	// document (RUNNING, entity counts, terminal). A rowid table: its rows
+	// are kilobytes, too large for WITHOUT ROWID's clustered index.
+	`
+CREATE TABLE payloads (
+	doc_id TEXT NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+	kind   INTEGER NOT NULL,
+	body   BLOB NOT NULL,
+	PRIMARY KEY (doc_id, kind)
+);
+`,
 }
 
 // migrate brings the schema to len(migrations) in one transaction. A database
