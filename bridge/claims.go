@@ -253,9 +253,9 @@ func (b *Bridge) rejectClaim(d *docRun, claimID string, st gatewayv1.ClaimCheck_
 
 // sendRedemption sends the deferred entity's original payload again with
 // pipestream.claim-id, reusing its entity ID on the session that saw the
-// DEFERRED status (profile 6).
+// DEFERRED status (profile 6), read from the spool or the inline content.
 func (b *Bridge) sendRedemption(ctx context.Context, d *docRun, ss *sessState, e *gatewayv1.Entity, isRoot bool, claimID string) error {
-	f, err := b.st.OpenSpool(d.id)
+	f, err := b.openContent(ctx, d)
 	if err != nil {
 		return fmt.Errorf("open spool: %w", err)
 	}

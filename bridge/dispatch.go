@@ -65,8 +65,8 @@ func (j *attemptJob) current() bool {
 	return j.d.attempt == j.attempt && j.d.sess == j.ss && !j.d.terminal()
 }
 
-// runAttempt sends the document (from the spool, or from src when the
-// upload is pipelined) and handles the outcome.
+// runAttempt sends the document (from the spool or the inline content, or
+// from src when the upload is pipelined) and handles the outcome.
 func (b *Bridge) runAttempt(j *attemptJob, src chunkSource) {
 	err := b.sendDocument(j, src)
 	b.mu.Lock()
@@ -120,7 +120,7 @@ func (s *spoolSource) summary(context.Context) (int64, [32]byte, uint64, error) 
 func (b *Bridge) sendDocument(j *attemptJob, src chunkSource) error {
 	d, ss, ctx := j.d, j.ss, j.ctx
 	if src == nil {
-		f, err := b.st.OpenSpool(d.id)
+		f, err := b.openContent(ctx, d)
 		if err != nil {
 			b.mu.Lock()
 			if j.current() {

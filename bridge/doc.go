@@ -93,6 +93,14 @@ type docRun struct {
 	// chunkSizes: whole-document size and SHA-256, known once the content is spooled.
 	size int64
 	sum  [32]byte
+	// inline: the content is in the store's payloads table, not a spool
+	// file (content.go); set before the document is committed or
+	// recovered, read without the lock afterwards.
+	inline bool
+	// resultInline is a small verified result not yet committed: the next
+	// flush stores it (store.PayloadResult) with, or before, the terminal
+	// state (content.go).
+	resultInline []byte
 }
 
 // claimRun is a claim of a runtime document.

@@ -478,7 +478,9 @@ func (b *Bridge) sendCancelLocked(ss *sessState, d *docRun) {
 	}
 }
 
-// onResult receives a result stream (profile 4.3) into the result file.
+// onResult receives a result stream (profile 4.3): a small result is kept
+// for the flush that commits the terminal state, a large one goes to the
+// result file (content.go).
 func (b *Bridge) onResult(ss *sessState, e *quicpeer.IncomingEntity) {
 	h := e.Header
 	b.mu.Lock()
@@ -494,16 +496,7 @@ func (b *Bridge) onResult(ss *sessState, e *quicpeer.IncomingEntity) {
 		_, _ = io.Copy(io.Discard, e.Payload)
 		return
 	}
-	pf, err := b.st.CreateResult(d.id)
-	var n int64
-	if err == nil {
-		n, err = io.Copy(pf, e.Payload)
-		if err == nil {
-			err = pf.Sync()
-		} else {
-			pf.Abort()
-		}
-	}
+	inline, path, n, err := b.readResult(d.id, e.Payload)
 	b.m.bytesOut.Add(float64(n))
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -524,7 +517,8 @@ func (b *Bridge) onResult(ss *sessState, e *quicpeer.IncomingEntity) {
 		return
 	}
 	d.resultReady = true
-	d.rec.ResultPath = b.st.ResultPath(d.id)
+	d.resultInline = inline
+	d.rec.ResultPath = path
 	d.rec.ResultContentType = h.ContentType
 	d.rec.Doc.ResultSizeBytes = uint64(n)
 	b.maybeFinishLocked(d)

@@ -7,6 +7,14 @@ const (
 	// defaultInlineThreshold: documents up to 1 MiB without a split strategy
 	// go whole (docs/profile.md 4.1); one stream is cheaper than a tree.
 	defaultInlineThreshold = 1 << 20
+	// maxStoredInline: a whole document's content and a result up to 64 KiB
+	// are committed inline in the store (bridge/store PayloadRecord) with
+	// the batch that records the document or its terminal state, instead of
+	// a spool or result file; a file costs ~1.1 ms of CPU to create plus an
+	// fsync, a rename and a directory fsync each (docs/performance.md), a
+	// 4 KiB row in a group commit a few microseconds. Larger payloads keep
+	// their file: every inline byte goes through the WAL and a checkpoint.
+	maxStoredInline = 64 << 10
 	// defaultMaxDocumentBytes caps a document at 4 GiB: the spool is a file,
 	// memory stays flat, but disk is finite.
 	defaultMaxDocumentBytes = 4 << 30

@@ -38,6 +38,7 @@ type docFlush struct {
 	ents    map[dirtyEnt]*gatewayv1.Entity
 	digests map[dirtyDigest]*gatewayv1.ScopeDigest
 	claims  map[string]bool
+	result  []byte
 	final   bool
 }
 
@@ -68,8 +69,18 @@ func (b *Bridge) flush() {
 		for _, ev := range d.pending {
 			batch.Events = append(batch.Events, store.EventAppend{Tenant: string(d.tenant), Event: ev})
 		}
+		// A small result commits with (or before) the terminal state; the
+		// inline content goes with the terminal state, as a spool file is
+		// removed once that is durable.
+		if d.resultInline != nil {
+			batch.Payloads = append(batch.Payloads, store.PayloadRecord{DocID: d.id, Kind: store.PayloadResult, Body: d.resultInline})
+		}
+		if d.inline && d.terminal() {
+			batch.Payloads = append(batch.Payloads, store.PayloadRecord{DocID: d.id, Kind: store.PayloadContent})
+		}
 		took = append(took, docFlush{d: d, prevRev: d.persistedRev, events: d.pending, ents: d.dirtyEnts,
-			digests: d.dirtyDigests, claims: d.dirtyClaims, final: d.terminal()})
+			digests: d.dirtyDigests, claims: d.dirtyClaims, result: d.resultInline, final: d.terminal()})
+		d.resultInline = nil
 		d.persistedRev = rec.Doc.Rev
 		d.pending = nil
 		d.dirty = false
@@ -102,6 +113,9 @@ func (b *Bridge) flush() {
 			for k := range t.claims {
 				d.dirtyClaims[k] = true
 			}
+			if d.resultInline == nil {
+				d.resultInline = t.result
+			}
 		}
 		if !errors.Is(err, store.ErrClosed) {
 			time.AfterFunc(100*time.Millisecond, b.kickFlush)
@@ -111,6 +125,9 @@ func (b *Bridge) flush() {
 	for _, t := range took {
 		if t.final && !t.d.dirty {
 			delete(b.docs, t.d.id)
+			if t.d.inline {
+				continue // the content row went with the terminal batch
+			}
 			if err := os.Remove(b.st.SpoolPath(t.d.id)); err != nil && !os.IsNotExist(err) {
 				b.log.Warn("bridge: removing spool of a finished document", "doc", t.d.id, "err", err)
 			}

@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -61,7 +62,7 @@ func (b *Bridge) ListDocuments(ctx context.Context, t Tenant, req *gatewayv1.Lis
 }
 
 // Result opens the rehydrated output of a SUCCEEDED or PARTIALLY_SUCCEEDED
-// document.
+// document: the inline row (ResultPath "", content.go) or the result file.
 func (b *Bridge) Result(ctx context.Context, t Tenant, id string) (string, int64, io.ReadCloser, error) {
 	rec, err := b.st.GetDocument(ctx, string(t), id, false)
 	if err != nil {
@@ -72,6 +73,17 @@ func (b *Bridge) Result(ctx context.Context, t Tenant, id string) (string, int64
 	default:
 		return "", 0, nil, fmt.Errorf("document %s is %s; the result exists once it is SUCCEEDED or PARTIALLY_SUCCEEDED: %w", id, s, ErrFailedPrecondition)
 	}
+	ct := rec.ResultContentType
+	if ct == "" {
+		ct = "application/octet-stream"
+	}
+	if rec.ResultPath == "" {
+		body, err := b.st.GetPayload(ctx, string(t), id, store.PayloadResult)
+		if err != nil {
+			return "", 0, nil, fmt.Errorf("document %s: stored result: %w", id, err)
+		}
+		return ct, int64(len(body)), io.NopCloser(bytes.NewReader(body)), nil
+	}
 	f, err := b.st.OpenResult(id)
 	if err != nil {
 		return "", 0, nil, fmt.Errorf("document %s: result file: %w", id, err)
@@ -80,10 +92,6 @@ func (b *Bridge) Result(ctx context.Context, t Tenant, id string) (string, int64
 	if err != nil {
 		f.Close()
 		return "", 0, nil, err
-	}
-	ct := rec.ResultContentType
-	if ct == "" {
-		ct = "application/octet-stream"
 	}
 	return ct, fi.Size(), f, nil
 }

@@ -12,8 +12,8 @@ import (
 
 // recover reloads the non-terminal documents after a restart (DESIGN.md
 // section 6): entities left non-terminal by the previous process are failed
-// locally, and each document is re-dispatched from its spool, or failed
-// with a clear error when the spool is missing.
+// locally, and each document is re-dispatched from its spool (or its inline
+// content, content.go), or failed with a clear error when that is missing.
 func (b *Bridge) recover(ctx context.Context) error {
 	recs, err := b.st.ListNonTerminal(ctx)
 	if err != nil {
@@ -40,6 +40,9 @@ func (b *Bridge) recover(ctx context.Context) error {
 		d.persistedRev = rec.Doc.Rev
 		d.size = int64(rec.Doc.SizeBytes)
 		copy(d.sum[:], mustHex(rec.Doc.Checksum))
+		// Every record written before inline content existed names its
+		// spool file; "" means the content is in the payloads table.
+		d.inline = rec.SpoolPath == ""
 		b.docs[d.id] = d
 		b.m.running.Inc()
 		// The next dispatch is a new attempt: its entity rows supersede the
@@ -48,7 +51,7 @@ func (b *Bridge) recover(ctx context.Context) error {
 		// (profile 6): remember what each deferred entity stood for.
 		d.attempt = parsePrivate(rec.Private)
 		b.loadClaimsLocked(ctx, d)
-		if !fileExists(b.st.SpoolPath(d.id)) {
+		if !b.contentExists(ctx, d) {
 			b.finishLocked(d, gatewayv1.State_FAILED, "the spooled content is missing after a restart; resubmit the document")
 			continue
 		}

@@ -19,8 +19,9 @@ import (
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
 
-// Submit stores an inline document durably (spool fsynced, record
-// committed), then queues it for dispatch.
+// Submit stores an inline document durably (its content committed inline
+// with the record when it is small, else the spool fsynced first), then
+// queues it for dispatch.
 func (b *Bridge) Submit(ctx context.Context, t Tenant, req *gatewayv1.SubmitDocumentRequest) (*gatewayv1.Document, error) {
 	if req == nil || len(req.GetContent()) == 0 {
 		return nil, invalidf("content is empty; send the document bytes in content")
@@ -30,7 +31,9 @@ func (b *Bridge) Submit(ctx context.Context, t Tenant, req *gatewayv1.SubmitDocu
 
 // Upload streams content from r into the spool and, for dehydrated
 // documents, pipelines the chunks to the peer while reading (profile 4.2).
-// It returns once the spool is fsynced and the record committed.
+// A whole document of up to maxStoredInline octets gets no spool file: its
+// content is committed inline with the record (content.go). It returns once
+// the content and the record are durable.
 func (b *Bridge) Upload(ctx context.Context, t Tenant, opts *gatewayv1.SubmitOptions, r io.Reader) (*gatewayv1.Document, error) {
 	p, err := newPlan(opts)
 	if err != nil {
@@ -46,14 +49,12 @@ func (b *Bridge) Upload(ctx context.Context, t Tenant, opts *gatewayv1.SubmitOpt
 	defer b.uploads.Done()
 
 	id := newDocID()
-	pf, err := b.st.CreateSpool(id)
-	if err != nil {
-		return nil, fmt.Errorf("create spool: %w", err)
-	}
-	u := &upload{b: b, p: p, pf: pf, d: b.newDocRun(id, t, p)}
+	u := &upload{b: b, p: p, d: b.newDocRun(id, t, p)}
 	doc, err := u.run(ctx, r)
 	if err != nil {
-		pf.Abort()
+		if u.pf != nil {
+			u.pf.Abort()
+		}
 		u.abandon()
 		return nil, err
 	}
@@ -80,11 +81,24 @@ func (b *Bridge) newDocRun(id string, t Tenant, p *plan) *docRun {
 
 // upload is one Upload in progress.
 type upload struct {
-	b    *Bridge
-	p    *plan
-	pf   *store.PayloadFile
-	d    *docRun
-	pipe *pipe // nil unless chunks are pipelined to the peer
+	b      *Bridge
+	p      *plan
+	pf     *store.PayloadFile // nil until spool creates it
+	inline []byte             // the whole content when it is committed inline
+	d      *docRun
+	pipe   *pipe // nil unless chunks are pipelined to the peer
+}
+
+// spool creates the spool file on first use.
+func (u *upload) spool() (*store.PayloadFile, error) {
+	if u.pf == nil {
+		pf, err := u.b.st.CreateSpool(u.d.id)
+		if err != nil {
+			return nil, fmt.Errorf("create spool: %w", err)
+		}
+		u.pf = pf
+	}
+	return u.pf, nil
 }
 
 func (u *upload) run(ctx context.Context, r io.Reader) (*gatewayv1.Document, error) {
@@ -116,16 +130,11 @@ func (u *upload) run(ctx context.Context, r io.Reader) (*gatewayv1.Document, err
 	var size int64
 	var sum [32]byte
 	if whole {
-		h := sha256.New()
-		n, err := io.Copy(io.MultiWriter(u.pf, h), src)
+		var err error
+		size, sum, err = u.readWhole(src, lr, tooLarge)
 		if err != nil {
-			return nil, u.readErr(err, lr, tooLarge)
+			return nil, err
 		}
-		if lr.exceeded() {
-			return nil, tooLarge()
-		}
-		size = n
-		copy(sum[:], h.Sum(nil))
 	} else {
 		var err error
 		size, sum, err = u.dehydrate(ctx, src, lr, tooLarge)
@@ -137,10 +146,47 @@ func (u *upload) run(ctx context.Context, r io.Reader) (*gatewayv1.Document, err
 		return nil, invalidf("the document is empty; upload at least one byte")
 	}
 	b.m.bytesIn.Add(float64(size))
-	if err := u.pf.Sync(); err != nil {
-		return nil, fmt.Errorf("fsync spool: %w", err)
+	if u.pf != nil {
+		if err := u.pf.Sync(); err != nil {
+			return nil, fmt.Errorf("fsync spool: %w", err)
+		}
 	}
 	return u.commit(ctx, size, sum)
+}
+
+// readWhole reads a document sent whole: up to maxStoredInline octets stay
+// in memory (u.inline, committed with the record), more go to the spool.
+func (u *upload) readWhole(src io.Reader, lr *limitReader, tooLarge func() error) (int64, [32]byte, error) {
+	head, err := io.ReadAll(io.LimitReader(src, maxStoredInline+1))
+	if err != nil {
+		return 0, [32]byte{}, u.readErr(err, lr, tooLarge)
+	}
+	if lr.exceeded() {
+		return 0, [32]byte{}, tooLarge()
+	}
+	if len(head) <= maxStoredInline {
+		u.inline = head
+		return int64(len(head)), sha256.Sum256(head), nil
+	}
+	pf, err := u.spool()
+	if err != nil {
+		return 0, [32]byte{}, err
+	}
+	h := sha256.New()
+	h.Write(head)
+	if _, err := pf.Write(head); err != nil {
+		return 0, [32]byte{}, fmt.Errorf("write spool: %w", err)
+	}
+	n, err := io.Copy(io.MultiWriter(pf, h), src)
+	if err != nil {
+		return 0, [32]byte{}, u.readErr(err, lr, tooLarge)
+	}
+	if lr.exceeded() {
+		return 0, [32]byte{}, tooLarge()
+	}
+	var sum [32]byte
+	copy(sum[:], h.Sum(nil))
+	return int64(len(head)) + n, sum, nil
 }
 
 func (u *upload) readErr(err error, lr *limitReader, tooLarge func() error) error {
@@ -160,6 +206,10 @@ func (u *upload) dehydrate(ctx context.Context, src io.Reader, lr *limitReader, 
 	if err != nil {
 		return 0, [32]byte{}, err
 	}
+	pf, err := u.spool()
+	if err != nil {
+		return 0, [32]byte{}, err
+	}
 	u.pipe = u.b.startPipe(u.d)
 	bufs := [2][]byte{}
 	for i := 0; ; i++ {
@@ -176,7 +226,7 @@ func (u *upload) dehydrate(ctx context.Context, src io.Reader, lr *limitReader, 
 			return 0, [32]byte{}, tooLarge()
 		}
 		bufs[i%2] = c.Data[:0]
-		if _, err := u.pf.Write(c.Data); err != nil {
+		if _, err := pf.Write(c.Data); err != nil {
 			return 0, [32]byte{}, fmt.Errorf("write spool: %w", err)
 		}
 		if u.pipe != nil {
@@ -207,6 +257,10 @@ func (u *upload) commit(ctx context.Context, size int64, sum [32]byte) (*gateway
 	doc.Checksum = hex.EncodeToString(sum[:])
 	d.rec.BodyHash = hash
 	d.rec.SpoolPath = b.st.SpoolPath(d.id)
+	d.inline = u.inline != nil
+	if d.inline {
+		d.rec.SpoolPath = ""
+	}
 	rec := d.snapshot()
 	// The creation is rev 1 (state PENDING, since 0); every change made
 	// before this commit follows it as its own event (addEvent).
@@ -216,6 +270,9 @@ func (u *upload) commit(ctx context.Context, size int64, sum [32]byte) (*gateway
 	}})
 	for _, ev := range d.pending {
 		batch.Events = append(batch.Events, store.EventAppend{Tenant: string(d.tenant), Event: ev})
+	}
+	if d.inline {
+		batch.Payloads = []store.PayloadRecord{{DocID: d.id, Kind: store.PayloadContent, Body: u.inline}}
 	}
 	for k, e := range d.ents {
 		batch.Entities = append(batch.Entities, store.EntityRecord{DocID: d.id, Entity: proto.Clone(e).(*gatewayv1.Entity),
@@ -246,7 +303,9 @@ func (u *upload) commit(ctx context.Context, size int64, sum [32]byte) (*gateway
 		return nil, fmt.Errorf("commit document: %w", err)
 	}
 	if res.Duplicate != nil {
-		u.pf.Abort()
+		if u.pf != nil {
+			u.pf.Abort()
+		}
 		u.abandon()
 		_ = b.st.RemovePayloads(d.id)
 		return b.publicDoc(res.Duplicate), nil

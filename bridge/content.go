@@ -1,0 +1,91 @@
+package bridge
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/pipestream/gateway/bridge/store"
+)
+
+// Where a document's payloads live. A whole document of up to
+// maxStoredInline octets keeps its content inline in the store (the Create
+// batch that makes the submission durable carries it, store.PayloadContent;
+// the record's SpoolPath is then ""), and a result of up to maxStoredInline
+// octets is committed with the flush that carries the document's terminal
+// state (store.PayloadResult; ResultPath ""). Everything larger, and every
+// dehydrated document, uses the spool and result files (store.PayloadFile).
+
+// contentReader is a document's submitted content: the spool file or the
+// inline bytes. The caller closes it.
+type contentReader interface {
+	io.Reader
+	io.ReaderAt
+	io.Closer
+}
+
+type inlineContent struct{ *bytes.Reader }
+
+func (inlineContent) Close() error { return nil }
+
+// openContent opens d's submitted content for (re-)sending: the inline row
+// when d.inline, else the spool file. d.inline is fixed once the document
+// is committed (or recovered), so no lock is needed.
+func (b *Bridge) openContent(ctx context.Context, d *docRun) (contentReader, error) {
+	if !d.inline {
+		return b.st.OpenSpool(d.id)
+	}
+	body, err := b.st.GetPayload(ctx, string(d.tenant), d.id, store.PayloadContent)
+	if err != nil {
+		return nil, fmt.Errorf("inline content: %w", err)
+	}
+	return inlineContent{bytes.NewReader(body)}, nil
+}
+
+// contentExists reports whether d's content survived (restart recovery).
+func (b *Bridge) contentExists(ctx context.Context, d *docRun) bool {
+	if !d.inline {
+		return fileExists(b.st.SpoolPath(d.id))
+	}
+	_, err := b.st.GetPayload(ctx, string(d.tenant), d.id, store.PayloadContent)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		b.log.Warn("bridge: reading the inline content of a recovered document", "doc", d.id, "err", err)
+	}
+	return err == nil
+}
+
+// readResult reads a result stream: up to maxStoredInline octets are
+// returned in memory (inline != nil) to be committed with the document's
+// terminal state; a longer result is written to the result file, fsynced
+// and renamed into place before it returns (path set). n is the octets
+// received. A failed verification of the stream is returned as err.
+func (b *Bridge) readResult(docID string, r io.Reader) (inline []byte, path string, n int64, err error) {
+	head, err := io.ReadAll(io.LimitReader(r, maxStoredInline+1))
+	n = int64(len(head))
+	if err != nil {
+		return nil, "", n, err
+	}
+	if len(head) <= maxStoredInline {
+		return head, "", n, nil // r is at EOF: LimitReader passed it through
+	}
+	pf, err := b.st.CreateResult(docID)
+	if err != nil {
+		return nil, "", n, err
+	}
+	if _, err := pf.Write(head); err != nil {
+		pf.Abort()
+		return nil, "", n, err
+	}
+	m, err := io.Copy(pf, r)
+	n += m
+	if err != nil {
+		pf.Abort()
+		return nil, "", n, err
+	}
+	if err := pf.Sync(); err != nil {
+		return nil, "", n, err
+	}
+	return nil, pf.Path(), n, nil
+}
