@@ -27,6 +27,9 @@ import (
 //	GET  /metrics               Prometheus
 //	/openapi.json, /docs/       Config.Docs
 //	everything else             grpc-gateway REST mux over the gRPC client connection
+//
+// Every route first passes checkUTF8 (utf8.go): a path, query or upload
+// Content-Type that is not UTF-8 answers 400.
 func (s *Server) httpHandler() (http.Handler, error) {
 	s.gwMux = runtime.NewServeMux(
 		runtime.WithIncomingHeaderMatcher(incomingHeader),
@@ -53,7 +56,7 @@ func (s *Server) httpHandler() (http.Handler, error) {
 	mux.Handle("/docs", s.cfg.Docs)
 	mux.Handle("/docs/", s.cfg.Docs)
 	mux.Handle("/", withErrorHeaders(s.limitBody(s.gwMux)))
-	return mux, nil
+	return s.checkUTF8(mux), nil
 }
 
 type slogPrintln struct{ s *Server }

@@ -17,18 +17,19 @@ import (
 )
 
 // The interceptor chain, outermost first (STYLE.md, OpenFGA): recovery,
-// request id, logging, metrics, auth (+ limiter). Recovery is first so that a
-// panic anywhere below, interceptors included, becomes codes.Internal.
+// UTF-8 (utf8.go), request id, logging, metrics, auth (+ limiter). Recovery
+// is first so that a panic anywhere below, interceptors included, becomes
+// codes.Internal.
 
 func (s *Server) unaryInterceptors() []grpc.UnaryServerInterceptor {
 	return []grpc.UnaryServerInterceptor{
-		s.recoverUnary, requestIDUnary, s.logUnary, s.metrics.unary, s.authUnary,
+		s.recoverUnary, utf8Unary, requestIDUnary, s.logUnary, s.metrics.unary, s.authUnary,
 	}
 }
 
 func (s *Server) streamInterceptors() []grpc.StreamServerInterceptor {
 	return []grpc.StreamServerInterceptor{
-		s.recoverStream, requestIDStream, s.logStream, s.metrics.stream, s.authStream,
+		s.recoverStream, utf8Stream, requestIDStream, s.logStream, s.metrics.stream, s.authStream,
 	}
 }
 
