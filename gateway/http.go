@@ -3,11 +3,14 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/textproto"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -115,9 +118,12 @@ func flushStreamHeaders(ctx context.Context, w http.ResponseWriter, m proto.Mess
 }
 
 // httpErrorHandler is grpc-gateway's default (a JSON google.rpc.Status with
-// the code's HTTP status) except that TOO_LARGE errors answer 413 and
-// UPLOAD_STALLED 408; withErrorHeaders adds the headers of errorHeaders.
+// the code's HTTP status) except that TOO_LARGE errors answer 413 (also a
+// JSON body cut at the limit, see limitBody) and UPLOAD_STALLED 408; withErrorHeaders adds the headers of errorHeaders.
 func httpErrorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+	if limit, cut := bodyTooLarge(r); cut {
+		err = jsonTooLarge("request body is larger", limit)
+	}
 	recordError(ctx, err)
 	switch errorReason(err) {
 	case ReasonTooLarge:
@@ -229,20 +235,54 @@ type statusOverride struct {
 func (s statusOverride) WriteHeader(int) { s.ResponseWriter.WriteHeader(s.code) }
 
 // limitBody caps JSON request bodies: a declared Content-Length above the
-// limit is refused with 413 up front, a chunked body is cut at the limit.
+// limit is refused with 413 up front; a body without one (chunked) is cut
+// at the limit by a jsonBody, and httpErrorHandler turns the proxy's
+// decode error for a cut body into the same 413 TOO_LARGE.
 func (s *Server) limitBody(h http.Handler) http.Handler {
 	limit := s.cfg.MaxJSONBodyBytes
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength > limit {
-			s.writeStatus(w, r, http.StatusRequestEntityTooLarge, statusError(codes.InvalidArgument, ReasonTooLarge,
-				fmt.Sprintf("request body is %d bytes, above the %d-byte limit for JSON requests: stream large documents to POST /v1/documents:upload", r.ContentLength, limit)))
+			s.writeStatus(w, r, http.StatusRequestEntityTooLarge, jsonTooLarge(fmt.Sprintf("request body is %d bytes", r.ContentLength), limit))
 			return
 		}
-		if r.Body != nil {
-			r.Body = http.MaxBytesReader(w, r.Body, limit)
+		if r.Body != nil && r.Body != http.NoBody {
+			r.Body = &jsonBody{ReadCloser: http.MaxBytesReader(w, r.Body, limit), limit: limit}
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+func jsonTooLarge(what string, limit int64) error {
+	return statusError(codes.InvalidArgument, ReasonTooLarge,
+		fmt.Sprintf("%s, above the %d-byte limit for JSON requests (--max-json-body-bytes): stream large documents to POST /v1/documents:upload", what, limit))
+}
+
+// jsonBody is a JSON request body cut at limit (http.MaxBytesReader, which
+// also makes the server close the connection instead of reading the rest).
+// It remembers the cut so the error handler can answer 413 whatever error
+// the proxy made of it.
+type jsonBody struct {
+	io.ReadCloser
+	limit    int64
+	exceeded atomic.Bool
+}
+
+func (b *jsonBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	var tooBig *http.MaxBytesError
+	if err != nil && errors.As(err, &tooBig) {
+		b.exceeded.Store(true)
+	}
+	return n, err
+}
+
+// bodyTooLarge reports whether r's JSON body was cut at the limit, and the limit.
+func bodyTooLarge(r *http.Request) (int64, bool) {
+	b, ok := r.Body.(*jsonBody)
+	if !ok || !b.exceeded.Load() {
+		return 0, false
+	}
+	return b.limit, true
 }
 
 // writeStatus writes err (a status error) as grpc-gateway would, with an

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -202,5 +203,27 @@ func TestRESTSubscribeNDJSON(t *testing.T) {
 	}
 	if strings.Join(seqs, ",") != "18,19,20,21" {
 		t.Errorf("seqs %v, want 18,19,20 then live 21", seqs)
+	}
+}
+
+// TestRESTChunkedJSONBodyTooLarge: a JSON body without Content-Length
+// (chunked) above MaxJSONBodyBytes answers 413 TOO_LARGE like one that
+// declares its length (docs/security.md), not 400 "request body too large".
+func TestRESTChunkedJSONBodyTooLarge(t *testing.T) {
+	h := start(t, func(c *gateway.Config) { c.MaxJSONBodyBytes = 4096 })
+	big := `{"content":"` + strings.Repeat("A", 8192) + `"}`
+	// io.MultiReader hides the length: net/http sends it chunked.
+	code, _, b := h.do("POST", "/v1/documents", io.MultiReader(strings.NewReader(big)), "Content-Type", "application/json")
+	if code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("chunked %d-byte body: HTTP %d, want 413: %s", len(big), code, b)
+	}
+	st := decodeStatus(t, b)
+	if st.Code != 3 || st.reason() != "TOO_LARGE" || !strings.Contains(st.Message, "4096-byte limit") {
+		t.Errorf("status %+v, want code 3, reason TOO_LARGE and the limit in the message", st)
+	}
+	// A chunked body under the limit still goes through.
+	small := `{"content":"aGVsbG8=","contentType":"text/plain"}`
+	if code, _, b := h.do("POST", "/v1/documents", io.MultiReader(strings.NewReader(small)), "Content-Type", "application/json"); code != 200 {
+		t.Errorf("chunked small body: HTTP %d: %s", code, b)
 	}
 }
