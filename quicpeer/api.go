@@ -36,7 +36,10 @@ type Config struct {
 	// [ALPN]; there is no way to disable encryption.
 	TLS *tls.Config
 	// Offer is what this endpoint advertises in CAPABILITIES
-	// (layers, format preference, limits, keepalive).
+	// (layers, format preference, limits, keepalive). Each limit is
+	// lowered to Limits; Offer.MaxScopeDepth pointing at 0 offers depth 0
+	// (no nested scope; Limits.MaxScopeDepth 0 means the default 7), while
+	// 0 for max-window-size or max-entities-per-scope means "use Limits".
 	Offer  wire.Capabilities
 	Limits Limits
 	// Handler receives what the peer sends. Required.

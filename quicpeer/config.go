@@ -66,7 +66,14 @@ func resolve(cfg Config) (*resolved, error) {
 	cfg.Limits = cfg.Limits.withDefaults()
 	o := cfg.Offer
 	o.Layer0Core = true
-	o.MaxScopeDepth = minPtr(o.MaxScopeDepth, uint64(cfg.Limits.MaxScopeDepth))
+	// Depth 0 is a real offer (no nesting, Section 10.4), so an explicit
+	// Offer.MaxScopeDepth of 0 counts; for the window and the per-scope
+	// limit 0 would allow no entity at all and means "the limit".
+	depth := uint64(cfg.Limits.MaxScopeDepth)
+	if o.MaxScopeDepth != nil && *o.MaxScopeDepth < depth {
+		depth = *o.MaxScopeDepth
+	}
+	o.MaxScopeDepth = &depth
 	o.MaxEntitiesPerScope = minPtr(o.MaxEntitiesPerScope, cfg.Limits.MaxEntitiesPerScope)
 	o.MaxWindowSize = minPtr(o.MaxWindowSize, uint64(cfg.Limits.MaxWindow))
 	if o.SerializationFormat != nil && *o.SerializationFormat != wire.FormatCBOR && *o.SerializationFormat != wire.FormatProtobuf {

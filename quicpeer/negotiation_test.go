@@ -161,3 +161,58 @@ func TestTLSIsMandatory(t *testing.T) {
 	p := newPair(t, cborMode)
 	_ = p // handshake succeeded with MinVersion forced to 1.3 on both ends
 }
+
+// A Config can offer max-scope-depth 0 (Offer.MaxScopeDepth -> 0): the
+// server advertises 0, both ends negotiate 0, and a STATUS at depth 1 is
+// refused with PIPESTREAM_DEPTH_EXCEEDED (0x07, Section 10.4).
+func TestOfferMaxScopeDepthZero(t *testing.T) {
+	sr := newRecorder()
+	sr.closed = make(chan error, 2) // two sessions end on this listener
+	cfg := baseConfig(t, cborMode, sr, true)
+	cfg.Offer.Layer1Recursive = true
+	cfg.Offer.MaxScopeDepth = u64(0)
+	ln, err := quicpeer.Listen("127.0.0.1:0", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+
+	t.Run("negotiated", func(t *testing.T) {
+		ccfg := baseConfig(t, cborMode, newRecorder(), false)
+		ccfg.Offer.Layer1Recursive = true
+		c, err := quicpeer.Dial(context.Background(), ln.Addr().String(), ccfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.CloseWithError(wire.CodeNoError, "")
+		if n := c.Negotiated(); !n.Layer1 || n.MaxDepth != 0 {
+			t.Errorf("client negotiated layer1=%t max-depth=%d, want layer1 and depth 0", n.Layer1, n.MaxDepth)
+		}
+		s, err := ln.Accept(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := s.Negotiated().MaxDepth; d != 0 {
+			t.Errorf("server negotiated max-depth %d, want 0", d)
+		}
+	})
+	t.Run("advertised and enforced", func(t *testing.T) {
+		raw := dialRaw(t, ln.Addr().String(), nil)
+		raw.write(capsFrame(t, &wire.Capabilities{Layer0Core: true, Layer1Recursive: true}))
+		f, err := raw.cr.Next()
+		if err != nil || f.Type != wire.FrameCapabilities {
+			t.Fatalf("server CAPABILITIES: %v", err)
+		}
+		c, err := wire.CodecFor(wire.FormatCBOR).UnmarshalCapabilities(f.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.MaxScopeDepth == nil || *c.MaxScopeDepth != 0 {
+			t.Errorf("server advertised max-scope-depth %v, want 0", c.MaxScopeDepth)
+		}
+		raw.status(wire.StatusFrame{Status: wire.StatusProcessing, EntityID: 1, ScopeID: 5, Depth: 1})
+		if got := raw.closeCode(); got != wire.CodeDepthExceeded {
+			t.Errorf("STATUS at depth 1 with max-depth 0: closed with %v, want 0x07", got)
+		}
+	})
+}
