@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/pipestream/gateway/bridge/store"
 )
@@ -26,9 +27,29 @@ type contentReader interface {
 	io.Closer
 }
 
-type inlineContent struct{ *bytes.Reader }
+type inlineContent struct {
+	*bytes.Reader
+	b []byte
+}
 
 func (inlineContent) Close() error { return nil }
+
+// wholeContent returns all of f for a document sent whole: the inline bytes
+// themselves, or a file read into one buffer of the committed size (at
+// most maxWholeBytes, checked at submit).
+func wholeContent(f contentReader, size int64) ([]byte, error) {
+	if c, ok := f.(inlineContent); ok {
+		return c.b, nil
+	}
+	if size < 0 || size > maxWholeBytes {
+		return nil, fmt.Errorf("document of %d bytes cannot be sent whole (limit %d)", size, maxWholeBytes)
+	}
+	buf := make([]byte, size)
+	if _, err := io.ReadFull(f, buf); err != nil {
+		return nil, err
+	}
+	return buf, nil
+}
 
 // openContent opens d's submitted content for (re-)sending: the inline row
 // when d.inline, else the spool file. d.inline is fixed once the document
@@ -41,7 +62,7 @@ func (b *Bridge) openContent(ctx context.Context, d *docRun) (contentReader, err
 	if err != nil {
 		return nil, fmt.Errorf("inline content: %w", err)
 	}
-	return inlineContent{bytes.NewReader(body)}, nil
+	return inlineContent{bytes.NewReader(body), body}, nil
 }
 
 // contentExists reports whether d's content survived (restart recovery).
@@ -61,14 +82,17 @@ func (b *Bridge) contentExists(ctx context.Context, d *docRun) bool {
 // terminal state; a longer result is written to the result file, fsynced
 // and renamed into place before it returns (path set). n is the octets
 // received. A failed verification of the stream is returned as err.
-func (b *Bridge) readResult(docID string, r io.Reader) (inline []byte, path string, n int64, err error) {
-	head, err := io.ReadAll(io.LimitReader(r, maxStoredInline+1))
+//
+// declared is the payload length from the entity header: it only sizes the
+// first buffer, capped at maxStoredInline+1 octets (never trusted further).
+func (b *Bridge) readResult(docID string, r io.Reader, declared uint64) (inline []byte, path string, n int64, err error) {
+	head, err := readUpTo(r, maxStoredInline+1, int(min(declared, maxStoredInline)))
 	n = int64(len(head))
 	if err != nil {
 		return nil, "", n, err
 	}
 	if len(head) <= maxStoredInline {
-		return head, "", n, nil // r is at EOF: LimitReader passed it through
+		return head, "", n, nil // r is at EOF
 	}
 	pf, err := b.st.CreateResult(docID)
 	if err != nil {
@@ -88,4 +112,26 @@ func (b *Bridge) readResult(docID string, r io.Reader) (inline []byte, path stri
 		return nil, "", n, err
 	}
 	return nil, pf.Path(), n, nil
+}
+
+// readUpTo reads r until EOF or until limit octets were read, into one
+// buffer sized hint+1 first (one allocation when hint is right, so that the
+// read which sees EOF has room) and grown by appending otherwise. Without
+// an error, fewer than limit octets mean r is at EOF.
+func readUpTo(r io.Reader, limit, hint int) ([]byte, error) {
+	b := make([]byte, 0, min(max(hint, 0), limit-1)+1)
+	for len(b) < limit {
+		if len(b) == cap(b) {
+			b = slices.Grow(b, min(cap(b), limit-len(b)))
+		}
+		n, err := r.Read(b[len(b):min(cap(b), limit)])
+		b = b[:len(b)+n]
+		if err == io.EOF { //nolint:errorlint // io.Reader returns io.EOF itself; a wrapped one is a verification error
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
+	return b, nil
 }

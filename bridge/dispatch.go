@@ -221,9 +221,9 @@ func (b *Bridge) sendDocument(j *attemptJob, src chunkSource) error {
 }
 
 // sendWhole sends a document whole: the envelope carries the blob (profile 4.1).
-func (b *Bridge) sendWhole(j *attemptJob, f io.Reader) error {
+func (b *Bridge) sendWhole(j *attemptJob, f contentReader) error {
 	d, ss, ctx := j.d, j.ss, j.ctx
-	content, err := io.ReadAll(io.LimitReader(f, maxWholeBytes+1))
+	content, err := wholeContent(f, d.size)
 	if err != nil {
 		return fmt.Errorf("read spool: %w", err)
 	}

@@ -496,7 +496,7 @@ func (b *Bridge) onResult(ss *sessState, e *quicpeer.IncomingEntity) {
 		_, _ = io.Copy(io.Discard, e.Payload)
 		return
 	}
-	inline, path, n, err := b.readResult(d.id, e.Payload)
+	inline, path, n, err := b.readResult(d.id, e.Payload, h.PayloadLength)
 	b.m.bytesOut.Add(float64(n))
 	b.mu.Lock()
 	defer b.mu.Unlock()
