@@ -59,6 +59,50 @@ func TestEarlierAttemptClaimRedeemable(t *testing.T) {
 	})
 }
 
+// Every claim of every earlier attempt stays redeemable across several
+// restarts (profile 6), not only the previous attempt's: entity ids restart
+// with each session, so after two restarts the first claim's entity id
+// names nothing (or another entity) in the newest attempt; the chunk is
+// stored with the claim. Other documents first make the first attempt's
+// root entity id differ from the later attempts'.
+func TestClaimOfFirstAttemptRedeemableAfterTwoRestarts(t *testing.T) {
+	e := newEnv(t)
+	e.waitReady()
+	ctx := context.Background()
+	for i := range 3 {
+		e.wait(e.submit([]byte{'a' + byte(i)}, &gatewayv1.SubmitDocumentRequest{ContentType: "text/plain"}).Id, 20*time.Second)
+	}
+	content := []byte("deferred across two gateway restarts")
+	req := &gatewayv1.SubmitDocumentRequest{ContentType: "text/plain",
+		Split:    &gatewayv1.SplitOptions{Strategy: gatewayv1.SplitStrategy_SPLIT_NONE, Processor: "fault"},
+		Metadata: map[string]string{"pipestream.fault": "defer"}}
+	doc := e.submit(content, req)
+	first := e.waitFor(doc.Id, 20*time.Second, "a claim", func(d *gatewayv1.Document) bool { return len(d.ClaimChecks) == 1 }).ClaimChecks[0]
+	for n := 2; n <= 3; n++ {
+		e.closeBridge()
+		e.startBridge()
+		e.waitReady()
+		e.waitFor(doc.Id, 20*time.Second, "the next attempt's claim", func(d *gatewayv1.Document) bool { return len(d.ClaimChecks) == n })
+	}
+	c, err := e.b.Redeem(ctx, "", first.ClaimId)
+	if err != nil {
+		t.Fatalf("Redeem of the first attempt's claim (entity %d) after two restarts: %v", first.EntityId, err)
+	}
+	if c.State != gatewayv1.ClaimCheck_REDEEMED {
+		t.Fatalf("claim %v", c)
+	}
+	if _, err := e.b.Redeem(ctx, "", first.ClaimId); err == nil {
+		t.Fatal("a second redemption of the same claim succeeded")
+	}
+	got := e.wait(doc.Id, 20*time.Second)
+	if got.State != gatewayv1.State_SUCCEEDED {
+		t.Fatalf("state %s error %q counts %v", got.State, got.Error, got.EntityCounts)
+	}
+	if res := e.result(doc.Id); !bytes.Equal(res, content) {
+		t.Fatalf("result %q", res)
+	}
+}
+
 // Pipelined upload (profile 4.2): statuses made before the Create commit
 // follow the creation event (rev 1) as events of their own; every event
 // has since = the previous rev, so a watcher replaying from the start sees

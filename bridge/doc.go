@@ -119,6 +119,15 @@ type claimRun struct {
 // noSlot marks a claim whose entity is in a peer scope (nothing to resume).
 const noSlot = -2
 
+// chunk is the slot as the store keeps it with the claim, so that the
+// claim is matched to its chunk after restarts (store schema 4).
+func (cr *claimRun) chunk() store.ClaimChunk {
+	if cr.slot == noSlot {
+		return store.ClaimChunk{}
+	}
+	return store.ClaimChunk{Set: true, Index: cr.slot}
+}
+
 func (d *docRun) terminal() bool { return store.IsTerminal(d.rec.Doc.GetState()) }
 
 // addEvent records ev for the document: bumps rev and queues the event for

@@ -64,7 +64,7 @@ func (b *Bridge) flush() {
 		for id := range d.dirtyClaims {
 			c := proto.Clone(d.claims[id].c).(*gatewayv1.ClaimCheck)
 			c.Name = ""
-			batch.Claims = append(batch.Claims, store.ClaimRecord{Tenant: string(d.tenant), Claim: c})
+			batch.Claims = append(batch.Claims, store.ClaimRecord{Tenant: string(d.tenant), Claim: c, Chunk: d.claims[id].chunk()})
 		}
 		for _, ev := range d.pending {
 			batch.Events = append(batch.Events, store.EventAppend{Tenant: string(d.tenant), Event: ev})

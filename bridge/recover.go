@@ -74,23 +74,38 @@ func mustHex(s string) []byte {
 }
 
 // loadClaimsLocked loads d's ISSUED claims with the chunk (or root) their
-// entity stood for in the newest stored attempt.
+// entity stood for: stored with the claim (store schema 4), or, for claims
+// stored before that, found among the newest stored attempt's entities.
+// Entity ids restart with every session, so only the stored chunk
+// identifies the entity of a claim issued two or more attempts ago.
 func (b *Bridge) loadClaimsLocked(ctx context.Context, d *docRun) {
-	full, err := b.st.GetDocument(ctx, string(d.tenant), d.id, true)
+	recs, err := b.st.ListClaims(ctx, string(d.tenant), d.id)
 	if err != nil {
 		b.log.Warn("bridge: loading claims of a recovered document", "doc", d.id, "err", err)
 		return
 	}
-	for _, c := range full.Doc.ClaimChecks {
+	var ents []*gatewayv1.Entity // newest attempt, read once if needed
+	for _, r := range recs {
+		c := r.Claim
 		if c.State != gatewayv1.ClaimCheck_ISSUED {
 			continue
 		}
 		cr := &claimRun{c: proto.Clone(c).(*gatewayv1.ClaimCheck), attempt: d.attempt, key: entKey{scope: c.ScopeId, id: c.EntityId}, slot: noSlot}
-		for _, e := range full.Doc.Entities {
-			if c.ScopeId == 0 && e.ScopeId == 0 && e.EntityId == c.EntityId {
-				cr.slot = int64(e.ChunkIndex)
-				if e.ParentId == 0 {
-					cr.slot = -1
+		switch {
+		case r.Chunk.Set:
+			cr.slot = r.Chunk.Index
+		case c.ScopeId == 0:
+			if ents == nil {
+				if ents, err = b.st.ListEntities(ctx, string(d.tenant), d.id); err != nil {
+					b.log.Warn("bridge: loading entities of a recovered document", "doc", d.id, "err", err)
+				}
+			}
+			for _, e := range ents {
+				if e.ScopeId == 0 && e.EntityId == c.EntityId {
+					cr.slot = int64(e.ChunkIndex)
+					if e.ParentId == 0 {
+						cr.slot = -1
+					}
 				}
 			}
 		}

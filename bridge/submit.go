@@ -285,7 +285,7 @@ func (u *upload) commit(ctx context.Context, size int64, sum [32]byte) (*gateway
 	for id := range d.dirtyClaims {
 		c := proto.Clone(d.claims[id].c).(*gatewayv1.ClaimCheck)
 		c.Name = ""
-		batch.Claims = append(batch.Claims, store.ClaimRecord{Tenant: string(d.tenant), Claim: c})
+		batch.Claims = append(batch.Claims, store.ClaimRecord{Tenant: string(d.tenant), Claim: c, Chunk: d.claims[id].chunk()})
 	}
 	d.dirtyEnts = map[dirtyEnt]*gatewayv1.Entity{}
 	d.dirtyDigests = map[dirtyDigest]*gatewayv1.ScopeDigest{}

@@ -204,6 +204,20 @@ type DigestRecord struct {
 type ClaimRecord struct {
 	Tenant string
 	Claim  *gatewayv1.ClaimCheck
+	// Chunk is what the deferred entity carried, so that the claim stays
+	// redeemable through a later dispatch attempt of the document
+	// (docs/profile.md 6). An upsert with Chunk unset keeps the stored
+	// value; reads set it when it is stored (schema 4 and later).
+	Chunk ClaimChunk
+}
+
+// ClaimChunk names the part of a document a deferred entity carried:
+// Index -1 for the whole document (the root), n >= 0 for chunk n. Set is
+// false when it is not known (an entity the peer created in its own scope,
+// or a claim stored before schema 4).
+type ClaimChunk struct {
+	Set   bool
+	Index int64
 }
 
 // RedeemClaim is a conditional op: the claim must exist for Tenant, be
@@ -420,6 +434,12 @@ func (s *Store) ListNonTerminal(ctx context.Context) ([]*DocumentRecord, error) 
 // GetClaim returns tenant's claim claimID (ErrNotFound otherwise).
 func (s *Store) GetClaim(ctx context.Context, tenant, claimID string) (*ClaimRecord, error) {
 	return s.getClaim(ctx, tenant, claimID)
+}
+
+// ListClaims returns every claim of tenant's document docID with its
+// Chunk, oldest first (none if the document is unknown).
+func (s *Store) ListClaims(ctx context.Context, tenant, docID string) ([]*ClaimRecord, error) {
+	return s.listClaims(ctx, tenant, docID)
 }
 
 // ListIssuedClaims returns the ISSUED claims of every tenant whose expire

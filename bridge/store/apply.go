@@ -156,14 +156,19 @@ func (s *impl) applyUpdate(ctx context.Context, d *docRow) error {
 
 func (s *impl) applyClaim(ctx context.Context, c ClaimRecord) error {
 	x := c.Claim
+	var chunk sql.NullInt64
+	if c.Chunk.Set {
+		chunk = sql.NullInt64{Int64: c.Chunk.Index, Valid: true}
+	}
 	res, err := s.exec(ctx, `INSERT INTO claims
-		(claim_id, tenant, doc_id, entity_id, scope_id, state, expire_time, create_time, redeem_time)
-		VALUES (?,?,?,?,?,?,?,?,?)
+		(claim_id, tenant, doc_id, entity_id, scope_id, state, expire_time, create_time, redeem_time, chunk)
+		VALUES (?,?,?,?,?,?,?,?,?,?)
 		ON CONFLICT(claim_id) DO UPDATE SET doc_id=excluded.doc_id, entity_id=excluded.entity_id,
 		scope_id=excluded.scope_id, state=excluded.state, expire_time=excluded.expire_time,
-		create_time=excluded.create_time, redeem_time=excluded.redeem_time
+		create_time=excluded.create_time, redeem_time=excluded.redeem_time,
+		chunk=coalesce(excluded.chunk, claims.chunk)
 		WHERE claims.tenant = excluded.tenant`, x.GetClaimId(), c.Tenant, x.GetDocumentId(), x.GetEntityId(), x.GetScopeId(), int32(x.GetState()),
-		tsNanos(x.GetExpireTime()), tsNanos(x.GetCreateTime()), tsNanos(x.GetRedeemTime()))
+		tsNanos(x.GetExpireTime()), tsNanos(x.GetCreateTime()), tsNanos(x.GetRedeemTime()), chunk)
 	if err != nil {
 		return fmt.Errorf("store: upsert claim %s: %w", x.GetClaimId(), err)
 	}

@@ -26,7 +26,7 @@ type querier interface {
 const docCols = `tenant, id, body_hash, spool_path, result_path, result_content_type,
 	dispatch_attempts, private, body, create_time`
 
-const claimCols = `claim_id, tenant, doc_id, entity_id, scope_id, state, expire_time, create_time, redeem_time`
+const claimCols = `claim_id, tenant, doc_id, entity_id, scope_id, state, expire_time, create_time, redeem_time, chunk`
 
 const entityCols = `scope_id, entity_id, parent_id, depth, status, chunk_index, chunk_offset, size, checksum, attempts, message`
 
@@ -57,11 +57,13 @@ func scanClaim(row scanner) (*ClaimRecord, error) {
 		rec                ClaimRecord
 		state              int32
 		expire, ct, redeem int64
+		chunk              sql.NullInt64
 	)
 	if err := row.Scan(&c.ClaimId, &rec.Tenant, &c.DocumentId, &c.EntityId, &c.ScopeId, &state,
-		&expire, &ct, &redeem); err != nil {
+		&expire, &ct, &redeem, &chunk); err != nil {
 		return nil, err
 	}
+	rec.Chunk = ClaimChunk{Set: chunk.Valid, Index: chunk.Int64}
 	c.State = gatewayv1.ClaimCheck_ClaimState(state)
 	c.ExpireTime = tsFromNanos(expire)
 	c.CreateTime = tsFromNanos(ct)
@@ -345,6 +347,24 @@ func (s *impl) getClaim(ctx context.Context, tenant, claimID string) (*ClaimReco
 		return nil, fmt.Errorf("store: read claim %s: %w", claimID, err)
 	}
 	return c, nil
+}
+
+func (s *impl) listClaims(ctx context.Context, tenant, docID string) ([]*ClaimRecord, error) {
+	rows, err := s.rdb.QueryContext(ctx, "SELECT "+claimCols+" FROM claims WHERE doc_id = ? AND tenant = ? ORDER BY create_time, claim_id",
+		docID, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("store: list claims of %s: %w", docID, err)
+	}
+	defer rows.Close()
+	var out []*ClaimRecord
+	for rows.Next() {
+		c, err := scanClaim(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
 }
 
 func (s *impl) listIssuedClaims(ctx context.Context, before time.Time) ([]*ClaimRecord, error) {

@@ -147,6 +147,15 @@ CREATE TABLE payloads (
 	PRIMARY KEY (doc_id, kind)
 );
 `,
+	// 4: what the deferred entity of a claim carried (ClaimRecord.Chunk:
+	// -1 the whole document, n >= 0 chunk n; NULL unknown), so that a
+	// claim issued to an earlier dispatch attempt can still be matched to
+	// the entity that resumes it after restarts (docs/profile.md 6):
+	// entity ids restart with every session, so the claim's entity id does
+	// not identify the chunk in a later attempt.
+	`
+ALTER TABLE claims ADD COLUMN chunk INTEGER;
+`,
 }
 
 // migrate brings the schema to len(migrations) in one transaction. A database
