@@ -54,9 +54,19 @@ func wholeContent(f contentReader, size int64) ([]byte, error) {
 // openContent opens d's submitted content for (re-)sending: the inline row
 // when d.inline, else the spool file. d.inline is fixed once the document
 // is committed (or recovered), so no lock is needed.
+//
+// The first call takes the content held since the commit (d.content), if
+// any; later ones (a re-dispatch, a redemption) read the row.
 func (b *Bridge) openContent(ctx context.Context, d *docRun) (contentReader, error) {
 	if !d.inline {
 		return b.st.OpenSpool(d.id)
+	}
+	b.mu.Lock()
+	held := d.content
+	d.content = nil
+	b.mu.Unlock()
+	if held != nil {
+		return inlineContent{bytes.NewReader(held), held}, nil
 	}
 	body, err := b.st.GetPayload(ctx, string(d.tenant), d.id, store.PayloadContent)
 	if err != nil {

@@ -97,6 +97,11 @@ type docRun struct {
 	// file (content.go); set before the document is committed or
 	// recovered, read without the lock afterwards.
 	inline bool
+	// content is the inline content held in memory from the commit to the
+	// first dispatch, which takes it (content.go): the first send does not
+	// read back the row it just committed. nil once taken, or when the
+	// queue was long at submit (memory stays bounded).
+	content []byte
 	// resultInline is a small verified result not yet committed: the next
 	// flush stores it (store.PayloadResult) with, or before, the terminal
 	// state (content.go).

@@ -15,6 +15,11 @@ const (
 	// 4 KiB row in a group commit a few microseconds. Larger payloads keep
 	// their file: every inline byte goes through the WAL and a checkpoint.
 	maxStoredInline = 64 << 10
+	// maxHeldContentQueue: a document committed inline keeps its content in
+	// memory for its first dispatch only while fewer documents than this
+	// are queued (at most 1,024 x 64 KiB = 64 MiB held); behind a longer
+	// queue it is read back from the store when its turn comes.
+	maxHeldContentQueue = 1024
 	// defaultMaxDocumentBytes caps a document at 4 GiB: the spool is a file,
 	// memory stays flat, but disk is finite.
 	defaultMaxDocumentBytes = 4 << 30

@@ -117,19 +117,29 @@ func (u *upload) run(ctx context.Context, r io.Reader) (*gatewayv1.Document, err
 	// Decide whole vs dehydrated: peek up to the inline threshold.
 	whole := p.strategy == gatewayv1.SplitStrategy_SPLIT_NONE
 	src := io.Reader(lr)
+	var peek []byte
 	if p.strategy == gatewayv1.SplitStrategy_SPLIT_STRATEGY_UNSPECIFIED {
-		// ReadAll grows with the content: a 4 KiB Submit no longer
-		// allocates InlineThreshold+1 octets (docs/performance.md).
-		peek, err := io.ReadAll(io.LimitReader(lr, b.opts.InlineThreshold+1))
+		// The peek grows with the content (one allocation when the size
+		// is known, as for Submit): a 4 KiB Submit does not allocate
+		// InlineThreshold+1 octets (docs/performance.md).
+		var err error
+		peek, err = readUpTo(lr, int(b.opts.InlineThreshold+1), sizeHint(r))
 		if err != nil {
-			return nil, fmt.Errorf("reading the upload: %w", err)
+			return nil, u.readErr(err, lr, tooLarge)
 		}
 		whole = int64(len(peek)) <= b.opts.InlineThreshold
 		src = io.MultiReader(bytes.NewReader(peek), lr)
 	}
 	var size int64
 	var sum [32]byte
-	if whole {
+	if whole && peek != nil && len(peek) <= maxStoredInline {
+		// The peek is all of it (whole: r hit EOF below the threshold).
+		if lr.exceeded() {
+			return nil, tooLarge()
+		}
+		u.inline = peek
+		size, sum = int64(len(peek)), sha256.Sum256(peek)
+	} else if whole {
 		var err error
 		size, sum, err = u.readWhole(src, lr, tooLarge)
 		if err != nil {
@@ -260,6 +270,9 @@ func (u *upload) commit(ctx context.Context, size int64, sum [32]byte) (*gateway
 	d.inline = u.inline != nil
 	if d.inline {
 		d.rec.SpoolPath = ""
+		if len(b.queue) < maxHeldContentQueue {
+			d.content = u.inline
+		}
 	}
 	rec := d.snapshot()
 	// The creation is rev 1 (state PENDING, since 0); every change made
@@ -380,6 +393,15 @@ func newDocID() string {
 	}
 	_, _ = rand.Read(b[6:])
 	return hex.EncodeToString(b[:])
+}
+
+// sizeHint is how many octets r will yield when it says so (a
+// *bytes.Reader: Submit's content), else 0; it only sizes a first buffer.
+func sizeHint(r io.Reader) int {
+	if br, ok := r.(*bytes.Reader); ok {
+		return br.Len()
+	}
+	return 0
 }
 
 // limitReader reads at most left bytes and remembers when r had more.
