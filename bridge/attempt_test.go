@@ -146,3 +146,45 @@ func TestPipelinedUploadRevsContiguous(t *testing.T) {
 		}
 	}
 }
+
+// Close (graceful shutdown: GOAWAY drain) does not wait for a document that
+// waits only on a claim check (profile 6: the claim outlives the session;
+// a redemption may come days later): once its claim is durable, the
+// DEFERRED entity is detached from the drain, so Close returns long before
+// its deadline. The claim is still ISSUED after the restart.
+func TestCloseDoesNotWaitForDeferred(t *testing.T) {
+	e := newEnv(t)
+	e.waitReady()
+	req := &gatewayv1.SubmitDocumentRequest{ContentType: "text/plain",
+		Split:    &gatewayv1.SplitOptions{Strategy: gatewayv1.SplitStrategy_SPLIT_NONE, Processor: "fault"},
+		Metadata: map[string]string{"pipestream.fault": "defer"}}
+	doc := e.submit([]byte("waits on a claim"), req)
+	claim := e.waitFor(doc.Id, 20*time.Second, "a claim", func(d *gatewayv1.Document) bool { return len(d.ClaimChecks) == 1 }).ClaimChecks[0]
+	// The claim is durable once GetClaim (a store read) finds it.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, err := e.b.GetClaim(context.Background(), "", claim.ClaimId); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("claim %s not in the store: %v", claim.ClaimId, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // the flush that stored it detaches right after its commit
+	const drain = 8 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), drain)
+	defer cancel()
+	start := time.Now()
+	if err := e.b.Close(ctx); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	e.b = nil
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("Close took %v of its %v: the DEFERRED entity held the GOAWAY drain", took.Round(time.Millisecond), drain)
+	}
+	e.startBridge()
+	e.waitReady()
+	if c, err := e.b.GetClaim(context.Background(), "", claim.ClaimId); err != nil || c.State != gatewayv1.ClaimCheck_ISSUED {
+		t.Fatalf("claim after the restart: %v %v, want ISSUED", c, err)
+	}
+}

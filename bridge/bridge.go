@@ -161,7 +161,29 @@ func (b *Bridge) Close(ctx context.Context) error {
 		wgDrain.Add(1)
 		go func() {
 			defer wgDrain.Done()
-			if err := s.s.GoAway(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			// The drain ends early once the session has nothing but
+			// documents waiting on durable claims (profile 6): the
+			// session's own drain would wait for them, as the client's
+			// cursor cannot pass a deferred root.
+			dctx, stop := context.WithCancel(ctx)
+			defer stop()
+			go func() {
+				t := time.NewTicker(drainPollInterval)
+				defer t.Stop()
+				for {
+					select {
+					case <-dctx.Done():
+						return
+					case <-t.C:
+						if b.sessionWaitsOnlyOnClaims(s) {
+							b.log.Info("bridge: GOAWAY drain done: the session's remaining documents wait only on claim checks")
+							stop()
+							return
+						}
+					}
+				}
+			}()
+			if err := s.s.GoAway(dctx); err != nil && !errors.Is(err, context.Canceled) {
 				b.log.Info("bridge: GOAWAY drain ended", "err", err)
 			}
 		}()

@@ -70,3 +70,8 @@ const (
 // answers PROCESSING once the payload is in (milliseconds; the payload
 // budget may delay it under load). A variable so tests can shorten it.
 var redeemAckTimeout = 10 * time.Second
+
+// drainPollInterval: during Close, how often the bridge checks whether a
+// session's GOAWAY drain waits only on documents deferred behind durable
+// claims (then it ends the drain; a claim may wait for days).
+const drainPollInterval = 50 * time.Millisecond

@@ -10,6 +10,7 @@ import (
 
 	"github.com/pipestream/gateway/bridge/store"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
+	"github.com/pipestream/gateway/quicpeer"
 )
 
 // flushLoop commits state changes in the background: the session's control
@@ -91,6 +92,8 @@ func (b *Bridge) flush() {
 		return
 	}
 	_, err := b.commit(context.Background(), batch)
+	var detach []detachReq
+	defer func() { runDetach(b, detach) }() // after the unlock below
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err != nil {
@@ -123,6 +126,9 @@ func (b *Bridge) flush() {
 		return
 	}
 	for _, t := range took {
+		if len(t.claims) > 0 {
+			detach = append(detach, b.detachDeferredLocked(t.d, t.claims)...)
+		}
 		if t.final && !t.d.dirty {
 			delete(b.docs, t.d.id)
 			if t.d.inline {
@@ -138,4 +144,95 @@ func (b *Bridge) flush() {
 // commit appends a batch through the event log (commit, then publish).
 func (b *Bridge) commit(ctx context.Context, batch *store.Batch) (store.CommitResult, error) {
 	return b.ev.Append(ctx, batch)
+}
+
+// detachReq is one Session.SetDetached call, made without Bridge.mu.
+type detachReq struct {
+	s         *quicpeer.Session
+	scope, id uint32
+}
+
+func runDetach(b *Bridge, rs []detachReq) {
+	for _, r := range rs {
+		if err := r.s.SetDetached(r.scope, r.id, true); err != nil {
+			b.log.Debug("bridge: detaching a deferred entity from the GOAWAY drain", "scope", r.scope, "entity", r.id, "err", err)
+		}
+	}
+}
+
+// durableDeferredLocked returns the entities of d's current attempt on ss
+// that are DEFERRED with a durable ISSUED claim (not waiting in
+// dirtyClaims), each with its claim.
+func durableDeferredLocked(d *docRun, ss *sessState) map[entKey]*claimRun {
+	out := map[entKey]*claimRun{}
+	for id, cr := range d.claims {
+		if cr.attempt != d.attempt || cr.sess != ss || cr.c.State != gatewayv1.ClaimCheck_ISSUED || d.dirtyClaims[id] {
+			continue
+		}
+		if e := d.ents[cr.key]; e != nil && e.Status == gatewayv1.EntityStatus_ENTITY_STATUS_DEFERRED {
+			out[cr.key] = cr
+		}
+	}
+	return out
+}
+
+// waitsOnlyOnClaimsLocked reports whether d's current attempt on ss has
+// nothing left but entities waiting on durable claims (and the root
+// waiting for them): everything was sent, every other entity is terminal.
+func waitsOnlyOnClaimsLocked(d *docRun, ss *sessState, durable map[entKey]*claimRun) bool {
+	if !d.sendDone || len(durable) == 0 {
+		return false
+	}
+	root := rootKey(d.rootID)
+	for k, e := range d.ents {
+		if k != root && !terminalEntity(e.Status) && durable[k] == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// detachDeferredLocked returns the SetDetached calls for the entities of
+// d's current attempt whose claims (among claims, just made durable) are
+// ISSUED: a DEFERRED entity waits for a redemption that may come days
+// later, on a later session (docs/profile.md 6), so it must not hold a
+// GOAWAY drain (graceful shutdown) until its deadline. The root goes too
+// when it waits only for such entities.
+func (b *Bridge) detachDeferredLocked(d *docRun, claims map[string]bool) []detachReq {
+	ss := d.sess
+	if ss == nil || ss.closed || ss.s == nil || d.terminal() {
+		return nil
+	}
+	var out []detachReq
+	durable := durableDeferredLocked(d, ss)
+	for _, cr := range durable {
+		if claims[cr.c.ClaimId] {
+			out = append(out, detachReq{s: ss.s, scope: cr.c.ScopeId, id: cr.c.EntityId})
+		}
+	}
+	root := rootKey(d.rootID)
+	if len(out) == 0 || durable[root] != nil || !waitsOnlyOnClaimsLocked(d, ss, durable) {
+		return out
+	}
+	if re := d.ents[root]; re == nil || terminalEntity(re.Status) {
+		return out
+	}
+	return append(out, detachReq{s: ss.s, scope: 0, id: d.rootID})
+}
+
+// sessionWaitsOnlyOnClaims reports whether every document running on ss
+// waits only on durable claims: its GOAWAY drain has nothing left to wait
+// for (Close ends it then; the claims outlive the session).
+func (b *Bridge) sessionWaitsOnlyOnClaims(ss *sessState) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for d := range ss.docs {
+		if d.terminal() || d.sess != ss {
+			continue
+		}
+		if !waitsOnlyOnClaimsLocked(d, ss, durableDeferredLocked(d, ss)) {
+			return false
+		}
+	}
+	return true
 }
