@@ -122,6 +122,9 @@ func (s *session) recvStatus(f *wire.StatusFrame) error {
 	if err == nil && resolvedNow {
 		s.resolvedLocked(f.ScopeID, f.EntityID)
 	}
+	if err == nil && f.ScopeID == 0 {
+		s.noteWindowLocked()
+	}
 	s.mu.Unlock()
 	switch {
 	case err != nil:

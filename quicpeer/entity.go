@@ -232,6 +232,9 @@ func (s *session) handleIncoming(rs receiveStream) {
 		s.seenRoot, s.maxSeenRoot = true, id
 	}
 	err = s.tr.register(scope, id, headerParent(h), budgetOf(h.CompletionPolicy))
+	if err == nil && scope == 0 {
+		s.noteWindowLocked()
+	}
 	s.mu.Unlock()
 	if err != nil {
 		s.reject(rs, scope, id, err)

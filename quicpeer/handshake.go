@@ -94,8 +94,7 @@ func clientHandshake(cfg *resolved, conn connection) (*session, error) {
 		_ = conn.CloseWithError(wire.CodeOf(err), err.Error())
 		return nil, err
 	}
-	cr := wire.NewControlReader(ctrl, wire.MaxVariableLength)
-	return start(cfg, RoleClient, conn, ctrl, cr, negotiate(cfg.offer, *peer)), nil
+	return start(cfg, RoleClient, conn, ctrl, negotiate(cfg.offer, *peer)), nil
 }
 
 // serverHandshake accepts stream 0, reads the client's CAPABILITIES, then
@@ -115,12 +114,11 @@ func serverHandshake(ctx context.Context, cfg *resolved, conn connection) (*sess
 		_ = conn.CloseWithError(wire.CodeOf(err), err.Error())
 		return nil, err
 	}
-	cr := wire.NewControlReader(ctrl, wire.MaxVariableLength)
 	if err := writeCapabilities(ctrl, &cfg.offer); err != nil {
 		_ = conn.CloseWithError(wire.CodeInternalError, "cannot send CAPABILITIES")
 		return nil, err
 	}
-	return start(cfg, RoleServer, conn, ctrl, cr, negotiate(cfg.offer, *peer)), nil
+	return start(cfg, RoleServer, conn, ctrl, negotiate(cfg.offer, *peer)), nil
 }
 
 // writeCapabilities sends CAPABILITIES, always CBOR (Section 3.4).

@@ -58,6 +58,15 @@ const (
 	// received yet (the last statuses and result streams); the peer
 	// usually closes first.
 	goawayLinger = 500 * time.Millisecond
+	// windowGrace is how long the server lets its count of unresolved root
+	// entities stay above the window before closing with 0x08: the excess
+	// must be the client's own terminal statuses still in flight on stream
+	// 0 (window.go), which QUIC delivers within an RTT plus loss recovery;
+	// 2 s covers several lost-packet timeouts on a healthy path.
+	windowGrace = 2 * time.Second
+	// windowRecheck delays the window deadline while the control loop is
+	// busy with a frame (unread stream-0 data may still make room).
+	windowRecheck = 50 * time.Millisecond
 	// closeDrainTimeout bounds how long a session waits for its internal
 	// goroutines after the connection ended.
 	closeDrainTimeout = 5 * time.Second

@@ -47,10 +47,17 @@ type session struct {
 	maxSeenRoot            uint32 // server: highest root ID seen (circular)
 	cpWait                 map[cpKey]chan struct{}
 	cpPending              []pendingCheckpoint
+	// Receive-side window (server role, window.go).
+	winDebt  []windowDebt
+	winNeed  uint64 // need of the newest debt recorded
+	winTimer *time.Timer
 
 	cursorKick chan struct{} // client: cursor moved, announce it
 	lastRecv   atomic.Int64  // unix nanos of the last stream-0 frame received
 	lastSent   atomic.Int64  // unix nanos of the last stream-0 frame sent
+	// ctrlWaiting is set while the control loop waits for stream-0 data:
+	// every complete frame received so far has been handled (window.go).
+	ctrlWaiting atomic.Bool
 
 	errMu  sync.Mutex
 	errSet bool
@@ -68,14 +75,13 @@ func newSessionID() string {
 
 // start builds the session after a completed capability exchange and
 // starts its goroutines.
-func start(cfg *resolved, role Role, conn connection, ctrl stream, cr *wire.ControlReader, n Negotiated) *session {
+func start(cfg *resolved, role Role, conn connection, ctrl stream, n Negotiated) *session {
 	s := &session{
 		cfg:        cfg,
 		role:       role,
 		id:         newSessionID(),
 		conn:       conn,
 		ctrl:       ctrl,
-		cr:         cr,
 		negotiated: n,
 		codec:      wire.CodecFor(n.Format),
 		handler:    cfg.Handler,
@@ -86,6 +92,7 @@ func start(cfg *resolved, role Role, conn connection, ctrl stream, cr *wire.Cont
 		wbuf:       make([]byte, 0, 256),
 		done:       make(chan struct{}),
 	}
+	s.cr = wire.NewControlReader(ctrlReader{s}, wire.MaxVariableLength)
 	s.log = cfg.Logger.With("session", s.id, "role", role.String())
 	s.pub = &Session{impl: s}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -120,6 +127,7 @@ func (s *session) watch() {
 	<-s.conn.Context().Done()
 	s.setErr(closeCause(context.Cause(s.conn.Context())))
 	s.cancel()
+	s.stopWindowTimer()
 	s.mu.Lock()
 	s.notifyLocked()
 	s.mu.Unlock()

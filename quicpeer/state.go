@@ -15,6 +15,9 @@ type entState struct {
 	// detached: excluded from the GOAWAY drain until its next status
 	// (Session.SetDetached; a DEFERRED entity whose claim outlives the session).
 	detached bool
+	// unres caches "not resolved" as last computed when the entry was
+	// stored (root scope only); tracker.unresolvedRoot counts these flags.
+	unres bool
 }
 
 // tracker holds every entity state of a session. All methods need the
@@ -33,6 +36,15 @@ type tracker struct {
 	// peerCursor is the client's cursor as last announced (server role):
 	// root-scope state behind it is forgotten.
 	peerCursor uint32
+	// window is the client's root window, min(max-window,
+	// max-entities-per-scope); unresolvedRoot counts the root-scope entries
+	// whose cached unres flag is set (receive-side window, Section 10.3).
+	window         uint64
+	unresolvedRoot int
+	// rootResolutions counts root-scope entries that went from unresolved
+	// to resolved (or were forgotten unresolved behind the cursor); it only
+	// grows, so the window check can tell whether room was made since.
+	rootResolutions uint64
 }
 
 func newTracker(client bool, n Negotiated) *tracker {
@@ -45,6 +57,7 @@ func newTracker(client bool, n Negotiated) *tracker {
 		scopes:     map[uint32]map[uint32]entState{0: {}},
 		depth:      map[uint32]uint8{},
 		peerCursor: 1,
+		window:     min(uint64(n.MaxWindow), n.MaxPerScope),
 	}
 	if client {
 		// Root-scope entities in flight are bounded by the window and by
@@ -170,7 +183,7 @@ func (t *tracker) apply(f *wire.StatusFrame, local bool) (v verdict, newlyResolv
 		sm = map[uint32]entState{}
 		t.scopes[scope] = sm
 	}
-	sm[id] = e
+	t.put(scope, sm, id, e)
 	if scope != 0 {
 		t.depth[scope] = f.Depth
 	}
@@ -217,9 +230,50 @@ func (t *tracker) register(scope, id, parent uint32, budget int16) error {
 	if budget >= 0 {
 		e.maxRetries = budget
 	}
-	sm[id] = e
+	t.put(scope, sm, id, e)
 	return nil
 }
+
+// put stores e for (scope, id) in sm (= t.scopes[scope]). For the root
+// scope it refreshes e's cached unres flag and keeps unresolvedRoot equal
+// to the number of entries with the flag set. Only the stored entry is
+// re-evaluated: a parent's retry budget learned later does not flip its
+// children's flags until their next status, which can only make the
+// count lower than the client's view (a FAILED child counted resolved),
+// never higher.
+func (t *tracker) put(scope uint32, sm map[uint32]entState, id uint32, e entState) {
+	if scope == 0 {
+		old, known := sm[id]
+		e.unres = !t.resolved(0, e)
+		if known && old.unres {
+			t.unresolvedRoot--
+			if !e.unres {
+				t.rootResolutions++
+			}
+		}
+		if e.unres {
+			t.unresolvedRoot++
+		}
+	}
+	sm[id] = e
+}
+
+// dropRoot forgets root-scope entry id (the cursor passed it).
+func (t *tracker) dropRoot(sm map[uint32]entState, id uint32) {
+	if e, ok := sm[id]; ok {
+		if e.unres {
+			t.unresolvedRoot--
+			t.rootResolutions++
+		}
+		delete(sm, id)
+	}
+}
+
+// overWindow reports whether more root-scope entities are unresolved in
+// this endpoint's view than the client's window allows (server role;
+// docs/profile.md section 2 says why this is only evidence until stream 0
+// has caught up).
+func (t *tracker) overWindow() bool { return uint64(t.unresolvedRoot) > t.window }
 
 // resolveRoot advances the client's cursor over a newly resolved root ID and
 // forgets the state of every ID the cursor passed.
@@ -229,7 +283,7 @@ func (t *tracker) resolveRoot(id uint32) (cursor uint32, advanced bool) {
 	if advanced {
 		sm := t.scopes[0]
 		for c := old; c != cursor; c = wire.NextID(c) {
-			delete(sm, c)
+			t.dropRoot(sm, c)
 		}
 	}
 	return cursor, advanced
@@ -246,12 +300,12 @@ func (t *tracker) applyPeerCursor(c uint32) bool {
 	d := modDist(t.peerCursor, c)
 	if uint64(d) <= uint64(len(sm)) {
 		for x := t.peerCursor; x != c; x = wire.NextID(x) {
-			delete(sm, x)
+			t.dropRoot(sm, x)
 		}
 	} else {
 		for x := range sm {
 			if modDist(t.peerCursor, x) < d {
-				delete(sm, x)
+				t.dropRoot(sm, x)
 			}
 		}
 	}
