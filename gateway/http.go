@@ -32,7 +32,9 @@ import (
 //	everything else             grpc-gateway REST mux over the gRPC client connection
 //
 // Every route first passes checkUTF8 (utf8.go): a path, query or upload
-// Content-Type that is not UTF-8 answers 400.
+// Content-Type that is not UTF-8 answers 400. rejectSmuggled answers the
+// connection guard's stand-in for a request with both Content-Length and
+// Transfer-Encoding (smuggle.go).
 func (s *Server) httpHandler() (http.Handler, error) {
 	s.gwMux = runtime.NewServeMux(
 		runtime.WithIncomingHeaderMatcher(incomingHeader),
@@ -59,7 +61,7 @@ func (s *Server) httpHandler() (http.Handler, error) {
 	mux.Handle("/docs", s.cfg.Docs)
 	mux.Handle("/docs/", s.cfg.Docs)
 	mux.Handle("/", withErrorHeaders(s.limitBody(s.gwMux)))
-	return s.checkUTF8(mux), nil
+	return s.rejectSmuggled(s.checkUTF8(mux)), nil
 }
 
 type slogPrintln struct{ s *Server }

@@ -145,6 +145,7 @@ func (s *Server) Start() error {
 		IdleTimeout:       s.cfg.IdleTimeout,
 		TLSConfig:         s.cfg.HTTPTLS,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		ConnContext:       guardContext,
 	}
 
 	s.bg.Add(3)
@@ -160,7 +161,9 @@ func (s *Server) Start() error {
 		if s.cfg.HTTPTLS != nil {
 			err = s.http.ServeTLS(s.httpLis, "", "")
 		} else {
-			err = s.http.Serve(s.httpLis)
+			// Plaintext HTTP/1 is read through the request smuggling
+			// guard (smuggle.go).
+			err = s.http.Serve(guardListener{Listener: s.httpLis, maxHead: http.DefaultMaxHeaderBytes + 4096})
 		}
 		if err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.serveErrs <- fmt.Errorf("gateway: HTTP serve: %w", err)
