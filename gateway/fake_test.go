@@ -217,6 +217,10 @@ type fakeLog struct {
 	oldest, latest uint64
 	live           chan *gatewayv1.Event
 	tooSlow        atomic.Bool
+	// waiting counts subscriptions waiting for live events: a test that
+	// pushes one waits until earlier subscriptions ended, or one of those
+	// could take it.
+	waiting atomic.Int32
 }
 
 func (l *fakeLog) event(seq uint64) *gatewayv1.Event {
@@ -252,6 +256,8 @@ func (l *fakeLog) Subscribe(ctx context.Context, _ bridge.Tenant, _ string, curs
 	if l.tooSlow.Load() {
 		return fmt.Errorf("subscriber is 1000 events behind: %w", bridge.ErrConsumerTooSlow)
 	}
+	l.waiting.Add(1)
+	defer l.waiting.Add(-1)
 	for {
 		select {
 		case <-ctx.Done():

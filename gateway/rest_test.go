@@ -193,7 +193,14 @@ func TestRESTSubscribeNDJSON(t *testing.T) {
 	if evs[1]["seq"] != "10" || evs[11]["seq"] != "20" {
 		t.Errorf("window replay from %v to %v, want 10..20", evs[1]["seq"], evs[11]["seq"])
 	}
-	// In the window: replay from the cursor inclusive, then live.
+	// In the window: replay from the cursor inclusive, then live. The
+	// first subscription must have ended (its client is gone), or it
+	// could take the live event.
+	for deadline := time.Now().Add(5 * time.Second); h.fake.log.waiting.Load() != 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first subscription did not end after its client left")
+		}
+	}
 	evs = read("/v1/events:subscribe?cursor=18", 4, func() {
 		h.fake.log.live <- h.fake.log.event(21)
 	})
