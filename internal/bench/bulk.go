@@ -142,9 +142,12 @@ func grpcUpload(ctx context.Context, n int64) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	buf := make([]byte, chunkBytes)
 	src := newPattern(n)
 	for {
+		// grpc-go may still read a message after SendMsg returns (the raw
+		// codec hands it the slice itself), so every message gets its own
+		// buffer: the same one copy a protobuf Marshal would make.
+		buf := make([]byte, chunkBytes)
 		k, rerr := io.ReadFull(src, buf)
 		if k > 0 {
 			m := buf[:k]

@@ -57,13 +57,19 @@ type inflight struct {
 	finished atomic.Int64
 }
 
+// newInflight makes the tracker with its semaphore before any goroutine
+// can call done (network causality is invisible to the race detector).
+func newInflight(conc int) *inflight { return &inflight{sem: make(chan struct{}, conc)} }
+
 func (f *inflight) done() {
 	f.finished.Add(1)
 	<-f.sem
 }
 
 func runInflight(ctx context.Context, conc int, d time.Duration, f *inflight, send func(ctx context.Context) error) (int64, float64, error) {
-	f.sem = make(chan struct{}, conc)
+	if cap(f.sem) != conc {
+		return 0, 0, fmt.Errorf("bench: inflight made for %d, run with %d", cap(f.sem), conc)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -111,7 +117,7 @@ func rawChurn(ctx context.Context, size, conc int, d time.Duration) (int64, floa
 		return 0, 0, err
 	}
 	defer rq.close()
-	f := &inflight{}
+	f := newInflight(conc)
 	stop := make(chan struct{})
 	defer close(stop)
 	var bad atomic.Int64
@@ -191,7 +197,7 @@ func peerChurn(ctx context.Context, size, conc int, d time.Duration) (int64, flo
 	if err != nil {
 		return 0, 0, err
 	}
-	h := &churnClient{f: &inflight{}}
+	h := &churnClient{f: newInflight(conc)}
 	s, err := quicpeer.Dial(ctx, srv.Addr().String(), quicpeer.Config{TLS: tc, Offer: peer.DefaultOffer(false), Handler: h, Logger: quiet})
 	if err != nil {
 		return 0, 0, err

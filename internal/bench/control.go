@@ -53,7 +53,7 @@ func (b *runner) control(ctx context.Context) error {
 		}
 		close(accepted)
 	}()
-	s, err := quicpeer.Dial(ctx, ln.Addr().String(), quicpeer.Config{TLS: ctls, Offer: offer, Handler: &churnClient{f: &inflight{}}, Logger: quiet})
+	s, err := quicpeer.Dial(ctx, ln.Addr().String(), quicpeer.Config{TLS: ctls, Offer: offer, Handler: &churnClient{f: newInflight(1)}, Logger: quiet})
 	if err != nil {
 		return err
 	}
