@@ -306,7 +306,6 @@ func (u *upload) commit(ctx context.Context, size int64, sum [32]byte) (*gateway
 	d.pending = nil // in the Create batch
 	d.committing = true
 	snapRev := rec.Doc.Rev
-	early := b.startEarlyLocked(u)
 	b.mu.Unlock()
 	res, err := b.commit(ctx, batch)
 	if err != nil {
@@ -330,7 +329,7 @@ func (u *upload) commit(ctx context.Context, size int64, sum [32]byte) (*gateway
 	d.uploading = false
 	b.docs[d.id] = d
 	b.m.running.Inc()
-	d.dirty = d.rec.Doc.Rev > snapRev || len(d.dirtyEnts) > 0 || len(d.dirtyDigests) > 0 || len(d.dirtyClaims) > 0 || early
+	d.dirty = d.rec.Doc.Rev > snapRev || len(d.dirtyEnts) > 0 || len(d.dirtyDigests) > 0 || len(d.dirtyClaims) > 0
 	pipelined := u.pipe != nil && u.pipe.alive() && d.sess != nil
 	if !pipelined {
 		if u.pipe != nil {
@@ -341,48 +340,12 @@ func (u *upload) commit(ctx context.Context, size int64, sum [32]byte) (*gateway
 		}
 	}
 	out := b.publicDoc(&store.DocumentRecord{Tenant: string(d.tenant), Doc: d.snapshot().Doc})
-	if early {
-		// The reply shows what is durable: changes of the attempt that
-		// ran during the commit are in the next flush.
-		out = b.publicDoc(rec)
-	}
 	b.mu.Unlock()
 	if pipelined {
 		u.pipe.finish(size, sum)
 	}
 	b.kickFlush()
 	return out, nil
-}
-
-// startEarlyLocked starts the dispatch attempt of a document whose content
-// is complete (inline in memory, or a synced spool file) at the same time
-// as its Create commit, instead of after it, so that the peer's round trip
-// overlaps the commit's fsync (docs/performance.md). Nothing reaches the
-// store or a client before the Create is durable: the attempt's changes are
-// events of the next flush (addEvent, committing), the flusher skips the
-// document until it is committed, and a failed commit abandons the attempt
-// (Upload -> abandon: the peer is told to drop the root). Like a pipelined
-// upload, d.uploading keeps an aborted attempt from re-queueing the
-// document before the commit does. Not for a request id, which may turn
-// out to be a repeat (the peer would get a document nobody keeps), nor for
-// a pipelined upload, which has its attempt. Reports whether it started one.
-func (b *Bridge) startEarlyLocked(u *upload) bool {
-	d := u.d
-	if u.pipe != nil || d.rec.Doc.GetRequestId() != "" || b.closing {
-		return false
-	}
-	ss := b.activeSessionLocked()
-	if ss == nil {
-		return false
-	}
-	d.uploading = true
-	j := b.newAttemptLocked(d, ss)
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
-		b.runAttempt(j, nil)
-	}()
-	return true
 }
 
 // testHookBeforeCreateCommit, when set by a test, runs before an upload
