@@ -79,10 +79,24 @@ type Config struct {
 	// DeadlineExceeded, reason UPLOAD_STALLED.
 	UploadIdleTimeout time.Duration
 
+	// StreamWriteTimeout bounds how long one write to a streaming client may
+	// block: a gRPC Send on SubscribeEvents, WatchDocument or
+	// GetDocumentResult (ResourceExhausted, reason ConsumerTooSlow), a
+	// write or flush of any REST response (NDJSON streams, result
+	// downloads; the connection is closed) and a WebSocket frame (the
+	// ConsumerTooSlow error frame). An idle stream with nothing to send is
+	// never cut. 0: DefaultStreamWriteTimeout.
+	StreamWriteTimeout time.Duration
+	// GRPCKeepaliveTime and GRPCKeepaliveTimeout: the gRPC server pings a
+	// connection idle for GRPCKeepaliveTime and closes it when the ping is
+	// not answered within GRPCKeepaliveTimeout (dead peers). 0 takes the
+	// defaults.
+	GRPCKeepaliveTime, GRPCKeepaliveTimeout time.Duration
+
 	// ReadHeaderTimeout and IdleTimeout protect the HTTP listener against
 	// slowloris and idle connections. There is deliberately no WriteTimeout:
 	// watch, subscribe and WebSocket responses stream for as long as the
-	// client listens.
+	// client listens; StreamWriteTimeout bounds each write instead.
 	ReadHeaderTimeout, IdleTimeout time.Duration
 
 	// GRPCTLS and HTTPTLS, when set, serve TLS on the listeners. With
@@ -147,6 +161,15 @@ func (c *Config) setDefaults() error {
 	}
 	if c.MaxConcurrentStreams == 0 {
 		c.MaxConcurrentStreams = DefaultMaxConcurrentStreams
+	}
+	if c.StreamWriteTimeout <= 0 {
+		c.StreamWriteTimeout = DefaultStreamWriteTimeout
+	}
+	if c.GRPCKeepaliveTime <= 0 {
+		c.GRPCKeepaliveTime = DefaultGRPCKeepaliveTime
+	}
+	if c.GRPCKeepaliveTimeout <= 0 {
+		c.GRPCKeepaliveTimeout = DefaultGRPCKeepaliveTimeout
 	}
 	if c.ReadHeaderTimeout <= 0 {
 		c.ReadHeaderTimeout = DefaultReadHeaderTimeout

@@ -1,17 +1,6 @@
 package gateway
 
-import (
-	"time"
-
-	"google.golang.org/grpc"
-)
-
-// SetWebSocketWriteTimeout shortens the per-frame WebSocket write deadline
-// (wsWriteTimeout) for a test and returns the function that restores it.
-func SetWebSocketWriteTimeout(d time.Duration) (restore func()) {
-	old := wsWriteDeadline.Swap(int64(d))
-	return func() { wsWriteDeadline.Store(old) }
-}
+import "google.golang.org/grpc"
 
 // UTF8Interceptors returns the gRPC interceptors that refuse invalid UTF-8
 // in requests and clean status messages.

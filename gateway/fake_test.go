@@ -217,6 +217,9 @@ type fakeLog struct {
 	oldest, latest uint64
 	live           chan *gatewayv1.Event
 	tooSlow        atomic.Bool
+	// payload, if set before the server starts, is every logged event's
+	// message (tests that need many bytes in the window).
+	payload string
 	// waiting counts subscriptions waiting for live events: a test that
 	// pushes one waits until earlier subscriptions ended, or one of those
 	// could take it.
@@ -225,7 +228,8 @@ type fakeLog struct {
 
 func (l *fakeLog) event(seq uint64) *gatewayv1.Event {
 	return &gatewayv1.Event{Seq: seq, Time: timestamppb.New(time.Unix(1700000000, 0)), Kind: "#status",
-		DocumentId: "doc-1", Rev: seq, Since: seq - 1, EntityId: 7, EntityStatus: gatewayv1.EntityStatus_ENTITY_STATUS_COMPLETE}
+		DocumentId: "doc-1", Rev: seq, Since: seq - 1, EntityId: 7, EntityStatus: gatewayv1.EntityStatus_ENTITY_STATUS_COMPLETE,
+		Message: l.payload}
 }
 
 func (l *fakeLog) Subscribe(ctx context.Context, _ bridge.Tenant, _ string, cursor *uint64, _ bridge.EventFilter, send func(*gatewayv1.Event) error) error {

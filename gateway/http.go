@@ -31,7 +31,9 @@ import (
 //	/openapi.json, /docs/       Config.Docs
 //	everything else             grpc-gateway REST mux over the gRPC client connection
 //
-// Every route first passes checkUTF8 (utf8.go): a path, query or upload
+// Every write and flush of a response must finish within
+// Config.StreamWriteTimeout (writeDeadlines, stuck.go). Every route first
+// passes checkUTF8 (utf8.go): a path, query or upload
 // Content-Type that is not UTF-8 answers 400. rejectSmuggled answers the
 // connection guard's stand-in for a request with both Content-Length and
 // Transfer-Encoding (smuggle.go).
@@ -61,7 +63,7 @@ func (s *Server) httpHandler() (http.Handler, error) {
 	mux.Handle("/docs", s.cfg.Docs)
 	mux.Handle("/docs/", s.cfg.Docs)
 	mux.Handle("/", withErrorHeaders(s.limitBody(s.gwMux)))
-	return s.rejectSmuggled(s.checkUTF8(mux)), nil
+	return writeDeadlines(s.rejectSmuggled(s.checkUTF8(mux)), s.cfg.StreamWriteTimeout), nil
 }
 
 type slogPrintln struct{ s *Server }
@@ -219,10 +221,13 @@ func (w *errorHeaderWriter) WriteHeader(code int) {
 }
 
 // Flush keeps NDJSON streams streaming.
-func (w *errorHeaderWriter) Flush() {
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
+func (w *errorHeaderWriter) Flush() { _ = w.FlushError() }
+
+// FlushError is Flush reporting a failed flush (a write deadline passed,
+// the client left), which http.ResponseController.Flush returns to
+// grpc-gateway's stream loop so it stops at once.
+func (w *errorHeaderWriter) FlushError() error {
+	return http.NewResponseController(w.ResponseWriter).Flush()
 }
 
 // Unwrap lets http.ResponseController reach the connection (read

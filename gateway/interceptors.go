@@ -30,6 +30,7 @@ func (s *Server) unaryInterceptors() []grpc.UnaryServerInterceptor {
 func (s *Server) streamInterceptors() []grpc.StreamServerInterceptor {
 	return []grpc.StreamServerInterceptor{
 		s.recoverStream, utf8Stream, requestIDStream, s.logStream, s.metrics.stream, s.authStream,
+		s.watchServerStreams, // stuck.go: innermost, so logs and metrics see ConsumerTooSlow
 	}
 }
 

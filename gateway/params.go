@@ -58,6 +58,29 @@ const (
 	DefaultReadHeaderTimeout = 10 * time.Second
 	// DefaultIdleTimeout closes keep-alive connections nobody uses.
 	DefaultIdleTimeout = 120 * time.Second
+	// DefaultStreamWriteTimeout bounds one blocked write to a streaming
+	// client (gRPC Send, NDJSON write, WebSocket frame): a consumer that
+	// cannot take one message in this time is too slow and is cut, freeing
+	// its goroutines; the event log's own ConsumerTooSlow check normally
+	// fires first for consumers that read, only slower than events arrive.
+	DefaultStreamWriteTimeout = 30 * time.Second
+	// deadlineWriteBytes is the largest piece of a REST response written
+	// under one write deadline: a client must take 64 KiB per
+	// StreamWriteTimeout (about 2 KiB/s at 30 s), whatever the size of the
+	// message being written (result chunks are 256 KiB).
+	deadlineWriteBytes = 64 << 10
+	// DefaultGRPCKeepaliveTime: the gRPC server pings a connection idle this
+	// long, so dead peers (and NAT bindings that dropped them) are noticed
+	// within minutes, not at the next TCP retransmit timeout.
+	DefaultGRPCKeepaliveTime = 2 * time.Minute
+	// DefaultGRPCKeepaliveTimeout is how long a ping may go unanswered
+	// before the connection is closed.
+	DefaultGRPCKeepaliveTimeout = 20 * time.Second
+	// grpcKeepaliveMinTime: clients may ping at most this often (with or
+	// without open streams: CLI watchers keep idle connections alive);
+	// faster pingers get GOAWAY "too_many_pings".
+	grpcKeepaliveMinTime = 15 * time.Second
+
 	// DefaultShutdownTimeout is how long Shutdown drains before forcing.
 	DefaultShutdownTimeout = 30 * time.Second
 
@@ -72,9 +95,6 @@ const (
 	wsPingInterval = 20 * time.Second
 	// wsPongTimeout is how long a consumer has to answer a ping.
 	wsPongTimeout = 10 * time.Second
-	// wsWriteTimeout: a consumer that cannot take one frame in this time is
-	// too slow; the event log's own ConsumerTooSlow check normally fires first.
-	wsWriteTimeout = 30 * time.Second
 
 	// requestIDHeader is the metadata key (and HTTP header) carrying the
 	// request id in and out.

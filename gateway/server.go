@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
@@ -38,6 +39,10 @@ type Server struct {
 	gwMux  *runtime.ServeMux
 	http   *http.Server
 	conn   *grpc.ClientConn // REST proxy -> gRPC listener
+	// proxyConns holds the local addresses of conn's TCP connections: the
+	// gRPC listener sees them as peer addresses and leaves those streams'
+	// stuck-consumer bound to the HTTP side (stuck.go).
+	proxyConns sync.Map
 
 	grpcLis, httpLis net.Listener
 
@@ -85,7 +90,11 @@ func New(cfg Config) (*Server, error) {
 		grpc.ChainUnaryInterceptor(s.unaryInterceptors()...),
 		grpc.ChainStreamInterceptor(s.streamInterceptors()...),
 	}
-	opts = append(opts, grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams))
+	opts = append(opts, grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
+		// Ping idle connections to find dead peers; let clients ping every
+		// grpcKeepaliveMinTime even without streams (idle CLI watchers).
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: cfg.GRPCKeepaliveTime, Timeout: cfg.GRPCKeepaliveTimeout}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: grpcKeepaliveMinTime, PermitWithoutStream: true}))
 	if cfg.GRPCTLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.GRPCTLS)))
 	}
@@ -124,6 +133,7 @@ func (s *Server) Start() error {
 	}
 	s.conn, err = grpc.NewClient(dialTarget(s.grpcLis.Addr()),
 		grpc.WithTransportCredentials(creds),
+		grpc.WithContextDialer(s.dialProxyConn),
 		grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(s.cfg.MaxSendMsgBytes),
 			grpc.MaxCallSendMsgSize(s.cfg.MaxRecvMsgBytes)))

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -21,11 +20,6 @@ import (
 )
 
 const subscribeMethod = "/pipestream.gateway.v1.EventService/SubscribeEvents"
-
-// wsWriteDeadline is wsWriteTimeout; tests shorten it (export_test.go).
-var wsWriteDeadline atomic.Int64
-
-func init() { wsWriteDeadline.Store(int64(wsWriteTimeout)) }
 
 // handleEventsWS serves GET /v1/events/ws?cursor=N[&kinds=#status][&documentId=ID]:
 // the event log over WebSocket as draft-holmgren-at-synchronization-00
@@ -143,7 +137,7 @@ func (s *Server) handleEventsWS(w http.ResponseWriter, r *http.Request) {
 			s.log.Warn("dropping oversized WebSocket event frame", "seq", ev.GetSeq(), "error", err)
 			continue
 		}
-		wctx, wcancel := context.WithTimeout(ctx, time.Duration(wsWriteDeadline.Load()))
+		wctx, wcancel := context.WithTimeout(ctx, s.cfg.StreamWriteTimeout)
 		err = c.Write(wctx, websocket.MessageBinary, frame)
 		wcancel()
 		if err != nil {

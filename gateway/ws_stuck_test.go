@@ -23,8 +23,7 @@ import (
 // connection's goroutines are gone afterwards.
 func TestWebSocketStuckConsumerIsClosed(t *testing.T) {
 	const writeTimeout = time.Second
-	defer gateway.SetWebSocketWriteTimeout(writeTimeout)()
-	h := start(t, nil)
+	h := start(t, func(c *gateway.Config) { c.StreamWriteTimeout = writeTimeout })
 	// Warm up the REST proxy's gRPC connection (its goroutines stay), then
 	// count: only the stuck connection's goroutines may come on top.
 	warm := dialWS(t, h, "?cursor=20")

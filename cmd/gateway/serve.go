@@ -63,6 +63,9 @@ func runServe(args []string) int {
 	maxUploads := fs.Uint("max-uploads-per-tenant", "GATEWAY_MAX_UPLOADS_PER_TENANT", gateway.DefaultMaxUploadsPerTenant, "concurrent uploads per tenant (0: unlimited)")
 	maxSubs := fs.Uint("max-subscribers-per-tenant", "GATEWAY_MAX_SUBSCRIBERS_PER_TENANT", gateway.DefaultMaxSubscribersPerTenant, "concurrent event streams (subscribe, watch, WebSocket) per tenant (0: unlimited)")
 	uploadIdle := fs.Duration("upload-idle-timeout", "GATEWAY_UPLOAD_IDLE_TIMEOUT", gateway.DefaultUploadIdleTimeout, "cut an upload whose body sends nothing for this long")
+	streamWrite := fs.Duration("stream-write-timeout", "GATEWAY_STREAM_WRITE_TIMEOUT", gateway.DefaultStreamWriteTimeout, "cut a streaming client (gRPC stream, REST response, WebSocket) that takes nothing of a pending message for this long")
+	keepaliveTime := fs.Duration("grpc-keepalive-time", "GATEWAY_GRPC_KEEPALIVE_TIME", gateway.DefaultGRPCKeepaliveTime, "ping gRPC connections idle for this long")
+	keepaliveTimeout := fs.Duration("grpc-keepalive-timeout", "GATEWAY_GRPC_KEEPALIVE_TIMEOUT", gateway.DefaultGRPCKeepaliveTimeout, "close a gRPC connection whose keepalive ping is not answered within this")
 	readHeader := fs.Duration("read-header-timeout", "GATEWAY_READ_HEADER_TIMEOUT", gateway.DefaultReadHeaderTimeout, "time an HTTP client has to send its request headers")
 	idleTimeout := fs.Duration("idle-timeout", "GATEWAY_IDLE_TIMEOUT", gateway.DefaultIdleTimeout, "close idle HTTP keep-alive connections after this long")
 	inline := fs.Int64("inline-threshold", "GATEWAY_INLINE_THRESHOLD", 1<<20, "documents up to this size without a split strategy are sent whole")
@@ -113,6 +116,9 @@ func runServe(args []string) int {
 		MaxUploadsPerTenant:     int(orUnlimited(float64(*maxUploads))),
 		MaxSubscribersPerTenant: int(orUnlimited(float64(*maxSubs))),
 		UploadIdleTimeout:       *uploadIdle,
+		StreamWriteTimeout:      *streamWrite,
+		GRPCKeepaliveTime:       *keepaliveTime,
+		GRPCKeepaliveTimeout:    *keepaliveTimeout,
 		ReadHeaderTimeout:       *readHeader,
 		IdleTimeout:             *idleTimeout,
 	}

@@ -1,0 +1,297 @@
+package gateway_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/pipestream/gateway/gateway"
+	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
+)
+
+// stuckWriteTimeout is Config.StreamWriteTimeout in these tests (30 s in
+// production).
+const stuckWriteTimeout = time.Second
+
+// startBigLog runs a server whose event log holds a million 16 KiB events
+// (far more than any window or socket buffer) and whose document "huge"
+// has a 1 GiB result, with the write timeout shortened.
+func startBigLog(t *testing.T) *harness {
+	return start(t, func(c *gateway.Config) {
+		c.StreamWriteTimeout = stuckWriteTimeout
+		f := c.Bridge.(*fakeBridge)
+		f.log.latest = 1_000_000
+		f.log.payload = strings.Repeat("x", 16<<10)
+		f.result = func(id string) (string, int64, io.ReadCloser, bool) {
+			if id != "huge" {
+				return "", 0, nil, false
+			}
+			return "application/octet-stream", -1, io.NopCloser(io.LimitReader(zeros{}, 1<<30)), true
+		}
+	})
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+// goroutinesIn counts the goroutines whose stack contains fn.
+func goroutinesIn(fn string) (int, string) {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		if strings.Contains(g, fn) {
+			count++
+		}
+	}
+	return count, string(buf)
+}
+
+// waitGoroutines waits until no goroutine runs fn, failing after limit.
+func waitGoroutines(t *testing.T, fn string, limit time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		n, stacks := goroutinesIn(fn)
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines still in %s %v later: the stuck consumer still holds them\n%s", n, fn, limit, stacks)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitAtMost waits until runtime.NumGoroutine() <= want.
+func waitAtMost(t *testing.T, want int, what string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > want {
+		if time.Now().After(deadline) {
+			_, stacks := goroutinesIn("")
+			t.Fatalf("%d goroutines after %s, want at most %d\n%s", runtime.NumGoroutine(), what, want, stacks)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestGRPCStuckConsumerIsCut: a gRPC client that opens a server stream
+// with far more data pending than the flow-control windows hold and never
+// reads. Its Send blocks; within the write timeout the server ends the
+// stream with ResourceExhausted / ConsumerTooSlow and the handler's
+// goroutine returns, without the client reading or leaving. The client
+// sees the status once it reads again.
+func TestGRPCStuckConsumerIsCut(t *testing.T) {
+	h := startBigLog(t)
+	cases := []struct {
+		name, handler string
+		open          func(context.Context) (func() error, error)
+	}{
+		{"SubscribeEvents", "(*eventService).SubscribeEvents", func(ctx context.Context) (func() error, error) {
+			s, err := h.events.SubscribeEvents(ctx, &gatewayv1.SubscribeEventsRequest{Cursor: proto.Uint64(0)})
+			return func() error { _, err := s.Recv(); return err }, err
+		}},
+		{"GetDocumentResult", "(*documentService).GetDocumentResult", func(ctx context.Context) (func() error, error) {
+			s, err := h.docs.GetDocumentResult(ctx, &gatewayv1.GetDocumentResultRequest{Id: "huge"})
+			return func() error { _, err := s.Recv(); return err }, err
+		}},
+	}
+	// Warm up the client connection (its goroutines stay), then count.
+	if _, err := h.events.GetEventWindow(context.Background(), &gatewayv1.GetEventWindowRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			time.Sleep(100 * time.Millisecond)
+			base := runtime.NumGoroutine()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			opened := time.Now()
+			recv, err := tc.open(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The handler runs, fills the windows, then blocks in Send.
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				if n, _ := goroutinesIn(tc.handler); n > 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the handler never ran")
+				}
+			}
+			waitGoroutines(t, tc.handler, stuckWriteTimeout+10*time.Second)
+			took := time.Since(opened)
+			if took < stuckWriteTimeout {
+				t.Errorf("stream cut %v after it opened, before the %v write timeout could pass", took, stuckWriteTimeout)
+			}
+			// Only the client's own stream goroutine may remain on top.
+			waitAtMost(t, base+1, "the server cut the stream")
+			t.Logf("handler released %v after the stream opened", took.Round(time.Millisecond))
+
+			// Reading again drains what was in flight, then the status.
+			n := 0
+			for err = recv(); err == nil; err = recv() {
+				n++
+			}
+			if status.Code(err) != codes.ResourceExhausted || reasonOf(err) != "ConsumerTooSlow" {
+				t.Fatalf("after %d messages: %v, want ResourceExhausted with reason ConsumerTooSlow", n, err)
+			}
+			if !strings.Contains(status.Convert(err).Message(), "--stream-write-timeout") {
+				t.Errorf("message %q does not name --stream-write-timeout", status.Convert(err).Message())
+			}
+			t.Logf("client read %d messages, then %v", n, err)
+		})
+	}
+}
+
+// TestNDJSONStuckConsumerIsCut: an HTTP/1 client over raw TCP subscribes
+// to the event log with cursor=0, reads the status line and stops reading.
+// The server's writes block once the socket buffers fill; within the write
+// timeout the connection is closed, the REST proxy's handler returns and
+// cancels its internal gRPC stream, so no goroutine of the request
+// remains. The client then finds a cut chunked body (no terminating chunk).
+func TestNDJSONStuckConsumerIsCut(t *testing.T) {
+	h := startBigLog(t)
+	// Warm up the REST proxy's gRPC connection (its goroutines stay).
+	if code, _, body := h.do("GET", "/v1/events:window", nil); code != 200 {
+		t.Fatalf("HTTP %d: %s", code, body)
+	}
+	h.http.CloseIdleConnections()
+	time.Sleep(100 * time.Millisecond)
+	base := runtime.NumGoroutine()
+
+	conn, err := net.Dial("tcp", h.srv.HTTPAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	opened := time.Now()
+	if _, err := io.WriteString(conn, "GET /v1/events:subscribe?cursor=0 HTTP/1.1\r\nHost: gateway\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReaderSize(conn, 4096)
+	line, err := br.ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "HTTP/1.1 200") {
+		t.Fatalf("status line %q, %v", line, err)
+	}
+	// Stop reading. The server's handlers must end on their own.
+	for _, fn := range []string{"(*eventService).SubscribeEvents", "runtime.ForwardResponseStream"} {
+		waitGoroutines(t, fn, stuckWriteTimeout+10*time.Second)
+	}
+	took := time.Since(opened)
+	if took < stuckWriteTimeout {
+		t.Errorf("response cut %v after the request, before the %v write timeout could pass", took, stuckWriteTimeout)
+	}
+	waitAtMost(t, base, "the server cut the response")
+	t.Logf("handlers released %v after the request", took.Round(time.Millisecond))
+
+	// The client drains what reached it and finds the body cut short.
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	tail := make([]byte, 0, 64)
+	n := 0
+	buf := make([]byte, 64<<10)
+	for {
+		k, err := br.Read(buf)
+		n += k
+		tail = append(tail, buf[:k]...)
+		if len(tail) > 32 {
+			tail = append(tail[:0], tail[len(tail)-32:]...)
+		}
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatalf("connection still open 10 s after the server cut the stream (read %d bytes)", n)
+			}
+			break
+		}
+	}
+	if strings.HasSuffix(string(tail), "\r\n0\r\n\r\n") {
+		t.Errorf("the body ended with the terminating chunk after %d bytes: a completed response, not a cut one", n)
+	}
+	t.Logf("client read %d more bytes, then the connection closed", n)
+}
+
+// TestIdleStreamsOutliveWriteTimeout: the write timeout bounds pending
+// writes only. A gRPC and an NDJSON subscription with nothing to send stay
+// open for several timeouts and still deliver the next live event.
+func TestIdleStreamsOutliveWriteTimeout(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	h := start(t, func(c *gateway.Config) { c.StreamWriteTimeout = timeout })
+	waitSubscribed := func() {
+		for deadline := time.Now().Add(5 * time.Second); h.fake.log.waiting.Load() != 1; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d subscriptions waiting for live events, want 1", h.fake.log.waiting.Load())
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	t.Run("gRPC", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		s, err := h.events.SubscribeEvents(ctx, &gatewayv1.SubscribeEventsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitSubscribed()
+		time.Sleep(4 * timeout)
+		h.fake.log.live <- h.fake.log.event(21)
+		ev, err := s.Recv()
+		if err != nil || ev.GetSeq() != 21 {
+			t.Fatalf("after an idle %v: %v, %v; want event 21", 4*timeout, ev, err)
+		}
+		cancel()
+		for h.fake.log.waiting.Load() != 0 {
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
+	t.Run("NDJSON", func(t *testing.T) {
+		req, _ := http.NewRequestWithContext(ctx, "GET", h.base+"/v1/events:subscribe", nil)
+		resp, err := h.http.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("HTTP %d", resp.StatusCode)
+		}
+		waitSubscribed()
+		time.Sleep(4 * timeout)
+		h.fake.log.live <- h.fake.log.event(22)
+		sc := bufio.NewScanner(resp.Body)
+		if !sc.Scan() {
+			t.Fatalf("after an idle %v the stream ended: %v", 4*timeout, sc.Err())
+		}
+		var l struct {
+			Result struct {
+				Seq string `json:"seq"`
+			} `json:"result"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil || l.Result.Seq != "22" {
+			t.Fatalf("line %q, want event 22", sc.Text())
+		}
+	})
+}
