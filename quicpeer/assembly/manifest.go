@@ -21,8 +21,11 @@ func (s ResolutionState) String() string {
 
 // Policy defaults of Section 8.3.
 const (
-	DefaultMaxRetries      = 3
-	DefaultMinSuccessRatio = 1.0 // QUORUM without min-success-ratio needs every child
+	DefaultMaxRetries = 3
+	// DefaultMinSuccessRatio applies when QUORUM carries no (or no valid)
+	// min-success-ratio: a simple majority (the draft gives no default;
+	// docs/profile.md 5).
+	DefaultMinSuccessRatio = 0.5
 )
 
 // Child is one entry of children-ids / children-status.
@@ -30,6 +33,8 @@ type Child struct {
 	ID      uint32
 	Status  wire.Status
 	Retries uint32 // RETRYING transitions seen
+
+	resolved bool // counted out of Manifest.unresolved
 }
 
 // Manifest is one assembly-manifest-entry (Section 9.2): a parent, its
@@ -100,6 +105,47 @@ func (m *Manifest) RetriesLeft(id uint32) bool {
 	return ok && m.children[i].Retries < m.maxRetries()
 }
 
+// Settle records the final status of child id as decided by its owner
+// (the processing peer that exhausted the retries or applied the policy's
+// action): COMPLETE, FAILED (no retry left), SKIPPED (excluded from
+// rehydration, also for a FAILED/ABANDONED entity whose policy said SKIP),
+// or ABANDONED. The child is resolved whatever the retry budget; it
+// returns true when it was not resolved before. Another status, an unknown
+// child or a second Settle is *wire.Error 0x05. It does not allocate.
+func (m *Manifest) Settle(id uint32, final wire.Status) (resolvedNow bool, err error) {
+	i, ok := m.index[id]
+	if !ok {
+		return false, wire.Errorf(wire.CodeEntityInvalid, "manifest %d: %d is not a child", m.ParentID, id)
+	}
+	switch final {
+	case wire.StatusComplete, wire.StatusFailed, wire.StatusSkipped, wire.StatusAbandoned:
+	default:
+		return false, wire.Errorf(wire.CodeEntityInvalid, "child %d: %s is not a final status", id, final)
+	}
+	c := &m.children[i]
+	if c.resolved {
+		return false, wire.Errorf(wire.CodeEntityInvalid, "child %d: settled twice (%s, then %s)", id, c.Status, final)
+	}
+	c.Status, c.resolved = final, true
+	m.unresolved--
+	return true, nil
+}
+
+// Resolved reports whether child id is resolved (false for an unknown id).
+func (m *Manifest) Resolved(id uint32) bool {
+	i, ok := m.index[id]
+	return ok && m.children[i].resolved
+}
+
+// Status returns the recorded status of child id.
+func (m *Manifest) Status(id uint32) (wire.Status, bool) {
+	i, ok := m.index[id]
+	if !ok {
+		return 0, false
+	}
+	return m.children[i].Status, true
+}
+
 // SetStatus records a child's status. It checks the transition against
 // Section 6.2.3 (a repeated status is a no-op) and the retry budget
 // (FAILED -> RETRYING only while retries are left); violations are
@@ -114,10 +160,13 @@ func (m *Manifest) SetStatus(id uint32, s wire.Status) (resolvedNow bool, err er
 	if c.Status == s {
 		return false, nil
 	}
+	if c.resolved && c.Status != wire.StatusFailed {
+		return false, wire.Errorf(wire.CodeEntityInvalid, "child %d: %s after it was resolved (%s)", id, s, c.Status)
+	}
 	if !wire.ValidTransition(c.Status, s) {
 		return false, wire.Errorf(wire.CodeEntityInvalid, "child %d: invalid transition %s -> %s", id, c.Status, s)
 	}
-	before := wire.IsResolved(c.Status, c.Retries < m.maxRetries())
+	before := c.resolved
 	if s == wire.StatusRetrying {
 		if c.Retries >= m.maxRetries() {
 			return false, wire.Errorf(wire.CodeEntityInvalid, "child %d: RETRYING with no retry left (%d used)", id, c.Retries)
@@ -125,8 +174,8 @@ func (m *Manifest) SetStatus(id uint32, s wire.Status) (resolvedNow bool, err er
 		c.Retries++
 	}
 	c.Status = s
-	after := wire.IsResolved(s, c.Retries < m.maxRetries())
-	if after && !before {
+	c.resolved = wire.IsResolved(s, c.Retries < m.maxRetries())
+	if c.resolved && !before {
 		m.unresolved--
 		return true, nil
 	}
@@ -158,48 +207,62 @@ type Outcome struct {
 }
 
 // Evaluate applies the completion policy (docs/profile.md 5) once Ready:
-//   - STRICT (and unspecified): every child COMPLETE, else FAILED;
+//   - STRICT (and unspecified or unknown modes): no child FAILED or
+//     ABANDONED; SKIPPED children (excluded by a SKIP action) leave the
+//     denominator;
 //   - LENIENT: COMPLETE if at least one child succeeded, else FAILED;
 //   - BEST_EFFORT: COMPLETE even with none;
-//   - QUORUM: COMPLETE iff succeeded/total >= min-success-ratio (absent:
-//     DefaultMinSuccessRatio).
+//   - QUORUM: COMPLETE iff succeeded/total >= min-success-ratio (absent or
+//     outside [0, 1]: DefaultMinSuccessRatio); skipped children count as
+//     not succeeded; with no children COMPLETE.
 //
 // A COMPLETE parent is RESOLVED when every child is COMPLETE, else PARTIAL;
-// a FAILED parent is FAILED. With no children every mode is RESOLVED.
-// Before Ready it returns *wire.Error 0x05 and changes nothing.
+// a FAILED parent is FAILED. Before Ready it returns *wire.Error 0x05 and
+// changes nothing. Rehydrate is allocated once per call.
 func (m *Manifest) Evaluate() (Outcome, error) {
 	if !m.Ready() {
 		return Outcome{}, wire.Errorf(wire.CodeEntityInvalid, "manifest %d: not ready (%d unresolved, sealed %t)", m.ParentID, m.unresolved, m.sealed)
 	}
 	o := Outcome{Total: len(m.children)}
+	bad := 0
 	for _, c := range m.children {
-		if c.Status == wire.StatusComplete {
+		switch c.Status {
+		case wire.StatusComplete:
 			o.Succeeded++
-			o.Rehydrate = append(o.Rehydrate, c.ID)
+		case wire.StatusSkipped:
+		default:
+			bad++
+		}
+	}
+	if o.Succeeded > 0 {
+		o.Rehydrate = make([]uint32, 0, o.Succeeded)
+		for _, c := range m.children {
+			if c.Status == wire.StatusComplete {
+				o.Rehydrate = append(o.Rehydrate, c.ID)
+			}
 		}
 	}
 	mode := wire.ModeStrict
-	if m.Policy != nil && m.Policy.Mode != nil && *m.Policy.Mode != wire.ModeUnspecified {
+	if m.Policy != nil && m.Policy.Mode != nil && *m.Policy.Mode != wire.ModeUnspecified && *m.Policy.Mode <= wire.ModeQuorum {
 		mode = *m.Policy.Mode
 	}
-	all := o.Succeeded == o.Total
 	var ok bool
 	switch mode {
 	case wire.ModeLenient:
-		ok = all || o.Succeeded > 0
+		ok = o.Succeeded >= 1
 	case wire.ModeBestEffort:
 		ok = true
 	case wire.ModeQuorum:
 		ratio := float64(DefaultMinSuccessRatio)
-		if m.Policy.MinSuccessRatio != nil {
-			ratio = float64(*m.Policy.MinSuccessRatio)
+		if r := m.Policy.MinSuccessRatio; r != nil && *r >= 0 && *r <= 1 {
+			ratio = float64(*r)
 		}
-		ok = all || float64(o.Succeeded) >= ratio*float64(o.Total)
+		ok = o.Total == 0 || float64(o.Succeeded)/float64(o.Total) >= ratio
 	default:
-		ok = all
+		ok = bad == 0
 	}
 	switch {
-	case ok && all:
+	case ok && o.Succeeded == o.Total:
 		o.State, o.ParentStatus = StateResolved, wire.StatusComplete
 	case ok:
 		o.State, o.ParentStatus = StatePartial, wire.StatusComplete

@@ -30,7 +30,7 @@ func finish(t *testing.T, m *assembly.Manifest, final []wire.Status) {
 }
 
 func TestCompletionPolicies(t *testing.T) {
-	C, F, S := wire.StatusComplete, wire.StatusFailed, wire.StatusSkipped
+	C, F, S, A := wire.StatusComplete, wire.StatusFailed, wire.StatusSkipped, wire.StatusAbandoned
 	type want struct {
 		state  assembly.ResolutionState
 		parent wire.Status
@@ -43,15 +43,26 @@ func TestCompletionPolicies(t *testing.T) {
 	}{
 		{"strict-all", nil, []wire.Status{C, C}, want{assembly.StateResolved, C}},
 		{"strict-one-failed", nil, []wire.Status{C, F}, want{assembly.StateFailed, F}},
-		{"unspecified-is-strict", &wire.CompletionPolicy{Mode: ptr(wire.ModeUnspecified)}, []wire.Status{C, S}, want{assembly.StateFailed, F}},
+		{"unspecified-is-strict", &wire.CompletionPolicy{Mode: ptr(wire.ModeUnspecified)}, []wire.Status{C, A}, want{assembly.StateFailed, F}},
+		{"unknown-mode-is-strict", &wire.CompletionPolicy{Mode: ptr(wire.CompletionMode(9))}, []wire.Status{C, F}, want{assembly.StateFailed, F}},
+		// A SKIP action excludes the child: it leaves STRICT's denominator
+		// (docs/profile.md 5), so the parent completes, partially.
+		{"strict-skipped-excluded", nil, []wire.Status{C, S}, want{assembly.StatePartial, C}},
+		{"strict-abandoned", nil, []wire.Status{C, A}, want{assembly.StateFailed, F}},
 		{"lenient-some", &wire.CompletionPolicy{Mode: ptr(wire.ModeLenient)}, []wire.Status{C, F, S}, want{assembly.StatePartial, C}},
 		{"lenient-none", &wire.CompletionPolicy{Mode: ptr(wire.ModeLenient)}, []wire.Status{F, F}, want{assembly.StateFailed, F}},
 		{"best-effort-none", &wire.CompletionPolicy{Mode: ptr(wire.ModeBestEffort)}, []wire.Status{F, S}, want{assembly.StatePartial, C}},
 		{"best-effort-all", &wire.CompletionPolicy{Mode: ptr(wire.ModeBestEffort)}, []wire.Status{C}, want{assembly.StateResolved, C}},
 		{"quorum-met", &wire.CompletionPolicy{Mode: ptr(wire.ModeQuorum), MinSuccessRatio: ptr(float32(0.5))}, []wire.Status{C, F}, want{assembly.StatePartial, C}},
 		{"quorum-missed", &wire.CompletionPolicy{Mode: ptr(wire.ModeQuorum), MinSuccessRatio: ptr(float32(0.75))}, []wire.Status{C, C, F, F}, want{assembly.StateFailed, F}},
-		{"quorum-default-ratio", &wire.CompletionPolicy{Mode: ptr(wire.ModeQuorum)}, []wire.Status{C, F}, want{assembly.StateFailed, F}},
+		{"quorum-skipped-not-succeeded", &wire.CompletionPolicy{Mode: ptr(wire.ModeQuorum), MinSuccessRatio: ptr(float32(0.6))}, []wire.Status{C, S}, want{assembly.StateFailed, F}},
+		// No min-success-ratio (or one outside [0, 1]): a simple majority.
+		{"quorum-default-ratio", &wire.CompletionPolicy{Mode: ptr(wire.ModeQuorum)}, []wire.Status{C, F}, want{assembly.StatePartial, C}},
+		{"quorum-default-ratio-missed", &wire.CompletionPolicy{Mode: ptr(wire.ModeQuorum)}, []wire.Status{C, F, F}, want{assembly.StateFailed, F}},
+		{"quorum-invalid-ratio", &wire.CompletionPolicy{Mode: ptr(wire.ModeQuorum), MinSuccessRatio: ptr(float32(1.5))}, []wire.Status{C, F}, want{assembly.StatePartial, C}},
 		{"no-children", nil, nil, want{assembly.StateResolved, C}},
+		{"lenient-no-children", &wire.CompletionPolicy{Mode: ptr(wire.ModeLenient)}, nil, want{assembly.StateFailed, F}},
+		{"quorum-no-children", &wire.CompletionPolicy{Mode: ptr(wire.ModeQuorum)}, nil, want{assembly.StateResolved, C}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

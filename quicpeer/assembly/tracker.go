@@ -84,6 +84,21 @@ func (t *Tracker) SetStatus(k Key, child uint32, s wire.Status) error {
 	return err
 }
 
+// Settle records the final status of a child in the manifest of k
+// (Manifest.Settle) and lowers the manifest's key when the child resolved:
+// the decrease-key of Section 9.6. It does not allocate.
+func (t *Tracker) Settle(k Key, child uint32, final wire.Status) error {
+	n, ok := t.nodes[k]
+	if !ok {
+		return wire.Errorf(wire.CodeEntityInvalid, "no manifest for parent %d in scope %d", k.Parent, k.Scope)
+	}
+	resolved, err := n.Value.Settle(child, final)
+	if resolved {
+		t.reKey(n)
+	}
+	return err
+}
+
 // Seal marks the manifest of k complete in children.
 func (t *Tracker) Seal(k Key) error {
 	n, ok := t.nodes[k]

@@ -9,17 +9,22 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 
+	"github.com/pipestream/gateway/quicpeer/assembly"
 	"github.com/pipestream/gateway/quicpeer/wire"
 )
 
 // doc is a document the gateway dehydrated (docs/profile.md 4.2): root R in
 // scope 0 and its children C_i (parent-id R). Children may arrive before
 // the root envelope and before STATUS(R, DEHYDRATING); such a doc is an
-// orphan and counts against the orphan bounds until R is known. Fields are
-// guarded by engine.mu unless noted. Child outputs and out-of-order inputs
+// orphan and counts against the orphan bounds until R is known. Its
+// Assembly Manifest (Section 9.2) records the children and their final
+// statuses and evaluates the completion policy; the engine's readiness
+// tracker (Section 9.6) holds it until rehydration. Fields are guarded by
+// engine.mu unless noted. Child outputs and out-of-order inputs
 // live in the spool directory dir (spool.go), removed when ctx ends.
 type doc struct {
 	id        uint32
@@ -31,6 +36,10 @@ type doc struct {
 	rootKnown chan struct{} // closed when root is set
 	total     int64         // pipestream.total-chunks, -1 until known
 	children  map[uint64]*childState
+	// man is the Assembly Manifest: one child per chunk, keyed by the ID
+	// of the chunk's first entity (childState.mid). Sealed once root,
+	// DEHYDRATING and all total children are known.
+	man *assembly.Manifest
 
 	dehydrating bool // STATUS(R, DEHYDRATING) received
 	orphan      bool
@@ -51,12 +60,17 @@ type doc struct {
 	inBroken error           // a spool error made the hash unknowable
 }
 
+// childState is one chunk of a document. Its resolution and final status
+// live in the manifest under mid; e may be replaced by a claim redemption
+// with a fresh ID (redeem.go), mid stays.
 type childState struct {
-	e       *entity
-	done    bool
-	outcome childOutcome
-	out     *spooled // the spooled output of a succeeded child
+	e   *entity
+	mid uint32   // the chunk's child ID in doc.man
+	out *spooled // the spooled output of a succeeded child
 }
+
+// docKey is the readiness-tracker key of a document (root scope).
+func docKey(d *doc) assembly.Key { return assembly.Key{Scope: 0, Parent: d.id} }
 
 func (d *doc) isCancelled(g *engine) bool {
 	g.mu.Lock()
@@ -77,7 +91,13 @@ func (g *engine) docFor(id uint32) *doc {
 	dir := filepath.Join(g.work, strconv.FormatUint(uint64(id), 10)+"-"+strconv.FormatUint(g.seq.Add(1), 10))
 	d := &doc{id: id, ctx: ctx, cancel: cancel, rootKnown: make(chan struct{}), total: -1,
 		children: map[uint64]*childState{}, orphan: true, dir: dir, wantLen: -1,
-		inHash: sha256.New(), inNoted: map[uint64]bool{}}
+		inHash: sha256.New(), inNoted: map[uint64]bool{},
+		man: assembly.NewManifest(id, 0, nil, uint64(g.now().UnixMicro()))}
+	if err := g.ready.Add(d.man); err != nil { // cannot happen: g.docs has no entry for id
+		g.log.Error("readiness tracker out of step with the documents", "entity", id, "err", err)
+		g.ready.Remove(docKey(d))
+		_ = g.ready.Add(d.man)
+	}
 	context.AfterFunc(ctx, func() { os.RemoveAll(dir) }) // result sent, failed, cancelled, session gone
 	g.orphanDocs++
 	g.docs[id] = d
@@ -126,6 +146,9 @@ func (g *engine) child(h *wire.EntityHeader, payload io.Reader, abort func(wire.
 		var err error
 		if e, err = g.newEntity(d.ctx, h, h.Metadata); err != nil {
 			why = err.Error()
+		} else if err = g.ready.AddChild(docKey(d), h.EntityID); err != nil {
+			e.cancel(nil) // e.g. two chunks with one entity ID
+			why = err.Error()
 		}
 	}
 	if why != "" {
@@ -134,10 +157,11 @@ func (g *engine) child(h *wire.EntityHeader, payload io.Reader, abort func(wire.
 		return
 	}
 	e.doc, e.chunk = d, int(ci.ChunkIndex)
-	d.children[ci.ChunkIndex] = &childState{e: e}
+	d.children[ci.ChunkIndex] = &childState{e: e, mid: e.id}
 	if d.orphan {
 		g.orphanChildren++
 	}
+	g.sealLocked(d)
 	g.mu.Unlock()
 	defer e.cancel(nil)
 
@@ -194,24 +218,73 @@ func (g *engine) finishChild(e *entity, res result) {
 	}
 }
 
-// childFinished records the terminal outcome of child e and starts
-// rehydration when the document is ready.
+// childFinished records the terminal outcome of child e in the manifest
+// (a decrease-key in the readiness tracker) and starts the rehydration of
+// every document that became ready.
 func (g *engine) childFinished(e *entity, o childOutcome, out *spooled) {
 	g.mu.Lock()
 	d := e.doc
 	cs := d.children[uint64(e.chunk)]
-	if cs == nil || cs.done {
+	if cs == nil || d.man.Resolved(cs.mid) {
 		g.mu.Unlock()
 		return
 	}
-	cs.done, cs.outcome, cs.out = true, o, out
+	cs.out = out
 	e.payload = nil // inputs are not kept; outputs are spooled
-	ready := g.readyLocked(d)
+	g.settleLocked(d, cs.mid, o.status())
+	ready := g.popReadyLocked()
 	g.mu.Unlock()
-	if ready {
-		g.spawn(func() { g.rehydrate(d) })
-	} else {
+	for _, r := range ready {
+		g.spawn(func() { g.rehydrate(r) })
+	}
+	if !slices.Contains(ready, d) {
 		g.detachIfWaitingOnClaims(d)
+	}
+}
+
+// settleLocked records the final status of child mid of d: through the
+// readiness tracker while d is in it (decrease-key), else in the manifest
+// alone (a cancelled or finished document). Caller holds g.mu.
+func (g *engine) settleLocked(d *doc, mid uint32, final wire.Status) {
+	var err error
+	if m, tracked := g.ready.Get(docKey(d)); tracked && m == d.man {
+		err = g.ready.Settle(docKey(d), mid, final)
+	} else {
+		_, err = d.man.Settle(mid, final)
+	}
+	if err != nil {
+		g.log.Debug("child outcome not recorded", "entity", mid, "parent", d.id, "err", err)
+	}
+}
+
+// sealLocked seals d's manifest once the root envelope, STATUS(R,
+// DEHYDRATING) and all total-chunks children are known: from then on only
+// resolutions lower its key. Caller holds g.mu.
+func (g *engine) sealLocked(d *doc) {
+	if d.cancelled || d.finishing || d.root == nil || !d.dehydrating || int64(len(d.children)) != d.total || d.man.Sealed() {
+		return
+	}
+	if err := g.ready.Seal(docKey(d)); err != nil {
+		g.log.Debug("manifest not sealed", "entity", d.id, "err", err)
+	}
+}
+
+// popReadyLocked extracts every document whose manifest is ready (sealed,
+// every child resolved) from the readiness tracker, oldest first, and
+// marks it finishing: each is returned once. Caller holds g.mu.
+func (g *engine) popReadyLocked() []*doc {
+	var out []*doc
+	for {
+		m, ok := g.ready.PopReady()
+		if !ok {
+			return out
+		}
+		d := g.docs[m.ParentID]
+		if d == nil || d.man != m || d.cancelled || d.finishing {
+			continue
+		}
+		d.finishing = true
+		out = append(out, d)
 	}
 }
 
@@ -227,7 +300,7 @@ func (g *engine) detachIfWaitingOnClaims(d *doc) {
 		if !ok {
 			break
 		}
-		if !cs.done {
+		if !d.man.Resolved(cs.mid) {
 			ok = cs.e.claim != nil && g.deferred[cs.e.id] == cs.e
 			waiting++
 		}
@@ -238,21 +311,6 @@ func (g *engine) detachIfWaitingOnClaims(d *doc) {
 			g.log.Debug("root not detached", "entity", d.id, "err", err)
 		}
 	}
-}
-
-// readyLocked reports (once) that d can be rehydrated: root known,
-// DEHYDRATING seen, all N children present and terminal.
-func (g *engine) readyLocked(d *doc) bool {
-	if d.cancelled || d.finishing || d.root == nil || !d.dehydrating || int64(len(d.children)) != d.total {
-		return false
-	}
-	for _, cs := range d.children {
-		if !cs.done {
-			return false
-		}
-	}
-	d.finishing = true
-	return true
 }
 
 // spawn runs fn on a tracked goroutine unless the engine is closing.
@@ -318,6 +376,7 @@ func (g *engine) dehydratedRoot(h *wire.EntityHeader, payload io.Reader, abort f
 		return
 	}
 	d.root, d.env, d.total = h, env, int64(total)
+	d.man.Policy = h.CompletionPolicy
 	d.wantSum, d.wantLen = wantSum, wantLen
 	d.rootEnt = &entity{id: h.EntityID, header: h, chunk: -1, ctx: d.ctx, cancel: d.cancel}
 	g.unorphan(d)
@@ -335,18 +394,22 @@ func (g *engine) dehydratedRoot(h *wire.EntityHeader, payload io.Reader, abort f
 			code, why = wire.CodeEntityInvalid, "a child's chunk-index is >= total-chunks"
 		}
 	}
+	var ready []*doc
 	if why != "" {
 		d.finishing = true
 		delete(g.docs, d.id)
+		g.ready.Remove(docKey(d))
+	} else {
+		g.sealLocked(d)
+		ready = g.popReadyLocked()
 	}
 	pol := effectivePolicy(h.CompletionPolicy)
 	var running []*entity
 	for _, cs := range d.children {
-		if !cs.done && cs.e.header.CompletionPolicy == nil {
+		if !d.man.Resolved(cs.mid) && cs.e.header.CompletionPolicy == nil {
 			running = append(running, cs.e)
 		}
 	}
-	ready := why == "" && g.readyLocked(d)
 	g.mu.Unlock()
 	g.log.Info("entity received", "entity", h.EntityID, "kind", "dehydrated root", "doc", env.DocID, "total_chunks", total)
 	if why != "" {
@@ -358,7 +421,15 @@ func (g *engine) dehydratedRoot(h *wire.EntityHeader, payload io.Reader, abort f
 	for _, e := range running { // the root's timeout-ms now applies to them
 		g.armTimeout(e, pol.timeout)
 	}
-	if ready {
+	self := false
+	for _, r := range ready {
+		if r == d {
+			self = true
+			continue
+		}
+		g.spawn(func() { g.rehydrate(r) })
+	}
+	if self {
 		g.rehydrate(d)
 	} else {
 		g.detachIfWaitingOnClaims(d)
@@ -372,25 +443,29 @@ func (g *engine) dehydratedRoot(h *wire.EntityHeader, payload io.Reader, abort f
 func (g *engine) rehydrate(d *doc) {
 	defer d.cancel(nil) // removes the spool
 	g.mu.Lock()
-	outcomes := make([]childOutcome, d.total)
 	var parts []part
 	for i := range uint64(d.total) {
 		cs := d.children[i]
-		outcomes[i] = cs.outcome
-		if cs.outcome == outcomeSucceeded {
+		if st, _ := d.man.Status(cs.mid); st == wire.StatusComplete {
 			parts = append(parts, part{idx: i, sp: cs.out})
 		}
 	}
 	root, env, re := d.root, d.env, d.rootEnt
 	delete(g.docs, d.id)
+	v, err := d.man.Evaluate() // ready: popped from the tracker
 	g.mu.Unlock()
+	if err != nil {
+		g.log.Error("rehydration of a manifest that is not ready", "entity", d.id, "err", err)
+		g.send(re, wire.StatusFailed, nil)
+		return
+	}
 
-	v := effectivePolicy(root.CompletionPolicy).evaluate(outcomes)
+	complete := v.ParentStatus == wire.StatusComplete
 	if !g.send(re, wire.StatusRehydrating, nil) {
 		return
 	}
-	g.log.Info("document rehydrating", "entity", d.id, "doc", env.DocID, "succeeded", v.succeeded, "total", v.total, "complete", v.complete)
-	if !v.complete {
+	g.log.Info("document rehydrating", "entity", d.id, "doc", env.DocID, "succeeded", v.Succeeded, "total", v.Total, "complete", complete, "state", v.State.String())
+	if !complete {
 		g.send(re, wire.StatusFailed, nil)
 		g.log.Info("entity finished", "entity", d.id, "doc", env.DocID, "status", wire.StatusFailed, "reason", "completion policy not met")
 		return
@@ -402,9 +477,8 @@ func (g *engine) rehydrate(d *doc) {
 	}
 	name, proc, _ := g.procs.lookup(root.Metadata) // checked on arrival
 	re.proc, re.procName = proc, name
-	counts := [2]int{v.succeeded, v.total}
+	counts := [2]int{v.Succeeded, v.Total}
 	var n int64
-	var err error
 	if c, ok := proc.(Concatenator); ok {
 		n, err = g.sendConcat(re.ctx, d, c, parts, counts)
 	} else {
@@ -423,6 +497,6 @@ func (g *engine) rehydrate(d *doc) {
 		return
 	}
 	if g.send(re, wire.StatusComplete, nil) {
-		g.log.Info("entity finished", "entity", d.id, "doc", env.DocID, "status", wire.StatusComplete, "bytes", n, "children", v.total)
+		g.log.Info("entity finished", "entity", d.id, "doc", env.DocID, "status", wire.StatusComplete, "bytes", n, "children", v.Total)
 	}
 }

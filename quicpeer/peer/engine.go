@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sync/semaphore"
 
+	"github.com/pipestream/gateway/quicpeer/assembly"
 	"github.com/pipestream/gateway/quicpeer/wire"
 )
 
@@ -74,6 +75,7 @@ type engine struct {
 
 	mu             sync.Mutex
 	docs           map[uint32]*doc     // dehydrated documents by root ID (scope 0)
+	ready          *assembly.Tracker   // their manifests until rehydration (Section 9.6)
 	jobs           map[uint32]*entity  // standalone roots and redemptions, for cancel
 	deferred       map[uint32]*entity  // DEFERRED entities of this session by ID (scope 0)
 	orphanDocs     int                 // docs known only through children
@@ -88,7 +90,7 @@ func newEngine(parent context.Context, co *core, c conn, neg negotiation, log *s
 	ctx, cancel := context.WithCancelCause(parent)
 	work := filepath.Join(co.work, "s"+strconv.FormatUint(co.seq.Add(1), 10))
 	return &engine{core: co, c: c, neg: neg, log: log, ctx: ctx, cancel: cancel, work: work,
-		docs: map[uint32]*doc{}, jobs: map[uint32]*entity{}, deferred: map[uint32]*entity{}, openScopes: map[uint32]struct{}{}}
+		docs: map[uint32]*doc{}, ready: assembly.NewTracker(), jobs: map[uint32]*entity{}, deferred: map[uint32]*entity{}, openScopes: map[uint32]struct{}{}}
 }
 
 // close cancels all work of the session and waits for it.
@@ -379,15 +381,16 @@ func (g *engine) handleStatus(f wire.StatusFrame) {
 	case wire.StatusDehydrating:
 		g.mu.Lock()
 		d := g.docFor(f.EntityID)
-		var ready bool
+		var ready []*doc
 		if d != nil && !d.dehydrating {
 			d.dehydrating = true
 			g.unorphan(d)
-			ready = g.readyLocked(d)
+			g.sealLocked(d)
+			ready = g.popReadyLocked()
 		}
 		g.mu.Unlock()
-		if ready {
-			g.spawn(func() { g.rehydrate(d) })
+		for _, r := range ready {
+			g.spawn(func() { g.rehydrate(r) })
 		}
 	case wire.StatusAbandoned, wire.StatusFailed:
 		g.mu.Lock()
@@ -397,6 +400,7 @@ func (g *engine) handleStatus(f wire.StatusFrame) {
 			d.cancelled = true
 			g.unorphan(d)
 			delete(g.docs, f.EntityID)
+			g.ready.Remove(docKey(d))
 		}
 		g.mu.Unlock()
 		if d != nil {

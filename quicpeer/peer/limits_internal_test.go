@@ -5,6 +5,7 @@ import (
 	"io"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/pipestream/gateway/quicpeer/wire"
 )
@@ -36,7 +37,7 @@ func (s *statusSink) SetDetached(uint32, uint32, bool) error { return nil }
 // a real session the session's own per-scope check fires first, so the
 // engine is driven directly.
 func TestChildBeyondMaxEntitiesPerScope(t *testing.T) {
-	co := &core{work: t.TempDir(), lim: resolvedLimits{orphanDocs: 8, orphanChildren: 64}, log: quiet}
+	co := &core{work: t.TempDir(), lim: resolvedLimits{orphanDocs: 8, orphanChildren: 64}, log: quiet, now: time.Now}
 	sink := &statusSink{}
 	g := newEngine(context.Background(), co, sink, negotiation{maxPerScope: 2}, quiet)
 	defer g.close(errSessionGone)

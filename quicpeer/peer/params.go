@@ -38,9 +38,6 @@ const (
 	defaultPolicyTimeout = 300 * time.Second
 	defaultMaxRetries    = 3
 	defaultRetryDelay    = time.Second
-	// defaultQuorumRatio applies when QUORUM carries no min-success-ratio:
-	// a simple majority (the draft gives no default).
-	defaultQuorumRatio = 0.5
 	// yieldResumeDelay is how long the fault processor stays YIELDED before
 	// the peer resumes it: visible to observers, negligible for tests.
 	yieldResumeDelay = 20 * time.Millisecond

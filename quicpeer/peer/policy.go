@@ -7,20 +7,21 @@ import (
 )
 
 // policy is a completion policy with the draft-02 Section 8.2 defaults
-// applied (docs/profile.md 5).
+// applied (docs/profile.md 5): what the engine needs to run an entity
+// (retries, delay, timeout, actions). The completion mode is evaluated by
+// the document's assembly.Manifest (QUORUM's default ratio lives there).
 type policy struct {
 	mode       wire.CompletionMode
 	maxRetries int
 	retryDelay time.Duration
 	timeout    time.Duration
-	minRatio   float64
 	onTimeout  wire.FailureAction
 	onFailure  wire.FailureAction
 }
 
 func effectivePolicy(p *wire.CompletionPolicy) policy {
 	out := policy{mode: wire.ModeStrict, maxRetries: defaultMaxRetries, retryDelay: defaultRetryDelay,
-		timeout: defaultPolicyTimeout, minRatio: defaultQuorumRatio, onTimeout: wire.ActionFail, onFailure: wire.ActionFail}
+		timeout: defaultPolicyTimeout, onTimeout: wire.ActionFail, onFailure: wire.ActionFail}
 	if p == nil {
 		return out
 	}
@@ -35,9 +36,6 @@ func effectivePolicy(p *wire.CompletionPolicy) policy {
 	}
 	if p.TimeoutMs != nil && *p.TimeoutMs > 0 {
 		out.timeout = time.Duration(*p.TimeoutMs) * time.Millisecond
-	}
-	if p.MinSuccessRatio != nil && *p.MinSuccessRatio >= 0 && *p.MinSuccessRatio <= 1 {
-		out.minRatio = float64(*p.MinSuccessRatio)
 	}
 	if p.OnTimeout != nil && *p.OnTimeout != wire.ActionUnspecified && *p.OnTimeout <= wire.ActionDefer {
 		out.onTimeout = *p.OnTimeout
@@ -58,38 +56,20 @@ const (
 	outcomeAbandoned                     // ABANDONED (timeout, expired claim)
 )
 
-// verdict is the result of evaluating a completion policy.
-type verdict struct {
-	complete  bool
-	succeeded int
-	total     int
-}
-
-// evaluate applies the completion mode (Section 8.2, docs/profile.md 5) to
-// the outcomes of all N children. Skipped children leave the denominator
-// of STRICT; every other mode counts them as not succeeded.
-func (p policy) evaluate(outcomes []childOutcome) verdict {
-	v := verdict{total: len(outcomes)}
-	skipped, bad := 0, 0
-	for _, o := range outcomes {
-		switch o {
-		case outcomeSucceeded:
-			v.succeeded++
-		case outcomeSkipped:
-			skipped++
-		default:
-			bad++
-		}
+// status is the final status the outcome records in the document's
+// Assembly Manifest, whose Evaluate applies the completion mode
+// (docs/profile.md 5): a SKIP action makes the child SKIPPED there whatever
+// was sent on the wire (FAILED or ABANDONED), so it leaves STRICT's
+// denominator.
+func (o childOutcome) status() wire.Status {
+	switch o {
+	case outcomeSucceeded:
+		return wire.StatusComplete
+	case outcomeSkipped:
+		return wire.StatusSkipped
+	case outcomeAbandoned:
+		return wire.StatusAbandoned
+	default:
+		return wire.StatusFailed
 	}
-	switch p.mode {
-	case wire.ModeLenient:
-		v.complete = v.succeeded >= 1
-	case wire.ModeBestEffort:
-		v.complete = true
-	case wire.ModeQuorum:
-		v.complete = v.total == 0 || float64(v.succeeded)/float64(v.total) >= p.minRatio
-	default: // STRICT, UNSPECIFIED
-		v.complete = bad == 0
-	}
-	return v
 }

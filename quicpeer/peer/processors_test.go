@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pipestream/gateway/quicpeer/assembly"
 	"github.com/pipestream/gateway/quicpeer/wire"
 )
 
@@ -202,10 +203,30 @@ func TestPolicyEvaluate(t *testing.T) {
 		{"quorum met", &wire.CompletionPolicy{Mode: mode(wire.ModeQuorum), MinSuccessRatio: &ratio}, []childOutcome{S, S, F}, true},
 		{"quorum missed", &wire.CompletionPolicy{Mode: mode(wire.ModeQuorum), MinSuccessRatio: &ratio}, []childOutcome{S, F, F}, false},
 		{"quorum default majority", &wire.CompletionPolicy{Mode: mode(wire.ModeQuorum)}, []childOutcome{S, F}, true},
+		{"quorum default majority missed", &wire.CompletionPolicy{Mode: mode(wire.ModeQuorum)}, []childOutcome{S, F, K}, false},
+		{"lenient no children", &wire.CompletionPolicy{Mode: mode(wire.ModeLenient)}, nil, false},
+		{"strict no children", nil, nil, true},
 	}
+	// The engine records outcomes in the document's Assembly Manifest and
+	// lets it evaluate the policy (docs/profile.md 5).
 	for _, c := range cases {
-		if got := effectivePolicy(c.p).evaluate(c.in); got.complete != c.want {
-			t.Errorf("%s: complete = %v, want %v", c.name, got.complete, c.want)
+		m := assembly.NewManifest(1, 0, c.p, 0)
+		for i, o := range c.in {
+			id := uint32(i + 2)
+			if err := m.AddChild(id); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := m.Settle(id, o.status()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		m.Seal()
+		v, err := m.Evaluate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := v.ParentStatus == wire.StatusComplete; got != c.want || v.Total != len(c.in) {
+			t.Errorf("%s: complete = %v (total %d), want %v", c.name, got, v.Total, c.want)
 		}
 	}
 	p := effectivePolicy(&wire.CompletionPolicy{MaxRetries: u32(2), RetryDelayMs: u32(5), TimeoutMs: u32(7)})

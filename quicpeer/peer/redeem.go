@@ -81,7 +81,7 @@ func (g *engine) redeem(h *wire.EntityHeader, payload io.Reader, abort func(wire
 	superseded := false
 	if de == nil && rec.SessionID == g.c.ID() && rec.ParentID != 0 && rec.Chunk >= 0 {
 		if dd := g.docs[rec.ParentID]; dd != nil && !dd.cancelled && !dd.finishing {
-			if cs := dd.children[uint64(rec.Chunk)]; cs != nil && !cs.done && cs.e.claim != nil && cs.e.claim.ID == id {
+			if cs := dd.children[uint64(rec.Chunk)]; cs != nil && !dd.man.Resolved(cs.mid) && cs.e.claim != nil && cs.e.claim.ID == id {
 				de, superseded = cs.e, true
 			}
 		}
@@ -127,7 +127,7 @@ func (g *engine) redeem(h *wire.EntityHeader, payload io.Reader, abort func(wire
 	if d != nil {
 		g.mu.Lock()
 		live := !d.cancelled && !d.finishing
-		if cs := d.children[uint64(rec.Chunk)]; live && cs != nil && !cs.done {
+		if cs := d.children[uint64(rec.Chunk)]; live && cs != nil && !d.man.Resolved(cs.mid) {
 			cs.e = e // cancel and timeouts now reach the redemption
 		}
 		g.mu.Unlock()
