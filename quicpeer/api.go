@@ -50,6 +50,17 @@ type Config struct {
 	Heartbeat bool
 	// HandshakeTimeout bounds QUIC handshake + capability exchange (default 10s).
 	HandshakeTimeout time.Duration
+	// StatelessResetKey, when set, makes a listening endpoint answer
+	// packets of connections it does not know with a QUIC stateless reset
+	// (RFC 9000 Section 10.3), and derives the reset tokens it hands out
+	// from it. Give a restarted server the same key and its clients' old
+	// sessions end at their next packet instead of after the idle timeout
+	// (3 x keepalive). Keep it secret and stable per listening address
+	// (the processing peer persists one in <data-dir>/peer-reset.key).
+	// nil: no stateless resets are sent. Listen uses it; Dial ignores it
+	// (a restarted client gets a new UDP port, which no old packet reaches).
+	// Added for peer restarts (additive).
+	StatelessResetKey *[32]byte
 }
 
 // Limits are the Resource Exhaustion limits (Section 10.3) plus local caps.

@@ -19,17 +19,20 @@ import (
 // the peer's uni-stream cap (Section 10.3), no peer-opened bidirectional
 // stream beyond stream 0, and liveness from the offered keepalive
 // (Section 5.1.4: transport-native liveness first; MaxIdleTimeout is
-// 3 x keepalive, the QUIC PING period half the keepalive).
+// 3 x keepalive, the QUIC PING period half the keepalive; the client caps
+// them at clientIdleTimeout and clientProbePeriod, docs/profile.md 1).
 func quicConfig(cfg *resolved, role Role) *quic.Config {
 	ka := defaultKeepaliveDuration(cfg.offer)
 	bidi := int64(1) // the server accepts stream 0 only
+	idle, ping := idleFactor*ka, ka/2
 	if role == RoleClient {
 		bidi = -1 // the server opens no bidirectional stream
+		idle, ping = min(idle, clientIdleTimeout), min(ping, clientProbePeriod)
 	}
 	return &quic.Config{
 		HandshakeIdleTimeout:  cfg.HandshakeTimeout,
-		MaxIdleTimeout:        idleFactor * ka,
-		KeepAlivePeriod:       ka / 2,
+		MaxIdleTimeout:        idle,
+		KeepAlivePeriod:       ping,
 		MaxIncomingStreams:    bidi,
 		MaxIncomingUniStreams: cfg.Limits.MaxIncomingStreams,
 	}
@@ -180,9 +183,12 @@ func handshakeReadErr(err error) error {
 	return fmt.Errorf("quicpeer: read CAPABILITIES: %w", err)
 }
 
-// listener accepts server sessions.
+// listener accepts server sessions on its own UDP socket and QUIC
+// transport (the transport carries the stateless reset key).
 type listener struct {
 	cfg    *resolved
+	udp    *net.UDPConn
+	tr     *quic.Transport
 	ql     *quic.Listener
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -199,11 +205,26 @@ func listen(addr string, c Config) (*Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	ql, err := quic.ListenAddr(addr, cfg.TLS, quicConfig(cfg, RoleServer))
+	ua, err := net.ResolveUDPAddr("udp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("quicpeer: listen %s: %w", addr, err)
 	}
-	l := &listener{cfg: cfg, ql: ql, ready: make(chan *session), sessions: map[*session]struct{}{}}
+	udp, err := net.ListenUDP("udp", ua)
+	if err != nil {
+		return nil, fmt.Errorf("quicpeer: listen %s: %w", addr, err)
+	}
+	tr := &quic.Transport{Conn: udp, ConnectionIDLength: serverConnIDLen}
+	if cfg.StatelessResetKey != nil {
+		k := quic.StatelessResetKey(*cfg.StatelessResetKey)
+		tr.StatelessResetKey = &k
+	}
+	ql, err := tr.Listen(cfg.TLS, quicConfig(cfg, RoleServer))
+	if err != nil {
+		_ = tr.Close()
+		_ = udp.Close()
+		return nil, fmt.Errorf("quicpeer: listen %s: %w", addr, err)
+	}
+	l := &listener{cfg: cfg, udp: udp, tr: tr, ql: ql, ready: make(chan *session), sessions: map[*session]struct{}{}}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.wg.Add(1)
 	go l.acceptLoop()
@@ -289,6 +310,12 @@ func (l *listener) close() error {
 		_ = s.closeWithError(wire.CodeNoError, "listener closed")
 	}
 	err := l.ql.Close()
+	// The sessions are closed; the transport ends what is left (handshakes,
+	// closed connections lingering to repeat their CONNECTION_CLOSE).
+	_ = l.tr.Close()
+	if uerr := l.udp.Close(); uerr != nil && !errors.Is(uerr, net.ErrClosed) && err == nil {
+		err = uerr
+	}
 	l.wg.Wait()
 	return err
 }

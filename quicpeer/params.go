@@ -46,6 +46,22 @@ const (
 	// copyBufferSize is the pooled buffer for streaming entity payloads: large
 	// enough to amortize stream-write overhead, small enough to pool per stream.
 	copyBufferSize = 64 << 10
+	// clientProbePeriod caps the client's QUIC PING period (otherwise half
+	// the keepalive, 15 s by default) and clientIdleTimeout its QUIC idle
+	// timeout (otherwise 3 x keepalive, 90 s): the gateway notices a peer
+	// that died or restarted without CONNECTION_CLOSE within 15 s even
+	// when it has nothing to send (a bare PING is too small to draw a
+	// stateless reset, RFC 9000 10.3), while a live but quiet peer ACKs the
+	// PINGs. Transport liveness only (Section 5.1.4); stream-0 silence is
+	// still judged by 3 x keepalive. QUIC uses the smaller idle timeout of
+	// both ends, so the peer's side of the connection gets 15 s too.
+	clientProbePeriod = 5 * time.Second
+	clientIdleTimeout = 3 * clientProbePeriod
+	// serverConnIDLen is the length of the connection IDs a listener
+	// issues (quic-go's default is 4): quic-go answers only packets longer
+	// than 42 octets with a stateless reset, and 4 more octets in every
+	// client packet make a packet with a single STATUS frame long enough.
+	serverConnIDLen = 8
 	// idleFactor: stream-0 silence of idleFactor*keepalive may close the
 	// connection with PIPESTREAM_IDLE_TIMEOUT (Section 5.1.4).
 	idleFactor = 3

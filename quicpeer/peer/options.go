@@ -29,7 +29,8 @@ type Options struct {
 	// CertHosts are the DNS names / IPs of a generated certificate
 	// (default localhost, 127.0.0.1, ::1).
 	CertHosts []string
-	// DataDir holds the claim-check store, the generated certificate and
+	// DataDir holds the claim-check store, the generated certificate, the
+	// QUIC stateless reset key (peer-reset.key, reused across restarts) and
 	// work/, the spool of child outputs of documents being rehydrated
 	// (emptied on start). Required.
 	DataDir string

@@ -62,6 +62,10 @@ func Start(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	resetKey, err := loadOrCreateResetKey(o)
+	if err != nil {
+		return nil, err
+	}
 	work, err := prepareWorkDir(o.DataDir)
 	if err != nil {
 		return nil, err
@@ -80,6 +84,7 @@ func Start(opts Options) (*Server, error) {
 	}
 	ln, err := quicpeer.Listen(o.ListenAddr, quicpeer.Config{
 		TLS: tlsConf, Offer: *o.Offer, Limits: o.Limits, Handler: handler{s}, Logger: o.Logger,
+		StatelessResetKey: resetKey,
 	})
 	if err != nil {
 		claims.Close()
