@@ -325,10 +325,14 @@ func (t *tracker) forgetScope(scope uint32) {
 // depthOf is the nesting depth of a scope (0 for the root scope).
 func (t *tracker) depthOf(scope uint32) uint8 { return t.depth[scope] }
 
-// drained reports whether every tracked entity is resolved and, for the
-// client, no assigned root ID is outstanding (GOAWAY drain, Section 6.5).
+// drained reports whether every tracked entity is resolved or detached
+// (Session.SetDetached) and, for the client, every assigned root ID is
+// tracked: an ID assigned but not yet sent or reported holds the drain
+// (GOAWAY drain, Section 6.5). The client's root-scope entries are exactly
+// its outstanding IDs that were sent or reported (entries behind the
+// cursor are dropped), so the untracked ones are the difference.
 func (t *tracker) drained() bool {
-	if t.client && t.ids.Outstanding() > 0 {
+	if t.client && uint64(t.ids.Outstanding()) > uint64(len(t.scopes[0])) {
 		return false
 	}
 	for scope, sm := range t.scopes {
