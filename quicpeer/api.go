@@ -74,6 +74,11 @@ type Limits struct {
 	MaxPayloadBytes     uint64        // cap on one entity payload (default 1 GiB)
 	ChildrenPerMB       int           // amplification ratio (default 1000)
 	MaxIncomingStreams  int64         // concurrent uni streams the peer may open (default 1024)
+	// HeaderTimeout bounds how long an incoming entity stream may take to
+	// deliver its whole entity header (default 10 s); a slower one is
+	// stopped with 0x05 (STOP_SENDING) and its goroutine freed (slowloris).
+	// Added for the adversary tests (additive).
+	HeaderTimeout time.Duration
 }
 
 // Negotiated is the outcome of the capability exchange (Section 3.4-3.5).

@@ -42,6 +42,9 @@ func (l Limits) withDefaults() Limits {
 	if l.MaxIncomingStreams <= 0 {
 		l.MaxIncomingStreams = defaultMaxIncomingStreams
 	}
+	if l.HeaderTimeout <= 0 {
+		l.HeaderTimeout = defaultHeaderTimeout
+	}
 	return l
 }
 

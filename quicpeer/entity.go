@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 	"time"
 
@@ -195,23 +196,30 @@ func (s *session) worker(rs receiveStream, work <-chan receiveStream) {
 	}
 }
 
-// handleIncoming reads an entity header (negotiated format, header cap),
-// applies the stream-level rules and hands the entity to the Handler.
+// handleIncoming reads an entity header (negotiated format, header cap,
+// Limits.HeaderTimeout), applies the stream-level rules and hands the
+// entity to the Handler.
 func (s *session) handleIncoming(rs receiveStream) {
+	_ = rs.SetReadDeadline(time.Now().Add(s.cfg.Limits.HeaderTimeout))
 	h, err := wire.ReadEntityHeader(rs, s.codec, s.cfg.Limits.MaxHeaderBytes)
 	if err != nil {
-		if _, _, ok := streamAbort(err); ok {
-			return // reset before the header: nothing to report
-		}
 		var pe *wire.Error
-		if errors.As(err, &pe) {
+		switch _, _, reset := streamAbort(err); {
+		case reset:
+			// reset before the header: nothing to report
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			rs.CancelRead(wire.CodeEntityInvalid)
+			s.log.Warn("rejected entity stream", "stream", rs.StreamID(), "err",
+				fmt.Sprintf("entity header incomplete after %v (Limits.HeaderTimeout)", s.cfg.Limits.HeaderTimeout))
+		case errors.As(err, &pe):
 			rs.CancelRead(pe.Code)
 			s.log.Warn("rejected entity stream", "stream", rs.StreamID(), "err", err)
-		} else {
+		default:
 			rs.CancelRead(wire.CodeNoError)
 		}
 		return
 	}
+	_ = rs.SetReadDeadline(time.Time{})
 	scope, id := headerScope(h), h.EntityID
 	if scope != 0 && !s.negotiated.Layer1 {
 		s.closeFor(localErr(wire.CodeLayerUnsupported, "entity %d in scope %d needs Layer 1, which was not negotiated", id, scope))

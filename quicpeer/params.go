@@ -34,6 +34,11 @@ const (
 	// defaultMaxIncomingStreams bounds concurrent peer-opened uni streams
 	// (QUIC MAX_STREAMS); each one costs a goroutine and flow-control memory.
 	defaultMaxIncomingStreams int64 = 1024
+	// defaultHeaderTimeout bounds the arrival of one entity header: headers
+	// are at most 64 KiB and sent in one write, so 10 s is generous on any
+	// working path, while a stream that trickles its header (one octet per
+	// stream, slowloris) holds a worker goroutine only this long.
+	defaultHeaderTimeout = 10 * time.Second
 	// defaultHandshakeTimeout bounds QUIC handshake plus CAPABILITIES exchange.
 	defaultHandshakeTimeout = 10 * time.Second
 	// maxCapabilitiesBytes caps the first CAPABILITIES body: the structure has

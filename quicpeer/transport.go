@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"time"
 
 	"github.com/quic-go/quic-go"
 
@@ -40,6 +41,9 @@ type receiveStream interface {
 	io.Reader
 	CancelRead(code wire.ErrorCode)
 	StreamID() int64
+	// SetReadDeadline makes a pending and later Reads fail with an error
+	// that wraps os.ErrDeadlineExceeded once t passes (zero: no deadline).
+	SetReadDeadline(t time.Time) error
 }
 
 // stream is a bidirectional stream (only stream 0 in PipeStream).
@@ -104,6 +108,9 @@ func (q quicStream) Close() error                    { return q.s.Close() }
 func (q quicStream) CancelWrite(code wire.ErrorCode) { q.s.CancelWrite(quic.StreamErrorCode(code)) }
 func (q quicStream) CancelRead(code wire.ErrorCode)  { q.s.CancelRead(quic.StreamErrorCode(code)) }
 func (q quicStream) StreamID() int64                 { return int64(q.s.StreamID()) }
+func (q quicStream) SetReadDeadline(t time.Time) error {
+	return q.s.SetReadDeadline(t)
+}
 
 type quicSend struct{ s *quic.SendStream }
 
@@ -117,6 +124,9 @@ type quicReceive struct{ s *quic.ReceiveStream }
 func (q quicReceive) Read(p []byte) (int, error)     { return q.s.Read(p) }
 func (q quicReceive) CancelRead(code wire.ErrorCode) { q.s.CancelRead(quic.StreamErrorCode(code)) }
 func (q quicReceive) StreamID() int64                { return int64(q.s.StreamID()) }
+func (q quicReceive) SetReadDeadline(t time.Time) error {
+	return q.s.SetReadDeadline(t)
+}
 
 // streamAbort reports whether err is a stream cancellation (RESET_STREAM or
 // STOP_SENDING) and its code; remote tells who cancelled.
