@@ -46,6 +46,59 @@ type entRef struct {
 	redeem  string // claim id when this is a redemption stream
 }
 
+// sessEnt is one sessState.ents key made for a document (docRun.sessEnts).
+type sessEnt struct {
+	ss *sessState
+	k  entKey
+}
+
+// bindEntLocked maps session entity sk on ss to ref and records the
+// mapping in ref.doc, so releaseSessLocked can drop it. Every write to
+// sessState.ents goes through here. Callers hold Bridge.mu.
+func bindEntLocked(ss *sessState, sk entKey, ref *entRef) {
+	ss.ents[sk] = ref
+	ref.doc.sessEnts = append(ref.doc.sessEnts, sessEnt{ss: ss, k: sk})
+}
+
+// releaseSessLocked drops what sessions hold for d's current attempt: its
+// entity mappings (a later status for them is ignored as for any unknown
+// entity, which the race rule of profile 3 does anyway for a finished or
+// moved attempt) and its DEHYDRATING parents still awaiting a scope (no
+// new scope may be attributed to an attempt that ended). Called when the
+// attempt ends: terminal state, abort, abandoned upload. Without it a
+// long-lived session kept every finished document's docRun reachable
+// (entity IDs are not reused within a session). Scope owners
+// (sessState.scopes) stay until their SCOPE_DIGEST or the reuse of the
+// scope ID: a late status in such a scope must still resolve to the
+// finished attempt (and be ignored), not be guessed onto another document.
+// Callers hold Bridge.mu.
+func releaseSessLocked(d *docRun) {
+	for _, e := range d.sessEnts {
+		if r := e.ss.ents[e.k]; r != nil && r.doc == d {
+			delete(e.ss.ents, e.k)
+		}
+	}
+	d.sessEnts = nil
+	ss := d.sess
+	if ss == nil {
+		return
+	}
+	n := 0
+	for _, p := range ss.dehyd {
+		if p.doc != d {
+			ss.dehyd[n] = p
+			n++
+		}
+	}
+	clear(ss.dehyd[n:])
+	ss.dehyd = ss.dehyd[:n]
+	for id, p := range ss.lastDehyd {
+		if p.doc == d {
+			delete(ss.lastDehyd, id)
+		}
+	}
+}
+
 type scopeOwner struct {
 	doc     *docRun
 	attempt uint32

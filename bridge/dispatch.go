@@ -197,7 +197,7 @@ func (b *Bridge) sendDocument(j *attemptJob, src chunkSource) error {
 			return context.Canceled
 		}
 		k := rootKey(id)
-		ss.ents[k] = &entRef{doc: d, key: k, attempt: j.attempt}
+		bindEntLocked(ss, k, &entRef{doc: d, key: k, attempt: j.attempt})
 		d.setEntity(k, &gatewayv1.Entity{EntityId: id, ParentId: rootID, Status: gatewayv1.EntityStatus_ENTITY_STATUS_PENDING,
 			ChunkIndex: uint32(c.Index), ChunkOffset: c.Offset, SizeBytes: uint64(len(c.Data)), Checksum: hexSum(c.Sum[:])})
 		b.mu.Unlock()
@@ -251,7 +251,7 @@ func (b *Bridge) registerRootLocked(j *attemptJob, rootID uint32) {
 	d := j.d
 	d.rootID = rootID
 	k := rootKey(rootID)
-	j.ss.ents[k] = &entRef{doc: d, key: k, attempt: j.attempt}
+	bindEntLocked(j.ss, k, &entRef{doc: d, key: k, attempt: j.attempt})
 	d.setEntity(k, &gatewayv1.Entity{EntityId: rootID, Status: gatewayv1.EntityStatus_ENTITY_STATUS_PENDING,
 		SizeBytes: uint64(d.size), Checksum: hexSum(d.sum[:]), Attempts: d.rec.DispatchAttempts})
 	if d.rec.Doc.State == gatewayv1.State_PENDING {
@@ -291,6 +291,7 @@ func (b *Bridge) finishLocked(d *docRun, s gatewayv1.State, msg string) {
 	if d.sess != nil {
 		delete(d.sess.docs, d)
 	}
+	releaseSessLocked(d)
 	if s == gatewayv1.State_FAILED && msg == "" {
 		msg = "processing failed"
 	}

@@ -77,8 +77,12 @@ type docRun struct {
 	preRedeem map[int64]string
 
 	// Dispatch state of the current attempt.
-	attempt      uint32 // 1-based generation, persisted in rec.Private; 0 = never dispatched
-	sess         *sessState
+	attempt uint32 // 1-based generation, persisted in rec.Private; 0 = never dispatched
+	sess    *sessState
+	// sessEnts: the session-level mappings (sessState.ents) made for this
+	// document, dropped by releaseSessLocked when the attempt ends, so a
+	// session outliving thousands of documents holds none of them.
+	sessEnts     []sessEnt
 	rootID       uint32
 	sendDone     bool
 	stopSend     context.CancelFunc // stops the current attempt's sending

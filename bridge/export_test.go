@@ -47,3 +47,15 @@ func HoldCreateCommit(cond func(claims int, ents []*gatewayv1.Entity) bool, time
 	}
 	return func() { testHookBeforeCreateCommit = nil }, ok.Load
 }
+
+// SessionHeld counts what the bridge's sessions hold for documents: entity
+// mappings and DEHYDRATING parents awaiting a scope.
+func (b *Bridge) SessionHeld() (ents, dehyd int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for ss := range b.sessions {
+		ents += len(ss.ents)
+		dehyd += len(ss.dehyd) + len(ss.lastDehyd)
+	}
+	return ents, dehyd
+}

@@ -208,13 +208,13 @@ func (b *Bridge) newScopeEntityLocked(ss *sessState, f wire.StatusFrame) *entRef
 		own = b.ownScopeLocked(ss, f.ScopeID, p)
 	}
 	d := own.doc
-	if own.attempt != d.attempt {
-		return nil // a scope of an earlier attempt
+	if own.attempt != d.attempt || d.terminal() {
+		return nil // a scope of an earlier attempt, or of a finished document
 	}
 	sk := entKey{scope: f.ScopeID, id: f.EntityID}
 	key := entKey{scope: f.ScopeID, inst: own.inst, id: f.EntityID}
 	ref := &entRef{doc: d, key: key, attempt: d.attempt}
-	ss.ents[sk] = ref
+	bindEntLocked(ss, sk, ref)
 	if d.ents[key] == nil {
 		d.ents[key] = &gatewayv1.Entity{EntityId: f.EntityID, ScopeId: f.ScopeID, Depth: uint32(f.Depth),
 			ParentId: own.parent.id, Status: gatewayv1.EntityStatus_ENTITY_STATUS_PENDING}
@@ -433,6 +433,7 @@ func (b *Bridge) abortAttemptLocked(d *docRun, reason string, countIt bool) {
 			b.sendCancelLocked(ss, d)
 		}
 	}
+	releaseSessLocked(d)
 	if d.stopSend != nil {
 		d.stopSend()
 		d.stopSend = nil

@@ -364,8 +364,9 @@ func (u *upload) abandon() {
 	if d.sess != nil {
 		b.sendCancelLocked(d.sess, d)
 		delete(d.sess.docs, d)
-		d.sess = nil
 	}
+	releaseSessLocked(d)
+	d.sess = nil
 	if d.stopSend != nil {
 		d.stopSend()
 		d.stopSend = nil
