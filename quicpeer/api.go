@@ -79,6 +79,12 @@ type Limits struct {
 	// stopped with 0x05 (STOP_SENDING) and its goroutine freed (slowloris).
 	// Added for the adversary tests (additive).
 	HeaderTimeout time.Duration
+	// MaxConnections caps the QUIC connections a listener holds at once
+	// (default 256); each costs a session, its goroutines and flow-control
+	// memory. One beyond it is closed right after the QUIC handshake with
+	// PIPESTREAM_INTERNAL_ERROR (0x01) and a reason naming the limit.
+	// Ignored by Dial. Added for the adversary tests (additive).
+	MaxConnections int
 }
 
 // Negotiated is the outcome of the capability exchange (Section 3.4-3.5).

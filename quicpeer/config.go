@@ -45,6 +45,9 @@ func (l Limits) withDefaults() Limits {
 	if l.HeaderTimeout <= 0 {
 		l.HeaderTimeout = defaultHeaderTimeout
 	}
+	if l.MaxConnections <= 0 {
+		l.MaxConnections = defaultMaxConnections
+	}
 	return l
 }
 

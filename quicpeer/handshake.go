@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -195,6 +196,10 @@ type listener struct {
 	ready  chan *session
 	wg     sync.WaitGroup
 
+	// conns counts accepted QUIC connections that have not ended
+	// (Limits.MaxConnections); only acceptLoop increments it.
+	conns atomic.Int64
+
 	mu       sync.Mutex
 	sessions map[*session]struct{}
 	closed   bool
@@ -238,6 +243,14 @@ func (l *listener) acceptLoop() {
 		if err != nil {
 			return
 		}
+		if limit := int64(l.cfg.Limits.MaxConnections); l.conns.Load() >= limit {
+			l.cfg.Logger.Warn("connection refused: limit reached", "remote", qc.RemoteAddr().String(), "max_connections", limit)
+			_ = qc.CloseWithError(quic.ApplicationErrorCode(wire.CodeInternalError),
+				fmt.Sprintf("too many connections: this endpoint holds at most %d (Limits.MaxConnections); retry later", limit))
+			continue
+		}
+		l.conns.Add(1)
+		context.AfterFunc(qc.Context(), func() { l.conns.Add(-1) })
 		l.wg.Add(1)
 		go l.handshake(quicConn{qc})
 	}

@@ -3,8 +3,12 @@ package quicpeer_test
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/quic-go/quic-go"
 
 	"github.com/pipestream/gateway/quicpeer"
 	"github.com/pipestream/gateway/quicpeer/wire"
@@ -61,5 +65,60 @@ func TestHeaderTimeout(t *testing.T) {
 	e := recv(t, sr.entities, "the entity whose payload came after the header timeout")
 	if e.err != nil || e.sum != sum {
 		t.Fatalf("entity read: %v (sum %x), want the payload intact", e.err, e.sum)
+	}
+}
+
+// TestMaxConnections: a listener holds at most Limits.MaxConnections
+// connections; one more is closed after the QUIC handshake with 0x01 and
+// a reason naming the limit, and a slot that frees up is usable again.
+func TestMaxConnections(t *testing.T) {
+	sr := newRecorder()
+	sr.closed = make(chan error, 8) // one HandleClose per server session
+	sc := baseConfig(t, cborMode, sr, true)
+	sc.Limits.MaxConnections = 2
+	ln, err := quicpeer.Listen("127.0.0.1:0", sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dial := func() (*quicpeer.Session, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		return quicpeer.Dial(ctx, ln.Addr().String(), baseConfig(t, cborMode, newRecorder(), false))
+	}
+	var held []*quicpeer.Session
+	for i := range 2 {
+		s, err := dial()
+		if err != nil {
+			t.Fatalf("connection %d of 2: %v", i+1, err)
+		}
+		held = append(held, s)
+	}
+	defer func() {
+		for _, s := range held {
+			s.CloseWithError(wire.CodeNoError, "test done")
+			<-s.Done()
+		}
+	}()
+	_, err = dial()
+	var ae *quic.ApplicationError
+	if !errors.As(err, &ae) || !ae.Remote || wire.ErrorCode(ae.ErrorCode) != wire.CodeInternalError || !strings.Contains(ae.ErrorMessage, "MaxConnections") {
+		t.Fatalf("third connection: %v, want a close with 0x01 naming Limits.MaxConnections", err)
+	}
+
+	held[0].CloseWithError(wire.CodeNoError, "making room")
+	<-held[0].Done()
+	held = held[1:]
+	deadline := time.Now().Add(waitFor)
+	for {
+		s, err := dial()
+		if err == nil {
+			held = append(held, s)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no connection accepted after one of two closed: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

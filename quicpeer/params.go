@@ -39,6 +39,11 @@ const (
 	// working path, while a stream that trickles its header (one octet per
 	// stream, slowloris) holds a worker goroutine only this long.
 	defaultHeaderTimeout = 10 * time.Second
+	// defaultMaxConnections caps a listener's concurrent connections: a
+	// peer serves a few gateways (one session each, plus redials while an
+	// old session drains); 256 leaves ample room and bounds what a flood
+	// of handshakes can pin.
+	defaultMaxConnections = 256
 	// defaultHandshakeTimeout bounds QUIC handshake plus CAPABILITIES exchange.
 	defaultHandshakeTimeout = 10 * time.Second
 	// maxCapabilitiesBytes caps the first CAPABILITIES body: the structure has

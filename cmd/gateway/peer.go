@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pipestream/gateway/quicpeer"
 	"github.com/pipestream/gateway/quicpeer/peer"
 )
 
@@ -34,6 +35,7 @@ func runPeer(args []string) int {
 	dataDir := fs.String("data-dir", "GATEWAY_PEER_DATA_DIR", filepath.Join("data", "peer"), "directory for the claim-check store and the generated certificate")
 	preferPB := fs.Bool("prefer-protobuf", "GATEWAY_PREFER_PROTOBUF", false, "prefer the Protobuf serialization format")
 	drain := fs.Duration("drain-timeout", "GATEWAY_PEER_DRAIN_TIMEOUT", 15*time.Second, "how long to drain accepted work after GOAWAY")
+	maxConns := fs.Uint("max-connections", "GATEWAY_PEER_MAX_CONNECTIONS", 256, "QUIC connections held at once; one more is closed after its handshake with PIPESTREAM_INTERNAL_ERROR (0x01)")
 	logLevel := fs.String("log-level", "GATEWAY_LOG_LEVEL", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "GATEWAY_LOG_FORMAT", "text", "text or json")
 	if code, ok := fs.parse(args); !ok {
@@ -69,6 +71,7 @@ func runPeer(args []string) int {
 		Logger:       log,
 		Offer:        ptr(peer.DefaultOffer(*preferPB)),
 		DrainTimeout: *drain,
+		Limits:       quicpeer.Limits{MaxConnections: int(min(*maxConns, 1<<20))},
 	})
 	if err != nil {
 		return fail(os.Stderr, "peer", err)
