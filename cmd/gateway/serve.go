@@ -56,7 +56,7 @@ func runServe(args []string) int {
 	maxUpload := fs.Int64("max-upload-bytes", "GATEWAY_MAX_UPLOAD_BYTES", gateway.DefaultMaxUploadBytes, "largest document accepted (REST body and gRPC upload)")
 	maxJSON := fs.Int64("max-json-body-bytes", "GATEWAY_MAX_JSON_BODY_BYTES", gateway.DefaultMaxJSONBodyBytes, "largest REST request body other than uploads")
 	maxRecv := fs.Int64("max-recv-msg-bytes", "GATEWAY_MAX_RECV_MSG_BYTES", gateway.DefaultMaxRecvMsgBytes, "largest gRPC request message")
-	maxSend := fs.Int64("max-send-msg-bytes", "GATEWAY_MAX_SEND_MSG_BYTES", gateway.DefaultMaxSendMsgBytes, "largest gRPC response message (bounds GetDocumentResult)")
+	maxSend := fs.Int64("max-send-msg-bytes", "GATEWAY_MAX_SEND_MSG_BYTES", gateway.DefaultMaxSendMsgBytes, "largest gRPC response message (results stream in 256 KiB messages, so any size of result fits)")
 	maxStreams := fs.Uint("max-concurrent-streams", "GATEWAY_MAX_CONCURRENT_STREAMS", gateway.DefaultMaxConcurrentStreams, "concurrent gRPC streams per connection (the REST proxy shares one connection)")
 	rateLimit := fs.Float64("rate-limit", "GATEWAY_RATE_LIMIT", gateway.DefaultRateLimit, "requests per second per tenant (0: unlimited)")
 	rateBurst := fs.Uint("rate-burst", "GATEWAY_RATE_BURST", gateway.DefaultRateBurst, "burst of requests per tenant above --rate-limit")
