@@ -350,28 +350,21 @@ func (s *impl) getClaim(ctx context.Context, tenant, claimID string) (*ClaimReco
 }
 
 func (s *impl) listClaims(ctx context.Context, tenant, docID string) ([]*ClaimRecord, error) {
-	rows, err := s.rdb.QueryContext(ctx, "SELECT "+claimCols+" FROM claims WHERE doc_id = ? AND tenant = ? ORDER BY create_time, claim_id",
-		docID, tenant)
-	if err != nil {
-		return nil, fmt.Errorf("store: list claims of %s: %w", docID, err)
-	}
-	defer rows.Close()
-	var out []*ClaimRecord
-	for rows.Next() {
-		c, err := scanClaim(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	return out, rows.Err()
+	return s.queryClaims(ctx, "list claims of "+docID,
+		"SELECT "+claimCols+" FROM claims WHERE doc_id = ? AND tenant = ? ORDER BY create_time, claim_id", docID, tenant)
 }
 
 func (s *impl) listIssuedClaims(ctx context.Context, before time.Time) ([]*ClaimRecord, error) {
-	rows, err := s.rdb.QueryContext(ctx, "SELECT "+claimCols+" FROM claims WHERE state = 1 AND expire_time < ? ORDER BY expire_time",
-		before.UnixNano())
+	return s.queryClaims(ctx, "list issued claims",
+		"SELECT "+claimCols+" FROM claims WHERE state = 1 AND expire_time < ? ORDER BY expire_time", before.UnixNano())
+}
+
+// queryClaims runs a claims query on the read pool and scans every row;
+// what names the query in errors.
+func (s *impl) queryClaims(ctx context.Context, what, query string, args ...any) ([]*ClaimRecord, error) {
+	rows, err := s.rdb.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, fmt.Errorf("store: list issued claims: %w", err)
+		return nil, fmt.Errorf("store: %s: %w", what, err)
 	}
 	defer rows.Close()
 	var out []*ClaimRecord
