@@ -7,10 +7,12 @@
 //
 // Every write goes through Commit (or PruneEvents), which hands a Batch to a
 // single writer goroutine. The writer drains its queue and applies many
-// batches in ONE transaction (group commit), each inside its own SAVEPOINT:
-// a batch whose precondition fails (stale revision, claim already redeemed,
-// idempotency conflict...) is rolled back alone and its caller gets the
-// error, while the other batches of the group commit. Commit returns only
+// batches in ONE transaction (group commit): a batch whose precondition
+// fails (stale revision, claim already redeemed, idempotency conflict...) is
+// rolled back alone and its caller gets the error, while the other batches
+// of the group commit. (The writer runs a group without savepoints first;
+// only if a batch fails does it roll back and rerun the group with each
+// batch inside its own SAVEPOINT, WriterStats.Retries.) Commit returns only
 // after the transaction is durable (see Options.Synchronous), so "Commit
 // returned nil" is the point at which a submission may be acknowledged.
 //
@@ -362,6 +364,12 @@ type ListQuery struct {
 type WriterStats struct {
 	Transactions uint64 // committed transactions
 	Batches      uint64 // batches applied (committed or rolled back alone)
+	// Retries counts group transactions rerun with a savepoint per batch
+	// because one of their batches failed (package doc, Writes).
+	Retries uint64
+	// Statements counts SQL statements the writer ran (including BEGIN,
+	// COMMIT and savepoints), for measuring the writer's cost per batch.
+	Statements uint64
 }
 
 // Store is the durable store. Safe for concurrent use.

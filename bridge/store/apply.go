@@ -9,11 +9,16 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
 
-// apply runs one batch inside the current savepoint.
+// apply runs one batch inside the current transaction (and savepoint, if
+// any). It assigns the events' seqs and queues their rows in s.pending for
+// flushEvents. It may run again for the same request after a rollback, so
+// it derives everything from the prepared request, not from a previous run.
 func (s *impl) apply(ctx context.Context, r *request, st *txState) error {
 	b := r.b
 	if r.create != nil {
@@ -81,17 +86,46 @@ func (s *impl) apply(ctx context.Context, r *request, st *txState) error {
 			if seq >= MaxSeq {
 				return fmt.Errorf("%w: last seq %d", ErrSeqExhausted, st.lastSeq)
 			}
-			e.body = protowire.AppendVarint(protowire.AppendTag(e.body, eventFieldSeq, protowire.VarintType), seq)
-			if _, err := s.exec(ctx, insertEvent, int64(seq), e.timeNs, e.kind, e.tenant, e.doc,
-				int64(e.rev), int64(e.since), len(e.body), e.body); err != nil {
-				return fmt.Errorf("store: append event: %w", err)
-			}
+			// Truncate first: a rerun of the group appends the seq again.
+			e.body = protowire.AppendVarint(protowire.AppendTag(e.body[:e.n], eventFieldSeq, protowire.VarintType), seq)
+			s.pending = append(s.pending, pendingEvent{seq: seq, e: e})
 			st.lastSeq = seq
 			st.count++
 			st.bytes += uint64(len(e.body))
 			r.res.Seqs[i] = seq
 		}
 	}
+	return nil
+}
+
+// pendingEvent is an event whose seq is assigned and whose row is not yet
+// inserted (see flushEvents).
+type pendingEvent struct {
+	seq uint64
+	e   *encEvent
+}
+
+// flushEvents inserts the pending events with multi-row INSERTs of at most
+// maxEventsPerInsert rows and empties the list. Writer goroutine only.
+func (s *impl) flushEvents(ctx context.Context) error {
+	for len(s.pending) > 0 {
+		n := min(len(s.pending), maxEventsPerInsert)
+		args := s.args[:0]
+		for _, p := range s.pending[:n] {
+			e := p.e
+			args = append(args, int64(p.seq), e.timeNs, e.kind, e.tenant, e.doc,
+				int64(e.rev), int64(e.since), len(e.body), e.body)
+		}
+		_, err := s.exec(ctx, insertEventsQuery(n), args...)
+		clear(args)
+		s.args = args[:0]
+		if err != nil {
+			s.pending = s.pending[:0]
+			return fmt.Errorf("store: append events: %w", err)
+		}
+		s.pending = s.pending[n:]
+	}
+	s.pending = s.pending[:0]
 	return nil
 }
 
@@ -113,19 +147,16 @@ func (s *impl) applyCreate(ctx context.Context, d *docRow) (*DocumentRecord, err
 			return nil, fmt.Errorf("store: idempotency lookup: %w", err)
 		}
 	}
-	var one int
-	err := s.queryRow(ctx, "SELECT 1 FROM documents WHERE id = ?", rec.Doc.GetId()).Scan(&one)
-	if err == nil {
-		return nil, fmt.Errorf("%w: document id %s exists", ErrConflict, rec.Doc.GetId())
-	} else if !errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("store: document lookup: %w", err)
-	}
 	if _, err := s.exec(ctx, `INSERT INTO documents
 		(id, tenant, state, terminal, rev, request_id, body_hash, create_time, update_time,
 		 spool_path, result_path, result_content_type, dispatch_attempts, private, body)
 		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, rec.Doc.GetId(), rec.Tenant, d.state, d.terminal, int64(d.rev), d.requestID, rec.BodyHash,
 		d.createNs, d.updateNs, rec.SpoolPath, rec.ResultPath, rec.ResultContentType,
 		rec.DispatchAttempts, rec.Private, d.body); err != nil {
+		// No lookup before the INSERT: the primary key reports a reused id.
+		if se := (*sqlite.Error)(nil); errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY {
+			return nil, fmt.Errorf("%w: document id %s exists", ErrConflict, rec.Doc.GetId())
+		}
 		return nil, fmt.Errorf("store: insert document %s: %w", rec.Doc.GetId(), err)
 	}
 	return nil, nil

@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -25,11 +26,30 @@ type encEvent struct {
 	tenant, kind, doc string
 	rev, since        uint64
 	timeNs            int64
-	body              []byte
+	// body is the encoded event; the writer appends the seq field after
+	// body[:n] (n is the length without it).
+	body []byte
+	n    int
 }
 
-const insertEvent = `INSERT INTO events (seq, time, kind, tenant, doc_id, rev, since, size, body)
-	VALUES (?,?,?,?,?,?,?,?,?)`
+// insertEventsQuery returns the INSERT of n event rows (1 <= n <=
+// maxEventsPerInsert); the texts are built once, so each is one cached
+// prepared statement of the writer.
+func insertEventsQuery(n int) string { return insertEventsQueries[n] }
+
+var insertEventsQueries = func() []string {
+	q := make([]string, maxEventsPerInsert+1)
+	var b strings.Builder
+	b.WriteString("INSERT INTO events (seq, time, kind, tenant, doc_id, rev, since, size, body) VALUES ")
+	for i := 1; i <= maxEventsPerInsert; i++ {
+		if i > 1 {
+			b.WriteString(",")
+		}
+		b.WriteString("(?,?,?,?,?,?,?,?,?)")
+		q[i] = b.String()
+	}
+	return q
+}()
 
 // Fields of gatewayv1.Document kept in their own tables, stripped from the
 // document body.
@@ -114,7 +134,7 @@ func encodeEvent(e EventAppend) (encEvent, error) {
 	return encEvent{
 		tenant: e.Tenant, kind: ev.GetKind(), doc: ev.GetDocumentId(),
 		rev: ev.GetRev(), since: ev.GetSince(), timeNs: ev.GetTime().AsTime().UnixNano(),
-		body: body,
+		body: body, n: len(body),
 	}, nil
 }
 

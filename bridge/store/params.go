@@ -38,6 +38,11 @@ const (
 	// memory stays bounded; callers page by seq.
 	defaultEventLimit = 1000
 	maxEventLimit     = 10000
+	// maxEventsPerInsert bounds the rows of one multi-row event INSERT (9
+	// bound parameters each, far below SQLite's 32766): one statement covers
+	// a typical group's events, and the writer caches one prepared statement
+	// per row count up to this.
+	maxEventsPerInsert = 64
 	// maxDocIDLen bounds document ids used in file names.
 	maxDocIDLen = 128
 )

@@ -27,17 +27,23 @@ type impl struct {
 	rdb   *sql.DB   // read-only pool
 
 	stmts map[string]*sql.Stmt // writer's prepared statements (writer goroutine only)
+	// pending and args: the events of the open transaction not yet inserted,
+	// and the reused argument slice of their INSERT (writer goroutine only).
+	pending []pendingEvent
+	args    []any
 
 	mu     sync.RWMutex // guards closed against sends on queue
 	closed bool
 	queue  chan *request
 	done   chan struct{} // closed when the writer exits
 
-	lastSeq atomic.Uint64
-	hook    atomic.Pointer[func([]EventRecord)]
-	txns    atomic.Uint64
-	batches atomic.Uint64
-	met     *metrics
+	lastSeq   atomic.Uint64
+	hook      atomic.Pointer[func([]EventRecord)]
+	txns      atomic.Uint64
+	batches   atomic.Uint64
+	retries   atomic.Uint64
+	stmtCount atomic.Uint64
+	met       *metrics
 }
 
 func (o *Options) withDefaults() (Options, error) {
@@ -201,7 +207,8 @@ func (s *impl) setEventHook(fn func([]EventRecord)) {
 }
 
 func (s *impl) writerStats() WriterStats {
-	return WriterStats{Transactions: s.txns.Load(), Batches: s.batches.Load()}
+	return WriterStats{Transactions: s.txns.Load(), Batches: s.batches.Load(),
+		Retries: s.retries.Load(), Statements: s.stmtCount.Load()}
 }
 
 // nanos converts a time to the stored INTEGER (unix nanoseconds; 0 = zero time).

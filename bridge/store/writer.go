@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -110,87 +111,136 @@ type txState struct {
 	lastSeq, count, bytes uint64
 }
 
-// runGroup commits reqs in one transaction, each batch in a savepoint.
+// errBatchFailed ends a group transaction run without savepoints when one of
+// its batches failed: the transaction is rolled back and the group runs again
+// with a savepoint per batch.
+var errBatchFailed = errors.New("store: a batch of the group failed")
+
+// runGroup commits reqs in one transaction. The common case, every batch
+// succeeding, runs without savepoints (two statements per batch fewer) and
+// inserts the group's events with multi-row INSERTs at the end. If any batch
+// fails, that transaction is rolled back and the group runs again with each
+// batch in its own savepoint, so a failing batch is rolled back alone and
+// the others commit, exactly as if every run had used savepoints.
 func (s *impl) runGroup(reqs []*request) {
 	start := time.Now()
-	ctx := context.Background()
-	finish := func(err error) {
-		for _, r := range reqs {
-			if err != nil && r.err == nil {
-				r.err = err
-				r.res = CommitResult{}
+	err := s.runTx(reqs, false)
+	if errors.Is(err, errBatchFailed) {
+		s.retries.Add(1)
+		err = s.runTx(reqs, true)
+	}
+	if err == nil {
+		s.txns.Add(1)
+		s.batches.Add(uint64(len(reqs)))
+		s.met.observe(len(reqs), time.Since(start))
+		if fn := s.hook.Load(); fn != nil {
+			if published := publish(reqs); len(published) > 0 {
+				(*fn)(published)
 			}
-			close(r.done)
 		}
 	}
+	for _, r := range reqs {
+		if err != nil && r.err == nil {
+			r.err = err
+			r.res = CommitResult{}
+		}
+		close(r.done)
+	}
+}
+
+// runTx runs reqs in one transaction and commits it. Each request's outcome
+// is reset first, so a run may follow a rolled-back one. Without savepoints
+// the first failing batch rolls the transaction back and runTx returns
+// errBatchFailed; with savepoints a failing batch is rolled back alone and
+// keeps its error. Any other error has rolled the transaction back.
+func (s *impl) runTx(reqs []*request, savepoints bool) error {
+	ctx := context.Background()
+	s.pending = s.pending[:0]
 	if _, err := s.exec(ctx, "BEGIN IMMEDIATE"); err != nil {
-		finish(fmt.Errorf("store: begin: %w", err))
-		return
+		return fmt.Errorf("store: begin: %w", err)
 	}
 	st, err := s.readMeta(ctx)
 	if err != nil {
 		s.rollback()
-		finish(err)
-		return
+		return err
 	}
 	before := st
-	var published []EventRecord
 	for _, r := range reqs {
-		if _, err := s.exec(ctx, "SAVEPOINT b"); err != nil {
-			s.rollback()
-			finish(fmt.Errorf("store: savepoint: %w", err))
-			return
+		r.err, r.res, r.pres = nil, CommitResult{}, PruneResult{}
+		if savepoints {
+			if _, err := s.exec(ctx, "SAVEPOINT b"); err != nil {
+				s.rollback()
+				return fmt.Errorf("store: savepoint: %w", err)
+			}
 		}
 		saved := st
 		if r.prune {
-			r.err = s.applyPrune(ctx, r, &st)
+			// The prune must see the events queued before it.
+			if r.err = s.flushEvents(ctx); r.err == nil {
+				r.err = s.applyPrune(ctx, r, &st)
+			}
 		} else {
 			r.err = s.apply(ctx, r, &st)
 		}
+		if r.err == nil && savepoints {
+			r.err = s.flushEvents(ctx)
+		}
 		if r.err != nil {
+			if !savepoints {
+				s.rollback()
+				return errBatchFailed
+			}
 			st = saved
-			r.res = CommitResult{}
+			s.pending = s.pending[:0]
+			r.res, r.pres = CommitResult{}, PruneResult{}
 			if _, err := s.exec(ctx, "ROLLBACK TO b"); err != nil {
 				s.rollback()
-				finish(fmt.Errorf("store: rollback to savepoint: %w", err))
-				return
+				return fmt.Errorf("store: rollback to savepoint: %w", err)
 			}
 		}
-		if _, err := s.exec(ctx, "RELEASE b"); err != nil {
-			s.rollback()
-			finish(fmt.Errorf("store: release savepoint: %w", err))
-			return
-		}
-		if r.err == nil && len(r.res.Seqs) > 0 {
-			for i, e := range r.events {
-				published = append(published, EventRecord{
-					Seq: r.res.Seqs[i], Time: fromNanos(e.timeNs), Kind: e.kind, Tenant: e.tenant,
-					DocID: e.doc, Rev: e.rev, Since: e.since, Body: e.body,
-				})
+		if savepoints {
+			if _, err := s.exec(ctx, "RELEASE b"); err != nil {
+				s.rollback()
+				return fmt.Errorf("store: release savepoint: %w", err)
 			}
 		}
+	}
+	if err := s.flushEvents(ctx); err != nil {
+		// Only without savepoints can events still be pending; which batch
+		// they belong to is found by the run with savepoints.
+		s.rollback()
+		return errBatchFailed
 	}
 	if st != before {
 		if _, err := s.exec(ctx, `UPDATE meta SET value = CASE key
 			WHEN 'last_seq' THEN ?1 WHEN 'event_count' THEN ?2 WHEN 'event_bytes' THEN ?3 ELSE value END`, int64(st.lastSeq), int64(st.count), int64(st.bytes)); err != nil {
 			s.rollback()
-			finish(fmt.Errorf("store: update meta: %w", err))
-			return
+			return fmt.Errorf("store: update meta: %w", err)
 		}
 	}
 	if _, err := s.exec(ctx, "COMMIT"); err != nil {
 		s.rollback()
-		finish(fmt.Errorf("store: commit: %w", err))
-		return
+		return fmt.Errorf("store: commit: %w", err)
 	}
 	s.lastSeq.Store(st.lastSeq)
-	s.txns.Add(1)
-	s.batches.Add(uint64(len(reqs)))
-	s.met.observe(len(reqs), time.Since(start))
-	if fn := s.hook.Load(); fn != nil && len(published) > 0 {
-		(*fn)(published)
+	return nil
+}
+
+// publish lists the committed events of reqs in seq order for the event hook.
+func publish(reqs []*request) []EventRecord {
+	var out []EventRecord
+	for _, r := range reqs {
+		if r.err != nil || len(r.res.Seqs) == 0 {
+			continue
+		}
+		for i, e := range r.events {
+			out = append(out, EventRecord{
+				Seq: r.res.Seqs[i], Time: fromNanos(e.timeNs), Kind: e.kind, Tenant: e.tenant,
+				DocID: e.doc, Rev: e.rev, Since: e.since, Body: e.body,
+			})
+		}
 	}
-	finish(nil)
+	return out
 }
 
 func (s *impl) rollback() {
@@ -242,6 +292,7 @@ func (s *impl) prep(ctx context.Context, q string) (*sql.Stmt, error) {
 // prepared statement; if preparing fails they run it unprepared so that the
 // error surfaces from the call itself.
 func (s *impl) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	s.stmtCount.Add(1)
 	st, err := s.prep(ctx, q)
 	if err != nil {
 		return s.wconn.ExecContext(ctx, q, args...)
@@ -250,6 +301,7 @@ func (s *impl) exec(ctx context.Context, q string, args ...any) (sql.Result, err
 }
 
 func (s *impl) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	s.stmtCount.Add(1)
 	st, err := s.prep(ctx, q)
 	if err != nil {
 		return s.wconn.QueryContext(ctx, q, args...)
@@ -258,6 +310,7 @@ func (s *impl) query(ctx context.Context, q string, args ...any) (*sql.Rows, err
 }
 
 func (s *impl) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
+	s.stmtCount.Add(1)
 	st, err := s.prep(ctx, q)
 	if err != nil {
 		return s.wconn.QueryRowContext(ctx, q, args...)

@@ -1,0 +1,226 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
+)
+
+var groupBase = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func groupDoc(tenant, id string, rev uint64) *DocumentRecord {
+	return &DocumentRecord{Tenant: tenant, Doc: &gatewayv1.Document{
+		Id: id, State: gatewayv1.State_PENDING, Rev: rev,
+		CreateTime: timestamppb.New(groupBase), UpdateTime: timestamppb.New(groupBase),
+	}}
+}
+
+func groupEvent(doc string, rev uint64) EventAppend {
+	return EventAppend{Tenant: "t", Event: &gatewayv1.Event{Time: timestamppb.New(groupBase), Kind: "#status", DocumentId: doc, Rev: rev}}
+}
+
+// runOneGroup hands the batches to the writer in this order so that they
+// form exactly one group (Options.MaxGroupBatches == len(reqs)), and waits.
+func runOneGroup(t *testing.T, s *Store, reqs ...*request) {
+	t.Helper()
+	for _, r := range reqs {
+		s.queue <- r
+	}
+	for _, r := range reqs {
+		<-r.done
+	}
+}
+
+func mustPrepare(t *testing.T, b *Batch) *request {
+	t.Helper()
+	r, err := prepare(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestGroupWithFailingBatches: a group whose batches fail between good ones
+// (a claim conflict after the batch inserted a document and an entity, a
+// create reusing an id created earlier in the same group) is rolled back
+// and rerun with savepoints: the good batches commit with contiguous seqs
+// and exact event bodies, the failed ones leave nothing, the meta counters
+// match the stored events, and a prune in the group sees the events of the
+// batches before it. A group without failures is not rerun.
+func TestGroupWithFailingBatches(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	s, err := Open(ctx, dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owned := &gatewayv1.ClaimCheck{ClaimId: "7", DocumentId: "d", ExpireTime: timestamppb.New(groupBase.Add(time.Hour))}
+	if _, err := s.Commit(ctx, &Batch{Create: groupDoc("t", "d", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Commit(ctx, &Batch{Create: groupDoc("u", "du", 1), Events: []EventAppend{groupEvent("du", 1)},
+		Claims: []ClaimRecord{{Tenant: "u", Claim: proto.CloneOf(owned)}}}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+
+	s, err = Open(ctx, dir, Options{MaxGroupBatches: 5, MaxGroupDelay: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	before := s.WriterStats()
+	steal := proto.CloneOf(owned)
+	steal.DocumentId = "b"
+	upd := groupDoc("t", "d", 2)
+	good1 := mustPrepare(t, &Batch{Create: groupDoc("t", "a", 1), Events: []EventAppend{groupEvent("a", 1), groupEvent("a", 2)},
+		Payloads: []PayloadRecord{{DocID: "a", Kind: PayloadContent, Body: []byte("content")}}})
+	bad1 := mustPrepare(t, &Batch{Create: groupDoc("t", "b", 1), Events: []EventAppend{groupEvent("b", 1)},
+		Entities: []EntityRecord{{DocID: "b", Entity: &gatewayv1.Entity{EntityId: 1}}},
+		Claims:   []ClaimRecord{{Tenant: "t", Claim: steal}}})
+	good2 := mustPrepare(t, &Batch{Updates: []DocumentUpdate{{Record: upd, PrevRev: 1}}, Events: []EventAppend{groupEvent("d", 2)}})
+	bad2 := mustPrepare(t, &Batch{Create: groupDoc("t", "a", 1), Events: []EventAppend{groupEvent("a", 1)}})
+	prune := &request{prune: true, before: 3, done: make(chan struct{})}
+	runOneGroup(t, s, good1, bad1, good2, bad2, prune)
+
+	ws := s.WriterStats()
+	if ws.Transactions-before.Transactions != 1 || ws.Retries-before.Retries != 1 {
+		t.Fatalf("one group: %d transactions, %d retries; want 1 and 1", ws.Transactions-before.Transactions, ws.Retries-before.Retries)
+	}
+	if good1.err != nil || good2.err != nil || prune.err != nil {
+		t.Fatalf("good batches failed: %v, %v, prune %v", good1.err, good2.err, prune.err)
+	}
+	if !errors.Is(bad1.err, ErrConflict) || !errors.Is(bad2.err, ErrConflict) {
+		t.Fatalf("failing batches: %v, %v; want ErrConflict (claim of another tenant, reused document id)", bad1.err, bad2.err)
+	}
+	if bad1.res.Seqs != nil || bad2.res.Seqs != nil {
+		t.Fatalf("failed batches report seqs %v %v", bad1.res.Seqs, bad2.res.Seqs)
+	}
+	// Seq 1 was du's event; the group's good events are 2, 3 and 4.
+	if len(good1.res.Seqs) != 2 || good1.res.Seqs[0] != 2 || good1.res.Seqs[1] != 3 || len(good2.res.Seqs) != 1 || good2.res.Seqs[0] != 4 {
+		t.Fatalf("seqs %v %v, want [2 3] [4]", good1.res.Seqs, good2.res.Seqs)
+	}
+	if prune.pres.Removed != 2 {
+		t.Fatalf("prune before 3 removed %d events, want 2 (seq 1 and the group's seq 2)", prune.pres.Removed)
+	}
+	if _, err := s.GetDocument(ctx, "t", "b", true); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("document of the failed batch: %v, want ErrNotFound", err)
+	}
+	if got, err := s.GetDocument(ctx, "t", "d", false); err != nil || got.Doc.GetRev() != 2 {
+		t.Fatalf("updated document: %v, %v; want rev 2", got, err)
+	}
+	if p, err := s.GetPayload(ctx, "t", "a", PayloadContent); err != nil || string(p) != "content" {
+		t.Fatalf("payload of a good batch: %q, %v", p, err)
+	}
+	evs, err := s.ReadEvents(ctx, EventQuery{AllTenants: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[uint64]*gatewayv1.Event{3: good1.b.Events[1].Event, 4: good2.b.Events[0].Event}
+	var sum uint64
+	for _, e := range evs {
+		ev, ok := want[e.Seq]
+		if !ok {
+			t.Fatalf("unexpected event seq %d", e.Seq)
+		}
+		body, _ := proto.Marshal(ev)
+		body = protowire.AppendVarint(protowire.AppendTag(body, eventFieldSeq, protowire.VarintType), e.Seq)
+		if !bytes.Equal(e.Body, body) {
+			t.Fatalf("event %d body %x, want the event with one seq field appended %x", e.Seq, e.Body, body)
+		}
+		sum += uint64(len(e.Body))
+		delete(want, e.Seq)
+	}
+	if len(want) != 0 {
+		t.Fatalf("events missing: %v", want)
+	}
+	st, err := s.EventStats(ctx)
+	if err != nil || st.Count != 2 || st.Bytes != sum || st.OldestSeq != 3 || st.LatestSeq != 4 || s.LastSeq() != 4 {
+		t.Fatalf("EventStats %+v, %v, LastSeq %d; want count 2, %d bytes, seqs 3..4", st, err, s.LastSeq(), sum)
+	}
+
+	// A group without failures runs once, without savepoints; its prune
+	// sees the events queued before it (seqs 3 to 6).
+	before = s.WriterStats()
+	reqs := []*request{
+		mustPrepare(t, &Batch{Create: groupDoc("t", "c1", 1), Events: []EventAppend{groupEvent("c1", 1)}}),
+		mustPrepare(t, &Batch{Create: groupDoc("t", "c2", 1), Events: []EventAppend{groupEvent("c2", 1)}}),
+		mustPrepare(t, &Batch{Events: []EventAppend{groupEvent("", 1), groupEvent("", 2)}}),
+		{prune: true, before: 7, done: make(chan struct{})},
+		mustPrepare(t, &Batch{Updates: []DocumentUpdate{{Record: groupDoc("t", "d", 3), PrevRev: 2}}, Events: []EventAppend{groupEvent("d", 3)}}),
+	}
+	runOneGroup(t, s, reqs...)
+	ws = s.WriterStats()
+	if ws.Transactions-before.Transactions != 1 || ws.Retries != before.Retries {
+		t.Fatalf("clean group: %d transactions, %d retries; want 1 and 0", ws.Transactions-before.Transactions, ws.Retries-before.Retries)
+	}
+	next := uint64(5)
+	for i, r := range reqs {
+		if r.err != nil {
+			t.Fatalf("batch %d: %v", i, r.err)
+		}
+		for _, seq := range r.res.Seqs {
+			if seq != next {
+				t.Fatalf("batch %d seqs %v, want contiguous from %d", i, r.res.Seqs, next)
+			}
+			next++
+		}
+	}
+	if next != 10 {
+		t.Fatalf("clean group assigned seqs up to %d, want 9", next-1)
+	}
+	if reqs[3].pres.Removed != 4 {
+		t.Fatalf("prune before 7 removed %d events, want 4", reqs[3].pres.Removed)
+	}
+
+	// The counters are durable: after a reopen they match the events.
+	s.Close()
+	s, err = Open(ctx, dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var count, size int64
+	if err := s.rdb.QueryRow("SELECT count(*), coalesce(sum(size), 0) FROM events").Scan(&count, &size); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := s.EventStats(ctx); err != nil || count != 3 || st.Count != 3 || st.Bytes != uint64(size) || st.LatestSeq != 9 || s.LastSeq() != 9 {
+		t.Fatalf("after reopen EventStats %+v, %v, LastSeq %d; want 3 (of %d) events of %d bytes, last seq 9", st, err, s.LastSeq(), count, size)
+	}
+}
+
+// TestCreateReusedIDIsConflict: without a lookup before the INSERT, a reused
+// document id (same or another tenant) still fails with ErrConflict and
+// leaves the stored document unchanged.
+func TestCreateReusedIDIsConflict(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Commit(ctx, &Batch{Create: groupDoc("t", "x", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tenant := range []string{"t", "other"} {
+		again := groupDoc(tenant, "x", 5)
+		_, err := s.Commit(ctx, &Batch{Create: again, Events: []EventAppend{groupEvent("x", 5)}})
+		if !errors.Is(err, ErrConflict) {
+			t.Fatalf("tenant %s reusing id x: %v, want ErrConflict", tenant, err)
+		}
+	}
+	if got, err := s.GetDocument(ctx, "t", "x", false); err != nil || got.Doc.GetRev() != 1 {
+		t.Fatalf("document after refused creates: %v, %v; want rev 1", got, err)
+	}
+	if s.LastSeq() != 0 {
+		t.Fatalf("refused creates appended events: LastSeq %d", s.LastSeq())
+	}
+}
