@@ -26,6 +26,7 @@ import (
 // tracker (Section 9.6) holds it until rehydration. Fields are guarded by
 // engine.mu unless noted. Child outputs and out-of-order inputs
 // live in the spool directory dir (spool.go), removed when ctx ends.
+// Lock order: omu, then hmu or engine.mu.
 type doc struct {
 	id        uint32
 	ctx       context.Context
@@ -46,9 +47,10 @@ type doc struct {
 	cancelled   bool
 	finishing   bool // rehydration started (or the document failed)
 
-	dir     string // spool directory; immutable
-	wantSum []byte // pipestream.content-sha256, nil when absent
-	wantLen int64  // pipestream.content-length, -1 when absent
+	dir     string   // spool directory; immutable
+	spool   outSpool // the output spool file in dir (own lock)
+	wantSum []byte   // pipestream.content-sha256, nil when absent
+	wantLen int64    // pipestream.content-length, -1 when absent
 
 	// The content hash over the children's inputs in chunk order, guarded
 	// by hmu (spool.go noteInput).
@@ -58,6 +60,11 @@ type doc struct {
 	inNext   uint64          // lowest chunk index not hashed yet
 	inNoted  map[uint64]bool // inputs seen (hashed or spooled as .in)
 	inBroken error           // a spool error made the hash unknowable
+
+	// The result hash over the children's outputs in chunk order, guarded
+	// by omu (resulthash.go).
+	omu sync.Mutex
+	out outFrontier
 }
 
 // childState is one chunk of a document. Its resolution and final status
@@ -91,14 +98,18 @@ func (g *engine) docFor(id uint32) *doc {
 	dir := filepath.Join(g.work, strconv.FormatUint(uint64(id), 10)+"-"+strconv.FormatUint(g.seq.Add(1), 10))
 	d := &doc{id: id, ctx: ctx, cancel: cancel, rootKnown: make(chan struct{}), total: -1,
 		children: map[uint64]*childState{}, orphan: true, dir: dir, wantLen: -1,
-		inHash: sha256.New(), inNoted: map[uint64]bool{},
+		inHash: sha256.New(), inNoted: map[uint64]bool{}, out: outFrontier{hash: sha256.New(), lazy: true},
 		man: assembly.NewManifest(id, 0, nil, uint64(g.now().UnixMicro()))}
+	d.spool.dir = dir
 	if err := g.ready.Add(d.man); err != nil { // cannot happen: g.docs has no entry for id
 		g.log.Error("readiness tracker out of step with the documents", "entity", id, "err", err)
 		g.ready.Remove(docKey(d))
 		_ = g.ready.Add(d.man)
 	}
-	context.AfterFunc(ctx, func() { os.RemoveAll(dir) }) // result sent, failed, cancelled, session gone
+	context.AfterFunc(ctx, func() { // result sent, failed, cancelled, session gone
+		d.spool.close()
+		os.RemoveAll(dir)
+	})
 	g.orphanDocs++
 	g.docs[id] = d
 	return d
@@ -185,7 +196,7 @@ func (g *engine) child(h *wire.EntityHeader, payload io.Reader, abort func(wire.
 		return
 	}
 	e.payload = raw // verified: nothing was committed before this point
-	g.noteInput(d, ci.ChunkIndex, raw)
+	e.inputNoted = g.noteInput(d, ci.ChunkIndex, raw)
 	g.finishChild(e, g.run(e))
 }
 
@@ -206,7 +217,7 @@ func (g *engine) finishChild(e *entity, res result) {
 		if g.send(e, wire.StatusComplete, nil) {
 			g.log.Debug("entity finished", "entity", e.id, "parent", e.doc.id, "status", wire.StatusComplete)
 		}
-		g.childFinished(e, outcomeSucceeded, sp)
+		g.settleChild(e, outcomeSucceeded, sp, res.out.Data)
 	case resultFailed:
 		g.childFinished(e, outcomeFailed, nil)
 	case resultSkipped:
@@ -222,6 +233,13 @@ func (g *engine) finishChild(e *entity, res result) {
 // (a decrease-key in the readiness tracker) and starts the rehydration of
 // every document that became ready.
 func (g *engine) childFinished(e *entity, o childOutcome, out *spooled) {
+	g.settleChild(e, o, out, nil)
+}
+
+// settleChild is childFinished with the bytes of the spooled output out,
+// which the result hash takes from memory when the chunk is at its
+// frontier (resulthash.go). data is not retained.
+func (g *engine) settleChild(e *entity, o childOutcome, out *spooled, data []byte) {
 	g.mu.Lock()
 	d := e.doc
 	cs := d.children[uint64(e.chunk)]
@@ -234,6 +252,7 @@ func (g *engine) childFinished(e *entity, o childOutcome, out *spooled) {
 	g.settleLocked(d, cs.mid, o.status())
 	ready := g.popReadyLocked()
 	g.mu.Unlock()
+	g.advanceOut(d, out, data)
 	for _, r := range ready {
 		g.spawn(func() { g.rehydrate(r) })
 	}

@@ -119,8 +119,11 @@ type entity struct {
 	procName  string
 	proc      Processor
 	redeemed  bool
-	claim     *ClaimRecord // set while DEFERRED
-	docID     string       // PipeDoc doc-id of a standalone root
+	// inputNoted: payload is this chunk's input as noted for the
+	// document's content hash (spool.go noteInput).
+	inputNoted bool
+	claim      *ClaimRecord // set while DEFERRED
+	docID      string       // PipeDoc doc-id of a standalone root
 
 	ctx    context.Context // lifetime: document cancel, session end
 	cancel context.CancelCauseFunc

@@ -9,22 +9,28 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 
 	"github.com/pipestream/gateway/quicpeer/wire"
 )
 
 // Spool of dehydrated documents (docs/profile.md 4.2, 4.3). The peer's
 // memory must stay flat whatever a document's size, so a child's output
-// is written to <data-dir>/work/<session>/<root>-<n>/<chunk-index>.out as
-// soon as the child finishes and only its size and content-type stay in
-// memory. Rehydration of a Concatenator streams the files in chunk-index
-// order into the result stream after one hashing pass over them (the
-// result header carries payload-length and checksum before the payload).
-// A child whose input arrives before all lower chunk indexes were hashed is
-// also written as <chunk-index>.in, so the root's content-sha256 can be
+// is appended to the document's spool file <data-dir>/work/<session>/
+// <root>-<n>/out as soon as the child finishes and only its offset, size
+// and content-type stay in memory. One file per document, created once and
+// written with positioned writes at reserved offsets, is several times
+// cheaper than a file per child (no create, close and unlink per chunk);
+// a region is never rewritten, so a child output that was hashed cannot
+// change under the result (resulthash.go). Rehydration of a Concatenator
+// streams the regions in chunk-index order into the result stream; the
+// result's length and SHA-256 were computed while the children finished.
+// A child whose input arrives before all lower chunk indexes were hashed
+// is also written as <chunk-index>.in, so the root's content-sha256 can be
 // checked in chunk order. A document's directory is removed when the
 // document ends (result sent, failed, cancelled); a session's when the
-// session ends; the whole work/ directory on start.
+// session ends; the whole work/ directory on start. Nothing is fsynced:
+// the spool is scratch that a restart deletes.
 
 // Concatenator is an optional Processor extension: a processor whose N:1
 // merge is the concatenation of the parts' Data in chunk-index order says
@@ -38,10 +44,86 @@ type Concatenator interface {
 
 // spooled is what stays in memory of a finished child's output.
 type spooled struct {
-	size        int64
+	off, size   int64 // region of the document's spool file
 	contentType string
 	layer       uint8
-	partial     any // Output.Partial (processor merge state), if any
+	partial     any  // Output.Partial (processor merge state), if any
+	same        bool // Data is the child's input as noted for the content hash
+}
+
+// errSpoolClosed is returned for a spool write after the document ended.
+var errSpoolClosed = errors.New("document spool closed: the document ended")
+
+// outSpool is the output spool file of one document. Writes reserve a
+// region under mu and write it outside, so children spool in parallel.
+type outSpool struct {
+	mu     sync.Mutex
+	dir    string
+	made   bool // dir exists
+	f      *os.File
+	end    int64
+	closed bool
+}
+
+// ensureDirLocked creates the document's directory once. Caller holds mu.
+func (s *outSpool) ensureDirLocked() error {
+	if s.made {
+		return nil
+	}
+	if err := os.MkdirAll(s.dir, 0o700); err != nil {
+		return err
+	}
+	s.made = true
+	return nil
+}
+
+// append writes b to a fresh region of the spool file and returns its
+// offset. b is not retained.
+func (s *outSpool) append(b []byte) (int64, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return 0, errSpoolClosed
+	}
+	if s.f == nil {
+		err := s.ensureDirLocked()
+		if err == nil {
+			s.f, err = os.OpenFile(filepath.Join(s.dir, "out"), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+		}
+		if err != nil {
+			s.mu.Unlock()
+			return 0, err
+		}
+	}
+	off, f := s.end, s.f
+	s.end += int64(len(b))
+	s.mu.Unlock()
+	if _, err := f.WriteAt(b, off); err != nil {
+		return 0, err
+	}
+	return off, nil
+}
+
+// section returns a reader of the region of sp, or an error once the
+// document ended.
+func (s *outSpool) section(sp *spooled) (*io.SectionReader, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.f == nil {
+		return nil, errSpoolClosed
+	}
+	return io.NewSectionReader(s.f, sp.off, sp.size), nil
+}
+
+// close ends the spool: later writes and reads fail (reads in flight
+// finish first: os.File defers the close).
+func (s *outSpool) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	if s.f != nil {
+		s.f.Close()
+	}
 }
 
 // prepareWorkDir empties and recreates <data-dir>/work (stale spools of a
@@ -57,18 +139,20 @@ func prepareWorkDir(dataDir string) (string, error) {
 	return dir, nil
 }
 
-func (d *doc) outPath(i uint64) string { return filepath.Join(d.dir, strconv.FormatUint(i, 10)+".out") }
-func (d *doc) inPath(i uint64) string  { return filepath.Join(d.dir, strconv.FormatUint(i, 10)+".in") }
+func (d *doc) inPath(i uint64) string { return filepath.Join(d.dir, strconv.FormatUint(i, 10)+".in") }
 
-// writeSpool writes b to path, creating the document's directory.
+// writeSpool writes b to path in the document's directory.
 func (d *doc) writeSpool(path string, b []byte) error {
 	if err := d.ctx.Err(); err != nil {
 		return context.Cause(d.ctx)
 	}
-	if err := os.MkdirAll(d.dir, 0o700); err != nil {
-		return fmt.Errorf("spool: %w", err)
+	d.spool.mu.Lock()
+	err := d.spool.ensureDirLocked()
+	d.spool.mu.Unlock()
+	if err == nil {
+		err = os.WriteFile(path, b, 0o600)
 	}
-	if err := os.WriteFile(path, b, 0o600); err != nil {
+	if err != nil {
 		return fmt.Errorf("spool: %w", err)
 	}
 	return nil
@@ -77,28 +161,39 @@ func (d *doc) writeSpool(path string, b []byte) error {
 // spoolOutput writes the output of child e to its document's spool and
 // returns what rehydration keeps in memory. out.Data is not retained.
 func (g *engine) spoolOutput(e *entity, out *Output) (*spooled, error) {
-	if err := e.doc.writeSpool(e.doc.outPath(uint64(e.chunk)), out.Data); err != nil {
-		return nil, err
+	if err := e.doc.ctx.Err(); err != nil {
+		return nil, context.Cause(e.doc.ctx)
 	}
-	return &spooled{size: int64(len(out.Data)), contentType: out.ContentType, layer: out.Layer, partial: out.Partial}, nil
+	off, err := e.doc.spool.append(out.Data)
+	if err != nil {
+		return nil, fmt.Errorf("spool: %w", err)
+	}
+	return &spooled{off: off, size: int64(len(out.Data)), contentType: out.ContentType, layer: out.Layer, partial: out.Partial,
+		same: e.inputNoted && aliases(out.Data, e.payload)}, nil
+}
+
+// aliases reports whether a and b are the same bytes in memory.
+func aliases(a, b []byte) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 // noteInput feeds the verified input of chunk idx into the document's
 // content hash, in chunk-index order: an input ahead of the frontier is
 // spooled as <idx>.in and hashed (then removed) once the frontier reaches
-// it. Each input is noted once, on its first verified arrival.
-func (g *engine) noteInput(d *doc, idx uint64, raw []byte) {
+// it. Each input is noted once, on its first verified arrival; it reports
+// whether raw is the input noted for idx.
+func (g *engine) noteInput(d *doc, idx uint64, raw []byte) bool {
 	d.hmu.Lock()
 	defer d.hmu.Unlock()
 	if d.inNoted[idx] {
-		return
+		return false
 	}
 	d.inNoted[idx] = true
 	if idx != d.inNext {
 		if err := d.writeSpool(d.inPath(idx), raw); err != nil {
 			d.inBroken = err // the content hash can no longer be computed
 		}
-		return
+		return true
 	}
 	d.inHash.Write(raw)
 	d.inLen += uint64(len(raw))
@@ -109,7 +204,7 @@ func (g *engine) noteInput(d *doc, idx uint64, raw []byte) {
 		f, err := os.Open(p)
 		if err != nil {
 			d.inBroken = err
-			return
+			return true
 		}
 		if buf == nil {
 			buf = make([]byte, spoolBufferBytes)
@@ -119,11 +214,12 @@ func (g *engine) noteInput(d *doc, idx uint64, raw []byte) {
 		os.Remove(p)
 		if err != nil {
 			d.inBroken = err
-			return
+			return true
 		}
 		d.inLen += uint64(n)
 		d.inNext++
 	}
+	return true
 }
 
 // verifyContent checks the root's pipestream.content-length and
@@ -160,75 +256,85 @@ type part struct {
 }
 
 // sendConcat sends the result of d by streaming the spooled outputs of
-// parts in chunk-index order (profile 4.3): one pass hashes them (the
-// header needs payload-length and checksum), the second streams them.
+// parts in chunk-index order (profile 4.3). The header's payload-length
+// and checksum come from the result hash kept while the children finished
+// (resulthash.go); only when it is not available (a spool read failed)
+// does a first pass over the spool hash them.
 func (g *engine) sendConcat(ctx context.Context, d *doc, c Concatenator, parts []part, counts [2]int) (int64, error) {
-	buf := make([]byte, spoolBufferBytes)
-	sum := sha256.New()
-	var n int64
-	for _, p := range parts {
-		f, err := os.Open(d.outPath(p.idx))
-		if err != nil {
-			return 0, fmt.Errorf("spooled output of chunk %d: %w", p.idx, err)
+	n, sum, ok := g.resultSum(d, parts)
+	if !ok {
+		var err error
+		if n, sum, err = g.hashParts(d, parts); err != nil {
+			return 0, err
 		}
-		m, err := io.CopyBuffer(sum, f, buf)
-		f.Close()
-		if err != nil {
-			return 0, fmt.Errorf("spooled output of chunk %d: %w", p.idx, err)
-		}
-		if m != p.sp.size {
-			return 0, fmt.Errorf("spooled output of chunk %d is %d octets, %d were written", p.idx, m, p.sp.size)
-		}
-		n += m
 	}
 	first := &Output{}
 	if len(parts) > 0 {
 		first = &Output{ContentType: parts[0].sp.contentType, Layer: parts[0].sp.layer}
 	}
 	ct, layer := c.ConcatType(first)
-	h := resultHeader(d.id, ct, layer, uint64(n), sum.Sum(nil), &counts)
-	r := &spoolReader{d: d, parts: parts, buf: buf}
-	defer r.close()
-	return n, g.c.SendEntity(ctx, h, r)
+	h := resultHeader(d.id, ct, layer, uint64(n), sum, &counts)
+	return n, g.c.SendEntity(ctx, h, &spoolReader{d: d, parts: parts})
 }
 
-// spoolReader reads the spooled outputs of parts one file after another.
+// hashParts reads the spooled outputs of parts once and returns their
+// total length and SHA-256.
+func (g *engine) hashParts(d *doc, parts []part) (int64, []byte, error) {
+	buf := make([]byte, spoolBufferBytes)
+	sum := sha256.New()
+	var n int64
+	for _, p := range parts {
+		m, err := d.copySpooled(sum, p.sp, buf)
+		if err != nil {
+			return 0, nil, fmt.Errorf("spooled output of chunk %d: %w", p.idx, err)
+		}
+		n += m
+	}
+	return n, sum.Sum(nil), nil
+}
+
+// copySpooled copies the spooled output sp to w through buf and checks
+// that it is as long as was written.
+func (d *doc) copySpooled(w io.Writer, sp *spooled, buf []byte) (int64, error) {
+	r, err := d.spool.section(sp)
+	if err != nil {
+		return 0, err
+	}
+	m, err := io.CopyBuffer(w, r, buf)
+	if err == nil && m != sp.size {
+		err = fmt.Errorf("%d octets read, %d were written", m, sp.size)
+	}
+	return m, err
+}
+
+// spoolReader reads the spooled outputs of parts one region after another.
 type spoolReader struct {
 	d     *doc
 	parts []part
-	f     *os.File
-	buf   []byte
+	r     *io.SectionReader
 }
 
 func (r *spoolReader) Read(b []byte) (int, error) {
 	for {
-		if r.f == nil {
+		if r.r == nil {
 			if len(r.parts) == 0 {
 				return 0, io.EOF
 			}
-			f, err := os.Open(r.d.outPath(r.parts[0].idx))
+			sec, err := r.d.spool.section(r.parts[0].sp)
 			if err != nil {
 				return 0, err
 			}
-			r.f, r.parts = f, r.parts[1:]
+			r.r, r.parts = sec, r.parts[1:]
 		}
-		n, err := r.f.Read(b)
+		n, err := r.r.Read(b)
 		if errors.Is(err, io.EOF) {
-			r.f.Close()
-			r.f = nil
+			r.r = nil
 			if n == 0 {
 				continue
 			}
 			err = nil
 		}
 		return n, err
-	}
-}
-
-func (r *spoolReader) close() {
-	if r.f != nil {
-		r.f.Close()
-		r.f = nil
 	}
 }
 
@@ -239,7 +345,12 @@ func (r *spoolReader) close() {
 func (g *engine) loadParts(d *doc, parts []part) ([]*Output, error) {
 	outs := make([]*Output, len(parts))
 	for i, p := range parts {
-		b, err := os.ReadFile(d.outPath(p.idx))
+		r, err := d.spool.section(p.sp)
+		var b []byte
+		if err == nil {
+			b = make([]byte, p.sp.size) // octets this peer wrote itself
+			_, err = io.ReadFull(r, b)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("spooled output of chunk %d: %w", p.idx, err)
 		}

@@ -1,0 +1,226 @@
+package peer
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sync/semaphore"
+
+	"github.com/pipestream/gateway/quicpeer/wire"
+)
+
+// resultConn is the engine's conn for result-hash tests: it records each
+// result stream and, at the moment it is sent, whether the document's
+// output frontier had covered every chunk (the result hash was kept while
+// the children finished, not computed by a pass over the spool).
+type resultConn struct {
+	statusSink
+	mu      sync.Mutex
+	results map[uint32]sentResult
+	doc     func(id uint32) *doc
+}
+
+type sentResult struct {
+	h        *wire.EntityHeader
+	data     []byte
+	frontier bool // output frontier complete and intact when sent
+}
+
+func (c *resultConn) SendEntity(_ context.Context, h *wire.EntityHeader, r io.Reader) error {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	res := sentResult{h: h, data: data}
+	if d := c.doc(h.EntityID); d != nil {
+		d.omu.Lock()
+		res.frontier = d.out.broken == nil && d.out.next == uint64(d.total)
+		d.omu.Unlock()
+	}
+	c.mu.Lock()
+	c.results[h.EntityID] = res
+	c.mu.Unlock()
+	return nil
+}
+
+// mixed is a Concatenator whose odd chunks are transformed (a copy) and
+// even chunks passed through (aliasing the input).
+type mixed struct{}
+
+func (mixed) Process(_ context.Context, in *Input) (*Output, error) {
+	if in.ChunkIndex%2 == 0 {
+		return &Output{Data: in.Payload}, nil
+	}
+	return &Output{Data: bytes.ToUpper(in.Payload)}, nil
+}
+func (mixed) Rehydrate(context.Context, []*Output) (*Output, error) { panic("streamed") }
+func (mixed) ConcatType(*Output) (string, uint8)                    { return "text/plain", 0 }
+
+type hashRig struct {
+	g    *engine
+	conn *resultConn
+	docs map[uint32]*doc
+	mu   sync.Mutex
+}
+
+func newHashRig(t *testing.T) *hashRig {
+	procs := DefaultProcessors()
+	procs["mixed"] = mixed{}
+	co := &core{procs: procs, yields: newYieldBook(nil), work: t.TempDir(), log: quiet, now: time.Now, pool: make(chan struct{}, 2),
+		budget: semaphore.NewWeighted(1 << 20),
+		lim:    resolvedLimits{maxEntityBytes: 1 << 20, maxChunkBytes: 1 << 20, payloadBudget: 1 << 20, orphanDocs: 8, orphanChildren: 64, childrenPerMB: 1000, claimExpiry: time.Minute}}
+	r := &hashRig{docs: map[uint32]*doc{}}
+	r.conn = &resultConn{results: map[uint32]sentResult{}, doc: func(id uint32) *doc {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.docs[id]
+	}}
+	r.g = newEngine(context.Background(), co, r.conn, negotiation{format: wire.FormatCBOR, maxPerScope: 1000, layer2: true}, quiet)
+	t.Cleanup(func() { r.g.close(errSessionGone) })
+	return r
+}
+
+// child sends chunk idx of root as entity id through the engine.
+func (r *hashRig) child(root, id uint32, idx, total int, data string, md map[string]string) {
+	p := root
+	sum := sha256.Sum256([]byte(data))
+	h := &wire.EntityHeader{EntityID: id, ParentID: &p, PayloadLength: uint64(len(data)), Checksum: sum[:], Metadata: md,
+		ChunkInfo: &wire.ChunkInfo{TotalChunks: uint64(total), ChunkIndex: uint64(idx)}}
+	r.g.handleEntity(h, bytes.NewReader([]byte(data)), func(wire.ErrorCode) {})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.docs[root] == nil {
+		r.g.mu.Lock()
+		r.docs[root] = r.g.docs[root]
+		r.g.mu.Unlock()
+	}
+}
+
+// root sends STATUS(DEHYDRATING) and the root envelope; content is the
+// concatenation of the children's inputs.
+func (r *hashRig) root(t *testing.T, root uint32, total int, content string, md map[string]string, pol *wire.CompletionPolicy) {
+	env, err := wire.CodecFor(wire.FormatCBOR).MarshalPipeDoc(&wire.PipeDoc{DocID: "d", EntityID: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rmd := map[string]string{MetaTotalChunks: strconv.Itoa(total), MetaContentLength: strconv.Itoa(len(content)),
+		MetaContentSHA256: hex.EncodeToString(sha256Of(content))}
+	for k, v := range md {
+		rmd[k] = v
+	}
+	r.g.handleStatus(wire.StatusFrame{Status: wire.StatusDehydrating, EntityID: root})
+	sum := sha256.Sum256(env)
+	h := &wire.EntityHeader{EntityID: root, Metadata: rmd, PayloadLength: uint64(len(env)), Checksum: sum[:], CompletionPolicy: pol}
+	r.g.handleEntity(h, bytes.NewReader(env), func(wire.ErrorCode) {})
+}
+
+func sha256Of(s string) []byte { b := sha256.Sum256([]byte(s)); return b[:] }
+
+// result waits for the result of root and checks its header against the
+// bytes sent.
+func (r *hashRig) result(t *testing.T, root uint32) sentResult {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r.conn.mu.Lock()
+		res, ok := r.conn.results[root]
+		r.conn.mu.Unlock()
+		if ok {
+			if res.h.PayloadLength != uint64(len(res.data)) || !bytes.Equal(res.h.Checksum, sha256Of(string(res.data))) {
+				t.Fatalf("result header says %d octets %x, the stream carried %d octets %x", res.h.PayloadLength, res.h.Checksum, len(res.data), sha256Of(string(res.data)))
+			}
+			return res
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no result for %d", root)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// The result's payload-length and SHA-256 are kept while the children
+// finish, in chunk order, whatever order they finish in, through
+// passthrough streaks, transformed chunks and chunks a LENIENT policy
+// leaves out (profile 4.3).
+func TestResultHashKeptInChunkOrder(t *testing.T) {
+	chunks := []string{"alpha ", "bravo ", "charlie ", "delta ", "echo"}
+	lenient := wire.ModeLenient
+	for _, tc := range []struct {
+		name  string
+		order []int
+		md    map[string]string
+		pol   *wire.CompletionPolicy
+		want  string
+	}{
+		{"passthrough in order", []int{0, 1, 2, 3, 4}, nil, nil, "alpha bravo charlie delta echo"},
+		{"passthrough reversed", []int{4, 3, 2, 1, 0}, nil, nil, "alpha bravo charlie delta echo"},
+		{"transformed odd chunks", []int{0, 1, 3, 2, 4}, map[string]string{MetaProcessor: "mixed"}, nil, "alpha BRAVO charlie DELTA echo"},
+		{"lenient skips a failed chunk", []int{0, 1, 2, 4, 3}, map[string]string{MetaProcessor: "fault", MetaFault: "fail", MetaFaultChunks: "2"},
+			&wire.CompletionPolicy{Mode: &lenient}, "alpha bravo delta echo"},
+		{"lenient skips the first chunk", []int{1, 2, 0, 3, 4}, map[string]string{MetaProcessor: "fault", MetaFault: "fail", MetaFaultChunks: "0"},
+			&wire.CompletionPolicy{Mode: &lenient}, "bravo charlie delta echo"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newHashRig(t)
+			const root = 100
+			if tc.pol != nil { // the policy governs children that finish before the root arrives
+				r.mu.Lock()
+				r.g.mu.Lock()
+				d := r.g.docFor(root)
+				r.g.mu.Unlock()
+				r.docs[root] = d
+				r.mu.Unlock()
+				r.root(t, root, len(chunks), concat(chunks), tc.md, tc.pol)
+			}
+			for _, i := range tc.order {
+				r.child(root, uint32(101+i), i, len(chunks), chunks[i], tc.md)
+			}
+			if tc.pol == nil {
+				r.root(t, root, len(chunks), concat(chunks), tc.md, tc.pol)
+			}
+			res := r.result(t, root)
+			if string(res.data) != tc.want {
+				t.Fatalf("result %q, want %q", res.data, tc.want)
+			}
+			if !res.frontier {
+				t.Fatal("the result hash was not kept while the children finished: rehydration hashed the spool")
+			}
+		})
+	}
+}
+
+// A child output spooled again after its chunk was resolved (a late or
+// repeated processing) changes neither the result nor its checksum: spool
+// regions are never rewritten and the first resolution is final.
+func TestReprocessedChildCannotCorruptResult(t *testing.T) {
+	r := newHashRig(t)
+	const root = 200
+	chunks := []string{"one ", "two ", "three"}
+	for i := range chunks {
+		r.child(root, uint32(201+i), i, len(chunks), chunks[i], nil)
+	}
+	r.g.mu.Lock()
+	e := r.g.docs[root].children[1].e
+	r.g.mu.Unlock()
+	r.g.finishChild(e, result{kind: resultSucceeded, out: &Output{Data: []byte("EVIL EVIL EVIL")}})
+	r.root(t, root, len(chunks), concat(chunks), nil, nil)
+	res := r.result(t, root)
+	if string(res.data) != "one two three" || !res.frontier {
+		t.Fatalf("result %q (frontier %v), want %q", res.data, res.frontier, "one two three")
+	}
+}
+
+func concat(s []string) string {
+	var b bytes.Buffer
+	for _, x := range s {
+		b.WriteString(x)
+	}
+	return b.String()
+}
