@@ -30,6 +30,8 @@ type Bridge struct {
 	kickCh    chan struct{} // dispatcher wake-up
 	flushCh   chan struct{} // flusher wake-up (never closed)
 	flushStop chan struct{} // closed to stop the flusher
+	holdTimer *time.Timer   // wakes the flusher for held documents (guarded by mu)
+	holdAt    time.Time
 	flushWG   sync.WaitGroup
 
 	mu       sync.Mutex
@@ -200,6 +202,9 @@ func (b *Bridge) Close(ctx context.Context) error {
 		if d.finishTimer != nil {
 			d.finishTimer.Stop()
 		}
+	}
+	if b.holdTimer != nil {
+		b.holdTimer.Stop() // the last flush below commits held documents
 	}
 	b.mu.Unlock()
 	return b.shutdownStore()

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"time"
 
 	"github.com/pipestream/gateway/bridge/internal/split"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
@@ -54,9 +55,10 @@ func (b *Bridge) newAttemptLocked(d *docRun, ss *sessState) *attemptJob {
 	d.digests, d.scopeUses = map[scopeKey]*gatewayv1.ScopeDigest{}, map[uint32]uint32{}
 	d.rootID, d.sendDone, d.rootComplete, d.rootFailures = 0, false, false, 0
 	d.resultReady, d.resultErr = false, ""
+	d.dropResultStreamLocked()
 	ctx, cancel := context.WithCancel(b.ctx)
 	d.stopSend = cancel
-	d.dirty = true
+	d.markDirty(time.Now())
 	return &attemptJob{d: d, ss: ss, attempt: d.attempt, ctx: ctx}
 }
 

@@ -62,6 +62,7 @@ type docRun struct {
 	committing   bool // the Create batch is on its way: later events follow it
 	persistedRev uint64
 	dirty        bool
+	dirtySince   time.Time // when dirty was set (flush hold, persist.go)
 	pending      []*gatewayv1.Event
 	dirtyEnts    map[dirtyEnt]*gatewayv1.Entity // pointer: survives an attempt reset
 	dirtyDigests map[dirtyDigest]*gatewayv1.ScopeDigest
@@ -110,6 +111,9 @@ type docRun struct {
 	// flush stores it (store.PayloadResult) with, or before, the terminal
 	// state (content.go).
 	resultInline []byte
+	// rstream assembles the current attempt's streamed result (profile
+	// 4.3.1); nil when none is arriving.
+	rstream *resultStream
 }
 
 // claimRun is a claim of a runtime document.
@@ -154,12 +158,21 @@ func (d *docRun) addEvent(ev *gatewayv1.Event) {
 	now := time.Now()
 	doc.Rev++
 	doc.UpdateTime = timestamppb.New(now)
-	d.dirty = true
+	d.markDirty(now)
 	ev.Time = timestamppb.New(now)
 	ev.DocumentId = d.id
 	ev.Rev = doc.Rev
 	ev.Since = doc.Rev - 1
 	d.pending = append(d.pending, ev)
+}
+
+// markDirty notes that d has changes to commit; dirtySince is when the
+// oldest of them was made (flush holds progress for at most flushHold).
+func (d *docRun) markDirty(now time.Time) {
+	if !d.dirty {
+		d.dirty = true
+		d.dirtySince = now
+	}
 }
 
 // setState moves the document to s (with an error message for FAILED).

@@ -55,6 +55,17 @@ const (
 	// flushInterval is the most a state change waits before its commit when
 	// changes keep arriving; commits are batched (group commit) meanwhile.
 	flushInterval = 2 * time.Millisecond
+	// maxResultPartsAhead bounds how far a streamed result's part may
+	// arrive ahead of the next one to append (profile 4.3.1): the peer sends
+	// parts one after another, so only QUIC's per-stream scheduling reorders
+	// them; each waiting part holds one stream unread.
+	maxResultPartsAhead = 64
+	// flushHold: a document's progress (RUNNING, entity statuses) waits up
+	// to this long for its next change before it is committed on its own;
+	// a small document's progress then commits with its terminal state, one
+	// document row write instead of three (docs/performance.md). Terminal
+	// states, results, claims and digests never wait.
+	flushHold = 25 * time.Millisecond
 	// claimSweepInterval is how often ISSUED claims past expiry are marked
 	// EXPIRED.
 	claimSweepInterval = 5 * time.Second

@@ -22,10 +22,10 @@ func (b *Bridge) flushLoop() {
 	for {
 		select {
 		case <-b.flushCh:
-			b.flush()
+			b.flush(false)
 			time.Sleep(flushInterval) // let a burst of statuses coalesce
 		case <-b.flushStop:
-			b.flush()
+			b.flush(true)
 			return
 		}
 	}
@@ -43,14 +43,26 @@ type docFlush struct {
 	final   bool
 }
 
-// flush commits every dirty committed document in one batch.
-func (b *Bridge) flush() {
+// flush commits every dirty committed document in one batch. Unless all
+// is set, a document whose only changes are progress (see holdable) stays
+// out for up to flushHold, so that its progress rides with its next change.
+func (b *Bridge) flush(all bool) {
 	b.mu.Lock()
 	batch := &store.Batch{}
 	var took []docFlush
+	now := time.Now()
+	var wake time.Duration
 	for _, d := range b.docs {
 		if !d.committed || !d.dirty {
 			continue
+		}
+		if !all && d.holdable() {
+			if left := flushHold - now.Sub(d.dirtySince); left > 0 {
+				if wake == 0 || left < wake {
+					wake = left
+				}
+				continue
+			}
 		}
 		rec := d.snapshot()
 		batch.Updates = append(batch.Updates, store.DocumentUpdate{Record: rec, PrevRev: d.persistedRev})
@@ -87,6 +99,9 @@ func (b *Bridge) flush() {
 		d.dirty = false
 		d.dirtyEnts, d.dirtyDigests, d.dirtyClaims = map[dirtyEnt]*gatewayv1.Entity{}, map[dirtyDigest]*gatewayv1.ScopeDigest{}, map[string]bool{}
 	}
+	if wake > 0 {
+		b.armHoldLocked(wake)
+	}
 	b.mu.Unlock()
 	if len(took) == 0 {
 		return
@@ -102,7 +117,7 @@ func (b *Bridge) flush() {
 			d := t.d
 			d.persistedRev = t.prevRev
 			d.pending = append(t.events, d.pending...)
-			d.dirty = true
+			d.markDirty(time.Now())
 			for k, e := range t.ents {
 				if _, ok := d.dirtyEnts[k]; !ok {
 					d.dirtyEnts[k] = e
@@ -139,6 +154,29 @@ func (b *Bridge) flush() {
 			}
 		}
 	}
+}
+
+// holdable reports whether d's uncommitted changes are only progress that
+// may wait for its next change (flushHold): its running state and its
+// entities' statuses. A terminal state, a result, a claim or a scope digest
+// is never held: each is what a client, a redemption or a restart needs
+// durable now. Caller holds mu.
+func (d *docRun) holdable() bool {
+	return !d.terminal() && len(d.dirtyClaims) == 0 && len(d.dirtyDigests) == 0 && d.resultInline == nil
+}
+
+// armHoldLocked makes sure a flush runs within after, for held documents.
+// Caller holds mu.
+func (b *Bridge) armHoldLocked(after time.Duration) {
+	at := time.Now().Add(after)
+	if b.holdTimer != nil && !b.holdAt.After(at) && b.holdAt.After(time.Now()) {
+		return // an earlier or equal wake-up is armed
+	}
+	if b.holdTimer != nil {
+		b.holdTimer.Stop()
+	}
+	b.holdAt = at
+	b.holdTimer = time.AfterFunc(after, b.kickFlush)
 }
 
 // commit appends a batch through the event log (commit, then publish).
