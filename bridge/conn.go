@@ -73,6 +73,7 @@ func bindEntLocked(ss *sessState, sk entKey, ref *entRef) {
 // finished attempt (and be ignored), not be guessed onto another document.
 // Callers hold Bridge.mu.
 func releaseSessLocked(d *docRun) {
+	d.dropResultStreamLocked()
 	for _, e := range d.sessEnts {
 		if r := e.ss.ents[e.k]; r != nil && r.doc == d {
 			delete(e.ss.ents, e.k)

@@ -492,9 +492,18 @@ func (b *Bridge) onResult(ss *sessState, e *quicpeer.IncomingEntity) {
 		d, attempt = ref.doc, ref.attempt
 	}
 	b.mu.Unlock()
-	if d == nil || h.Metadata[metaRole] != "result" {
+	role := h.Metadata[metaRole]
+	if d == nil || (role != roleResult && role != roleResultPart) {
 		b.log.Debug("bridge: discarding an entity stream that is no result of a running document", "entity", h.EntityID)
 		_, _ = io.Copy(io.Discard, e.Payload)
+		return
+	}
+	if role == roleResultPart {
+		b.onResultPart(d, attempt, e)
+		return
+	}
+	if _, streamed := h.Metadata[metaResultParts]; streamed {
+		b.onResultSummary(d, attempt, e)
 		return
 	}
 	inline, path, n, err := b.readResult(d.id, e.Payload, h.PayloadLength)

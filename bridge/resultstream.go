@@ -1,0 +1,307 @@
+package bridge
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"strconv"
+	"sync"
+
+	"github.com/pipestream/gateway/bridge/store"
+	"github.com/pipestream/gateway/quicpeer"
+	"github.com/pipestream/gateway/quicpeer/wire"
+)
+
+// Streamed results (docs/profile.md 4.3.1): the peer sends the result of a
+// dehydrated document in parts while its children complete, each part an
+// entity stream of the root with role "result-part" and chunk-info
+// {chunk-index: part number, chunk-offset: result offset}, then a summary
+// stream with role "result", an empty payload and the whole result's part
+// count, length and SHA-256 in metadata (the draft's "final summary
+// entity", Section 10.2). The bridge appends the parts in part order to one
+// result file while hashing them, so the result is on disk when the last
+// child completes instead of crossing QUIC after it.
+
+// Profile metadata keys of streamed results.
+const (
+	roleResult       = "result"
+	roleResultPart   = "result-part"
+	metaResultParts  = "pipestream.result-parts"
+	metaResultLength = "pipestream.result-length"
+	metaResultSHA    = "pipestream.result-sha256"
+)
+
+// resultStream assembles one attempt's streamed result. The docRun holds it
+// under Bridge.mu; its own fields are guarded by mu.
+type resultStream struct {
+	docID   string
+	attempt uint32
+
+	mu     sync.Mutex
+	cond   *sync.Cond
+	next   uint64 // number of the next part to append
+	off    int64  // octets appended so far
+	busy   bool   // the part numbered next is being copied (without mu)
+	pf     *store.PayloadFile
+	sum    hash.Hash
+	err    error // the assembly failed: later parts and the summary fail
+	closed bool  // the attempt is over; the file is (being) removed
+	synced bool  // the summary committed the file
+}
+
+func newResultStream(docID string, attempt uint32) *resultStream {
+	rs := &resultStream{docID: docID, attempt: attempt, sum: sha256.New()}
+	rs.cond = sync.NewCond(&rs.mu)
+	return rs
+}
+
+// errResultStreamClosed: the attempt the stream belonged to is over.
+var errResultStreamClosed = errors.New("the result stream's attempt is over")
+
+// waitTurnLocked waits until part k may be appended (k == next and no copy
+// in flight) and returns nil, or returns why it never will.
+func (rs *resultStream) waitTurnLocked(k uint64) error {
+	if k > rs.next+maxResultPartsAhead {
+		return fmt.Errorf("result part %d arrived while part %d is still missing (more than %d ahead)", k, rs.next, maxResultPartsAhead)
+	}
+	for rs.err == nil && !rs.closed && (rs.next != k || rs.busy) {
+		if k < rs.next {
+			return fmt.Errorf("result part %d arrived twice", k)
+		}
+		rs.cond.Wait()
+	}
+	if rs.closed {
+		return errResultStreamClosed
+	}
+	return rs.err
+}
+
+// failLocked records the first failure and wakes every waiter.
+func (rs *resultStream) failLocked(err error) {
+	if rs.err == nil {
+		rs.err = err
+	}
+	rs.cond.Broadcast()
+}
+
+// appendPart copies part k (offset off, payload r) to the result file once
+// every earlier part is in. r's checksum and length are verified by the
+// session's payload reader; a verification failure fails the assembly.
+func (rs *resultStream) appendPart(st *store.Store, k uint64, off uint64, r io.Reader) (int64, error) {
+	rs.mu.Lock()
+	if err := rs.waitTurnLocked(k); err != nil {
+		rs.failLocked(err)
+		rs.mu.Unlock()
+		return 0, err
+	}
+	if off != uint64(rs.off) {
+		err := fmt.Errorf("result part %d starts at offset %d, the parts before it end at %d", k, off, rs.off)
+		rs.failLocked(err)
+		rs.mu.Unlock()
+		return 0, err
+	}
+	if rs.pf == nil {
+		pf, err := st.CreateResult(rs.docID)
+		if err != nil {
+			rs.failLocked(err)
+			rs.mu.Unlock()
+			return 0, err
+		}
+		rs.pf = pf
+	}
+	rs.busy = true
+	pf, sum := rs.pf, rs.sum
+	rs.mu.Unlock()
+
+	n, err := io.Copy(io.MultiWriter(pf, sum), r)
+
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.busy = false
+	if rs.closed {
+		rs.abortFileLocked()
+		return n, errResultStreamClosed
+	}
+	if err != nil {
+		rs.failLocked(fmt.Errorf("result part %d: %w", k, err))
+		return n, err
+	}
+	rs.next++
+	rs.off += n
+	rs.cond.Broadcast()
+	return n, nil
+}
+
+// finish checks the summary against the appended parts once all of them
+// are in, and makes the result file durable. It returns the file's path,
+// or "" for an empty result (no parts).
+func (rs *resultStream) finish(parts uint64, length uint64, want []byte) (string, error) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if err := rs.waitTurnLocked(parts); err != nil {
+		rs.failLocked(err)
+		return "", err
+	}
+	var err error
+	switch got := rs.sum.Sum(nil); {
+	case uint64(rs.off) != length:
+		err = wire.Errorf(wire.CodeIntegrityError, "the %d result parts hold %d octets, the summary says %d", parts, rs.off, length)
+	case string(got) != string(want):
+		err = wire.Errorf(wire.CodeIntegrityError, "the SHA-256 of the result parts is %x, the summary says %x", got, want)
+	}
+	if err != nil {
+		rs.failLocked(err)
+		return "", err
+	}
+	rs.err = errors.New("a result part arrived after the summary") // nothing may follow
+	if rs.pf == nil {
+		return "", nil
+	}
+	// fsync without mu: close (under Bridge.mu) must not wait for the disk.
+	rs.busy = true
+	pf := rs.pf
+	rs.mu.Unlock()
+	err = pf.Sync()
+	rs.mu.Lock()
+	rs.busy = false
+	if err != nil {
+		return "", err
+	}
+	rs.synced = true
+	return pf.Path(), nil
+}
+
+// close ends the assembly of an attempt that is over: waiters give up and
+// the unfinished file is removed (a committed one stays: it is the
+// document's result).
+func (rs *resultStream) close() {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.closed = true
+	if !rs.busy {
+		rs.abortFileLocked()
+	}
+	rs.cond.Broadcast()
+}
+
+func (rs *resultStream) abortFileLocked() {
+	if rs.pf != nil && !rs.synced {
+		_ = rs.pf.Abort()
+	}
+}
+
+// resultStreamLocked returns d's assembly for attempt, creating it.
+func (d *docRun) resultStreamLocked(attempt uint32) *resultStream {
+	if d.rstream == nil || d.rstream.attempt != attempt {
+		if d.rstream != nil {
+			d.rstream.close()
+		}
+		d.rstream = newResultStream(d.id, attempt)
+	}
+	return d.rstream
+}
+
+// dropResultStreamLocked ends d's assembly, if any (attempt over, or
+// document finished).
+func (d *docRun) dropResultStreamLocked() {
+	if d.rstream != nil {
+		d.rstream.close()
+		d.rstream = nil
+	}
+}
+
+// onResultPart appends one part of d's streamed result.
+func (b *Bridge) onResultPart(d *docRun, attempt uint32, e *quicpeer.IncomingEntity) {
+	h := e.Header
+	b.mu.Lock()
+	if d.terminal() || d.attempt != attempt {
+		b.mu.Unlock()
+		_, _ = io.Copy(io.Discard, e.Payload)
+		return
+	}
+	rs := d.resultStreamLocked(attempt)
+	b.mu.Unlock()
+	var n int64
+	err := errors.New("a result part without chunk-info (part number and offset)")
+	if h.ChunkInfo != nil {
+		n, err = rs.appendPart(b.st, h.ChunkInfo.ChunkIndex, h.ChunkInfo.ChunkOffset, e.Payload)
+	}
+	b.m.bytesOut.Add(float64(n))
+	if err != nil {
+		_, _ = io.Copy(io.Discard, e.Payload)
+		b.resultFailed(d, attempt, err)
+	}
+}
+
+// onResultSummary completes d's streamed result from its summary entity.
+func (b *Bridge) onResultSummary(d *docRun, attempt uint32, e *quicpeer.IncomingEntity) {
+	h := e.Header
+	_, _ = io.Copy(io.Discard, e.Payload)
+	parts, err1 := strconv.ParseUint(h.Metadata[metaResultParts], 10, 64)
+	length, err2 := strconv.ParseUint(h.Metadata[metaResultLength], 10, 64)
+	want, err3 := hex.DecodeString(h.Metadata[metaResultSHA])
+	b.mu.Lock()
+	if d.terminal() || d.attempt != attempt {
+		b.mu.Unlock()
+		return
+	}
+	rs := d.resultStreamLocked(attempt)
+	b.mu.Unlock()
+	var path string
+	var err error
+	switch {
+	case h.PayloadLength != 0:
+		err = fmt.Errorf("the result summary carries %d payload octets, it must carry none", h.PayloadLength)
+	case err1 != nil || err2 != nil || err3 != nil || len(want) != sha256.Size:
+		err = fmt.Errorf("the result summary's %s, %s or %s is malformed", metaResultParts, metaResultLength, metaResultSHA)
+	default:
+		path, err = rs.finish(parts, length, want)
+	}
+	if err != nil {
+		rs.mu.Lock()
+		rs.failLocked(err)
+		rs.mu.Unlock()
+		b.resultFailed(d, attempt, err)
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if d.terminal() || d.attempt != attempt {
+		return
+	}
+	if d.rstream == rs {
+		d.rstream = nil
+	}
+	d.resultReady = true
+	d.rec.ResultPath = path
+	if path == "" {
+		d.resultInline = []byte{} // an empty result is committed inline
+	}
+	d.rec.ResultContentType = h.ContentType
+	d.rec.Doc.ResultSizeBytes = length
+	b.maybeFinishLocked(d)
+	b.kickFlush()
+}
+
+// resultFailed records that attempt's result failed (verification or
+// storage) and finishes d if its root already completed.
+func (b *Bridge) resultFailed(d *docRun, attempt uint32, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if d.terminal() || d.attempt != attempt || d.resultErr != "" || errors.Is(err, errResultStreamClosed) {
+		return
+	}
+	var we *wire.Error
+	if errors.As(err, &we) {
+		d.resultErr = fmt.Sprintf("the result stream failed verification (%v); resubmit the document", err)
+	} else {
+		d.resultErr = fmt.Sprintf("the streamed result failed: %v", err)
+	}
+	b.log.Error("bridge: result stream failed", "doc", d.id, "err", err)
+	if d.rootComplete {
+		b.maybeFinishLocked(d)
+	}
+}
