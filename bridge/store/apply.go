@@ -106,27 +106,33 @@ type pendingEvent struct {
 }
 
 // flushEvents inserts the pending events with multi-row INSERTs of at most
-// maxEventsPerInsert rows and empties the list. Writer goroutine only.
+// maxEventsPerInsert rows and empties the list (also on error). Writer
+// goroutine only.
 func (s *impl) flushEvents(ctx context.Context) error {
-	for len(s.pending) > 0 {
-		n := min(len(s.pending), maxEventsPerInsert)
+	defer s.dropPending()
+	for i := 0; i < len(s.pending); {
+		n := min(len(s.pending)-i, maxEventsPerInsert)
 		args := s.args[:0]
-		for _, p := range s.pending[:n] {
+		for _, p := range s.pending[i : i+n] {
 			e := p.e
 			args = append(args, int64(p.seq), e.timeNs, e.kind, e.tenant, e.doc,
 				int64(e.rev), int64(e.since), len(e.body), e.body)
 		}
 		_, err := s.exec(ctx, insertEventsQuery(n), args...)
-		clear(args)
+		clear(args) // do not keep the bodies alive until the next group
 		s.args = args[:0]
 		if err != nil {
-			s.pending = s.pending[:0]
 			return fmt.Errorf("store: append events: %w", err)
 		}
-		s.pending = s.pending[n:]
+		i += n
 	}
-	s.pending = s.pending[:0]
 	return nil
+}
+
+// dropPending empties the pending events without inserting them.
+func (s *impl) dropPending() {
+	clear(s.pending)
+	s.pending = s.pending[:0]
 }
 
 // applyCreate inserts a document; for a repeated (tenant, request id) with

@@ -224,3 +224,50 @@ func TestCreateReusedIDIsConflict(t *testing.T) {
 		t.Fatalf("refused creates appended events: LastSeq %d", s.LastSeq())
 	}
 }
+
+// TestGroupEventsSpanSeveralInserts: a group whose events need several
+// multi-row INSERTs (more than maxEventsPerInsert, split across batches)
+// stores every event once, under its seq, with the seq in its body.
+func TestGroupEventsSpanSeveralInserts(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, t.TempDir(), Options{MaxGroupBatches: 3, MaxGroupDelay: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	sizes := []int{maxEventsPerInsert + 6, 1, 2*maxEventsPerInsert + 2}
+	var reqs []*request
+	for _, n := range sizes {
+		b := &Batch{}
+		for i := range n {
+			b.Events = append(b.Events, groupEvent("", uint64(i)))
+		}
+		reqs = append(reqs, mustPrepare(t, b))
+	}
+	runOneGroup(t, s, reqs...)
+	var total uint64
+	for i, r := range reqs {
+		if r.err != nil || len(r.res.Seqs) != sizes[i] {
+			t.Fatalf("batch %d: %d seqs, %v; want %d", i, len(r.res.Seqs), r.err, sizes[i])
+		}
+		for j, seq := range r.res.Seqs {
+			if seq != total+uint64(j)+1 {
+				t.Fatalf("batch %d seqs not contiguous from %d: %v", i, total+1, r.res.Seqs)
+			}
+		}
+		total += uint64(sizes[i])
+	}
+	evs, err := s.ReadEvents(ctx, EventQuery{AllTenants: true, Limit: 1000})
+	if err != nil || uint64(len(evs)) != total {
+		t.Fatalf("ReadEvents: %d events, %v; want %d", len(evs), err, total)
+	}
+	for i, e := range evs {
+		ev, err := e.Decode()
+		if err != nil || e.Seq != uint64(i)+1 || ev.GetSeq() != e.Seq {
+			t.Fatalf("event %d: seq %d, body seq %d, %v", i, e.Seq, ev.GetSeq(), err)
+		}
+	}
+	if st, err := s.EventStats(ctx); err != nil || st.Count != total || st.LatestSeq != total {
+		t.Fatalf("EventStats %+v, %v; want %d events", st, err, total)
+	}
+}

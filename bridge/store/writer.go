@@ -155,7 +155,7 @@ func (s *impl) runGroup(reqs []*request) {
 // keeps its error. Any other error has rolled the transaction back.
 func (s *impl) runTx(reqs []*request, savepoints bool) error {
 	ctx := context.Background()
-	s.pending = s.pending[:0]
+	s.dropPending()
 	if _, err := s.exec(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return fmt.Errorf("store: begin: %w", err)
 	}
@@ -191,7 +191,7 @@ func (s *impl) runTx(reqs []*request, savepoints bool) error {
 				return errBatchFailed
 			}
 			st = saved
-			s.pending = s.pending[:0]
+			s.dropPending()
 			r.res, r.pres = CommitResult{}, PruneResult{}
 			if _, err := s.exec(ctx, "ROLLBACK TO b"); err != nil {
 				s.rollback()
