@@ -136,9 +136,27 @@ func (s *impl) dropPending() {
 }
 
 // applyCreate inserts a document; for a repeated (tenant, request id) with
-// the same body hash it returns the existing document instead.
+// the same body hash it returns the existing document instead. The INSERT
+// runs first and the constraints report a reused id or request id, so the
+// common case (a new document) costs one statement; the lookups run only
+// after a constraint failure, which leaves nothing applied.
 func (s *impl) applyCreate(ctx context.Context, d *docRow) (*DocumentRecord, error) {
 	rec := d.rec
+	_, err := s.exec(ctx, `INSERT INTO documents
+		(id, tenant, state, terminal, rev, request_id, body_hash, create_time, update_time,
+		 spool_path, result_path, result_content_type, dispatch_attempts, private, body)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, rec.Doc.GetId(), rec.Tenant, d.state, d.terminal, int64(d.rev), d.requestID, rec.BodyHash,
+		d.createNs, d.updateNs, rec.SpoolPath, rec.ResultPath, rec.ResultContentType,
+		rec.DispatchAttempts, rec.Private, d.body)
+	if err == nil {
+		return nil, nil
+	}
+	var se *sqlite.Error
+	if !errors.As(err, &se) || (se.Code() != sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY && se.Code() != sqlite3.SQLITE_CONSTRAINT_UNIQUE) {
+		return nil, fmt.Errorf("store: insert document %s: %w", rec.Doc.GetId(), err)
+	}
+	// The request id decides before the document id (a retry may reuse
+	// both), as when the lookup ran first.
 	if d.requestID.Valid {
 		var id string
 		var hash []byte
@@ -153,19 +171,10 @@ func (s *impl) applyCreate(ctx context.Context, d *docRow) (*DocumentRecord, err
 			return nil, fmt.Errorf("store: idempotency lookup: %w", err)
 		}
 	}
-	if _, err := s.exec(ctx, `INSERT INTO documents
-		(id, tenant, state, terminal, rev, request_id, body_hash, create_time, update_time,
-		 spool_path, result_path, result_content_type, dispatch_attempts, private, body)
-		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, rec.Doc.GetId(), rec.Tenant, d.state, d.terminal, int64(d.rev), d.requestID, rec.BodyHash,
-		d.createNs, d.updateNs, rec.SpoolPath, rec.ResultPath, rec.ResultContentType,
-		rec.DispatchAttempts, rec.Private, d.body); err != nil {
-		// No lookup before the INSERT: the primary key reports a reused id.
-		if se := (*sqlite.Error)(nil); errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY {
-			return nil, fmt.Errorf("%w: document id %s exists", ErrConflict, rec.Doc.GetId())
-		}
-		return nil, fmt.Errorf("store: insert document %s: %w", rec.Doc.GetId(), err)
+	if se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY {
+		return nil, fmt.Errorf("%w: document id %s exists", ErrConflict, rec.Doc.GetId())
 	}
-	return nil, nil
+	return nil, fmt.Errorf("store: insert document %s: %w", rec.Doc.GetId(), err)
 }
 
 func (s *impl) applyUpdate(ctx context.Context, d *docRow) error {

@@ -271,3 +271,46 @@ func TestGroupEventsSpanSeveralInserts(t *testing.T) {
 		t.Fatalf("EventStats %+v, %v; want %d events", st, err, total)
 	}
 }
+
+// TestIdempotentCreateReusingTheID: a retry that repeats both the request id
+// and the document id is a duplicate (same body) or a request id conflict
+// (other body), as when the idempotency lookup ran before the INSERT
+// (SQLite happens to report the request id index first here; applyCreate
+// does not rely on that order); a duplicate keeps the group on its first run.
+func TestIdempotentCreateReusingTheID(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	first := groupDoc("t", "x", 1)
+	first.Doc.RequestId, first.BodyHash = "req", []byte("h1")
+	if _, err := s.Commit(ctx, &Batch{Create: first}); err != nil {
+		t.Fatal(err)
+	}
+	before := s.WriterStats()
+	again := groupDoc("t", "x", 1)
+	again.Doc.RequestId, again.BodyHash = "req", []byte("h1")
+	res, err := s.Commit(ctx, &Batch{Create: again, Events: []EventAppend{groupEvent("x", 1)}})
+	if err != nil || res.Duplicate == nil || res.Duplicate.Doc.GetId() != "x" || res.Seqs != nil {
+		t.Fatalf("retry with the same ids and body: %+v, %v; want Duplicate x and no events", res, err)
+	}
+	if ws := s.WriterStats(); ws.Retries != before.Retries {
+		t.Fatalf("a duplicate create reran its group (%d retries)", ws.Retries-before.Retries)
+	}
+	other := groupDoc("t", "x", 1)
+	other.Doc.RequestId, other.BodyHash = "req", []byte("h2")
+	if _, err := s.Commit(ctx, &Batch{Create: other}); !errors.Is(err, ErrConflict) || !bytes.Contains([]byte(err.Error()), []byte("request id")) {
+		t.Fatalf("retry with the same ids and another body: %v, want the request id ErrConflict", err)
+	}
+	// A new request id with a used document id is an id conflict.
+	reuse := groupDoc("t", "x", 1)
+	reuse.Doc.RequestId = "req-2"
+	if _, err := s.Commit(ctx, &Batch{Create: reuse}); !errors.Is(err, ErrConflict) || !bytes.Contains([]byte(err.Error()), []byte("document id")) {
+		t.Fatalf("new request id, used document id: %v, want the document id ErrConflict", err)
+	}
+	if s.LastSeq() != 0 {
+		t.Fatalf("refused or duplicate creates appended events: LastSeq %d", s.LastSeq())
+	}
+}
