@@ -48,10 +48,7 @@ func (s *session) sendCheckpoint(f *wire.CheckpointFrame) error {
 	if len(body) > wire.MaxVariableLength {
 		return localErr(wire.CodeEntityTooLarge, "CHECKPOINT body is %d octets, more than %d", len(body), wire.MaxVariableLength)
 	}
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	s.wbuf = wire.AppendVariable(s.wbuf[:0], wire.FrameCheckpoint, body)
-	return s.writeLocked()
+	return s.cw.commit(wire.AppendVariable(s.cw.begin(), wire.FrameCheckpoint, body))
 }
 
 // checkpoint sends a CHECKPOINT request and waits for the peer's

@@ -269,10 +269,7 @@ func (s *session) reject(rs receiveStream, scope, id uint32, err error) {
 		return
 	}
 	if s.negotiated.Layer1 || (scope == 0 && f.Depth == 0) {
-		s.wmu.Lock()
-		s.wbuf = f.Append(s.wbuf[:0])
-		_ = s.writeLocked()
-		s.wmu.Unlock()
+		_ = s.cw.commit(f.Append(s.cw.begin()))
 	}
 }
 

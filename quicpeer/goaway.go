@@ -71,10 +71,7 @@ func (s *session) goAway(ctx context.Context) error {
 	s.notifyLocked()
 	s.mu.Unlock()
 	g := wire.GoAwayFrame{LastEntityID: last}
-	s.wmu.Lock()
-	s.wbuf = g.Append(s.wbuf[:0])
-	err := s.writeLocked()
-	s.wmu.Unlock()
+	err := s.cw.commit(g.Append(s.cw.begin()))
 	if err != nil {
 		if s.ctx.Err() != nil {
 			return s.err()
@@ -137,10 +134,7 @@ func (s *session) cursorLoop() {
 		s.mu.Lock()
 		f := wire.StatusFrame{Status: wire.StatusUnspecified, EntityID: wire.ConnectionEntity, HasCursor: true, Cursor: s.cursorTo}
 		s.mu.Unlock()
-		s.wmu.Lock()
-		s.wbuf = f.Append(s.wbuf[:0])
-		err := s.writeLocked()
-		s.wmu.Unlock()
+		err := s.cw.commit(f.Append(s.cw.begin()))
 		if err != nil {
 			return
 		}
@@ -174,10 +168,7 @@ func (s *session) keepaliveLoop() {
 			return
 		}
 		if time.Duration(now-s.lastSent.Load()) >= ka {
-			s.wmu.Lock()
-			s.wbuf = hb.Append(s.wbuf[:0])
-			err := s.writeLocked()
-			s.wmu.Unlock()
+			err := s.cw.commit(hb.Append(s.cw.begin()))
 			if err != nil {
 				return
 			}

@@ -14,7 +14,7 @@ func (s *session) sendStatus(f wire.StatusFrame) error {
 	if s.ctx.Err() != nil {
 		return s.endedErr()
 	}
-	s.wmu.Lock()
+	buf := s.cw.begin()
 	s.mu.Lock()
 	_, resolvedNow, err := s.tr.apply(&f, true)
 	if err == nil && resolvedNow {
@@ -23,12 +23,10 @@ func (s *session) sendStatus(f wire.StatusFrame) error {
 	flush := resolvedNow && len(s.cpPending) > 0
 	s.mu.Unlock()
 	if err != nil {
-		s.wmu.Unlock()
+		s.cw.cancel()
 		return err
 	}
-	s.wbuf = f.Append(s.wbuf[:0])
-	err = s.writeLocked()
-	s.wmu.Unlock()
+	err = s.cw.commit(f.Append(buf))
 	if flush {
 		s.flushCheckpoints()
 	}
@@ -60,13 +58,11 @@ func (s *session) sendScopeDigest(f wire.ScopeDigestFrame) error {
 	if err := s.checkScopeFrame("SCOPE_DIGEST", f.ScopeID); err != nil {
 		return err
 	}
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
+	buf := s.cw.begin()
 	s.mu.Lock()
 	s.tr.forgetScope(f.ScopeID)
 	s.mu.Unlock()
-	s.wbuf = f.Append(s.wbuf[:0])
-	return s.writeLocked()
+	return s.cw.commit(f.Append(buf))
 }
 
 // sendBarrier writes a BARRIER (Layer 1, Section 6.4).
@@ -74,8 +70,5 @@ func (s *session) sendBarrier(f wire.BarrierFrame) error {
 	if err := s.checkScopeFrame("BARRIER", f.ScopeID); err != nil {
 		return err
 	}
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	s.wbuf = f.Append(s.wbuf[:0])
-	return s.writeLocked()
+	return s.cw.commit(f.Append(s.cw.begin()))
 }
