@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -76,12 +77,16 @@ func (s *benchSink) HandleEntity(_ *quicpeer.Session, e *quicpeer.IncomingEntity
 	s.settle(e.Header.EntityID, func(w *benchWait) { w.result, w.n, w.err, w.first, w.last = true, n, err, first, last })
 }
 
+// benchLogger is what `gateway bench` gives its in-process peer: a text
+// handler at Info into io.Discard, so Info records are still formatted.
+var benchLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
+
 // benchSession starts a peer (spool in a temp dir) and dials it over
 // loopback QUIC with TLS 1.3, Protobuf preferred like the gateway.
 func benchSession(b *testing.B) (*quicpeer.Session, *benchSink) {
 	b.Helper()
 	o := peer.DefaultOffer(true)
-	srv, err := peer.Start(peer.Options{DataDir: b.TempDir(), Logger: slog.New(slog.DiscardHandler), Offer: &o, DrainTimeout: 5 * time.Second})
+	srv, err := peer.Start(peer.Options{DataDir: b.TempDir(), Logger: benchLogger, Offer: &o, DrainTimeout: 5 * time.Second})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -97,7 +102,7 @@ func benchSession(b *testing.B) (*quicpeer.Session, *benchSink) {
 	sink := &benchSink{want: map[uint32]*benchWait{}}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	sess, err := quicpeer.Dial(ctx, srv.Addr().String(), quicpeer.Config{TLS: tlsConf, Offer: o, Handler: sink, Logger: slog.New(slog.DiscardHandler)})
+	sess, err := quicpeer.Dial(ctx, srv.Addr().String(), quicpeer.Config{TLS: tlsConf, Offer: o, Handler: sink, Logger: benchLogger})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -106,6 +111,22 @@ func benchSession(b *testing.B) (*quicpeer.Session, *benchSink) {
 		<-sess.Done()
 	})
 	return sess, sink
+}
+
+// cpuTime is the process's user+system CPU time: under a shared, noisy
+// machine it measures the work per op better than wall time.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU reports the process CPU time per op since start (both ends:
+// the peer and the client session share the process).
+func reportCPU(b *testing.B, start time.Duration, unit string, scale time.Duration) {
+	b.ReportMetric(float64(cpuTime(b)-start)/float64(scale)/float64(b.N), unit)
 }
 
 func benchEnvelope(b *testing.B, format wire.Format, id uint32, blob []byte) []byte {
@@ -148,6 +169,7 @@ func BenchmarkDehydratedPassthrough(b *testing.B) {
 	b.SetBytes(n * chunk)
 	b.ReportAllocs()
 	var toResult, streaming time.Duration
+	cpu := cpuTime(b)
 	for b.Loop() {
 		root, err := sess.AssignID(ctx)
 		if err != nil {
@@ -187,6 +209,7 @@ func BenchmarkDehydratedPassthrough(b *testing.B) {
 	// result header (rehydration start, hashing) and the result stream.
 	b.ReportMetric(float64(toResult.Milliseconds())/float64(b.N), "ms-to-result/op")
 	b.ReportMetric(float64(streaming.Milliseconds())/float64(b.N), "ms-result/op")
+	reportCPU(b, cpu, "cpu-ms/op", time.Millisecond)
 }
 
 // BenchmarkWholeSmall sends 1 KiB documents whole (profile 4.1) through
@@ -212,6 +235,7 @@ func BenchmarkWholeSmall(b *testing.B) {
 		}
 	}
 	b.ReportAllocs()
+	cpu := cpuTime(b)
 	for b.Loop() {
 		if len(window) == inflight {
 			check(<-window)
@@ -232,4 +256,5 @@ func BenchmarkWholeSmall(b *testing.B) {
 	for len(window) > 0 {
 		check(<-window)
 	}
+	reportCPU(b, cpu, "cpu-µs/op", time.Microsecond)
 }

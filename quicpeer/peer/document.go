@@ -187,7 +187,7 @@ func (g *engine) child(h *wire.EntityHeader, payload io.Reader, abort func(wire.
 		return
 	}
 	defer release()
-	g.log.Info("entity received", "entity", e.id, "kind", "child", "parent", parent, "chunk", ci.ChunkIndex, "processor", e.procName, "bytes", h.PayloadLength)
+	g.log.Debug("entity received", "entity", e.id, "kind", "child", "parent", parent, "chunk", ci.ChunkIndex, "processor", e.procName, "bytes", h.PayloadLength)
 	g.send(e, wire.StatusProcessing, nil)
 	raw, err := g.readPayload(h, payload, g.lim.maxChunkBytes)
 	if err != nil {

@@ -24,6 +24,10 @@ const (
 	// default 1 MiB chunks; streams beyond it wait unread, so QUIC flow
 	// control holds the sender back and the peer's memory stays flat.
 	defaultPayloadBudget = 16 << 20
+	// envelopeBufferBytes: whole-document envelopes up to this size are
+	// read into recycled buffers (small documents dominate churn; larger
+	// ones are rare enough to allocate).
+	envelopeBufferBytes = 16 << 10
 	// spoolBufferBytes is the one buffer used to hash and stream spooled
 	// child outputs into a result.
 	spoolBufferBytes = 64 << 10

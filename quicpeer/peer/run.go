@@ -133,10 +133,14 @@ func (e *entity) stopClaimTimer() {
 // call runs fn on the bounded worker pool, turning a panic into an error.
 func (g *engine) call(e *entity, fn func() (*Output, error)) (out *Output, err error) {
 	ctx := e.attemptCtx()
-	select {
+	select { // a free worker without making ctx's Done channel
 	case g.pool <- struct{}{}:
-	case <-ctx.Done():
-		return nil, context.Cause(ctx)
+	default:
+		select {
+		case g.pool <- struct{}{}:
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
 	}
 	defer func() { <-g.pool }()
 	defer func() {

@@ -359,13 +359,17 @@ func (g *engine) loadParts(d *doc, parts []part) ([]*Output, error) {
 	return outs, nil
 }
 
+// resultMeta is the metadata of a result without children counts, shared
+// by every such header: read-only (the session's encoders only read it).
+var resultMeta = map[string]string{MetaRole: "result"}
+
 // resultHeader is the header of a result stream (profile 4.3).
 func resultHeader(id uint32, ct string, layer uint8, n uint64, sum []byte, counts *[2]int) *wire.EntityHeader {
 	scope := uint32(0)
-	md := map[string]string{MetaRole: "result"}
+	md := resultMeta
 	if counts != nil {
-		md[MetaChildrenComplete] = strconv.Itoa(counts[0])
-		md[MetaChildrenTotal] = strconv.Itoa(counts[1])
+		md = map[string]string{MetaRole: "result",
+			MetaChildrenComplete: strconv.Itoa(counts[0]), MetaChildrenTotal: strconv.Itoa(counts[1])}
 	}
 	if ct == "" {
 		ct = "application/octet-stream"
