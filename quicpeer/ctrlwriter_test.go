@@ -167,9 +167,19 @@ func TestCtrlWriterBounded(t *testing.T) {
 		t.Fatal("begin returned while the queue was full")
 	default:
 	}
-	for range 3 {
-		g.gate <- struct{}{}
-	}
+	// Release Writes until all three returned (the third frame may join
+	// the big batch once the first Write returned).
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case g.gate <- struct{}{}:
+			case <-stop:
+				return
+			}
+		}
+	}()
 	for i, ch := range []chan error{first, second, third} {
 		if err := <-ch; err != nil {
 			t.Fatalf("caller %d: %v", i, err)
