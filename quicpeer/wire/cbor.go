@@ -175,11 +175,35 @@ func (cborCodec) UnmarshalCheckpoint(b []byte) (*CheckpointFrame, error) {
 	}, nil
 }
 
-func (cborCodec) MarshalEntityHeader(h *EntityHeader) ([]byte, error) {
-	return cborEncode("entity header", h)
+func (c cborCodec) MarshalEntityHeader(h *EntityHeader) ([]byte, error) {
+	return c.appendEntityHeader(nil, h)
+}
+
+// appendEntityHeader appends the CBOR of h to b (headerAppender).
+func (cborCodec) appendEntityHeader(b []byte, h *EntityHeader) ([]byte, error) {
+	if out, ok := appendCBORHeaderFast(b, h); ok {
+		return out, nil
+	}
+	hb, err := cborEncode("entity header", h)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, hb...), nil
 }
 
 func (cborCodec) UnmarshalEntityHeader(b []byte) (*EntityHeader, error) {
+	if h, ok := decodeCBORHeaderFast(b); ok {
+		if err := validateEntityHeader(h); err != nil {
+			return nil, err
+		}
+		return h, nil
+	}
+	return decodeCBORHeaderGeneric(b)
+}
+
+// decodeCBORHeaderGeneric decodes and validates an entity header with the
+// generic cbor/v2 mode (any valid CBOR, Appendix C).
+func decodeCBORHeaderGeneric(b []byte) (*EntityHeader, error) {
 	var s cborHeader
 	if err := cborDecode("entity header", b, &s); err != nil {
 		return nil, err

@@ -7,27 +7,56 @@ import (
 	"errors"
 	"hash"
 	"io"
+	"sync"
 )
 
 // EntityHeaderLenLen is the size of the entity frame's Header Length.
 const EntityHeaderLenLen = 4
 
+// headerAppender is implemented by the built-in codecs that can append an
+// encoded header to a buffer (no intermediate slice).
+type headerAppender interface {
+	appendEntityHeader(b []byte, h *EntityHeader) ([]byte, error)
+}
+
+// headerBufs pools the buffers entity headers are encoded into and read
+// from; a buffer that grew beyond headerBufMax is not returned to the pool.
+var headerBufs = sync.Pool{New: func() any { b := make([]byte, 0, headerBufSize); return &b }}
+
+func putHeaderBuf(bp *[]byte) {
+	if cap(*bp) <= headerBufMax {
+		*bp = (*bp)[:0]
+		headerBufs.Put(bp)
+	}
+}
+
 // WriteEntityHeader writes the start of an entity frame (Section 6.8.1): the
-// 4-octet big-endian Header Length and h serialized with c. The payload
-// follows, written by the caller, and the stream is then closed (FIN).
-// h is validated as a receiver would (entity-id != 0, parent-id != 0,
-// layer <= 3, checksum 32 octets) so an invalid header is never sent.
+// 4-octet big-endian Header Length and h serialized with c, in one Write.
+// The payload follows, written by the caller, and the stream is then
+// closed (FIN). h is validated as a receiver would (entity-id != 0,
+// parent-id != 0, layer <= 3, checksum 32 octets) so an invalid header is
+// never sent. The encoding buffer is pooled; w must not retain it.
 func WriteEntityHeader(w io.Writer, c Codec, h *EntityHeader) error {
 	if err := validateEntityHeader(h); err != nil {
 		return err
 	}
-	hb, err := c.MarshalEntityHeader(h)
+	bp := headerBufs.Get().(*[]byte)
+	defer putHeaderBuf(bp)
+	buf := append((*bp)[:0], 0, 0, 0, 0)
+	var err error
+	if ha, ok := c.(headerAppender); ok {
+		buf, err = ha.appendEntityHeader(buf, h)
+	} else {
+		var hb []byte
+		hb, err = c.MarshalEntityHeader(h)
+		buf = append(buf, hb...)
+	}
 	if err != nil {
 		return err
 	}
-	buf := make([]byte, EntityHeaderLenLen, EntityHeaderLenLen+len(hb))
-	binary.BigEndian.PutUint32(buf, uint32(len(hb)))
-	_, err = w.Write(append(buf, hb...))
+	*bp = buf
+	binary.BigEndian.PutUint32(buf, uint32(len(buf)-EntityHeaderLenLen))
+	_, err = w.Write(buf)
 	return err
 }
 
@@ -41,7 +70,10 @@ func WriteEntityHeader(w io.Writer, c Codec, h *EntityHeader) error {
 // is complete, or an undecodable header is *Error 0x05; the header checks of
 // Codec.UnmarshalEntityHeader apply (0x05, or 0x04 for a bad checksum
 // length). The header buffer grows as octets arrive, never from the
-// declared length. Read errors other than EOF are returned unchanged.
+// declared length (a header of at most headerBufSize octets is read into
+// a pooled buffer of that fixed size when c is a built-in codec, whose
+// decoded headers never alias the buffer). Read errors other than EOF are
+// returned unchanged.
 func ReadEntityHeader(r io.Reader, c Codec, maxHeader int) (*EntityHeader, error) {
 	if maxHeader <= 0 {
 		maxHeader = DefaultMaxEntityHeader
@@ -60,6 +92,22 @@ func ReadEntityHeader(r io.Reader, c Codec, maxHeader int) (*EntityHeader, error
 	if uint64(hl) > uint64(maxHeader) {
 		return nil, Errorf(CodeEntityTooLarge, "entity frame: Header Length %d exceeds the limit %d", hl, maxHeader)
 	}
+	if hl <= headerBufSize && builtinCodec(c) {
+		bp := headerBufs.Get().(*[]byte)
+		defer putHeaderBuf(bp)
+		if cap(*bp) < headerBufSize {
+			*bp = make([]byte, 0, headerBufSize)
+		}
+		hb := (*bp)[:hl]
+		n, err := io.ReadFull(r, hb)
+		if err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				return nil, Errorf(CodeEntityInvalid, "entity stream ended inside the header (%d of %d octets)", n, hl)
+			}
+			return nil, err
+		}
+		return c.UnmarshalEntityHeader(hb)
+	}
 	var hb bytes.Buffer
 	hb.Grow(min(int(hl), maxStreamReadChunk))
 	n, err := hb.ReadFrom(io.LimitReader(r, int64(hl)))
@@ -70,6 +118,17 @@ func ReadEntityHeader(r io.Reader, c Codec, maxHeader int) (*EntityHeader, error
 		return nil, Errorf(CodeEntityInvalid, "entity stream ended inside the header (%d of %d octets)", n, hl)
 	}
 	return c.UnmarshalEntityHeader(hb.Bytes())
+}
+
+// builtinCodec reports whether c is one of this package's codecs: their
+// decoded headers copy what they keep (cbor/v2 and protobuf copy byte and
+// text strings), so the input buffer may be reused.
+func builtinCodec(c Codec) bool {
+	switch c.(type) {
+	case cborCodec, protoCodec:
+		return true
+	}
+	return false
 }
 
 // PayloadReader reads an entity payload (Section 6.8.1) up to the stream's

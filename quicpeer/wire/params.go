@@ -29,6 +29,14 @@ const (
 	cborMaxMapPairs      = 4096
 	cborMaxArrayElements = 4096
 
+	// headerBufSize is the pooled buffer entity headers are encoded into
+	// and small ones read into: typical headers (ids, length, checksum,
+	// content type, a few metadata pairs) are well under 1 KiB.
+	headerBufSize = 1 << 10
+	// headerBufMax: an encode buffer that grew beyond this (a header with
+	// large metadata) is dropped instead of pooled.
+	headerBufMax = 16 << 10
+
 	// maxStreamReadChunk bounds the incremental reads of ReadEntityHeader.
 	maxStreamReadChunk = 4 << 10
 )

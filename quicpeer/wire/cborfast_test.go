@@ -1,0 +1,123 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/hex"
+	"reflect"
+	"testing"
+)
+
+// sameAsGeneric checks that UnmarshalEntityHeader (fast path first) gives
+// exactly what the generic cbor/v2 decoder gives for b: an equal header, or
+// an error with the same code and message.
+func sameAsGeneric(t *testing.T, b []byte) (fast bool) {
+	t.Helper()
+	want, werr := decodeCBORHeaderGeneric(b)
+	got, gerr := cborCodec{}.UnmarshalEntityHeader(b)
+	if (werr == nil) != (gerr == nil) || (werr != nil && werr.Error() != gerr.Error()) {
+		t.Fatalf("% x: error %v, generic decoder says %v", b, gerr, werr)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("% x: decoded %+v, generic decoder gives %+v", b, got, want)
+	}
+	_, fast = decodeCBORHeaderFast(b)
+	return fast
+}
+
+func cborHex(t *testing.T, s string) []byte {
+	t.Helper()
+	b, err := hex.DecodeString(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// The fast CBOR header decoder and encoder agree with the generic cbor/v2
+// modes: on the encodings of varied headers (both directions, byte for
+// byte) and on inputs the fast path must hand to the generic decoder
+// (which then accepts or rejects them as before).
+func TestCBORHeaderFastPathMatchesGeneric(t *testing.T) {
+	sum := bytes.Repeat([]byte{0xAB}, 32)
+	p, sc := uint32(7), uint32(70000)
+	mr := uint32(2)
+	headers := []*EntityHeader{
+		{EntityID: 1, Layer: 0, PayloadLength: 0},
+		{EntityID: 0xFFFFFFFC, Layer: 3, PayloadLength: 1 << 40, Checksum: sum},
+		{EntityID: 23, ParentID: &p, ScopeID: &sc, Layer: 1, ContentType: "application/x-protobuf", PayloadLength: 24, Checksum: sum},
+		{EntityID: 24, ParentID: &p, Layer: 2, ContentType: "é", PayloadLength: 255},
+		{EntityID: 256, Layer: 0, PayloadLength: 65536, Metadata: map[string]string{"a": "b", "tenant": "t1", "": ""}},
+		{EntityID: 9, Layer: 0, PayloadLength: 1, ChunkInfo: &ChunkInfo{TotalChunks: 2, ChunkIndex: 1, ChunkOffset: 5}},
+		{EntityID: 9, Layer: 0, PayloadLength: 1, CompletionPolicy: &CompletionPolicy{MaxRetries: &mr}},
+	}
+	for _, h := range headers {
+		want, err := cborEnc.Marshal(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := cborCodec{}.MarshalEntityHeader(h)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%+v: encoded % x (%v), generic encoder gives % x", h, got, err, want)
+		}
+		fast := sameAsGeneric(t, want)
+		if common := h.ChunkInfo == nil && h.CompletionPolicy == nil; fast != common {
+			t.Errorf("%+v: fast path used = %t, want %t", h, fast, common)
+		}
+	}
+	// Other encodings: the fast path decodes only the plain shapes and
+	// leaves the rest to the generic decoder, which accepts or rejects
+	// them as before.
+	for i, c := range []struct {
+		hex               string
+		genericOK, fastOK bool
+	}{
+		{"a369656e746974792d69641a00000001656c61796572006e7061796c6f61642d6c656e67746800", true, true},                         // non-shortest entity-id
+		{"a3656c6179657200" + "6e7061796c6f61642d6c656e67746800" + "69656e746974792d696401", true, true},                       // other key order
+		{"bf69656e746974792d696401656c61796572006e7061796c6f61642d6c656e67746800ff", true, false},                              // indefinite map
+		{"a469656e746974792d696401656c61796572006e7061796c6f61642d6c656e677468006378797a01", true, false},                      // unknown member
+		{"a369656e746974792d6964d81801656c61796572006e7061796c6f61642d6c656e67746800", true, false},                            // tagged value
+		{"a469656e746974792d696401656c61796572006e7061796c6f61642d6c656e6774680069656e746974792d696402", false, false},         // duplicate key
+		{"a369656e746974792d696401656c61796572006e7061796c6f61642d6c656e6774680000", false, false},                             // trailing octet
+		{"a369656e746974792d69641b0000000100000000656c61796572006e7061796c6f61642d6c656e67746800", false, false},               // entity-id > 32 bits
+		{"a469656e746974792d696401656c61796572006e7061796c6f61642d6c656e677468006c636f6e74656e742d7479706561ff", false, false}, // invalid UTF-8
+		{"a469656e746974792d696401656c61796572006e7061796c6f61642d6c656e677468006869636865636b73756d4101", false, false},       // 1-octet checksum
+		{"a469656e746974792d696401656c61796572006e7061796c6f61642d6c656e6774680069706172656e742d6964f6", true, false},          // null parent-id
+		{"a269656e746974792d696401656c6179657200", false, false},                                                               // payload-length missing
+		{"a369656e746974792d696401656c6179657200", false, false},                                                               // truncated
+		{"", false, false},
+	} {
+		b := cborHex(t, c.hex)
+		if _, err := decodeCBORHeaderGeneric(b); (err == nil) != c.genericOK {
+			t.Fatalf("input %d % x: generic decoder error %v; the test input is not what it claims", i, b, err)
+		}
+		if fast := sameAsGeneric(t, b); fast != c.fastOK {
+			t.Errorf("input %d % x: decoded by the fast path = %t, want %t", i, b, fast, c.fastOK)
+		}
+	}
+}
+
+func FuzzCBORHeaderFastPath(f *testing.F) {
+	sum := bytes.Repeat([]byte{1}, 32)
+	p := uint32(3)
+	for _, h := range []*EntityHeader{
+		{EntityID: 1, PayloadLength: 64, Checksum: sum},
+		{EntityID: 2, ParentID: &p, ScopeID: &p, Layer: 1, ContentType: "x", PayloadLength: 1, Metadata: map[string]string{"k": "v"}},
+	} {
+		b, _ := cborEnc.Marshal(h)
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		sameAsGeneric(t, b)
+		h, ok := decodeCBORHeaderFast(b)
+		if !ok {
+			return
+		}
+		want, err := cborEnc.Marshal(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := appendCBORHeaderFast(nil, h); ok && !bytes.Equal(got, want) {
+			t.Fatalf("%+v: encoded % x, generic encoder gives % x", h, got, want)
+		}
+	})
+}
