@@ -84,8 +84,10 @@ func (s *session) sendEntity(ctx context.Context, h *wire.EntityHeader, payload 
 // is reset (or was stopped by the peer).
 func (s *session) writeEntity(ctx context.Context, st sendStream, h *wire.EntityHeader, payload io.Reader) error {
 	id := h.EntityID
-	stop := context.AfterFunc(ctx, func() { st.CancelWrite(wire.CodeNoError) })
-	defer stop()
+	if ctx.Done() != nil { // a context that can never end needs no watcher
+		stop := context.AfterFunc(ctx, func() { st.CancelWrite(wire.CodeNoError) })
+		defer stop()
+	}
 	if err := wire.WriteEntityHeader(st, s.codec, h); err != nil {
 		st.CancelWrite(wire.CodeOf(err))
 		return s.sendErr(ctx, id, err)
@@ -248,9 +250,13 @@ func (s *session) handleIncoming(rs receiveStream) {
 		s.reject(rs, scope, id, err)
 		return
 	}
-	in := &incomingPayload{s: s, rs: rs, pr: wire.NewPayloadReader(rs, h), scope: scope, id: id}
-	e := &IncomingEntity{Header: h, Payload: in, Abort: in.abort}
-	s.handler.HandleEntity(s.pub, e)
+	// One allocation for the entity, its payload reader and the hashing
+	// reader under it.
+	box := &incomingBox{in: incomingPayload{s: s, rs: rs, scope: scope, id: id}}
+	in := &box.in
+	in.pr.Init(rs, h)
+	box.e = IncomingEntity{Header: h, Payload: in, Abort: in.abort}
+	s.handler.HandleEntity(s.pub, &box.e)
 	in.finish()
 }
 
@@ -273,12 +279,18 @@ func (s *session) reject(rs receiveStream, scope, id uint32, err error) {
 	}
 }
 
+// incomingBox holds an IncomingEntity and its Payload in one allocation.
+type incomingBox struct {
+	in incomingPayload
+	e  IncomingEntity
+}
+
 // incomingPayload is IncomingEntity.Payload: the wire PayloadReader plus
 // the Transport Error Mapping (Section 5.3) for whatever Read reports.
 type incomingPayload struct {
 	s         *session
 	rs        receiveStream
-	pr        *wire.PayloadReader
+	pr        wire.PayloadReader
 	scope, id uint32
 	mu        sync.Mutex
 	ended     bool // EOF seen, or the stream was aborted

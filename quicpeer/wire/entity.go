@@ -155,7 +155,28 @@ type PayloadReader struct {
 // NewPayloadReader returns a reader of the payload described by h from r
 // (positioned after the header, as ReadEntityHeader leaves it).
 func NewPayloadReader(r io.Reader, h *EntityHeader) *PayloadReader {
-	return &PayloadReader{r: r, want: h.PayloadLength, sum: h.Checksum, h: sha256.New()}
+	p := new(PayloadReader)
+	p.Init(r, h)
+	return p
+}
+
+// Init makes p a reader of the payload described by h from r, like
+// NewPayloadReader, for a PayloadReader embedded in another value (one
+// allocation per entity instead of two). p must not be in use.
+func (p *PayloadReader) Init(r io.Reader, h *EntityHeader) {
+	*p = PayloadReader{r: r, want: h.PayloadLength, sum: h.Checksum, h: sha256Pool.Get().(hash.Hash)}
+}
+
+// sha256Pool recycles the SHA-256 states of finished payloads.
+var sha256Pool = sync.Pool{New: func() any { return sha256.New() }}
+
+// release returns p's hash state to the pool once p is done with it.
+func (p *PayloadReader) release() {
+	if p.h != nil {
+		p.h.Reset()
+		sha256Pool.Put(p.h)
+		p.h = nil
+	}
 }
 
 // Read implements io.Reader.
@@ -176,6 +197,7 @@ func (p *PayloadReader) Read(b []byte) (int, error) {
 	p.h.Write(b[:n])
 	if p.got > p.want {
 		p.done = Errorf(CodeEntityInvalid, "entity payload longer than payload-length %d", p.want)
+		p.release()
 		return n, p.done
 	}
 	if err == io.EOF {
@@ -190,6 +212,7 @@ func (p *PayloadReader) finish() error {
 		return Errorf(CodeEntityInvalid, "entity payload is %d octets, payload-length says %d", p.got, p.want)
 	}
 	p.h.Sum(p.digest[:0])
+	p.release()
 	if p.sum != nil && !bytes.Equal(p.sum, p.digest[:]) {
 		return Errorf(CodeIntegrityError, "entity payload SHA-256 %x does not match the header checksum %x", p.digest, p.sum)
 	}
