@@ -64,6 +64,31 @@ func rawQUICPair(b *testing.B) (*quic.Conn, chan error) {
 	return cc, got
 }
 
+// drain receives the receivers' results while the benchmark runs (a
+// handler blocked on a full channel would hold its worker goroutine and
+// make the session start one per stream); wait(n) returns the first error
+// once n results arrived.
+func drain(got <-chan error) (wait func(n int) error) {
+	target := make(chan int, 1)
+	res := make(chan error, 1)
+	go func() {
+		var first error
+		cnt, want := 0, -1
+		for want < 0 || cnt < want {
+			select {
+			case err := <-got:
+				cnt++
+				if first == nil {
+					first = err
+				}
+			case want = <-target:
+			}
+		}
+		res <- first
+	}()
+	return func(n int) error { target <- n; return <-res }
+}
+
 // BenchmarkEntityThroughput sends 4 MiB entities over one connection: the
 // PipeStream session (header, SHA-256 verified at the receiver) against a
 // raw quic-go uni stream copy of the same bytes, in the same run.
@@ -125,6 +150,7 @@ func BenchmarkEntityStreamChurn(b *testing.B) {
 		sink := newSink()
 		client, _, _ := newPairWith(b, cborMode, newSink(), sink)
 		ctx := context.Background()
+		wait := drain(sink.got)
 		b.ReportAllocs()
 		n := 0
 		for b.Loop() {
@@ -139,14 +165,13 @@ func BenchmarkEntityStreamChurn(b *testing.B) {
 			client.SendStatus(wire.StatusFrame{Status: wire.StatusFailed, EntityID: id})
 			n++
 		}
-		for range n {
-			if err := <-sink.got; err != nil {
-				b.Fatal(err)
-			}
+		if err := wait(n); err != nil {
+			b.Fatal(err)
 		}
 	})
 	b.Run("raw-quic", func(b *testing.B) {
 		cc, got := rawQUICPair(b)
+		wait := drain(got)
 		b.ReportAllocs()
 		n := 0
 		for b.Loop() {
@@ -158,10 +183,8 @@ func BenchmarkEntityStreamChurn(b *testing.B) {
 			st.Close()
 			n++
 		}
-		for range n {
-			if err := <-got; err != nil {
-				b.Fatal(err)
-			}
+		if err := wait(n); err != nil {
+			b.Fatal(err)
 		}
 	})
 }
@@ -185,4 +208,31 @@ func BenchmarkSendStatus(b *testing.B) {
 		}
 		i++
 	}
+}
+
+// BenchmarkSendStatusConcurrent is BenchmarkSendStatus with 4 x GOMAXPROCS
+// goroutines on one session, each cycling its own entity: stream 0 then
+// carries the frames of concurrent callers (coalesced while a Write is in
+// flight).
+func BenchmarkSendStatusConcurrent(b *testing.B) {
+	client, _, _ := newPairWith(b, cborMode, newSink(), newSink())
+	b.ReportAllocs()
+	b.SetParallelism(4)
+	b.RunParallel(func(pb *testing.PB) {
+		id, err := client.AssignID(context.Background())
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		client.SendStatus(wire.StatusFrame{Status: wire.StatusProcessing, EntityID: id})
+		cycle := [2]wire.StatusFrame{{Status: wire.StatusCheckpoint, EntityID: id}, {Status: wire.StatusProcessing, EntityID: id}}
+		i := 0
+		for pb.Next() {
+			if err := client.SendStatus(cycle[i&1]); err != nil {
+				b.Error(err)
+				return
+			}
+			i++
+		}
+	})
 }
