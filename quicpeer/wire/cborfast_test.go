@@ -121,3 +121,29 @@ func FuzzCBORHeaderFastPath(f *testing.F) {
 		}
 	})
 }
+
+// appendEntityFrameHeader appends after what b holds, and the appended octets
+// are exactly what WriteEntityHeader writes, for both built-in codecs.
+func TestEntityFrameHeaderAppendAfterPrefix(t *testing.T) {
+	h := &EntityHeader{EntityID: 5, PayloadLength: 3, Checksum: bytes.Repeat([]byte{2}, 32)}
+	for _, c := range []Codec{CodecFor(FormatCBOR), CodecFor(FormatProtobuf)} {
+		var w bytes.Buffer
+		if err := WriteEntityHeader(&w, c, h); err != nil {
+			t.Fatal(err)
+		}
+		got, err := appendEntityFrameHeader([]byte("xyz"), c, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got[:3]) != "xyz" || !bytes.Equal(got[3:], w.Bytes()) {
+			t.Fatalf("%v: appended % x, WriteEntityHeader wrote % x", c.Format(), got, w.Bytes())
+		}
+		back, err := ReadEntityHeader(bytes.NewReader(got[3:]), c, 0)
+		if err != nil || !reflect.DeepEqual(back, h) {
+			t.Fatalf("%v: read back %+v, %v", c.Format(), back, err)
+		}
+	}
+	if _, err := appendEntityFrameHeader(nil, CodecFor(FormatCBOR), &EntityHeader{}); CodeOf(err) != CodeEntityInvalid {
+		t.Fatalf("entity-id 0: got %v, want 0x05", err)
+	}
+}

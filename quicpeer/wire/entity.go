@@ -37,12 +37,26 @@ func putHeaderBuf(bp *[]byte) {
 // parent-id != 0, layer <= 3, checksum 32 octets) so an invalid header is
 // never sent. The encoding buffer is pooled; w must not retain it.
 func WriteEntityHeader(w io.Writer, c Codec, h *EntityHeader) error {
-	if err := validateEntityHeader(h); err != nil {
-		return err
-	}
 	bp := headerBufs.Get().(*[]byte)
 	defer putHeaderBuf(bp)
-	buf := append((*bp)[:0], 0, 0, 0, 0)
+	buf, err := appendEntityFrameHeader((*bp)[:0], c, h)
+	if err != nil {
+		return err
+	}
+	*bp = buf
+	_, err = w.Write(buf)
+	return err
+}
+
+// appendEntityFrameHeader appends what WriteEntityHeader writes (Header
+// Length and h serialized with c, Section 6.8.1) to b and returns the
+// extended slice; h is validated first.
+func appendEntityFrameHeader(b []byte, c Codec, h *EntityHeader) ([]byte, error) {
+	if err := validateEntityHeader(h); err != nil {
+		return b, err
+	}
+	start := len(b)
+	buf := append(b, 0, 0, 0, 0)
 	var err error
 	if ha, ok := c.(headerAppender); ok {
 		buf, err = ha.appendEntityHeader(buf, h)
@@ -52,12 +66,10 @@ func WriteEntityHeader(w io.Writer, c Codec, h *EntityHeader) error {
 		buf = append(buf, hb...)
 	}
 	if err != nil {
-		return err
+		return b, err
 	}
-	*bp = buf
-	binary.BigEndian.PutUint32(buf, uint32(len(buf)-EntityHeaderLenLen))
-	_, err = w.Write(buf)
-	return err
+	binary.BigEndian.PutUint32(buf[start:], uint32(len(buf)-start-EntityHeaderLenLen))
+	return buf, nil
 }
 
 // ReadEntityHeader reads the Header Length and the EntityHeader of an entity
