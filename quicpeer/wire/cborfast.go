@@ -3,6 +3,8 @@ package wire
 import (
 	"encoding/binary"
 	"math"
+	"slices"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -16,12 +18,13 @@ import (
 //     distinct text keys whose values have the expected major type and
 //     range (no tags, no indefinite lengths, no null, no trailing data,
 //     valid UTF-8, checksum of 32 octets, metadata of definite text pairs,
-//     no chunk-info or completion-policy); any other input returns ok=false
+//     chunk-info with its three members, no completion-policy); any other
+//     input returns ok=false
 //     and the caller decodes it generically (which reports the error, if
 //     any). Lengths in the input only ever slice the input itself.
-//   - appendCBORHeaderFast encodes headers without metadata, chunk-info or
-//     completion-policy, with valid UTF-8 content-type, in the deterministic
-//     encoding of cborEnc (keys length-first, shortest integers).
+//   - appendCBORHeaderFast encodes headers without completion-policy, with at most maxFastMetadata metadata pairs and
+//     valid UTF-8 text, in the deterministic encoding of cborEnc (keys
+//     length-first, shortest integers).
 
 // cborHead decodes the item head at b[i:]: major type, argument and the
 // offset after the head. ok is false for a short input or an additional
@@ -77,12 +80,17 @@ func cborUint(b []byte, i int, max uint64) (uint64, int, bool) {
 	return v, i, true
 }
 
+// maxFastMetadata is the most metadata pairs appendCBORHeaderFast sorts
+// on the stack; headers with more are encoded generically.
+const maxFastMetadata = 32
+
 // headerBox holds a decoded header and the members it points to in one
 // allocation.
 type headerBox struct {
 	h             EntityHeader
 	parent, scope uint32
 	sum           [32]byte
+	chunk         ChunkInfo
 }
 
 const (
@@ -94,18 +102,28 @@ const (
 	hkPayloadLength
 	hkChecksum
 	hkMetadata
+	hkChunkInfo
 )
 
 // decodeCBORHeaderFast decodes b as an entity header when it has one of
 // the common shapes (see above); ok=false means "decode generically". It
-// does not validate the header (validateEntityHeader does).
+// scans the whole input before it allocates, so an input handed to the
+// generic decoder costs no garbage. It does not validate the header
+// (validateEntityHeader does).
 func decodeCBORHeaderFast(b []byte) (h *EntityHeader, ok bool) {
 	m, n, i, ok := cborHead(b, 0)
 	if !ok || m != 5 || n > uint64(len(b)) { // each pair takes >= 2 octets
 		return nil, false
 	}
-	box := new(headerBox)
-	var seen uint
+	var (
+		box       headerBox // copied to the heap once the scan succeeded
+		seen      uint
+		ct        []byte
+		md        int // offset of the metadata map
+		mdN       uint64
+		hasParent bool
+		hasScope  bool
+	)
 	for range n {
 		var key []byte
 		if key, i, ok = cborString(b, i, 3); !ok {
@@ -119,15 +137,13 @@ func decodeCBORHeaderFast(b []byte) (h *EntityHeader, ok bool) {
 			v, i, ok = cborUint(b, i, math.MaxUint32)
 			box.h.EntityID = uint32(v)
 		case "parent-id":
-			bit = hkParentID
+			bit, hasParent = hkParentID, true
 			v, i, ok = cborUint(b, i, math.MaxUint32)
 			box.parent = uint32(v)
-			box.h.ParentID = &box.parent
 		case "scope-id":
-			bit = hkScopeID
+			bit, hasScope = hkScopeID, true
 			v, i, ok = cborUint(b, i, math.MaxUint32)
 			box.scope = uint32(v)
-			box.h.ScopeID = &box.scope
 		case "layer":
 			bit = hkLayer
 			v, i, ok = cborUint(b, i, math.MaxUint8)
@@ -137,22 +153,22 @@ func decodeCBORHeaderFast(b []byte) (h *EntityHeader, ok bool) {
 			box.h.PayloadLength, i, ok = cborUint(b, i, math.MaxUint64)
 		case "content-type":
 			bit = hkContentType
-			var s []byte
-			s, i, ok = cborString(b, i, 3)
-			ok = ok && utf8.Valid(s)
-			box.h.ContentType = string(s)
+			ct, i, ok = cborString(b, i, 3)
+			ok = ok && utf8.Valid(ct)
 		case "checksum":
 			bit = hkChecksum
 			var s []byte
 			s, i, ok = cborString(b, i, 2)
 			ok = ok && len(s) == len(box.sum)
 			copy(box.sum[:], s)
-			box.h.Checksum = box.sum[:]
 		case "metadata":
-			bit = hkMetadata
-			box.h.Metadata, i, ok = decodeCBORMetadata(b, i)
+			bit, md = hkMetadata, i
+			mdN, i, ok = scanCBORMetadata(b, i)
+		case "chunk-info":
+			bit = hkChunkInfo
+			box.chunk, i, ok = decodeCBORChunkInfo(b, i)
 		default:
-			return nil, false // unknown, chunk-info, completion-policy
+			return nil, false // unknown member, completion-policy
 		}
 		if !ok || seen&bit != 0 {
 			return nil, false
@@ -163,31 +179,98 @@ func decodeCBORHeaderFast(b []byte) (h *EntityHeader, ok bool) {
 	if i != len(b) || seen&required != required {
 		return nil, false
 	}
-	return &box.h, true
+	var meta map[string]string
+	if seen&hkMetadata != 0 {
+		if meta, ok = decodeCBORMetadata(b, md, mdN); !ok {
+			return nil, false // duplicate key
+		}
+	}
+	p := new(headerBox)
+	*p = box
+	p.h.ContentType = string(ct)
+	p.h.Metadata = meta
+	if hasParent {
+		p.h.ParentID = &p.parent
+	}
+	if hasScope {
+		p.h.ScopeID = &p.scope
+	}
+	if seen&hkChecksum != 0 {
+		p.h.Checksum = p.sum[:]
+	}
+	if seen&hkChunkInfo != 0 {
+		p.h.ChunkInfo = &p.chunk
+	}
+	return &p.h, true
 }
 
-// decodeCBORMetadata decodes a definite map of valid UTF-8 text strings
-// with distinct keys, at most cborMaxMapPairs pairs.
-func decodeCBORMetadata(b []byte, i int) (map[string]string, int, bool) {
+// scanCBORMetadata checks the metadata map at b[i:] (a definite map of at
+// most cborMaxMapPairs pairs of definite, valid UTF-8 text strings) and
+// returns its pair count and the offset after it.
+func scanCBORMetadata(b []byte, i int) (uint64, int, bool) {
 	m, n, i, ok := cborHead(b, i)
 	if !ok || m != 5 || n > cborMaxMapPairs || n > uint64(len(b)-i) {
-		return nil, 0, false
+		return 0, 0, false
 	}
-	md := make(map[string]string, min(n, 8))
+	for range 2 * n {
+		var s []byte
+		if s, i, ok = cborString(b, i, 3); !ok || !utf8.Valid(s) {
+			return 0, 0, false
+		}
+	}
+	return n, i, true
+}
+
+// decodeCBORMetadata builds the map scanCBORMetadata checked at b[i:];
+// ok is false for a duplicate key.
+func decodeCBORMetadata(b []byte, i int, n uint64) (map[string]string, bool) {
+	_, _, i, _ = cborHead(b, i)
+	md := make(map[string]string, n) // n <= cborMaxMapPairs and <= len(b)
 	for range n {
 		var k, v []byte
-		if k, i, ok = cborString(b, i, 3); !ok || !utf8.Valid(k) {
-			return nil, 0, false
-		}
-		if v, i, ok = cborString(b, i, 3); !ok || !utf8.Valid(v) {
-			return nil, 0, false
-		}
+		k, i, _ = cborString(b, i, 3)
+		v, i, _ = cborString(b, i, 3)
 		if _, dup := md[string(k)]; dup {
-			return nil, 0, false
+			return nil, false
 		}
 		md[string(k)] = string(v)
 	}
-	return md, i, true
+	return md, true
+}
+
+// decodeCBORChunkInfo decodes a chunk-info map with exactly its three
+// members, each once.
+func decodeCBORChunkInfo(b []byte, i int) (ChunkInfo, int, bool) {
+	var c ChunkInfo
+	m, n, i, ok := cborHead(b, i)
+	if !ok || m != 5 || n != 3 {
+		return c, 0, false
+	}
+	var seen uint
+	for range n {
+		var key []byte
+		if key, i, ok = cborString(b, i, 3); !ok {
+			return c, 0, false
+		}
+		var bit uint
+		var v uint64
+		v, i, ok = cborUint(b, i, math.MaxUint64)
+		switch string(key) {
+		case "total-chunks":
+			bit, c.TotalChunks = 1, v
+		case "chunk-index":
+			bit, c.ChunkIndex = 2, v
+		case "chunk-offset":
+			bit, c.ChunkOffset = 4, v
+		default:
+			return c, 0, false
+		}
+		if !ok || seen&bit != 0 {
+			return c, 0, false
+		}
+		seen |= bit
+	}
+	return c, i, true
 }
 
 // appendCBORHead appends a head with the shortest argument encoding.
@@ -214,11 +297,30 @@ func appendCBORText(b []byte, s string) []byte {
 // appendCBORHeaderFast appends the deterministic CBOR of h to b when h has
 // a common shape (see above); ok=false means "encode generically".
 func appendCBORHeaderFast(b []byte, h *EntityHeader) ([]byte, bool) {
-	if len(h.Metadata) > 0 || h.ChunkInfo != nil || h.CompletionPolicy != nil || !utf8.ValidString(h.ContentType) {
+	if len(h.Metadata) > maxFastMetadata || h.CompletionPolicy != nil || !utf8.ValidString(h.ContentType) {
 		return b, false
 	}
+	// Metadata keys in the deterministic order: length-first, then
+	// bytewise (the encoded heads of equal-length keys are equal).
+	var ks [maxFastMetadata]string
+	keys := ks[:0]
+	for k, v := range h.Metadata {
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return b, false
+		}
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int {
+		if len(a) != len(b) {
+			return len(a) - len(b)
+		}
+		return strings.Compare(a, b)
+	})
 	n := uint64(3) // layer, entity-id, payload-length
 	if len(h.Checksum) > 0 {
+		n++
+	}
+	if len(keys) > 0 {
 		n++
 	}
 	if h.ScopeID != nil {
@@ -230,11 +332,20 @@ func appendCBORHeaderFast(b []byte, h *EntityHeader) ([]byte, bool) {
 	if h.ContentType != "" {
 		n++
 	}
+	if h.ChunkInfo != nil {
+		n++
+	}
 	// Keys sorted length-first, then bytewise (RFC 8949 4.2.3).
 	b = appendCBORHead(b, 5, n)
 	b = appendCBORHead(appendCBORText(b, "layer"), 0, uint64(h.Layer))
 	if len(h.Checksum) > 0 {
 		b = append(appendCBORHead(appendCBORText(b, "checksum"), 2, uint64(len(h.Checksum))), h.Checksum...)
+	}
+	if len(keys) > 0 {
+		b = appendCBORHead(appendCBORText(b, "metadata"), 5, uint64(len(keys)))
+		for _, k := range keys {
+			b = appendCBORText(appendCBORText(b, k), h.Metadata[k])
+		}
 	}
 	if h.ScopeID != nil {
 		b = appendCBORHead(appendCBORText(b, "scope-id"), 0, uint64(*h.ScopeID))
@@ -242,6 +353,12 @@ func appendCBORHeaderFast(b []byte, h *EntityHeader) ([]byte, bool) {
 	b = appendCBORHead(appendCBORText(b, "entity-id"), 0, uint64(h.EntityID))
 	if h.ParentID != nil {
 		b = appendCBORHead(appendCBORText(b, "parent-id"), 0, uint64(*h.ParentID))
+	}
+	if ci := h.ChunkInfo; ci != nil {
+		b = appendCBORHead(appendCBORText(b, "chunk-info"), 5, 3)
+		b = appendCBORHead(appendCBORText(b, "chunk-index"), 0, ci.ChunkIndex)
+		b = appendCBORHead(appendCBORText(b, "chunk-offset"), 0, ci.ChunkOffset)
+		b = appendCBORHead(appendCBORText(b, "total-chunks"), 0, ci.TotalChunks)
 	}
 	if h.ContentType != "" {
 		b = appendCBORText(appendCBORText(b, "content-type"), h.ContentType)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/hex"
 	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -22,6 +24,14 @@ func sameAsGeneric(t *testing.T, b []byte) (fast bool) {
 	}
 	_, fast = decodeCBORHeaderFast(b)
 	return fast
+}
+
+func manyMeta(n int) map[string]string {
+	m := map[string]string{}
+	for i := range n {
+		m["key-"+strconv.Itoa(i)] = strconv.Itoa(i)
+	}
+	return m
 }
 
 func cborHex(t *testing.T, s string) []byte {
@@ -46,8 +56,11 @@ func TestCBORHeaderFastPathMatchesGeneric(t *testing.T) {
 		{EntityID: 0xFFFFFFFC, Layer: 3, PayloadLength: 1 << 40, Checksum: sum},
 		{EntityID: 23, ParentID: &p, ScopeID: &sc, Layer: 1, ContentType: "application/x-protobuf", PayloadLength: 24, Checksum: sum},
 		{EntityID: 24, ParentID: &p, Layer: 2, ContentType: "é", PayloadLength: 255},
-		{EntityID: 256, Layer: 0, PayloadLength: 65536, Metadata: map[string]string{"a": "b", "tenant": "t1", "": ""}},
+		{EntityID: 256, Layer: 0, PayloadLength: 65536, Metadata: map[string]string{"a": "b", "tenant": "t1", "": "", "b": "x", "aa": "y", "zz": "", "pipestream-processor": "upper"}},
+		{EntityID: 257, ParentID: &p, ScopeID: &sc, Layer: 1, ContentType: "text/plain", PayloadLength: 3, Checksum: sum, Metadata: map[string]string{strings.Repeat("k", 300): strings.Repeat("v", 70000)}},
+		{EntityID: 258, PayloadLength: 1, Metadata: manyMeta(maxFastMetadata + 1)},
 		{EntityID: 9, Layer: 0, PayloadLength: 1, ChunkInfo: &ChunkInfo{TotalChunks: 2, ChunkIndex: 1, ChunkOffset: 5}},
+		{EntityID: 9, Layer: 0, PayloadLength: 1, ChunkInfo: &ChunkInfo{TotalChunks: 1 << 33, ChunkIndex: 300, ChunkOffset: 1 << 20}, Metadata: map[string]string{"x": "y"}},
 		{EntityID: 9, Layer: 0, PayloadLength: 1, CompletionPolicy: &CompletionPolicy{MaxRetries: &mr}},
 	}
 	for _, h := range headers {
@@ -60,7 +73,7 @@ func TestCBORHeaderFastPathMatchesGeneric(t *testing.T) {
 			t.Fatalf("%+v: encoded % x (%v), generic encoder gives % x", h, got, err, want)
 		}
 		fast := sameAsGeneric(t, want)
-		if common := h.ChunkInfo == nil && h.CompletionPolicy == nil; fast != common {
+		if common := h.CompletionPolicy == nil; fast != common {
 			t.Errorf("%+v: fast path used = %t, want %t", h, fast, common)
 		}
 	}
@@ -102,6 +115,7 @@ func FuzzCBORHeaderFastPath(f *testing.F) {
 	for _, h := range []*EntityHeader{
 		{EntityID: 1, PayloadLength: 64, Checksum: sum},
 		{EntityID: 2, ParentID: &p, ScopeID: &p, Layer: 1, ContentType: "x", PayloadLength: 1, Metadata: map[string]string{"k": "v"}},
+		{EntityID: 3, PayloadLength: 9, ChunkInfo: &ChunkInfo{TotalChunks: 4, ChunkIndex: 2, ChunkOffset: 300}},
 	} {
 		b, _ := cborEnc.Marshal(h)
 		f.Add(b)
