@@ -75,7 +75,14 @@ func TestPeerRestartMidDocument(t *testing.T) {
 	e := newEnv(t)
 	e.waitReady()
 	content := pseudoRandom(8<<20, 9)
-	doc := e.submit(content, bigReq())
+	// Chunk 3's first attempt never finishes (retried after 300 ms): the
+	// document is still in flight when the peer goes, however fast the
+	// rest is (results stream while children complete, profile 4.3.1).
+	req := bigReq()
+	req.Split.Processor = "fault"
+	req.Metadata = map[string]string{"pipestream.fault": "timeout-once", "pipestream.fault-chunks": "3"}
+	req.CompletionPolicy = &gatewayv1.CompletionPolicy{MaxRetries: 2, TimeoutMs: 300, OnTimeout: gatewayv1.CompletionPolicy_RETRY}
+	doc := e.submit(content, req)
 	e.waitFor(doc.Id, 10*time.Second, "running", func(d *gatewayv1.Document) bool { return d.State == gatewayv1.State_RUNNING })
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // no drain: the session ends with work in flight

@@ -63,8 +63,9 @@ type doc struct {
 
 	// The result hash over the children's outputs in chunk order, guarded
 	// by omu (resulthash.go).
-	omu sync.Mutex
-	out outFrontier
+	omu   sync.Mutex
+	out   outFrontier
+	parts resultParts // streamed result (resultstream.go), guarded by omu
 }
 
 // childState is one chunk of a document. Its resolution and final status
@@ -499,7 +500,10 @@ func (g *engine) rehydrate(d *doc) {
 	counts := [2]int{v.Succeeded, v.Total}
 	var n int64
 	if c, ok := proc.(Concatenator); ok {
-		n, err = g.sendConcat(re.ctx, d, c, parts, counts)
+		var streamed bool
+		if n, streamed, err = g.sendSummary(d, c, parts, counts); err == nil && !streamed {
+			n, err = g.sendConcat(re.ctx, d, c, parts, counts)
+		}
 	} else {
 		var outs []*Output
 		if outs, err = g.loadParts(d, parts); err == nil {

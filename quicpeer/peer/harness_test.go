@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"hash"
 	"io"
 	"log/slog"
 	"os"
@@ -75,10 +76,21 @@ func startPeer(t *testing.T, opts peer.Options) *peer.Server {
 }
 
 type result struct {
-	h    *wire.EntityHeader
-	data []byte // nil when the recorder only hashes (hashOnly)
-	sum  [32]byte
+	h     *wire.EntityHeader
+	data  []byte // nil when the recorder only hashes (hashOnly)
+	sum   [32]byte
+	n     int64
+	err   error
+	parts int // a streamed result (profile 4.3.1): its part count
+}
+
+// partsAsm assembles a streamed result's parts in part order (their
+// streams may be handled in any order).
+type partsAsm struct {
+	next int
 	n    int64
+	hash hash.Hash
+	data []byte
 	err  error
 }
 
@@ -91,6 +103,7 @@ type recorder struct {
 	barriers []wire.BarrierFrame
 	control  []string // stream 0 frames in arrival order: "STATUS DEHYDRATING 1@0", "BARRIER 1 1 waiting", "DIGEST 1"
 	results  map[uint32]result
+	asm      map[uint32]*partsAsm // streamed results being received, by root
 	goaways  []wire.GoAwayFrame
 	hashOnly bool // results are hashed while read, not kept (large documents)
 	closed   bool
@@ -98,7 +111,7 @@ type recorder struct {
 }
 
 func newRecorder() *recorder {
-	return &recorder{changed: make(chan struct{}), results: map[uint32]result{}}
+	return &recorder{changed: make(chan struct{}), results: map[uint32]result{}, asm: map[uint32]*partsAsm{}}
 }
 
 func (r *recorder) note(f func()) {
@@ -140,6 +153,14 @@ func (r *recorder) HandleEntity(_ *quicpeer.Session, e *quicpeer.IncomingEntity)
 	r.mu.Lock()
 	hashOnly := r.hashOnly
 	r.mu.Unlock()
+	if e.Header.Metadata[peer.MetaRole] == "result-part" {
+		r.resultPart(e, hashOnly)
+		return
+	}
+	if e.Header.Metadata[peer.MetaResultParts] != "" {
+		r.resultSummary(e, hashOnly)
+		return
+	}
 	res := result{h: e.Header}
 	if hashOnly {
 		h := sha256.New()
@@ -151,6 +172,81 @@ func (r *recorder) HandleEntity(_ *quicpeer.Session, e *quicpeer.IncomingEntity)
 	}
 	r.note(func() { r.results[e.Header.EntityID] = res })
 }
+// turn waits until part k of root's streamed result is next and returns
+// its assembly.
+func (r *recorder) turn(root uint32, k int) *partsAsm {
+	for {
+		r.mu.Lock()
+		a := r.asm[root]
+		if a == nil {
+			a = &partsAsm{hash: sha256.New()}
+			r.asm[root] = a
+		}
+		if a.next == k || a.err != nil || k < 0 || r.closed {
+			r.mu.Unlock()
+			return a
+		}
+		ch := r.changed
+		r.mu.Unlock()
+		<-ch
+	}
+}
+
+// resultPart appends a result part (profile 4.3.1) in part order.
+func (r *recorder) resultPart(e *quicpeer.IncomingEntity, hashOnly bool) {
+	h := e.Header
+	k := -1
+	if h.ChunkInfo != nil {
+		k = int(h.ChunkInfo.ChunkIndex)
+	}
+	a := r.turn(h.EntityID, k)
+	var err error
+	switch {
+	case a.err != nil:
+		_, _ = io.Copy(io.Discard, e.Payload)
+	case k < 0 || a.next != k || h.ChunkInfo.ChunkOffset != uint64(a.n):
+		err = fmt.Errorf("result part %d has chunk-info %+v, the parts before it end at %d", k, h.ChunkInfo, a.n)
+		_, _ = io.Copy(io.Discard, e.Payload)
+	default:
+		w := io.Writer(a.hash)
+		var buf bytes.Buffer
+		if !hashOnly {
+			w = io.MultiWriter(a.hash, &buf)
+		}
+		var m int64
+		m, err = io.Copy(w, e.Payload) // the session checks the part's length and checksum
+		a.n += m
+		a.data = append(a.data, buf.Bytes()...)
+	}
+	r.note(func() {
+		if err != nil && a.err == nil {
+			a.err = err
+		}
+		a.next++
+	})
+}
+
+// resultSummary completes a streamed result once all its parts are in.
+func (r *recorder) resultSummary(e *quicpeer.IncomingEntity, hashOnly bool) {
+	h := e.Header
+	_, _ = io.Copy(io.Discard, e.Payload)
+	parts, _ := strconv.Atoi(h.Metadata[peer.MetaResultParts])
+	a := r.turn(h.EntityID, parts)
+	res := result{h: h, data: a.data, n: a.n, err: a.err, parts: parts}
+	a.hash.Sum(res.sum[:0])
+	if res.err == nil && (h.PayloadLength != 0 || h.Metadata[peer.MetaResultLength] != strconv.FormatInt(a.n, 10) ||
+		h.Metadata[peer.MetaResultSHA256] != hex.EncodeToString(res.sum[:])) {
+		res.err = fmt.Errorf("summary %d payload octets, metadata %v; the %d parts hold %d octets %x", h.PayloadLength, h.Metadata, parts, a.n, res.sum)
+	}
+	if !hashOnly && res.data == nil {
+		res.data = []byte{}
+	}
+	r.note(func() {
+		delete(r.asm, h.EntityID)
+		r.results[h.EntityID] = res
+	})
+}
+
 func (r *recorder) HandleClose(_ *quicpeer.Session, err error) {
 	r.note(func() { r.closed, r.closeErr = true, err })
 }
@@ -254,7 +350,7 @@ func (r *recorder) waitResult(t *testing.T, id uint32) result {
 	if res.err != nil {
 		t.Fatalf("result stream of %d: %v", id, res.err)
 	}
-	if !bytes.Equal(res.h.Checksum, res.sum[:]) || res.h.Metadata[peer.MetaRole] != "result" {
+	if res.parts == 0 && !bytes.Equal(res.h.Checksum, res.sum[:]) || res.h.Metadata[peer.MetaRole] != "result" {
 		t.Fatalf("result header %+v: checksum or role wrong", res.h)
 	}
 	return res

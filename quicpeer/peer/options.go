@@ -62,6 +62,10 @@ type Options struct {
 	OrphanDocs, OrphanChildren int
 	// Processors replaces the built-in processor set (nil: DefaultProcessors).
 	Processors Processors
+	// NoStreamResults turns streamed results off (docs/profile.md 4.3.1):
+	// every result goes as one stream after the last child finished. For
+	// comparisons and for gateways that predate streamed results.
+	NoStreamResults bool
 }
 
 // resolvedLimits are the engine's local limits.
@@ -73,6 +77,8 @@ type resolvedLimits struct {
 	orphanChildren int
 	childrenPerMB  int
 	claimExpiry    time.Duration
+	// noStreamResults: Options.NoStreamResults.
+	noStreamResults bool
 }
 
 // DefaultOffer is the capabilities offer used when Options.Offer is nil.
@@ -134,7 +140,7 @@ func (o Options) resolve() (Options, resolvedLimits, error) {
 		return o, resolvedLimits{}, fmt.Errorf("peer: Limits.MaxScopeDepth %d exceeds the draft maximum %d", o.Limits.MaxScopeDepth, wire.MaxScopeDepth)
 	}
 	lim := resolvedLimits{maxEntityBytes: o.MaxEntityBytes, maxChunkBytes: o.MaxChunkBytes, payloadBudget: o.PayloadBudget, orphanDocs: o.OrphanDocs, orphanChildren: o.OrphanChildren,
-		childrenPerMB: o.Limits.ChildrenPerMB, claimExpiry: o.Limits.ClaimExpiry}
+		childrenPerMB: o.Limits.ChildrenPerMB, claimExpiry: o.Limits.ClaimExpiry, noStreamResults: o.NoStreamResults}
 	if lim.childrenPerMB <= 0 {
 		lim.childrenPerMB = defaultChildrenPerMB
 	}

@@ -50,7 +50,9 @@ func (g *engine) advanceOut(d *doc, mine *spooled, data []byte) {
 		cs := d.children[o.next]
 		resolved := cs != nil && d.man.Resolved(cs.mid)
 		var sp *spooled
+		var e *entity
 		if resolved {
+			e = cs.e
 			if st, _ := d.man.Status(cs.mid); st == wire.StatusComplete {
 				sp = cs.out
 				if sp == nil {
@@ -85,6 +87,11 @@ func (g *engine) advanceOut(d *doc, mine *spooled, data []byte) {
 			}
 			o.len += sp.size
 			o.parts++
+			if sp == mine {
+				g.streamPart(d, e, sp, data)
+			} else {
+				g.streamPart(d, e, sp, nil)
+			}
 		}
 		o.next++
 	}

@@ -24,6 +24,7 @@ type resultConn struct {
 	statusSink
 	mu      sync.Mutex
 	results map[uint32]sentResult
+	parts   map[uint32][]sentResult // result parts (profile 4.3.1) by root
 	doc     func(id uint32) *doc
 }
 
@@ -31,12 +32,19 @@ type sentResult struct {
 	h        *wire.EntityHeader
 	data     []byte
 	frontier bool // output frontier complete and intact when sent
+	parts    int  // a streamed result's summary: parts received before it
 }
 
 func (c *resultConn) SendEntity(_ context.Context, h *wire.EntityHeader, r io.Reader) error {
 	data, err := io.ReadAll(r)
 	if err != nil {
 		return err
+	}
+	if h.Metadata[MetaRole] == roleResultPart { // sent with d.omu held
+		c.mu.Lock()
+		c.parts[h.EntityID] = append(c.parts[h.EntityID], sentResult{h: h, data: data})
+		c.mu.Unlock()
+		return nil
 	}
 	res := sentResult{h: h, data: data}
 	if d := c.doc(h.EntityID); d != nil {
@@ -70,14 +78,19 @@ type hashRig struct {
 	mu   sync.Mutex
 }
 
-func newHashRig(t *testing.T) *hashRig {
+func newHashRig(t *testing.T) *hashRig { return newHashRigStream(t, false) }
+
+// newHashRigStream is newHashRig with streamed results off (stream false:
+// one result stream, profile 4.3) or on (4.3.1).
+func newHashRigStream(t *testing.T, stream bool) *hashRig {
 	procs := DefaultProcessors()
 	procs["mixed"] = mixed{}
 	co := &core{procs: procs, yields: newYieldBook(nil), work: t.TempDir(), log: quiet, now: time.Now, pool: make(chan struct{}, 2),
 		budget: semaphore.NewWeighted(1 << 20),
-		lim:    resolvedLimits{maxEntityBytes: 1 << 20, maxChunkBytes: 1 << 20, payloadBudget: 1 << 20, orphanDocs: 8, orphanChildren: 64, childrenPerMB: 1000, claimExpiry: time.Minute}}
+		lim: resolvedLimits{maxEntityBytes: 1 << 20, maxChunkBytes: 1 << 20, payloadBudget: 1 << 20, orphanDocs: 8, orphanChildren: 64, childrenPerMB: 1000,
+			claimExpiry: time.Minute, noStreamResults: !stream}}
 	r := &hashRig{docs: map[uint32]*doc{}}
-	r.conn = &resultConn{results: map[uint32]sentResult{}, doc: func(id uint32) *doc {
+	r.conn = &resultConn{results: map[uint32]sentResult{}, parts: map[uint32][]sentResult{}, doc: func(id uint32) *doc {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		return r.docs[id]
@@ -123,6 +136,32 @@ func (r *hashRig) root(t *testing.T, root uint32, total int, content string, md 
 
 func sha256Of(s string) []byte { b := sha256.Sum256([]byte(s)); return b[:] }
 
+// streamedResult checks a streamed result (profile 4.3.1): parts numbered
+// 0, 1, ... in order with contiguous offsets, each part's length and
+// checksum right, and the summary's part count, length and SHA-256 those
+// of the concatenation, which it returns as the result's data.
+func streamedResult(t *testing.T, sum sentResult, parts []sentResult) sentResult {
+	t.Helper()
+	var all []byte
+	for i, p := range parts {
+		ci := p.h.ChunkInfo
+		if ci == nil || ci.ChunkIndex != uint64(i) || ci.ChunkOffset != uint64(len(all)) {
+			t.Fatalf("part %d has chunk-info %+v, want index %d offset %d", i, ci, i, len(all))
+		}
+		if p.h.PayloadLength != uint64(len(p.data)) || !bytes.Equal(p.h.Checksum, sha256Of(string(p.data))) {
+			t.Fatalf("part %d header says %d octets %x, it carried %d octets %x", i, p.h.PayloadLength, p.h.Checksum, len(p.data), sha256Of(string(p.data)))
+		}
+		all = append(all, p.data...)
+	}
+	md := sum.h.Metadata
+	if sum.h.PayloadLength != 0 || len(sum.data) != 0 || md[MetaRole] != "result" || md[MetaResultParts] != strconv.Itoa(len(parts)) ||
+		md[MetaResultLength] != strconv.Itoa(len(all)) || md[MetaResultSHA256] != hex.EncodeToString(sha256Of(string(all))) {
+		t.Fatalf("summary %d payload octets, metadata %v; the %d parts hold %d octets %x", len(sum.data), md, len(parts), len(all), sha256Of(string(all)))
+	}
+	sum.data, sum.parts = all, len(parts)
+	return sum
+}
+
 // result waits for the result of root and checks its header against the
 // bytes sent.
 func (r *hashRig) result(t *testing.T, root uint32) sentResult {
@@ -131,7 +170,11 @@ func (r *hashRig) result(t *testing.T, root uint32) sentResult {
 	for {
 		r.conn.mu.Lock()
 		res, ok := r.conn.results[root]
+		parts := r.conn.parts[root]
 		r.conn.mu.Unlock()
+		if ok && res.h.Metadata[MetaResultParts] != "" {
+			return streamedResult(t, res, parts)
+		}
 		if ok {
 			if res.h.PayloadLength != uint64(len(res.data)) || !bytes.Equal(res.h.Checksum, sha256Of(string(res.data))) {
 				t.Fatalf("result header says %d octets %x, the stream carried %d octets %x", res.h.PayloadLength, res.h.Checksum, len(res.data), sha256Of(string(res.data)))
@@ -167,8 +210,24 @@ func TestResultHashKeptInChunkOrder(t *testing.T) {
 		{"lenient skips the first chunk", []int{1, 2, 0, 3, 4}, map[string]string{MetaProcessor: "fault", MetaFault: "fail", MetaFaultChunks: "0"},
 			&wire.CompletionPolicy{Mode: &lenient}, "bravo charlie delta echo"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			r := newHashRig(t)
+		for _, stream := range []bool{false, true} {
+			t.Run(tc.name+map[bool]string{false: "", true: "/streamed"}[stream], func(t *testing.T) {
+				hashKeptCase(t, stream, chunks, tc.order, tc.md, tc.pol, tc.want)
+			})
+		}
+	}
+}
+
+func hashKeptCase(t *testing.T, stream bool, chunks []string, order []int, md map[string]string, pol *wire.CompletionPolicy, want string) {
+	tc := struct {
+		order []int
+		md    map[string]string
+		pol   *wire.CompletionPolicy
+		want  string
+	}{order, md, pol, want}
+	{
+		{
+			r := newHashRigStream(t, stream)
 			const root = 100
 			if tc.pol != nil { // the policy governs children that finish before the root arrives
 				r.mu.Lock()
@@ -182,8 +241,16 @@ func TestResultHashKeptInChunkOrder(t *testing.T) {
 			for _, i := range tc.order {
 				r.child(root, uint32(101+i), i, len(chunks), chunks[i], tc.md)
 			}
+			r.conn.mu.Lock()
+			early := len(r.conn.parts[root])
+			r.conn.mu.Unlock()
 			if tc.pol == nil {
 				r.root(t, root, len(chunks), concat(chunks), tc.md, tc.pol)
+				// Every child finished before the root arrived: streamed,
+				// the whole result went out before it (profile 4.3.1).
+				if want := map[bool]int{false: 0, true: len(chunks)}[stream]; early != want {
+					t.Fatalf("%d result parts sent before the root arrived, want %d", early, want)
+				}
 			}
 			res := r.result(t, root)
 			if string(res.data) != tc.want {
@@ -192,7 +259,10 @@ func TestResultHashKeptInChunkOrder(t *testing.T) {
 			if !res.frontier {
 				t.Fatal("the result hash was not kept while the children finished: rehydration hashed the spool")
 			}
-		})
+			if stream && res.parts == 0 {
+				t.Fatal("streamed results on, but the result went as one stream")
+			}
+		}
 	}
 }
 
