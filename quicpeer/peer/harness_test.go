@@ -172,6 +172,7 @@ func (r *recorder) HandleEntity(_ *quicpeer.Session, e *quicpeer.IncomingEntity)
 	}
 	r.note(func() { r.results[e.Header.EntityID] = res })
 }
+
 // turn waits until part k of root's streamed result is next and returns
 // its assembly.
 func (r *recorder) turn(root uint32, k int) *partsAsm {
