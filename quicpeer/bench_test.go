@@ -211,9 +211,8 @@ func BenchmarkSendStatus(b *testing.B) {
 }
 
 // BenchmarkSendStatusConcurrent is BenchmarkSendStatus with 4 x GOMAXPROCS
-// goroutines on one session, each cycling its own entity: stream 0 then
-// carries the frames of concurrent callers (coalesced while a Write is in
-// flight).
+// goroutines on one session, each cycling its own entity: the callers
+// contend for stream 0 (the case a coalescing writer would serve).
 func BenchmarkSendStatusConcurrent(b *testing.B) {
 	client, _, _ := newPairWith(b, cborMode, newSink(), newSink())
 	b.ReportAllocs()

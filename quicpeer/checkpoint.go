@@ -48,7 +48,10 @@ func (s *session) sendCheckpoint(f *wire.CheckpointFrame) error {
 	if len(body) > wire.MaxVariableLength {
 		return localErr(wire.CodeEntityTooLarge, "CHECKPOINT body is %d octets, more than %d", len(body), wire.MaxVariableLength)
 	}
-	return s.cw.commit(wire.AppendVariable(s.cw.begin(), wire.FrameCheckpoint, body))
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.wbuf = wire.AppendVariable(s.wbuf[:0], wire.FrameCheckpoint, body)
+	return s.writeLocked()
 }
 
 // checkpoint sends a CHECKPOINT request and waits for the peer's

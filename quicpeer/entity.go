@@ -275,7 +275,10 @@ func (s *session) reject(rs receiveStream, scope, id uint32, err error) {
 		return
 	}
 	if s.negotiated.Layer1 || (scope == 0 && f.Depth == 0) {
-		_ = s.cw.commit(f.Append(s.cw.begin()))
+		s.wmu.Lock()
+		s.wbuf = f.Append(s.wbuf[:0])
+		_ = s.writeLocked()
+		s.wmu.Unlock()
 	}
 }
 

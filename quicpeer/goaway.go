@@ -71,7 +71,10 @@ func (s *session) goAway(ctx context.Context) error {
 	s.notifyLocked()
 	s.mu.Unlock()
 	g := wire.GoAwayFrame{LastEntityID: last}
-	err := s.cw.commit(g.Append(s.cw.begin()))
+	s.wmu.Lock()
+	s.wbuf = g.Append(s.wbuf[:0])
+	err := s.writeLocked()
+	s.wmu.Unlock()
 	if err != nil {
 		if s.ctx.Err() != nil {
 			return s.err()
@@ -134,7 +137,10 @@ func (s *session) cursorLoop() {
 		s.mu.Lock()
 		f := wire.StatusFrame{Status: wire.StatusUnspecified, EntityID: wire.ConnectionEntity, HasCursor: true, Cursor: s.cursorTo}
 		s.mu.Unlock()
-		err := s.cw.commit(f.Append(s.cw.begin()))
+		s.wmu.Lock()
+		s.wbuf = f.Append(s.wbuf[:0])
+		err := s.writeLocked()
+		s.wmu.Unlock()
 		if err != nil {
 			return
 		}
@@ -168,7 +174,10 @@ func (s *session) keepaliveLoop() {
 			return
 		}
 		if time.Duration(now-s.lastSent.Load()) >= ka {
-			err := s.cw.commit(hb.Append(s.cw.begin()))
+			s.wmu.Lock()
+			s.wbuf = hb.Append(s.wbuf[:0])
+			err := s.writeLocked()
+			s.wmu.Unlock()
 			if err != nil {
 				return
 			}

@@ -93,10 +93,6 @@ const (
 	// windowRecheck delays the window deadline while the control loop is
 	// busy with a frame (unread stream-0 data may still make room).
 	windowRecheck = 50 * time.Millisecond
-	// ctrlBatchMax bounds the stream-0 frames queued behind a Write in
-	// flight (ctrlwriter.go): 64 KiB is 4,096 STATUS frames, enough to
-	// coalesce any burst, while callers beyond it wait for room.
-	ctrlBatchMax = 64 << 10
 	// closeDrainTimeout bounds how long a session waits for its internal
 	// goroutines after the connection ended.
 	closeDrainTimeout = 5 * time.Second

@@ -30,10 +30,10 @@ type session struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	// cw serializes and coalesces stream-0 writes; its begin/commit keep
-	// the wire order of locally sent statuses equal to the order they
-	// were applied to the state.
-	cw *ctrlWriter
+	// wmu serializes stream-0 writes and keeps the wire order of locally
+	// sent statuses equal to the order they were applied to the state.
+	wmu  sync.Mutex
+	wbuf []byte
 
 	mu       sync.Mutex // guards everything below
 	tr       *tracker
@@ -89,9 +89,9 @@ func start(cfg *resolved, role Role, conn connection, ctrl stream, n Negotiated)
 		changed:    make(chan struct{}),
 		cpWait:     map[cpKey]chan struct{}{},
 		cursorKick: make(chan struct{}, 1),
+		wbuf:       make([]byte, 0, 256),
 		done:       make(chan struct{}),
 	}
-	s.cw = newCtrlWriter(ctrl, &s.lastSent)
 	s.cr = wire.NewControlReader(ctrlReader{s}, wire.MaxVariableLength)
 	s.log = cfg.Logger.With("session", s.id, "role", role.String())
 	s.pub = &Session{impl: s}
@@ -211,7 +211,19 @@ func (s *session) endedErr() error {
 	return localErr(wire.CodeNoError, "session closed")
 }
 
+// writeLocked writes s.wbuf to stream 0; the caller holds wmu.
+func (s *session) writeLocked() error {
+	if _, err := s.ctrl.Write(s.wbuf); err != nil {
+		return err
+	}
+	s.lastSent.Store(time.Now().UnixNano())
+	return nil
+}
+
 // writeFrame appends one frame with app and writes it to stream 0.
 func (s *session) writeFrame(app func([]byte) []byte) error {
-	return s.cw.writeFrame(app)
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.wbuf = app(s.wbuf[:0])
+	return s.writeLocked()
 }

@@ -14,7 +14,7 @@ func (s *session) sendStatus(f wire.StatusFrame) error {
 	if s.ctx.Err() != nil {
 		return s.endedErr()
 	}
-	buf := s.cw.begin()
+	s.wmu.Lock()
 	s.mu.Lock()
 	_, resolvedNow, err := s.tr.apply(&f, true)
 	if err == nil && resolvedNow {
@@ -23,10 +23,12 @@ func (s *session) sendStatus(f wire.StatusFrame) error {
 	flush := resolvedNow && len(s.cpPending) > 0
 	s.mu.Unlock()
 	if err != nil {
-		s.cw.cancel()
+		s.wmu.Unlock()
 		return err
 	}
-	err = s.cw.commit(f.Append(buf))
+	s.wbuf = f.Append(s.wbuf[:0])
+	err = s.writeLocked()
+	s.wmu.Unlock()
 	if flush {
 		s.flushCheckpoints()
 	}
@@ -58,11 +60,13 @@ func (s *session) sendScopeDigest(f wire.ScopeDigestFrame) error {
 	if err := s.checkScopeFrame("SCOPE_DIGEST", f.ScopeID); err != nil {
 		return err
 	}
-	buf := s.cw.begin()
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
 	s.mu.Lock()
 	s.tr.forgetScope(f.ScopeID)
 	s.mu.Unlock()
-	return s.cw.commit(f.Append(buf))
+	s.wbuf = f.Append(s.wbuf[:0])
+	return s.writeLocked()
 }
 
 // sendBarrier writes a BARRIER (Layer 1, Section 6.4).
@@ -70,5 +74,8 @@ func (s *session) sendBarrier(f wire.BarrierFrame) error {
 	if err := s.checkScopeFrame("BARRIER", f.ScopeID); err != nil {
 		return err
 	}
-	return s.cw.commit(f.Append(s.cw.begin()))
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.wbuf = f.Append(s.wbuf[:0])
+	return s.writeLocked()
 }

@@ -9,11 +9,11 @@ import (
 	"github.com/pipestream/gateway/quicpeer/wire"
 )
 
-// Concurrent SendStatus callers on one session (stream 0 coalesces their
-// frames while a Write is in flight): every frame arrives intact, and each
-// entity's statuses arrive in the order its sender sent them (Section
-// 6.2.3; a reordering would also break the receiver's transition check
-// and close the connection).
+// Concurrent SendStatus callers on one session share stream 0: every
+// frame arrives intact (no interleaving inside a frame), and each entity's
+// statuses arrive in the order its sender sent them (Section 6.2.3; a
+// reordering would also break the receiver's transition check and close
+// the connection).
 func TestConcurrentStatusSenders(t *testing.T) {
 	const senders, cycles = 8, 100
 	p := newPair(t, cborMode)
