@@ -48,6 +48,7 @@ package wire
 //                         // at EOF checks length == PayloadLength (else 0x05) and
 //                         // checksum (else 0x04) and returns the *Error instead of io.EOF.
 //     func NewPayloadReader(r io.Reader, h *EntityHeader) *PayloadReader
+//     func (p *PayloadReader) Init(r io.Reader, h *EntityHeader) // same, for an embedded PayloadReader
 //
 //   State machine (Section 6.2.2a):
 //     func ValidTransition(from, to Status) bool
