@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/pipestream/gateway/quicpeer/assembly"
 	"github.com/pipestream/gateway/quicpeer/wire"
@@ -63,9 +64,10 @@ type doc struct {
 
 	// The result hash over the children's outputs in chunk order, guarded
 	// by omu (resulthash.go).
-	omu   sync.Mutex
-	out   outFrontier
-	parts resultParts // streamed result (resultstream.go), guarded by omu
+	omu     sync.Mutex
+	outKick atomic.Bool // a chunk settled: the frontier may move (advanceOut)
+	out     outFrontier
+	parts   resultParts // streamed result (resultstream.go), guarded by omu
 }
 
 // childState is one chunk of a document. Its resolution and final status

@@ -36,13 +36,37 @@ type outFrontier struct {
 	broken error  // a spool read failed: rehydration hashes the spool itself
 }
 
-// advanceOut moves d's output frontier over every resolved chunk. mine and
-// data are the spooled output of a child that was just resolved and its
-// bytes (nil when none): hashed from memory when the frontier reaches it
-// here. data is not retained.
+// advanceOut moves d's output frontier over every resolved chunk, or
+// leaves that to the goroutine already moving it: a child that settles
+// while another holds the frontier (sending a result part, resultstream.go)
+// does not wait there holding its payload; it flags the work (outKick) and
+// returns, and the holder runs again before it lets go. mine and data are
+// the spooled output of a child that was just resolved and its bytes (nil
+// when none): taken from memory when the frontier reaches it here, else
+// read back from the spool. data is not retained.
 func (g *engine) advanceOut(d *doc, mine *spooled, data []byte) {
+	d.outKick.Store(true)
+	for d.outKick.Load() {
+		if !d.omu.TryLock() {
+			return // the holder sees outKick after its pass
+		}
+		d.outKick.Store(false)
+		g.advanceOutLocked(d, mine, data)
+		mine, data = nil, nil
+		d.omu.Unlock()
+	}
+}
+
+// advanceOutSync is advanceOut that returns only once the frontier has
+// passed every chunk resolved before the call (rehydration needs it).
+func (g *engine) advanceOutSync(d *doc) {
 	d.omu.Lock()
 	defer d.omu.Unlock()
+	g.advanceOutLocked(d, nil, nil)
+}
+
+// advanceOutLocked is one pass of advanceOut. Caller holds d.omu.
+func (g *engine) advanceOutLocked(d *doc, mine *spooled, data []byte) {
 	o := &d.out
 	var buf []byte
 	for o.broken == nil {
@@ -125,7 +149,7 @@ func (g *engine) feedSpooled(d *doc, end uint64) error {
 // false when the frontier cannot tell (a spool read failed, or the
 // frontier disagrees with parts) and the caller must hash the spool.
 func (g *engine) resultSum(d *doc, parts []part) (n int64, sum []byte, ok bool) {
-	g.advanceOut(d, nil, nil) // the tail of children that finished out of order
+	g.advanceOutSync(d) // the tail of children that finished out of order
 	d.omu.Lock()
 	defer d.omu.Unlock()
 	o := &d.out
