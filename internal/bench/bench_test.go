@@ -49,7 +49,7 @@ func TestBenchTiny(t *testing.T) {
 		}
 		byPhase[r.Phase] = append(byPhase[r.Phase], r)
 	}
-	want := map[string]int{"bulk": 4, "small": 3, "churn": 3, "control": 1, "fanout": 1}
+	want := map[string]int{"bulk": 5, "small": 3, "churn": 3, "control": 1, "fanout": 1}
 	for p, n := range want {
 		if len(byPhase[p]) != n {
 			t.Errorf("phase %s: %d results, want %d", p, len(byPhase[p]), n)

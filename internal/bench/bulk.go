@@ -12,7 +12,10 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/quic-go/quic-go"
+
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
+	"github.com/pipestream/gateway/quicpeer"
 )
 
 // bulk measures one large document (Options.BulkBytes) over REST
@@ -37,6 +40,13 @@ func (b *runner) bulk(ctx context.Context) error {
 		return fmt.Errorf("raw quic-go copy: %w", err)
 	}
 	add("raw quic-go stream (TLS 1.3)", true, secs, procStats{}, false, "")
+
+	b.progress("  raw quic-go echo of %s (there and back at once)", sizeStr(n))
+	secs, err = rawQUICEcho(ctx, n)
+	if err != nil {
+		return fmt.Errorf("raw quic-go echo: %w", err)
+	}
+	add("raw quic-go echo, there and back (TLS 1.3)", true, secs, procStats{}, false, "")
 
 	b.progress("  bare grpc-go client-stream upload of %s", sizeStr(n))
 	secs, err = grpcUpload(ctx, n)
@@ -123,6 +133,97 @@ func rawQUICCopy(ctx context.Context, n int64) (float64, error) {
 	st.Close()
 	if got := <-rq.got; got != n {
 		return 0, fmt.Errorf("the receiver read %d of %d octets", got, n)
+	}
+	return since(start), nil
+}
+
+// rawQUICEcho is the transport floor of the gateway's bulk path with a
+// peer on the same machine: the content goes to the peer and the result
+// (as large, for passthrough) comes back over the same connection while
+// the upload goes on (streamed results, docs/profile.md 4.3.1). Here n
+// octets cross one loopback quic-go connection there and back at once (a
+// bidirectional stream the server echoes), timed until the last echoed
+// octet is read.
+func rawQUICEcho(ctx context.Context, n int64) (float64, error) {
+	cert, pemCert, err := quicpeer.SelfSignedCert()
+	if err != nil {
+		return 0, err
+	}
+	ctls, err := quicpeer.ClientTLS(pemCert)
+	if err != nil {
+		return 0, err
+	}
+	ln, err := quic.ListenAddr("127.0.0.1:0", quicpeer.ServerTLS(cert), &quic.Config{})
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		sc, err := ln.Accept(ctx)
+		if err != nil {
+			return
+		}
+		st, err := sc.AcceptStream(ctx)
+		if err != nil {
+			return
+		}
+		buf := make([]byte, 64<<10)
+		for {
+			k, rerr := st.Read(buf)
+			if k > 0 {
+				if _, err := st.Write(buf[:k]); err != nil {
+					return
+				}
+			}
+			if rerr != nil {
+				break
+			}
+		}
+		st.Close()
+		<-sc.Context().Done() // the client reads the echo to EOF, then closes
+	}()
+	cc, err := quic.DialAddr(ctx, ln.Addr().String(), ctls, &quic.Config{})
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		cc.CloseWithError(0, "")
+		<-served
+	}()
+	start := time.Now()
+	st, err := cc.OpenStreamSync(ctx)
+	if err != nil {
+		return 0, err
+	}
+	wrote := make(chan error, 1)
+	go func() {
+		buf := make([]byte, chunkBytes)
+		src := newPattern(n)
+		for {
+			k, rerr := io.ReadFull(src, buf)
+			if k > 0 {
+				if _, err := st.Write(buf[:k]); err != nil {
+					wrote <- err
+					return
+				}
+			}
+			if rerr != nil {
+				break
+			}
+		}
+		wrote <- st.Close()
+	}()
+	got, err := io.CopyBuffer(io.Discard, st, make([]byte, 64<<10))
+	if werr := <-wrote; err == nil {
+		err = werr
+	}
+	if err != nil {
+		return 0, err
+	}
+	if got != n {
+		return 0, fmt.Errorf("the echo returned %d of %d octets", got, n)
 	}
 	return since(start), nil
 }

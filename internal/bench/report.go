@@ -48,6 +48,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 
 func short(baseline string) string {
 	switch {
+	case strings.HasPrefix(baseline, "raw quic-go echo"):
+		return "quic-go echo"
 	case strings.HasPrefix(baseline, "raw quic-go"):
 		return "quic-go"
 	case strings.HasPrefix(baseline, "bare grpc-go"):
