@@ -209,6 +209,11 @@ func (b *runner) progress(format string, args ...any) {
 	fmt.Fprintf(b.o.Progress, "bench: "+format+"\n", args...)
 }
 
+// note adds a line to the report's notes.
+func (b *runner) note(format string, args ...any) {
+	b.rep.Notes = append(b.rep.Notes, fmt.Sprintf(format, args...))
+}
+
 func (b *runner) add(r Result) {
 	b.rep.Results = append(b.rep.Results, r)
 	b.progress("  %-34s %10.1f %s", r.Path, r.Rate, r.Unit)

@@ -74,6 +74,9 @@ func TestBenchTiny(t *testing.T) {
 			t.Errorf("small/%s: percentiles p50 %v p99 %v p99.9 %v", r.Path, r.P50ms, r.P99ms, r.P999ms)
 		}
 	}
+	if n := strings.Count(strings.Join(rep.Notes, "\n"), "from the upload's answer to SUCCEEDED"); n != 2 {
+		t.Errorf("notes %q: %d bulk tail notes, want REST and gRPC", rep.Notes, n)
+	}
 	if !strings.Contains(strings.Join(rep.Notes, " "), "--rate-limit 0") {
 		t.Errorf("notes %q do not say the started gateway runs with --rate-limit 0", rep.Notes)
 	}
