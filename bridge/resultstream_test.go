@@ -155,3 +155,21 @@ func TestStreamedResultEmpty(t *testing.T) {
 		t.Fatalf("result has %d octets, want none", len(r))
 	}
 }
+
+// A peer whose streaming had to stop sends the whole result as one stream
+// (profile 4.3.1): the gateway takes that result and drops the parts.
+func TestStreamedResultFallbackToOneStream(t *testing.T) {
+	p, b := newScriptedEnv(t, false)
+	d, a := submitStreamed(t, p, b)
+	sendResultPart(t, a.s, a.h.EntityID, 0, 0, []byte("partial "))
+	whole := randomBytes(t, 80<<10)
+	sendResult(t, a.s, a.h.EntityID, whole)
+	status(t, a.s, wire.StatusComplete, a.h.EntityID, 0, 0)
+	got := waitDoc(t, b, d.Id, func(d *gatewayv1.Document) bool { return d.State != gatewayv1.State_RUNNING && d.State != gatewayv1.State_PENDING })
+	if got.State != gatewayv1.State_SUCCEEDED || got.ResultSizeBytes != uint64(len(whole)) {
+		t.Fatalf("state %s error %q size %d, want SUCCEEDED with the one-stream result (%d octets)", got.State, got.Error, got.ResultSizeBytes, len(whole))
+	}
+	if r := readResult(t, b, d.Id); !bytes.Equal(r, whole) {
+		t.Fatalf("result is %d octets and is not the one-stream result", len(r))
+	}
+}
