@@ -165,7 +165,9 @@ func TestStreamedResultFallbackToOneStream(t *testing.T) {
 	whole := randomBytes(t, 80<<10)
 	sendResult(t, a.s, a.h.EntityID, whole)
 	status(t, a.s, wire.StatusComplete, a.h.EntityID, 0, 0)
-	got := waitDoc(t, b, d.Id, func(d *gatewayv1.Document) bool { return d.State != gatewayv1.State_RUNNING && d.State != gatewayv1.State_PENDING })
+	got := waitDoc(t, b, d.Id, func(d *gatewayv1.Document) bool {
+		return d.State != gatewayv1.State_RUNNING && d.State != gatewayv1.State_PENDING
+	})
 	if got.State != gatewayv1.State_SUCCEEDED || got.ResultSizeBytes != uint64(len(whole)) {
 		t.Fatalf("state %s error %q size %d, want SUCCEEDED with the one-stream result (%d octets)", got.State, got.Error, got.ResultSizeBytes, len(whole))
 	}
