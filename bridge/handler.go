@@ -1,7 +1,6 @@
 package bridge
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -514,16 +513,7 @@ func (b *Bridge) onResult(ss *sessState, e *quicpeer.IncomingEntity) {
 		return
 	}
 	if err != nil {
-		var we *wire.Error
-		if errors.As(err, &we) {
-			d.resultErr = fmt.Sprintf("the result stream failed verification (%v); resubmit the document", err)
-		} else {
-			d.resultErr = fmt.Sprintf("storing the result failed: %v", err)
-		}
-		b.log.Error("bridge: result stream failed", "doc", d.id, "err", err)
-		if d.rootComplete {
-			b.maybeFinishLocked(d)
-		}
+		b.resultFailedLocked(d, err, "storing the result failed")
 		return
 	}
 	d.resultReady = true

@@ -286,19 +286,25 @@ func (b *Bridge) onResultSummary(d *docRun, attempt uint32, e *quicpeer.Incoming
 	b.kickFlush()
 }
 
-// resultFailed records that attempt's result failed (verification or
-// storage) and finishes d if its root already completed.
+// resultFailed records that attempt's streamed result failed.
 func (b *Bridge) resultFailed(d *docRun, attempt uint32, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if d.terminal() || d.attempt != attempt || d.resultErr != "" || errors.Is(err, errResultStreamClosed) {
 		return
 	}
+	b.resultFailedLocked(d, err, "the streamed result failed")
+}
+
+// resultFailedLocked records why d's current result failed: verification
+// (a wire error: the peer sent bad bytes) or what (storage, protocol), and
+// finishes d if its root already completed. Caller holds mu.
+func (b *Bridge) resultFailedLocked(d *docRun, err error, what string) {
 	var we *wire.Error
 	if errors.As(err, &we) {
 		d.resultErr = fmt.Sprintf("the result stream failed verification (%v); resubmit the document", err)
 	} else {
-		d.resultErr = fmt.Sprintf("the streamed result failed: %v", err)
+		d.resultErr = fmt.Sprintf("%s: %v", what, err)
 	}
 	b.log.Error("bridge: result stream failed", "doc", d.id, "err", err)
 	if d.rootComplete {

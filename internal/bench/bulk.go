@@ -101,6 +101,24 @@ var patternBlock = func() []byte {
 
 func newPattern(n int64) *pattern { return &pattern{block: patternBlock, left: n} }
 
+// writePattern writes n pattern octets to w in chunkBytes writes (the
+// write size of every upload path).
+func writePattern(w io.Writer, n int64) error {
+	buf := make([]byte, chunkBytes)
+	src := newPattern(n)
+	for {
+		k, rerr := io.ReadFull(src, buf)
+		if k > 0 {
+			if _, err := w.Write(buf[:k]); err != nil {
+				return err
+			}
+		}
+		if rerr != nil {
+			return nil
+		}
+	}
+}
+
 func (p *pattern) Read(b []byte) (int, error) {
 	if p.left == 0 {
 		return 0, io.EOF
@@ -122,18 +140,8 @@ func rawQUICCopy(ctx context.Context, n int64) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	buf := make([]byte, chunkBytes)
-	src := newPattern(n)
-	for {
-		k, rerr := io.ReadFull(src, buf)
-		if k > 0 {
-			if _, err := st.Write(buf[:k]); err != nil {
-				return 0, err
-			}
-		}
-		if rerr != nil {
-			break
-		}
+	if err := writePattern(st, n); err != nil {
+		return 0, err
 	}
 	st.Close()
 	if got := <-rq.got; got != n {
@@ -204,19 +212,9 @@ func rawQUICEcho(ctx context.Context, n int64) (float64, error) {
 	}
 	wrote := make(chan error, 1)
 	go func() {
-		buf := make([]byte, chunkBytes)
-		src := newPattern(n)
-		for {
-			k, rerr := io.ReadFull(src, buf)
-			if k > 0 {
-				if _, err := st.Write(buf[:k]); err != nil {
-					wrote <- err
-					return
-				}
-			}
-			if rerr != nil {
-				break
-			}
+		if err := writePattern(st, n); err != nil {
+			wrote <- err
+			return
 		}
 		wrote <- st.Close()
 	}()
