@@ -57,6 +57,11 @@ func TestLargeDocumentDehydrated(t *testing.T) {
 		if res := e.result(doc.Id); !bytes.Equal(res, content) {
 			t.Fatalf("result differs: %d bytes vs %d", len(res), len(content))
 		}
+		// The bridge says it takes streamed results; the peer streamed one
+		// part per chunk (profile 4.3.1).
+		if parts := e.metric("pipestream_bridge_result_parts_total"); parts != 32 {
+			t.Fatalf("%v result parts appended, want the 32 chunks streamed", parts)
+		}
 		if e.opts.PreferProtobuf {
 			// nothing else to check; the format was negotiated by both sides
 		}

@@ -13,6 +13,7 @@ type metrics struct {
 	reconnects     prometheus.Counter
 	claims         *prometheus.CounterVec
 	digestMismatch prometheus.Counter
+	resultParts    prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -35,10 +36,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Claim check events, by action (issued, redeemed, expired, rejected)."}, []string{"action"}),
 		digestMismatch: prometheus.NewCounter(prometheus.CounterOpts{Name: "pipestream_bridge_scope_digest_mismatch_total",
 			Help: "SCOPE_DIGEST frames whose Merkle root differed from the recomputed one."}),
+		resultParts: prometheus.NewCounter(prometheus.CounterOpts{Name: "pipestream_bridge_result_parts_total",
+			Help: "Parts of streamed results appended (docs/profile.md 4.3.1)."}),
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.running, m.finished, m.entityStatus, m.bytesIn, m.bytesOut,
-			m.retries, m.reconnects, m.claims, m.digestMismatch} {
+			m.retries, m.reconnects, m.claims, m.digestMismatch, m.resultParts} {
 			_ = reg.Register(c)
 		}
 	}

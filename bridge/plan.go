@@ -28,6 +28,10 @@ const (
 	metaContentSHA    = "pipestream.content-sha256"
 	metaClaimID       = "pipestream.claim-id"
 	metaRole          = "pipestream.role"
+	// metaAcceptParts on every child tells the peer this gateway takes
+	// streamed results (profile 4.3.1); a peer streams only to gateways
+	// that say so.
+	metaAcceptParts = "pipestream.accept-result-parts"
 )
 
 // clientMetaKeys are the reserved keys a client may set (tests, demos).
@@ -280,7 +284,7 @@ func (p *plan) rootMetadata() map[string]string {
 // childMetadata is what a chunk's header carries: the processor, depth and
 // the fault keys (the fault only on the selected chunks).
 func (p *plan) childMetadata(index uint64) map[string]string {
-	md := map[string]string{metaProcessor: p.opts.Split.Processor}
+	md := map[string]string{metaProcessor: p.opts.Split.Processor, metaAcceptParts: "1"}
 	if p.opts.Split.MaxDepth > 0 {
 		md[metaMaxDepth] = strconv.FormatUint(uint64(p.opts.Split.MaxDepth), 10)
 	}

@@ -233,7 +233,9 @@ func (b *Bridge) onResultPart(d *docRun, attempt uint32, e *quicpeer.IncomingEnt
 	if err != nil {
 		_, _ = io.Copy(io.Discard, e.Payload)
 		b.resultFailed(d, attempt, err)
+		return
 	}
+	b.m.resultParts.Inc()
 }
 
 // onResultSummary completes d's streamed result from its summary entity.

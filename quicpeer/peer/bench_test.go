@@ -186,6 +186,7 @@ func BenchmarkDehydratedPassthrough(b *testing.B) {
 			}
 			p := root
 			h := &wire.EntityHeader{EntityID: id, ParentID: &p, ContentType: "application/octet-stream", PayloadLength: chunk, Checksum: sums[i],
+				Metadata:  map[string]string{peer.MetaAcceptResultParts: "1"},
 				ChunkInfo: &wire.ChunkInfo{TotalChunks: n, ChunkIndex: uint64(i), ChunkOffset: uint64(i * chunk)}}
 			if err := sess.SendEntity(ctx, h, bytes.NewReader(chunks[i])); err != nil {
 				b.Fatal(err)

@@ -470,9 +470,13 @@ func (c *client) sendDehydrated(t *testing.T, chunks []string, md map[string]str
 	if rootFirst {
 		announce()
 	}
+	cmd := map[string]string{peer.MetaAcceptResultParts: "1"} // as the gateway sends children
+	for k, v := range md {
+		cmd[k] = v
+	}
 	for i := len(chunks) - 1; i >= 0; i-- { // reverse order: out-of-order arrival
 		p := root
-		h := &wire.EntityHeader{EntityID: ids[i], ParentID: &p, ContentType: "text/plain", Metadata: md,
+		h := &wire.EntityHeader{EntityID: ids[i], ParentID: &p, ContentType: "text/plain", Metadata: cmd,
 			ChunkInfo: &wire.ChunkInfo{TotalChunks: uint64(len(chunks)), ChunkIndex: uint64(i), ChunkOffset: uint64(off)}}
 		if err := c.send(t, h, []byte(chunks[i])); err != nil {
 			t.Fatal(err)

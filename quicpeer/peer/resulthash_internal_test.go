@@ -72,10 +72,11 @@ func (mixed) Rehydrate(context.Context, []*Output) (*Output, error) { panic("str
 func (mixed) ConcatType(*Output) (string, uint8)                    { return "text/plain", 0 }
 
 type hashRig struct {
-	g    *engine
-	conn *resultConn
-	docs map[uint32]*doc
-	mu   sync.Mutex
+	g      *engine
+	accept bool // children say they take streamed results
+	conn   *resultConn
+	docs   map[uint32]*doc
+	mu     sync.Mutex
 }
 
 func newHashRig(t *testing.T) *hashRig { return newHashRigStream(t, false) }
@@ -89,7 +90,7 @@ func newHashRigStream(t *testing.T, stream bool) *hashRig {
 		budget: semaphore.NewWeighted(1 << 20),
 		lim: resolvedLimits{maxEntityBytes: 1 << 20, maxChunkBytes: 1 << 20, payloadBudget: 1 << 20, orphanDocs: 8, orphanChildren: 64, childrenPerMB: 1000,
 			claimExpiry: time.Minute, noStreamResults: !stream}}
-	r := &hashRig{docs: map[uint32]*doc{}}
+	r := &hashRig{docs: map[uint32]*doc{}, accept: stream}
 	r.conn = &resultConn{results: map[uint32]sentResult{}, parts: map[uint32][]sentResult{}, doc: func(id uint32) *doc {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -104,6 +105,13 @@ func newHashRigStream(t *testing.T, stream bool) *hashRig {
 func (r *hashRig) child(root, id uint32, idx, total int, data string, md map[string]string) {
 	p := root
 	sum := sha256.Sum256([]byte(data))
+	if r.accept {
+		cmd := map[string]string{MetaAcceptResultParts: "1"}
+		for k, v := range md {
+			cmd[k] = v
+		}
+		md = cmd
+	}
 	h := &wire.EntityHeader{EntityID: id, ParentID: &p, PayloadLength: uint64(len(data)), Checksum: sum[:], Metadata: md,
 		ChunkInfo: &wire.ChunkInfo{TotalChunks: uint64(total), ChunkIndex: uint64(idx)}}
 	r.g.handleEntity(h, bytes.NewReader([]byte(data)), func(wire.ErrorCode) {})
@@ -293,4 +301,25 @@ func concat(s []string) string {
 		b.WriteString(x)
 	}
 	return b.String()
+}
+
+// A gateway that does not say it takes streamed results (no
+// pipestream.accept-result-parts on its children, as before profile
+// 4.3.1) gets the result as one stream, even with streaming on.
+func TestNoResultPartsWithoutAcceptance(t *testing.T) {
+	r := newHashRigStream(t, true)
+	r.accept = false
+	const root = 300
+	chunks := []string{"one ", "two ", "three"}
+	for i := range chunks {
+		r.child(root, uint32(301+i), i, len(chunks), chunks[i], nil)
+	}
+	r.root(t, root, len(chunks), concat(chunks), nil, nil)
+	res := r.result(t, root)
+	r.conn.mu.Lock()
+	parts := len(r.conn.parts[root])
+	r.conn.mu.Unlock()
+	if string(res.data) != "one two three" || res.parts != 0 || parts != 0 {
+		t.Fatalf("result %q, %d parts streamed (summary counts %d), want one stream and no parts", res.data, parts, res.parts)
+	}
 }

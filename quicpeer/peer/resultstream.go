@@ -32,7 +32,11 @@ const (
 	MetaResultParts  = "pipestream.result-parts"
 	MetaResultLength = "pipestream.result-length"
 	MetaResultSHA256 = "pipestream.result-sha256"
-	roleResultPart   = "result-part"
+	// MetaAcceptResultParts = "1" on a child: its sender takes streamed
+	// results. Without it (a gateway that predates them) the peer sends
+	// the result as one stream, as profile 4.3 has it.
+	MetaAcceptResultParts = "pipestream.accept-result-parts"
+	roleResultPart        = "result-part"
 )
 
 // resultParts is the streamed result of a document, guarded by doc.omu.
@@ -54,7 +58,7 @@ func (g *engine) streamPart(d *doc, e *entity, sp *spooled, data []byte) {
 	if p.off {
 		return
 	}
-	if _, ok := e.proc.(Concatenator); !ok || g.lim.noStreamResults || d.ctx.Err() != nil {
+	if _, ok := e.proc.(Concatenator); !ok || g.lim.noStreamResults || e.header.Metadata[MetaAcceptResultParts] != "1" || d.ctx.Err() != nil {
 		p.off = true
 		return
 	}

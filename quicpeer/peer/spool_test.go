@@ -67,6 +67,7 @@ func (c *client) sendGenerated(t *testing.T, n, chunkBytes int) (uint32, [32]byt
 		content.Write(buf)
 		p := root
 		h := &wire.EntityHeader{EntityID: c.assign(t), ParentID: &p, ContentType: "application/octet-stream",
+			Metadata:  map[string]string{peer.MetaAcceptResultParts: "1"}, // streamed, as to the gateway
 			ChunkInfo: &wire.ChunkInfo{TotalChunks: uint64(n), ChunkIndex: uint64(i), ChunkOffset: uint64(i * chunkBytes)}}
 		if err := c.send(t, h, buf); err != nil {
 			t.Fatalf("chunk %d: %v", i, err)
@@ -106,6 +107,9 @@ func TestLargeDocumentFlatHeap(t *testing.T) {
 		t.Logf("%d MiB document, %d MiB chunks: peak HeapInuse %.1f MiB", size>>20, chunk>>20, float64(peak)/(1<<20))
 		if res.sum != sum || res.n != int64(size) {
 			t.Fatalf("result %d octets sha256 %x, want %d octets %x", res.n, res.sum, size, sum)
+		}
+		if res.parts != size/chunk { // the children accept parts: streamed (profile 4.3.1)
+			t.Fatalf("result in %d parts, want %d streamed parts", res.parts, size/chunk)
 		}
 		if peak > limit {
 			t.Fatalf("peak HeapInuse %d MiB exceeds %d MiB: the document is held in memory", peak>>20, limit>>20)
