@@ -55,31 +55,27 @@ func (b *runner) bulk(ctx context.Context) error {
 	}
 	add("bare grpc-go stream (TLS 1.3)", true, secs, procStats{}, false, "")
 
-	b.progress("  gateway REST upload of %s", sizeStr(n))
-	var start time.Time
-	var answered time.Duration // from the upload's answer to SUCCEEDED
-	ps, ok, err := b.gw.measure(func() (err error) {
-		start = time.Now()
-		answered, err = b.gw.restUpload(ctx, n)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("REST upload: %w", err)
+	for _, path := range []struct {
+		name, what string
+		upload     func(context.Context, int64) (time.Duration, error)
+	}{
+		{"REST", "upload", b.gw.restUpload},
+		{"gRPC", "UploadDocument", b.gw.grpcUpload},
+	} {
+		b.progress("  gateway %s %s of %s", path.name, path.what, sizeStr(n))
+		var start time.Time
+		var answered time.Duration // from the upload's answer to SUCCEEDED
+		ps, ok, err := b.gw.measure(func() (err error) {
+			start = time.Now()
+			answered, err = path.upload(ctx, n)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("%s upload: %w", path.name, err)
+		}
+		add("gateway "+path.name+" upload -> SUCCEEDED", false, since(start), ps, ok, "")
+		b.note("bulk %s: %.2f s from the upload's answer to SUCCEEDED", path.name, answered.Seconds())
 	}
-	add("gateway REST upload -> SUCCEEDED", false, since(start), ps, ok, "")
-	b.note("bulk REST: %.2f s from the upload's answer to SUCCEEDED", answered.Seconds())
-
-	b.progress("  gateway gRPC UploadDocument of %s", sizeStr(n))
-	ps, ok, err = b.gw.measure(func() (err error) {
-		start = time.Now()
-		answered, err = b.gw.grpcUpload(ctx, n)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("gRPC upload: %w", err)
-	}
-	add("gateway gRPC upload -> SUCCEEDED", false, since(start), ps, ok, "")
-	b.note("bulk gRPC: %.2f s from the upload's answer to SUCCEEDED", answered.Seconds())
 	b.ratios("bulk")
 	return nil
 }
