@@ -76,3 +76,26 @@ func fmtOf(c *Capabilities) Format {
 	}
 	return *c.SerializationFormat
 }
+
+// Layer0Only returns c restricted to the six members the draft-04
+// reference suite knows (its CAPABILITIES map is closed): layer0-core,
+// layer1-recursive, layer2-resilience, max-window-size,
+// keepalive-timeout-ms and serialization-format, each present (absent ones
+// get the draft defaults), so the encoding is the reference's canonical
+// one (valid-capabilities-default.bin for the reference's defaults).
+func Layer0Only(c Capabilities) Capabilities {
+	w := min(orDefault(c.MaxWindowSize, uint64(MaxSafeWindow)), uint64(MaxSafeWindow))
+	ka := orDefault(c.KeepaliveTimeoutMs, DefaultKeepaliveMs)
+	f := fmtOf(&c)
+	return Capabilities{
+		Layer0Core: c.Layer0Core, Layer1Recursive: c.Layer1Recursive, Layer2Resilience: c.Layer2Resilience,
+		MaxWindowSize: &w, KeepaliveTimeoutMs: &ka, SerializationFormat: &f,
+	}
+}
+
+// OnlyLayer0Members reports whether a received Capabilities carried none
+// of the members outside Layer0Only's six (what a draft-04 endpoint sends;
+// a minimal draft-02 one may too).
+func OnlyLayer0Members(c *Capabilities) bool {
+	return c.MaxScopeDepth == nil && c.MaxEntitiesPerScope == nil && c.Profile == nil
+}

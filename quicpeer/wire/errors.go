@@ -23,13 +23,17 @@ const (
 	CodeClaimExpired     ErrorCode = 0x0A
 	CodeClaimNotFound    ErrorCode = 0x0B
 	CodeLayerUnsupported ErrorCode = 0x0C
+	// CodeFrameError is draft-04's PIPESTREAM_FRAME_ERROR: a control
+	// frame whose Length disagrees with its layout. Draft-02 has no such
+	// code; only a connection using draft-04 framing sends it (framing.go).
+	CodeFrameError ErrorCode = 0x0D
 )
 
 var codeNames = [...]string{"PIPESTREAM_NO_ERROR", "PIPESTREAM_INTERNAL_ERROR", "PIPESTREAM_IDLE_TIMEOUT",
 	"PIPESTREAM_CONTROL_RESET", "PIPESTREAM_INTEGRITY_ERROR", "PIPESTREAM_ENTITY_INVALID",
 	"PIPESTREAM_ENTITY_TOO_LARGE", "PIPESTREAM_DEPTH_EXCEEDED", "PIPESTREAM_WINDOW_EXCEEDED",
 	"PIPESTREAM_SCOPE_INVALID", "PIPESTREAM_CLAIM_EXPIRED", "PIPESTREAM_CLAIM_NOT_FOUND",
-	"PIPESTREAM_LAYER_UNSUPPORTED"}
+	"PIPESTREAM_LAYER_UNSUPPORTED", "PIPESTREAM_FRAME_ERROR"}
 
 func (c ErrorCode) String() string {
 	if int(c) < len(codeNames) {

@@ -53,7 +53,23 @@ type ControlReader struct {
 	start  int
 	end    int
 	err    error // sticky read error
+
+	// framing of fixed frames; with detect, the first STATUS decides it
+	// (a draft-04 STATUS starts 0x50 0x00, a draft-02 one 0x50 0x1s).
+	framing Framing
+	detect  bool
+	scratch []byte // a draft-04 fixed frame rebuilt in draft-02 layout
 }
+
+// SetFraming sets the framing of fixed frames. With detect, the first
+// STATUS received decides it instead (f is used until then).
+func (c *ControlReader) SetFraming(f Framing, detect bool) {
+	c.framing, c.detect = f, detect
+}
+
+// Framing returns the framing in use and whether it is decided (set
+// without detection, or detected from a STATUS).
+func (c *ControlReader) Framing() (Framing, bool) { return c.framing, !c.detect }
 
 // NewControlReader returns a reader of the frames in r. maxVar caps variable
 // frame bodies and STATUS extensions (octets); values <= 0 or above
@@ -86,6 +102,18 @@ func (c *ControlReader) next() (f Frame, skip bool, err error) {
 	}
 	t := FrameType(c.buf[c.start])
 	f.Type = t
+	if t.IsFixed() && c.detect && t == FrameStatus {
+		if err := c.fill(2, false); err != nil {
+			return f, false, err
+		}
+		c.framing, c.detect = FramingDraft02, false
+		if c.buf[c.start+1] == 0 {
+			c.framing = FramingDraft04
+		}
+	}
+	if t.IsFixed() && c.framing == FramingDraft04 {
+		return c.readFixed04(f)
+	}
 	switch {
 	case t == FrameStatus:
 		return c.readStatus(f)
@@ -147,6 +175,37 @@ func (c *ControlReader) readStatus(f Frame) (Frame, bool, error) {
 	c.start += n
 	f.Status = sf
 	return f, false, nil
+}
+
+// readFixed04 reads a draft-04 fixed frame: its Length is checked against
+// the limit before the payload is read; a type without a defined layout is
+// skipped (its Length says how far).
+func (c *ControlReader) readFixed04(f Frame) (Frame, bool, error) {
+	if err := c.fill(VarHeaderLen, false); err != nil {
+		return f, false, err
+	}
+	l := binary.BigEndian.Uint32(c.buf[c.start+1:])
+	if l > uint32(c.maxVar)+StatusFrameLen+CursorLen+ExtensionHeaderLen {
+		return f, false, Errorf(CodeEntityTooLarge, "frame 0x%02X: Length %d exceeds the limit %d", byte(f.Type), l, c.maxVar)
+	}
+	if !knownFixed(f.Type) {
+		c.start += VarHeaderLen
+		return f, true, c.discard(int(l))
+	}
+	if err := c.fill(VarHeaderLen+int(l), false); err != nil {
+		return f, false, err
+	}
+	pf, n, scratch, err := ParseDraft04Fixed(c.buf[c.start:c.end], c.scratch)
+	c.scratch = scratch
+	if err != nil {
+		return f, false, err
+	}
+	c.start += n
+	return pf, false, nil
+}
+
+func knownFixed(t FrameType) bool {
+	return t == FrameStatus || t == FrameScopeDigest || t == FrameBarrier || t == FrameGoAway
 }
 
 func (c *ControlReader) readVariable(f Frame) (Frame, bool, error) {
