@@ -1,0 +1,557 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Interoperability (issue 10): the real `gateway` binary against partners
+// written from the drafts' text (interop_partner_*_test.go), not from the
+// project's quicpeer package.
+//
+//   - a plain draft-02 client against `gateway peer`;
+//   - `gateway serve --peer` at a plain draft-02 peer that returns results
+//     as new entities, at one that returns none, at one that stalls, at a
+//     closed port and at one that refuses every session;
+//   - the reference suite's draft-04 client conversation against `gateway
+//     peer`, and `gateway serve` against the draft-04 reference server
+//     conversation (--peer-framing draft-04 and auto).
+
+// startInteropGateway starts `gateway serve` with args and waits until
+// its HTTP port answers (any status: /healthz may be 503 while the peer
+// is absent, which some of these tests want).
+func startInteropGateway(t *testing.T, args ...string) *gatewayProc {
+	t.Helper()
+	g := &gatewayProc{grpcAddr: freeTCPAddr(t), httpAddr: freeTCPAddr(t), dataDir: t.TempDir(), args: args}
+	full := append([]string{"serve", "--grpc-addr", g.grpcAddr, "--http-addr", g.httpAddr, "--data-dir", g.dataDir, "--shutdown-timeout", "5s"}, args...)
+	g.proc = startProc(t, "gateway", t.TempDir(), full...)
+	t.Cleanup(g.proc.stop)
+	attachLog(t, g.proc)
+	waitFor(t, "the gateway's HTTP port", startTimeout, func() bool {
+		if g.proc.exited() {
+			t.Fatalf("gateway %v exited: %v\n%s", full, g.proc.waitErr, g.proc.tail(logTailLines))
+		}
+		st, _, err := doJSON(context.Background(), "GET", g.baseURL()+"/healthz", nil, "")
+		return err == nil && st != 0
+	})
+	return g
+}
+
+// docMap is a Document as plain JSON (fields this test suite predates,
+// such as resultAbsent and waitReason, are read by name).
+type docMap map[string]any
+
+func (d docMap) str(k string) string {
+	s, _ := d[k].(string)
+	return s
+}
+
+func (d docMap) String() string {
+	b, _ := json.Marshal(d)
+	return truncate(string(b), 1500)
+}
+
+func getDocMap(t *testing.T, g *gatewayProc, id string) docMap {
+	t.Helper()
+	st, b, err := doJSON(context.Background(), "GET", g.baseURL()+"/v1/documents/"+id, nil, "")
+	var d docMap
+	if err != nil || st != 200 || json.Unmarshal(b, &d) != nil {
+		t.Fatalf("GET document %s: %d %v %.500s", id, st, err, b)
+	}
+	return d
+}
+
+// pollDoc polls the document until pred holds (or fails t after within).
+func pollDoc(t *testing.T, g *gatewayProc, id string, within time.Duration, what string, pred func(docMap) bool) docMap {
+	t.Helper()
+	var d docMap
+	deadline := time.Now().Add(within)
+	for {
+		d = getDocMap(t, g, id)
+		if pred(d) {
+			return d
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("document %s: not %s within %v: %v", id, what, within, d)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func awaitTerminalDoc(t *testing.T, g *gatewayProc, id string, within time.Duration) docMap {
+	t.Helper()
+	return pollDoc(t, g, id, within, "terminal", func(d docMap) bool { return terminalState(d.str("state")) })
+}
+
+// submitDoc posts a JSON submission and returns the document id.
+func submitDoc(t *testing.T, g *gatewayProc, req map[string]any) string {
+	t.Helper()
+	st, b, err := doJSON(context.Background(), "POST", g.baseURL()+"/v1/documents", mustJSON(t, req), "application/json")
+	var d docMap
+	if err != nil || st != 200 || json.Unmarshal(b, &d) != nil || d.str("id") == "" {
+		t.Fatalf("submit: %d %v %.500s", st, err, b)
+	}
+	return d.str("id")
+}
+
+// uploadDoc uploads body raw with the query options and returns the id.
+func uploadDoc(t *testing.T, g *gatewayProc, query string, body []byte) string {
+	t.Helper()
+	st, b, err := doJSON(context.Background(), "POST", g.baseURL()+"/v1/documents:upload?"+query, body, "text/plain")
+	var d docMap
+	if err != nil || st != 200 || json.Unmarshal(b, &d) != nil || d.str("id") == "" {
+		t.Fatalf("upload: %d %v %.500s", st, err, b)
+	}
+	return d.str("id")
+}
+
+func wantSucceededWith(t *testing.T, g *gatewayProc, id string, want []byte, within time.Duration) {
+	t.Helper()
+	if d := awaitTerminalDoc(t, g, id, within); d.str("state") != "SUCCEEDED" {
+		t.Fatalf("document %s: %s, want SUCCEEDED: %v", id, d.str("state"), d)
+	}
+	wantResult(t, g, id, want)
+}
+
+// ---- 1. plain draft-02 client -> gateway peer ----
+
+// TestInteropPlainClient: a plain draft-02 client (raw payload, SHA-256,
+// no profile metadata) against `gateway peer`: 1 KiB, 8 MiB and 200
+// concurrent round trips (passthrough: the result is the input), the
+// textstats processor named in metadata, and a DEHYDRATING parent with
+// three chunk children rehydrated into one result of the parent's id.
+func TestInteropPlainClient(t *testing.T) {
+	t.Parallel()
+	addr, cert, _ := startPeer(t)
+	c, err := dialD02Client(ctxT(t, 30*time.Second), addr, cert)
+	if err != nil {
+		t.Fatalf("plain draft-02 client: connect/CAPABILITIES: %v", err)
+	}
+	defer c.close()
+	// Each case waits on events with its own deadline.
+	t.Run("1KiB", func(t *testing.T) { plainRoundTrip(ctxT(t, 30*time.Second), t, c, binaryData(1<<10, 101)) })
+	t.Run("8MiB", func(t *testing.T) { plainRoundTrip(ctxT(t, time.Minute), t, c, binaryData(8<<20, 102)) })
+	t.Run("200concurrent", func(t *testing.T) { plainConcurrent(ctxT(t, time.Minute), t, c, 200) })
+	t.Run("textstats", func(t *testing.T) { plainTextstats(ctxT(t, 30*time.Second), t, c) })
+	t.Run("dehydrated", func(t *testing.T) { plainDehydrated(ctxT(t, 30*time.Second), t, c) })
+	if errs := c.protocolErrors(); len(errs) > 0 {
+		t.Errorf("protocol errors seen by the plain client: %v", errs)
+	}
+}
+
+// checkPlainResult checks the generic result form: entity-id = the input's
+// id, layer 0, content-type, payload-length, checksum, no metadata.
+func checkPlainResult(id uint32, res gotEntity) error {
+	h := res.hdr
+	var probs []string
+	if h.EntityID != id {
+		probs = append(probs, fmt.Sprintf("entity-id %d, want %d", h.EntityID, id))
+	}
+	if h.Layer != 0 || h.ContentType == "" || len(h.Checksum) != 32 {
+		probs = append(probs, fmt.Sprintf("layer %d, content-type %q, checksum %d octets", h.Layer, h.ContentType, len(h.Checksum)))
+	}
+	if contains(res.keys, "metadata") {
+		probs = append(probs, fmt.Sprintf("metadata %v", h.Metadata))
+	}
+	if len(probs) > 0 {
+		return fmt.Errorf("result of %d: %s (header keys %v)", id, strings.Join(probs, "; "), res.keys)
+	}
+	return nil
+}
+
+func wantStatusSeq(got []uint8, want ...uint8) error {
+	if !bytes.Equal(got, want) {
+		return fmt.Errorf("statuses %v, want %v", namesOf(got), namesOf(want))
+	}
+	return nil
+}
+
+func plainRoundTrip(ctx context.Context, t *testing.T, c *d02Client, in []byte) {
+	id, res, err := c.roundTrip(ctx, in, "application/octet-stream", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkPlainResult(id, res); err != nil {
+		t.Error(err)
+	}
+	if !bytes.Equal(res.payload, in) {
+		t.Errorf("passthrough result of %d: %d octets sha256 %s, want %d octets sha256 %s", id, len(res.payload), sha256Hex(res.payload), len(in), sha256Hex(in))
+	}
+	if err := wantStatusSeq(c.statusesOf(id), stProcessing, stComplete); err != nil {
+		t.Errorf("entity %d: %v", id, err)
+	}
+}
+
+func plainConcurrent(ctx context.Context, t *testing.T, c *d02Client, n int) {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var failed []string
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			in := binaryData(1024+i*16, uint64(1000+i))
+			id, res, err := c.roundTrip(ctx, in, "application/octet-stream", nil)
+			if err == nil {
+				err = checkPlainResult(id, res)
+			}
+			if err == nil && !bytes.Equal(res.payload, in) {
+				err = fmt.Errorf("entity %d: result differs from the input", id)
+			}
+			if err != nil {
+				mu.Lock()
+				failed = append(failed, err.Error())
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(failed) > 0 {
+		t.Errorf("%d of %d concurrent entities failed; first: %s", len(failed), n, failed[0])
+	}
+}
+
+func plainTextstats(ctx context.Context, t *testing.T, c *d02Client) {
+	in := textCorpus(20 << 10)
+	id, res, err := c.roundTrip(ctx, in, "text/plain", map[string]string{"pipestream.processor": "textstats"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkPlainResult(id, res); err != nil {
+		t.Error(err)
+	}
+	var stats map[string]any
+	if json.Unmarshal(res.payload, &stats) != nil || len(stats) == 0 {
+		t.Errorf("textstats result is not a JSON object: %.300q", res.payload)
+	}
+	if !strings.Contains(res.hdr.ContentType, "json") {
+		t.Errorf("textstats result content-type %q", res.hdr.ContentType)
+	}
+}
+
+func plainDehydrated(ctx context.Context, t *testing.T, c *d02Client) {
+	chunks := [][]byte{[]byte("first chunk, "), binaryData(70<<10, 7), []byte(" and the last one")}
+	r, kids, res, err := c.dehydrate(ctx, chunks, "application/octet-stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkPlainResult(r, res); err != nil {
+		t.Error(err)
+	}
+	if want := bytes.Join(chunks, nil); !bytes.Equal(res.payload, want) {
+		t.Errorf("rehydrated result: %d octets, want the %d-octet concatenation in chunk order", len(res.payload), len(want))
+	}
+	if err := wantStatusSeq(c.statusesOf(r), stRehydrating, stComplete); err != nil {
+		t.Errorf("parent %d: %v", r, err)
+	}
+	for _, k := range kids {
+		if err := wantStatusSeq(c.statusesOf(k), stProcessing, stComplete); err != nil {
+			t.Errorf("child %d: %v", k, err)
+		}
+		if n := len(c.resultsOf(k)) + len(c.resultsFor(k)); n > 0 {
+			t.Errorf("child %d: %d result entities, want one result for the parent only", k, n)
+		}
+	}
+	if n := len(c.resultsOf(r)); n != 1 {
+		t.Errorf("parent %d: %d result entities, want 1", r, n)
+	}
+}
+
+// ---- 2. gateway -> plain draft-02 peer ----
+
+// plainPeerArgs points the gateway at p (default framing and profile:
+// auto).
+func plainPeerArgs(addr, caPEM string, extra ...string) []string {
+	return append([]string{"--peer", addr, "--peer-ca", caPEM}, extra...)
+}
+
+// TestInteropPlainPeer: `gateway serve --peer` at a plain draft-02 peer
+// that answers PROCESSING, COMPLETE and then returns the upper-cased input
+// as a new entity (parent-id = the input): a small document (one plain
+// root entity) and a 3 MiB upload in 1 MiB chunks (DEHYDRATING + plain
+// children) end SUCCEEDED with the upper-cased content in order; a peer
+// that returns nothing gives SUCCEEDED, resultAbsent and 404 RESULT_ABSENT.
+func TestInteropPlainPeer(t *testing.T) {
+	t.Parallel()
+	t.Run("results", func(t *testing.T) {
+		p := startD02Peer(t, peerEcho)
+		g := startInteropGateway(t, plainPeerArgs(p.addr, p.caPEM)...)
+		small := []byte("hello, plain draft-02 peer\n")
+		id := submitDoc(t, g, map[string]any{"content": b64(small), "contentType": "text/plain"})
+		wantSucceededWith(t, g, id, bytes.ToUpper(small), time.Minute)
+		checkPlainRoot(t, p, small)
+
+		big := textCorpus(3 << 20)
+		id = uploadDoc(t, g, "split.strategy=fixed_bytes&split.chunkBytes=1048576", big)
+		wantSucceededWith(t, g, id, bytes.ToUpper(big), 2*time.Minute)
+		checkPlainChildren(t, p, big, 1<<20)
+		if _, _, offered, errs, _ := p.snapshot(); len(errs) > 0 {
+			t.Errorf("the plain peer saw protocol errors: %v (CAPABILITIES offered: %v)", errs, offered)
+		}
+	})
+	t.Run("no result", func(t *testing.T) {
+		p := startD02Peer(t, peerNoResult)
+		g := startInteropGateway(t, plainPeerArgs(p.addr, p.caPEM)...)
+		id := submitDoc(t, g, map[string]any{"content": b64([]byte("nothing comes back")), "contentType": "text/plain"})
+		d := awaitTerminalDoc(t, g, id, time.Minute)
+		if d.str("state") != "SUCCEEDED" || d["resultAbsent"] != true {
+			t.Errorf("document with no result: want SUCCEEDED and resultAbsent true, got %v", d)
+		}
+		wantResultAbsent(t, g, id)
+	})
+}
+
+// checkPlainRoot: the small document reached the peer as one plain root
+// entity: the raw content, no parent, no profile.
+func checkPlainRoot(t *testing.T, p *d02Peer, content []byte) {
+	t.Helper()
+	ents, _, _, _, _ := p.snapshot()
+	for _, e := range ents {
+		if bytes.Equal(e.payload, content) {
+			if e.hdr.ParentID != nil || e.hdr.Metadata["pipestream.profile"] == "1" {
+				t.Errorf("small document: entity %d is not a plain root: %+v", e.hdr.EntityID, e.hdr)
+			}
+			return
+		}
+	}
+	t.Errorf("small document: no entity carried the raw content (%d entities seen; an envelope instead of the content?)", len(ents))
+}
+
+// checkPlainChildren: the large document reached the peer as
+// STATUS(R, DEHYDRATING) plus chunk children of R whose payloads in
+// chunk-index order are the content; R itself was not sent as an entity.
+func checkPlainChildren(t *testing.T, p *d02Peer, content []byte, chunk int) {
+	t.Helper()
+	ents, statusIn, _, _, _ := p.snapshot()
+	byParent := map[uint32][]gotEntity{}
+	for _, e := range ents {
+		if e.hdr.ParentID != nil {
+			byParent[*e.hdr.ParentID] = append(byParent[*e.hdr.ParentID], e)
+		}
+	}
+	for r, kids := range byParent {
+		if !dehydratingSent(statusIn, r) {
+			t.Errorf("children of %d arrived without STATUS(%d, DEHYDRATING)", r, r)
+		}
+		if got := concatByChunk(t, kids); !bytes.Equal(got, content) {
+			t.Errorf("children of %d: %d of them, %d octets in chunk order, want %d octets", r, len(kids), len(got), len(content))
+		}
+		if want := (len(content) + chunk - 1) / chunk; len(kids) < want {
+			t.Errorf("children of %d: %d, want at least %d chunks of at most %d octets", r, len(kids), want, chunk)
+		}
+		for _, e := range ents {
+			if e.hdr.EntityID == r {
+				t.Errorf("the parent %d was also sent as an entity (%d octets, metadata %v)", r, len(e.payload), e.hdr.Metadata)
+			}
+		}
+		return
+	}
+	t.Errorf("the large document reached the peer without chunk children (%d entities)", len(ents))
+}
+
+func dehydratingSent(ss []statusFrame, r uint32) bool {
+	for _, s := range ss {
+		if s.entity == r && s.stat == stDehydrating {
+			return true
+		}
+	}
+	return false
+}
+
+// concatByChunk joins the children's payloads in chunk-index order.
+func concatByChunk(t *testing.T, kids []gotEntity) []byte {
+	t.Helper()
+	parts := make([][]byte, len(kids))
+	for _, k := range kids {
+		ci := k.hdr.ChunkInfo
+		if ci == nil || ci.Index >= uint64(len(kids)) || parts[ci.Index] != nil {
+			t.Errorf("child %d: chunk-info %+v", k.hdr.EntityID, ci)
+			return nil
+		}
+		parts[ci.Index] = k.payload
+	}
+	return bytes.Join(parts, nil)
+}
+
+// wantResultAbsent: GET .../result answers 404 with reason RESULT_ABSENT.
+func wantResultAbsent(t *testing.T, g *gatewayProc, id string) {
+	t.Helper()
+	st, b, err := doJSON(context.Background(), "GET", g.baseURL()+"/v1/documents/"+id+"/result", nil, "")
+	var s rpcStatus
+	if err != nil || st != 404 || json.Unmarshal(b, &s) != nil || !contains(s.reasons(), "RESULT_ABSENT") {
+		t.Errorf("GET result of a document without one: HTTP %d %v %.300s, want 404 with ErrorInfo reason RESULT_ABSENT", st, err, b)
+	}
+}
+
+// ---- 3. stalling peer ----
+
+// TestInteropStallingPeer: a peer that reads the entity, says PROCESSING
+// and never finishes; with completionPolicy.timeoutMs 3000 the document
+// ends FAILED long before the 300 s default, and its error names the
+// entity, the peer and PROCESSING.
+func TestInteropStallingPeer(t *testing.T) {
+	t.Parallel()
+	p := startD02Peer(t, peerStall)
+	g := startInteropGateway(t, plainPeerArgs(p.addr, p.caPEM)...)
+	start := time.Now()
+	id := submitDoc(t, g, map[string]any{"content": b64([]byte("this never finishes")), "contentType": "text/plain",
+		"completionPolicy": map[string]any{"timeoutMs": 3000}})
+	d := awaitTerminalDoc(t, g, id, time.Minute)
+	took := time.Since(start)
+	ents, _, _, _, _ := p.snapshot()
+	if len(ents) == 0 {
+		t.Fatalf("the stalling peer never received an entity; document: %v", d)
+	}
+	eid := strconv.FormatUint(uint64(ents[0].hdr.EntityID), 10)
+	msg := d.str("error")
+	if d.str("state") != "FAILED" {
+		t.Errorf("stalled document: %s, want FAILED: %v", d.str("state"), d)
+	}
+	for _, want := range []string{eid, p.addr, "PROCESSING"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error %q does not name %q (the entity, the peer, what the peer last reported)", msg, want)
+		}
+	}
+	if took < 2500*time.Millisecond {
+		t.Errorf("document ended after %v, before its 3 s timeout", took)
+	}
+}
+
+// ---- 4. peer down or refusing ----
+
+// TestInteropPeerUnavailable: --peer at a closed port, and at a peer that
+// closes every session after CAPABILITIES, with --peer-wait 3s: while the
+// document waits, GET shows waitReason and /healthz names the peer; then
+// it FAILS with an error naming the peer.
+func TestInteropPeerUnavailable(t *testing.T) {
+	t.Parallel()
+	t.Run("closed port", func(t *testing.T) {
+		_, pemPath := partnerCert(t, t.TempDir())
+		peerUnavailable(t, freeUDPAddr(t), pemPath)
+	})
+	t.Run("refusing", func(t *testing.T) {
+		p := startD02Peer(t, peerRefuse)
+		peerUnavailable(t, p.addr, p.caPEM)
+		if _, _, _, _, conns := p.snapshot(); conns == 0 {
+			t.Errorf("the gateway never connected to the refusing peer")
+		}
+	})
+}
+
+func peerUnavailable(t *testing.T, addr, caPEM string) {
+	g := startInteropGateway(t, plainPeerArgs(addr, caPEM, "--peer-wait", "3s")...)
+	start := time.Now()
+	id := submitDoc(t, g, map[string]any{"content": b64([]byte("nobody to process me")), "contentType": "text/plain"})
+	d := pollDoc(t, g, id, 30*time.Second, "showing a waitReason", func(d docMap) bool {
+		return d.str("waitReason") != "" || terminalState(d.str("state"))
+	})
+	if d.str("waitReason") == "" {
+		t.Errorf("no waitReason while the document waited for the peer: %v", d)
+	} else if terminalState(d.str("state")) {
+		t.Errorf("waitReason only on the terminal document: %v", d)
+	}
+	_, hb, err := doJSON(context.Background(), "GET", g.baseURL()+"/healthz", nil, "")
+	if err != nil || !strings.Contains(string(hb), addr) {
+		t.Errorf("/healthz does not name the peer %s: %v %.300s", addr, err, hb)
+	}
+	d = awaitTerminalDoc(t, g, id, 60*time.Second)
+	if d.str("state") != "FAILED" || !strings.Contains(d.str("error"), addr) {
+		t.Errorf("after --peer-wait 3s: want FAILED with an error naming %s, got %v", addr, d)
+	}
+	if took := time.Since(start); took < 2500*time.Millisecond {
+		t.Errorf("FAILED after %v, before --peer-wait 3s", took)
+	}
+}
+
+// ---- 5. draft-04 (reference suite) ----
+
+// TestInteropDraft04Client: the reference client conversation against
+// `gateway peer` (default framing auto): the whole conversation completes
+// on two connections, the server CAPABILITIES is the closed canonical
+// six-member map, and any entity the peer opens would pass the
+// reference's decoder.
+func TestInteropDraft04Client(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []struct {
+		name string
+		args []string
+	}{{"default", nil}, {"framing draft-04", []string{"--framing", "draft-04"}}} {
+		t.Run(mode.name, func(t *testing.T) {
+			addr, cert, _ := startPeer(t, mode.args...)
+			ctx := ctxT(t, time.Minute)
+			for _, c := range []struct {
+				id      uint32
+				payload []byte
+			}{{1, []byte("PipeStream Layer 0\n")}, {7, binaryData(256<<10, 44)}} {
+				rep, err := runD04Client(ctx, addr, cert, c.id, c.payload, "text/plain; charset=utf-8")
+				if err != nil {
+					t.Errorf("reference client conversation (entity %d): %v", c.id, err)
+					continue
+				}
+				if len(rep.resultErrs) > 0 {
+					t.Errorf("entity %d: the peer opened entities the reference decoder refuses: %v", c.id, rep.resultErrs)
+				}
+			}
+		})
+	}
+}
+
+// TestInteropDraft04Server: `gateway serve` against the reference server
+// conversation with --peer-framing draft-04 and auto: two documents, each
+// on its own connection, end SUCCEEDED with the result absent, and the
+// server got each document's exact bytes in a header of only the six
+// reference members.
+func TestInteropDraft04Server(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"draft-04", "auto"} {
+		t.Run(mode, func(t *testing.T) {
+			s := startD04Server(t)
+			g := startInteropGateway(t, plainPeerArgs(s.addr, s.caPEM, "--peer-framing", mode)...)
+			// the second is above the 1 MiB inline threshold: still one entity
+			docs := [][]byte{[]byte("first document for the reference server\n"), textCorpus(2 << 20)}
+			for _, content := range docs {
+				id := submitDoc(t, g, map[string]any{"content": b64(content), "contentType": "text/plain"})
+				d := awaitTerminalDoc(t, g, id, 90*time.Second)
+				if d.str("state") != "SUCCEEDED" || d["resultAbsent"] != true {
+					sess, errs, conns := s.snapshot()
+					t.Errorf("document: want SUCCEEDED with resultAbsent, got %v (server: %d connections, %d sessions, errors %s)", d, conns, len(sess), errorsText(errs))
+				}
+			}
+			checkD04Sessions(t, s, docs, mode)
+		})
+	}
+}
+
+func checkD04Sessions(t *testing.T, s *d04Server, docs [][]byte, mode string) {
+	t.Helper()
+	sess, errs, conns := s.snapshot()
+	if len(sess) != len(docs) {
+		t.Fatalf("the reference server completed %d sessions over %d connections, want %d; its errors: %s", len(sess), conns, len(docs), errorsText(errs))
+	}
+	if mode == "draft-04" && len(errs) > 0 {
+		t.Errorf("with --peer-framing draft-04 the reference server refused connections: %s", errorsText(errs))
+	}
+	for i, ss := range sess {
+		e := ss.entity
+		if !bytes.Equal(e.payload, docs[i]) {
+			t.Errorf("session %d: entity %d carries %d octets, want document %d's %d exact octets", i, e.hdr.EntityID, len(e.payload), i, len(docs[i]))
+		}
+		for _, k := range []string{"entity-id", "layer", "content-type", "payload-length", "checksum"} {
+			if !contains(e.keys, k) {
+				t.Errorf("session %d: header lacks %s (members %v)", i, k, e.keys)
+			}
+		}
+		for _, k := range e.keys {
+			if !contains(d04HeaderMembers, k) {
+				t.Errorf("session %d: header member %q is not one of the reference's six", i, k)
+			}
+		}
+	}
+}
