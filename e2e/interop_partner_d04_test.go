@@ -89,26 +89,33 @@ type d04Client struct {
 	conn *quic.Conn
 	ctl  *quic.Stream
 	rep  d04ClientReport
-	mu   sync.Mutex
 }
 
 // runD04Client runs the reference client conversation for one entity.
 func runD04Client(ctx context.Context, addr, caPEM string, id uint32, payload []byte, contentType string) (d04ClientReport, error) {
-	conn, err := dialPartner(ctx, addr, caPEM)
+	conn, err := dialPartnerConfig(ctx, addr, caPEM, quinnLikeConfig())
 	if err != nil {
 		return d04ClientReport{}, err
 	}
 	c := &d04Client{conn: conn}
-	go c.acceptResults()
 	err = c.converse(ctx, id, payload, contentType)
 	if err != nil {
 		closeFor(conn, err)
-	} else {
-		_ = conn.CloseWithError(errNoError, "complete")
+		return c.rep, err
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.rep, err
+	c.drainResults(ctx, 2*time.Second)
+	_ = conn.CloseWithError(errNoError, "complete")
+	return c.rep, nil
+}
+
+// quinnLikeConfig mirrors quinn's receive windows (the reference client
+// never reads server-initiated streams: a stream stops at quinn's
+// per-stream window of 1.25 MB; the connection window is unbounded).
+func quinnLikeConfig() *quic.Config {
+	cfg := partnerQUICConfig()
+	cfg.InitialStreamReceiveWindow, cfg.MaxStreamReceiveWindow = 1250000, 1250000
+	cfg.InitialConnectionReceiveWindow, cfg.MaxConnectionReceiveWindow = 1<<30, 1<<30
+	return cfg
 }
 
 func (c *d04Client) converse(ctx context.Context, id uint32, payload []byte, contentType string) error {
@@ -221,26 +228,26 @@ func (c *d04Client) goawayEcho(id uint32) error {
 	return c.ctl.Close()
 }
 
-// acceptResults reads entities the server opens (the reference client
-// never accepts them; this records whether its decoder would take them).
-func (c *d04Client) acceptResults() {
+// drainResults reads, after the conversation, entities the server opened
+// (the reference client never accepts them; this records whether its
+// decoder would take them). Transport errors are not recorded.
+func (c *d04Client) drainResults(ctx context.Context, d time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
 	for {
-		s, err := c.conn.AcceptUniStream(context.Background())
+		s, err := c.conn.AcceptUniStream(ctx)
 		if err != nil {
 			return
 		}
+		_ = s.SetReadDeadline(time.Now().Add(d))
 		b, err := readEntityStream(s)
-		if err == nil {
-			var e gotEntity
-			e, err = decodeEntityStrict(b)
-			c.mu.Lock()
-			c.rep.results = append(c.rep.results, e)
-			c.mu.Unlock()
-		}
 		if err != nil {
-			c.mu.Lock()
+			continue
+		}
+		e, err := decodeEntityStrict(b)
+		c.rep.results = append(c.rep.results, e)
+		if err != nil {
 			c.rep.resultErrs = append(c.rep.resultErrs, err)
-			c.mu.Unlock()
 		}
 	}
 }

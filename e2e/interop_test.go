@@ -489,7 +489,7 @@ func TestInteropDraft04Client(t *testing.T) {
 			for _, c := range []struct {
 				id      uint32
 				payload []byte
-			}{{1, []byte("PipeStream Layer 0\n")}, {7, binaryData(256<<10, 44)}} {
+			}{{1, []byte("PipeStream Layer 0\n")}, {7, binaryData(2<<20, 44)}} { // 2 MiB: a result stream the client never reads stalls at 1.25 MB
 				rep, err := runD04Client(ctx, addr, cert, c.id, c.payload, "text/plain; charset=utf-8")
 				if err != nil {
 					t.Errorf("reference client conversation (entity %d): %v", c.id, err)

@@ -793,6 +793,10 @@ func listenPartner(t testing.TB) (*quic.Listener, string) {
 
 // dialPartner dials addr with ALPN pipestream/1, verifying it with caPEM.
 func dialPartner(ctx context.Context, addr, caPEM string) (*quic.Conn, error) {
+	return dialPartnerConfig(ctx, addr, caPEM, partnerQUICConfig())
+}
+
+func dialPartnerConfig(ctx context.Context, addr, caPEM string, cfg *quic.Config) (*quic.Conn, error) {
 	b, err := os.ReadFile(caPEM)
 	if err != nil {
 		return nil, err
@@ -803,7 +807,7 @@ func dialPartner(ctx context.Context, addr, caPEM string) (*quic.Conn, error) {
 	}
 	host, _, _ := net.SplitHostPort(addr)
 	tc := &tls.Config{RootCAs: pool, ServerName: host, NextProtos: []string{alpnPipeStream}, MinVersion: tls.VersionTLS13}
-	return quic.DialAddr(ctx, addr, tc, partnerQUICConfig())
+	return quic.DialAddr(ctx, addr, tc, cfg)
 }
 
 // closeCode is the application error code conn was closed with (-1: not
