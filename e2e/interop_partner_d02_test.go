@@ -385,7 +385,7 @@ const (
 	peerEcho     d02PeerMode = iota // PROCESSING, COMPLETE, then the upper-cased payload as a new entity
 	peerNoResult                    // PROCESSING, COMPLETE, nothing returned
 	peerStall                       // PROCESSING, then nothing
-	peerRefuse                      // reads CAPABILITIES, closes the connection
+	peerRefuse                      // reads CAPABILITIES, closes the connection (0x0C) without answering
 )
 
 // peerResultBase is where the peer's own entity ids start: draft-02 does
@@ -466,10 +466,6 @@ func (p *d02Peer) handle(conn *quic.Conn) {
 		closeFor(conn, err)
 		return
 	}
-	if p.mode == peerRefuse {
-		_ = conn.CloseWithError(errLayerUnsupported, "this peer refuses every session")
-		return
-	}
 	go pc.readControl()
 	for {
 		s, err := conn.AcceptUniStream(context.Background())
@@ -500,6 +496,9 @@ func (pc *d02PeerConn) handshake() error {
 	pc.p.record(func() { pc.p.offered = append(pc.p.offered, keys) })
 	if err != nil {
 		return err
+	}
+	if pc.p.mode == peerRefuse {
+		return perr(errLayerUnsupported, "this peer refuses every session")
 	}
 	return pc.write(varFrame(ftCaps, mustCBOR(plainCapsD02())))
 }

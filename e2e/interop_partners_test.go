@@ -274,8 +274,9 @@ func partnerDehydrate(ctx context.Context, t *testing.T, c *d02Client, p *d02Pee
 func partnerVariants(ctx context.Context, t *testing.T) {
 	ref := startD02Peer(t, peerRefuse)
 	if _, err := dialD02Client(ctx, ref.addr, ref.caPEM); err == nil {
-		// the close may race the CAPABILITIES answer: then stream 0 ends
-		t.Log("refusing peer: handshake completed before the close")
+		t.Error("the refusing peer completed a handshake")
+	} else if code, remote := closeCode(err); code != errLayerUnsupported || !remote {
+		t.Errorf("refusing peer: %v, want a close with 0x0C", err)
 	}
 	if err := ref.wait(ctx, "the refusal", func() bool { return ref.conns == 1 && len(ref.offered) == 1 }); err != nil {
 		t.Error(err)
@@ -355,7 +356,7 @@ func TestInteropPartnersDraft04(t *testing.T) {
 	extra = append(extra, 0x01)
 	refusal("unknown member", varFrame(ftCaps, extra))
 	refusal("draft-02 framing", varFrame(ftCaps, mustCBOR(referenceCaps())), encodeStatus(framingD02, connLevel, stUnspecified, nil))
-	if _, errs, _ := s.snapshot(); len(errs) != 2 {
-		t.Errorf("server errors %v, want the two refusals", errs)
+	if err := s.wait(ctx, "the two refusals recorded", func() bool { return len(s.errs) == 2 }); err != nil {
+		t.Error(err)
 	}
 }
