@@ -278,7 +278,9 @@ type d04Server struct {
 // startD04Server starts the reference server conversation on a free port.
 func startD04Server(t testing.TB) *d04Server {
 	t.Helper()
-	ln, pemPath := listenPartner(t)
+	cfg := quinnLikeConfig() // and the reference server's stream limits
+	cfg.MaxIncomingStreams, cfg.MaxIncomingUniStreams = 1, 128
+	ln, pemPath := listenPartnerConfig(t, cfg)
 	s := &d04Server{ln: ln, addr: ln.Addr().String(), caPEM: pemPath, n: newNotifier()}
 	go s.serve()
 	return s

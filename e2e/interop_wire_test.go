@@ -781,9 +781,14 @@ func partnerQUICConfig() *quic.Config {
 // throwaway certificate; returns the listener and the PEM to pin.
 func listenPartner(t testing.TB) (*quic.Listener, string) {
 	t.Helper()
+	return listenPartnerConfig(t, partnerQUICConfig())
+}
+
+func listenPartnerConfig(t testing.TB, cfg *quic.Config) (*quic.Listener, string) {
+	t.Helper()
 	cert, pemPath := partnerCert(t, t.TempDir())
 	tc := &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{alpnPipeStream}, MinVersion: tls.VersionTLS13}
-	ln, err := quic.ListenAddr("127.0.0.1:0", tc, partnerQUICConfig())
+	ln, err := quic.ListenAddr("127.0.0.1:0", tc, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
