@@ -585,18 +585,7 @@ type entityHeader struct {
 	Checksum      []byte            `cbor:"checksum,omitempty"`
 	Metadata      map[string]string `cbor:"metadata,omitempty"`
 	ChunkInfo     *chunkInfo        `cbor:"chunk-info,omitempty"`
-	Completion    *completionPolicy `cbor:"completion-policy,omitempty"`
-}
-
-// completionPolicy is draft-02's completion-policy (Section 8.2).
-type completionPolicy struct {
-	Mode       *uint64  `cbor:"mode,omitempty"`
-	MaxRetries *uint64  `cbor:"max-retries,omitempty"`
-	RetryDelay *uint64  `cbor:"retry-delay-ms,omitempty"`
-	TimeoutMs  *uint64  `cbor:"timeout-ms,omitempty"`
-	MinRatio   *float32 `cbor:"min-success-ratio,omitempty"`
-	OnTimeout  *uint64  `cbor:"on-timeout,omitempty"`
-	OnFailure  *uint64  `cbor:"on-failure,omitempty"`
+	Completion    map[string]any    `cbor:"completion-policy,omitempty"` // read only; any member types
 }
 
 // headerD04 is the reference's closed Layer 0 header (at most six members).
