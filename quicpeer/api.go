@@ -61,6 +61,10 @@ type Config struct {
 	// (a restarted client gets a new UDP port, which no old packet reaches).
 	// Added for peer restarts (additive).
 	StatelessResetKey *[32]byte
+	// Framing of fixed control frames: FramingAuto (default), draft-02 or
+	// draft-04 (docs/profile.md 1.2). Added for interoperability
+	// (additive).
+	Framing Framing
 }
 
 // Limits are the Resource Exhaustion limits (Section 10.3) plus local caps.
@@ -97,6 +101,9 @@ type Negotiated struct {
 	MaxPerScope uint64
 	Keepalive   time.Duration
 	PeerOffer   wire.Capabilities
+	// Profile: both ends offered the profile discovery member
+	// (wire.Capabilities.Profile, docs/profile.md 1.1). Additive.
+	Profile bool
 }
 
 // Handler receives everything the remote endpoint sends.
@@ -186,6 +193,10 @@ func (s *Session) Role() Role { return s.impl.role }
 
 // Negotiated capabilities.
 func (s *Session) Negotiated() Negotiated { return s.impl.negotiated }
+
+// Framing in use on this connection: configured, or detected from the
+// peer's first STATUS (draft-02 until then). Additive.
+func (s *Session) Framing() wire.Framing { return s.impl.currentFraming() }
 
 // ID is a stable random session identifier (binds yield tokens).
 func (s *Session) ID() string { return s.impl.id }

@@ -19,6 +19,7 @@ func (s *session) controlLoop() {
 			return
 		}
 		s.lastRecv.Store(time.Now().UnixNano())
+		s.noteDetectedFraming()
 		if err := s.dispatch(&f); err != nil {
 			s.closeFor(err)
 			return
@@ -37,6 +38,10 @@ func (s *session) controlFailed(err error) {
 	switch {
 	case errors.As(err, &pe):
 		s.closeFor(err)
+	case errors.Is(err, io.EOF) && s.goawayReceived():
+		// The draft-04 conversation ends with the server finishing stream
+		// 0 after its GOAWAY echo: a graceful end.
+		_ = s.closeWithError(wire.CodeNoError, "peer finished stream 0 after GOAWAY")
 	case errors.Is(err, io.EOF):
 		_ = s.closeWithError(wire.CodeControlReset, "peer closed stream 0")
 	default:
@@ -118,6 +123,9 @@ func (s *session) recvStatus(f *wire.StatusFrame) error {
 		return nil
 	}
 	s.mu.Lock()
+	if f.Status == wire.StatusPending && f.ScopeID == 0 && s.role == RoleServer && s.framing.Load() == framingIs04 {
+		s.tr.anchorPeerCursor(f.EntityID)
+	}
 	v, resolvedNow, err := s.tr.apply(f, false)
 	if err == nil && resolvedNow {
 		s.resolvedLocked(f.ScopeID, f.EntityID)

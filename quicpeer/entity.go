@@ -42,6 +42,9 @@ func (s *session) sendEntity(ctx context.Context, h *wire.EntityHeader, payload 
 	if scope != 0 && !s.negotiated.Layer1 {
 		return localErr(wire.CodeLayerUnsupported, "entity %d in scope %d needs Layer 1, which was not negotiated", id, scope)
 	}
+	if s.framing.Load() == framingIs04 && !layer0Header(h) {
+		return localErr(wire.CodeEntityInvalid, "entity %d: a draft-04 entity header has only entity-id, parent-id, layer, content-type, payload-length and checksum (no metadata, chunk-info, scope-id or completion-policy)", id)
+	}
 	s.mu.Lock()
 	switch {
 	case s.ctx.Err() != nil:
@@ -58,6 +61,11 @@ func (s *session) sendEntity(ctx context.Context, h *wire.EntityHeader, payload 
 		s.mu.Unlock()
 		return localErr(wire.CodeEntityInvalid, "root entity %d was not assigned by AssignID (or is already resolved)", id)
 	}
+	s.mu.Unlock()
+	if err := s.announceDraft04(h); err != nil {
+		return err
+	}
+	s.mu.Lock()
 	err := s.tr.register(scope, id, headerParent(h), budgetOf(h.CompletionPolicy))
 	s.mu.Unlock()
 	if err != nil {

@@ -48,10 +48,27 @@ func (s *session) recvGoAway(g wire.GoAwayFrame) error {
 		return localErr(wire.CodeEntityInvalid, "GOAWAY Last Entity ID increased from %d to %d", prev, g.LastEntityID)
 	}
 	s.goawayRecv, s.recvLast = true, g.LastEntityID
+	echo := s.role == RoleServer && !s.goawaySent && s.framing.Load() == framingIs04
+	if echo {
+		s.goawaySent, s.sentLast = true, g.LastEntityID
+	}
 	s.notifyLocked()
 	s.mu.Unlock()
+	if echo {
+		// The reference's Layer 0 conversation answers a client's GOAWAY
+		// with a GOAWAY of the same Last Entity ID (docs/profile.md 1.2).
+		if err := s.writeFrame(g.Append); err != nil {
+			return err
+		}
+	}
 	s.handler.HandleGoAway(s.pub, g)
 	return nil
+}
+
+func (s *session) goawayReceived() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.goawayRecv
 }
 
 // goAway sends GOAWAY (the last assigned root ID for the client, the

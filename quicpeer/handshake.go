@@ -89,7 +89,8 @@ func clientHandshake(cfg *resolved, conn connection) (*session, error) {
 		_ = conn.CloseWithError(wire.CodeInternalError, "control stream is not stream 0")
 		return nil, errors.New("quicpeer: the first client stream is not stream 0")
 	}
-	if err := writeCapabilities(ctrl, &cfg.offer); err != nil {
+	offer := clientOffer(cfg)
+	if err := writeCapabilities(ctrl, &offer); err != nil {
 		_ = conn.CloseWithError(wire.CodeInternalError, "cannot send CAPABILITIES")
 		return nil, err
 	}
@@ -98,7 +99,11 @@ func clientHandshake(cfg *resolved, conn connection) (*session, error) {
 		_ = conn.CloseWithError(wire.CodeOf(err), err.Error())
 		return nil, err
 	}
-	return start(cfg, RoleClient, conn, ctrl, negotiate(cfg.offer, *peer)), nil
+	s := start(cfg, RoleClient, conn, ctrl, negotiate(offer, *peer))
+	// A heartbeat right after CAPABILITIES, as the reference client sends:
+	// it shows a FramingAuto server this client's framing at once.
+	_ = s.sendHeartbeat()
+	return s, nil
 }
 
 // serverHandshake accepts stream 0, reads the client's CAPABILITIES, then
@@ -118,11 +123,16 @@ func serverHandshake(ctx context.Context, cfg *resolved, conn connection) (*sess
 		_ = conn.CloseWithError(wire.CodeOf(err), err.Error())
 		return nil, err
 	}
-	if err := writeCapabilities(ctrl, &cfg.offer); err != nil {
+	reply := serverReply(cfg, peer)
+	if err := writeCapabilities(ctrl, &reply); err != nil {
 		_ = conn.CloseWithError(wire.CodeInternalError, "cannot send CAPABILITIES")
 		return nil, err
 	}
-	return start(cfg, RoleServer, conn, ctrl, negotiate(cfg.offer, *peer)), nil
+	s := start(cfg, RoleServer, conn, ctrl, negotiate(reply, *peer))
+	if cfg.Framing == FramingDraft04 {
+		_ = s.sendHeartbeat() // the reference server's heartbeat after CAPABILITIES
+	}
+	return s, nil
 }
 
 // writeCapabilities sends CAPABILITIES, always CBOR (Section 3.4).

@@ -50,6 +50,12 @@ const (
 	// eight small members, so 4 KiB is generous, and the exchange happens
 	// before any limit is negotiated.
 	maxCapabilitiesBytes = 4 << 10
+	// framingWait bounds how long a server in FramingAuto holds its first
+	// fixed frame for the client's first STATUS (which shows its framing):
+	// our clients and the reference send one right after CAPABILITIES, so
+	// it arrives within a round trip; a draft-02 client that sends none
+	// delays only the first status, by at most this.
+	framingWait = 250 * time.Millisecond
 	// cursorUpdateInterval coalesces connection-level cursor updates
 	// (docs/profile.md section 2: at most one per 10 ms while the cursor moves).
 	cursorUpdateInterval = 10 * time.Millisecond

@@ -32,8 +32,14 @@ type session struct {
 
 	// wmu serializes stream-0 writes and keeps the wire order of locally
 	// sent statuses equal to the order they were applied to the state.
-	wmu  sync.Mutex
-	wbuf []byte
+	wmu    sync.Mutex
+	wbuf   []byte
+	wbuf04 []byte // wbuf re-framed for draft-04
+
+	// framing is framingUndecided, framingIs02 or framingIs04
+	// (framing.go); framingSet is closed when it is decided.
+	framing    atomic.Uint32
+	framingSet chan struct{}
 
 	mu       sync.Mutex // guards everything below
 	tr       *tracker
@@ -93,6 +99,7 @@ func start(cfg *resolved, role Role, conn connection, ctrl stream, n Negotiated)
 		done:       make(chan struct{}),
 	}
 	s.cr = wire.NewControlReader(ctrlReader{s}, wire.MaxVariableLength)
+	s.initFraming(cfg.Framing)
 	s.log = cfg.Logger.With("session", s.id, "role", role.String())
 	s.pub = &Session{impl: s}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -213,7 +220,17 @@ func (s *session) endedErr() error {
 
 // writeLocked writes s.wbuf to stream 0; the caller holds wmu.
 func (s *session) writeLocked() error {
-	if _, err := s.ctrl.Write(s.wbuf); err != nil {
+	out := s.wbuf
+	if len(out) > 0 && wire.FrameType(out[0]).IsFixed() {
+		if s.role == RoleServer {
+			s.waitFramingLocked()
+		}
+		if s.framing.Load() == framingIs04 {
+			s.wbuf04 = wire.AppendDraft04(s.wbuf04[:0], out)
+			out = s.wbuf04
+		}
+	}
+	if _, err := s.ctrl.Write(out); err != nil {
 		return err
 	}
 	s.lastSent.Store(time.Now().UnixNano())

@@ -36,6 +36,8 @@ type tracker struct {
 	// peerCursor is the client's cursor as last announced (server role):
 	// root-scope state behind it is forgotten.
 	peerCursor uint32
+	// peerCursorSeen: the client has moved peerCursor (or it was anchored).
+	peerCursorSeen bool
 	// window is the client's root window, min(max-window,
 	// max-entities-per-scope); unresolvedRoot counts the root-scope entries
 	// whose cached unres flag is set (receive-side window, Section 10.3).
@@ -310,7 +312,20 @@ func (t *tracker) applyPeerCursor(c uint32) bool {
 		}
 	}
 	t.peerCursor = c
+	t.peerCursorSeen = true
 	return true
+}
+
+// anchorPeerCursor starts the client's cursor at id when the client has
+// announced none and no root entity is tracked yet: a draft-04 client
+// numbers its entities from wherever it likes (the reference starts at its
+// first entity's ID) and announces each with PENDING in order, so IDs
+// before its first one are not in flight (docs/profile.md 1.2).
+func (t *tracker) anchorPeerCursor(id uint32) {
+	if t.peerCursorSeen || len(t.scopes[0]) > 0 {
+		return
+	}
+	t.applyPeerCursor(id)
 }
 
 // forgetScope drops a Layer 1 scope after its SCOPE_DIGEST: the scope is

@@ -93,6 +93,14 @@ func Layer0Only(c Capabilities) Capabilities {
 	}
 }
 
+// Layer0Lossless reports whether Layer0Only(c) means the same as c: every
+// member it drops is absent or the draft default (the profile member
+// aside, which only discovery uses).
+func Layer0Lossless(c *Capabilities) bool {
+	return orDefault(c.MaxScopeDepth, DefaultMaxScopeDepth) == DefaultMaxScopeDepth &&
+		orDefault(c.MaxEntitiesPerScope, DefaultMaxEntitiesPerScope) == DefaultMaxEntitiesPerScope
+}
+
 // OnlyLayer0Members reports whether a received Capabilities carried none
 // of the members outside Layer0Only's six (what a draft-04 endpoint sends;
 // a minimal draft-02 one may too).

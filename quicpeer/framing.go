@@ -1,0 +1,150 @@
+package quicpeer
+
+import (
+	"time"
+
+	"github.com/pipestream/gateway/quicpeer/wire"
+)
+
+// Framing chooses the layout of fixed control frames on a connection
+// (docs/profile.md 1.2). ALPN and the STATUS version are the same under
+// draft-02 and draft-04, so the choice is per connection.
+type Framing int
+
+const (
+	// FramingAuto: a client sends draft-02 and follows a draft-04 server
+	// once its first STATUS shows it; a server answers in the framing of
+	// the client's first STATUS (a draft-04 STATUS starts 0x50 0x00), or
+	// draft-02 when the client sends an entity and no STATUS within
+	// framingWait.
+	FramingAuto Framing = iota
+	// FramingDraft02 fixes draft-krickert-pipestream-02 framing.
+	FramingDraft02
+	// FramingDraft04 fixes the reference suite's draft-04 framing and its
+	// Layer 0 conversation: CAPABILITIES with exactly the six Layer 0
+	// members, a heartbeat after CAPABILITIES, STATUS PENDING before a
+	// client's entity stream, entity headers of at most the six Layer 0
+	// members, and a GOAWAY echo.
+	FramingDraft04
+)
+
+// framing state of a session: undecided until configured or detected.
+const (
+	framingUndecided uint32 = iota
+	framingIs02
+	framingIs04
+)
+
+func framingState(f wire.Framing) uint32 {
+	if f == wire.FramingDraft04 {
+		return framingIs04
+	}
+	return framingIs02
+}
+
+// initFraming sets the session's framing from the configuration and
+// prepares the control reader: fixed framings are decided at once, auto
+// detects from the first STATUS received.
+func (s *session) initFraming(mode Framing) {
+	s.framingSet = make(chan struct{})
+	switch mode {
+	case FramingDraft04:
+		s.cr.SetFraming(wire.FramingDraft04, false)
+		s.decideFraming(wire.FramingDraft04)
+	case FramingDraft02:
+		s.cr.SetFraming(wire.FramingDraft02, false)
+		s.decideFraming(wire.FramingDraft02)
+	default:
+		s.cr.SetFraming(wire.FramingDraft02, true)
+	}
+}
+
+// decideFraming records f once; it reports whether this call decided it.
+func (s *session) decideFraming(f wire.Framing) bool {
+	if !s.framing.CompareAndSwap(framingUndecided, framingState(f)) {
+		return false
+	}
+	close(s.framingSet)
+	return true
+}
+
+// Framing in use: draft-02 while undecided.
+func (s *session) currentFraming() wire.Framing {
+	if s.framing.Load() == framingIs04 {
+		return wire.FramingDraft04
+	}
+	return wire.FramingDraft02
+}
+
+// noteDetectedFraming runs on the control goroutine after each frame: the
+// reader may have detected the peer's framing from a STATUS. A server that
+// learns it talks to a draft-04 client sends the heartbeat the reference
+// sends after CAPABILITIES.
+func (s *session) noteDetectedFraming() {
+	if s.framing.Load() != framingUndecided && !s.framingMismatch() {
+		return
+	}
+	f, decided := s.cr.Framing()
+	if !decided {
+		return
+	}
+	if !s.decideFraming(f) {
+		s.log.Warn("the peer's framing differs from the one this endpoint chose without it; switching", "framing", f.String())
+		s.framing.Store(framingState(f))
+	}
+	s.log.Debug("framing detected", "framing", f.String())
+	if f == wire.FramingDraft04 && s.role == RoleServer {
+		_ = s.sendHeartbeat()
+	}
+}
+
+// framingMismatch: the writer chose a framing (by timeout) before the
+// reader detected a different one.
+func (s *session) framingMismatch() bool {
+	f, decided := s.cr.Framing()
+	return decided && framingState(f) != s.framing.Load()
+}
+
+// waitFramingLocked blocks a server's first fixed frame until the client's
+// framing is known, at most framingWait; then it settles on draft-02. The
+// caller holds wmu.
+func (s *session) waitFramingLocked() {
+	if s.framing.Load() != framingUndecided {
+		return
+	}
+	t := time.NewTimer(framingWait)
+	defer t.Stop()
+	select {
+	case <-s.framingSet:
+	case <-t.C:
+		if s.decideFraming(wire.FramingDraft02) {
+			s.log.Debug("no STATUS from the client yet; using draft-02 framing")
+		}
+	case <-s.ctx.Done():
+	}
+}
+
+// sendHeartbeat writes a heartbeat STATUS (entity 0xFFFFFFFF, no cursor).
+func (s *session) sendHeartbeat() error {
+	hb := wire.StatusFrame{Status: wire.StatusUnspecified, EntityID: wire.ConnectionEntity}
+	return s.writeFrame(hb.Append)
+}
+
+// layer0Header reports whether h has only the six members a draft-04
+// Layer 0 entity header may carry (entity-id, parent-id, layer,
+// content-type, payload-length, checksum).
+func layer0Header(h *wire.EntityHeader) bool {
+	return h.ScopeID == nil && len(h.Metadata) == 0 && h.ChunkInfo == nil && h.CompletionPolicy == nil
+}
+
+// announceDraft04 is the draft-04 client's part of the reference
+// conversation before an entity stream: a root entity is announced with
+// STATUS PENDING first (sendEntity has checked that the header is a Layer
+// 0 one: the reference's entity header is a closed map). Under draft-02 it
+// does nothing.
+func (s *session) announceDraft04(h *wire.EntityHeader) error {
+	if s.framing.Load() != framingIs04 || s.role != RoleClient || headerScope(h) != 0 {
+		return nil
+	}
+	return s.sendStatus(wire.StatusFrame{Status: wire.StatusPending, EntityID: h.EntityID})
+}
