@@ -12,10 +12,12 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pipestream/gateway/bridge/eventlog"
+	"github.com/pipestream/gateway/quicpeer"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
 
@@ -36,6 +38,9 @@ var (
 	ErrTooLarge           = errorString("too large")                               // codes.InvalidArgument / HTTP 413
 	ErrUnavailable        = errorString("unavailable")                             // codes.Unavailable (shutting down)
 	ErrResourceExhausted  = errorString("resource exhausted")                      // codes.ResourceExhausted
+	// ErrResultAbsent: the document SUCCEEDED but the peer returned no
+	// result (a plain peer may not; docs/profile.md 9).
+	ErrResultAbsent = errorString("result absent") // codes.NotFound, reason RESULT_ABSENT
 )
 
 type errorString string
@@ -137,6 +142,18 @@ type Options struct {
 	PeerClientCertPEM, PeerClientKeyPEM []byte
 	// PreferProtobuf offers the Protobuf serialization format.
 	PreferProtobuf bool
+	// PeerFraming: quicpeer.FramingAuto (default: draft-02, and draft-04
+	// after a peer refuses the draft-02 handshake or its first STATUS shows
+	// draft-04), FramingDraft02 or FramingDraft04 (docs/profile.md 1.2).
+	PeerFraming quicpeer.Framing
+	// PeerProfile: whether documents use this project's profile toward the
+	// peer (docs/profile.md 1.1): ProfileAuto (default: when the peer
+	// answers the discovery member), ProfileOn, ProfileOff (plain entities,
+	// docs/profile.md 9).
+	PeerProfile ProfileMode
+	// PeerWait bounds how long a document may wait for a peer session
+	// before it fails (default 5 minutes).
+	PeerWait time.Duration
 	// InlineThreshold: documents up to this size with no split strategy are
 	// sent whole (default 1 MiB).
 	InlineThreshold int64

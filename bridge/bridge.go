@@ -12,6 +12,7 @@ import (
 
 	"github.com/pipestream/gateway/bridge/eventlog"
 	"github.com/pipestream/gateway/bridge/store"
+	"github.com/pipestream/gateway/quicpeer"
 )
 
 // Bridge implements Service over one PipeStream peer.
@@ -42,6 +43,8 @@ type Bridge struct {
 	sessions map[*sessState]struct{}
 	sessGen  uint64
 	sessWake chan struct{} // closed when the active session should be replaced
+	peer     peerState
+	connKick chan struct{} // wakes a connection loop waiting for work (draft-04)
 	uploads  sync.WaitGroup
 }
 
@@ -79,6 +82,7 @@ func New(ctx context.Context, opts Options) (*Bridge, error) {
 		ctx: bctx, cancel: cancel,
 		kickCh: make(chan struct{}, 1), flushCh: make(chan struct{}, 1), flushStop: make(chan struct{}),
 		docs: map[string]*docRun{}, sessions: map[*sessState]struct{}{},
+		peer: peerState{framing: opts.PeerFraming}, connKick: make(chan struct{}, 1),
 	}
 	b.flushWG.Add(1)
 	go b.flushLoop()
@@ -86,10 +90,11 @@ func New(ctx context.Context, opts Options) (*Bridge, error) {
 		b.shutdownStore()
 		return nil, err
 	}
-	b.wg.Add(3)
+	b.wg.Add(4)
 	go b.connLoop(bctx)
 	go b.dispatchLoop(bctx)
 	go b.claimSweeper(bctx)
+	go b.superviseLoop(bctx)
 	return b, nil
 }
 
@@ -122,6 +127,12 @@ func (o *Options) fill() error {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.PeerWait < 0 {
+		return invalidf("Options.PeerWait must not be negative")
+	}
+	if o.PeerWait == 0 {
+		o.PeerWait = defaultPeerWait
+	}
 	return nil
 }
 
@@ -132,10 +143,13 @@ func (b *Bridge) Ready() error {
 	if b.closing {
 		return fmt.Errorf("bridge is shutting down: %w", ErrUnavailable)
 	}
-	if b.activeSessionLocked() == nil {
-		return fmt.Errorf("no session to the PipeStream peer %s (dialing): %w", b.opts.PeerAddr, ErrUnavailable)
+	if b.activeSessionLocked() != nil || (b.peer.ok && b.peer.framing == quicpeer.FramingDraft04) {
+		return nil // a draft-04 peer gets a connection per document
 	}
-	return nil
+	if b.peer.lastErr != "" {
+		return fmt.Errorf("no session to the PipeStream peer %s: %s: %w", b.opts.PeerAddr, b.peer.lastErr, ErrUnavailable)
+	}
+	return fmt.Errorf("no session to the PipeStream peer %s (dialing): %w", b.opts.PeerAddr, ErrUnavailable)
 }
 
 // Close stops intake, sends GOAWAY on every session, drains within ctx,
@@ -227,6 +241,10 @@ func (b *Bridge) kick() {
 	case b.kickCh <- struct{}{}:
 	default:
 	}
+	select {
+	case b.connKick <- struct{}{}:
+	default:
+	}
 }
 
 // kickFlush wakes the flusher.
@@ -243,6 +261,7 @@ func (b *Bridge) enqueueLocked(d *docRun) {
 		return
 	}
 	d.queued = true
+	d.queuedAt = time.Now()
 	b.queue = append(b.queue, d)
 	b.kick()
 }

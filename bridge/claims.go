@@ -269,7 +269,7 @@ func (b *Bridge) sendRedemption(ctx context.Context, d *docRun, ss *sessState, e
 		if err != nil {
 			return err
 		}
-		md := d.plan.rootMetadata()
+		md := d.plan.rootMetadata(true)
 		md[metaClaimID] = claimID
 		return ss.s.SendEntity(ctx, b.rootHeader(d, e.EntityId, env, md), bytes.NewReader(env))
 	}
@@ -281,7 +281,7 @@ func (b *Bridge) sendRedemption(ctx context.Context, d *docRun, ss *sessState, e
 		return fmt.Errorf("read chunk from spool: %w", err)
 	}
 	parent := e.ParentId
-	md := d.plan.childMetadata(uint64(e.ChunkIndex))
+	md := d.plan.childMetadata(uint64(e.ChunkIndex), true)
 	md[metaClaimID] = claimID
 	sum := sumOf(buf)
 	h := &wire.EntityHeader{

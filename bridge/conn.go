@@ -34,6 +34,10 @@ type sessState struct {
 	docs     map[*docRun]struct{} // documents whose current attempt runs here
 	goaway   bool                 // GOAWAY received: assign nothing new here
 	closed   bool
+	// profile: documents on this session use the profile (else plain
+	// entities, docs/profile.md 9); draft04: the session uses draft-04
+	// framing and carries one document (the reference conversation).
+	profile, draft04 bool
 }
 
 // entRef maps a session entity to its document entity (key is the
@@ -156,6 +160,9 @@ func (b *Bridge) connLoop(ctx context.Context) {
 	defer b.wg.Done()
 	delay := redialMin
 	for ctx.Err() == nil {
+		if !b.waitForWork(ctx) {
+			return
+		}
 		ss, err := b.dial(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -192,20 +199,24 @@ func (b *Bridge) dial(ctx context.Context) (*sessState, error) {
 		lastDehyd: map[uint32]parentRef{}, waiters: map[entKey]chan wire.Status{}}
 	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
+	framing, offer := b.dialConfig()
 	s, err := quicpeer.Dial(dctx, b.opts.PeerAddr, quicpeer.Config{
 		TLS:     b.tls.Clone(),
-		Offer:   b.offer(),
+		Offer:   offer,
 		Handler: &handler{b: b, ss: ss},
 		Logger:  b.log,
+		Framing: framing,
 	})
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.noteDialLocked(framing, err)
 	if err != nil {
 		return nil, err
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	ss.s = s
 	ss.n = s.Negotiated()
 	ss.codec = wire.CodecFor(ss.n.Format)
+	b.learnSessionLocked(ss)
 	if ss.closed { // ended during the handshake callback window
 		return nil, fmt.Errorf("session closed right after the handshake: %v", s.Err())
 	}
@@ -215,6 +226,41 @@ func (b *Bridge) dial(ctx context.Context) (*sessState, error) {
 	b.sessions[ss] = struct{}{}
 	b.sessWake = make(chan struct{})
 	return ss, nil
+}
+
+// waitForWork holds a draft-04 dial until a document is queued and the
+// previous draft-04 session has ended: the reference peer serves one
+// connection at a time and one entity per connection, so an idle
+// connection would block it. Other framings dial at once. It returns
+// false when ctx ends.
+func (b *Bridge) waitForWork(ctx context.Context) bool {
+	for {
+		b.mu.Lock()
+		ready := b.peer.framing != quicpeer.FramingDraft04 || (len(b.queue) > 0 && b.liveSessionsLocked() == 0)
+		b.mu.Unlock()
+		if ready {
+			return true
+		}
+		t := time.NewTimer(redialMax)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-b.connKick:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+func (b *Bridge) liveSessionsLocked() int {
+	n := 0
+	for ss := range b.sessions {
+		if !ss.closed {
+			n++
+		}
+	}
+	return n
 }
 
 // activeSession returns the session new work goes to (nil if none).
@@ -261,4 +307,19 @@ func sessionGone(ss *sessState, err error) bool {
 	default:
 	}
 	return errors.Is(err, net.ErrClosed)
+}
+
+// endDraft04Locked ends a draft-04 session whose document finished: GOAWAY
+// with the document's entity, the peer's echo, close with 0x00 (the
+// reference conversation).
+func (b *Bridge) endDraft04Locked(ss *sessState) {
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		ctx, cancel := context.WithTimeout(b.ctx, dialTimeout)
+		defer cancel()
+		if err := ss.s.GoAway(ctx); err != nil {
+			b.log.Debug("bridge: draft-04 session ended", "err", err)
+		}
+	}()
 }

@@ -52,10 +52,19 @@ func (b *Bridge) newAttemptLocked(d *docRun, ss *sessState) *attemptJob {
 	d.sess = ss
 	ss.docs[d] = struct{}{}
 	d.ents = map[entKey]*gatewayv1.Entity{}
+	d.entSince = map[entKey]time.Time{}
 	d.digests, d.scopeUses = map[scopeKey]*gatewayv1.ScopeDigest{}, map[uint32]uint32{}
 	d.rootID, d.sendDone, d.rootComplete, d.rootFailures = 0, false, false, 0
 	d.resultReady, d.resultErr = false, ""
 	d.dropResultStreamLocked()
+	d.resetPlainLocked(!ss.profile)
+	d.rec.Doc.WaitReason = ""
+	if ss.draft04 {
+		// One document per draft-04 connection (the reference
+		// conversation): the next one dials anew.
+		ss.goaway = true
+		b.retireLocked(ss)
+	}
 	ctx, cancel := context.WithCancel(b.ctx)
 	d.stopSend = cancel
 	d.markDirty(time.Now())
@@ -121,6 +130,9 @@ func (s *spoolSource) summary(context.Context) (int64, [32]byte, uint64, error) 
 // sendDocument performs one attempt (profile 4.1 / 4.2).
 func (b *Bridge) sendDocument(j *attemptJob, src chunkSource) error {
 	d, ss, ctx := j.d, j.ss, j.ctx
+	if d.plain {
+		return b.sendPlain(j)
+	}
 	if src == nil {
 		f, err := b.openContent(ctx, d)
 		if err != nil {
@@ -141,34 +153,10 @@ func (b *Bridge) sendDocument(j *attemptJob, src chunkSource) error {
 		}
 		src = &spoolSource{sp: sp, d: d}
 	}
-	rootID, err := ss.s.AssignID(ctx)
+	rootID, err := b.startDehydration(j)
 	if err != nil {
 		return err
 	}
-	b.mu.Lock()
-	if !j.current() {
-		b.mu.Unlock()
-		return context.Canceled
-	}
-	b.registerRootLocked(j, rootID)
-	b.mu.Unlock()
-	// The root header travels last: register its policy now, so the session
-	// knows the children's retry budget (FAILED -> RETRYING).
-	if err := ss.s.SetPolicy(rootID, d.plan.wirePolicy()); err != nil {
-		return fmt.Errorf("register completion policy: %w", err)
-	}
-	if err := ss.s.SendStatus(wire.StatusFrame{Status: wire.StatusDehydrating, EntityID: rootID}); err != nil {
-		return fmt.Errorf("send DEHYDRATING: %w", err)
-	}
-	b.mu.Lock()
-	if j.current() {
-		e := d.ents[rootKey(rootID)]
-		e.Status = gatewayv1.EntityStatus_ENTITY_STATUS_DEHYDRATING
-		d.setEntity(rootKey(rootID), e)
-		b.kickFlush()
-	}
-	b.mu.Unlock()
-	policy := d.plan.wirePolicy()
 	for {
 		c, err := src.next(ctx)
 		if errors.Is(err, io.EOF) {
@@ -177,41 +165,19 @@ func (b *Bridge) sendDocument(j *attemptJob, src chunkSource) error {
 		if err != nil {
 			return err
 		}
-		id, err := ss.s.AssignID(ctx)
-		if err != nil {
-			return err
-		}
-		parent := rootID
 		total := uint64(0)
 		if d.plan.strategy == gatewayv1.SplitStrategy_SPLIT_FIXED_BYTES && d.size > 0 {
 			total = uint64((d.size + int64(d.plan.chunkBytes) - 1) / int64(d.plan.chunkBytes))
 		}
-		h := &wire.EntityHeader{
-			EntityID: id, ParentID: &parent, Layer: 0, ContentType: d.rec.Doc.ContentType,
-			PayloadLength: uint64(len(c.Data)), Checksum: append([]byte(nil), c.Sum[:]...),
-			Metadata:         d.plan.childMetadata(c.Index),
-			ChunkInfo:        &wire.ChunkInfo{TotalChunks: total, ChunkIndex: c.Index, ChunkOffset: c.Offset},
-			CompletionPolicy: policy,
-		}
-		b.mu.Lock()
-		if !j.current() {
-			b.mu.Unlock()
-			return context.Canceled
-		}
-		k := rootKey(id)
-		bindEntLocked(ss, k, &entRef{doc: d, key: k, attempt: j.attempt})
-		d.setEntity(k, &gatewayv1.Entity{EntityId: id, ParentId: rootID, Status: gatewayv1.EntityStatus_ENTITY_STATUS_PENDING,
-			ChunkIndex: uint32(c.Index), ChunkOffset: c.Offset, SizeBytes: uint64(len(c.Data)), Checksum: hexSum(c.Sum[:])})
-		b.mu.Unlock()
-		if err := ss.s.SendEntity(ctx, h, bytes.NewReader(c.Data)); err != nil {
-			return fmt.Errorf("send chunk %d: %w", c.Index, err)
+		if err := b.sendChunk(j, rootID, c, total, d.plan.childMetadata(c.Index, true)); err != nil {
+			return err
 		}
 	}
 	size, sum, n, err := src.summary(ctx)
 	if err != nil {
 		return err
 	}
-	md := d.plan.rootMetadata()
+	md := d.plan.rootMetadata(true)
 	md[metaTotalChunks] = strconv.FormatUint(n, 10)
 	md[metaContentLength] = strconv.FormatInt(size, 10)
 	md[metaContentSHA] = hexSum(sum[:])
@@ -244,7 +210,7 @@ func (b *Bridge) sendWhole(j *attemptJob, f contentReader) error {
 	}
 	b.registerRootLocked(j, id)
 	b.mu.Unlock()
-	return ss.s.SendEntity(ctx, b.rootHeader(d, id, env, d.plan.rootMetadata()), bytes.NewReader(env))
+	return ss.s.SendEntity(ctx, b.rootHeader(d, id, env, d.plan.rootMetadata(true)), bytes.NewReader(env))
 }
 
 // registerRootLocked records the root entity of the attempt and moves the
@@ -254,6 +220,7 @@ func (b *Bridge) registerRootLocked(j *attemptJob, rootID uint32) {
 	d.rootID = rootID
 	k := rootKey(rootID)
 	bindEntLocked(j.ss, k, &entRef{doc: d, key: k, attempt: j.attempt})
+	d.entSince[k] = time.Now()
 	d.setEntity(k, &gatewayv1.Entity{EntityId: rootID, Status: gatewayv1.EntityStatus_ENTITY_STATUS_PENDING,
 		SizeBytes: uint64(d.size), Checksum: hexSum(d.sum[:]), Attempts: d.rec.DispatchAttempts})
 	if d.rec.Doc.State == gatewayv1.State_PENDING {
@@ -290,10 +257,14 @@ func (b *Bridge) finishLocked(d *docRun, s gatewayv1.State, msg string) {
 		d.stopSend()
 		d.stopSend = nil
 	}
-	if d.sess != nil {
-		delete(d.sess.docs, d)
+	if ss := d.sess; ss != nil {
+		delete(ss.docs, d)
+		if ss.draft04 && len(ss.docs) == 0 {
+			b.endDraft04Locked(ss)
+		}
 	}
 	releaseSessLocked(d)
+	d.dropPlainLocked()
 	if s == gatewayv1.State_FAILED && msg == "" {
 		msg = "processing failed"
 	}

@@ -92,6 +92,21 @@ type docRun struct {
 	resultReady  bool
 	resultErr    string
 	queued       bool // in Bridge.queue
+	queuedAt     time.Time
+	// plain: the current attempt sends plain entities (docs/profile.md 9);
+	// plainTotal is its chunk count once all were sent (0 before, and for
+	// a document sent whole), plainDone counts its terminal chunks,
+	// plainParts holds the chunk results a plain peer returned (spooled),
+	// plainSettle waits for a result or the peer's rehydration.
+	plain       bool
+	plainTotal  int
+	plainDone   int
+	plainParts  map[uint64]plainPart
+	plainSettle *time.Timer
+	plainActive int // result streams being read
+	// entSince: when each root-scope entity of the attempt was sent or last
+	// changed status (entity timeouts, timeouts.go).
+	entSince map[entKey]time.Time
 	uploading    bool // an Upload is still streaming content (pipelined)
 	finishTimer  *time.Timer
 

@@ -116,6 +116,12 @@ func (b *Bridge) onStatusLocked(ss *sessState, f wire.StatusFrame) {
 		e.Message = ""
 	}
 	d.setEntity(ref.key, e)
+	if ref.key.scope == 0 && d.entSince != nil {
+		d.entSince[ref.key] = time.Now()
+	}
+	if d.plain && ref.key != rootKey(d.rootID) {
+		b.checkPlainChildrenLocked(d)
+	}
 	if f.Status == wire.StatusDehydrating && prev != e.Status {
 		p := parentRef{doc: d, key: ref.key, depth: f.Depth}
 		ss.dehyd = append(ss.dehyd, p)
@@ -276,6 +282,9 @@ func (b *Bridge) maybeFinishLocked(d *docRun) {
 		return
 	}
 	if !d.resultReady {
+		if b.finishPlainLocked(d) {
+			return
+		}
 		b.armFinishTimerLocked(d, resultFinishGrace, "the peer reported COMPLETE but sent no result stream")
 		return
 	}
@@ -406,6 +415,7 @@ func (b *Bridge) onSessionClosedLocked(ss *sessState, err error) {
 	ss.closed = true
 	b.retireLocked(ss)
 	delete(b.sessions, ss)
+	b.kick() // a draft-04 dial may wait for this session to end
 	reason := "peer session closed"
 	if err != nil {
 		reason = "peer session lost: " + err.Error()
@@ -482,6 +492,9 @@ func (b *Bridge) sendCancelLocked(ss *sessState, d *docRun) {
 // for the flush that commits the terminal state, a large one goes to the
 // result file (content.go).
 func (b *Bridge) onResult(ss *sessState, e *quicpeer.IncomingEntity) {
+	if b.onPlainResult(ss, e) {
+		return
+	}
 	h := e.Header
 	b.mu.Lock()
 	var d *docRun

@@ -72,6 +72,29 @@ const (
 	// resultFinishGrace: after COMPLETE(root) without a result stream, the
 	// document waits this long for the result before failing.
 	resultFinishGrace = 30 * time.Second
+	// defaultPeerWait bounds how long a document waits for a peer session
+	// before it fails (Options.PeerWait, --peer-wait): long enough to ride
+	// out a peer restart, short enough that nothing waits forever.
+	defaultPeerWait = 5 * time.Minute
+	// superviseInterval is how often waiting documents and entity timeouts
+	// are checked; entity timeouts are enforced to within this.
+	superviseInterval = time.Second
+	// timeoutGrace: the gateway ends a profile entity this long after its
+	// completion policy's timeout-ms, so that the peer, which enforces the
+	// timeout itself (profile 5), acts first even on a loaded machine. A
+	// plain peer's entities get no grace: the gateway is their enforcer.
+	timeoutGrace = 10 * time.Second
+	// pendingTimeoutFloor: an entity the peer never reported on gets at
+	// least this long (a peer may queue entities before it starts them).
+	pendingTimeoutFloor = 5 * time.Minute
+	// plainSettleWait: without the profile, results are entities the peer
+	// sends when it likes; after the last status that ends a document the
+	// gateway waits this long for a result stream to start (or for the
+	// peer's own rehydration of a dehydrated document) before it decides.
+	plainSettleWait = time.Second
+	// plainPartsDir (in the data dir) spools chunk results from a plain
+	// peer until the document is rehydrated.
+	plainPartsDir = "plain-parts"
 )
 
 // redeemAckTimeout: after sending a redemption the bridge waits this long

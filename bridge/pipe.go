@@ -31,8 +31,8 @@ func (b *Bridge) startPipe(d *docRun) *pipe {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	ss := b.activeSessionLocked()
-	if ss == nil || b.closing {
-		return nil
+	if ss == nil || b.closing || !ss.profile {
+		return nil // plain documents are sent from the spool (docs/profile.md 9)
 	}
 	d.uploading = true
 	j := b.newAttemptLocked(d, ss)

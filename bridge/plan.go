@@ -28,6 +28,11 @@ const (
 	metaContentSHA    = "pipestream.content-sha256"
 	metaClaimID       = "pipestream.claim-id"
 	metaRole          = "pipestream.role"
+	// metaProfile marks every entity of a profile document (root, chunks,
+	// redemptions): the peer reads an entity as the profile's only when it
+	// carries it (docs/profile.md 1.1, 4).
+	metaProfile    = "pipestream.profile"
+	profileVersion = "1"
 	// metaAcceptParts on every child tells the peer this gateway takes
 	// streamed results (profile 4.3.1); a peer streams only to gateways
 	// that say so.
@@ -268,11 +273,14 @@ func (p *plan) retries() uint32 {
 }
 
 // rootMetadata is the metadata of the root header: the request metadata plus
-// the profile keys.
-func (p *plan) rootMetadata() map[string]string {
-	md := make(map[string]string, len(p.opts.Metadata)+4)
+// the profile keys (with the profile marker when profile is set).
+func (p *plan) rootMetadata(profile bool) map[string]string {
+	md := make(map[string]string, len(p.opts.Metadata)+5)
 	for k, v := range p.opts.Metadata {
 		md[k] = v
+	}
+	if profile {
+		md[metaProfile] = profileVersion
 	}
 	md[metaProcessor] = p.opts.Split.Processor
 	if p.opts.Split.MaxDepth > 0 {
@@ -282,9 +290,13 @@ func (p *plan) rootMetadata() map[string]string {
 }
 
 // childMetadata is what a chunk's header carries: the processor, depth and
-// the fault keys (the fault only on the selected chunks).
-func (p *plan) childMetadata(index uint64) map[string]string {
-	md := map[string]string{metaProcessor: p.opts.Split.Processor, metaAcceptParts: "1"}
+// the fault keys (the fault only on the selected chunks); with profile, the
+// marker and the streamed-result opt-in too.
+func (p *plan) childMetadata(index uint64, profile bool) map[string]string {
+	md := map[string]string{metaProcessor: p.opts.Split.Processor}
+	if profile {
+		md[metaProfile], md[metaAcceptParts] = profileVersion, "1"
+	}
 	if p.opts.Split.MaxDepth > 0 {
 		md[metaMaxDepth] = strconv.FormatUint(uint64(p.opts.Split.MaxDepth), 10)
 	}

@@ -73,6 +73,9 @@ func (b *Bridge) Result(ctx context.Context, t Tenant, id string) (string, int64
 	default:
 		return "", 0, nil, fmt.Errorf("document %s is %s; the result exists once it is SUCCEEDED or PARTIALLY_SUCCEEDED: %w", id, s, ErrFailedPrecondition)
 	}
+	if rec.Doc.GetResultAbsent() {
+		return "", 0, nil, fmt.Errorf("document %s SUCCEEDED without a result: the peer returned none (it does not speak this project's profile; docs/profile.md 9): %w", id, ErrResultAbsent)
+	}
 	ct := rec.ResultContentType
 	if ct == "" {
 		ct = "application/octet-stream"

@@ -18,6 +18,9 @@ const (
 	ReasonClaimExpired         = "CLAIM_EXPIRED"
 	ReasonTooLarge             = "TOO_LARGE"
 	ReasonFailedPrecondition   = "FAILED_PRECONDITION"
+	// ReasonResultAbsent: the document SUCCEEDED without a result (a peer
+	// without the profile returned none).
+	ReasonResultAbsent = "RESULT_ABSENT"
 	// ReasonFutureCursor and ReasonConsumerTooSlow use the AT sync draft's
 	// error names verbatim (draft-holmgren-at-synchronization-00, Error Frames).
 	ReasonFutureCursor    = "FutureCursor"
@@ -35,6 +38,7 @@ var errorMapping = []struct {
 	{bridge.ErrClaimExpired, codes.FailedPrecondition, ReasonClaimExpired},
 	{bridge.ErrFutureCursor, codes.OutOfRange, ReasonFutureCursor},
 	{bridge.ErrConsumerTooSlow, codes.ResourceExhausted, ReasonConsumerTooSlow},
+	{bridge.ErrResultAbsent, codes.NotFound, ReasonResultAbsent},
 	{bridge.ErrNotFound, codes.NotFound, ""},
 	{bridge.ErrInvalid, codes.InvalidArgument, ""},
 	{bridge.ErrConflict, codes.AlreadyExists, ""},

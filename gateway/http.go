@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/pipestream/gateway/bridge"
 	"io"
 	"net/http"
 	"net/textproto"
@@ -311,10 +312,24 @@ func (s *Server) writeStatus(w http.ResponseWriter, r *http.Request, httpCode in
 func (s *Server) handleHealthz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
-	if err := s.ready(); err != nil {
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_ = json.NewEncoder(w).Encode(map[string]string{"status": "NOT_SERVING", "reason": err.Error()})
-		return
+	body := healthBody{Status: "SERVING"}
+	if pr, ok := s.cfg.Bridge.(peerReporter); ok {
+		body.Peers = pr.Peers()
 	}
-	_ = json.NewEncoder(w).Encode(map[string]string{"status": "SERVING"})
+	if err := s.ready(); err != nil {
+		body.Status, body.Reason = "NOT_SERVING", err.Error()
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	_ = json.NewEncoder(w).Encode(body)
 }
+
+// healthBody is the JSON of /healthz: the status, why it is not serving,
+// and every peer with its framing, profile, load and last error.
+type healthBody struct {
+	Status string              `json:"status"`
+	Reason string              `json:"reason,omitempty"`
+	Peers  []bridge.PeerStatus `json:"peers,omitempty"`
+}
+
+// peerReporter is implemented by a bridge that reports its peers.
+type peerReporter interface{ Peers() []bridge.PeerStatus }

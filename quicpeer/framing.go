@@ -1,7 +1,10 @@
 package quicpeer
 
 import (
+	"errors"
 	"time"
+
+	"github.com/quic-go/quic-go"
 
 	"github.com/pipestream/gateway/quicpeer/wire"
 )
@@ -147,4 +150,13 @@ func (s *session) announceDraft04(h *wire.EntityHeader) error {
 		return nil
 	}
 	return s.sendStatus(wire.StatusFrame{Status: wire.StatusPending, EntityID: h.EntityID})
+}
+
+// HandshakeRefused reports whether err, from Dial, means the peer closed the
+// connection with an application error code during the capability exchange:
+// it answered, but refused what it was offered (a draft-04 peer refuses a
+// CAPABILITIES member it does not know with PIPESTREAM_FRAME_ERROR).
+func HandshakeRefused(err error) bool {
+	var ae *quic.ApplicationError
+	return errors.As(err, &ae) && ae.Remote
 }

@@ -1316,7 +1316,16 @@ type Document struct {
 	CreateTime      *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	UpdateTime      *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	// Set when the document reaches a terminal state.
-	FinishTime    *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=finish_time,json=finishTime,proto3" json:"finish_time,omitempty"`
+	FinishTime *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=finish_time,json=finishTime,proto3" json:"finish_time,omitempty"`
+	// Why a PENDING or RUNNING document is waiting, when the gateway knows:
+	// for example that no peer session could be opened (the peer's address
+	// and the last dial error). Empty while nothing holds the document up.
+	WaitReason string `protobuf:"bytes,22,opt,name=wait_reason,json=waitReason,proto3" json:"wait_reason,omitempty"`
+	// True when the document SUCCEEDED but the peer returned no result: a
+	// peer without this project's profile may process a document without
+	// sending anything back (docs/profile.md 9). GetDocumentResult then
+	// answers NOT_FOUND with reason RESULT_ABSENT.
+	ResultAbsent  bool `protobuf:"varint,23,opt,name=result_absent,json=resultAbsent,proto3" json:"result_absent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1496,6 +1505,20 @@ func (x *Document) GetFinishTime() *timestamppb.Timestamp {
 		return x.FinishTime
 	}
 	return nil
+}
+
+func (x *Document) GetWaitReason() string {
+	if x != nil {
+		return x.WaitReason
+	}
+	return ""
+}
+
+func (x *Document) GetResultAbsent() bool {
+	if x != nil {
+		return x.ResultAbsent
+	}
+	return false
 }
 
 // Request of GetDocument.
@@ -2526,7 +2549,7 @@ const file_pipestream_gateway_v1_gateway_proto_rawDesc = "" +
 	"\n" +
 	"\x06ISSUED\x10\x01\x12\f\n" +
 	"\bREDEEMED\x10\x02\x12\v\n" +
-	"\aEXPIRED\x10\x03:\xe7\x01\x92A\xe3\x012\xe0\x01{\"name\": \"claims/1311768467294899695\", \"claimId\": \"1311768467294899695\", \"documentId\": \"d-7f3a9c2e\", \"entityId\": 4, \"scopeId\": 0, \"state\": \"ISSUED\", \"expireTime\": \"2026-01-16T10:00:00Z\", \"createTime\": \"2026-01-15T10:00:03Z\"}\"\xc7\f\n" +
+	"\aEXPIRED\x10\x03:\xe7\x01\x92A\xe3\x012\xe0\x01{\"name\": \"claims/1311768467294899695\", \"claimId\": \"1311768467294899695\", \"documentId\": \"d-7f3a9c2e\", \"entityId\": 4, \"scopeId\": 0, \"state\": \"ISSUED\", \"expireTime\": \"2026-01-16T10:00:00Z\", \"createTime\": \"2026-01-15T10:00:03Z\"}\"\x8d\r\n" +
 	"\bDocument\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x13\n" +
 	"\x02id\x18\x02 \x01(\tB\x03\xe0A\x03R\x02id\x122\n" +
@@ -2554,7 +2577,10 @@ const file_pipestream_gateway_v1_gateway_proto_rawDesc = "" +
 	"\vupdate_time\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12;\n" +
 	"\vfinish_time\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"finishTime\x1a;\n" +
+	"finishTime\x12\x1f\n" +
+	"\vwait_reason\x18\x16 \x01(\tR\n" +
+	"waitReason\x12#\n" +
+	"\rresult_absent\x18\x17 \x01(\bR\fresultAbsent\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01:\x90\x04\x92A\x8c\x042\x89\x04{\"name\": \"documents/d-7f3a9c2e\", \"id\": \"d-7f3a9c2e\", \"state\": \"SUCCEEDED\", \"contentType\": \"text/plain\", \"displayName\": \"report.txt\", \"sizeBytes\": \"5242880\", \"checksum\": \"2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae\", \"split\": {\"strategy\": \"SPLIT_LINES\", \"chunkBytes\": 1048576, \"processor\": \"textstats\"}, \"entityCounts\": {\"total\": 6, \"complete\": 6}, \"rev\": \"14\", \"resultSizeBytes\": \"412\", \"createTime\": \"2026-01-15T10:00:00Z\", \"updateTime\": \"2026-01-15T10:00:05Z\", \"finishTime\": \"2026-01-15T10:00:05Z\"}\"T\n" +

@@ -1,0 +1,502 @@
+package bridge
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/pipestream/gateway/bridge/internal/split"
+	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
+	"github.com/pipestream/gateway/quicpeer"
+	"github.com/pipestream/gateway/quicpeer/wire"
+)
+
+// Plain documents (docs/profile.md 9): toward a peer without this
+// project's profile the gateway sends plain draft-02 entities. A document
+// sent whole is one root entity whose payload is the content; a larger one
+// (draft-02) is STATUS(R, DEHYDRATING) and plain chunk children, the last
+// one carrying total-chunks. A draft-04 peer gets every document whole, on
+// a connection of its own, with the six-member header. Results are the
+// entities the peer sends back that refer to the document's entities
+// (entity-id or parent-id): one for R is the whole result, ones for chunks
+// are rehydrated in chunk order; none gives SUCCEEDED with an absent
+// result.
+
+// plainPart is a chunk's result from a plain peer, spooled to a file.
+type plainPart struct {
+	path string
+	n    int64
+}
+
+// resetPlainLocked starts an attempt's plain state (plain or not).
+func (d *docRun) resetPlainLocked(plain bool) {
+	d.dropPlainLocked()
+	d.plain = plain
+	d.plainTotal, d.plainDone, d.plainActive = 0, 0, 0
+}
+
+// dropPlainLocked removes an attempt's spooled chunk results and stops its
+// settle timer.
+func (d *docRun) dropPlainLocked() {
+	for _, p := range d.plainParts {
+		_ = os.Remove(p.path)
+	}
+	d.plainParts = nil
+	if d.plainSettle != nil {
+		d.plainSettle.Stop()
+		d.plainSettle = nil
+	}
+}
+
+// sendPlain performs one plain attempt from the spool or inline content.
+func (b *Bridge) sendPlain(j *attemptJob) error {
+	d := j.d
+	f, err := b.openContent(j.ctx, d)
+	if err != nil {
+		b.mu.Lock()
+		if j.current() {
+			b.finishLocked(d, gatewayv1.State_FAILED, fmt.Sprintf("the spooled content is missing (%v); resubmit the document", err))
+		}
+		b.mu.Unlock()
+		return nil
+	}
+	defer f.Close()
+	if j.ss.draft04 || d.plan.whole(d.size, b.opts.InlineThreshold) {
+		return b.sendPlainWhole(j, f)
+	}
+	return b.sendPlainChunks(j, f)
+}
+
+// sendPlainWhole sends the content as one plain root entity, streamed.
+func (b *Bridge) sendPlainWhole(j *attemptJob, f contentReader) error {
+	d, ss := j.d, j.ss
+	id, err := ss.s.AssignID(j.ctx)
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	if !j.current() {
+		b.mu.Unlock()
+		return context.Canceled
+	}
+	b.registerRootLocked(j, id)
+	b.mu.Unlock()
+	h := &wire.EntityHeader{EntityID: id, Layer: 0, ContentType: d.rec.Doc.ContentType,
+		PayloadLength: uint64(d.size), Checksum: append([]byte(nil), d.sum[:]...)}
+	if !ss.draft04 {
+		h.Metadata, h.CompletionPolicy = d.plan.rootMetadata(false), d.plan.wirePolicy()
+	}
+	return ss.s.SendEntity(j.ctx, h, io.NewSectionReader(f, 0, d.size))
+}
+
+// sendPlainChunks sends STATUS(R, DEHYDRATING) and the chunks as plain
+// children. One chunk is held back so that the last one carries
+// total-chunks (a plain peer learns N from it).
+func (b *Bridge) sendPlainChunks(j *attemptJob, f contentReader) error {
+	d := j.d
+	rootID, err := b.startDehydration(j)
+	if err != nil {
+		return err
+	}
+	sp, err := split.New(f, d.plan.splitStrategy(), d.plan.chunkBytes)
+	if err != nil {
+		return err
+	}
+	var bufs [2][]byte
+	cur, err := sp.Next(bufs[0])
+	for i := 1; err == nil; i++ {
+		next, nerr := sp.Next(bufs[i%2])
+		total := uint64(0)
+		if errors.Is(nerr, io.EOF) {
+			total = cur.Index + 1
+			b.mu.Lock()
+			d.plainTotal = int(total)
+			b.mu.Unlock()
+		} else if nerr != nil {
+			return nerr
+		}
+		if err := b.sendChunk(j, rootID, cur, total, d.plan.childMetadata(cur.Index, false)); err != nil {
+			return err
+		}
+		bufs[(i-1)%2] = cur.Data[:0]
+		cur, err = next, nerr
+	}
+	if !errors.Is(err, io.EOF) {
+		return err
+	}
+	b.mu.Lock()
+	if j.current() {
+		b.checkPlainChildrenLocked(d)
+	}
+	b.mu.Unlock()
+	return nil
+}
+
+// startDehydration assigns R, registers it and its policy, and sends
+// STATUS(R, DEHYDRATING) (profile 4.2 step 1; plain use the same).
+func (b *Bridge) startDehydration(j *attemptJob) (uint32, error) {
+	d, ss, ctx := j.d, j.ss, j.ctx
+	rootID, err := ss.s.AssignID(ctx)
+	if err != nil {
+		return 0, err
+	}
+	b.mu.Lock()
+	if !j.current() {
+		b.mu.Unlock()
+		return 0, context.Canceled
+	}
+	b.registerRootLocked(j, rootID)
+	b.mu.Unlock()
+	// The children carry the policy; register it for R too, so the
+	// session knows the children's retry budget (FAILED -> RETRYING).
+	if err := ss.s.SetPolicy(rootID, d.plan.wirePolicy()); err != nil {
+		return 0, fmt.Errorf("register completion policy: %w", err)
+	}
+	if err := ss.s.SendStatus(wire.StatusFrame{Status: wire.StatusDehydrating, EntityID: rootID}); err != nil {
+		return 0, fmt.Errorf("send DEHYDRATING: %w", err)
+	}
+	b.mu.Lock()
+	if j.current() {
+		e := d.ents[rootKey(rootID)]
+		e.Status = gatewayv1.EntityStatus_ENTITY_STATUS_DEHYDRATING
+		d.setEntity(rootKey(rootID), e)
+		b.kickFlush()
+	}
+	b.mu.Unlock()
+	return rootID, nil
+}
+
+// sendChunk sends chunk c of R as a child entity with metadata md.
+func (b *Bridge) sendChunk(j *attemptJob, rootID uint32, c split.Chunk, total uint64, md map[string]string) error {
+	d, ss, ctx := j.d, j.ss, j.ctx
+	id, err := ss.s.AssignID(ctx)
+	if err != nil {
+		return err
+	}
+	parent := rootID
+	h := &wire.EntityHeader{
+		EntityID: id, ParentID: &parent, Layer: 0, ContentType: d.rec.Doc.ContentType,
+		PayloadLength: uint64(len(c.Data)), Checksum: append([]byte(nil), c.Sum[:]...),
+		Metadata:         md,
+		ChunkInfo:        &wire.ChunkInfo{TotalChunks: total, ChunkIndex: c.Index, ChunkOffset: c.Offset},
+		CompletionPolicy: d.plan.wirePolicy(),
+	}
+	b.mu.Lock()
+	if !j.current() {
+		b.mu.Unlock()
+		return context.Canceled
+	}
+	k := rootKey(id)
+	bindEntLocked(ss, k, &entRef{doc: d, key: k, attempt: j.attempt})
+	d.setEntity(k, &gatewayv1.Entity{EntityId: id, ParentId: rootID, Status: gatewayv1.EntityStatus_ENTITY_STATUS_PENDING,
+		ChunkIndex: uint32(c.Index), ChunkOffset: c.Offset, SizeBytes: uint64(len(c.Data)), Checksum: hexSum(c.Sum[:])})
+	d.entSince[k] = time.Now()
+	b.mu.Unlock()
+	if err := ss.s.SendEntity(ctx, h, bytes.NewReader(c.Data)); err != nil {
+		return fmt.Errorf("send chunk %d: %w", c.Index, err)
+	}
+	return nil
+}
+
+// plainTarget finds the document entity a plain peer's entity refers to:
+// its own entity-id, else its parent-id.
+func plainTarget(ss *sessState, h *wire.EntityHeader) *entRef {
+	if ref := ss.ents[entKey{scope: scopeOf(h), id: h.EntityID}]; ref != nil && ref.doc.plain {
+		return ref
+	}
+	if h.ParentID != nil {
+		if ref := ss.ents[rootKey(*h.ParentID)]; ref != nil && ref.doc.plain {
+			return ref
+		}
+	}
+	return nil
+}
+
+// onPlainResult takes an entity a plain peer sent for one of a plain
+// document's entities: R's result is the document's result; a chunk's is
+// spooled until the document is rehydrated. It reports false when the
+// entity is no result of a running plain document.
+func (b *Bridge) onPlainResult(ss *sessState, e *quicpeer.IncomingEntity) bool {
+	b.mu.Lock()
+	ref := plainTarget(ss, e.Header)
+	if ref == nil || ref.doc.terminal() || ref.attempt != ref.doc.attempt {
+		b.mu.Unlock()
+		return false
+	}
+	d, attempt, key := ref.doc, ref.attempt, ref.key
+	d.plainActive++
+	isRoot := key == rootKey(d.rootID)
+	var idx uint64
+	if ent := d.ents[key]; ent != nil {
+		idx = uint64(ent.ChunkIndex)
+	}
+	b.mu.Unlock()
+	if isRoot {
+		b.storePlainRootResult(d, attempt, e)
+	} else {
+		b.storePlainPart(d, attempt, idx, e)
+	}
+	return true
+}
+
+// storePlainRootResult stores a whole result for R (as a profile result).
+func (b *Bridge) storePlainRootResult(d *docRun, attempt uint32, e *quicpeer.IncomingEntity) {
+	inline, path, n, err := b.readResult(d.id, e.Payload, e.Header.PayloadLength)
+	b.m.bytesOut.Add(float64(n))
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if d.attempt != attempt || d.terminal() {
+		return
+	}
+	d.plainActive--
+	if err != nil {
+		b.resultFailedLocked(d, err, "storing the result failed")
+		return
+	}
+	d.resultReady, d.resultInline = true, inline
+	d.rec.ResultPath, d.rec.ResultContentType = path, e.Header.ContentType
+	d.rec.Doc.ResultSizeBytes = uint64(n)
+	b.maybeFinishLocked(d)
+	b.kickFlush()
+}
+
+// storePlainPart spools chunk idx's result; a part that fails its
+// checksum is dropped (logged): the chunk then contributes nothing.
+func (b *Bridge) storePlainPart(d *docRun, attempt uint32, idx uint64, e *quicpeer.IncomingEntity) {
+	p, err := spoolPart(filepath.Join(b.opts.DataDir, plainPartsDir), d.id, e.Payload)
+	b.m.bytesOut.Add(float64(p.n))
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	stale := d.attempt != attempt || d.terminal()
+	if !stale {
+		d.plainActive--
+	}
+	if err != nil || stale {
+		if err != nil {
+			b.log.Warn("bridge: dropping a chunk result from a plain peer", "doc", d.id, "chunk", idx, "err", err)
+		}
+		_ = os.Remove(p.path)
+		return
+	}
+	if d.plainParts == nil {
+		d.plainParts = map[uint64]plainPart{}
+	}
+	if old, ok := d.plainParts[idx]; ok {
+		_ = os.Remove(old.path) // a later result for the same chunk wins
+	}
+	d.plainParts[idx] = p
+	if d.rootComplete {
+		b.maybeFinishLocked(d)
+	}
+}
+
+// spoolPart writes r to a new file in dir.
+func spoolPart(dir, docID string, r io.Reader) (plainPart, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return plainPart{}, err
+	}
+	f, err := os.CreateTemp(dir, docID+"-*")
+	if err != nil {
+		return plainPart{}, err
+	}
+	n, err := io.Copy(f, r)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return plainPart{path: f.Name(), n: n}, err
+}
+
+// checkPlainChildrenLocked runs after a chunk of a plain dehydrated
+// document changed: once every chunk is terminal and the peer has said
+// nothing more about R, the gateway waits plainSettleWait for the peer's
+// own rehydration (this project's peer reports REHYDRATING at once), then
+// rehydrates itself (rehydratePlainLocked).
+func (b *Bridge) checkPlainChildrenLocked(d *docRun) {
+	if !d.plain || d.plainTotal == 0 || d.terminal() || d.rootComplete {
+		return
+	}
+	if d.countPlainDone() < d.plainTotal {
+		return
+	}
+	root := d.ents[rootKey(d.rootID)]
+	if root == nil || root.Status != gatewayv1.EntityStatus_ENTITY_STATUS_DEHYDRATING {
+		return // the peer took R further: it rehydrates itself
+	}
+	b.armPlainSettleLocked(d, b.rehydratePlainLocked)
+}
+
+// countPlainDone counts the terminal chunks of the attempt.
+func (d *docRun) countPlainDone() int {
+	n := 0
+	for k, e := range d.ents {
+		if k.scope == 0 && k.id != d.rootID && terminalEntity(e.Status) {
+			n++
+		}
+	}
+	return n
+}
+
+// armPlainSettleLocked runs then (under the lock) after plainSettleWait,
+// unless the attempt ended; while result streams are being read it waits
+// another round.
+func (b *Bridge) armPlainSettleLocked(d *docRun, then func(*docRun)) {
+	if d.plainSettle != nil {
+		d.plainSettle.Stop()
+	}
+	attempt := d.attempt
+	d.plainSettle = time.AfterFunc(plainSettleWait, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if d.attempt != attempt || d.terminal() {
+			return
+		}
+		if d.plainActive > 0 {
+			b.armPlainSettleLocked(d, then)
+			return
+		}
+		then(d)
+	})
+}
+
+// rehydratePlainLocked ends R of a plain dehydrated document itself: the
+// completion policy over the chunks' statuses decides, the gateway reports
+// REHYDRATING and the outcome for R to the peer, and the chunks' results
+// are concatenated in chunk order.
+func (b *Bridge) rehydratePlainLocked(d *docRun) {
+	root := d.ents[rootKey(d.rootID)]
+	if root == nil || root.Status != gatewayv1.EntityStatus_ENTITY_STATUS_DEHYDRATING {
+		return
+	}
+	c, t := d.allChildrenComplete()
+	ok := policyAccepts(d.plan.opts.GetCompletionPolicy(), c, t)
+	out := wire.StatusComplete
+	if !ok {
+		out = wire.StatusFailed
+	}
+	if ss := d.sess; ss != nil && !ss.closed {
+		for _, st := range []wire.Status{wire.StatusRehydrating, out} {
+			if err := ss.s.SendStatus(wire.StatusFrame{Status: st, EntityID: d.rootID}); err != nil {
+				b.log.Debug("bridge: reporting R of a plain document", "doc", d.id, "status", st, "err", err)
+			}
+		}
+	}
+	root.Status = entityStatus(out)
+	d.setEntity(rootKey(d.rootID), root)
+	if !ok {
+		b.finishLocked(d, gatewayv1.State_FAILED, fmt.Sprintf("completion policy %s not met: %d of %d chunks completed at the peer %s",
+			d.plan.opts.GetCompletionPolicy().GetMode(), c, t, b.opts.PeerAddr))
+		return
+	}
+	d.rootComplete = true
+	b.maybeFinishLocked(d)
+}
+
+// policyAccepts evaluates a completion policy over c complete of t
+// children (profile 5).
+func policyAccepts(cp *gatewayv1.CompletionPolicy, c, t int) bool {
+	switch cp.GetMode() {
+	case gatewayv1.CompletionPolicy_LENIENT:
+		return c >= 1
+	case gatewayv1.CompletionPolicy_BEST_EFFORT:
+		return true
+	case gatewayv1.CompletionPolicy_QUORUM:
+		r := float64(cp.GetMinSuccessRatio())
+		if r <= 0 || r > 1 {
+			r = 0.5
+		}
+		return t > 0 && float64(c)/float64(t) >= r
+	}
+	return c == t
+}
+
+// finishPlainLocked decides a plain document whose R is complete but whose
+// result is not (yet) in: chunk results are assembled in chunk order; with
+// none, after plainSettleWait the document succeeds with its result absent.
+// It reports whether it took over (the caller returns).
+func (b *Bridge) finishPlainLocked(d *docRun) bool {
+	if !d.plain || d.resultReady || d.resultErr != "" {
+		return false
+	}
+	if len(d.plainParts) > 0 && d.plainActive == 0 {
+		b.assemblePlainLocked(d)
+		return true
+	}
+	b.armPlainSettleLocked(d, func(d *docRun) {
+		if len(d.plainParts) > 0 {
+			b.assemblePlainLocked(d)
+			return
+		}
+		d.resultReady = true
+		d.rec.Doc.ResultAbsent = true
+		b.log.Info("bridge: the peer returned no result for a plain document", "doc", d.id, "peer", b.opts.PeerAddr)
+		b.maybeFinishLocked(d)
+	})
+	return true
+}
+
+// assemblePlainLocked concatenates the spooled chunk results in chunk order
+// into the document's result (off the lock), then finishes it.
+func (b *Bridge) assemblePlainLocked(d *docRun) {
+	parts := d.plainParts
+	d.plainParts = nil
+	d.plainActive++ // the assembly is a result being read
+	attempt := d.attempt
+	idx := slices.Sorted(func(yield func(uint64) bool) {
+		for k := range parts {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		var total int64
+		files := make([]io.Reader, 0, len(idx))
+		var closers []*os.File
+		var err error
+		for _, k := range idx {
+			f, oerr := os.Open(parts[k].path)
+			if oerr != nil {
+				err = oerr
+				break
+			}
+			closers = append(closers, f)
+			files = append(files, f)
+			total += parts[k].n
+		}
+		var inline []byte
+		var path string
+		var n int64
+		if err == nil {
+			inline, path, n, err = b.readResult(d.id, io.MultiReader(files...), uint64(total))
+		}
+		for _, f := range closers {
+			_ = f.Close()
+		}
+		for _, p := range parts {
+			_ = os.Remove(p.path)
+		}
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if d.attempt != attempt || d.terminal() {
+			return
+		}
+		d.plainActive--
+		if err != nil {
+			b.resultFailedLocked(d, err, "assembling the chunk results failed")
+			return
+		}
+		d.resultReady, d.resultInline = true, inline
+		d.rec.ResultPath, d.rec.Doc.ResultSizeBytes = path, uint64(n)
+		d.rec.ResultContentType = d.rec.Doc.ContentType
+		b.maybeFinishLocked(d)
+		b.kickFlush()
+	}()
+}

@@ -1,0 +1,128 @@
+package bridge
+
+import (
+	"fmt"
+	"time"
+
+	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
+	"github.com/pipestream/gateway/quicpeer/wire"
+)
+
+// Entity timeouts (docs/profile.md 9.3): the completion policy's
+// timeout-ms (draft-02 default 300,000 ms) bounds every entity of a
+// running attempt, measured from when it was sent or last changed status.
+// A peer that enforces it itself (this project's does, profile 5) acts
+// first; the gateway acts timeoutGrace later, so that a peer that reads an
+// entity, says PROCESSING and never finishes cannot hold a document
+// forever. An entity the peer never reported on gets at least
+// pendingTimeoutFloor; entities waiting on their children (DEHYDRATING),
+// on a claim (DEFERRED) or resuming themselves (YIELDED) are not timed.
+
+// defaultTimeoutMs is draft-02's completion-policy timeout-ms default.
+const defaultTimeoutMs = 300_000
+
+// superviseTimeoutsLocked ends the first overdue entity of every running
+// attempt.
+func (b *Bridge) superviseTimeoutsLocked(now time.Time) {
+	for _, d := range b.docs {
+		if d.terminal() || d.sess == nil || d.entSince == nil {
+			continue
+		}
+		if k, e, ok := d.overdue(now); ok {
+			b.timeoutLocked(d, k, e)
+		}
+	}
+}
+
+// overdue returns an entity of d's attempt past its timeout.
+func (d *docRun) overdue(now time.Time) (entKey, *gatewayv1.Entity, bool) {
+	limit := time.Duration(defaultTimeoutMs) * time.Millisecond
+	if ms := d.plan.opts.GetCompletionPolicy().GetTimeoutMs(); ms > 0 {
+		limit = time.Duration(ms) * time.Millisecond
+	}
+	grace := timeoutGrace
+	if d.plain {
+		grace = 0 // the gateway is the only one enforcing it
+	}
+	for k, since := range d.entSince {
+		e := d.ents[k]
+		if e == nil || !timedStatus(e.Status, d.plain) {
+			continue
+		}
+		l := limit
+		if e.Status == gatewayv1.EntityStatus_ENTITY_STATUS_PENDING {
+			l = max(l, pendingTimeoutFloor)
+		}
+		if now.Sub(since) > l+grace {
+			return k, e, true
+		}
+	}
+	return entKey{}, nil, false
+}
+
+// timedStatus: statuses of an entity being worked on. A profile peer's
+// rehydration (streaming the result) is not bounded by timeout-ms (profile
+// 5); a plain peer's is.
+func timedStatus(s gatewayv1.EntityStatus, plain bool) bool {
+	switch s {
+	case gatewayv1.EntityStatus_ENTITY_STATUS_PENDING, gatewayv1.EntityStatus_ENTITY_STATUS_PROCESSING,
+		gatewayv1.EntityStatus_ENTITY_STATUS_RETRYING:
+		return true
+	case gatewayv1.EntityStatus_ENTITY_STATUS_REHYDRATING:
+		return plain
+	}
+	return false
+}
+
+// timeoutLocked runs the on-timeout action for entity k of d: the entity
+// is ABANDONED at the peer; a chunk under SKIP is left out and the
+// document goes on; under RETRY the document is dispatched again while
+// attempts remain; otherwise (FAIL, unspecified, DEFER, which needs a
+// claim only the peer can issue) the document fails with an error naming
+// the entity, the peer and what the peer last reported.
+func (b *Bridge) timeoutLocked(d *docRun, k entKey, e *gatewayv1.Entity) {
+	cp := d.plan.opts.GetCompletionPolicy()
+	ms := cp.GetTimeoutMs()
+	if ms == 0 {
+		ms = defaultTimeoutMs
+	}
+	what := "document root"
+	if k != rootKey(d.rootID) {
+		what = fmt.Sprintf("chunk %d", e.ChunkIndex)
+	}
+	msg := fmt.Sprintf("entity %d (%s) timed out: no terminal status within timeout-ms %d at the peer %s, which last reported %s",
+		e.EntityId, what, ms, b.opts.PeerAddr, wire.Status(e.Status))
+	b.log.Warn("bridge: entity timed out", "doc", d.id, "entity", e.EntityId, "status", e.Status, "timeout_ms", ms)
+	b.abandonAtPeerLocked(d, k)
+	e.Status = gatewayv1.EntityStatus_ENTITY_STATUS_ABANDONED
+	e.Message = msg
+	d.setEntity(k, e)
+	delete(d.entSince, k)
+	switch {
+	case cp.GetOnTimeout() == gatewayv1.CompletionPolicy_SKIP && k != rootKey(d.rootID):
+		if d.plain {
+			b.checkPlainChildrenLocked(d)
+		}
+	case cp.GetOnTimeout() == gatewayv1.CompletionPolicy_RETRY:
+		b.abortAttemptLocked(d, msg, true)
+	default:
+		b.finishLocked(d, gatewayv1.State_FAILED, msg)
+	}
+	b.kickFlush()
+}
+
+// abandonAtPeerLocked tells the peer the gateway gave up on entity k:
+// ABANDONED with Layer 2, else FAILED (profile 7).
+func (b *Bridge) abandonAtPeerLocked(d *docRun, k entKey) {
+	ss := d.sess
+	if ss == nil || ss.closed || k.scope != 0 {
+		return
+	}
+	st := wire.StatusFailed
+	if ss.n.Layer2 {
+		st = wire.StatusAbandoned
+	}
+	if err := ss.s.SendStatus(wire.StatusFrame{Status: st, EntityID: k.id}); err != nil {
+		b.log.Debug("bridge: could not report a timed-out entity", "doc", d.id, "entity", k.id, "err", err)
+	}
+}
