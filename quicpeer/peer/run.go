@@ -28,7 +28,8 @@ type result struct {
 
 // policyOf returns the completion policy governing e and whether it is
 // final: the entity's own, else its document root's once known, else the
-// draft defaults (not final while a document root is still expected).
+// draft defaults (not final while a profile document root is still
+// expected).
 func (g *engine) policyOf(e *entity) (policy, bool) {
 	if e.header.CompletionPolicy != nil || e.doc == nil {
 		return effectivePolicy(e.header.CompletionPolicy), true
@@ -38,7 +39,9 @@ func (g *engine) policyOf(e *entity) (policy, bool) {
 	if e.doc.root != nil {
 		return effectivePolicy(e.doc.root.CompletionPolicy), true
 	}
-	return effectivePolicy(nil), false
+	// A plain child never waits for a root: without a policy of its own
+	// or an announced parent's, the draft defaults are final (plaindoc.go).
+	return effectivePolicy(nil), e.plain
 }
 
 // waitPolicy blocks until e's policy is final (the root envelope arrived).
@@ -350,7 +353,7 @@ func (g *engine) deferEntity(e *entity, ttl time.Duration) result {
 	}
 	e.stopTimer()
 	rec := ClaimRecord{EntityID: e.id, ScopeID: e.scope, Chunk: e.chunk, SessionID: g.c.ID(),
-		Expiry: g.now().Add(ttl), Processor: e.procName, Metadata: e.header.Metadata}
+		Expiry: g.now().Add(ttl), Processor: e.procName, Metadata: e.header.Metadata, Plain: e.plain}
 	if e.doc != nil {
 		rec.ParentID = e.doc.id
 		g.mu.Lock()
