@@ -317,3 +317,35 @@ func TestPlainParentWithoutChunkInfo(t *testing.T) {
 		t.Fatalf("result %q", res.data)
 	}
 }
+
+// fault defer on a plain entity (Layer 2) issues a claim check; a profile
+// redemption carrying the raw content completes it, and the result keeps
+// the generic form of the entity it stands for.
+func TestPlainDeferRedeemed(t *testing.T) {
+	srv := startPeer(t, peer.Options{})
+	c := dial(t, srv, wire.FormatCBOR, nil)
+	id := c.sendPlainRoot(t, []byte("later"), fault(peer.FaultDefer), nil)
+	cc := c.deferred(t, id)
+	if err := c.redeem(t, id, cc.ClaimID, []byte("later")); err != nil {
+		t.Fatal(err)
+	}
+	res := c.rec.waitPlainResult(t, id)
+	c.rec.waitStatus(t, id, wire.StatusComplete)
+	want := statuses(wire.StatusProcessing, wire.StatusDeferred, wire.StatusProcessing, wire.StatusComplete)
+	if got := c.rec.history(0, id); !slices.Equal(got, want) || string(res.data) != "later" {
+		t.Fatalf("statuses %v, want %v; result %q", got, want, res.data)
+	}
+}
+
+// pipestream.claim-id on an unmarked entity is ordinary metadata: the
+// entity is processed, not taken for a redemption.
+func TestPlainClaimIDIsMetadata(t *testing.T) {
+	srv := startPeer(t, peer.Options{})
+	c := dial(t, srv, wire.FormatCBOR, nil)
+	id := c.sendPlainRoot(t, []byte("not a redemption"), map[string]string{peer.MetaClaimID: "12345"}, nil)
+	res := c.rec.waitPlainResult(t, id)
+	c.rec.waitStatus(t, id, wire.StatusComplete)
+	if string(res.data) != "not a redemption" {
+		t.Fatalf("result %q", res.data)
+	}
+}
