@@ -321,3 +321,28 @@ func TestPlainMergeProcessor(t *testing.T) {
 		t.Fatalf("merged textstats %s (layer %d), want %s (layer %d)", res.data, res.h.Layer, want.Data, want.Layer)
 	}
 }
+
+// R's completion policy comes from the children's headers: under LENIENT
+// a failed child leaves R COMPLETE with the others' outputs.
+func TestPlainPolicyFromChildren(t *testing.T) {
+	g, c := newPlainRig(t)
+	announceTo(g, 90)
+	lenient := wire.ModeLenient
+	pol := &wire.CompletionPolicy{Mode: &lenient}
+	sum := func(s string) []byte { b := sha256.Sum256([]byte(s)); return b[:] }
+	p := uint32(90)
+	send := func(id uint32, idx, total int, data string, md map[string]string, pol *wire.CompletionPolicy) {
+		h := &wire.EntityHeader{EntityID: id, ParentID: &p, Metadata: md, CompletionPolicy: pol, PayloadLength: uint64(len(data)), Checksum: sum(data),
+			ChunkInfo: &wire.ChunkInfo{TotalChunks: uint64(total), ChunkIndex: uint64(idx)}}
+		g.handleEntity(h, bytes.NewReader([]byte(data)), func(wire.ErrorCode) {})
+	}
+	send(91, 0, 0, "kept", nil, nil)
+	send(92, 1, 2, "lost", map[string]string{MetaProcessor: "fault", MetaFault: FaultFail}, pol)
+	c.wait(t, "COMPLETE 90")
+	if got := c.of(90); !slices.Equal(got, []string{"REHYDRATING 90", "RESULT 90", "COMPLETE 90"}) {
+		t.Fatalf("events of the parent %v", got)
+	}
+	if string(c.results[90].data) != "kept" {
+		t.Fatalf("result %q, want the succeeded child's output", c.results[90].data)
+	}
+}

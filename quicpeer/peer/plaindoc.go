@@ -15,10 +15,12 @@ import (
 // document reuses the profile's machinery (doc, manifest, spool, result
 // hash); what differs is kept here: R becomes known when it was announced
 // and a plain child arrived (a synthetic root header stands for the
-// profile's summary root), the completion policy is the first one a child
-// carries (STRICT defaults without), the merge processor is the one the
-// children name (concatenation when they differ), and the result is one
-// stream in the generic form (plainResultHeader), never result parts.
+// profile's summary root), R's completion policy is the first one a child
+// carries (STRICT defaults without) while each child's retries, timeout
+// and actions come from its own header (the session's retry budget knows
+// no other), the merge processor is the one the children name
+// (concatenation when they differ), and the result is one stream in the
+// generic form (plainResultHeader), never result parts.
 //
 // Children of a parent that was not announced (yet) are processed at once
 // like every child: they report their terminal statuses and never wait.
@@ -90,11 +92,7 @@ func (g *engine) plainChildLocked(d *doc, e *entity) {
 	}
 	if p := e.header.CompletionPolicy; p != nil && d.plain.policy == nil {
 		d.plain.policy = p
-		d.man.Policy = p
-		if d.root != nil {
-			d.root = &wire.EntityHeader{EntityID: d.id, CompletionPolicy: p}
-			d.rootEnt.header = d.root
-		}
+		d.man.Policy = p // R's completion mode; each child runs by its own
 	}
 	g.plainAnnouncedLocked(d)
 }

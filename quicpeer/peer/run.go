@@ -27,11 +27,12 @@ type result struct {
 }
 
 // policyOf returns the completion policy governing e and whether it is
-// final: the entity's own, else its document root's once known, else the
-// draft defaults (not final while a profile document root is still
-// expected).
+// final: the entity's own, else its profile document root's once known,
+// else the draft defaults (not final while that root is still expected).
 func (g *engine) policyOf(e *entity) (policy, bool) {
-	if e.header.CompletionPolicy != nil || e.doc == nil {
+	// A plain child has no root header to inherit from: its own policy or
+	// the draft defaults, final at once (plaindoc.go).
+	if e.header.CompletionPolicy != nil || e.doc == nil || e.plain {
 		return effectivePolicy(e.header.CompletionPolicy), true
 	}
 	g.mu.Lock()
@@ -39,9 +40,7 @@ func (g *engine) policyOf(e *entity) (policy, bool) {
 	if e.doc.root != nil {
 		return effectivePolicy(e.doc.root.CompletionPolicy), true
 	}
-	// A plain child never waits for a root: without a policy of its own
-	// or an announced parent's, the draft defaults are final (plaindoc.go).
-	return effectivePolicy(nil), e.plain
+	return effectivePolicy(nil), false
 }
 
 // waitPolicy blocks until e's policy is final (the root envelope arrived).
