@@ -257,6 +257,10 @@ func (h *churnClient) HandleEntity(_ *quicpeer.Session, e *quicpeer.IncomingEnti
 	_, _ = io.Copy(io.Discard, e.Payload)
 }
 
+// profileMeta marks the churn documents as profile entities (an envelope
+// with a blob, docs/profile.md 4): read-only, shared by every header.
+var profileMeta = map[string]string{peer.MetaProfile: peer.ProfileVersion}
+
 func peerChurn(ctx context.Context, size, conc int, d time.Duration) (int64, float64, error) {
 	dir, err := os.MkdirTemp("", "gateway-bench-peer-")
 	if err != nil {
@@ -297,7 +301,8 @@ func peerChurn(ctx context.Context, size, conc int, d time.Duration) (int64, flo
 			return err
 		}
 		sum := sha256.Sum256(env)
-		return s.SendEntity(ctx, &wire.EntityHeader{EntityID: id, ContentType: "application/octet-stream", PayloadLength: uint64(len(env)), Checksum: sum[:]}, bytes.NewReader(env))
+		return s.SendEntity(ctx, &wire.EntityHeader{EntityID: id, ContentType: "application/octet-stream", PayloadLength: uint64(len(env)), Checksum: sum[:],
+			Metadata: profileMeta}, bytes.NewReader(env))
 	})
 	if err == nil && h.failed.Load() > 0 {
 		err = fmt.Errorf("%d entities did not complete", h.failed.Load())

@@ -45,7 +45,7 @@ func redeemOpen(t *testing.T, r *raw, id uint32, claim uint64, payload []byte) w
 	t.Helper()
 	sum := sha256.Sum256(payload)
 	hb := header(t, &wire.EntityHeader{EntityID: id, ContentType: "text/plain", PayloadLength: uint64(len(payload)), Checksum: sum[:],
-		Metadata: map[string]string{peer.MetaClaimID: strconv.FormatUint(claim, 10)}})
+		Metadata: profileMD(map[string]string{peer.MetaClaimID: strconv.FormatUint(claim, 10)})})
 	st := r.entityStream(uint32(len(hb)), hb)
 	st.Write(payload[:len(payload)/2])
 	return stopCode(t, st)
@@ -76,7 +76,7 @@ func TestClaimForgery(t *testing.T) {
 		}
 	}
 	// Not a number at all.
-	hb := header(t, &wire.EntityHeader{EntityID: 200, PayloadLength: 1, Metadata: map[string]string{peer.MetaClaimID: "../../1"}})
+	hb := header(t, &wire.EntityHeader{EntityID: 200, PayloadLength: 1, Metadata: profileMD(map[string]string{peer.MetaClaimID: "../../1"})})
 	st := r.entityStream(uint32(len(hb)), hb)
 	if code := stopCode(t, st); code != wire.CodeEntityInvalid {
 		t.Errorf("non-numeric claim id: %s, want %s", code, wire.CodeEntityInvalid)
@@ -91,7 +91,7 @@ func TestClaimReplay(t *testing.T) {
 	r := dialRaw(t, tg, allLayers())
 	sum := sha256.Sum256(payload)
 	r.sendEntity(&wire.EntityHeader{EntityID: 1, ContentType: "text/plain", PayloadLength: uint64(len(payload)), Checksum: sum[:],
-		Metadata: map[string]string{peer.MetaClaimID: strconv.FormatUint(claim, 10)}}, payload)
+		Metadata: profileMD(map[string]string{peer.MetaClaimID: strconv.FormatUint(claim, 10)})}, payload)
 	r.waitStatus(1, wire.StatusComplete)
 	for i := range 3 {
 		if code := redeemOpen(t, r, uint32(2+i), claim, payload); code != wire.CodeClaimNotFound {

@@ -99,20 +99,20 @@ func TestChecksumLie(t *testing.T) {
 	r := dialRaw(t, tg, allLayers())
 	payload := envelope(t, wire.FormatCBOR, 1, []byte("the truth"))
 	lie := sha256.Sum256([]byte("a lie"))
-	r.sendEntity(&wire.EntityHeader{EntityID: 1, ContentType: "text/plain", PayloadLength: uint64(len(payload)), Checksum: lie[:]}, payload)
+	r.sendEntity(&wire.EntityHeader{EntityID: 1, ContentType: "text/plain", PayloadLength: uint64(len(payload)), Checksum: lie[:], Metadata: profileMD(nil)}, payload)
 	r.waitStatus(1, wire.StatusFailed)
 	waitLog(t, tg, "PIPESTREAM_INTEGRITY_ERROR")
 	r.alive("after a checksum lie")
 
 	// A wrong length (declared 10 octets more) is 0x05, also per stream.
 	p2 := envelope(t, wire.FormatCBOR, 2, []byte("short"))
-	r.sendEntity(&wire.EntityHeader{EntityID: 2, ContentType: "text/plain", PayloadLength: uint64(len(p2) + 10)}, p2)
+	r.sendEntity(&wire.EntityHeader{EntityID: 2, ContentType: "text/plain", PayloadLength: uint64(len(p2) + 10), Metadata: profileMD(nil)}, p2)
 	r.waitStatus(2, wire.StatusFailed)
 	r.alive("after a length lie")
 
 	p3 := envelope(t, wire.FormatCBOR, 3, []byte("honest"))
 	sum := sha256.Sum256(p3)
-	r.sendEntity(&wire.EntityHeader{EntityID: 3, ContentType: "text/plain", PayloadLength: uint64(len(p3)), Checksum: sum[:]}, p3)
+	r.sendEntity(&wire.EntityHeader{EntityID: 3, ContentType: "text/plain", PayloadLength: uint64(len(p3)), Checksum: sum[:], Metadata: profileMD(nil)}, p3)
 	r.waitStatus(3, wire.StatusComplete)
 	completeDocument(t, tg, "after checksum lies")
 }

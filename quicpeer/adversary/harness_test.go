@@ -284,6 +284,15 @@ func header(t *testing.T, h *wire.EntityHeader) []byte {
 	return b
 }
 
+// profileMD returns md plus the profile marker (profile 4): a copy.
+func profileMD(md map[string]string) map[string]string {
+	out := map[string]string{peer.MetaProfile: peer.ProfileVersion}
+	for k, v := range md {
+		out[k] = v
+	}
+	return out
+}
+
 // envelope is the PipeDoc a whole document travels in (profile 4.1).
 func envelope(t *testing.T, format wire.Format, id uint32, blob []byte) []byte {
 	t.Helper()
@@ -393,7 +402,7 @@ func (g *good) send(t *testing.T, content []byte, md map[string]string) uint32 {
 	}
 	payload := envelope(t, g.sess.Negotiated().Format, id, content)
 	sum := sha256.Sum256(payload)
-	h := &wire.EntityHeader{EntityID: id, ContentType: "text/plain", PayloadLength: uint64(len(payload)), Checksum: sum[:], Metadata: md}
+	h := &wire.EntityHeader{EntityID: id, ContentType: "text/plain", PayloadLength: uint64(len(payload)), Checksum: sum[:], Metadata: profileMD(md)}
 	if err := g.sess.SendEntity(ctx, h, bytes.NewReader(payload)); err != nil {
 		t.Fatalf("well-behaved client: SendEntity: %v", err)
 	}

@@ -186,7 +186,7 @@ func BenchmarkDehydratedPassthrough(b *testing.B) {
 			}
 			p := root
 			h := &wire.EntityHeader{EntityID: id, ParentID: &p, ContentType: "application/octet-stream", PayloadLength: chunk, Checksum: sums[i],
-				Metadata:  map[string]string{peer.MetaAcceptResultParts: "1"},
+				Metadata:  map[string]string{peer.MetaProfile: peer.ProfileVersion, peer.MetaAcceptResultParts: "1"},
 				ChunkInfo: &wire.ChunkInfo{TotalChunks: n, ChunkIndex: uint64(i), ChunkOffset: uint64(i * chunk)}}
 			if err := sess.SendEntity(ctx, h, bytes.NewReader(chunks[i])); err != nil {
 				b.Fatal(err)
@@ -194,7 +194,7 @@ func BenchmarkDehydratedPassthrough(b *testing.B) {
 		}
 		env := benchEnvelope(b, format, root, nil)
 		es := sha256.Sum256(env)
-		h := &wire.EntityHeader{EntityID: root, Metadata: md, PayloadLength: uint64(len(env)), Checksum: es[:]}
+		h := &wire.EntityHeader{EntityID: root, Metadata: profileMD(md), PayloadLength: uint64(len(env)), Checksum: es[:]}
 		if err := sess.SendEntity(ctx, h, bytes.NewReader(env)); err != nil {
 			b.Fatal(err)
 		}
@@ -248,7 +248,7 @@ func BenchmarkWholeSmall(b *testing.B) {
 		w := sink.expect(id)
 		env := benchEnvelope(b, format, id, blob)
 		sum := sha256.Sum256(env)
-		h := &wire.EntityHeader{EntityID: id, ContentType: "text/plain", Metadata: md, PayloadLength: uint64(len(env)), Checksum: sum[:]}
+		h := &wire.EntityHeader{EntityID: id, ContentType: "text/plain", Metadata: profileMD(md), PayloadLength: uint64(len(env)), Checksum: sum[:]}
 		if err := sess.SendEntity(ctx, h, bytes.NewReader(env)); err != nil {
 			b.Fatal(err)
 		}

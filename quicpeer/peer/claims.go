@@ -43,7 +43,11 @@ type ClaimRecord struct {
 	Expiry    time.Time         `json:"expiry"`
 	Processor string            `json:"processor"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
-	Redeemed  bool              `json:"-"`
+	// Plain: the deferred entity was a plain one (plain.go): its
+	// redemption carries the raw content, not a PipeDoc envelope, and gets
+	// the generic result form.
+	Plain    bool `json:"plain,omitempty"`
+	Redeemed bool `json:"-"`
 	// Settled is set when the claim can no longer be redeemed for another
 	// reason (its deferred entity was abandoned at expiry).
 	Settled bool `json:"-"`

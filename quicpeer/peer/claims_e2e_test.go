@@ -207,7 +207,8 @@ func TestChildChecksumMismatchFailsDocument(t *testing.T) {
 	c.sess.SendStatus(wire.StatusFrame{Status: wire.StatusDehydrating, EntityID: root})
 	p := root
 	bad := bytes.Repeat([]byte{0}, 32)
-	h := &wire.EntityHeader{EntityID: k, ParentID: &p, ChunkInfo: &wire.ChunkInfo{TotalChunks: 1}, PayloadLength: 4, Checksum: bad}
+	h := &wire.EntityHeader{EntityID: k, ParentID: &p, ChunkInfo: &wire.ChunkInfo{TotalChunks: 1}, PayloadLength: 4, Checksum: bad,
+		Metadata: profileMD(nil)}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c.sess.SendEntity(ctx, h, bytes.NewReader([]byte("data")))

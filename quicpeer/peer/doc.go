@@ -1,7 +1,9 @@
 // Package peer is the PipeStream processing peer (the QUIC server side of
 // docs/profile.md): it accepts sessions with quicpeer, processes whole
 // documents 1:1 and gateway-dehydrated documents N:1 (buffering orphan
-// children), runs processors (passthrough, textstats, sentences, fault),
+// children) for entities marked pipestream.profile = 1, serves every other
+// entity as a plain draft-02 entity (1:1, or N:1 under a parent announced
+// DEHYDRATING, with one generic result stream: plain.go), runs processors (passthrough, textstats, sentences, fault),
 // nests with Layer 1 scopes and SCOPE_DIGEST, applies completion policies
 // (retries, skip, defer, timeouts), issues Yield tokens and claim checks
 // (persisted in the data dir, redeemed exactly once), spools child outputs

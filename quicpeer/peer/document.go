@@ -44,6 +44,8 @@ type doc struct {
 	man *assembly.Manifest
 
 	dehydrating bool // STATUS(R, DEHYDRATING) received
+	profile     bool // a marked child or root arrived: the profile's N:1 (4.2)
+	plain       plainDoc
 	orphan      bool
 	cancelled   bool
 	finishing   bool // rehydration started (or the document failed)
@@ -127,7 +129,8 @@ func (g *engine) unorphan(d *doc) {
 	}
 }
 
-// child handles a dehydration child C_i (docs/profile.md 4.2 step 4).
+// child handles a dehydration child C_i (docs/profile.md 4.2 step 4), or
+// a plain child of a parent the client dehydrates (plaindoc.go).
 func (g *engine) child(h *wire.EntityHeader, payload io.Reader, abort func(wire.ErrorCode)) {
 	parent := *h.ParentID
 	ci := h.ChunkInfo
@@ -136,47 +139,19 @@ func (g *engine) child(h *wire.EntityHeader, payload io.Reader, abort func(wire.
 		return
 	}
 	g.mu.Lock()
-	d := g.docFor(parent)
-	var why string
-	code := wire.CodeEntityInvalid
-	switch {
-	case d == nil:
-		code, why = wire.CodeWindowExceeded, "orphan buffer full: too many documents without root"
-	case d.cancelled || d.finishing:
-		code, why = wire.CodeNoError, "document already finished or cancelled"
-	case d.total >= 0 && ci.ChunkIndex >= uint64(d.total):
-		why = "chunk-index " + strconv.FormatUint(ci.ChunkIndex, 10) + " >= total-chunks " + strconv.FormatInt(d.total, 10)
-	case d.children[ci.ChunkIndex] != nil:
-		why = "duplicate chunk-index " + strconv.FormatUint(ci.ChunkIndex, 10)
-	case uint64(len(d.children)) >= g.neg.maxPerScope:
-		// max-entities-per-scope is a size limit: 0x06, as in the session
-		// (docs/conformance.md decisions); 0x08 is the window.
-		code, why = wire.CodeEntityTooLarge, "more children than max-entities-per-scope"
-	case d.orphan && g.orphanChildren >= g.lim.orphanChildren:
-		code, why = wire.CodeWindowExceeded, "orphan buffer full: too many children before their root"
+	a := g.acceptChildLocked(h)
+	g.mu.Unlock()
+	if a.failed != nil {
+		g.failPlainRoot(a.failed)
 	}
-	var e *entity
-	if why == "" {
-		var err error
-		if e, err = g.newEntity(d.ctx, h, h.Metadata); err != nil {
-			why = err.Error()
-		} else if err = g.ready.AddChild(docKey(d), h.EntityID); err != nil {
-			e.cancel(nil) // e.g. two chunks with one entity ID
-			why = err.Error()
-		}
+	for _, r := range a.ready {
+		g.spawn(func() { g.rehydrate(r) })
 	}
-	if why != "" {
-		g.mu.Unlock()
-		g.reject(h, abort, code, why)
+	if a.why != "" {
+		g.reject(h, abort, a.code, a.why)
 		return
 	}
-	e.doc, e.chunk = d, int(ci.ChunkIndex)
-	d.children[ci.ChunkIndex] = &childState{e: e, mid: e.id}
-	if d.orphan {
-		g.orphanChildren++
-	}
-	g.sealLocked(d)
-	g.mu.Unlock()
+	e := a.e
 	defer e.cancel(nil)
 
 	if h.PayloadLength > uint64(g.lim.maxChunkBytes) {
@@ -190,7 +165,7 @@ func (g *engine) child(h *wire.EntityHeader, payload io.Reader, abort func(wire.
 		return
 	}
 	defer release()
-	g.log.Debug("entity received", "entity", e.id, "kind", "child", "parent", parent, "chunk", ci.ChunkIndex, "processor", e.procName, "bytes", h.PayloadLength)
+	g.log.Debug("entity received", "entity", e.id, "kind", "child", "parent", parent, "chunk", ci.ChunkIndex, "plain", e.plain, "processor", e.procName, "bytes", h.PayloadLength)
 	g.send(e, wire.StatusProcessing, nil)
 	raw, err := g.readPayload(h, payload, g.lim.maxChunkBytes)
 	if err != nil {
@@ -199,8 +174,104 @@ func (g *engine) child(h *wire.EntityHeader, payload io.Reader, abort func(wire.
 		return
 	}
 	e.payload = raw // verified: nothing was committed before this point
-	e.inputNoted = g.noteInput(d, ci.ChunkIndex, raw)
+	e.inputNoted = g.noteInput(e.doc, ci.ChunkIndex, raw)
 	g.finishChild(e, g.run(e))
+}
+
+// admission is the outcome of acceptChildLocked: the admitted child e,
+// or why not (code, why); failed is the root of a plain document that the
+// child's chunk-info broke (report it FAILED: plaindoc.go), ready the
+// documents a refused plain child's total-chunks made ready.
+type admission struct {
+	e      *entity
+	failed *doc
+	ready  []*doc
+	code   wire.ErrorCode
+	why    string
+}
+
+// acceptChildLocked admits child h into its parent's document (an orphan
+// one while the parent is unknown). Caller holds g.mu.
+func (g *engine) acceptChildLocked(h *wire.EntityHeader) (a admission) {
+	ci := h.ChunkInfo
+	d := g.docFor(*h.ParentID)
+	plain := !isProfile(h)
+	if d != nil && plain && !d.cancelled && !d.finishing && !d.profile {
+		a.why = g.plainTotalLocked(d, ci)
+		a.failed = g.failBrokenLocked(d)
+	}
+	if a.why == "" {
+		a.code, a.why = g.childRefusal(d, h, plain)
+	}
+	if a.why == "" {
+		a.e, a.code, a.why = g.newChildLocked(d, h)
+	}
+	if a.why != "" {
+		if a.code == 0 {
+			a.code = wire.CodeEntityInvalid
+		}
+		if d != nil && d.plain.on && !d.finishing { // its total-chunks may have completed d
+			g.sealLocked(d)
+			a.ready = g.popReadyLocked()
+		}
+		return a
+	}
+	e := a.e
+	e.doc, e.chunk, e.plain = d, int(ci.ChunkIndex), plain
+	d.children[ci.ChunkIndex] = &childState{e: e, mid: e.id}
+	if d.orphan {
+		g.orphanChildren++
+	}
+	if plain {
+		g.plainChildLocked(d, e)
+	} else {
+		d.profile = true
+	}
+	g.sealLocked(d)
+	return a
+}
+
+// newChildLocked makes the entity of child h of d and adds it to d's
+// manifest. Caller holds g.mu.
+func (g *engine) newChildLocked(d *doc, h *wire.EntityHeader) (*entity, wire.ErrorCode, string) {
+	e, err := g.newEntity(d.ctx, h, h.Metadata)
+	if err != nil {
+		return nil, wire.CodeEntityInvalid, err.Error()
+	}
+	if err = g.ready.AddChild(docKey(d), h.EntityID); err != nil {
+		e.cancel(nil) // e.g. two chunks with one entity ID
+		return nil, wire.CodeEntityInvalid, err.Error()
+	}
+	return e, 0, ""
+}
+
+// childRefusal says why child h cannot join d ("" when it can).
+func (g *engine) childRefusal(d *doc, h *wire.EntityHeader, plain bool) (wire.ErrorCode, string) {
+	ci := h.ChunkInfo
+	switch {
+	case d == nil:
+		return wire.CodeWindowExceeded, "orphan buffer full: too many documents without root"
+	case d.cancelled:
+		return wire.CodeNoError, "document already cancelled"
+	case d.finishing && plain && d.plain.on:
+		// A plain client keeps no cancel for it: the child gets FAILED.
+		return wire.CodeEntityInvalid, "plain parent already finished or failed"
+	case d.finishing:
+		return wire.CodeNoError, "document already finished or cancelled"
+	case plain && d.profile, !plain && d.plain.on:
+		return wire.CodeEntityInvalid, "profile and plain children under one parent"
+	case d.total >= 0 && ci.ChunkIndex >= uint64(d.total):
+		return wire.CodeEntityInvalid, "chunk-index " + strconv.FormatUint(ci.ChunkIndex, 10) + " >= total-chunks " + strconv.FormatInt(d.total, 10)
+	case d.children[ci.ChunkIndex] != nil:
+		return wire.CodeEntityInvalid, "duplicate chunk-index " + strconv.FormatUint(ci.ChunkIndex, 10)
+	case uint64(len(d.children)) >= g.neg.maxPerScope:
+		// max-entities-per-scope is a size limit: 0x06, as in the session
+		// (docs/conformance.md decisions); 0x08 is the window.
+		return wire.CodeEntityTooLarge, "more children than max-entities-per-scope"
+	case d.orphan && g.orphanChildren >= g.lim.orphanChildren:
+		return wire.CodeWindowExceeded, "orphan buffer full: too many children before their root"
+	}
+	return 0, ""
 }
 
 // finishChild spools the output of a succeeded child and reports COMPLETE
@@ -254,7 +325,11 @@ func (g *engine) settleChild(e *entity, o childOutcome, out *spooled, data []byt
 	e.payload = nil // inputs are not kept; outputs are spooled
 	g.settleLocked(d, cs.mid, o.status())
 	ready := g.popReadyLocked()
+	broken := d.plain.broken != "" && d.finishing
 	g.mu.Unlock()
+	if broken {
+		g.releaseBroken(d)
+	}
 	g.advanceOut(d, out, data)
 	for _, r := range ready {
 		g.spawn(func() { g.rehydrate(r) })
@@ -349,6 +424,12 @@ func (g *engine) spawn(fn func()) {
 	}()
 }
 
+// takesRoot reports whether d may still get its profile root envelope:
+// not full (nil), not known, finished or plain yet. Caller holds g.mu.
+func (d *doc) takesRoot() bool {
+	return d != nil && d.root == nil && !d.cancelled && !d.finishing && !d.plain.on
+}
+
 // dehydratedRoot handles the root envelope of a dehydrated document
 // (docs/profile.md 4.2 step 3).
 func (g *engine) dehydratedRoot(h *wire.EntityHeader, payload io.Reader, abort func(wire.ErrorCode)) {
@@ -392,12 +473,12 @@ func (g *engine) dehydratedRoot(h *wire.EntityHeader, payload io.Reader, abort f
 	}
 	g.mu.Lock()
 	d := g.docFor(h.EntityID)
-	if d == nil || d.root != nil || d.cancelled || d.finishing {
+	if !d.takesRoot() {
 		g.mu.Unlock()
-		g.reject(h, nil, wire.CodeEntityInvalid, "root entity for a document that is full, known or finished")
+		g.reject(h, nil, wire.CodeEntityInvalid, "root entity for a document that is full, known, finished or plain")
 		return
 	}
-	d.root, d.env, d.total = h, env, int64(total)
+	d.root, d.env, d.total, d.profile = h, env, int64(total), true
 	d.man.Policy = h.CompletionPolicy
 	d.wantSum, d.wantLen = wantSum, wantLen
 	d.rootEnt = &entity{id: h.EntityID, header: h, chunk: -1, ctx: d.ctx, cancel: d.cancel}
@@ -472,7 +553,11 @@ func (g *engine) rehydrate(d *doc) {
 			parts = append(parts, part{idx: i, sp: cs.out})
 		}
 	}
-	root, env, re := d.root, d.env, d.rootEnt
+	docID, re, plain := "", d.rootEnt, d.plain.on
+	if d.env != nil {
+		docID = d.env.DocID
+	}
+	name, proc := g.mergeProcessorLocked(d)
 	delete(g.docs, d.id)
 	v, err := d.man.Evaluate() // ready: popped from the tracker
 	g.mu.Unlock()
@@ -486,25 +571,24 @@ func (g *engine) rehydrate(d *doc) {
 	if !g.send(re, wire.StatusRehydrating, nil) {
 		return
 	}
-	g.log.Info("document rehydrating", "entity", d.id, "doc", env.DocID, "succeeded", v.Succeeded, "total", v.Total, "complete", complete, "state", v.State.String())
+	g.log.Info("document rehydrating", "entity", d.id, "doc", docID, "succeeded", v.Succeeded, "total", v.Total, "complete", complete, "state", v.State.String())
 	if !complete {
 		g.send(re, wire.StatusFailed, nil)
-		g.log.Info("entity finished", "entity", d.id, "doc", env.DocID, "status", wire.StatusFailed, "reason", "completion policy not met")
+		g.log.Info("entity finished", "entity", d.id, "doc", docID, "status", wire.StatusFailed, "reason", "completion policy not met")
 		return
 	}
 	if why := g.verifyContent(d); why != "" {
 		g.send(re, wire.StatusFailed, nil)
-		g.log.Warn("entity finished", "entity", d.id, "doc", env.DocID, "status", wire.StatusFailed, "reason", why)
+		g.log.Warn("entity finished", "entity", d.id, "doc", docID, "status", wire.StatusFailed, "reason", why)
 		return
 	}
-	name, proc, _ := g.procs.lookup(root.Metadata) // checked on arrival
 	re.proc, re.procName = proc, name
 	counts := [2]int{v.Succeeded, v.Total}
 	var n int64
 	if c, ok := proc.(Concatenator); ok {
 		var streamed bool
 		if n, streamed, err = g.sendSummary(d, c, parts, counts); err == nil && !streamed {
-			n, err = g.sendConcat(re.ctx, d, c, parts, counts)
+			n, err = g.sendConcat(re.ctx, d, c, parts, counts, plain)
 		}
 	} else {
 		var outs []*Output
@@ -512,16 +596,16 @@ func (g *engine) rehydrate(d *doc) {
 			var out *Output
 			out, err = g.call(re, func() (*Output, error) { return proc.Rehydrate(re.ctx, outs) })
 			if err == nil {
-				n, err = int64(len(out.Data)), g.sendResult(re.ctx, d.id, out, &counts)
+				n, err = int64(len(out.Data)), g.sendResult(re.ctx, d.id, out, &counts, plain)
 			}
 		}
 	}
 	if err != nil {
-		g.log.Warn("rehydration failed", "entity", d.id, "doc", env.DocID, "err", err)
+		g.log.Warn("rehydration failed", "entity", d.id, "doc", docID, "err", err)
 		g.send(re, wire.StatusFailed, nil)
 		return
 	}
 	if g.send(re, wire.StatusComplete, nil) {
-		g.log.Info("entity finished", "entity", d.id, "doc", env.DocID, "status", wire.StatusComplete, "bytes", n, "children", v.Total)
+		g.log.Info("entity finished", "entity", d.id, "doc", docID, "status", wire.StatusComplete, "bytes", n, "children", v.Total)
 	}
 }

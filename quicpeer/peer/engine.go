@@ -120,6 +120,7 @@ type entity struct {
 	procName  string
 	proc      Processor
 	redeemed  bool
+	plain     bool // no profile marker: raw payload, generic result (plain.go)
 	// inputNoted: payload is this chunk's input as noted for the
 	// document's content hash (spool.go noteInput).
 	inputNoted bool
@@ -264,6 +265,10 @@ func (g *engine) handleEntity(h *wire.EntityHeader, payload io.Reader, abort fun
 		abort(wire.CodeNoError)
 		return
 	}
+	if !isProfile(h) {
+		g.plainEntity(h, payload, abort)
+		return
+	}
 	switch {
 	case h.Metadata[MetaClaimID] != "":
 		g.redeem(h, payload, abort)
@@ -276,7 +281,7 @@ func (g *engine) handleEntity(h *wire.EntityHeader, payload io.Reader, abort fun
 	case h.Metadata[MetaTotalChunks] != "":
 		g.dehydratedRoot(h, payload, abort)
 	default:
-		g.wholeRoot(h, payload, abort)
+		g.standalone(h, payload, abort, false)
 	}
 }
 
@@ -303,25 +308,19 @@ func (g *engine) decodeEnvelope(h *wire.EntityHeader, b []byte) (*wire.PipeDoc, 
 	return env, nil
 }
 
-// wholeRoot processes a document sent whole (docs/profile.md 4.1):
-// PROCESSING -> result stream -> COMPLETE, or a failure outcome.
-func (g *engine) wholeRoot(h *wire.EntityHeader, payload io.Reader, abort func(wire.ErrorCode)) {
+// standalone processes an entity 1:1: a profile document sent whole
+// (docs/profile.md 4.1), whose payload is the PipeDoc envelope, or a plain
+// entity (plain.go), whose payload is the content: PROCESSING -> result
+// stream -> COMPLETE, or a failure outcome.
+func (g *engine) standalone(h *wire.EntityHeader, payload io.Reader, abort func(wire.ErrorCode), plain bool) {
 	e, err := g.newEntity(g.ctx, h, h.Metadata)
 	if err != nil {
 		g.reject(h, abort, wire.CodeEntityInvalid, err.Error())
 		return
 	}
 	defer e.cancel(nil)
-	g.mu.Lock()
-	g.jobs[e.id] = e
-	g.mu.Unlock()
-	defer func() {
-		g.mu.Lock()
-		if g.jobs[e.id] == e {
-			delete(g.jobs, e.id)
-		}
-		g.mu.Unlock()
-	}()
+	e.plain = plain
+	defer g.track(e)()
 	if h.PayloadLength > uint64(g.lim.maxEntityBytes) {
 		g.reject(h, abort, wire.CodeEntityTooLarge, fmt.Sprintf("payload-length %d exceeds the peer's whole-document limit %d", h.PayloadLength, g.lim.maxEntityBytes))
 		return
@@ -335,7 +334,7 @@ func (g *engine) wholeRoot(h *wire.EntityHeader, payload io.Reader, abort func(w
 	// Per-entity arrival is Debug (formatting it costs microseconds per
 	// entity at churn rates); "entity finished" reports each document.
 	if g.log.Enabled(e.ctx, slog.LevelDebug) {
-		g.log.Debug("entity received", "entity", e.id, "kind", "root", "processor", e.procName, "bytes", h.PayloadLength)
+		g.log.Debug("entity received", "entity", e.id, "kind", "root", "plain", plain, "processor", e.procName, "bytes", h.PayloadLength)
 	}
 	g.send(e, wire.StatusProcessing, nil)
 	var raw []byte
@@ -351,18 +350,48 @@ func (g *engine) wholeRoot(h *wire.EntityHeader, payload io.Reader, abort func(w
 		g.payloadFailed(e, abort, err)
 		return
 	}
-	env, err := g.decodeEnvelope(h, raw)
-	if err == nil && pooled && overlaps(env.Blob, raw) {
-		env.Blob = bytes.Clone(env.Blob) // the codec aliased the pooled buffer
+	if !g.unwrap(e, raw, pooled) {
+		return
 	}
+	res := g.run(e)
+	g.finishStandalone(e, res, e.docID)
+}
+
+// track registers a standalone entity for cancellation by the client and
+// returns its deregistration.
+func (g *engine) track(e *entity) func() {
+	g.mu.Lock()
+	g.jobs[e.id] = e
+	g.mu.Unlock()
+	return func() {
+		g.mu.Lock()
+		if g.jobs[e.id] == e {
+			delete(g.jobs, e.id)
+		}
+		g.mu.Unlock()
+	}
+}
+
+// unwrap sets e's payload from its verified raw payload: the content
+// itself for a plain entity, the blob of the PipeDoc envelope for a
+// profile document (FAILED when it does not decode). pooled: raw is a
+// recycled buffer that the blob must not alias.
+func (g *engine) unwrap(e *entity, raw []byte, pooled bool) bool {
+	if e.plain {
+		e.payload = raw
+		return true
+	}
+	env, err := g.decodeEnvelope(e.header, raw)
 	if err != nil {
 		g.log.Warn("entity failed", "entity", e.id, "err", err)
 		g.send(e, wire.StatusFailed, nil)
-		return
+		return false
+	}
+	if pooled && overlaps(env.Blob, raw) {
+		env.Blob = bytes.Clone(env.Blob) // the codec aliased the pooled buffer
 	}
 	e.payload, e.docID = env.Blob, env.DocID
-	res := g.run(e)
-	g.finishStandalone(e, res, env.DocID)
+	return true
 }
 
 // payloadFailed handles a payload that could not be read or verified.
@@ -382,7 +411,7 @@ func (g *engine) payloadFailed(e *entity, abort func(wire.ErrorCode), err error)
 func (g *engine) finishStandalone(e *entity, res result, docID string) {
 	switch res.kind {
 	case resultSucceeded:
-		if err := g.sendResult(e.ctx, e.id, res.out, nil); err != nil {
+		if err := g.sendResult(e.ctx, e.id, res.out, nil, e.plain); err != nil {
 			g.log.Warn("result not sent", "entity", e.id, "err", err)
 			g.send(e, wire.StatusFailed, nil)
 			return
@@ -403,51 +432,76 @@ func (e *entity) lastStatus() wire.Status {
 }
 
 // sendResult sends out as the result of entity id on a server-initiated
-// unidirectional stream (docs/profile.md 4.3).
-func (g *engine) sendResult(ctx context.Context, id uint32, out *Output, counts *[2]int) error {
+// unidirectional stream (docs/profile.md 4.3; the generic form for a plain
+// entity).
+func (g *engine) sendResult(ctx context.Context, id uint32, out *Output, counts *[2]int, plain bool) error {
 	sum := sha256.Sum256(out.Data)
-	h := resultHeader(id, out.ContentType, out.Layer, uint64(len(out.Data)), sum[:], counts)
+	h := resultHeaderFor(plain, id, out.ContentType, out.Layer, uint64(len(out.Data)), sum[:], counts)
 	return g.c.SendEntity(ctx, h, bytes.NewReader(out.Data))
 }
 
-// handleStatus reacts to statuses the gateway sends (docs/profile.md 4.2, 7).
+// handleStatus reacts to statuses the gateway sends (docs/profile.md 4.2, 7)
+// and to the client's cursor updates (plaindoc.go).
 func (g *engine) handleStatus(f wire.StatusFrame) {
-	if f.EntityID == wire.ConnectionEntity || f.ScopeID != 0 {
+	if f.EntityID == wire.ConnectionEntity {
+		if f.HasCursor {
+			g.dropOrphansBehind(f.Cursor)
+		}
 		return // heartbeat / cursor update; the peer keeps no state behind the cursor
+	}
+	if f.ScopeID != 0 {
+		return
 	}
 	switch f.Status {
 	case wire.StatusDehydrating:
-		g.mu.Lock()
-		d := g.docFor(f.EntityID)
-		var ready []*doc
-		if d != nil && !d.dehydrating {
-			d.dehydrating = true
-			g.unorphan(d)
-			g.sealLocked(d)
-			ready = g.popReadyLocked()
-		}
-		g.mu.Unlock()
-		for _, r := range ready {
-			g.spawn(func() { g.rehydrate(r) })
-		}
+		g.dehydrating(f.EntityID)
 	case wire.StatusAbandoned, wire.StatusFailed:
-		g.mu.Lock()
-		d := g.docs[f.EntityID]
-		j := g.jobs[f.EntityID]
-		if d != nil {
-			d.cancelled = true
-			g.unorphan(d)
-			delete(g.docs, f.EntityID)
-			g.ready.Remove(docKey(d))
-		}
-		g.mu.Unlock()
-		if d != nil {
-			d.cancel(errCancelled)
-			g.log.Info("document cancelled by the gateway", "entity", f.EntityID, "status", f.Status)
-		}
-		if j != nil {
-			j.cancel(errCancelled)
-			g.log.Info("entity cancelled by the gateway", "entity", f.EntityID, "status", f.Status)
-		}
+		g.cancelled(f)
+	}
+}
+
+// dehydrating handles STATUS(R, DEHYDRATING): R's document is announced
+// (profile 4.2 step 1; a plain parent, plaindoc.go).
+func (g *engine) dehydrating(id uint32) {
+	g.mu.Lock()
+	d := g.docFor(id)
+	var ready []*doc
+	var failed *doc
+	if d != nil && !d.dehydrating {
+		d.dehydrating = true
+		g.unorphan(d)
+		failed = g.failBrokenLocked(d)
+		g.sealLocked(d)
+		ready = g.popReadyLocked()
+	}
+	g.mu.Unlock()
+	if failed != nil {
+		g.failPlainRoot(failed)
+	}
+	for _, r := range ready {
+		g.spawn(func() { g.rehydrate(r) })
+	}
+}
+
+// cancelled handles the client's FAILED or ABANDONED for a root: its
+// document or standalone entity stops (profile 7).
+func (g *engine) cancelled(f wire.StatusFrame) {
+	g.mu.Lock()
+	d := g.docs[f.EntityID]
+	j := g.jobs[f.EntityID]
+	if d != nil {
+		d.cancelled = true
+		g.unorphan(d)
+		delete(g.docs, f.EntityID)
+		g.ready.Remove(docKey(d))
+	}
+	g.mu.Unlock()
+	if d != nil {
+		d.cancel(errCancelled)
+		g.log.Info("document cancelled by the gateway", "entity", f.EntityID, "status", f.Status)
+	}
+	if j != nil {
+		j.cancel(errCancelled)
+		g.log.Info("entity cancelled by the gateway", "entity", f.EntityID, "status", f.Status)
 	}
 }

@@ -402,7 +402,27 @@ func (c *client) assign(t *testing.T) uint32 {
 	return id
 }
 
+// send sends a profile entity: it marks h with pipestream.profile = 1
+// (profile 4) and sends it.
 func (c *client) send(t *testing.T, h *wire.EntityHeader, payload []byte) error {
+	t.Helper()
+	h.Metadata = profileMD(h.Metadata)
+	return c.sendPlain(t, h, payload)
+}
+
+// profileMD returns md with the profile marker (a copy; md is not changed).
+func profileMD(md map[string]string) map[string]string {
+	out := make(map[string]string, len(md)+1)
+	for k, v := range md {
+		out[k] = v
+	}
+	out[peer.MetaProfile] = peer.ProfileVersion
+	return out
+}
+
+// sendPlain sends h as it is (no profile marker unless h has one), with
+// payload-length and checksum set from payload.
+func (c *client) sendPlain(t *testing.T, h *wire.EntityHeader, payload []byte) error {
 	t.Helper()
 	sum := sha256.Sum256(payload)
 	h.PayloadLength, h.Checksum = uint64(len(payload)), sum[:]

@@ -49,7 +49,7 @@ func TestChildBeyondMaxEntitiesPerScope(t *testing.T) {
 
 	parent := uint32(root)
 	got := wire.ErrorCode(0xFF)
-	g.child(&wire.EntityHeader{EntityID: 13, ParentID: &parent, ChunkInfo: &wire.ChunkInfo{ChunkIndex: 2}},
+	g.child(&wire.EntityHeader{EntityID: 13, ParentID: &parent, ChunkInfo: &wire.ChunkInfo{ChunkIndex: 2}, Metadata: map[string]string{MetaProfile: ProfileVersion}},
 		nil, func(c wire.ErrorCode) { got = c })
 	if got != wire.CodeEntityTooLarge {
 		t.Errorf("third child with max-entities-per-scope 2: aborted with %v, want PIPESTREAM_ENTITY_TOO_LARGE (0x06)", got)

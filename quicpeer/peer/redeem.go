@@ -139,14 +139,10 @@ func (g *engine) redeem(h *wire.EntityHeader, payload io.Reader, abort func(wire
 			g.log.Debug("root not re-attached", "entity", d.id, "err", err)
 		}
 	}
-	e.payload = raw
-	if rec.ParentID == 0 && rec.Chunk < 0 { // a whole root: the payload is its PipeDoc envelope
-		env, err := g.decodeEnvelope(h, raw)
-		if err != nil {
-			g.reject(h, nil, wire.CodeOf(err), err.Error())
-			return
-		}
-		e.payload = env.Blob
+	e.plain = rec.Plain
+	if e.payload, err = g.redeemedPayload(h, &rec, raw); err != nil {
+		g.reject(h, nil, wire.CodeOf(err), err.Error())
+		return
 	}
 	if d == nil {
 		g.mu.Lock()
@@ -169,4 +165,17 @@ func (g *engine) redeem(h *wire.EntityHeader, payload io.Reader, abort func(wire
 		return
 	}
 	g.finishChild(e, res)
+}
+
+// redeemedPayload is the content a redemption carries: raw itself, or for
+// a profile document sent whole the blob of its PipeDoc envelope.
+func (g *engine) redeemedPayload(h *wire.EntityHeader, rec *ClaimRecord, raw []byte) ([]byte, error) {
+	if rec.Plain || rec.ParentID != 0 || rec.Chunk >= 0 {
+		return raw, nil
+	}
+	env, err := g.decodeEnvelope(h, raw)
+	if err != nil {
+		return nil, err
+	}
+	return env.Blob, nil
 }

@@ -105,13 +105,14 @@ func newHashRigStream(t *testing.T, stream bool) *hashRig {
 func (r *hashRig) child(root, id uint32, idx, total int, data string, md map[string]string) {
 	p := root
 	sum := sha256.Sum256([]byte(data))
+	cmd := map[string]string{MetaProfile: ProfileVersion}
 	if r.accept {
-		cmd := map[string]string{MetaAcceptResultParts: "1"}
-		for k, v := range md {
-			cmd[k] = v
-		}
-		md = cmd
+		cmd[MetaAcceptResultParts] = "1"
 	}
+	for k, v := range md {
+		cmd[k] = v
+	}
+	md = cmd
 	h := &wire.EntityHeader{EntityID: id, ParentID: &p, PayloadLength: uint64(len(data)), Checksum: sum[:], Metadata: md,
 		ChunkInfo: &wire.ChunkInfo{TotalChunks: uint64(total), ChunkIndex: uint64(idx)}}
 	r.g.handleEntity(h, bytes.NewReader([]byte(data)), func(wire.ErrorCode) {})
@@ -131,7 +132,7 @@ func (r *hashRig) root(t *testing.T, root uint32, total int, content string, md 
 	if err != nil {
 		t.Fatal(err)
 	}
-	rmd := map[string]string{MetaTotalChunks: strconv.Itoa(total), MetaContentLength: strconv.Itoa(len(content)),
+	rmd := map[string]string{MetaProfile: ProfileVersion, MetaTotalChunks: strconv.Itoa(total), MetaContentLength: strconv.Itoa(len(content)),
 		MetaContentSHA256: hex.EncodeToString(sha256Of(content))}
 	for k, v := range md {
 		rmd[k] = v

@@ -58,7 +58,8 @@ func (g *engine) streamPart(d *doc, e *entity, sp *spooled, data []byte) {
 	if p.off {
 		return
 	}
-	if _, ok := e.proc.(Concatenator); !ok || g.lim.noStreamResults || e.header.Metadata[MetaAcceptResultParts] != "1" || d.ctx.Err() != nil {
+	// A plain document's result is always one stream (plaindoc.go).
+	if _, ok := e.proc.(Concatenator); !ok || e.plain || g.lim.noStreamResults || e.header.Metadata[MetaAcceptResultParts] != "1" || d.ctx.Err() != nil {
 		p.off = true
 		return
 	}

@@ -27,10 +27,12 @@ type result struct {
 }
 
 // policyOf returns the completion policy governing e and whether it is
-// final: the entity's own, else its document root's once known, else the
-// draft defaults (not final while a document root is still expected).
+// final: the entity's own, else its profile document root's once known,
+// else the draft defaults (not final while that root is still expected).
 func (g *engine) policyOf(e *entity) (policy, bool) {
-	if e.header.CompletionPolicy != nil || e.doc == nil {
+	// A plain child has no root header to inherit from: its own policy or
+	// the draft defaults, final at once (plaindoc.go).
+	if e.header.CompletionPolicy != nil || e.doc == nil || e.plain {
 		return effectivePolicy(e.header.CompletionPolicy), true
 	}
 	g.mu.Lock()
@@ -350,7 +352,7 @@ func (g *engine) deferEntity(e *entity, ttl time.Duration) result {
 	}
 	e.stopTimer()
 	rec := ClaimRecord{EntityID: e.id, ScopeID: e.scope, Chunk: e.chunk, SessionID: g.c.ID(),
-		Expiry: g.now().Add(ttl), Processor: e.procName, Metadata: e.header.Metadata}
+		Expiry: g.now().Add(ttl), Processor: e.procName, Metadata: e.header.Metadata, Plain: e.plain}
 	if e.doc != nil {
 		rec.ParentID = e.doc.id
 		g.mu.Lock()

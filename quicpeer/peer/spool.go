@@ -256,11 +256,11 @@ type part struct {
 }
 
 // sendConcat sends the result of d by streaming the spooled outputs of
-// parts in chunk-index order (profile 4.3). The header's payload-length
+// parts in chunk-index order (profile 4.3; the generic form when plain). The header's payload-length
 // and checksum come from the result hash kept while the children finished
 // (resulthash.go); only when it is not available (a spool read failed)
 // does a first pass over the spool hash them.
-func (g *engine) sendConcat(ctx context.Context, d *doc, c Concatenator, parts []part, counts [2]int) (int64, error) {
+func (g *engine) sendConcat(ctx context.Context, d *doc, c Concatenator, parts []part, counts [2]int, plain bool) (int64, error) {
 	n, sum, ok := g.resultSum(d, parts)
 	if !ok {
 		var err error
@@ -273,7 +273,7 @@ func (g *engine) sendConcat(ctx context.Context, d *doc, c Concatenator, parts [
 		first = &Output{ContentType: parts[0].sp.contentType, Layer: parts[0].sp.layer}
 	}
 	ct, layer := c.ConcatType(first)
-	h := resultHeader(d.id, ct, layer, uint64(n), sum, &counts)
+	h := resultHeaderFor(plain, d.id, ct, layer, uint64(n), sum, &counts)
 	return n, g.c.SendEntity(ctx, h, &spoolReader{d: d, parts: parts})
 }
 

@@ -1,0 +1,81 @@
+package peer
+
+import (
+	"io"
+
+	"github.com/pipestream/gateway/quicpeer/wire"
+)
+
+// Plain entities (docs/profile.md "Plain use (no profile)"). The profile
+// (PipeDoc envelope, summary root, claims, result roles and parts) applies
+// only to entities whose header metadata carries pipestream.profile = 1.
+// Every other entity is a plain draft-02 entity: its payload is the raw
+// content, processed 1:1 (draft-02 PROCESS, TRANSFORM) with the processor
+// its metadata names (passthrough by default), or, as a child (parent-id
+// and chunk-info) of a parent the client announced DEHYDRATING, rehydrated
+// N:1 into the parent (plaindoc.go). Its result is the generic form of
+// plainResultHeader, sent before COMPLETE; nothing else goes on stream 0
+// for it but its statuses.
+
+// MetaProfile = ProfileVersion on an entity header puts the entity in the
+// profile (docs/profile.md 4). The gateway sets it on every root, child
+// and claim redemption it sends in profile mode.
+const (
+	MetaProfile    = "pipestream.profile"
+	ProfileVersion = "1"
+)
+
+// isProfile reports whether h opts into the profile.
+func isProfile(h *wire.EntityHeader) bool { return h.Metadata[MetaProfile] == ProfileVersion }
+
+// plainEntity dispatches an entity without the profile marker: a child of
+// a dehydrated parent (parent-id and chunk-info), a stream for a parent the
+// client announced DEHYDRATING (ignored: plain parents have no root
+// stream), or an entity processed 1:1 on its own.
+func (g *engine) plainEntity(h *wire.EntityHeader, payload io.Reader, abort func(wire.ErrorCode)) {
+	switch {
+	case h.ParentID != nil && h.ChunkInfo != nil:
+		if scopeOf(h) != 0 {
+			g.reject(h, abort, wire.CodeScopeInvalid, "children of client dehydration must be in scope 0")
+			return
+		}
+		g.child(h, payload, abort)
+	case g.announced(h.EntityID):
+		// A plain parent's result is its children's; a stream of its own
+		// has no place in plain N:1 (docs/profile.md, plain use). It is
+		// stopped with 0x00 and gets no status: R's outcome is its
+		// children's.
+		g.log.Warn("entity stream for a parent announced DEHYDRATING ignored", "entity", h.EntityID)
+		abort(wire.CodeNoError)
+	default:
+		g.standalone(h, payload, abort, true)
+	}
+}
+
+// announced reports whether the client announced root id DEHYDRATING and
+// the document is still open.
+func (g *engine) announced(id uint32) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	d := g.docs[id]
+	return d != nil && d.dehydrating
+}
+
+// plainResultHeader is the generic result of a plain entity: exactly
+// entity-id (the input's), layer, content-type, payload-length and
+// checksum; no scope-id, parent-id, metadata or chunk-info.
+func plainResultHeader(id uint32, ct string, layer uint8, n uint64, sum []byte) *wire.EntityHeader {
+	if ct == "" {
+		ct = "application/octet-stream"
+	}
+	return &wire.EntityHeader{EntityID: id, Layer: layer, ContentType: ct, PayloadLength: n, Checksum: sum}
+}
+
+// resultHeaderFor is the result header of a plain entity (generic form)
+// or of a profile entity (profile 4.3, with children counts when set).
+func resultHeaderFor(plain bool, id uint32, ct string, layer uint8, n uint64, sum []byte, counts *[2]int) *wire.EntityHeader {
+	if plain {
+		return plainResultHeader(id, ct, layer, n, sum)
+	}
+	return resultHeader(id, ct, layer, n, sum, counts)
+}
