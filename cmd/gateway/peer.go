@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pipestream/gateway/bridge"
 	"github.com/pipestream/gateway/quicpeer"
 	"github.com/pipestream/gateway/quicpeer/peer"
 )
@@ -34,6 +35,7 @@ func runPeer(args []string) int {
 	clientCA := fs.String("client-ca", "GATEWAY_PEER_CLIENT_CA", "", "PEM CA bundle; when set, clients must present a certificate it verifies (mutual TLS)")
 	dataDir := fs.String("data-dir", "GATEWAY_PEER_DATA_DIR", filepath.Join("data", "peer"), "directory for the claim-check store and the generated certificate")
 	preferPB := fs.Bool("prefer-protobuf", "GATEWAY_PREFER_PROTOBUF", false, "prefer the Protobuf serialization format")
+	framing := fs.String("framing", "GATEWAY_PEER_FRAMING", "auto", "control-stream framing: auto (answer each client in the framing of its first STATUS), draft-02 or draft-04")
 	drain := fs.Duration("drain-timeout", "GATEWAY_PEER_DRAIN_TIMEOUT", 15*time.Second, "how long to drain accepted work after GOAWAY")
 	maxConns := fs.Uint("max-connections", "GATEWAY_PEER_MAX_CONNECTIONS", 256, "QUIC connections held at once; one more is closed after its handshake with PIPESTREAM_INTERNAL_ERROR (0x01)")
 	logLevel := fs.String("log-level", "GATEWAY_LOG_LEVEL", "info", "debug, info, warn or error")
@@ -60,6 +62,10 @@ func runPeer(args []string) int {
 			return fail(os.Stderr, "peer", fmt.Errorf("--client-ca %s holds no PEM certificate", *clientCA))
 		}
 	}
+	fr, err := bridge.ParseFraming(*framing)
+	if err != nil {
+		return fail(os.Stderr, "peer", fmt.Errorf("--framing: %w", err))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	srv, err := peer.Start(peer.Options{
@@ -71,6 +77,7 @@ func runPeer(args []string) int {
 		Logger:       log,
 		Offer:        ptr(peer.DefaultOffer(*preferPB)),
 		DrainTimeout: *drain,
+		Framing:      fr,
 		Limits:       quicpeer.Limits{MaxConnections: int(min(*maxConns, 1<<20))},
 	})
 	if err != nil {

@@ -49,6 +49,9 @@ func runServe(args []string) int {
 	peerCert := fs.String("peer-cert", "GATEWAY_PEER_CLIENT_CERT", "", "PEM client certificate presented to --peer (mutual TLS; with --peer-key)")
 	peerKey := fs.String("peer-key", "GATEWAY_PEER_CLIENT_KEY", "", "PEM private key of --peer-cert")
 	preferPB := fs.Bool("prefer-protobuf", "GATEWAY_PREFER_PROTOBUF", false, "offer the Protobuf serialization format (CBOR otherwise)")
+	peerFraming := fs.String("peer-framing", "GATEWAY_PEER_FRAMING", "auto", "control-stream framing toward --peer: auto (draft-02, and draft-04 when the peer refuses the draft-02 handshake or shows draft-04), draft-02 or draft-04 (the reference suite: one document per connection)")
+	peerProfile := fs.String("peer-profile", "GATEWAY_PEER_PROFILE", "auto", "use this project's profile toward --peer: auto (when the peer answers its discovery member), on, or off (plain draft-02 entities; docs/profile.md 9)")
+	peerWait := fs.Duration("peer-wait", "GATEWAY_PEER_WAIT", 5*time.Minute, "how long a document may wait for a peer session before it fails")
 	authTokens := fs.String("auth-tokens", "GATEWAY_AUTH_TOKENS", "", "file of \"sha256:<hex> <tenant>\" lines (see gateway hash-token); empty: no authentication, loopback only")
 	insecureNoAuth := fs.Bool("insecure-no-auth", "GATEWAY_INSECURE_NO_AUTH", false, "allow listening beyond loopback without --auth-tokens (only behind a proxy that authenticates)")
 	tlsCert := fs.String("tls-cert", "GATEWAY_TLS_CERT", "", "PEM certificate chain for TLS on the gRPC and HTTP listeners (with --tls-key)")
@@ -172,6 +175,10 @@ func runServe(args []string) int {
 		Logger:           log.With("component", "bridge"),
 		Registerer:       reg,
 		EventLog:         evOpts,
+		PeerWait:         *peerWait,
+	}
+	if err := peerModes(&bopts, *peerFraming, *peerProfile); err != nil {
+		return fail(os.Stderr, "serve", err)
 	}
 	if (*peerCert == "") != (*peerKey == "") {
 		return fail(os.Stderr, "serve", errors.New("set both --peer-cert and --peer-key, or neither"))
@@ -256,3 +263,17 @@ func orUnlimited(v float64) float64 {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// peerModes parses --peer-framing and --peer-profile into o.
+func peerModes(o *bridge.Options, framing, profile string) error {
+	f, err := bridge.ParseFraming(framing)
+	if err != nil {
+		return fmt.Errorf("--peer-framing: %w", err)
+	}
+	p, err := bridge.ParseProfileMode(profile)
+	if err != nil {
+		return fmt.Errorf("--peer-profile: %w", err)
+	}
+	o.PeerFraming, o.PeerProfile = f, p
+	return nil
+}

@@ -15,6 +15,10 @@ import (
 // Options configure a processing peer. The zero value of each field takes
 // its default; Start validates them in one place.
 type Options struct {
+	// Framing of the control stream: quicpeer.FramingAuto (default:
+	// answer each client in its own framing), FramingDraft02 or
+	// FramingDraft04 (docs/profile.md 1.2).
+	Framing quicpeer.Framing
 	// ListenAddr is the UDP address (default "127.0.0.1:0": loopback, any port).
 	ListenAddr string
 	// CertFile and KeyFile are PEM files of the server certificate; both or
@@ -83,7 +87,10 @@ type resolvedLimits struct {
 
 // DefaultOffer is the capabilities offer used when Options.Offer is nil.
 func DefaultOffer(preferProtobuf bool) wire.Capabilities {
-	o := wire.Capabilities{Layer0Core: true, Layer1Recursive: true, Layer2Resilience: true}
+	// The profile discovery member is answered only to a client that
+	// offered it (docs/profile.md 1.1).
+	one := uint64(1)
+	o := wire.Capabilities{Layer0Core: true, Layer1Recursive: true, Layer2Resilience: true, Profile: &one}
 	if preferProtobuf {
 		f := wire.FormatProtobuf
 		o.SerializationFormat = &f

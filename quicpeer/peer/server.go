@@ -84,7 +84,7 @@ func Start(opts Options) (*Server, error) {
 	}
 	ln, err := quicpeer.Listen(o.ListenAddr, quicpeer.Config{
 		TLS: tlsConf, Offer: *o.Offer, Limits: o.Limits, Handler: handler{s}, Logger: o.Logger,
-		StatelessResetKey: resetKey,
+		StatelessResetKey: resetKey, Framing: o.Framing,
 	})
 	if err != nil {
 		claims.Close()
