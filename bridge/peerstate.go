@@ -162,8 +162,11 @@ func (b *Bridge) learnSessionLocked(ss *sessState) {
 // waitReasonLocked says why queued documents wait, "" when nothing is
 // known to hold them up.
 func (b *Bridge) waitReasonLocked() string {
-	if b.peer.lastErr == "" || b.activeSessionLocked() != nil {
+	if b.activeSessionLocked() != nil || (b.peer.ok && b.peer.framing == quicpeer.FramingDraft04) {
 		return ""
+	}
+	if b.peer.lastErr == "" {
+		return fmt.Sprintf("waiting for a session to the PipeStream peer %s: connecting, no answer yet", b.opts.PeerAddr)
 	}
 	return fmt.Sprintf("waiting for a session to the PipeStream peer %s (%s framing): %s (since %s)",
 		b.opts.PeerAddr, framingName(b.peer.framing), b.peer.lastErr, b.peer.errAt.UTC().Format(time.RFC3339))
@@ -199,13 +202,16 @@ func (b *Bridge) superviseQueueLocked(now time.Time) {
 		if d.terminal() || !d.queued {
 			continue
 		}
+		if why != "" && now.Sub(d.queuedAt) < superviseInterval {
+			continue // a document just queued is not held up yet
+		}
 		if d.rec.Doc.WaitReason != why {
 			d.rec.Doc.WaitReason = why
 			d.markDirty(now)
 			b.kickFlush()
 		}
-		if why != "" && !d.queuedAt.IsZero() && now.Sub(d.queuedAt) > b.opts.PeerWait {
-			msg := fmt.Sprintf("no session to the PipeStream peer %s within %v (--peer-wait): %s", b.opts.PeerAddr, b.opts.PeerWait, b.peer.lastErr)
+		if why != "" && now.Sub(d.queuedAt) > b.opts.PeerWait {
+			msg := fmt.Sprintf("no session to the PipeStream peer %s within %v (--peer-wait): %s", b.opts.PeerAddr, b.opts.PeerWait, why)
 			b.failWaitingLocked(d, msg)
 		}
 	}

@@ -63,10 +63,15 @@ func selfSigned(t *testing.T) (tls.Certificate, []byte) {
 }
 
 func startScripted(t *testing.T, protobuf bool) *scripted {
+	one := uint64(1) // the scripted peer speaks the profile (docs/profile.md 1.1)
+	return startScriptedOffer(t, protobuf, wire.Capabilities{Layer0Core: true, Layer1Recursive: true, Layer2Resilience: true, Profile: &one})
+}
+
+// startScriptedOffer starts a scripted peer that offers offer.
+func startScriptedOffer(t *testing.T, protobuf bool, offer wire.Capabilities) *scripted {
 	t.Helper()
 	cert, pemCert := selfSigned(t)
 	p := &scripted{t: t, certPEM: pemCert, arrived: make(chan arrival, 16), abortCode: map[string]wire.ErrorCode{}}
-	offer := wire.Capabilities{Layer0Core: true, Layer1Recursive: true, Layer2Resilience: true}
 	if protobuf {
 		f := wire.FormatProtobuf
 		offer.SerializationFormat = &f

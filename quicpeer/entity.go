@@ -249,7 +249,15 @@ func (s *session) handleIncoming(rs receiveStream) {
 	if scope == 0 && s.role == RoleServer && (!s.seenRoot || after(id, s.maxSeenRoot)) {
 		s.seenRoot, s.maxSeenRoot = true, id
 	}
-	err = s.tr.register(scope, id, headerParent(h), budgetOf(h.CompletionPolicy))
+	if s.untrackedResultLocked(h) {
+		// A peer without the profile may return a result as a new entity
+		// of its own numbering whose parent-id names ours (docs/profile.md
+		// 9.2): it is delivered, but it is no entity of the client's ID
+		// space, so it is neither tracked nor counted in the window.
+		err = nil
+	} else {
+		err = s.tr.register(scope, id, headerParent(h), budgetOf(h.CompletionPolicy))
+	}
 	if err == nil && scope == 0 {
 		s.noteWindowLocked()
 	}

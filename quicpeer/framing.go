@@ -160,3 +160,13 @@ func HandshakeRefused(err error) bool {
 	var ae *quic.ApplicationError
 	return errors.As(err, &ae) && ae.Remote
 }
+
+// untrackedResultLocked reports whether h, received by a client, is a
+// result entity a plain peer numbered itself: root scope, an ID the client
+// never assigned, and a parent-id. The caller holds s.mu.
+func (s *session) untrackedResultLocked(h *wire.EntityHeader) bool {
+	if s.role != RoleClient || headerScope(h) != 0 || h.ParentID == nil {
+		return false
+	}
+	return !s.tr.ids.InFlight(h.EntityID) && !s.tr.stale(h.EntityID)
+}
