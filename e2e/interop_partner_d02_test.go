@@ -8,6 +8,7 @@ import (
 	"io"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/quic-go/quic-go"
 )
@@ -88,7 +89,11 @@ func (c *d02Client) handshake(ctx context.Context) error {
 	if err := c.write(varFrame(ftCaps, mustCBOR(plainCapsD02()))); err != nil {
 		return err
 	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = ctl.SetReadDeadline(dl)
+	}
 	fr, err := readFrameD02(ctl)
+	_ = ctl.SetReadDeadline(time.Time{}) // the read loop waits as long as the connection lives
 	if err != nil {
 		return fmt.Errorf("reading the server's CAPABILITIES: %w", err)
 	}
@@ -485,7 +490,9 @@ func (pc *d02PeerConn) handshake() error {
 		return perr(errEntityInvalid, "control stream is %d, not 0", ctl.StreamID())
 	}
 	pc.ctl = ctl
+	_ = ctl.SetReadDeadline(time.Now().Add(30 * time.Second))
 	fr, err := readFrameD02(ctl)
+	_ = ctl.SetReadDeadline(time.Time{})
 	if err != nil {
 		return perr(errInternal, "first frame: %v", err)
 	}

@@ -144,6 +144,9 @@ func (c *d04Client) capabilities(ctx context.Context) error {
 		return err
 	}
 	c.ctl = ctl
+	if dl, ok := ctx.Deadline(); ok { // every read of the conversation ends with ctx
+		_ = ctl.SetReadDeadline(dl)
+	}
 	if _, err := ctl.Write(varFrame(ftCaps, mustCBOR(referenceCaps()))); err != nil {
 		return err
 	}
@@ -342,6 +345,9 @@ func (sc *d04ServerConn) capabilities(ctx context.Context) error {
 		return perr(errFrame, "PIPESTREAM_CONTROL_RESET: %v", err)
 	}
 	sc.ctl = ctl
+	if dl, ok := ctx.Deadline(); ok {
+		_ = ctl.SetReadDeadline(dl)
+	}
 	fr, err := readControlD04(ctl)
 	if err != nil {
 		return err
@@ -373,6 +379,9 @@ func (sc *d04ServerConn) entity(ctx context.Context) error {
 	us, err := sc.conn.AcceptUniStream(ctx)
 	if err != nil {
 		return perr(errFrame, "%v", err)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = us.SetReadDeadline(dl)
 	}
 	b, err := io.ReadAll(io.LimitReader(us, maxEntityBodyD04+maxEntityHdrD04+4+1))
 	if err != nil {

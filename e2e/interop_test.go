@@ -147,14 +147,18 @@ func TestInteropPlainClient(t *testing.T) {
 }
 
 // checkPlainResult checks the generic result form: entity-id = the input's
-// id, layer 0, content-type, payload-length, checksum, no metadata.
-func checkPlainResult(id uint32, res gotEntity) error {
+// id, layer 0 (or one of layers: textstats' JSON is ParsedData, draft-02
+// data layer 2), content-type, payload-length, checksum, no metadata.
+func checkPlainResult(id uint32, res gotEntity, layers ...uint8) error {
 	h := res.hdr
 	var probs []string
 	if h.EntityID != id {
 		probs = append(probs, fmt.Sprintf("entity-id %d, want %d", h.EntityID, id))
 	}
-	if h.Layer != 0 || h.ContentType == "" || len(h.Checksum) != 32 {
+	if len(layers) == 0 {
+		layers = []uint8{0}
+	}
+	if !bytes.Contains(layers, []byte{h.Layer}) || h.ContentType == "" || len(h.Checksum) != 32 {
 		probs = append(probs, fmt.Sprintf("layer %d, content-type %q, checksum %d octets", h.Layer, h.ContentType, len(h.Checksum)))
 	}
 	if contains(res.keys, "metadata") {
@@ -224,7 +228,7 @@ func plainTextstats(ctx context.Context, t *testing.T, c *d02Client) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := checkPlainResult(id, res); err != nil {
+	if err := checkPlainResult(id, res, 0, 2); err != nil {
 		t.Error(err)
 	}
 	var stats map[string]any
@@ -485,14 +489,14 @@ func TestInteropDraft04Client(t *testing.T) {
 	}{{"default", nil}, {"framing draft-04", []string{"--framing", "draft-04"}}} {
 		t.Run(mode.name, func(t *testing.T) {
 			addr, cert, _ := startPeer(t, mode.args...)
-			ctx := ctxT(t, time.Minute)
 			for _, c := range []struct {
 				id      uint32
 				payload []byte
 			}{{1, []byte("PipeStream Layer 0\n")}, {7, binaryData(2<<20, 44)}} { // 2 MiB: a result stream the client never reads stalls at 1.25 MB
-				rep, err := runD04Client(ctx, addr, cert, c.id, c.payload, "text/plain; charset=utf-8")
+				rep, err := runD04Client(ctxT(t, 30*time.Second), addr, cert, c.id, c.payload, "text/plain; charset=utf-8")
 				if err != nil {
-					t.Errorf("reference client conversation (entity %d): %v", c.id, err)
+					t.Errorf("reference client conversation (entity %d, %d octets): %v; statuses received: %v (the reference client never reads a server-initiated stream: quinn holds one at its 1.25 MB stream window, so a result must not hold back PROCESSING/COMPLETE)",
+						c.id, len(c.payload), err, rep.statuses)
 					continue
 				}
 				if len(rep.resultErrs) > 0 {
