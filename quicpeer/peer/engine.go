@@ -411,6 +411,10 @@ func (g *engine) payloadFailed(e *entity, abort func(wire.ErrorCode), err error)
 func (g *engine) finishStandalone(e *entity, res result, docID string) {
 	switch res.kind {
 	case resultSucceeded:
+		if e.plain {
+			g.finishPlain(e, res.out, docID)
+			return
+		}
 		if err := g.sendResult(e.ctx, e.id, res.out, nil, e.plain); err != nil {
 			g.log.Warn("result not sent", "entity", e.id, "err", err)
 			g.send(e, wire.StatusFailed, nil)

@@ -1,7 +1,10 @@
 package peer
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"io"
+	"sync"
 
 	"github.com/pipestream/gateway/quicpeer/wire"
 )
@@ -14,8 +17,8 @@ import (
 // its metadata names (passthrough by default), or, as a child (parent-id
 // and chunk-info) of a parent the client announced DEHYDRATING, rehydrated
 // N:1 into the parent (plaindoc.go). Its result is the generic form of
-// plainResultHeader, sent before COMPLETE; nothing else goes on stream 0
-// for it but its statuses.
+// plainResultHeader, whose stream starts before COMPLETE (finishPlain);
+// nothing else goes on stream 0 for it but its statuses.
 
 // MetaProfile = ProfileVersion on an entity header puts the entity in the
 // profile (docs/profile.md 4). The gateway sets it on every root, child
@@ -78,4 +81,48 @@ func resultHeaderFor(plain bool, id uint32, ct string, layer uint8, n uint64, su
 		return plainResultHeader(id, ct, layer, n, sum)
 	}
 	return resultHeader(id, ct, layer, n, sum, counts)
+}
+
+// finishPlain sends a plain entity's result and its COMPLETE. COMPLETE
+// goes as soon as the result stream has started (its header is written):
+// a client that reads results finds the stream open before COMPLETE, and
+// one that never accepts it (the draft-04 reference client reads only
+// stream 0) still gets COMPLETE instead of a peer blocked on flow control.
+// The rest of the result is written in the background, bounded by the
+// session.
+func (g *engine) finishPlain(e *entity, out *Output, docID string) {
+	sum := sha256.Sum256(out.Data)
+	h := resultHeaderFor(true, e.id, out.ContentType, out.Layer, uint64(len(out.Data)), sum[:], nil)
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		// The session's context, not the entity's: the entity ends with
+		// its COMPLETE while the result may still be on its way.
+		done <- g.c.SendEntity(g.ctx, h, &startReader{r: bytes.NewReader(out.Data), started: started})
+	}()
+	select {
+	case <-started:
+	case err := <-done:
+		if err != nil {
+			g.log.Warn("result not sent", "entity", e.id, "err", err)
+			g.send(e, wire.StatusFailed, nil)
+			return
+		}
+	}
+	if g.send(e, wire.StatusComplete, nil) {
+		g.log.Info("entity finished", "entity", e.id, "doc", docID, "status", wire.StatusComplete, "bytes", len(out.Data))
+	}
+}
+
+// startReader closes started at its first Read: the entity header has
+// been written by then.
+type startReader struct {
+	r       io.Reader
+	started chan struct{}
+	once    sync.Once
+}
+
+func (s *startReader) Read(p []byte) (int, error) {
+	s.once.Do(func() { close(s.started) })
+	return s.r.Read(p)
 }
