@@ -83,6 +83,7 @@ type d04ClientReport struct {
 	goaway     uint32
 	results    []gotEntity // entities the server opened (the reference never reads them)
 	resultErrs []error     // ... that the reference's decoder would refuse
+	drainErrs  []error     // ... that could not be read after the conversation
 }
 
 type d04Client struct {
@@ -245,6 +246,7 @@ func (c *d04Client) drainResults(ctx context.Context, d time.Duration) {
 		_ = s.SetReadDeadline(time.Now().Add(d))
 		b, err := readEntityStream(s)
 		if err != nil {
+			c.rep.drainErrs = append(c.rep.drainErrs, fmt.Errorf("stream %d: %w", s.StreamID(), err))
 			continue
 		}
 		e, err := decodeEntityStrict(b)

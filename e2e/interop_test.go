@@ -312,6 +312,22 @@ func TestInteropPlainPeer(t *testing.T) {
 		}
 		t.Logf("plain peer: %d connections; CAPABILITIES members offered: %v", conns, offered)
 	})
+	t.Run("framing draft-02, profile off", func(t *testing.T) {
+		p := startD02Peer(t, peerEcho)
+		g := startInteropGateway(t, plainPeerArgs(p.addr, p.caPEM, "--peer-framing", "draft-02", "--peer-profile", "off")...)
+		small := []byte("no discovery member, please\n")
+		id := submitDoc(t, g, map[string]any{"content": b64(small), "contentType": "text/plain"})
+		wantSucceededWith(t, g, id, bytes.ToUpper(small), time.Minute)
+		checkPlainRoot(t, p, small)
+		_, _, offered, _, _ := p.snapshot()
+		for _, keys := range offered {
+			for _, k := range keys {
+				if !contains(draft02CapsMembers, k) {
+					t.Errorf("--peer-profile off: the gateway offered CAPABILITIES member %q (all: %v)", k, keys)
+				}
+			}
+		}
+	})
 	t.Run("no result", func(t *testing.T) {
 		p := startD02Peer(t, peerNoResult)
 		g := startInteropGateway(t, plainPeerArgs(p.addr, p.caPEM)...)
@@ -323,6 +339,10 @@ func TestInteropPlainPeer(t *testing.T) {
 		wantResultAbsent(t, g, id)
 	})
 }
+
+// draft02CapsMembers are the capabilities members draft-02 defines.
+var draft02CapsMembers = []string{"layer0-core", "layer1-recursive", "layer2-resilience", "max-scope-depth",
+	"max-entities-per-scope", "max-window-size", "serialization-format", "keepalive-timeout-ms"}
 
 // checkPlainRoot: the small document reached the peer as one plain root
 // entity: the raw content, no parent, no profile.
@@ -513,6 +533,12 @@ func TestInteropDraft04Client(t *testing.T) {
 				}
 				if len(rep.resultErrs) > 0 {
 					t.Errorf("entity %d: the peer opened entities the reference decoder refuses: %v", c.id, rep.resultErrs)
+				}
+				for _, r := range rep.results {
+					t.Logf("entity %d: the peer also opened entity %d (%d octets, members %v), which the reference client never reads", c.id, r.hdr.EntityID, len(r.payload), r.keys)
+				}
+				for _, err := range rep.drainErrs {
+					t.Logf("entity %d: a stream the peer opened could not be read after the conversation: %v", c.id, err)
 				}
 			}
 		})
