@@ -387,10 +387,11 @@ func containsStat(ss []uint8, s uint8) bool {
 type d02PeerMode int
 
 const (
-	peerEcho     d02PeerMode = iota // PROCESSING, COMPLETE, then the upper-cased payload as a new entity
-	peerNoResult                    // PROCESSING, COMPLETE, nothing returned
-	peerStall                       // PROCESSING, then nothing
-	peerRefuse                      // reads CAPABILITIES, closes the connection (0x0C) without answering
+	peerEcho       d02PeerMode = iota // PROCESSING, COMPLETE, then the upper-cased payload as a new entity
+	peerNoResult                      // PROCESSING, COMPLETE, nothing returned
+	peerStall                         // PROCESSING, then nothing
+	peerRefuse                        // reads CAPABILITIES, closes the connection (0x0C) without answering
+	peerEchoSameID                    // as peerEcho, but the result entity reuses the input's entity-id (no parent-id)
 )
 
 // peerResultBase is where the peer's own entity ids start: draft-02 does
@@ -564,17 +565,18 @@ func (pc *d02PeerConn) answer(e gotEntity) error {
 	if err := pc.status(id, stComplete); err != nil || pc.p.mode == peerNoResult {
 		return err
 	}
-	var rid uint32
-	pc.p.record(func() {
-		rid = pc.p.next
-		pc.p.next++
-		pc.p.resultsSent[id] = rid
-	})
+	h := entityHeader{EntityID: id, ContentType: e.hdr.ContentType}
+	if pc.p.mode != peerEchoSameID {
+		pc.p.record(func() {
+			h.EntityID, h.ParentID = pc.p.next, ptr(id)
+			pc.p.next++
+		})
+	}
+	pc.p.record(func() { pc.p.resultsSent[id] = h.EntityID })
 	s, err := pc.conn.OpenUniStreamSync(pc.conn.Context())
 	if err != nil {
 		return err
 	}
-	h := entityHeader{EntityID: rid, ParentID: ptr(id), ContentType: e.hdr.ContentType}
 	if _, err := s.Write(plainEntity(h, bytes.ToUpper(e.payload))); err != nil {
 		return err
 	}

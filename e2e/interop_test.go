@@ -312,6 +312,16 @@ func TestInteropPlainPeer(t *testing.T) {
 		}
 		t.Logf("plain peer: %d connections; CAPABILITIES members offered: %v", conns, offered)
 	})
+	t.Run("results under the input's id", func(t *testing.T) {
+		p := startD02Peer(t, peerEchoSameID)
+		g := startInteropGateway(t, plainPeerArgs(p.addr, p.caPEM)...)
+		small := []byte("same id back\n")
+		id := submitDoc(t, g, map[string]any{"content": b64(small), "contentType": "text/plain"})
+		wantSucceededWith(t, g, id, bytes.ToUpper(small), time.Minute)
+		big := textCorpus(3 << 20)
+		id = uploadDoc(t, g, "split.strategy=fixed_bytes&split.chunkBytes=1048576", big)
+		wantSucceededWith(t, g, id, bytes.ToUpper(big), 2*time.Minute)
+	})
 	t.Run("framing draft-02, profile off", func(t *testing.T) {
 		p := startD02Peer(t, peerEcho)
 		g := startInteropGateway(t, plainPeerArgs(p.addr, p.caPEM, "--peer-framing", "draft-02", "--peer-profile", "off")...)
