@@ -468,6 +468,8 @@ func TestInteropStallingPeer(t *testing.T) {
 	if took < 2500*time.Millisecond {
 		t.Errorf("document ended after %v, before its 3 s timeout", took)
 	}
+	_, statusIn, _, _, _ := p.snapshot()
+	t.Logf("ended %s after %v: %q; the stalling peer received %v", d.str("state"), took.Round(time.Millisecond), msg, statusIn)
 }
 
 // ---- 4. peer down or refusing ----
@@ -507,13 +509,16 @@ func peerUnavailable(t *testing.T, addr, caPEM string) {
 	if err != nil || !strings.Contains(string(hb), addr) {
 		t.Errorf("/healthz does not name the peer %s: %v %.300s", addr, err, hb)
 	}
+	t.Logf("waitReason %q; /healthz %.300s", d.str("waitReason"), bytes.TrimSpace(hb))
 	d = awaitTerminalDoc(t, g, id, 60*time.Second)
 	if d.str("state") != "FAILED" || !strings.Contains(d.str("error"), addr) {
 		t.Errorf("after --peer-wait 3s: want FAILED with an error naming %s, got %v", addr, d)
 	}
-	if took := time.Since(start); took < 2500*time.Millisecond {
+	took := time.Since(start)
+	if took < 2500*time.Millisecond {
 		t.Errorf("FAILED after %v, before --peer-wait 3s", took)
 	}
+	t.Logf("%s after %v: %q", d.str("state"), took.Round(time.Millisecond), d.str("error"))
 }
 
 // ---- 5. draft-04 (reference suite) ----
