@@ -58,24 +58,44 @@ type d02Client struct {
 	next       uint32
 	cursor     uint32
 	resolved   map[uint32]bool
+	gate       chan struct{} // closed: accept the server's entity streams
+	gateOnce   sync.Once
 }
 
 // dialD02Client connects to addr and exchanges CAPABILITIES (plain Layer 0).
 func dialD02Client(ctx context.Context, addr, caPEM string) (*d02Client, error) {
-	conn, err := dialPartner(ctx, addr, caPEM)
+	return dialD02ClientOpts(ctx, addr, caPEM, false)
+}
+
+// dialD02ClientOpts with lazy: the client accepts the server's entity
+// streams only after startAccepting (e.g. once it saw COMPLETE), with
+// quinn's receive windows (an unread stream stops at 1.25 MB, the
+// connection is not limited).
+func dialD02ClientOpts(ctx context.Context, addr, caPEM string, lazy bool) (*d02Client, error) {
+	cfg := partnerQUICConfig()
+	if lazy {
+		cfg = quinnLikeConfig()
+	}
+	conn, err := dialPartnerConfig(ctx, addr, caPEM, cfg)
 	if err != nil {
 		return nil, err
 	}
 	c := &d02Client{conn: conn, n: newNotifier(), statuses: map[uint32][]uint8{}, results: map[uint32][]gotEntity{},
-		byParent: map[uint32][]gotEntity{}, next: 1, cursor: 1, resolved: map[uint32]bool{}}
+		byParent: map[uint32][]gotEntity{}, next: 1, cursor: 1, resolved: map[uint32]bool{}, gate: make(chan struct{})}
 	if err := c.handshake(ctx); err != nil {
 		closeFor(conn, err)
 		return nil, err
+	}
+	if !lazy {
+		c.startAccepting()
 	}
 	go c.readLoop()
 	go c.acceptLoop()
 	return c, nil
 }
+
+// startAccepting lets acceptLoop take the server's entity streams.
+func (c *d02Client) startAccepting() { c.gateOnce.Do(func() { close(c.gate) }) }
 
 func (c *d02Client) handshake(ctx context.Context) error {
 	ctl, err := c.conn.OpenStreamSync(ctx)
@@ -147,6 +167,7 @@ func (c *d02Client) readLoop() {
 }
 
 func (c *d02Client) acceptLoop() {
+	<-c.gate
 	for {
 		s, err := c.conn.AcceptUniStream(context.Background())
 		if err != nil {

@@ -144,6 +144,7 @@ func TestInteropPlainClient(t *testing.T) {
 	if errs := c.protocolErrors(); len(errs) > 0 {
 		t.Errorf("protocol errors seen by the plain client: %v", errs)
 	}
+	t.Run("result read after COMPLETE", func(t *testing.T) { plainLazyReader(t, addr, cert) })
 	t.Run("peer --framing draft-02", func(t *testing.T) {
 		addr, cert, _ := startPeer(t, "--framing", "draft-02")
 		c, err := dialD02Client(ctxT(t, 30*time.Second), addr, cert)
@@ -200,6 +201,34 @@ func plainRoundTrip(ctx context.Context, t *testing.T, c *d02Client, in []byte) 
 	}
 	if err := wantStatusSeq(c.statusesOf(id), stProcessing, stComplete); err != nil {
 		t.Errorf("entity %d: %v", id, err)
+	}
+}
+
+// plainLazyReader: a plain client that accepts the server's entity
+// streams only after it saw COMPLETE (with quinn's windows an unread
+// stream stops at 1.25 MB) still gets COMPLETE for 8 MiB, then the result.
+func plainLazyReader(t *testing.T, addr, cert string) {
+	ctx := ctxT(t, 30*time.Second)
+	c, err := dialD02ClientOpts(ctx, addr, cert, true)
+	if err != nil {
+		t.Fatalf("plain draft-02 client: connect/CAPABILITIES: %v", err)
+	}
+	defer c.close()
+	in := binaryData(8<<20, 103)
+	id := c.newID()
+	if err := c.sendEntity(ctx, entityHeader{EntityID: id, ContentType: "application/octet-stream"}, in); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.wait(ctx, fmt.Sprintf("entity %d terminal before its result is read", id), func() bool { return c.terminalLocked(id) }); err != nil {
+		t.Fatalf("%v (a result that must be read before COMPLETE deadlocks a client that reads after COMPLETE)", err)
+	}
+	c.startAccepting()
+	res, err := c.awaitResult(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkPlainResult(id, res); err != nil || !bytes.Equal(res.payload, in) {
+		t.Errorf("result read after COMPLETE: %v, %d octets (want the %d input octets)", err, len(res.payload), len(in))
 	}
 }
 
