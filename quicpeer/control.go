@@ -140,6 +140,9 @@ func (s *session) recvStatus(f *wire.StatusFrame) error {
 	case v == ignoredStale:
 		s.log.Debug("ignoring a status for an entity behind the cursor", "entity", f.EntityID, "status", f.Status.String())
 		return nil
+	case v == ignoredLatePending:
+		s.log.Debug("ignoring a PENDING announcement that arrived after the entity moved on", "entity", f.EntityID, "scope", f.ScopeID)
+		return nil
 	case v == ignoredRace:
 		s.log.Info("ignoring a status for an entity this endpoint already ended (race)", "entity", f.EntityID, "scope", f.ScopeID, "status", f.Status.String())
 		return nil

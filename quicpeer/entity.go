@@ -249,6 +249,9 @@ func (s *session) handleIncoming(rs receiveStream) {
 	if scope == 0 && s.role == RoleServer && (!s.seenRoot || after(id, s.maxSeenRoot)) {
 		s.seenRoot, s.maxSeenRoot = true, id
 	}
+	if scope == 0 && s.role == RoleServer && s.framing.Load() == framingIs04 {
+		s.tr.anchorPeerCursor(id)
+	}
 	if s.untrackedResultLocked(h) {
 		// A peer without the profile may return a result as a new entity
 		// of its own numbering whose parent-id names ours (docs/profile.md

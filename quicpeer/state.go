@@ -36,8 +36,12 @@ type tracker struct {
 	// peerCursor is the client's cursor as last announced (server role):
 	// root-scope state behind it is forgotten.
 	peerCursor uint32
-	// peerCursorSeen: the client has moved peerCursor (or it was anchored).
+	// peerCursorSeen: the client has moved peerCursor.
 	peerCursorSeen bool
+	// anchor: the lowest root ID a draft-04 client used before it
+	// announced a cursor (anchorPeerCursor).
+	anchor   uint32
+	anchored bool
 	// window is the client's root window, min(max-window,
 	// max-entities-per-scope); unresolvedRoot counts the root-scope entries
 	// whose cached unres flag is set (receive-side window, Section 10.3).
@@ -125,6 +129,11 @@ const (
 	applied verdict = iota
 	ignoredStale
 	ignoredRace
+	// ignoredLatePending: a PENDING announcement received after the
+	// entity's stream moved it on (stream 0 and entity streams are not
+	// ordered against each other; the draft-04 client announces every
+	// entity with PENDING).
+	ignoredLatePending
 )
 
 // apply checks an entity STATUS (not a connection-level one) against the
@@ -171,6 +180,9 @@ func (t *tracker) apply(f *wire.StatusFrame, local bool) (v verdict, newlyResolv
 	if !ok {
 		if !local && known && e.localTerm {
 			return ignoredRace, false, nil
+		}
+		if !local && known && to == wire.StatusPending {
+			return ignoredLatePending, false, nil
 		}
 		return 0, false, wire.Errorf(wire.CodeEntityInvalid, "STATUS: entity %d scope %d: %s -> %s is not a valid transition", id, scope, from, to)
 	}
@@ -316,16 +328,18 @@ func (t *tracker) applyPeerCursor(c uint32) bool {
 	return true
 }
 
-// anchorPeerCursor starts the client's cursor at id when the client has
-// announced none and no root entity is tracked yet: a draft-04 client
-// numbers its entities from wherever it likes (the reference starts at its
-// first entity's ID) and announces each with PENDING in order, so IDs
-// before its first one are not in flight (docs/profile.md 1.2).
+// anchorPeerCursor notes root entity id of a draft-04 client that has
+// announced no cursor yet: such a client numbers its entities from
+// wherever it likes (the reference starts at its first entity's ID), so
+// until it announces a cursor, checkpoints count from the lowest ID it
+// has used rather than from 1 (docs/profile.md 1.2).
 func (t *tracker) anchorPeerCursor(id uint32) {
-	if t.peerCursorSeen || len(t.scopes[0]) > 0 {
+	if t.peerCursorSeen || id == 0 || id >= wire.IDModulus {
 		return
 	}
-	t.applyPeerCursor(id)
+	if !t.anchored || wire.IsBefore(id, t.anchor) {
+		t.anchor, t.anchored = id, true
+	}
 }
 
 // forgetScope drops a Layer 1 scope after its SCOPE_DIGEST: the scope is
@@ -371,6 +385,8 @@ func (t *tracker) checkpointSatisfied(scope, cpID uint32) bool {
 		base = t.peerCursor
 		if t.client {
 			base = t.ids.Cursor()
+		} else if t.anchored && !t.peerCursorSeen {
+			base = t.anchor
 		}
 	}
 	need := modDist(base, cpID)
