@@ -17,8 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pipestream/gateway/bridge/eventlog"
-	"github.com/pipestream/gateway/quicpeer"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
+	"github.com/pipestream/gateway/quicpeer"
 )
 
 // Tenant identifies the caller; "" is the single tenant of an

@@ -106,9 +106,9 @@ type docRun struct {
 	plainActive int // result streams being read
 	// entSince: when each root-scope entity of the attempt was sent or last
 	// changed status (entity timeouts, timeouts.go).
-	entSince map[entKey]time.Time
-	uploading    bool // an Upload is still streaming content (pipelined)
-	finishTimer  *time.Timer
+	entSince    map[entKey]time.Time
+	uploading   bool // an Upload is still streaming content (pipelined)
+	finishTimer *time.Timer
 
 	// chunkSizes: whole-document size and SHA-256, known once the content is spooled.
 	size int64

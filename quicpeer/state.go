@@ -12,6 +12,7 @@ type entState struct {
 	maxRetries int16  // retry budget of its completion policy; -1 unknown
 	retries    uint16 // RETRYING transitions seen
 	localTerm  bool   // this endpoint's own last status was terminal (race rule)
+	lastLocal  bool   // the last status applied was this endpoint's own
 	// detached: excluded from the GOAWAY drain until its next status
 	// (Session.SetDetached; a DEFERRED entity whose claim outlives the session).
 	detached bool
@@ -130,9 +131,9 @@ const (
 	ignoredStale
 	ignoredRace
 	// ignoredLatePending: a PENDING announcement received after the
-	// entity's stream moved it on (stream 0 and entity streams are not
-	// ordered against each other; the draft-04 client announces every
-	// entity with PENDING).
+	// entity's stream arrived, or after this endpoint moved it on (stream
+	// 0 and entity streams are not ordered against each other; the
+	// draft-04 client announces every entity with PENDING).
 	ignoredLatePending
 )
 
@@ -181,7 +182,7 @@ func (t *tracker) apply(f *wire.StatusFrame, local bool) (v verdict, newlyResolv
 		if !local && known && e.localTerm {
 			return ignoredRace, false, nil
 		}
-		if !local && known && to == wire.StatusPending {
+		if !local && known && to == wire.StatusPending && (e.lastLocal || e.st == wire.StatusPending) {
 			return ignoredLatePending, false, nil
 		}
 		return 0, false, wire.Errorf(wire.CodeEntityInvalid, "STATUS: entity %d scope %d: %s -> %s is not a valid transition", id, scope, from, to)
@@ -193,6 +194,7 @@ func (t *tracker) apply(f *wire.StatusFrame, local bool) (v verdict, newlyResolv
 		e.retries++
 	}
 	e.localTerm = local && (to.IsTerminal() || to == wire.StatusFailed)
+	e.lastLocal = local
 	if sm == nil {
 		sm = map[uint32]entState{}
 		t.scopes[scope] = sm
