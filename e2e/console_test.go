@@ -267,6 +267,7 @@ func TestConsoleUploadWatchDownload(t *testing.T) {
 	p.open("#/events")
 	p.waitVisible(`[data-testid=gauges][data-snapshot]`)
 	p.until("the document in the live tail", fmt.Sprintf(`document.querySelector('[data-testid=tail] li[data-doc=%q]')`, id), uiWait)
+	p.until("the tail's replay of the window's latest events", `document.querySelectorAll('[data-testid=tail] li').length >= 50`, uiWait)
 	p.screenshot("console-events")
 }
 
@@ -323,6 +324,7 @@ func TestConsoleRedeemClaim(t *testing.T) {
 	p.waitVisible(`[data-testid=redeem]:not([disabled])`)
 	p.until("the DEFERRED entity in the tree", `document.querySelector('[data-testid=tree] .tree-row[data-status="DEFERRED"]')`, uiWait)
 	claim := evalJS[string](p, `document.querySelector('[data-testid=redeem]').dataset.claim`)
+	p.until("the claim's issue in the timeline", `[...document.querySelectorAll('[data-testid=timeline] li[data-kind="#claim"]')].some(li => li.textContent.includes('issued'))`, uiWait)
 	p.screenshot("console-claim")
 
 	p.click(`[data-testid=redeem]`)
@@ -336,6 +338,23 @@ func TestConsoleRedeemClaim(t *testing.T) {
 	if outcome := evalJS[string](p, `document.querySelector('[data-testid=claim-outcome]').textContent`); !strings.Contains(outcome, "Redeemed") {
 		t.Errorf("redeem outcome %q, want it said in words", outcome)
 	}
+
+	// A document the fault processor fails: the error in words.
+	p.open("#/documents")
+	p.waitVisible("#submit-form")
+	p.set("submit-text", "this one fails")
+	p.set("split-processor", "fault")
+	p.set("submit-metadata", "pipestream.fault=fail")
+	p.click("#submit-button")
+	failed := p.docIDFromHash()
+	p.waitVisible(`[data-testid=doc-state][data-state="FAILED"]`)
+	p.waitVisible(`[data-testid=why]`)
+	p.until("the failure in the timeline", `[...document.querySelectorAll('[data-testid=timeline] li[data-kind="#document"]')].some(li => li.textContent.includes('failed'))`, uiWait)
+	why := evalJS[string](p, `document.querySelector('[data-testid=failure]').textContent`)
+	if d := getREST(t, g, failed, ""); d.GetError() == "" || !strings.Contains(why, d.GetError()) || !strings.Contains(why, `processor "fault" failed the document`) {
+		t.Errorf("failure panel %q, want an explanation and the error %q", why, d.GetError())
+	}
+	p.screenshot("console-failed")
 }
 
 // TestConsoleTenants: with --auth-tokens the console asks for a token,
@@ -421,8 +440,8 @@ func TestConsolePeers(t *testing.T) {
 
 	fake := []byte(`{"status":"SERVING","peers":[` +
 		`{"addr":"127.0.0.1:4433","state":"connected","framing":"draft-02","profile":true,"inFlight":3,"window":1024,"lastError":""},` +
-		`{"addr":"10.0.0.7:4433","state":"connecting","framing":"draft-04","profile":false,"inFlight":0,"window":512,"lastError":"dial: connection refused"},` +
-		`{"addr":"10.0.0.8:4433","state":"down","framing":"draft-02","profile":true,"inFlight":0,"window":0,"lastError":"idle timeout: no recent network activity"}]}`)
+		`{"addr":"127.0.0.2:4433","state":"connecting","framing":"draft-04","profile":false,"inFlight":0,"window":512,"lastError":"dial: connection refused"},` +
+		`{"addr":"127.0.0.3:4433","state":"down","framing":"draft-02","profile":true,"inFlight":0,"window":0,"lastError":"idle timeout: no recent network activity"}]}`)
 	ctx, cancel := context.WithTimeout(p.ctx, uiWait)
 	defer cancel()
 	paused := chromedp.Events(ctx, fetch.RequestPaused)

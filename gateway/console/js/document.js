@@ -74,7 +74,7 @@ export function documentView(id, { setLive }) {
       h('dl.facts',
         fact('id', h('span.mono', d.id)), fact('size', bytes(d.sizeBytes)), fact('content type', d.contentType),
         fact('sha-256', h('span.mono', { title: d.checksum }, (d.checksum || '').slice(0, 16) + '…')),
-        fact('split', (split.strategy || 'default').replace(/^SPLIT_/, '').toLowerCase() + (split.chunkBytes ? ' · ' + bytes(split.chunkBytes) + ' chunks' : '') + (split.maxDepth ? ' · depth ≤ ' + split.maxDepth : '')),
+        fact('split', (!split.strategy || split.strategy === 'SPLIT_STRATEGY_UNSPECIFIED' ? 'default' : split.strategy.replace(/^SPLIT_/, '').toLowerCase()) + (split.chunkBytes ? ' · ' + bytes(split.chunkBytes) + ' chunks' : '') + (split.maxDepth ? ' · depth ≤ ' + split.maxDepth : '')),
         fact('processor', split.processor || 'passthrough'),
         fact('policy', (cp.mode || 'STRICT').toLowerCase() + (cp.onFailure ? ' · on failure ' + cp.onFailure.toLowerCase() : '') + (cp.maxRetries ? ' · ' + cp.maxRetries + ' retries' : '')),
         fact('metadata', Object.entries(d.metadata || {}).map(([k, v]) => k + '=' + v).join(', ') || '—'),
@@ -96,7 +96,7 @@ export function documentView(id, { setLive }) {
   function renderSummary() {
     const s = model.summary();
     clear(summary,
-      h('div.summary-line', h('strong', { dataset: { testid: 'entity-total' } }, num(s.n) + ' entities'), ' ',
+      h('div.summary-line', h('strong', { dataset: { testid: 'entity-total' } }, num(s.n) + (s.n === 1 ? ' entity' : ' entities')), ' ',
         Object.entries(s.total).sort().map(([st, n]) => h('span.count', { dataset: { status: st } }, chip(st), ' ' + num(n)))),
       statusBar(s.total, s.n),
       h('table.groups', [...s.groups].map(([g, v]) => h('tr', h('td', g), h('td.num', num(v.n)), h('td.wide', statusBar(v.by, v.n))))));
@@ -238,9 +238,11 @@ export function documentView(id, { setLive }) {
   function renderTimeline() {
     const shown = showStatus.checked ? events : events.filter(([k]) => k !== '#status');
     const tail = shown.slice(-TIMELINE_ROWS);
+    const atEnd = timelineList.scrollTop + timelineList.clientHeight >= timelineList.scrollHeight - 4;
     clear(timelineList, tail.map(([k, ev]) => h('li', { dataset: { kind: k } },
       h('span.mono.muted', shortTime(ev.time)), h('span.mono.muted', ev.seq ? '#' + ev.seq : ''), h('span.kind', k), describe(k, ev))));
-    timelineNote.textContent = !shown.length ? 'No retained events for this document: the event log keeps a window and prunes older events.'
+    if (atEnd) timelineList.scrollTop = timelineList.scrollHeight; // follow the newest unless scrolled back
+    timelineNote.textContent = !shown.length ? 'No events of this document in the retained window yet (the log prunes old events).'
       : shown.length > TIMELINE_ROWS ? 'showing the latest ' + TIMELINE_ROWS + ' of ' + num(shown.length) + ' events' : num(shown.length) + ' events';
   }
 
@@ -264,7 +266,7 @@ function fact(k, v) {
 export function describe(kind, ev) {
   switch (kind) {
     case '#status': return 'entity ' + ev.entityId + ' (scope ' + (ev.scopeId || 0) + ') → ' + entityStatus(ev.entityStatus).toLowerCase() + (ev.message ? ': ' + ev.message : '');
-    case '#document': return 'document ' + (ev.documentId || '') + ' → ' + String(ev.state || '').toLowerCase() + (ev.message ? ': ' + ev.message : '');
+    case '#document': return 'document → ' + String(ev.state || '').toLowerCase() + (ev.message ? ': ' + ev.message : '');
     case '#claim': return 'claim ' + ev.claimId + ' ' + (ev.claimAction || '') + (ev.entityId ? ' for entity ' + ev.entityId : '') + (ev.message ? ': ' + ev.message : '');
     case '#info': return (ev.name || 'info') + ': ' + (ev.message || '');
     default: return [ev.name, ev.message].filter(Boolean).join(': ');
@@ -283,6 +285,8 @@ export function inWords(doc) {
     [/dispatch attempts|re-dispatch/i, 'The gateway lost its peer session too many times while processing this document.'],
     [/streamed result/i, 'The result was streamed back in parts and the parts did not line up, so the result was discarded.'],
     [/timeout|timed out/i, 'A piece took longer than the policy\'s timeout.'],
+    [/peer reported FAILED/i, 'The peer\'s processor "' + ((doc.split && doc.split.processor) || 'passthrough') +
+      '" failed the document, and its completion policy had no retry, skip or deferral to fall back on.'],
   ];
   for (const [re, words] of rules) if (re.test(err)) return words;
   return err ? 'The document failed: ' + err : 'The document failed without a reason from the peer.';

@@ -27,9 +27,8 @@ export function eventsView({ setLive }) {
         fact('retained events', num(w.retainedEvents)), fact('active clients', num(w.activeClients)));
       clear(gauges,
         gauge('retained bytes vs snapshot size', retained, snap, bytes(retained) + ' of ' + bytes(snap)),
-        gauge('active clients', Number(w.activeClients || 0), Math.max(1, sum(m, 'pipestream_eventlog_tracked_clients')),
-          num(w.activeClients) + ' active of ' + num(sum(m, 'pipestream_eventlog_tracked_clients')) + ' tracked'),
         h('dl.facts',
+          fact('tracked clients', num(sum(m, 'pipestream_eventlog_tracked_clients'))),
           fact('pruned events', num(sum(m, 'pipestream_eventlog_pruned_events_total'))),
           fact('pruned bytes', bytes(sum(m, 'pipestream_eventlog_pruned_bytes_total'))),
           fact('prunes by rule', (m.pipestream_eventlog_pruned_events_total || []).map((s) => (s.labels.reason || '?') + ' ' + num(s.value)).join(', ') || '—'),

@@ -5,6 +5,7 @@
 import { bytes, entityStatus, h, num } from './util.js';
 
 export const ROW_HEIGHT = 24;
+const MAX_HEIGHT = 480;
 
 const key = (scope, id) => scope + ':' + id;
 
@@ -164,7 +165,9 @@ export class TreeView {
     const order = this.model.order;
     const vp = this.viewport;
     this.spacer.style.height = order.length * ROW_HEIGHT + 'px';
-    const height = vp.clientHeight || 480;
+    // Small trees get a short box; large ones scroll inside MAX_HEIGHT.
+    vp.style.height = Math.min(MAX_HEIGHT, Math.max(1, order.length) * ROW_HEIGHT + 2) + 'px';
+    const height = vp.clientHeight || MAX_HEIGHT;
     const first = Math.max(0, Math.floor(vp.scrollTop / ROW_HEIGHT) - 5);
     const count = Math.min(order.length - first, Math.ceil(height / ROW_HEIGHT) + 10);
     this.rows.style.transform = 'translateY(' + first * ROW_HEIGHT + 'px)';
@@ -203,7 +206,7 @@ export class TreeView {
       kids ? h('span.muted', num(kids.length) + ' children') : null,
       digest ? h('span.digest.' + digest, { title: 'SCOPE_DIGEST of scope ' + e.childScope }, digest === 'verified' ? '✓ digest verified' : '✗ digest mismatch') : null,
       e.attempts > 1 ? h('span.muted', e.attempts + ' attempts') : null,
-      e.checksum ? h('span.mono.muted', { title: 'SHA-256 ' + e.checksum }, e.checksum.slice(0, 10) + '…') : null,
+      e.checksum && !/^0+$/.test(e.checksum) ? h('span.mono.muted', { title: 'SHA-256 ' + e.checksum }, e.checksum.slice(0, 10) + '…') : null,
       e.message ? h('span.msg', { title: e.message }, e.message) : null].filter(Boolean));
   }
 }
