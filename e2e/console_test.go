@@ -357,6 +357,43 @@ func TestConsoleRedeemClaim(t *testing.T) {
 	p.screenshot("console-failed")
 }
 
+// TestConsoleNestedScopes: a Layer 1 document (sentences processor,
+// max depth 1) shows its sub-entities one level down in their own scopes
+// and every SCOPE_DIGEST marked verified, as the gateway recomputed it.
+func TestConsoleNestedScopes(t *testing.T) {
+	g := shared(t)
+	var text strings.Builder
+	for para := range 6 {
+		for s := range 4 {
+			fmt.Fprintf(&text, "Sentence %d.%d is here. ", para, s)
+		}
+		text.WriteString("\n\n")
+	}
+	p := openConsole(t, g.baseURL())
+	p.open("#/documents")
+	p.waitVisible("#submit-form")
+	p.set("submit-text", text.String())
+	p.set("submit-name", "nested.txt")
+	p.set("split-strategy", "SPLIT_PARAGRAPHS")
+	p.set("split-chunk", "100")
+	p.set("split-depth", "1")
+	p.set("split-processor", "sentences")
+	p.click("#submit-button")
+	id := p.docIDFromHash()
+	p.waitVisible(`[data-testid=doc-state][data-state="SUCCEEDED"]`)
+	doc := getREST(t, g, id, "")
+	if len(doc.GetDigests()) == 0 {
+		t.Fatalf("document %s has no scope digests: not a Layer 1 document", id)
+	}
+	p.until("every digest verified", fmt.Sprintf(`document.querySelectorAll('.digest-row[data-verified="true"]').length === %d`, len(doc.GetDigests())), uiWait)
+	if n := evalJS[int](p, `document.querySelectorAll('.digest-row[data-verified="false"]').length`); n != 0 {
+		t.Errorf("%d digests marked mismatched", n)
+	}
+	p.until("sub-entities one level down", `[...document.querySelectorAll('[data-testid=tree] .tree-row')].some(r => / · depth 1/.test(r.textContent))`, uiWait)
+	p.until("a parent row marked with its verified digest", `document.querySelector('[data-testid=tree] .digest.verified')`, uiWait)
+	p.screenshot("console-nested")
+}
+
 // TestConsoleTenants: with --auth-tokens the console asks for a token,
 // works with one (REST and the WebSocket through a ticket), and a second
 // tenant sees nothing of the first: not in the list, not by id, not in the

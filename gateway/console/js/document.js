@@ -5,6 +5,7 @@ import { bytes, chip, clear, entityStatus, h, num, shortTime, TERMINAL, throttle
 import { statusBar, TreeModel, TreeView } from './tree.js';
 
 const TIMELINE_ROWS = 300;
+const MAX_GROUPS = 12; // scope/depth rows in the summary
 const PREVIEW_BYTES = 64 << 10;
 
 export function documentView(id, { setLive }) {
@@ -99,7 +100,8 @@ export function documentView(id, { setLive }) {
       h('div.summary-line', h('strong', { dataset: { testid: 'entity-total' } }, num(s.n) + (s.n === 1 ? ' entity' : ' entities')), ' ',
         Object.entries(s.total).sort().map(([st, n]) => h('span.count', { dataset: { status: st } }, chip(st), ' ' + num(n)))),
       statusBar(s.total, s.n),
-      h('table.groups', [...s.groups].map(([g, v]) => h('tr', h('td', g), h('td.num', num(v.n)), h('td.wide', statusBar(v.by, v.n))))));
+      h('table.groups', [...s.groups].slice(0, MAX_GROUPS).map(([g, v]) => h('tr', h('td', g), h('td.num', num(v.n)), h('td.wide', statusBar(v.by, v.n))))),
+      s.groups.size > MAX_GROUPS ? h('p.muted', '… and ' + num(s.groups.size - MAX_GROUPS) + ' more scopes') : null);
     summary.dataset.complete = String(s.total.COMPLETE || 0);
     summary.dataset.total = String(s.n);
   }

@@ -201,7 +201,7 @@ export class TreeView {
       h('span.chip.st-' + e.status, e.status.toLowerCase()),
       h('span.ent', e.parentEntity ? 'entity ' + e.id : 'root ' + e.id),
       h('span.muted', 'scope ' + e.scope + ' · depth ' + e.depth),
-      e.parentEntity ? h('span.muted', 'chunk #' + e.chunk + ' @ ' + num(e.offset)) : null,
+      e.parentEntity && e.parentEntity.scope === e.scope ? h('span.muted', 'chunk #' + e.chunk + ' @ ' + num(e.offset)) : null,
       e.size ? h('span.muted', bytes(e.size)) : null,
       kids ? h('span.muted', num(kids.length) + ' children') : null,
       digest ? h('span.digest.' + digest, { title: 'SCOPE_DIGEST of scope ' + e.childScope }, digest === 'verified' ? '✓ digest verified' : '✗ digest mismatch') : null,
