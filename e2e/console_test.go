@@ -207,7 +207,6 @@ func TestConsoleUploadWatchDownload(t *testing.T) {
 	p.open("#/documents")
 	p.waitVisible("#submit-form")
 	p.waitVisible(`#live[data-state="live"]`)
-	p.screenshot("console-documents")
 	p.set("submit-source", "file")
 	p.do("choose the file", chromedp.SetUploadFiles(chromedp.CSS("#submit-file"), []string{path}))
 	p.set("split-strategy", "SPLIT_LINES")
@@ -262,6 +261,10 @@ func TestConsoleUploadWatchDownload(t *testing.T) {
 	if rest := resultREST(t, g, id); !bytes.Equal(got, rest.body) {
 		t.Errorf("downloaded result differs from GET /v1/documents/%s/result", id)
 	}
+
+	p.open("#/documents")
+	p.waitVisible(fmt.Sprintf(`tr[data-id=%q][data-state="SUCCEEDED"]`, id))
+	p.screenshot("console-documents")
 
 	// The event log page: the window, gauges, and this document in the tail.
 	p.open("#/events")
@@ -355,6 +358,23 @@ func TestConsoleRedeemClaim(t *testing.T) {
 		t.Errorf("failure panel %q, want an explanation and the error %q", why, d.GetError())
 	}
 	p.screenshot("console-failed")
+
+	// The list follows states live: a deferred document turns SUCCEEDED
+	// on the open page when its claim is redeemed elsewhere; the state
+	// filter then finds it among the succeeded and the failed one among
+	// the failed.
+	d := submitREST(t, g, deferredDoc([]byte("redeemed behind the list's back"), time.Minute, nil, nil))
+	cc := awaitClaims(t, g, d.GetId(), 1).GetClaimChecks()[0]
+	p.open("#/documents")
+	p.waitVisible(fmt.Sprintf(`tr[data-id=%q][data-state="RUNNING"]`, d.GetId()))
+	wantOK(t, "redeem", curl(t, "POST", redeemURL(g, cc.GetClaimId()), []byte("{}")))
+	p.waitVisible(fmt.Sprintf(`tr[data-id=%q][data-state="SUCCEEDED"]`, d.GetId()))
+	p.set("state-filter", "FAILED")
+	p.waitVisible(fmt.Sprintf(`tr[data-id=%q]`, failed))
+	p.until("only failed documents", `[...document.querySelectorAll('[data-testid=documents] tbody tr')].every(tr => tr.dataset.state === 'FAILED')`, uiWait)
+	if n := evalJS[int](p, fmt.Sprintf(`document.querySelectorAll('tr[data-id=%q]').length`, d.GetId())); n != 0 {
+		t.Errorf("the FAILED filter lists the succeeded document %s", d.GetId())
+	}
 }
 
 // TestConsoleNestedScopes: a Layer 1 document (sentences processor,
