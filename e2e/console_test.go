@@ -456,9 +456,22 @@ func TestConsoleTenants(t *testing.T) {
 	p.open("#/documents")
 	p.waitVisible(fmt.Sprintf(`tr[data-id=%q]`, acmeID))
 
+	// Pages: acme's 13 documents at 10 per page, newest first.
+	for i := range 12 {
+		docOf(t, "acme submit", curl(t, "POST", g.baseURL()+"/v1/documents", []byte(`{"content":"`+b64([]byte(fmt.Sprint("page filler ", i)))+`","contentType":"text/plain"}`),
+			"-H", "Authorization: Bearer "+tokens["acme"], "-H", "Content-Type: application/json"))
+	}
+	rows := `document.querySelectorAll('[data-testid=documents] tbody tr').length`
+	p.set("page-size", "10")
+	p.until("a first page of 10", rows+` === 10 && !document.getElementById('page-older').disabled`, uiWait)
+	p.click("#page-older")
+	p.until("a second page of 3 ending with acme's first document", fmt.Sprintf(rows+` === 3 && document.querySelector('[data-testid=documents] tbody tr:last-child').dataset.id === %q && document.getElementById('page-older').disabled`, acmeID), uiWait)
+	p.click("#page-newer")
+	p.until("the first page again", rows+` === 10 && document.getElementById('page-newer').disabled`, uiWait)
+
 	useToken("globex")
 	p.until("globex's empty list", `/No documents yet/.test(document.querySelector('[data-testid=list-status]').textContent)`, uiWait)
-	if n := evalJS[int](p, `document.querySelectorAll('[data-testid=documents] tbody tr').length`); n != 0 {
+	if n := evalJS[int](p, rows); n != 0 {
 		t.Errorf("globex's list shows %d rows, want none of acme's", n)
 	}
 	p.open("#/documents/" + acmeID)

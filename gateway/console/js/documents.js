@@ -3,24 +3,31 @@
 import { api, EventStream, explain, upload } from './api.js';
 import { bytes, chip, clear, DOC_STATES, h, num, throttle, time } from './util.js';
 
-const PAGE_SIZE = 20;
+const PAGE_SIZES = [10, 20, 50, 100];
 
 export function documentsView({ setLive }) {
-  const state = { filter: sessionStorage.getItem('pipestream.console.filter') || '', tokens: [''], page: 0, rows: new Map() };
+  const state = {
+    filter: sessionStorage.getItem('pipestream.console.filter') || '',
+    size: Number(sessionStorage.getItem('pipestream.console.pagesize')) || 20,
+    tokens: [''], page: 0, rows: new Map(),
+  };
   const tbody = h('tbody');
   const status = h('p.muted.list-status', { dataset: { testid: 'list-status' } });
-  const prev = h('button', { type: 'button', disabled: true, on: { click: () => go(state.page - 1) } }, '← Newer');
-  const next = h('button', { type: 'button', disabled: true, on: { click: () => go(state.page + 1) } }, 'Older →');
-  const pageNo = h('span.muted');
+  const prev = h('button', { id: 'page-newer', type: 'button', disabled: true, on: { click: () => go(state.page - 1) } }, '← Newer');
+  const next = h('button', { id: 'page-older', type: 'button', disabled: true, on: { click: () => go(state.page + 1) } }, 'Older →');
+  const pageNo = h('span.muted', { dataset: { testid: 'page' } });
   const filter = h('select', { id: 'state-filter', on: { change: () => { state.filter = filter.value; sessionStorage.setItem('pipestream.console.filter', state.filter); state.tokens = ['']; go(0); } } },
     h('option', { value: '' }, 'all states'),
     DOC_STATES.map((s) => h('option', { value: s, selected: s === state.filter }, s.replace(/_/g, ' ').toLowerCase())));
+
+  const size = h('select', { id: 'page-size', on: { change: () => { state.size = Number(size.value); sessionStorage.setItem('pipestream.console.pagesize', size.value); state.tokens = ['']; go(0); } } },
+    PAGE_SIZES.map((n) => h('option', { value: String(n), selected: n === state.size }, String(n))));
 
   let loading = null;
   async function go(page) {
     if (loading) loading.abort();
     loading = new AbortController();
-    const q = new URLSearchParams({ pageSize: PAGE_SIZE });
+    const q = new URLSearchParams({ pageSize: state.size });
     if (state.tokens[page]) q.set('pageToken', state.tokens[page]);
     if (state.filter) q.set('state', state.filter);
     try {
@@ -83,7 +90,7 @@ export function documentsView({ setLive }) {
 
   const el = h('section.documents',
     h('div.panel',
-      h('div.panel-head', h('h2', 'Documents'), h('label.inline', 'State ', filter)),
+      h('div.panel-head', h('h2', 'Documents'), h('div.inline', h('label.inline', 'State ', filter), h('label.inline', 'Per page ', size))),
       h('table.list', { dataset: { testid: 'documents' } },
         h('thead', h('tr', ['Document', 'State', 'Size', 'Entities done', 'Processor', 'Created'].map((t) => h('th', t)))),
         tbody),
