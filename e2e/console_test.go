@@ -453,6 +453,10 @@ func TestConsoleTenants(t *testing.T) {
 	acmeID := p.docIDFromHash()
 	p.waitVisible(`[data-testid=doc-state][data-state="SUCCEEDED"]`)
 	p.until("acme's events in the timeline", `document.querySelector('[data-testid=timeline] li[data-kind="#document"]')`, uiWait)
+	// With a token the download goes through fetch (a link cannot carry it).
+	if got := download(t, p, `[data-testid=download]`); string(got) != "acme's secret document" {
+		t.Errorf("acme's download with a token: %q", got)
+	}
 	p.open("#/documents")
 	p.waitVisible(fmt.Sprintf(`tr[data-id=%q]`, acmeID))
 

@@ -171,7 +171,14 @@ export class EventStream {
       return;
     }
     if (f.header.op === -1) {
-      this.onState('error', f.payload.error + ': ' + (f.payload.message || ''));
+      // The server closes after an error frame; the reconnect resumes after
+      // the last seq (ConsumerTooSlow) or, for a cursor the log does not
+      // know (FutureCursor: a new log), with live events only.
+      if (f.payload.error === 'FutureCursor') {
+        this.lastSeq = 0;
+        this.cursor = null;
+      }
+      this.onState('connecting', f.payload.error + ': ' + (f.payload.message || ''));
       return;
     }
     const ev = f.payload;

@@ -1,6 +1,6 @@
 // One document: its state, the entity tree filling in live, the timeline
 // of its events, claim checks with redemption, the result and the error.
-import { api, EventStream, explain, fetchResult } from './api.js';
+import { api, EventStream, explain, fetchResult, getToken } from './api.js';
 import { bytes, chip, clear, entityStatus, h, num, shortTime, TERMINAL, throttle, time } from './util.js';
 import { statusBar, TreeModel, TreeView } from './tree.js';
 
@@ -50,6 +50,7 @@ export function documentView(id, { setLive }) {
       renderDoc();
     } catch (e) {
       if (disposed) return;
+      if (e.status === 404 || e.status === 401) stream.close(); // nothing to follow
       clear(head, h('h2', id), h('p.error', { dataset: { testid: 'doc-error' } }, explain(e)));
     } finally {
       inFlight = false;
@@ -193,12 +194,24 @@ export function documentView(id, { setLive }) {
   }
 
   async function download(note) {
+    const name = (doc.displayName || doc.id) + '.result';
+    if (!getToken()) {
+      // No token to send: let the browser stream the download to disk.
+      const a = h('a', { href: '/v1/documents/' + encodeURIComponent(id) + '/result', download: name });
+      document.body.append(a);
+      a.click();
+      a.remove();
+      note.textContent = 'download started';
+      return;
+    }
+    // A bearer token needs fetch (a link cannot send the header): the
+    // result is read into memory first.
     note.textContent = 'downloading…';
     try {
       const resp = await fetchResult(id);
       const blob = await resp.blob();
       const url = URL.createObjectURL(blob);
-      const a = h('a', { href: url, download: (doc.displayName || doc.id) + '.result' });
+      const a = h('a', { href: url, download: name });
       document.body.append(a);
       a.click();
       a.remove();
