@@ -385,6 +385,17 @@ func TestConsoleRedeemClaim(t *testing.T) {
 	if n := evalJS[int](p, fmt.Sprintf(`document.querySelectorAll('tr[data-id=%q]').length`, d.GetId())); n != 0 {
 		t.Errorf("the FAILED filter lists the succeeded document %s", d.GetId())
 	}
+
+	// Cancel: a waiting document ends CANCELLED from its page.
+	w := submitREST(t, g, deferredDoc([]byte("cancelled from the console"), time.Minute, nil, nil))
+	awaitClaims(t, g, w.GetId(), 1)
+	p.open("#/documents/" + w.GetId())
+	p.click(`[data-testid=cancel]`)
+	p.waitVisible(`[data-testid=doc-state][data-state="CANCELLED"]`)
+	p.until("the cancellation in words", `/cancelled before it finished/.test(document.querySelector('[data-testid=why]').textContent)`, uiWait)
+	if st := getREST(t, g, w.GetId(), "").GetState().String(); st != "CANCELLED" {
+		t.Errorf("document %s is %s after the page's Cancel, want CANCELLED", w.GetId(), st)
+	}
 }
 
 // TestConsoleNestedScopes: a Layer 1 document (sentences processor,

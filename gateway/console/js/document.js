@@ -68,11 +68,19 @@ export function documentView(id, { setLive }) {
     const d = doc;
     const split = d.split || {};
     const cp = d.completionPolicy || {};
-    const cancel = TERMINAL.has(d.state) ? null : h('button', { type: 'button', on: { click: async () => {
-      try { await api('/v1/documents/' + encodeURIComponent(id) + ':cancel', { method: 'POST', body: {} }); } catch (e) { alert(explain(e)); }
+    const cancelNote = h('span.error');
+    const cancel = TERMINAL.has(d.state) ? null : h('button', { type: 'button', dataset: { testid: 'cancel' }, on: { click: async (ev) => {
+      ev.target.disabled = true;
+      try {
+        await api('/v1/documents/' + encodeURIComponent(id) + ':cancel', { method: 'POST', body: {} });
+        schedule();
+      } catch (e) {
+        ev.target.disabled = false;
+        cancelNote.textContent = explain(e);
+      }
     } } }, 'Cancel');
     clear(head,
-      h('div.title', h('h2', d.displayName || d.id), h('span', { dataset: { testid: 'doc-state', state: d.state } }, chip(d.state)), cancel),
+      h('div.title', h('h2', d.displayName || d.id), h('span', { dataset: { testid: 'doc-state', state: d.state } }, chip(d.state)), cancel, cancelNote),
       h('dl.facts',
         fact('id', h('span.mono', d.id)), fact('size', bytes(d.sizeBytes)), fact('content type', d.contentType),
         fact('sha-256', h('span.mono', { title: d.checksum }, (d.checksum || '').slice(0, 16) + '…')),
