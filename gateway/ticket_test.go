@@ -143,3 +143,38 @@ func TestWebSocketTicketTenants(t *testing.T) {
 		t.Errorf("acme's ticket reused: HTTP %d, want 401", code)
 	}
 }
+
+// TestWebSocketTicketRevalidated: the upgrade authenticates the ticket's
+// token again, so a token removed from the token file, or now mapped to
+// another tenant, makes its outstanding tickets worthless.
+func TestWebSocketTicketRevalidated(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens")
+	writeTokens(t, path, map[string]string{"tok-acme": "acme", "tok-globex": "globex"})
+	tf, err := gateway.LoadTokenFile(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, func(c *gateway.Config) { c.Authenticator = tf })
+	acme := []string{"Authorization", "Bearer tok-acme"}
+	_, kept := getTicket(t, h, acme...)
+	_, moved := getTicket(t, h, acme...)
+	_, revoked := getTicket(t, h, "Authorization", "Bearer tok-globex")
+	if kept == "" || moved == "" || revoked == "" {
+		t.Fatal("no tickets")
+	}
+	if _, code, _ := dialTicket(t, h, "?cursor=18&ticket="+kept); code != http.StatusSwitchingProtocols {
+		t.Fatalf("a ticket of an unchanged token: HTTP %d, want 101", code)
+	}
+
+	// tok-acme now belongs to tenant other; tok-globex is gone.
+	writeTokens(t, path, map[string]string{"tok-acme": "other"})
+	if err := tf.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if _, code, name := dialTicket(t, h, "?cursor=18&ticket="+moved); code != http.StatusUnauthorized || name != gateway.ReasonInvalidTicket {
+		t.Errorf("ticket whose token moved to another tenant: HTTP %d %q, want 401 %s", code, name, gateway.ReasonInvalidTicket)
+	}
+	if _, code, name := dialTicket(t, h, "?cursor=18&ticket="+revoked); code != http.StatusUnauthorized || name != gateway.ReasonInvalidTicket {
+		t.Errorf("ticket of a removed token: HTTP %d %q, want 401 %s", code, name, gateway.ReasonInvalidTicket)
+	}
+}
