@@ -17,8 +17,9 @@ func TestConsoleServed(t *testing.T) {
 	if code != http.StatusOK || !strings.Contains(string(body), `src="js/app.js"`) {
 		t.Fatalf("GET /ui/: HTTP %d %.200s, want the console's index.html", code, body)
 	}
-	if csp := hdr.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") || !strings.Contains(csp, "frame-ancestors 'none'") {
-		t.Errorf("Content-Security-Policy %q, want self-only scripts and no framing", csp)
+	if csp := hdr.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") || !strings.Contains(csp, "frame-ancestors 'none'") ||
+		!strings.Contains(csp, "connect-src 'self' ws://"+h.srv.HTTPAddr()+" wss://"+h.srv.HTTPAddr()+";") {
+		t.Errorf("Content-Security-Policy %q, want self-only scripts and connections (WebSocket to this host), no framing", csp)
 	}
 	noRedirect := *h.http
 	noRedirect.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
@@ -63,5 +64,24 @@ func TestConsoleServed(t *testing.T) {
 		if code, _, _ := h.do("GET", "/ui/"+f, nil); code != http.StatusOK {
 			t.Errorf("GET /ui/%s: HTTP %d", f, code)
 		}
+	}
+}
+
+// TestConsoleCSPHost: a Host that is not a plain host[:port] stays out of
+// the console's Content-Security-Policy.
+func TestConsoleCSPHost(t *testing.T) {
+	h := start(t, nil)
+	req, err := http.NewRequest("GET", h.base+"/ui/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = "evil.example;script-src'unsafe-inline'"
+	hostile, err := h.http.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostile.Body.Close()
+	if csp := hostile.Header.Get("Content-Security-Policy"); strings.Contains(csp, "evil") || !strings.Contains(csp, "connect-src 'self';") {
+		t.Errorf("Content-Security-Policy with a hostile Host: %q", csp)
 	}
 }
