@@ -16,7 +16,9 @@
 //	GET  /v1/events:subscribe?cursor=N  SubscribeEvents, NDJSON
 //	GET  /v1/events:window, :snapshot   GetEventWindow / GetSnapshot
 //	GET  /v1/events/ws?cursor=N         WebSocket, draft-holmgren-at-synchronization-00 CBOR frames
+//	POST /v1/events:ticket              single-use WebSocket ticket (?ticket=) for browsers (ticket.go)
 //	GET  /healthz, /metrics, /openapi.json, /docs/
+//	GET  /ui/                           the web console, embedded static files (console.go)
 //
 // Streams: SubscribeEvents and WatchDocument send their gRPC response
 // headers once the subscription started, i.e. the cursor was accepted

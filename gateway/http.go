@@ -26,7 +26,9 @@ import (
 //
 //	POST /v1/documents:upload   raw body streamed into UploadDocument (upload_http.go)
 //	GET  /v1/documents/{id}/result  GetDocumentResult stream as the raw body (result_http.go)
-//	GET  /v1/events/ws          WebSocket event stream, AT sync CBOR frames (websocket.go)
+//	GET  /v1/events/ws          WebSocket event stream, AT sync CBOR frames (websocket.go); ?ticket= (ticket.go)
+//	POST /v1/events:ticket      single-use WebSocket ticket for browsers (ticket.go)
+//	GET  /ui/                   the web console (console.go)
 //	GET  /healthz               200 when ready, 503 + reason otherwise
 //	GET  /metrics               Prometheus
 //	/openapi.json, /docs/       Config.Docs
@@ -57,7 +59,11 @@ func (s *Server) httpHandler() (http.Handler, error) {
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/documents:upload", withErrorHeaders(http.HandlerFunc(s.handleUpload)))
 	mux.Handle("GET /v1/documents/{id}/result", withErrorHeaders(http.HandlerFunc(s.handleResult)))
-	mux.HandleFunc("GET /v1/events/ws", s.handleEventsWS)
+	tickets := newTicketStore()
+	mux.HandleFunc("POST /v1/events:ticket", s.handleTicket(tickets))
+	mux.HandleFunc("GET /v1/events/ws", s.withTickets(tickets, s.handleEventsWS))
+	mux.Handle("GET /ui", consoleHandler())
+	mux.Handle("GET /ui/", consoleHandler())
 	mux.HandleFunc("GET /healthz", s.handleHealthz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{ErrorLog: slogPrintln{s}}))
 	mux.Handle("/openapi.json", s.cfg.Docs)

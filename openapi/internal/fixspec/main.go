@@ -276,6 +276,8 @@ func addOperations(paths obj) {
 		"application/json", obj{"200": obj{"description": "The spec.", "schema": obj{"type": "object"}}})
 	paths["/docs/"] = ops("Docs", "Interactive API documentation (Swagger UI, served from embedded assets).",
 		"text/html", obj{"200": obj{"description": "The documentation page.", "schema": obj{"type": "string"}}})
+	paths["/ui/"] = ops("Console", "The web console (docs/console.md): embedded static files that call this API with the user's bearer token.",
+		"text/html", obj{"200": obj{"description": "The console page.", "schema": obj{"type": "string"}}})
 
 	status := obj{"$ref": "#/definitions/Status"}
 	preUpgrade := obj{"type": "object", "properties": obj{"error": obj{"type": "string"}, "message": obj{"type": "string"}}}
@@ -294,6 +296,8 @@ func addOperations(paths obj) {
 			obj{"name": "kinds", "in": "query", "required": false, "type": "array", "items": obj{"type": "string"}, "collectionFormat": "multi",
 				"description": "Only events of these kinds (e.g. `#status`); empty = all."},
 			obj{"name": "documentId", "in": "query", "required": false, "type": "string", "description": "Only events of this document."},
+			obj{"name": "ticket", "in": "query", "required": false, "type": "string",
+				"description": "A single-use ticket from `POST /v1/events:ticket`, accepted instead of the Authorization header (browsers cannot set headers on a WebSocket). The stream runs as the ticket's tenant."},
 			obj{"name": "Connection", "in": "header", "required": true, "type": "string", "enum": []any{"Upgrade"}, "description": "WebSocket upgrade."},
 			obj{"name": "Upgrade", "in": "header", "required": true, "type": "string", "enum": []any{"websocket"}, "description": "WebSocket upgrade."},
 		},
@@ -301,7 +305,24 @@ func addOperations(paths obj) {
 			"101": obj{"description": "Switching Protocols: binary CBOR frames follow."},
 			"400": obj{"description": "Pre-upgrade error, e.g. a cursor that is not an integer in [0, 2^53).", "schema": preUpgrade,
 				"examples": obj{"application/json": obj{"error": "InvalidRequest", "message": "cursor=\"x\" is not a sequence number"}}},
-			"401":     obj{"description": "Unauthenticated: missing or unknown bearer token.", "schema": preUpgrade},
+			"401": obj{"description": "Unauthenticated: missing or unknown bearer token, or a ticket that is unknown, used or expired (`INVALID_TICKET`).", "schema": preUpgrade,
+				"examples": obj{"application/json": obj{"error": "INVALID_TICKET", "message": "the WebSocket ticket is unknown, used or expired: get a new one with POST /v1/events:ticket (tickets are single-use and valid 30 s)"}}},
+			"default": obj{"description": "An unexpected error response.", "schema": status},
+		},
+	}}
+	paths["/v1/events:ticket"] = obj{"post": obj{
+		"tags":        []any{"EventService"},
+		"operationId": "EventService_CreateWebSocketTicket",
+		"summary":     "Get a WebSocket ticket",
+		"description": "Returns an opaque ticket for `GET /v1/events/ws?ticket=...`, for clients that cannot send an Authorization header on a WebSocket upgrade (browsers). " +
+			"The ticket is valid for `expiresInSeconds` (30), accepted once, and bound to the caller's tenant. The request body is ignored.",
+		"produces": []any{"application/json"},
+		"responses": obj{
+			"200": obj{"description": "A ticket.", "schema": obj{"type": "object", "properties": obj{
+				"ticket": obj{"type": "string"}, "expiresInSeconds": obj{"type": "integer", "format": "int32"}}},
+				"examples": obj{"application/json": obj{"ticket": "q3RkZl0b8kVwQ2J6vS8mE1o2cYp9uTn4aHx7LdWzBfA", "expiresInSeconds": 30}}},
+			"401":     obj{"description": "Unauthenticated: missing or unknown bearer token.", "schema": status},
+			"429":     obj{"description": "Rate limited, or too many outstanding tickets.", "schema": status},
 			"default": obj{"description": "An unexpected error response.", "schema": status},
 		},
 	}}

@@ -1,0 +1,78 @@
+// Peers: the gateway's health and, when /healthz reports them, each peer's
+// connection state, framing, window use and last error.
+import { clear, gauge, h, num } from './util.js';
+import { fetchMetrics, sum } from './metrics.js';
+
+const REFRESH_MS = 3000;
+
+export function peersView() {
+  const health = h('div.health', { dataset: { testid: 'health' } });
+  const table = h('div.peers', { dataset: { testid: 'peers' } });
+  const counters = h('dl.facts');
+  let timer = 0;
+  let stopped = false;
+
+  async function refresh() {
+    clearTimeout(timer);
+    let j = null;
+    let code = 0;
+    try {
+      const resp = await fetch('/healthz', { cache: 'no-store' });
+      code = resp.status;
+      j = await resp.json();
+    } catch (e) {
+      j = { status: 'UNREACHABLE', reason: String(e.message || e) };
+    }
+    if (stopped) return;
+    const st = j.status || 'UNKNOWN';
+    clear(health, h('div.title', h('h2', 'Gateway'), h('span.chip.st-' + st, { dataset: { state: st } }, st.toLowerCase().replace(/_/g, ' '))),
+      j.reason ? h('p.error', j.reason) : h('p.muted', 'HTTP ' + code + ' from /healthz'));
+    renderPeers(Array.isArray(j.peers) ? j.peers : null);
+    try {
+      const m = await fetchMetrics();
+      clear(counters,
+        fact('session connects', num(sum(m, 'pipestream_bridge_session_connects_total'))),
+        fact('dispatch retries', num(sum(m, 'pipestream_bridge_dispatch_retries_total'))),
+        fact('documents active', num(sum(m, 'pipestream_bridge_documents_active'))),
+        fact('digest mismatches', num(sum(m, 'pipestream_bridge_scope_digest_mismatch_total'))));
+    } catch {
+      clear(counters);
+    }
+    if (!stopped) timer = setTimeout(refresh, REFRESH_MS);
+  }
+
+  function renderPeers(peers) {
+    if (!peers) {
+      clear(table, h('p.muted', { dataset: { testid: 'no-peers' } },
+        'This gateway does not list its peers in /healthz yet; its status above covers its peer session.'));
+      return;
+    }
+    if (!peers.length) {
+      clear(table, h('p.muted', 'No peers configured.'));
+      return;
+    }
+    clear(table, h('table.list',
+      h('thead', h('tr', ['Peer', 'State', 'Framing', 'Profile', 'Window use', 'Last error'].map((t) => h('th', t)))),
+      h('tbody', peers.map((p) => {
+        const inFlight = Number(p.inFlight || 0);
+        const win = Number(p.window || 0);
+        return h('tr', { dataset: { addr: p.addr || '', state: p.state || '' } },
+          h('td.mono', p.addr || '?'),
+          h('td', h('span.chip.st-peer-' + (p.state || 'unknown'), p.state || 'unknown')),
+          h('td', p.framing || '—'),
+          h('td', p.profile === undefined ? '—' : p.profile ? 'yes' : 'no'),
+          h('td.wide', win ? gauge('', inFlight, win, num(inFlight) + ' / ' + num(win) + ' in flight') : num(inFlight) + ' in flight'),
+          h('td', p.lastError ? h('span.error', p.lastError) : h('span.muted', '—')));
+      }))));
+  }
+
+  const el = h('section.peers-view',
+    h('div.panel', health, counters),
+    h('div.panel', h('div.panel-head', h('h2', 'Peers'), h('button', { type: 'button', on: { click: refresh } }, 'Refresh')), table));
+  refresh();
+  return { el, title: 'Peers', dispose: () => { stopped = true; clearTimeout(timer); } };
+}
+
+function fact(k, v) {
+  return [h('dt', k), h('dd', v)];
+}
