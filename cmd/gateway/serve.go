@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -90,6 +91,15 @@ func runServe(args []string) int {
 		return fail(os.Stderr, "serve", err)
 	}
 
+	// The data dir's lock comes before anything in it is touched (the
+	// bridge cleans the upload spool at start): a second gateway on the
+	// same dir exits here, naming the holder.
+	lock, err := lockDataDir(*dataDir, "--data-dir")
+	if err != nil {
+		return fail(os.Stderr, "serve", err)
+	}
+	defer lock.release()
+
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *pprofAddr != "" {
@@ -123,29 +133,11 @@ func runServe(args []string) int {
 		IdleTimeout:             *idleTimeout,
 	}
 	if *authTokens != "" {
-		tf, err := gateway.LoadTokenFile(*authTokens, log.With("component", "auth"))
+		tf, err := loadTokens(ctx, *authTokens, log)
 		if err != nil {
-			return fail(os.Stderr, "serve", fmt.Errorf("--auth-tokens: %w", err))
-		}
-		if tf.Len() == 0 {
-			log.Warn("the token file has no entries: every API call will be refused until lines from 'gateway hash-token' are added", "path", *authTokens)
+			return fail(os.Stderr, "serve", err)
 		}
 		gcfg.Authenticator = tf
-		go tf.Watch(ctx, gateway.DefaultTokenPollInterval)
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
-		defer signal.Stop(hup)
-		go func() {
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-hup:
-					_ = tf.Reload()
-				}
-			}
-		}()
-		log.Info("bearer token authentication on", "tokens", tf.Len(), "file", *authTokens)
 	}
 	if *tlsCert != "" || *tlsKey != "" {
 		tc, err := gateway.ServerTLSFiles(*tlsCert, *tlsKey)
@@ -173,51 +165,15 @@ func runServe(args []string) int {
 		Registerer:       reg,
 		EventLog:         evOpts,
 	}
-	if (*peerCert == "") != (*peerKey == "") {
-		return fail(os.Stderr, "serve", errors.New("set both --peer-cert and --peer-key, or neither"))
+	if err := readPeerClientCert(&bopts, *peerCert, *peerKey); err != nil {
+		return fail(os.Stderr, "serve", err)
 	}
-	if *peerCert != "" {
-		if bopts.PeerClientCertPEM, err = os.ReadFile(*peerCert); err != nil {
-			return fail(os.Stderr, "serve", fmt.Errorf("read --peer-cert: %w", err))
-		}
-		if bopts.PeerClientKeyPEM, err = os.ReadFile(*peerKey); err != nil {
-			return fail(os.Stderr, "serve", fmt.Errorf("read --peer-key: %w", err))
-		}
+	if *peerAddr == "" && (*peerCA != "" || *peerName != "" || *peerCert != "") {
+		return fail(os.Stderr, "serve", errors.New("--peer-ca, --peer-server-name and --peer-cert need --peer (the embedded peer is pinned and loopback-only)"))
 	}
-	var embedded *peer.Server
-	if *peerAddr == "" {
-		if *peerCA != "" || *peerName != "" || *peerCert != "" {
-			return fail(os.Stderr, "serve", errors.New("--peer-ca, --peer-server-name and --peer-cert need --peer (the embedded peer is pinned and loopback-only)"))
-		}
-		embedded, err = peer.Start(peer.Options{
-			ListenAddr: "127.0.0.1:0",
-			DataDir:    filepath.Join(*dataDir, "peer"),
-			Logger:     log.With("component", "peer"),
-			Offer:      ptr(peer.DefaultOffer(*preferPB)),
-		})
-		if err != nil {
-			return fail(os.Stderr, "serve", fmt.Errorf("start embedded peer: %w", err))
-		}
-		bopts.PeerAddr = embedded.Addr().String()
-		bopts.PeerCAPEM = embedded.CertPEM()
-		log.Info("embedded peer listening (QUIC, certificate pinned)", "addr", bopts.PeerAddr)
-	} else {
-		if *peerCA == "" {
-			return fail(os.Stderr, "serve", errors.New("--peer needs --peer-ca FILE: the PEM CA or certificate that verifies the peer"))
-		}
-		if bopts.PeerCAPEM, err = os.ReadFile(*peerCA); err != nil {
-			return fail(os.Stderr, "serve", fmt.Errorf("read --peer-ca: %w", err))
-		}
-	}
-	stopPeer := func() {
-		if embedded == nil {
-			return
-		}
-		pctx, cancel := context.WithTimeout(context.Background(), *shutdown)
-		defer cancel()
-		if err := embedded.Shutdown(pctx); err != nil {
-			log.Warn("embedded peer shutdown", "error", err)
-		}
+	stopPeer, err := connectPeer(&bopts, *peerCA, *preferPB, *shutdown, log)
+	if err != nil {
+		return fail(os.Stderr, "serve", err)
 	}
 
 	b, err := bridge.New(ctx, bopts)
@@ -256,3 +212,91 @@ func orUnlimited(v float64) float64 {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// loadTokens loads the token file, reloads it when it changes (polled)
+// and on SIGHUP until ctx ends.
+func loadTokens(ctx context.Context, path string, log *slog.Logger) (*gateway.TokenFile, error) {
+	tf, err := gateway.LoadTokenFile(path, log.With("component", "auth"))
+	if err != nil {
+		return nil, fmt.Errorf("--auth-tokens: %w", err)
+	}
+	if tf.Len() == 0 {
+		log.Warn("the token file has no entries: every API call will be refused until lines from 'gateway hash-token' are added", "path", path)
+	}
+	go tf.Watch(ctx, gateway.DefaultTokenPollInterval)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				_ = tf.Reload()
+			}
+		}
+	}()
+	log.Info("bearer token authentication on", "tokens", tf.Len(), "file", path)
+	return tf, nil
+}
+
+// connectPeer fills the peer fields of bopts: with bopts.PeerAddr set, the
+// CA of peerCA; otherwise it locks <data-dir>/peer and starts the embedded
+// peer there, pinned. stop shuts the embedded peer down (a no-op for an
+// external one).
+func connectPeer(bopts *bridge.Options, peerCA string, preferPB bool, shutdown time.Duration, log *slog.Logger) (stop func(), err error) {
+	if bopts.PeerAddr != "" {
+		if peerCA == "" {
+			return nil, errors.New("--peer needs --peer-ca FILE: the PEM CA or certificate that verifies the peer")
+		}
+		if bopts.PeerCAPEM, err = os.ReadFile(peerCA); err != nil {
+			return nil, fmt.Errorf("read --peer-ca: %w", err)
+		}
+		return func() {}, nil
+	}
+	dir := filepath.Join(bopts.DataDir, "peer")
+	lock, err := lockDataDir(dir, "embedded peer --data-dir")
+	if err != nil {
+		return nil, err
+	}
+	embedded, err := peer.Start(peer.Options{
+		ListenAddr: "127.0.0.1:0",
+		DataDir:    dir,
+		Logger:     log.With("component", "peer"),
+		Offer:      ptr(peer.DefaultOffer(preferPB)),
+	})
+	if err != nil {
+		lock.release()
+		return nil, fmt.Errorf("start embedded peer: %w", err)
+	}
+	bopts.PeerAddr = embedded.Addr().String()
+	bopts.PeerCAPEM = embedded.CertPEM()
+	log.Info("embedded peer listening (QUIC, certificate pinned)", "addr", bopts.PeerAddr)
+	return func() {
+		defer lock.release()
+		pctx, cancel := context.WithTimeout(context.Background(), shutdown)
+		defer cancel()
+		if err := embedded.Shutdown(pctx); err != nil {
+			log.Warn("embedded peer shutdown", "error", err)
+		}
+	}, nil
+}
+
+// readPeerClientCert loads the client certificate presented to the peer
+// (mutual TLS), if any.
+func readPeerClientCert(bopts *bridge.Options, certFile, keyFile string) (err error) {
+	if (certFile == "") != (keyFile == "") {
+		return errors.New("set both --peer-cert and --peer-key, or neither")
+	}
+	if certFile == "" {
+		return nil
+	}
+	if bopts.PeerClientCertPEM, err = os.ReadFile(certFile); err != nil {
+		return fmt.Errorf("read --peer-cert: %w", err)
+	}
+	if bopts.PeerClientKeyPEM, err = os.ReadFile(keyFile); err != nil {
+		return fmt.Errorf("read --peer-key: %w", err)
+	}
+	return nil
+}
