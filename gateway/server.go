@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -153,9 +154,9 @@ func (s *Server) Start() error {
 		Handler:           handler,
 		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
 		IdleTimeout:       s.cfg.IdleTimeout,
-		TLSConfig:         s.cfg.HTTPTLS,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		ConnContext:       guardContext,
+		ConnState:         guardConnState,
 	}
 
 	s.bg.Add(3)
@@ -167,14 +168,7 @@ func (s *Server) Start() error {
 	}()
 	go func() {
 		defer s.bg.Done()
-		var err error
-		if s.cfg.HTTPTLS != nil {
-			err = s.http.ServeTLS(s.httpLis, "", "")
-		} else {
-			// Plaintext HTTP/1 is read through the request smuggling
-			// guard (smuggle.go).
-			err = s.http.Serve(guardListener{Listener: s.httpLis, maxHead: http.DefaultMaxHeaderBytes + 4096})
-		}
+		err := s.serveHTTP()
 		if err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.serveErrs <- fmt.Errorf("gateway: HTTP serve: %w", err)
 		}
@@ -201,6 +195,21 @@ func (s *Server) Start() error {
 		}
 	}
 	return nil
+}
+
+// serveHTTP serves the HTTP listener. Every connection, plaintext or
+// TLS, is read through the request smuggling guard (smuggle.go), which
+// sits above TLS; the TLS listener therefore offers HTTP/1.1 only (ALPN
+// http/1.1: h2 would need its own framing checks and gains nothing for
+// REST).
+func (s *Server) serveHTTP() error {
+	lis := s.httpLis
+	if s.cfg.HTTPTLS != nil {
+		tc := s.cfg.HTTPTLS.Clone()
+		tc.NextProtos = []string{"http/1.1"}
+		lis = tls.NewListener(lis, tc)
+	}
+	return s.http.Serve(guardListener{Listener: lis, maxHead: http.DefaultMaxHeaderBytes + 4096})
 }
 
 // Serve starts the server and blocks until ctx ends (then shuts down within
