@@ -99,6 +99,22 @@ type Config struct {
 	// client listens; StreamWriteTimeout bounds each write instead.
 	ReadHeaderTimeout, IdleTimeout time.Duration
 
+	// JSONBodyTimeout is the total time a JSON request body (every REST
+	// body but uploads) has to arrive, plus its declared length at
+	// MinBodyRate: a slower one answers 408 and the connection is closed.
+	// 0: DefaultJSONBodyTimeout.
+	JSONBodyTimeout time.Duration
+	// MinBodyRate (bytes/s) is the slowest an upload body may arrive on
+	// average after bodyRateGrace (408, reason UPLOAD_STALLED). 0 takes the
+	// default; negative disables it (UploadIdleTimeout still applies).
+	MinBodyRate int64
+	// MaxConnsPerIP caps open connections per client IP address and
+	// MaxConns in total, over both listeners; one more is closed at accept
+	// (HTTP: after a 503 with Retry-After). 0 takes the defaults
+	// (DefaultMaxConnsPerIP; the file descriptor limit less
+	// connReserveFDs); negative disables the cap.
+	MaxConnsPerIP, MaxConns int
+
 	// GRPCTLS and HTTPTLS, when set, serve TLS on the listeners. With
 	// GRPCTLS, InternalDialTLS is what the REST proxy uses to dial the gRPC
 	// listener (it must trust GRPCTLS's certificate); ServerTLSFiles builds
@@ -150,15 +166,7 @@ func (c *Config) setDefaults() error {
 	if c.RateBurst <= 0 {
 		c.RateBurst = max(DefaultRateBurst, int(math.Ceil(c.RateLimit)))
 	}
-	if c.MaxUploadsPerTenant == 0 {
-		c.MaxUploadsPerTenant = DefaultMaxUploadsPerTenant
-	}
-	if c.MaxSubscribersPerTenant == 0 {
-		c.MaxSubscribersPerTenant = DefaultMaxSubscribersPerTenant
-	}
-	if c.UploadIdleTimeout <= 0 {
-		c.UploadIdleTimeout = DefaultUploadIdleTimeout
-	}
+	c.setAdmissionDefaults()
 	if c.MaxConcurrentStreams == 0 {
 		c.MaxConcurrentStreams = DefaultMaxConcurrentStreams
 	}
@@ -187,6 +195,31 @@ func (c *Config) setDefaults() error {
 		return errors.New("gateway: Config.MaxSendMsgBytes must be at least 260 KiB so one result chunk fits")
 	}
 	return nil
+}
+
+// setAdmissionDefaults fills the per-tenant, body and connection limits.
+func (c *Config) setAdmissionDefaults() {
+	if c.MaxUploadsPerTenant == 0 {
+		c.MaxUploadsPerTenant = DefaultMaxUploadsPerTenant
+	}
+	if c.MaxSubscribersPerTenant == 0 {
+		c.MaxSubscribersPerTenant = DefaultMaxSubscribersPerTenant
+	}
+	if c.UploadIdleTimeout <= 0 {
+		c.UploadIdleTimeout = DefaultUploadIdleTimeout
+	}
+	if c.JSONBodyTimeout <= 0 {
+		c.JSONBodyTimeout = DefaultJSONBodyTimeout
+	}
+	if c.MinBodyRate == 0 {
+		c.MinBodyRate = DefaultMinBodyRate
+	}
+	if c.MaxConnsPerIP == 0 {
+		c.MaxConnsPerIP = DefaultMaxConnsPerIP
+	}
+	if c.MaxConns == 0 {
+		c.MaxConns = defaultMaxConns()
+	}
 }
 
 // ErrInsecureListen is returned by Start when no authentication is

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -63,7 +64,7 @@ func (s *Server) httpHandler() (http.Handler, error) {
 	mux.Handle("/docs", s.cfg.Docs)
 	mux.Handle("/docs/", s.cfg.Docs)
 	mux.Handle("/", withErrorHeaders(s.limitBody(s.gwMux)))
-	return writeDeadlines(s.rejectSmuggled(s.checkUTF8(mux)), s.cfg.StreamWriteTimeout), nil
+	return writeDeadlines(s.rejectSmuggled(s.checkUTF8(s.admitAPI(mux))), s.cfg.StreamWriteTimeout), nil
 }
 
 type slogPrintln struct{ s *Server }
@@ -127,6 +128,10 @@ func flushStreamHeaders(ctx context.Context, w http.ResponseWriter, m proto.Mess
 func httpErrorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
 	if limit, cut := bodyTooLarge(r); cut {
 		err = jsonTooLarge("request body is larger", limit)
+	}
+	if d, slow := bodyTooSlow(r); slow {
+		err = jsonBodyTooSlow(d)
+		w.Header().Set("Connection", "close")
 	}
 	recordError(ctx, err)
 	switch errorReason(err) {
@@ -253,7 +258,16 @@ func (s *Server) limitBody(h http.Handler) http.Handler {
 			return
 		}
 		if r.Body != nil && r.Body != http.NoBody {
-			r.Body = &jsonBody{ReadCloser: http.MaxBytesReader(w, r.Body, limit), limit: limit}
+			// The whole body must arrive within JSONBodyTimeout plus its
+			// declared length at MinBodyRate (deadlineBody).
+			d := s.cfg.JSONBodyTimeout
+			if r.ContentLength > 0 && s.cfg.MinBodyRate > 0 {
+				d += time.Duration(r.ContentLength/s.cfg.MinBodyRate) * time.Second
+			}
+			rc := http.NewResponseController(w)
+			_ = rc.SetReadDeadline(time.Now().Add(d))
+			body := &deadlineBody{ReadCloser: r.Body, rc: rc}
+			r.Body = &jsonBody{ReadCloser: http.MaxBytesReader(w, body, limit), limit: limit, timeout: d}
 		}
 		h.ServeHTTP(w, r)
 	})
@@ -271,7 +285,9 @@ func jsonTooLarge(what string, limit int64) error {
 type jsonBody struct {
 	io.ReadCloser
 	limit    int64
+	timeout  time.Duration
 	exceeded atomic.Bool
+	timedOut atomic.Bool
 }
 
 func (b *jsonBody) Read(p []byte) (int, error) {
@@ -280,7 +296,19 @@ func (b *jsonBody) Read(p []byte) (int, error) {
 	if err != nil && errors.As(err, &tooBig) {
 		b.exceeded.Store(true)
 	}
+	if err != nil && bodyTimedOut(err) {
+		b.timedOut.Store(true)
+	}
 	return n, err
+}
+
+// bodyTooSlow reports whether r's JSON body missed its deadline, and the deadline.
+func bodyTooSlow(r *http.Request) (time.Duration, bool) {
+	b, ok := r.Body.(*jsonBody)
+	if !ok || !b.timedOut.Load() {
+		return 0, false
+	}
+	return b.timeout, true
 }
 
 // bodyTooLarge reports whether r's JSON body was cut at the limit, and the limit.

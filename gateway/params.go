@@ -46,6 +46,26 @@ const (
 	// DefaultUploadIdleTimeout cuts an upload body that stops arriving, so
 	// a stalled client cannot hold a spool file and an upload slot forever.
 	DefaultUploadIdleTimeout = 30 * time.Second
+	// DefaultJSONBodyTimeout: a JSON request body (a few KiB normally)
+	// must arrive within this, plus its declared length at the minimum body
+	// rate, so a client trickling one cannot hold a connection.
+	DefaultJSONBodyTimeout = 10 * time.Second
+	// DefaultMinBodyRate (bytes/s, average after bodyRateGrace): an upload
+	// slower than a very poor mobile link is an attack or a dead client.
+	DefaultMinBodyRate = 1024
+	// bodyRateGrace is how long an upload may take before the minimum
+	// rate applies (TCP slow start, a client that opens its file late).
+	bodyRateGrace = 10 * time.Second
+	// DefaultMaxConnsPerIP: browsers open 6 connections per host and busy
+	// services a few dozen; 256 leaves room for proxies, while one address
+	// cannot take the file descriptors of everyone else.
+	DefaultMaxConnsPerIP = 256
+	// connReserveFDs is kept from the file descriptor limit for everything
+	// but client connections (store, spool and result files, the QUIC
+	// socket, the REST proxy's connections, logs); minMaxConns is the
+	// floor of the derived total cap.
+	connReserveFDs = 256
+	minMaxConns    = 64
 	// DefaultMaxConcurrentStreams per HTTP/2 connection on the gRPC
 	// listener; the REST proxy's one connection shares it, so it sits well
 	// above tenants x subscribers of typical deployments.

@@ -34,6 +34,7 @@ type Server struct {
 	log     *slog.Logger
 	metrics *grpcMetrics
 	limits  *tenantLimits
+	conns   *connLimiter // both listeners' connection caps
 
 	grpc   *grpc.Server
 	health *health.Server
@@ -84,6 +85,9 @@ func New(cfg Config) (*Server, error) {
 		stopPoll:  make(chan struct{}),
 	}
 	s.streams, s.cancelStreams = context.WithCancel(context.Background())
+	s.conns = newConnLimiter(cfg.MaxConnsPerIP, cfg.MaxConns, func(why string) {
+		m.rejected.WithLabelValues("connections_" + why).Inc()
+	})
 
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgBytes),
@@ -162,7 +166,7 @@ func (s *Server) Start() error {
 	s.bg.Add(3)
 	go func() {
 		defer s.bg.Done()
-		if err := s.grpc.Serve(s.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		if err := s.grpc.Serve(s.capped(s.grpcLis, nil)); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			s.serveErrs <- fmt.Errorf("gateway: gRPC serve: %w", err)
 		}
 	}()
@@ -203,7 +207,11 @@ func (s *Server) Start() error {
 // http/1.1: h2 would need its own framing checks and gains nothing for
 // REST).
 func (s *Server) serveHTTP() error {
-	lis := s.httpLis
+	refusal := httpRefusal
+	if s.cfg.HTTPTLS != nil {
+		refusal = nil // the client expects a TLS handshake
+	}
+	lis := s.capped(s.httpLis, refusal)
 	if s.cfg.HTTPTLS != nil {
 		tc := s.cfg.HTTPTLS.Clone()
 		tc.NextProtos = []string{"http/1.1"}
