@@ -25,11 +25,13 @@ import (
 
 // --- connection caps ---
 
-// connLimiter counts open connections per client IP and in total, over
-// both listeners. A connection above either cap is closed right after
-// accept (the HTTP listener first writes a 503 with Retry-After), so the
-// server keeps file descriptors for the clients it serves and never stops
-// accepting for lack of them.
+// connLimiter counts open connections in total over both listeners and
+// per client IP on the HTTP listener (the gRPC listener multiplexes calls
+// on few connections, and the REST proxy's own connections come from
+// loopback: it has the total cap only). A connection above a cap is
+// closed right after accept (the HTTP listener first writes a 503 with
+// Retry-After), so the server keeps file descriptors for the clients it
+// serves and never stops accepting for lack of them.
 type connLimiter struct {
 	perIP, total int // <= 0: no cap
 
@@ -43,14 +45,15 @@ func newConnLimiter(perIP, total int, onCut func(string)) *connLimiter {
 	return &connLimiter{perIP: perIP, total: total, byIP: map[string]int{}, onCut: onCut}
 }
 
-// take counts c; "" if it may stay, else why not.
+// take counts a connection from ip ("": not per IP); "" if it may stay,
+// else why not.
 func (l *connLimiter) take(ip string) string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
 	case l.total > 0 && l.count >= l.total:
 		return "total"
-	case l.perIP > 0 && l.byIP[ip] >= l.perIP:
+	case ip != "" && l.perIP > 0 && l.byIP[ip] >= l.perIP:
 		return "per_ip"
 	}
 	l.count++
@@ -79,6 +82,7 @@ func (l *connLimiter) open() int {
 type capListener struct {
 	net.Listener
 	lim     *connLimiter
+	perIP   bool
 	refusal []byte
 }
 
@@ -90,7 +94,10 @@ func (l capListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		ip := remoteIP(c.RemoteAddr())
+		ip := ""
+		if l.perIP {
+			ip = remoteIP(c.RemoteAddr())
+		}
 		if why := l.lim.take(ip); why != "" {
 			if l.refusal != nil {
 				_ = c.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
@@ -116,12 +123,13 @@ func (c *cappedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// capped wraps lis with the server's connection caps.
-func (s *Server) capped(lis net.Listener, refusal []byte) net.Listener {
+// capped wraps lis with the server's connection caps (per IP as well if
+// perIP).
+func (s *Server) capped(lis net.Listener, perIP bool, refusal []byte) net.Listener {
 	if s.conns.perIP <= 0 && s.conns.total <= 0 {
 		return lis
 	}
-	return capListener{Listener: lis, lim: s.conns, refusal: refusal}
+	return capListener{Listener: lis, lim: s.conns, perIP: perIP, refusal: refusal}
 }
 
 func remoteIP(a net.Addr) string {

@@ -74,6 +74,15 @@ type Config struct {
 	// event streams (SubscribeEvents, WatchDocument, WebSocket). 0 takes the
 	// default; negative disables the cap.
 	MaxUploadsPerTenant, MaxSubscribersPerTenant int
+	// MaxDownloadsPerTenant caps concurrent result downloads (REST and
+	// GetDocumentResult) per tenant (429 / ResourceExhausted, reason
+	// TOO_MANY_DOWNLOADS, Retry-After 1). 0 takes the default; negative
+	// disables the cap.
+	MaxDownloadsPerTenant int
+	// MaxClientIDsPerTenant bounds the X-Client-Id values of one tenant
+	// tracked by the event log's retention at once (others are tracked by
+	// address). 0 takes the default; negative: no bound.
+	MaxClientIDsPerTenant int
 	// UploadIdleTimeout cuts an upload whose body stalls: no bytes (REST)
 	// or no message (gRPC) for this long ends it with HTTP 408 /
 	// DeadlineExceeded, reason UPLOAD_STALLED.
@@ -204,6 +213,12 @@ func (c *Config) setAdmissionDefaults() {
 	}
 	if c.MaxSubscribersPerTenant == 0 {
 		c.MaxSubscribersPerTenant = DefaultMaxSubscribersPerTenant
+	}
+	if c.MaxDownloadsPerTenant == 0 {
+		c.MaxDownloadsPerTenant = DefaultMaxDownloadsPerTenant
+	}
+	if c.MaxClientIDsPerTenant == 0 {
+		c.MaxClientIDsPerTenant = DefaultMaxClientIDsPerTenant
 	}
 	if c.UploadIdleTimeout <= 0 {
 		c.UploadIdleTimeout = DefaultUploadIdleTimeout

@@ -47,10 +47,10 @@ func (s *Server) httpHandler() (http.Handler, error) {
 		runtime.WithForwardResponseOption(flushStreamHeaders),
 	)
 	ctx := context.Background()
-	if err := gatewayv1.RegisterDocumentServiceHandler(ctx, s.gwMux, s.conn); err != nil {
+	if err := gatewayv1.RegisterDocumentServiceHandlerClient(ctx, s.gwMux, gatewayv1.NewDocumentServiceClient(s.conn)); err != nil {
 		return nil, fmt.Errorf("gateway: register REST handlers: %w", err)
 	}
-	if err := gatewayv1.RegisterEventServiceHandler(ctx, s.gwMux, s.conn); err != nil {
+	if err := gatewayv1.RegisterEventServiceHandlerClient(ctx, s.gwMux, gatewayv1.NewEventServiceClient(s.conn)); err != nil {
 		return nil, fmt.Errorf("gateway: register REST handlers: %w", err)
 	}
 

@@ -22,6 +22,7 @@ const (
 	ReasonRateLimited     = "RATE_LIMITED"
 	ReasonTooManyUploads  = "TOO_MANY_UPLOADS"
 	ReasonTooManyStreams  = "TOO_MANY_SUBSCRIBERS"
+	ReasonTooManyResults  = "TOO_MANY_DOWNLOADS"
 	ReasonUploadStalled   = "UPLOAD_STALLED"
 	retryAfterMetadataKey = "retry-after"
 )
@@ -40,11 +41,13 @@ type tenantLimits struct {
 	burst      int
 	maxUploads int // 0: unlimited
 	maxSubs    int // 0: unlimited
+	maxResults int // 0: unlimited
 
 	mu       sync.Mutex
 	limiters map[bridge.Tenant]*rate.Limiter
 	uploads  map[bridge.Tenant]int
 	subs     map[bridge.Tenant]int
+	results  map[bridge.Tenant]int
 }
 
 func newTenantLimits(c *Config) *tenantLimits {
@@ -52,6 +55,8 @@ func newTenantLimits(c *Config) *tenantLimits {
 		burst:      c.RateBurst,
 		maxUploads: c.MaxUploadsPerTenant,
 		maxSubs:    c.MaxSubscribersPerTenant,
+		maxResults: c.MaxDownloadsPerTenant,
+		results:    map[bridge.Tenant]int{},
 		limiters:   map[bridge.Tenant]*rate.Limiter{},
 		uploads:    map[bridge.Tenant]int{},
 		subs:       map[bridge.Tenant]int{},
@@ -99,6 +104,8 @@ func (l *tenantLimits) acquire(fullMethod string, t bridge.Tenant) (release func
 		m, max, reason, what = l.uploads, l.maxUploads, ReasonTooManyUploads, "uploads"
 	case subscribeMethod, watchMethod:
 		m, max, reason, what = l.subs, l.maxSubs, ReasonTooManyStreams, "event streams (subscribe, watch, WebSocket)"
+	case resultMethod:
+		m, max, reason, what = l.results, l.maxResults, ReasonTooManyResults, "result downloads"
 	default:
 		return func() {}, nil
 	}

@@ -66,6 +66,27 @@ const (
 	// floor of the derived total cap.
 	connReserveFDs = 256
 	minMaxConns    = 64
+	// proxyStreamConns: the REST proxy's connections for streams (plus one
+	// for unary calls), each with MaxConcurrentStreams slots.
+	proxyStreamConns = 4
+	// proxyStreamWindow and proxyConnWindow are the proxy connections'
+	// fixed HTTP/2 receive windows: a stream whose client stopped reading
+	// holds at most proxyStreamWindow in the proxy (BDP estimation, which
+	// grows windows to several MiB, is off when they are set).
+	proxyStreamWindow = 64 << 10
+	proxyConnWindow   = 4 << 20
+	// DefaultMaxDownloadsPerTenant caps concurrent result downloads (REST
+	// and gRPC) per tenant: each holds an open file and a goroutine.
+	DefaultMaxDownloadsPerTenant = 16
+	// resultCopyBytes is the buffer of a REST result download, which
+	// streams from the result file: what a stalled download costs besides
+	// the socket.
+	resultCopyBytes = 32 << 10
+	// DefaultMaxClientIDsPerTenant bounds the X-Client-Id values one
+	// tenant can have tracked by the event log's retention at once; more
+	// are tracked by address instead. clientIDIdle frees an unused one.
+	DefaultMaxClientIDsPerTenant = 256
+	clientIDIdle                 = time.Hour
 	// DefaultMaxConcurrentStreams per HTTP/2 connection on the gRPC
 	// listener; the REST proxy's one connection shares it, so it sits well
 	// above tenants x subscribers of typical deployments.

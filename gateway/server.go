@@ -35,12 +35,14 @@ type Server struct {
 	metrics *grpcMetrics
 	limits  *tenantLimits
 	conns   *connLimiter // both listeners' connection caps
+	// clientIDs bounds each tenant's tracked X-Client-Id values.
+	clientIDs *clientIDs
 
 	grpc   *grpc.Server
 	health *health.Server
 	gwMux  *runtime.ServeMux
 	http   *http.Server
-	conn   *grpc.ClientConn // REST proxy -> gRPC listener
+	conn   *connPool // REST proxy -> gRPC listener (pool.go)
 	// proxyConns holds the local addresses of conn's TCP connections: the
 	// gRPC listener sees them as peer addresses and leaves those streams'
 	// stuck-consumer bound to the HTTP side (stuck.go).
@@ -85,6 +87,7 @@ func New(cfg Config) (*Server, error) {
 		stopPoll:  make(chan struct{}),
 	}
 	s.streams, s.cancelStreams = context.WithCancel(context.Background())
+	s.clientIDs = newClientIDs(cfg.MaxClientIDsPerTenant, clientIDIdle)
 	s.conns = newConnLimiter(cfg.MaxConnsPerIP, cfg.MaxConns, func(why string) {
 		m.rejected.WithLabelValues("connections_" + why).Inc()
 	})
@@ -136,9 +139,11 @@ func (s *Server) Start() error {
 	if s.cfg.InternalDialTLS != nil {
 		creds = credentials.NewTLS(s.cfg.InternalDialTLS)
 	}
-	s.conn, err = grpc.NewClient(dialTarget(s.grpcLis.Addr()),
+	s.conn, err = newConnPool(dialTarget(s.grpcLis.Addr()), proxyStreamConns,
 		grpc.WithTransportCredentials(creds),
 		grpc.WithContextDialer(s.dialProxyConn),
+		grpc.WithInitialWindowSize(proxyStreamWindow),
+		grpc.WithInitialConnWindowSize(proxyConnWindow),
 		grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(s.cfg.MaxSendMsgBytes),
 			grpc.MaxCallSendMsgSize(s.cfg.MaxRecvMsgBytes)))
@@ -166,7 +171,7 @@ func (s *Server) Start() error {
 	s.bg.Add(3)
 	go func() {
 		defer s.bg.Done()
-		if err := s.grpc.Serve(s.capped(s.grpcLis, nil)); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		if err := s.grpc.Serve(s.capped(s.grpcLis, false, nil)); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			s.serveErrs <- fmt.Errorf("gateway: gRPC serve: %w", err)
 		}
 	}()
@@ -211,7 +216,7 @@ func (s *Server) serveHTTP() error {
 	if s.cfg.HTTPTLS != nil {
 		refusal = nil // the client expects a TLS handshake
 	}
-	lis := s.capped(s.httpLis, refusal)
+	lis := s.capped(s.httpLis, true, refusal)
 	if s.cfg.HTTPTLS != nil {
 		tc := s.cfg.HTTPTLS.Clone()
 		tc.NextProtos = []string{"http/1.1"}

@@ -63,6 +63,8 @@ func runServe(args []string) int {
 	rateBurst := fs.Uint("rate-burst", "GATEWAY_RATE_BURST", gateway.DefaultRateBurst, "burst of requests per tenant above --rate-limit")
 	maxUploads := fs.Uint("max-uploads-per-tenant", "GATEWAY_MAX_UPLOADS_PER_TENANT", gateway.DefaultMaxUploadsPerTenant, "concurrent uploads per tenant (0: unlimited)")
 	maxSubs := fs.Uint("max-subscribers-per-tenant", "GATEWAY_MAX_SUBSCRIBERS_PER_TENANT", gateway.DefaultMaxSubscribersPerTenant, "concurrent event streams (subscribe, watch, WebSocket) per tenant (0: unlimited)")
+	maxDownloads := fs.Uint("max-downloads-per-tenant", "GATEWAY_MAX_DOWNLOADS_PER_TENANT", gateway.DefaultMaxDownloadsPerTenant, "concurrent result downloads (REST and gRPC) per tenant (0: unlimited)")
+	maxClientIDs := fs.Uint("max-client-ids-per-tenant", "GATEWAY_MAX_CLIENT_IDS_PER_TENANT", gateway.DefaultMaxClientIDsPerTenant, "X-Client-Id values per tenant tracked for event retention at once; more are tracked by address (0: unbounded)")
 	uploadIdle := fs.Duration("upload-idle-timeout", "GATEWAY_UPLOAD_IDLE_TIMEOUT", gateway.DefaultUploadIdleTimeout, "cut an upload whose body sends nothing for this long")
 	streamWrite := fs.Duration("stream-write-timeout", "GATEWAY_STREAM_WRITE_TIMEOUT", gateway.DefaultStreamWriteTimeout, "cut a streaming client (gRPC stream, REST response, WebSocket) that takes nothing of a pending message for this long")
 	keepaliveTime := fs.Duration("grpc-keepalive-time", "GATEWAY_GRPC_KEEPALIVE_TIME", gateway.DefaultGRPCKeepaliveTime, "ping gRPC connections idle for this long")
@@ -129,6 +131,8 @@ func runServe(args []string) int {
 		RateBurst:               int(*rateBurst),
 		MaxUploadsPerTenant:     int(orUnlimited(float64(*maxUploads))),
 		MaxSubscribersPerTenant: int(orUnlimited(float64(*maxSubs))),
+		MaxDownloadsPerTenant:   int(orUnlimited(float64(*maxDownloads))),
+		MaxClientIDsPerTenant:   int(orUnlimited(float64(*maxClientIDs))),
 		UploadIdleTimeout:       *uploadIdle,
 		StreamWriteTimeout:      *streamWrite,
 		GRPCKeepaliveTime:       *keepaliveTime,
