@@ -417,3 +417,203 @@ func unauthSlowBodies(t *testing.T, g *gatewayProc) {
 	}
 
 }
+
+// uploadAndWait uploads size bytes for the tenant holding token and waits
+// until the document SUCCEEDED; it returns the document id.
+func uploadAndWait(t *testing.T, g *gatewayProc, token string, size int) string {
+	t.Helper()
+	req, _ := http.NewRequest("POST", g.baseURL()+"/v1/documents:upload?split.strategy=SPLIT_FIXED_BYTES&split.chunkBytes=4194304",
+		bytes.NewReader(bytes.Repeat([]byte("0123456789abcdef"), size/16)))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/octet-stream")
+	resp, err := (&http.Client{Timeout: time.Minute}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct{ Id, State string }
+	err = json.NewDecoder(resp.Body).Decode(&d)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 || d.Id == "" {
+		t.Fatalf("upload: HTTP %d %v", resp.StatusCode, err)
+	}
+	waitFor(t, "the uploaded document to succeed", time.Minute, func() bool {
+		req, _ := http.NewRequest("GET", g.baseURL()+"/v1/documents/"+d.Id, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var s struct{ State string }
+		_ = json.NewDecoder(resp.Body).Decode(&s)
+		if s.State == "FAILED" || s.State == "CANCELLED" {
+			t.Fatalf("the upload ended %s", s.State)
+		}
+		return s.State == "SUCCEEDED"
+	})
+	return d.Id
+}
+
+// stalledDownloads opens n downloads of id's result from several loopback
+// addresses (n/200+1 of them, below --max-conns-per-ip) with a 4 KiB
+// receive buffer, reads the status line and then nothing. It returns the
+// connections and how many got 200, 429 and anything else.
+func stalledDownloads(t *testing.T, g *gatewayProc, token, id string, n int) (conns []net.Conn, ok, limited, other int) {
+	t.Helper()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := dialFrom(fmt.Sprintf("127.0.1.%d", 1+i/200), g.httpAddr)
+			if err != nil {
+				mu.Lock()
+				other++
+				mu.Unlock()
+				return
+			}
+			_ = c.(*net.TCPConn).SetReadBuffer(4096)
+			fmt.Fprintf(c, "GET /v1/documents/%s/result HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", id, token)
+			c.SetReadDeadline(time.Now().Add(30 * time.Second))
+			line, err := bufio.NewReaderSize(c, 64).ReadString('\n')
+			c.SetReadDeadline(time.Time{})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil && strings.HasPrefix(line, "HTTP/1.1 200"):
+				ok++
+				conns = append(conns, c)
+			case err == nil && strings.HasPrefix(line, "HTTP/1.1 429"):
+				limited++
+				c.Close()
+			default:
+				other++
+				c.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	return conns, ok, limited, other
+}
+
+// TestHostileStarvation (issue 11, family 1): one tenant opens 1,100
+// downloads of a 16 MiB result and never reads them. With the default
+// --max-downloads-per-tenant 16 of them are served and the rest answered
+// 429; the other tenant's requests keep their latency (p99 < 100 ms) and
+// the gateway's RSS stays below 512 MiB. With the cap lifted, 300 stalled
+// downloads measure what one costs (streamed from the file through a
+// 32 KiB buffer), and the memory returns once they are closed.
+func TestHostileStarvation(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		n     int
+		wantN int // downloads served (200)
+	}{
+		{"default cap", nil, 1100, 16},
+		{"cap lifted", []string{"--max-downloads-per-tenant", "0", "--stream-write-timeout", "10m"}, 300, 300},
+	} {
+		t.Run(tc.name, func(t *testing.T) { starvation(t, tc.args, tc.n, tc.wantN) })
+	}
+}
+
+func starvation(t *testing.T, args []string, n, wantN int) {
+	tokFile, toks := hostileTokens(t, "acme", "globex")
+	pprof := freeTCPAddr(t)
+	g := startGatewayNofile(t, 0, append([]string{"--auth-tokens", tokFile, "--log-level", "warn", "--pprof-addr", pprof}, args...)...)
+	pid := g.proc.cmd.Process.Pid
+	id := uploadAndWait(t, g, toks["acme"], 16<<20)
+	forceGC(t, pprof)
+	before, beforeGo := rssMiB(t, pid), goInUseMiB(t, g)
+
+	start := time.Now()
+	conns, ok, limited, other := stalledDownloads(t, g, toks["acme"], id, n)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	opened := time.Since(start)
+	forceGC(t, pprof)
+	heldGo := goInUseMiB(t, g) // live heap and stacks with the downloads stalled
+	stop := make(chan struct{})
+	lat, probeDone := tenantProbe(g, toks["globex"], stop)
+	peak := rssMiB(t, pid)
+	waitFor(t, "300 requests of the other tenant", 2*time.Minute, func() bool {
+		peak = max(peak, rssMiB(t, pid))
+		_, k := lat.quantile(1)
+		return k >= 300
+	})
+	close(stop)
+	<-probeDone
+	p50, k := lat.quantile(0.5)
+	p99, _ := lat.quantile(0.99)
+	t.Logf("%d stalled downloads of a 16 MiB result: %d served, %d refused 429, %d other (opened in %v); other tenant: %d requests, p50 %v, p99 %v, %d failed; gateway RSS %.0f MiB before, %.0f MiB peak; Go heap+stacks in use %.1f MiB before, %.1f MiB with the downloads stalled (%.0f KiB per served download)",
+		n, ok, limited, other, opened.Round(time.Millisecond), k, p50.Round(time.Millisecond), p99.Round(time.Millisecond), len(lat.failed),
+		before, peak, beforeGo, heldGo, (heldGo-beforeGo)*1024/float64(max(ok, 1)))
+	// Per download only where every connection is a stalled download (with
+	// the cap, the growth includes 1,084 refused connections' teardown).
+	if per := (heldGo - beforeGo) * 1024 / float64(max(ok, 1)); limited == 0 && per > 256 {
+		t.Errorf("a stalled download holds %.0f KiB of Go memory, want <= 256 KiB", per)
+	}
+	if ok != wantN || other != 0 {
+		t.Errorf("%d downloads served, %d other; want %d served and the rest 429", ok, other, wantN)
+	}
+	if len(lat.failed) > 0 {
+		t.Errorf("the other tenant failed %d times: %.3q", len(lat.failed), lat.failed[:min(3, len(lat.failed))])
+	}
+	if p99 > 100*time.Millisecond {
+		t.Errorf("other tenant p99 %v, want < 100 ms", p99)
+	}
+	if peak > 512 {
+		t.Errorf("gateway RSS peaked at %.0f MiB, want < 512 MiB", peak)
+	}
+
+	for _, c := range conns {
+		c.Close()
+	}
+	conns = nil
+	var after float64
+	waitFor(t, "the gateway's RSS to return within 32 MiB of before the attack", time.Minute, func() bool {
+		forceGC(t, pprof) // the runtime returns freed memory after a GC (scavenger)
+		after = rssMiB(t, pid)
+		return after < before+32
+	})
+	t.Logf("RSS %.0f MiB after the downloads closed", after)
+}
+
+// forceGC makes the gateway collect garbage (pprof's heap profile with
+// gc=1), so that RSS reflects live memory rather than the GC's pace.
+func forceGC(t *testing.T, pprof string) {
+	resp, err := http.Get("http://" + pprof + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		t.Fatalf("force a GC through pprof: %v", err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+}
+
+// goInUseMiB is the gateway's Go heap and stack memory in use
+// (go_memstats_heap_inuse_bytes + go_memstats_stack_inuse_bytes from
+// /metrics), in MiB.
+func goInUseMiB(t *testing.T, g *gatewayProc) float64 {
+	resp, err := http.Get(g.baseURL() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var sum float64
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		l := sc.Text()
+		for _, name := range []string{"go_memstats_heap_inuse_bytes ", "go_memstats_stack_inuse_bytes "} {
+			if v, ok := strings.CutPrefix(l, name); ok {
+				var f float64
+				fmt.Sscanf(v, "%g", &f)
+				sum += f
+			}
+		}
+	}
+	return sum / (1 << 20)
+}

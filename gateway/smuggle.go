@@ -54,9 +54,15 @@ const smuggledPath = "/.pipestream/rejected-request"
 var smuggledRequest = []byte("GET " + smuggledPath + " HTTP/1.1\r\nHost: gateway\r\nConnection: close\r\n\r\n")
 
 const (
-	guardBuf    = 32 << 10 // follower read size
-	guardMaxOut = 64 << 10 // released bytes not yet read by the server (backpressure)
+	guardBuf     = 4 << 10  // the follower's bufio (net/http's own is 4 KiB too)
+	guardBodyBuf = 32 << 10 // body reads, from guardBodyBufs while a body is read
+	guardMaxOut  = 64 << 10 // released bytes not yet read by the server (backpressure)
 )
+
+// guardBodyBufs holds the follower's body buffers: a connection only needs
+// one while it reads a body, so an idle or waiting connection costs its
+// bufio and goroutine only.
+var guardBodyBufs = sync.Pool{New: func() any { b := make([]byte, guardBodyBuf); return &b }}
 
 var errHeadTooLarge = errors.New("request head above the limit")
 
@@ -271,7 +277,6 @@ func (c *guardConn) reject(reason string) {
 // follow runs net/http's parser over the connection (see above).
 func (c *guardConn) follow() {
 	br := bufio.NewReaderSize(rawReader{c}, guardBuf)
-	buf := make([]byte, guardBuf)
 	pos := func() int64 { return c.rawReadN - int64(br.Buffered()) }
 	for {
 		start := pos()
@@ -279,11 +284,11 @@ func (c *guardConn) follow() {
 		req, err := http.ReadRequest(br)
 		c.headLimit = 0
 		if c.stopped() {
-			c.passThrough(br, buf)
+			c.passThrough()
 			return
 		}
 		if err != nil {
-			c.parserStopped(br, buf, err)
+			c.parserStopped(err)
 			return
 		}
 		c.mu.Lock()
@@ -298,26 +303,42 @@ func (c *guardConn) follow() {
 		}
 		if req.Method == http.MethodConnect || req.ProtoMajor != 1 {
 			c.stopInspecting() // the connection stops being HTTP/1 requests
-			c.passThrough(br, buf)
+			c.passThrough()
 			return
 		}
-		for {
-			_, err := req.Body.Read(buf)
-			if !c.release(pos()) {
-				return
-			}
-			if errors.Is(err, io.EOF) {
-				break
-			}
+		if ok, err := c.followBody(req, pos); !ok {
 			if err != nil {
-				c.parserStopped(br, buf, err)
-				return
+				c.parserStopped(err)
 			}
+			return
 		}
 		if req.Close {
 			c.stopInspecting() // net/http reads no request after this one
-			c.passThrough(br, buf)
+			c.passThrough()
 			return
+		}
+	}
+}
+
+// followBody reads req's body to its end, releasing the bytes the parser
+// consumed as it goes; ok is false when the follower must stop (err: the
+// parser's error, nil: the connection closed).
+func (c *guardConn) followBody(req *http.Request, pos func() int64) (ok bool, err error) {
+	if req.Body == nil || req.Body == http.NoBody {
+		return true, nil
+	}
+	bp := guardBodyBufs.Get().(*[]byte)
+	defer guardBodyBufs.Put(bp)
+	for {
+		_, err := req.Body.Read(*bp)
+		if !c.release(pos()) {
+			return false, nil
+		}
+		if errors.Is(err, io.EOF) {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
 		}
 	}
 }
@@ -332,19 +353,20 @@ func (c *guardConn) stopped() bool {
 // parserStopped handles an error of the parser: a read error of the
 // connection ends it; anything else is bytes net/http refuses as well,
 // passed through for it to answer.
-func (c *guardConn) parserStopped(br *bufio.Reader, buf []byte, err error) {
+func (c *guardConn) parserStopped(err error) {
 	var ne net.Error
 	if !errors.Is(err, errHeadTooLarge) && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) || errors.As(err, &ne)) {
 		c.fail(err)
 		return
 	}
 	c.stopInspecting()
-	c.passThrough(br, buf)
+	c.passThrough()
 }
 
-// passThrough copies the connection to out until it fails (the bytes br
-// holds were released with pending).
-func (c *guardConn) passThrough(_ *bufio.Reader, buf []byte) {
+// passThrough copies the connection to out until it fails (the bytes the
+// follower's bufio holds were released with pending).
+func (c *guardConn) passThrough() {
+	buf := make([]byte, guardBuf)
 	for {
 		c.mu.Lock()
 		for len(c.out) >= guardMaxOut && !c.closed {
