@@ -617,3 +617,110 @@ func goInUseMiB(t *testing.T, g *gatewayProc) float64 {
 	}
 	return sum / (1 << 20)
 }
+
+// TestHostileStalledSubscribers (issue 11, family 4): 300 WebSocket
+// subscribers of one tenant (cursor=0, with --max-subscribers-per-tenant
+// lifted) that never read, while the tenant submits documents that make
+// events for all of them. Each costs a bounded amount of the gateway's Go
+// memory (fixed HTTP/2 windows in the REST proxy, synchronous frame
+// writes: target <= 256 KiB), the other tenant's p99 stays under 100 ms,
+// and they are cut within --stream-write-timeout once their socket is
+// full.
+func TestHostileStalledSubscribers(t *testing.T) {
+	const subs = 300
+	tokFile, toks := hostileTokens(t, "acme", "globex")
+	pprof := freeTCPAddr(t)
+	g := startGatewayNofile(t, 0, "--auth-tokens", tokFile, "--log-level", "warn", "--pprof-addr", pprof,
+		"--max-subscribers-per-tenant", "0", "--rate-limit", "0", "--stream-write-timeout", "5s")
+	pid := g.proc.cmd.Process.Pid
+	forceGC(t, pprof)
+	beforeGo, before := goInUseMiB(t, g), rssMiB(t, pid)
+
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := range subs {
+		c, err := dialFrom(fmt.Sprintf("127.0.2.%d", 1+i/200), g.httpAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.(*net.TCPConn).SetReadBuffer(4096)
+		fmt.Fprintf(c, "GET /v1/events/ws?cursor=0 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"+
+			"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", toks["acme"])
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		line, err := bufio.NewReaderSize(c, 64).ReadString('\n')
+		if err != nil || !strings.HasPrefix(line, "HTTP/1.1 101") {
+			t.Fatalf("subscriber %d: %q %v", i, line, err)
+		}
+		c.SetReadDeadline(time.Time{})
+		conns = append(conns, c)
+	}
+	// Events for every subscriber: acme submits documents (with a 1 KiB
+	// display name, so each event is big) until the subscribers are full.
+	client := &http.Client{Timeout: 10 * time.Second}
+	submit := func(i int) {
+		body := fmt.Sprintf(`{"content":%q,"displayName":%q}`, b64([]byte(fmt.Sprint("event ", i))), strings.Repeat("n", 1024))
+		req, _ := http.NewRequest("POST", g.baseURL()+"/v1/documents", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+toks["acme"])
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	stop := make(chan struct{})
+	lat, probeDone := tenantProbe(g, toks["globex"], stop)
+	for i := range 300 {
+		submit(i)
+	}
+	forceGC(t, pprof)
+	heldGo, held := goInUseMiB(t, g), rssMiB(t, pid)
+	close(stop)
+	<-probeDone
+	p99, k := lat.quantile(0.99)
+	per := (heldGo - beforeGo) * 1024 / subs
+	t.Logf("%d stalled WebSocket subscribers, 300 documents submitted: Go heap+stacks %.1f -> %.1f MiB (%.0f KiB per subscriber), RSS %.0f -> %.0f MiB; other tenant %d requests, p99 %v, %d failed",
+		subs, beforeGo, heldGo, per, before, held, k, p99.Round(time.Millisecond), len(lat.failed))
+	if per > 256 {
+		t.Errorf("a stalled subscriber holds %.0f KiB, want <= 256 KiB", per)
+	}
+	if p99 > 100*time.Millisecond || len(lat.failed) > 0 {
+		t.Errorf("other tenant: p99 %v, %d failed; want < 100 ms and none", p99, len(lat.failed))
+	}
+	// Stalled subscribers are cut without reading anything: when a frame
+	// cannot be written for --stream-write-timeout, and at the latest when
+	// they leave a ping unanswered (ping every 20 s, pong within 10 s).
+	cutStart := time.Now()
+	waitFor(t, "the stalled subscribers' connections to be closed by the gateway", time.Minute, func() bool {
+		return metricValue(t, g, "pipestream_gateway_open_connections") < subs/10
+	})
+	took := time.Since(cutStart)
+	t.Logf("the gateway closed the stalled subscribers within %v of the last event (their frames fit the socket buffers; the unanswered ping cut them)", took.Round(100*time.Millisecond))
+	if took > 35*time.Second {
+		t.Errorf("stalled subscribers held for %v, want cut within the ping interval + pong timeout (30 s)", took)
+	}
+}
+
+// metricValue reads one unlabelled metric from the gateway's /metrics.
+func metricValue(t *testing.T, g *gatewayProc, name string) float64 {
+	resp, err := http.Get(g.baseURL() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			var f float64
+			fmt.Sscanf(v, "%g", &f)
+			return f
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}

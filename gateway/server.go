@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -91,6 +92,12 @@ func New(cfg Config) (*Server, error) {
 	s.conns = newConnLimiter(cfg.MaxConnsPerIP, cfg.MaxConns, func(why string) {
 		m.rejected.WithLabelValues("connections_" + why).Inc()
 	})
+	if err := cfg.Registry.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "pipestream_gateway_open_connections",
+		Help: "Client connections open on the gRPC and HTTP listeners (counted against --max-conns).",
+	}, func() float64 { return float64(s.conns.open()) })); err != nil {
+		return nil, fmt.Errorf("gateway: register metrics: %w", err)
+	}
 
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgBytes),
