@@ -124,6 +124,14 @@ type Config struct {
 	// connReserveFDs); negative disables the cap.
 	MaxConnsPerIP, MaxConns int
 
+	// DataDir, when set, is watched for free space (statfs): below
+	// MinFreeDiskBytes /healthz answers 503 "low disk" and new documents
+	// are refused with ResourceExhausted / HTTP 503, reason DISK_FULL,
+	// Retry-After. 0 MinFreeDiskBytes: DefaultMinFreeDiskBytes; negative:
+	// no threshold (a disk that is actually full still refuses).
+	DataDir          string
+	MinFreeDiskBytes int64
+
 	// GRPCTLS and HTTPTLS, when set, serve TLS on the listeners. With
 	// GRPCTLS, InternalDialTLS is what the REST proxy uses to dial the gRPC
 	// listener (it must trust GRPCTLS's certificate); ServerTLSFiles builds
@@ -228,6 +236,9 @@ func (c *Config) setAdmissionDefaults() {
 	}
 	if c.MinBodyRate == 0 {
 		c.MinBodyRate = DefaultMinBodyRate
+	}
+	if c.MinFreeDiskBytes == 0 {
+		c.MinFreeDiskBytes = DefaultMinFreeDiskBytes
 	}
 	if c.MaxConnsPerIP == 0 {
 		c.MaxConnsPerIP = DefaultMaxConnsPerIP

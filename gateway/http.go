@@ -139,6 +139,8 @@ func httpErrorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Mars
 		w = statusOverride{ResponseWriter: w, code: http.StatusRequestEntityTooLarge}
 	case ReasonUploadStalled:
 		w = statusOverride{ResponseWriter: w, code: http.StatusRequestTimeout}
+	case ReasonDiskFull:
+		w = statusOverride{ResponseWriter: w, code: http.StatusServiceUnavailable}
 	}
 	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
 }
@@ -335,11 +337,16 @@ func (s *Server) writeStatus(w http.ResponseWriter, r *http.Request, httpCode in
 }
 
 // handleHealthz answers 200 {"status":"SERVING"} when the bridge has a peer
-// session and the server is not shutting down, else 503 with the reason.
+// session, the server is not shutting down and the data directory's disk
+// has at least Config.MinFreeDiskBytes free, else 503 with the reason.
 func (s *Server) handleHealthz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
-	if err := s.ready(); err != nil {
+	err := s.ready()
+	if err == nil {
+		err = s.disk.low()
+	}
+	if err != nil {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_ = json.NewEncoder(w).Encode(map[string]string{"status": "NOT_SERVING", "reason": err.Error()})
 		return

@@ -56,6 +56,10 @@ const (
 	// bodyRateGrace is how long an upload may take before the minimum
 	// rate applies (TCP slow start, a client that opens its file late).
 	bodyRateGrace = 10 * time.Second
+	// DefaultMinFreeDiskBytes: below this much free space in the data
+	// directory new documents are refused, so what is left goes to the
+	// results of documents already accepted.
+	DefaultMinFreeDiskBytes = 256 << 20
 	// DefaultMaxConnsPerIP: browsers open 6 connections per host and busy
 	// services a few dozen; 256 leaves room for proxies, while one address
 	// cannot take the file descriptors of everyone else.

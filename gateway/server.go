@@ -38,6 +38,7 @@ type Server struct {
 	conns   *connLimiter // both listeners' connection caps
 	// clientIDs bounds each tenant's tracked X-Client-Id values.
 	clientIDs *clientIDs
+	disk      *diskMonitor // nil without Config.DataDir
 
 	grpc   *grpc.Server
 	health *health.Server
@@ -89,6 +90,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.streams, s.cancelStreams = context.WithCancel(context.Background())
 	s.clientIDs = newClientIDs(cfg.MaxClientIDsPerTenant, clientIDIdle)
+	if cfg.DataDir != "" {
+		s.disk = newDiskMonitor(cfg.DataDir, cfg.MinFreeDiskBytes)
+	}
 	s.conns = newConnLimiter(cfg.MaxConnsPerIP, cfg.MaxConns, func(why string) {
 		m.rejected.WithLabelValues("connections_" + why).Inc()
 	})
@@ -354,6 +358,7 @@ func (s *Server) pollHealth() {
 		case <-s.stopPoll:
 			return
 		case <-t.C:
+			s.disk.poll()
 			s.setHealth()
 		}
 	}

@@ -73,6 +73,7 @@ func runServe(args []string) int {
 	minBodyRate := fs.Int64("min-body-rate", "GATEWAY_MIN_BODY_RATE", gateway.DefaultMinBodyRate, "slowest average upload body rate in bytes/s after the first 10 s (0: off)")
 	maxConnsPerIP := fs.Uint("max-conns-per-ip", "GATEWAY_MAX_CONNS_PER_IP", gateway.DefaultMaxConnsPerIP, "open connections per client IP address over both listeners (0: unlimited)")
 	maxConns := fs.Uint("max-conns", "GATEWAY_MAX_CONNS", 0, "open client connections in total over both listeners (0: the file descriptor limit less 256)")
+	minFreeDisk := fs.Int64("min-free-disk", "GATEWAY_MIN_FREE_DISK", gateway.DefaultMinFreeDiskBytes, "below this much free space in --data-dir, /healthz reports low disk and new documents get 503 DISK_FULL (0: off)")
 	readHeader := fs.Duration("read-header-timeout", "GATEWAY_READ_HEADER_TIMEOUT", gateway.DefaultReadHeaderTimeout, "time an HTTP client has to send its request headers")
 	idleTimeout := fs.Duration("idle-timeout", "GATEWAY_IDLE_TIMEOUT", gateway.DefaultIdleTimeout, "close idle HTTP keep-alive connections after this long")
 	inline := fs.Int64("inline-threshold", "GATEWAY_INLINE_THRESHOLD", 1<<20, "documents up to this size without a split strategy are sent whole")
@@ -139,6 +140,8 @@ func runServe(args []string) int {
 		GRPCKeepaliveTimeout:    *keepaliveTimeout,
 		ReadHeaderTimeout:       *readHeader,
 		JSONBodyTimeout:         *jsonBodyTimeout,
+		DataDir:                 *dataDir,
+		MinFreeDiskBytes:        int64(orUnlimited(float64(*minFreeDisk))),
 		MinBodyRate:             int64(orUnlimited(float64(*minBodyRate))),
 		MaxConnsPerIP:           int(orUnlimited(float64(*maxConnsPerIP))),
 		MaxConns:                int(min(*maxConns, 1<<24)),
