@@ -111,7 +111,7 @@ func (b *Bridge) readResult(docID string, r io.Reader, declared uint64, disk dis
 	if err != nil {
 		return nil, "", n, err
 	}
-	w := diskRetryWriter{w: pf, r: disk}
+	w := diskRetryWriter{w: pf, r: disk, dir: b.opts.DataDir}
 	if _, err := w.Write(head); err != nil {
 		pf.Abort()
 		return nil, "", n, err

@@ -22,7 +22,24 @@ import (
 const (
 	diskRetryFirst = 100 * time.Millisecond
 	diskRetryMax   = 5 * time.Second
+	// storeReserveBytes is left free by result writes for the store:
+	// a result waits while less would remain, so the store can still
+	// commit the states (the "disk full" error included) that readers see.
+	storeReserveBytes = 4 << 20
 )
+
+// errReserve is the lack of space a result write meets when it would eat
+// into storeReserveBytes.
+var errReserve = fmt.Errorf("less than %d bytes would stay free for the store: %w", storeReserveBytes, syscall.ENOSPC)
+
+// freeSpace is the space available to the gateway in dir (-1: unknown).
+func freeSpace(dir string) int64 {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return -1
+	}
+	return int64(st.Bavail) * int64(st.Bsize)
+}
 
 // IsDiskFull reports whether err is a lack of space or quota: ENOSPC,
 // EDQUOT, or SQLite's "database or disk is full".
@@ -58,15 +75,23 @@ func (r diskRetry) do(op func() error) error {
 }
 
 // diskRetryWriter retries writes to w that fail for lack of space (see
-// above), continuing after what a partial write took.
+// above), continuing after what a partial write took. With dir set, a
+// write that would leave less than storeReserveBytes free in dir counts
+// as lacking space too.
 type diskRetryWriter struct {
-	w io.Writer
-	r diskRetry
+	w   io.Writer
+	r   diskRetry
+	dir string
 }
 
 func (d diskRetryWriter) Write(p []byte) (int, error) {
 	written := 0
 	err := d.r.do(func() error {
+		if d.dir != "" {
+			if free := freeSpace(d.dir); free >= 0 && free-int64(len(p)-written) < storeReserveBytes {
+				return errReserve
+			}
+		}
 		n, err := d.w.Write(p[written:])
 		written += n
 		return err

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -723,4 +724,131 @@ func metricValue(t *testing.T, g *gatewayProc, name string) float64 {
 	}
 	t.Fatalf("no metric %s", name)
 	return 0
+}
+
+// freeBytes is the space available in dir (statfs).
+func freeBytes(t *testing.T, dir string) int64 {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	return int64(st.Bavail) * int64(st.Bsize)
+}
+
+// TestHostileFullDisk (issue 11, family 5): the gateway's data dir is a
+// 64 MiB tmpfs (the test mounts it: it runs as root, as CI does), the
+// peer is a separate process with its data elsewhere, and a filler file
+// leaves 16 MiB. Three 3 MiB uploads at once fill the disk with their
+// spool files, so their results cannot be written: while they wait the
+// documents say "disk full" (not a peer failure), a further submission
+// gets 503 DISK_FULL with Retry-After and /healthz reports low disk.
+// Once the filler is removed every acknowledged document SUCCEEDS with its
+// whole result, and new submissions are accepted again.
+func TestHostileFullDisk(t *testing.T) {
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Fatalf("mount a 64 MiB tmpfs on %s (the test needs root, as CI runs): %v %s", dir, err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
+	addr, cert, _ := startPeer(t)
+	g := startGateway(t, gwOpts{dataDir: dir, args: []string{"--peer", addr, "--peer-ca", cert, "--min-free-disk", "8MiB"}})
+	filler := filepath.Join(dir, "filler")
+	if err := os.WriteFile(filler, make([]byte, freeBytes(t, dir)-16<<20), 0o644); err != nil {
+		t.Fatalf("fill the disk: %v", err)
+	}
+	content := bytes.Repeat([]byte("full disk test. "), (3<<20)/16)
+	upload := func() (int, string, http.Header) {
+		resp, err := http.Post(g.baseURL()+"/v1/documents:upload?split.strategy=SPLIT_FIXED_BYTES&split.chunkBytes=1048576", "text/plain", bytes.NewReader(content))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		var d struct{ Id string }
+		_ = json.Unmarshal(b, &d)
+		if resp.StatusCode != 200 {
+			return resp.StatusCode, string(b), resp.Header
+		}
+		return 200, d.Id, resp.Header
+	}
+	var mu sync.Mutex
+	var acked []string
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if code, id, _ := upload(); code == 200 {
+				mu.Lock()
+				acked = append(acked, id)
+				mu.Unlock()
+			} else if t.Logf("upload: HTTP %d %.200s", code, id); code != 503 {
+				t.Errorf("upload on a filling disk: HTTP %d %s, want 200 or 503 DISK_FULL", code, id)
+			}
+		}()
+	}
+	wg.Wait()
+	if len(acked) == 0 {
+		t.Fatal("no upload was acknowledged")
+	}
+	docState := func(id string) (string, string) {
+		resp, err := http.Get(g.baseURL() + "/v1/documents/" + id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var d struct{ State, Error string }
+		_ = json.NewDecoder(resp.Body).Decode(&d)
+		return d.State, d.Error
+	}
+	sawDiskFull := ""
+	waitFor(t, "an acknowledged document to report disk full while it waits", time.Minute, func() bool {
+		for _, id := range acked {
+			st, msg := docState(id)
+			if st == "FAILED" {
+				t.Fatalf("acknowledged document %s FAILED on a full disk: %s", id, msg)
+			}
+			if strings.Contains(msg, "disk full") && !strings.Contains(msg, "peer reported") {
+				sawDiskFull = st + ": " + msg
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("%d of 3 uploads acknowledged; while waiting: %s", len(acked), sawDiskFull)
+	code, body, hdr := upload()
+	if code != 503 || !strings.Contains(body, "DISK_FULL") || hdr.Get("Retry-After") == "" {
+		t.Errorf("upload on the full disk: HTTP %d Retry-After %q %.300s, want 503 DISK_FULL with Retry-After", code, hdr.Get("Retry-After"), body)
+	}
+	if code, _ := httpGetStatus(g.baseURL() + "/healthz"); code != 503 {
+		t.Errorf("/healthz on the full disk: %d, want 503 low disk", code)
+	}
+
+	freed := time.Now()
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range acked {
+		waitFor(t, "document "+id+" to finish after space returned", 2*time.Minute, func() bool {
+			st, msg := docState(id)
+			if st == "FAILED" || st == "CANCELLED" {
+				t.Fatalf("document %s ended %s after space returned: %s", id, st, msg)
+			}
+			return st == "SUCCEEDED"
+		})
+		resp, err := http.Get(g.baseURL() + "/v1/documents/" + id + "/result")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !bytes.Equal(b, content) {
+			t.Errorf("result of %s: %d bytes, want the %d bytes uploaded", id, len(b), len(content))
+		}
+	}
+	t.Logf("all %d acknowledged documents SUCCEEDED %v after space returned", len(acked), time.Since(freed).Round(time.Millisecond))
+	waitFor(t, "/healthz to recover", 30*time.Second, func() bool { c, _ := httpGetStatus(g.baseURL() + "/healthz"); return c == 200 })
+	if code, body, _ := upload(); code != 200 {
+		t.Errorf("upload after space returned: HTTP %d %.300s", code, body)
+	}
 }

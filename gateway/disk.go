@@ -57,6 +57,23 @@ func (m *diskMonitor) low() error {
 	return fmt.Errorf("low disk: %d bytes free in %s, below --min-free-disk %d", free, m.dir, m.min)
 }
 
+// room checks, now, that an upload may write n more bytes: it must leave
+// half of the threshold free (the rest of the threshold is for the
+// results of documents already accepted, and the store).
+func (m *diskMonitor) room(n int64) error {
+	if m == nil || m.min <= 0 {
+		return nil
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(m.dir, &st); err != nil {
+		return nil
+	}
+	if free := int64(st.Bavail) * int64(st.Bsize); free-n < m.min/2 {
+		return fmt.Errorf("the upload would leave %d bytes free in %s, below half of --min-free-disk %d", free-n, m.dir, m.min)
+	}
+	return nil
+}
+
 // diskFullError refuses a new document for lack of space.
 func diskFullError(cause string) error {
 	return limitError(ReasonDiskFull, diskRetryAfter, fmt.Sprintf(
@@ -65,6 +82,7 @@ func diskFullError(cause string) error {
 
 // admitDocument refuses a new document while the disk is low.
 func (s *Server) admitDocument() error {
+	s.disk.poll()
 	if err := s.disk.low(); err != nil {
 		s.metrics.rejected.WithLabelValues("disk").Inc()
 		return diskFullError(err.Error())

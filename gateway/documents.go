@@ -92,6 +92,10 @@ func (d *documentService) UploadDocument(stream grpc.ClientStreamingServer[gatew
 					pw.CloseWithError(tooLarge(limit))
 					return
 				}
+				if err := d.s.disk.room(int64(len(c))); err != nil {
+					pw.CloseWithError(diskFullError(err.Error()))
+					return
+				}
 				if _, err := pw.Write(c); err != nil {
 					return // reader gone: bridge.Upload returned
 				}

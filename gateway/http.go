@@ -344,6 +344,7 @@ func (s *Server) handleHealthz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	err := s.ready()
 	if err == nil {
+		s.disk.poll() // fresh: one statfs
 		err = s.disk.low()
 	}
 	if err != nil {
