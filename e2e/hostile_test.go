@@ -3,10 +3,18 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -125,7 +133,18 @@ func startGatewayNofile(t *testing.T, nofile int, args ...string) *gatewayProc {
 	}()
 	t.Cleanup(g.proc.stop)
 	attachLog(t, g.proc)
-	if err := waitHealthy(g.proc, g.baseURL()+"/healthz"); err != nil {
+	if slices.Contains(args, "--tls-cert") {
+		waitFor(t, "the TLS gateway's /healthz", startTimeout, func() bool {
+			c := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // the test's own certificate
+			defer c.CloseIdleConnections()
+			resp, err := c.Get("https://" + g.httpAddr + "/healthz")
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == 200
+		})
+	} else if err := waitHealthy(g.proc, g.baseURL()+"/healthz"); err != nil {
 		t.Fatal(err)
 	}
 	if lim := procLimit(t, g.proc.cmd.Process.Pid, "Max open files"); nofile > 0 && lim != fmt.Sprint(nofile) {
@@ -850,5 +869,145 @@ func TestHostileFullDisk(t *testing.T) {
 	waitFor(t, "/healthz to recover", 30*time.Second, func() bool { c, _ := httpGetStatus(g.baseURL() + "/healthz"); return c == 200 })
 	if code, body, _ := upload(); code != 200 {
 		t.Errorf("upload after space returned: HTTP %d %.300s", code, body)
+	}
+}
+
+// selfSignedCert writes a certificate and key for 127.0.0.1 to dir.
+func selfSignedCert(t *testing.T, dir string) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "gateway"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}
+
+// TestHostileSmuggling (issue 11, family 3): a request with both
+// Content-Length and Transfer-Encoding (and the other ambiguous framings)
+// answers 400 and creates nothing, alone and after the two sequences that
+// used to switch the guard off (a request with an Upgrade header; an
+// HTTP/1.0 keep-alive request), on the plaintext listener and on TLS.
+func TestHostileSmuggling(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile := selfSignedCert(t, dir)
+	for _, tc := range []struct {
+		name string
+		args []string
+		dial func(addr string) (net.Conn, error)
+	}{
+		{"plaintext", nil, func(addr string) (net.Conn, error) { return net.Dial("tcp", addr) }},
+		{"TLS", []string{"--tls-cert", certFile, "--tls-key", keyFile}, func(addr string) (net.Conn, error) {
+			return tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // the test's own self-signed certificate
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := startGatewayNofile(t, 0, tc.args...)
+			doc := fmt.Sprintf(`{"content":%q}`, b64([]byte("smuggled")))
+			chunked := fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(doc), doc)
+			clte := "POST /v1/documents HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked
+			dupCL := fmt.Sprintf("POST /v1/documents HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\nContent-Length: %d\r\n\r\n%s", len(doc), len(doc), doc)
+			fold := fmt.Sprintf("POST /v1/documents HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-A: b\r\n Content-Length: 4\r\nContent-Length: %d\r\n\r\n%s", len(doc), doc)
+			upgrade := "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"
+			http10 := "GET /healthz HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\n\r\n"
+			for _, seq := range []struct {
+				name string
+				reqs []string
+			}{
+				{"CL+TE alone", []string{clte}},
+				{"Upgrade then CL+TE", []string{upgrade, clte}},
+				{"HTTP/1.0 keep-alive then CL+TE", []string{http10, clte}},
+				{"Upgrade then two Content-Length", []string{upgrade, dupCL}},
+				{"HTTP/1.0 keep-alive then obs-fold", []string{http10, fold}},
+			} {
+				c, err := tc.dial(g.httpAddr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				io.WriteString(c, strings.Join(seq.reqs, ""))
+				br := bufio.NewReader(c)
+				var codes []int
+				for {
+					resp, err := http.ReadResponse(br, nil)
+					if err != nil {
+						break
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					codes = append(codes, resp.StatusCode)
+				}
+				c.Close()
+				if len(codes) != len(seq.reqs) || codes[len(codes)-1] != 400 {
+					t.Errorf("%s: answered %v, want the last request 400 and the connection closed", seq.name, codes)
+				}
+			}
+			resp, err := http.Get(g.baseURL() + "/v1/documents?pageSize=10")
+			if tc.name == "TLS" {
+				resp, err = (&http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}).Get("https://" + g.httpAddr + "/v1/documents?pageSize=10") //nolint:gosec
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || strings.Contains(string(b), `"id"`) {
+				t.Errorf("documents after the smuggling attempts: HTTP %d %.300s; want none created", resp.StatusCode, b)
+			}
+		})
+	}
+}
+
+// TestHostileClientIDs (issue 11, family 6): one tenant subscribing with
+// 100 different X-Client-Id values gets at most --max-client-ids-per-tenant
+// (here 20) of them tracked by the event log's retention (the rest are
+// tracked by address), so it cannot grow the tracked-client table without
+// bound.
+func TestHostileClientIDs(t *testing.T) {
+	g := startGatewayNofile(t, 0, "--max-client-ids-per-tenant", "20")
+	// One event in the log, so each subscription from cursor 0 answers at once.
+	if r := curlJSON(t, "POST", g.baseURL()+"/v1/documents", map[string]any{"content": b64([]byte("x"))}); r.status != 200 {
+		t.Fatalf("submit: %s", r)
+	}
+	client := &http.Client{Timeout: 10 * time.Second}
+	for i := range 100 {
+		req, _ := http.NewRequest("GET", g.baseURL()+"/v1/events:subscribe?cursor=0", nil)
+		req.Header.Set("X-Client-Id", fmt.Sprintf("client-%d", i))
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The first line is an event: the subscription is registered.
+		if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
+			t.Fatalf("subscription %d: %v", i, err)
+		}
+		resp.Body.Close()
+	}
+	var w struct{ ActiveClients int }
+	waitFor(t, "the event window", 10*time.Second, func() bool {
+		r := curl(t, "GET", g.baseURL()+"/v1/events:window", nil)
+		return r.status == 200 && json.Unmarshal(r.body, &w) == nil
+	})
+	t.Logf("100 X-Client-Id values of one tenant: %d clients tracked", w.ActiveClients)
+	if w.ActiveClients == 0 || w.ActiveClients > 21 {
+		t.Errorf("%d clients tracked, want between 1 and 21 (20 ids + the address)", w.ActiveClients)
 	}
 }
