@@ -132,3 +132,38 @@ func TestResultContentTypeSafety(t *testing.T) {
 		}
 	}
 }
+
+// TestUnaryNotBehindStreams: with every HTTP/2 stream slot of the REST
+// proxy's stream connections taken by NDJSON subscriptions (4
+// connections x MaxConcurrentStreams 2), a REST GET still answers at once:
+// unary calls have their own connection.
+func TestUnaryNotBehindStreams(t *testing.T) {
+	h := start(t, func(c *gateway.Config) {
+		c.MaxConcurrentStreams = 2
+		c.MaxSubscribersPerTenant = -1
+	})
+	doc := h.fake.add(0, 1)
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := range 8 {
+		c, err := net.Dial("tcp", h.srv.HTTPAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(c, "GET /v1/events:subscribe HTTP/1.1\r\nHost: x\r\n\r\n")
+		if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("subscription %d: %v %v", i, resp, err)
+		}
+	}
+	start := time.Now()
+	code, _, body := h.do("GET", "/v1/documents/"+doc.Id, nil)
+	if took := time.Since(start); code != 200 || took > time.Second {
+		t.Errorf("GET with every stream slot taken: HTTP %d after %v %s, want 200 at once", code, took, body)
+	}
+}

@@ -214,3 +214,31 @@ func TestGuardPassesWellFormedTraffic(t *testing.T) {
 		}
 	}
 }
+
+// TestGuardTLSSilentClientCut: on the TLS listener (guarded above TLS) a
+// client that connects and never starts the handshake is cut at
+// ReadHeaderTimeout, like a plaintext slowloris.
+func TestGuardTLSSilentClientCut(t *testing.T) {
+	dir := t.TempDir()
+	ca := newTestCA(t)
+	certFile, keyFile := ca.issue(t, dir)
+	tc, err := gateway.ServerTLSFiles(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, func(c *gateway.Config) {
+		c.GRPCTLS, c.HTTPTLS, c.InternalDialTLS = tc.GRPC, tc.HTTP, tc.InternalDial
+		c.ReadHeaderTimeout = 500 * time.Millisecond
+	})
+	c, err := net.Dial("tcp", h.srv.HTTPAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	c.SetReadDeadline(start.Add(10 * time.Second))
+	_, err = io.ReadAll(c)
+	if took := time.Since(start); err != nil || took > 3*time.Second {
+		t.Errorf("silent TLS client: closed after %v (%v), want about 500ms", took, err)
+	}
+}
