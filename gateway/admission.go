@@ -294,5 +294,5 @@ func uploadTooSlow(rate int64, grace time.Duration) error {
 // jsonBodyTooSlow is the error of a JSON body not complete within its deadline.
 func jsonBodyTooSlow(d time.Duration) error {
 	return statusError(codes.DeadlineExceeded, ReasonUploadStalled, fmt.Sprintf(
-		"the request body did not arrive within %s (--json-body-timeout); the connection is closed", d))
+		"the request body did not arrive in time: something every %s and on average at least --min-body-rate after the first %s (--json-body-timeout); the connection is closed", d, d))
 }

@@ -76,6 +76,13 @@ func TestJSONBodyDeadline(t *testing.T) {
 	if took < 400*time.Millisecond || took > 3*time.Second {
 		t.Errorf("cut after %v, want about 500ms", took)
 	}
+	// A large declared body that trickles is cut as soon (the rate, not
+	// its length, bounds it).
+	head = "POST /v1/documents HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 30000000\r\n\r\n"
+	resp, _, took = rawRequest(t, h.srv.HTTPAddr(), nil, head, `{"content":`, 10*time.Second)
+	if resp.StatusCode != 408 || took > 3*time.Second {
+		t.Errorf("trickled 30 MB JSON body: HTTP %d after %v, want 408 after about 500ms", resp.StatusCode, took)
+	}
 	// A body that arrives in time is served.
 	code, _, b := h.do("POST", "/v1/documents", strings.NewReader(`{"content":"aGk="}`), "Content-Type", "application/json")
 	if code != 200 {

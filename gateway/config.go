@@ -108,10 +108,11 @@ type Config struct {
 	// client listens; StreamWriteTimeout bounds each write instead.
 	ReadHeaderTimeout, IdleTimeout time.Duration
 
-	// JSONBodyTimeout is the total time a JSON request body (every REST
-	// body but uploads) has to arrive, plus its declared length at
-	// MinBodyRate: a slower one answers 408 and the connection is closed.
-	// 0: DefaultJSONBodyTimeout.
+	// JSONBodyTimeout bounds a JSON request body (every REST body but
+	// uploads): nothing may arrive for this long, and after it the body
+	// must average MinBodyRate, so a small body has this plus its length
+	// at MinBodyRate in total; a slower one answers 408 and the connection
+	// is closed. 0: DefaultJSONBodyTimeout.
 	JSONBodyTimeout time.Duration
 	// MinBodyRate (bytes/s) is the slowest an upload body may arrive on
 	// average after bodyRateGrace (408, reason UPLOAD_STALLED). 0 takes the

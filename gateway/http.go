@@ -260,19 +260,26 @@ func (s *Server) limitBody(h http.Handler) http.Handler {
 			return
 		}
 		if r.Body != nil && r.Body != http.NoBody {
-			// The whole body must arrive within JSONBodyTimeout plus its
-			// declared length at MinBodyRate (deadlineBody).
+			// The body must keep arriving: nothing for JSONBodyTimeout, or
+			// less than MinBodyRate on average after JSONBodyTimeout, cuts
+			// it (rateReader); a small body thus has JSONBodyTimeout plus
+			// its length at MinBodyRate in total. The deadline is cleared
+			// at the body's end (deadlineBody).
 			d := s.cfg.JSONBodyTimeout
-			if r.ContentLength > 0 && s.cfg.MinBodyRate > 0 {
-				d += time.Duration(r.ContentLength/s.cfg.MinBodyRate) * time.Second
-			}
 			rc := http.NewResponseController(w)
 			_ = rc.SetReadDeadline(time.Now().Add(d))
-			body := &deadlineBody{ReadCloser: r.Body, rc: rc}
+			rr := &rateReader{r: r.Body, rc: rc, idle: d, grace: d, minRate: s.cfg.MinBodyRate}
+			body := &deadlineBody{ReadCloser: readCloser{Reader: rr, Closer: r.Body}, rc: rc}
 			r.Body = &jsonBody{ReadCloser: http.MaxBytesReader(w, body, limit), limit: limit, timeout: d}
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// readCloser joins a Reader and a Closer.
+type readCloser struct {
+	io.Reader
+	io.Closer
 }
 
 func jsonTooLarge(what string, limit int64) error {

@@ -69,7 +69,7 @@ func runServe(args []string) int {
 	streamWrite := fs.Duration("stream-write-timeout", "GATEWAY_STREAM_WRITE_TIMEOUT", gateway.DefaultStreamWriteTimeout, "cut a streaming client (gRPC stream, REST response, WebSocket) that takes nothing of a pending message for this long")
 	keepaliveTime := fs.Duration("grpc-keepalive-time", "GATEWAY_GRPC_KEEPALIVE_TIME", gateway.DefaultGRPCKeepaliveTime, "ping gRPC connections idle for this long")
 	keepaliveTimeout := fs.Duration("grpc-keepalive-timeout", "GATEWAY_GRPC_KEEPALIVE_TIMEOUT", gateway.DefaultGRPCKeepaliveTimeout, "close a gRPC connection whose keepalive ping is not answered within this")
-	jsonBodyTimeout := fs.Duration("json-body-timeout", "GATEWAY_JSON_BODY_TIMEOUT", gateway.DefaultJSONBodyTimeout, "a JSON request body must arrive within this (plus its Content-Length at --min-body-rate)")
+	jsonBodyTimeout := fs.Duration("json-body-timeout", "GATEWAY_JSON_BODY_TIMEOUT", gateway.DefaultJSONBodyTimeout, "a JSON request body may send nothing for this long, and must average --min-body-rate after it")
 	minBodyRate := fs.Int64("min-body-rate", "GATEWAY_MIN_BODY_RATE", gateway.DefaultMinBodyRate, "slowest average upload body rate in bytes/s after the first 10 s (0: off)")
 	maxConnsPerIP := fs.Uint("max-conns-per-ip", "GATEWAY_MAX_CONNS_PER_IP", gateway.DefaultMaxConnsPerIP, "open connections per client IP address over both listeners (0: unlimited)")
 	maxConns := fs.Uint("max-conns", "GATEWAY_MAX_CONNS", 0, "open client connections in total over both listeners (0: the file descriptor limit less 256)")
