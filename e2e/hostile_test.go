@@ -763,7 +763,20 @@ func freeBytes(t *testing.T, dir string) int64 {
 // gets 503 DISK_FULL with Retry-After and /healthz reports low disk.
 // Once the filler is removed every acknowledged document SUCCEEDS with its
 // whole result, and new submissions are accepted again.
+//
+// With a restart: the gateway is SIGKILLed while the results wait, the
+// space freed, and a new gateway on the same data dir finishes them.
 func TestHostileFullDisk(t *testing.T) {
+	for _, restart := range []bool{false, true} {
+		name := "space returns"
+		if restart {
+			name = "kill -9, space returns, restart"
+		}
+		t.Run(name, func(t *testing.T) { fullDisk(t, restart) })
+	}
+}
+
+func fullDisk(t *testing.T, restart bool) {
 	dir := t.TempDir()
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", dir).CombinedOutput(); err != nil {
 		t.Fatalf("mount a 64 MiB tmpfs on %s (the test needs root, as CI runs): %v %s", dir, err, out)
@@ -843,9 +856,15 @@ func TestHostileFullDisk(t *testing.T) {
 		t.Errorf("/healthz on the full disk: %d, want 503 low disk", code)
 	}
 
+	if restart {
+		g.proc.kill()
+	}
 	freed := time.Now()
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
+	}
+	if restart {
+		g = g.restart(t)
 	}
 	for _, id := range acked {
 		waitFor(t, "document "+id+" to finish after space returned", 2*time.Minute, func() bool {
