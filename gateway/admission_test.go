@@ -186,3 +186,31 @@ func TestConnectionCaps(t *testing.T) {
 		c.Close()
 	}
 }
+
+// TestUploadAdmissionBeforeBody: a tenant holding its one allowed upload
+// gets 429 TOO_MANY_UPLOADS for another from the head alone (its body is
+// never sent), with Retry-After and Connection: close.
+func TestUploadAdmissionBeforeBody(t *testing.T) {
+	h := start(t, func(c *gateway.Config) { c.MaxUploadsPerTenant = 1 })
+	addr := h.srv.HTTPAddr()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// The first upload sends part of its body and holds its slot.
+	fmt.Fprintf(c, "POST /v1/documents:upload HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 1000000\r\n\r\n%s", strings.Repeat("x", 300<<10))
+	// Wait until the bridge reads it: it holds the slot.
+	select {
+	case <-h.fake.uploadStarted:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first upload never reached the bridge")
+	}
+	resp, body, took := rawRequest(t, addr, nil, "POST /v1/documents:upload HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 1000000\r\n\r\n", "", 5*time.Second)
+	if took > time.Second {
+		t.Errorf("429 after %v, want at once", took)
+	}
+	if resp.StatusCode != 429 || !strings.Contains(body, "TOO_MANY_UPLOADS") || resp.Header.Get("Retry-After") == "" || !resp.Close {
+		t.Errorf("second upload of the tenant: HTTP %d %s, want 429 TOO_MANY_UPLOADS with Retry-After and Connection: close", resp.StatusCode, body)
+	}
+}

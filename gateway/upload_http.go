@@ -41,6 +41,20 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
 		s.writeStatus(w, r, http.StatusRequestEntityTooLarge, tooLarge(limit))
 		return
 	}
+	// Admission before the body: a tenant at its upload cap or out of
+	// rate gets its 429 now, not after a chunk of the body was read; the
+	// disk check likewise. The connection is closed, not drained.
+	tenant, _ := tenantFrom(r.Context())
+	if err := s.limits.wouldRefuse(uploadMethod, tenant); err != nil {
+		w.Header().Set("Connection", "close")
+		runtime.HTTPError(r.Context(), s.gwMux, outbound, w, r, err)
+		return
+	}
+	if err := s.admitDocument(); err != nil {
+		w.Header().Set("Connection", "close")
+		runtime.HTTPError(r.Context(), s.gwMux, outbound, w, r, err)
+		return
+	}
 
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
