@@ -95,7 +95,10 @@ func (b *Bridge) contentExists(ctx context.Context, d *docRun) bool {
 //
 // declared is the payload length from the entity header: it only sizes the
 // first buffer, capped at maxStoredInline+1 octets (never trusted further).
-func (b *Bridge) readResult(docID string, r io.Reader, declared uint64) (inline []byte, path string, n int64, err error) {
+//
+// A full disk delays the result file's writes rather than failing them
+// (disk, diskfull.go).
+func (b *Bridge) readResult(docID string, r io.Reader, declared uint64, disk diskRetry) (inline []byte, path string, n int64, err error) {
 	head, err := readUpTo(r, maxStoredInline+1, int(min(declared, maxStoredInline)))
 	n = int64(len(head))
 	if err != nil {
@@ -104,15 +107,16 @@ func (b *Bridge) readResult(docID string, r io.Reader, declared uint64) (inline 
 	if len(head) <= maxStoredInline {
 		return head, "", n, nil // r is at EOF
 	}
-	pf, err := b.st.CreateResult(docID)
+	pf, err := createResultRetrying(b.st, docID, disk)
 	if err != nil {
 		return nil, "", n, err
 	}
-	if _, err := pf.Write(head); err != nil {
+	w := diskRetryWriter{w: pf, r: disk, dir: b.opts.DataDir}
+	if _, err := w.Write(head); err != nil {
 		pf.Abort()
 		return nil, "", n, err
 	}
-	m, err := io.Copy(pf, r)
+	m, err := io.Copy(w, r)
 	n += m
 	if err != nil {
 		pf.Abort()

@@ -252,6 +252,11 @@ func (b *Bridge) onRootStatusLocked(d *docRun, s wire.Status) {
 			msg = fmt.Sprintf("the peer reported FAILED for the document under completion policy %s: %d of %d chunks completed",
 				d.plan.opts.GetCompletionPolicy().GetMode(), c, t)
 		}
+		if d.resultErr != "" {
+			// Storing the result failed here first: the peer's FAILED is
+			// its consequence, not the cause.
+			msg = "the gateway failed, not the peer: " + d.resultErr
+		}
 		b.finishLocked(d, gatewayv1.State_FAILED, msg)
 	case wire.StatusAbandoned:
 		b.finishLocked(d, gatewayv1.State_FAILED, "the peer abandoned the document (timeout)")
@@ -518,7 +523,7 @@ func (b *Bridge) onResult(ss *sessState, e *quicpeer.IncomingEntity) {
 		b.onResultSummary(d, attempt, e)
 		return
 	}
-	inline, path, n, err := b.readResult(d.id, e.Payload, h.PayloadLength)
+	inline, path, n, err := b.readResult(d.id, e.Payload, h.PayloadLength, b.diskRetryFor(d))
 	b.m.bytesOut.Add(float64(n))
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -247,7 +247,7 @@ func (b *Bridge) onPlainResult(ss *sessState, e *quicpeer.IncomingEntity) bool {
 
 // storePlainRootResult stores a whole result for R (as a profile result).
 func (b *Bridge) storePlainRootResult(d *docRun, attempt uint32, e *quicpeer.IncomingEntity) {
-	inline, path, n, err := b.readResult(d.id, e.Payload, e.Header.PayloadLength)
+	inline, path, n, err := b.readResult(d.id, e.Payload, e.Header.PayloadLength, b.diskRetryFor(d))
 	b.m.bytesOut.Add(float64(n))
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -475,7 +475,7 @@ func (b *Bridge) assemblePlainLocked(d *docRun) {
 		var path string
 		var n int64
 		if err == nil {
-			inline, path, n, err = b.readResult(d.id, io.MultiReader(files...), uint64(total))
+			inline, path, n, err = b.readResult(d.id, io.MultiReader(files...), uint64(total), b.diskRetryFor(d))
 		}
 		for _, f := range closers {
 			_ = f.Close()

@@ -90,7 +90,7 @@ func (rs *resultStream) failLocked(err error) {
 // appendPart copies part k (offset off, payload r) to the result file once
 // every earlier part is in. r's checksum and length are verified by the
 // session's payload reader; a verification failure fails the assembly.
-func (rs *resultStream) appendPart(st *store.Store, k uint64, off uint64, r io.Reader) (int64, error) {
+func (rs *resultStream) appendPart(st *store.Store, k uint64, off uint64, r io.Reader, disk diskRetry, dir string) (int64, error) {
 	rs.mu.Lock()
 	if err := rs.waitTurnLocked(k); err != nil {
 		rs.failLocked(err)
@@ -104,7 +104,7 @@ func (rs *resultStream) appendPart(st *store.Store, k uint64, off uint64, r io.R
 		return 0, err
 	}
 	if rs.pf == nil {
-		pf, err := st.CreateResult(rs.docID)
+		pf, err := createResultRetrying(st, rs.docID, disk)
 		if err != nil {
 			rs.failLocked(err)
 			rs.mu.Unlock()
@@ -116,7 +116,7 @@ func (rs *resultStream) appendPart(st *store.Store, k uint64, off uint64, r io.R
 	pf, sum := rs.pf, rs.sum
 	rs.mu.Unlock()
 
-	n, err := io.Copy(io.MultiWriter(pf, sum), r)
+	n, err := io.Copy(io.MultiWriter(diskRetryWriter{w: pf, r: disk, dir: dir}, sum), r)
 
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
@@ -227,7 +227,7 @@ func (b *Bridge) onResultPart(d *docRun, attempt uint32, e *quicpeer.IncomingEnt
 	var n int64
 	err := errors.New("a result part without chunk-info (part number and offset)")
 	if h.ChunkInfo != nil {
-		n, err = rs.appendPart(b.st, h.ChunkInfo.ChunkIndex, h.ChunkInfo.ChunkOffset, e.Payload)
+		n, err = rs.appendPart(b.st, h.ChunkInfo.ChunkIndex, h.ChunkInfo.ChunkOffset, e.Payload, b.diskRetryFor(d), b.opts.DataDir)
 	}
 	b.m.bytesOut.Add(float64(n))
 	if err != nil {

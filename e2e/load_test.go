@@ -146,7 +146,7 @@ func (e *loadErrs) add(format string, args ...any) {
 func TestLoad(t *testing.T) {
 	pprof := freeTCPAddr(t)
 	g := startGateway(t, gwOpts{args: []string{"--rate-limit", "0", "--max-uploads-per-tenant", "0",
-		"--max-subscribers-per-tenant", "0", "--max-concurrent-streams", "4096",
+		"--max-subscribers-per-tenant", "0", "--max-concurrent-streams", "4096", "--max-conns-per-ip", "0", "--max-downloads-per-tenant", "0",
 		"--event-tail-events", strconv.Itoa(loadTailEvents), "--pprof-addr", pprof, "--log-level", "warn"}})
 	var conns []gatewayv1.DocumentServiceClient
 	for range 8 {

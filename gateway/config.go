@@ -74,6 +74,15 @@ type Config struct {
 	// event streams (SubscribeEvents, WatchDocument, WebSocket). 0 takes the
 	// default; negative disables the cap.
 	MaxUploadsPerTenant, MaxSubscribersPerTenant int
+	// MaxDownloadsPerTenant caps concurrent result downloads (REST and
+	// GetDocumentResult) per tenant (429 / ResourceExhausted, reason
+	// TOO_MANY_DOWNLOADS, Retry-After 1). 0 takes the default; negative
+	// disables the cap.
+	MaxDownloadsPerTenant int
+	// MaxClientIDsPerTenant bounds the X-Client-Id values of one tenant
+	// tracked by the event log's retention at once (others are tracked by
+	// address). 0 takes the default; negative: no bound.
+	MaxClientIDsPerTenant int
 	// UploadIdleTimeout cuts an upload whose body stalls: no bytes (REST)
 	// or no message (gRPC) for this long ends it with HTTP 408 /
 	// DeadlineExceeded, reason UPLOAD_STALLED.
@@ -98,6 +107,31 @@ type Config struct {
 	// watch, subscribe and WebSocket responses stream for as long as the
 	// client listens; StreamWriteTimeout bounds each write instead.
 	ReadHeaderTimeout, IdleTimeout time.Duration
+
+	// JSONBodyTimeout bounds a JSON request body (every REST body but
+	// uploads): nothing may arrive for this long, and after it the body
+	// must average MinBodyRate, so a small body has this plus its length
+	// at MinBodyRate in total; a slower one answers 408 and the connection
+	// is closed. 0: DefaultJSONBodyTimeout.
+	JSONBodyTimeout time.Duration
+	// MinBodyRate (bytes/s) is the slowest an upload body may arrive on
+	// average after bodyRateGrace (408, reason UPLOAD_STALLED). 0 takes the
+	// default; negative disables it (UploadIdleTimeout still applies).
+	MinBodyRate int64
+	// MaxConnsPerIP caps open connections per client IP address and
+	// MaxConns in total, over both listeners; one more is closed at accept
+	// (HTTP: after a 503 with Retry-After). 0 takes the defaults
+	// (DefaultMaxConnsPerIP; the file descriptor limit less
+	// connReserveFDs); negative disables the cap.
+	MaxConnsPerIP, MaxConns int
+
+	// DataDir, when set, is watched for free space (statfs): below
+	// MinFreeDiskBytes /healthz answers 503 "low disk" and new documents
+	// are refused with ResourceExhausted / HTTP 503, reason DISK_FULL,
+	// Retry-After. 0 MinFreeDiskBytes: DefaultMinFreeDiskBytes; negative:
+	// no threshold (a disk that is actually full still refuses).
+	DataDir          string
+	MinFreeDiskBytes int64
 
 	// GRPCTLS and HTTPTLS, when set, serve TLS on the listeners. With
 	// GRPCTLS, InternalDialTLS is what the REST proxy uses to dial the gRPC
@@ -150,15 +184,7 @@ func (c *Config) setDefaults() error {
 	if c.RateBurst <= 0 {
 		c.RateBurst = max(DefaultRateBurst, int(math.Ceil(c.RateLimit)))
 	}
-	if c.MaxUploadsPerTenant == 0 {
-		c.MaxUploadsPerTenant = DefaultMaxUploadsPerTenant
-	}
-	if c.MaxSubscribersPerTenant == 0 {
-		c.MaxSubscribersPerTenant = DefaultMaxSubscribersPerTenant
-	}
-	if c.UploadIdleTimeout <= 0 {
-		c.UploadIdleTimeout = DefaultUploadIdleTimeout
-	}
+	c.setAdmissionDefaults()
 	if c.MaxConcurrentStreams == 0 {
 		c.MaxConcurrentStreams = DefaultMaxConcurrentStreams
 	}
@@ -187,6 +213,40 @@ func (c *Config) setDefaults() error {
 		return errors.New("gateway: Config.MaxSendMsgBytes must be at least 260 KiB so one result chunk fits")
 	}
 	return nil
+}
+
+// setAdmissionDefaults fills the per-tenant, body and connection limits.
+func (c *Config) setAdmissionDefaults() {
+	if c.MaxUploadsPerTenant == 0 {
+		c.MaxUploadsPerTenant = DefaultMaxUploadsPerTenant
+	}
+	if c.MaxSubscribersPerTenant == 0 {
+		c.MaxSubscribersPerTenant = DefaultMaxSubscribersPerTenant
+	}
+	if c.MaxDownloadsPerTenant == 0 {
+		c.MaxDownloadsPerTenant = DefaultMaxDownloadsPerTenant
+	}
+	if c.MaxClientIDsPerTenant == 0 {
+		c.MaxClientIDsPerTenant = DefaultMaxClientIDsPerTenant
+	}
+	if c.UploadIdleTimeout <= 0 {
+		c.UploadIdleTimeout = DefaultUploadIdleTimeout
+	}
+	if c.JSONBodyTimeout <= 0 {
+		c.JSONBodyTimeout = DefaultJSONBodyTimeout
+	}
+	if c.MinBodyRate == 0 {
+		c.MinBodyRate = DefaultMinBodyRate
+	}
+	if c.MinFreeDiskBytes == 0 {
+		c.MinFreeDiskBytes = DefaultMinFreeDiskBytes
+	}
+	if c.MaxConnsPerIP == 0 {
+		c.MaxConnsPerIP = DefaultMaxConnsPerIP
+	}
+	if c.MaxConns == 0 {
+		c.MaxConns = defaultMaxConns()
+	}
 }
 
 // ErrInsecureListen is returned by Start when no authentication is

@@ -42,6 +42,9 @@ func (d *documentService) SubmitDocument(ctx context.Context, req *gatewayv1.Sub
 	if int64(len(req.GetContent())) > d.s.cfg.MaxUploadBytes {
 		return nil, tooLarge(d.s.cfg.MaxUploadBytes)
 	}
+	if err := d.s.admitDocument(); err != nil {
+		return nil, err
+	}
 	doc, err := d.s.cfg.Bridge.Submit(ctx, TenantFromContext(ctx), req)
 	return doc, toStatus(err)
 }
@@ -58,6 +61,9 @@ func tooLarge(limit int64) error {
 // UPLOAD_STALLED.
 func (d *documentService) UploadDocument(stream grpc.ClientStreamingServer[gatewayv1.UploadDocumentRequest, gatewayv1.Document]) error {
 	ctx := stream.Context()
+	if err := d.s.admitDocument(); err != nil {
+		return err
+	}
 	in := newIdleReceiver(stream, d.s.cfg.UploadIdleTimeout)
 	defer in.stop()
 	first, err := in.next()
@@ -84,6 +90,10 @@ func (d *documentService) UploadDocument(stream grpc.ClientStreamingServer[gatew
 				total += int64(len(c))
 				if total > limit {
 					pw.CloseWithError(tooLarge(limit))
+					return
+				}
+				if err := d.s.disk.room(int64(len(c))); err != nil {
+					pw.CloseWithError(diskFullError(err.Error()))
 					return
 				}
 				if _, err := pw.Write(c); err != nil {

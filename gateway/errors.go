@@ -58,6 +58,9 @@ func toStatus(err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
+	if st, ok := diskStatus(err); ok {
+		return st
+	}
 	for _, m := range errorMapping {
 		if errors.Is(err, m.err) {
 			return statusError(m.code, m.reason, err.Error())

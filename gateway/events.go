@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -41,7 +42,7 @@ func (e *eventService) SubscribeEvents(req *gatewayv1.SubscribeEventsRequest, st
 	}
 	filter := bridge.EventFilter{Kinds: req.GetKinds(), DocumentID: req.GetDocumentId()}
 	var last uint64
-	err := e.s.cfg.Bridge.Events().Subscribe(ctx, TenantFromContext(ctx), clientKey(ctx), cursor, filter, func(ev *gatewayv1.Event) error {
+	err := e.s.cfg.Bridge.Events().Subscribe(ctx, TenantFromContext(ctx), e.s.clientKey(ctx), cursor, filter, func(ev *gatewayv1.Event) error {
 		if ev.GetSeq() > 0 {
 			last = ev.GetSeq()
 		}
@@ -78,13 +79,14 @@ func startedHeaders(ctx context.Context, stream grpc.ServerStream) context.Conte
 
 // clientKey identifies a subscriber for the event log's retention tracking
 // (the log hashes it with a rotating salt). It is the tenant plus the
-// client's x-client-id metadata if sent, else the first X-Forwarded-For hop
-// (set by the REST proxy and the WebSocket route), else the peer's IP. It is
-// a retention hint, not a security boundary.
-func clientKey(ctx context.Context) string {
+// client's x-client-id metadata if sent (and within the tenant's bound of
+// tracked ids, clientIDs), else the first X-Forwarded-For hop (set by the
+// REST proxy and the WebSocket route), else the peer's IP. It is a
+// retention hint, not a security boundary.
+func (s *Server) clientKey(ctx context.Context) string {
 	tenant := string(TenantFromContext(ctx))
 	md, _ := metadata.FromIncomingContext(ctx)
-	if v := md.Get("x-client-id"); len(v) > 0 && v[0] != "" {
+	if v := md.Get("x-client-id"); len(v) > 0 && v[0] != "" && s.clientIDs.admit(TenantFromContext(ctx), v[0], time.Now()) {
 		return tenant + "|id:" + v[0]
 	}
 	if v := md.Get("x-forwarded-for"); len(v) > 0 && v[0] != "" {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -49,10 +50,10 @@ func (s *Server) httpHandler() (http.Handler, error) {
 		runtime.WithForwardResponseOption(flushStreamHeaders),
 	)
 	ctx := context.Background()
-	if err := gatewayv1.RegisterDocumentServiceHandler(ctx, s.gwMux, s.conn); err != nil {
+	if err := gatewayv1.RegisterDocumentServiceHandlerClient(ctx, s.gwMux, gatewayv1.NewDocumentServiceClient(s.conn)); err != nil {
 		return nil, fmt.Errorf("gateway: register REST handlers: %w", err)
 	}
-	if err := gatewayv1.RegisterEventServiceHandler(ctx, s.gwMux, s.conn); err != nil {
+	if err := gatewayv1.RegisterEventServiceHandlerClient(ctx, s.gwMux, gatewayv1.NewEventServiceClient(s.conn)); err != nil {
 		return nil, fmt.Errorf("gateway: register REST handlers: %w", err)
 	}
 
@@ -70,7 +71,7 @@ func (s *Server) httpHandler() (http.Handler, error) {
 	mux.Handle("/docs", s.cfg.Docs)
 	mux.Handle("/docs/", s.cfg.Docs)
 	mux.Handle("/", withErrorHeaders(s.limitBody(s.gwMux)))
-	return writeDeadlines(s.rejectSmuggled(s.checkUTF8(mux)), s.cfg.StreamWriteTimeout), nil
+	return writeDeadlines(s.rejectSmuggled(s.checkUTF8(s.admitAPI(mux))), s.cfg.StreamWriteTimeout), nil
 }
 
 type slogPrintln struct{ s *Server }
@@ -135,12 +136,18 @@ func httpErrorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Mars
 	if limit, cut := bodyTooLarge(r); cut {
 		err = jsonTooLarge("request body is larger", limit)
 	}
+	if d, slow := bodyTooSlow(r); slow {
+		err = jsonBodyTooSlow(d)
+		w.Header().Set("Connection", "close")
+	}
 	recordError(ctx, err)
 	switch errorReason(err) {
 	case ReasonTooLarge:
 		w = statusOverride{ResponseWriter: w, code: http.StatusRequestEntityTooLarge}
 	case ReasonUploadStalled:
 		w = statusOverride{ResponseWriter: w, code: http.StatusRequestTimeout}
+	case ReasonDiskFull:
+		w = statusOverride{ResponseWriter: w, code: http.StatusServiceUnavailable}
 	}
 	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
 }
@@ -260,10 +267,26 @@ func (s *Server) limitBody(h http.Handler) http.Handler {
 			return
 		}
 		if r.Body != nil && r.Body != http.NoBody {
-			r.Body = &jsonBody{ReadCloser: http.MaxBytesReader(w, r.Body, limit), limit: limit}
+			// The body must keep arriving: nothing for JSONBodyTimeout, or
+			// less than MinBodyRate on average after JSONBodyTimeout, cuts
+			// it (rateReader); a small body thus has JSONBodyTimeout plus
+			// its length at MinBodyRate in total. The deadline is cleared
+			// at the body's end (deadlineBody).
+			d := s.cfg.JSONBodyTimeout
+			rc := http.NewResponseController(w)
+			_ = rc.SetReadDeadline(time.Now().Add(d))
+			rr := &rateReader{r: r.Body, rc: rc, idle: d, grace: d, minRate: s.cfg.MinBodyRate}
+			body := &deadlineBody{ReadCloser: readCloser{Reader: rr, Closer: r.Body}, rc: rc}
+			r.Body = &jsonBody{ReadCloser: http.MaxBytesReader(w, body, limit), limit: limit, timeout: d}
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// readCloser joins a Reader and a Closer.
+type readCloser struct {
+	io.Reader
+	io.Closer
 }
 
 func jsonTooLarge(what string, limit int64) error {
@@ -278,7 +301,9 @@ func jsonTooLarge(what string, limit int64) error {
 type jsonBody struct {
 	io.ReadCloser
 	limit    int64
+	timeout  time.Duration
 	exceeded atomic.Bool
+	timedOut atomic.Bool
 }
 
 func (b *jsonBody) Read(p []byte) (int, error) {
@@ -287,7 +312,19 @@ func (b *jsonBody) Read(p []byte) (int, error) {
 	if err != nil && errors.As(err, &tooBig) {
 		b.exceeded.Store(true)
 	}
+	if err != nil && bodyTimedOut(err) {
+		b.timedOut.Store(true)
+	}
 	return n, err
+}
+
+// bodyTooSlow reports whether r's JSON body missed its deadline, and the deadline.
+func bodyTooSlow(r *http.Request) (time.Duration, bool) {
+	b, ok := r.Body.(*jsonBody)
+	if !ok || !b.timedOut.Load() {
+		return 0, false
+	}
+	return b.timeout, true
 }
 
 // bodyTooLarge reports whether r's JSON body was cut at the limit, and the limit.
@@ -314,7 +351,8 @@ func (s *Server) writeStatus(w http.ResponseWriter, r *http.Request, httpCode in
 }
 
 // handleHealthz answers 200 {"status":"SERVING"} when the bridge has a peer
-// session and the server is not shutting down, else 503 with the reason.
+// session, the server is not shutting down and the data directory's disk
+// has at least Config.MinFreeDiskBytes free, else 503 with the reason.
 func (s *Server) handleHealthz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
@@ -322,7 +360,12 @@ func (s *Server) handleHealthz(w http.ResponseWriter, _ *http.Request) {
 	if pr, ok := s.cfg.Bridge.(peerReporter); ok {
 		body.Peers = pr.Peers()
 	}
-	if err := s.ready(); err != nil {
+	err := s.ready()
+	if err == nil {
+		s.disk.poll() // fresh: one statfs
+		err = s.disk.low()
+	}
+	if err != nil {
 		body.Status, body.Reason = "NOT_SERVING", err.Error()
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}

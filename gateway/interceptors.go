@@ -185,20 +185,29 @@ func (s *Server) authenticate(ctx context.Context, method string) (bridge.Tenant
 	if ci := callInfoFrom(ctx); ci != nil {
 		ci.tenant = tenant
 	}
+	if err := s.admitTenant(ctx, tenant, method); err != nil {
+		return "", err
+	}
+	return tenant, nil
+}
+
+// admitTenant runs Config.Limiter and the per-tenant rate limit for an
+// authenticated call.
+func (s *Server) admitTenant(ctx context.Context, tenant bridge.Tenant, method string) error {
 	if s.cfg.Limiter != nil {
 		if err := s.cfg.Limiter.Allow(ctx, tenant, method); err != nil {
 			s.metrics.rejected.WithLabelValues("limiter").Inc()
 			if _, ok := status.FromError(err); ok {
-				return "", err
+				return err
 			}
-			return "", status.Error(codes.ResourceExhausted, err.Error())
+			return status.Error(codes.ResourceExhausted, err.Error())
 		}
 	}
 	if err := s.limits.allow(tenant); err != nil {
 		s.metrics.rejected.WithLabelValues("rate").Inc()
-		return "", err
+		return err
 	}
-	return tenant, nil
+	return nil
 }
 
 func (s *Server) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {

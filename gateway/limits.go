@@ -22,6 +22,7 @@ const (
 	ReasonRateLimited     = "RATE_LIMITED"
 	ReasonTooManyUploads  = "TOO_MANY_UPLOADS"
 	ReasonTooManyStreams  = "TOO_MANY_SUBSCRIBERS"
+	ReasonTooManyResults  = "TOO_MANY_DOWNLOADS"
 	ReasonUploadStalled   = "UPLOAD_STALLED"
 	retryAfterMetadataKey = "retry-after"
 )
@@ -40,11 +41,13 @@ type tenantLimits struct {
 	burst      int
 	maxUploads int // 0: unlimited
 	maxSubs    int // 0: unlimited
+	maxResults int // 0: unlimited
 
 	mu       sync.Mutex
 	limiters map[bridge.Tenant]*rate.Limiter
 	uploads  map[bridge.Tenant]int
 	subs     map[bridge.Tenant]int
+	results  map[bridge.Tenant]int
 }
 
 func newTenantLimits(c *Config) *tenantLimits {
@@ -52,6 +55,8 @@ func newTenantLimits(c *Config) *tenantLimits {
 		burst:      c.RateBurst,
 		maxUploads: c.MaxUploadsPerTenant,
 		maxSubs:    c.MaxSubscribersPerTenant,
+		maxResults: c.MaxDownloadsPerTenant,
+		results:    map[bridge.Tenant]int{},
 		limiters:   map[bridge.Tenant]*rate.Limiter{},
 		uploads:    map[bridge.Tenant]int{},
 		subs:       map[bridge.Tenant]int{},
@@ -88,6 +93,30 @@ func (l *tenantLimits) allow(t bridge.Tenant) error {
 		"rate limit exceeded for this tenant (%g requests/s, burst %d); retry after %s", float64(l.rate), l.burst, roundUp(d)))
 }
 
+// wouldRefuse reports, without taking anything, the error allow and
+// acquire would give a call of fullMethod by tenant now: the HTTP routes
+// check it before they read a body, so a tenant over its limits is not
+// read from. The interceptors still decide (this is a peek, racy by
+// design: a call it lets through may still be refused).
+func (l *tenantLimits) wouldRefuse(fullMethod string, t bridge.Tenant) error {
+	if l.rate != 0 {
+		l.mu.Lock()
+		lim := l.limiters[t]
+		l.mu.Unlock()
+		if lim != nil && lim.Tokens() < 1 {
+			d := time.Duration((1 - lim.Tokens()) / float64(l.rate) * float64(time.Second))
+			return limitError(ReasonRateLimited, d, fmt.Sprintf(
+				"rate limit exceeded for this tenant (%g requests/s, burst %d); retry after %s", float64(l.rate), l.burst, roundUp(d)))
+		}
+	}
+	release, err := l.acquire(fullMethod, t)
+	if err != nil {
+		return err
+	}
+	release()
+	return nil
+}
+
 // acquire counts one concurrent call of kind (uploads or event streams)
 // for tenant; release must be called when it ends.
 func (l *tenantLimits) acquire(fullMethod string, t bridge.Tenant) (release func(), err error) {
@@ -99,6 +128,8 @@ func (l *tenantLimits) acquire(fullMethod string, t bridge.Tenant) (release func
 		m, max, reason, what = l.uploads, l.maxUploads, ReasonTooManyUploads, "uploads"
 	case subscribeMethod, watchMethod:
 		m, max, reason, what = l.subs, l.maxSubs, ReasonTooManyStreams, "event streams (subscribe, watch, WebSocket)"
+	case resultMethod:
+		m, max, reason, what = l.results, l.maxResults, ReasonTooManyResults, "result downloads"
 	default:
 		return func() {}, nil
 	}

@@ -46,6 +46,51 @@ const (
 	// DefaultUploadIdleTimeout cuts an upload body that stops arriving, so
 	// a stalled client cannot hold a spool file and an upload slot forever.
 	DefaultUploadIdleTimeout = 30 * time.Second
+	// DefaultJSONBodyTimeout: a JSON request body (a few KiB normally)
+	// must arrive within this, plus its declared length at the minimum body
+	// rate, so a client trickling one cannot hold a connection.
+	DefaultJSONBodyTimeout = 10 * time.Second
+	// DefaultMinBodyRate (bytes/s, average after bodyRateGrace): an upload
+	// slower than a very poor mobile link is an attack or a dead client.
+	DefaultMinBodyRate = 1024
+	// bodyRateGrace is how long an upload may take before the minimum
+	// rate applies (TCP slow start, a client that opens its file late).
+	bodyRateGrace = 10 * time.Second
+	// DefaultMinFreeDiskBytes: below this much free space in the data
+	// directory new documents are refused, so what is left goes to the
+	// results of documents already accepted.
+	DefaultMinFreeDiskBytes = 256 << 20
+	// DefaultMaxConnsPerIP: browsers open 6 connections per host and busy
+	// services a few dozen; 256 leaves room for proxies, while one address
+	// cannot take the file descriptors of everyone else.
+	DefaultMaxConnsPerIP = 256
+	// connReserveFDs is kept from the file descriptor limit for everything
+	// but client connections (store, spool and result files, the QUIC
+	// socket, the REST proxy's connections, logs); minMaxConns is the
+	// floor of the derived total cap.
+	connReserveFDs = 256
+	minMaxConns    = 64
+	// proxyStreamConns: the REST proxy's connections for streams (plus one
+	// for unary calls), each with MaxConcurrentStreams slots.
+	proxyStreamConns = 4
+	// proxyStreamWindow and proxyConnWindow are the proxy connections'
+	// fixed HTTP/2 receive windows: a stream whose client stopped reading
+	// holds at most proxyStreamWindow in the proxy (BDP estimation, which
+	// grows windows to several MiB, is off when they are set).
+	proxyStreamWindow = 64 << 10
+	proxyConnWindow   = 4 << 20
+	// DefaultMaxDownloadsPerTenant caps concurrent result downloads (REST
+	// and gRPC) per tenant: each holds an open file and a goroutine.
+	DefaultMaxDownloadsPerTenant = 16
+	// resultCopyBytes is the buffer of a REST result download, which
+	// streams from the result file: what a stalled download costs besides
+	// the socket.
+	resultCopyBytes = 32 << 10
+	// DefaultMaxClientIDsPerTenant bounds the X-Client-Id values one
+	// tenant can have tracked by the event log's retention at once; more
+	// are tracked by address instead. clientIDIdle frees an unused one.
+	DefaultMaxClientIDsPerTenant = 256
+	clientIDIdle                 = time.Hour
 	// DefaultMaxConcurrentStreams per HTTP/2 connection on the gRPC
 	// listener; the REST proxy's one connection shares it, so it sits well
 	// above tenants x subscribers of typical deployments.

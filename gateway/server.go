@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -33,12 +35,16 @@ type Server struct {
 	log     *slog.Logger
 	metrics *grpcMetrics
 	limits  *tenantLimits
+	conns   *connLimiter // both listeners' connection caps
+	// clientIDs bounds each tenant's tracked X-Client-Id values.
+	clientIDs *clientIDs
+	disk      *diskMonitor // nil without Config.DataDir
 
 	grpc   *grpc.Server
 	health *health.Server
 	gwMux  *runtime.ServeMux
 	http   *http.Server
-	conn   *grpc.ClientConn // REST proxy -> gRPC listener
+	conn   *connPool // REST proxy -> gRPC listener (pool.go)
 	// proxyConns holds the local addresses of conn's TCP connections: the
 	// gRPC listener sees them as peer addresses and leaves those streams'
 	// stuck-consumer bound to the HTTP side (stuck.go).
@@ -83,6 +89,19 @@ func New(cfg Config) (*Server, error) {
 		stopPoll:  make(chan struct{}),
 	}
 	s.streams, s.cancelStreams = context.WithCancel(context.Background())
+	s.clientIDs = newClientIDs(cfg.MaxClientIDsPerTenant, clientIDIdle)
+	if cfg.DataDir != "" {
+		s.disk = newDiskMonitor(cfg.DataDir, cfg.MinFreeDiskBytes)
+	}
+	s.conns = newConnLimiter(cfg.MaxConnsPerIP, cfg.MaxConns, func(why string) {
+		m.rejected.WithLabelValues("connections_" + why).Inc()
+	})
+	if err := cfg.Registry.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "pipestream_gateway_open_connections",
+		Help: "Client connections open on the gRPC and HTTP listeners (counted against --max-conns).",
+	}, func() float64 { return float64(s.conns.open()) })); err != nil {
+		return nil, fmt.Errorf("gateway: register metrics: %w", err)
+	}
 
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgBytes),
@@ -131,9 +150,11 @@ func (s *Server) Start() error {
 	if s.cfg.InternalDialTLS != nil {
 		creds = credentials.NewTLS(s.cfg.InternalDialTLS)
 	}
-	s.conn, err = grpc.NewClient(dialTarget(s.grpcLis.Addr()),
+	s.conn, err = newConnPool(dialTarget(s.grpcLis.Addr()), proxyStreamConns,
 		grpc.WithTransportCredentials(creds),
 		grpc.WithContextDialer(s.dialProxyConn),
+		grpc.WithInitialWindowSize(proxyStreamWindow),
+		grpc.WithInitialConnWindowSize(proxyConnWindow),
 		grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(s.cfg.MaxSendMsgBytes),
 			grpc.MaxCallSendMsgSize(s.cfg.MaxRecvMsgBytes)))
@@ -153,28 +174,21 @@ func (s *Server) Start() error {
 		Handler:           handler,
 		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
 		IdleTimeout:       s.cfg.IdleTimeout,
-		TLSConfig:         s.cfg.HTTPTLS,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		ConnContext:       guardContext,
+		ConnState:         guardConnState,
 	}
 
 	s.bg.Add(3)
 	go func() {
 		defer s.bg.Done()
-		if err := s.grpc.Serve(s.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		if err := s.grpc.Serve(s.capped(s.grpcLis, false, nil)); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			s.serveErrs <- fmt.Errorf("gateway: gRPC serve: %w", err)
 		}
 	}()
 	go func() {
 		defer s.bg.Done()
-		var err error
-		if s.cfg.HTTPTLS != nil {
-			err = s.http.ServeTLS(s.httpLis, "", "")
-		} else {
-			// Plaintext HTTP/1 is read through the request smuggling
-			// guard (smuggle.go).
-			err = s.http.Serve(guardListener{Listener: s.httpLis, maxHead: http.DefaultMaxHeaderBytes + 4096})
-		}
+		err := s.serveHTTP()
 		if err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.serveErrs <- fmt.Errorf("gateway: HTTP serve: %w", err)
 		}
@@ -201,6 +215,25 @@ func (s *Server) Start() error {
 		}
 	}
 	return nil
+}
+
+// serveHTTP serves the HTTP listener. Every connection, plaintext or
+// TLS, is read through the request smuggling guard (smuggle.go), which
+// sits above TLS; the TLS listener therefore offers HTTP/1.1 only (ALPN
+// http/1.1: h2 would need its own framing checks and gains nothing for
+// REST).
+func (s *Server) serveHTTP() error {
+	refusal := httpRefusal
+	if s.cfg.HTTPTLS != nil {
+		refusal = nil // the client expects a TLS handshake
+	}
+	lis := s.capped(s.httpLis, true, refusal)
+	if s.cfg.HTTPTLS != nil {
+		tc := s.cfg.HTTPTLS.Clone()
+		tc.NextProtos = []string{"http/1.1"}
+		lis = tls.NewListener(lis, tc)
+	}
+	return s.http.Serve(guardListener{Listener: lis, maxHead: http.DefaultMaxHeaderBytes + 4096})
 }
 
 // Serve starts the server and blocks until ctx ends (then shuts down within
@@ -325,6 +358,7 @@ func (s *Server) pollHealth() {
 		case <-s.stopPoll:
 			return
 		case <-t.C:
+			s.disk.poll()
 			s.setHealth()
 		}
 	}

@@ -1,43 +1,70 @@
 package gateway
 
 import (
-	"bytes"
+	"bufio"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
-	"strconv"
+	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
-// Request smuggling guard (RFC 9112 section 6.3, 11.2). net/http accepts a
-// request with both Content-Length and Transfer-Encoding: chunked, uses the
-// chunked framing and deletes Content-Length before any handler runs, so a
-// front proxy that frames by Content-Length would disagree with us about
-// where the request ends. guardConn reads the plaintext HTTP/1 byte stream
-// ahead of net/http: it follows the framing of every request on the
-// connection (keep-alive and pipelining included: heads, Content-Length
-// bodies, chunked bodies with trailers), holds each request head back
-// until it is complete, and replaces a head that carries both headers by
-// a synthetic request for smuggledPath with Connection: close, which the
-// handler answers 400 (writeSmuggled); nothing after it is read. Whatever
-// it cannot follow (a head above the size limit, a bad chunk size,
-// framing net/http refuses itself, a protocol upgrade, the HTTP/2
-// preface) ends the inspection for that connection and passes the bytes
-// through unchanged: net/http then rejects or serves them as before.
+// Request smuggling guard (RFC 9112 sections 5.2, 6.1, 6.3, 11.2).
+// net/http accepts a request with both Content-Length and
+// Transfer-Encoding: chunked (it frames by chunked and deletes
+// Content-Length before any handler runs), a repeated identical
+// Content-Length (it keeps one) and obs-fold header lines (it unfolds
+// them), so a front proxy that frames such a request differently would
+// disagree with us about where it ends.
 //
-// TLS listeners are not wrapped (the guard would see ciphertext):
-// docs/security.md says so.
+// guardConn follows the request framing of every HTTP/1 connection with
+// net/http's own parser: a follower goroutine runs http.ReadRequest and
+// reads each body to its end over the connection's bytes, exactly as the
+// server will, and releases bytes to the server only once the parser has
+// consumed them: a request head is held back until it is complete and
+// checked. A head with ambiguous framing (ambiguousFraming) is replaced by
+// a synthetic request for smuggledPath with Connection: close, which the
+// handler answers 400 (rejectSmuggled); nothing after it is served. There
+// is no second HTTP parser that could disagree with the server: the only
+// text the guard reads itself is the header lines of a head the parser has
+// just delimited.
+//
+// The guard stays on for the whole connection: after an Upgrade request
+// that was not upgraded, after HTTP/1.0 keep-alive, after pipelining. It
+// passes the bytes through unchanged only when the connection stops being
+// HTTP/1 requests: the handler hijacked it (WebSocket; http.Server's
+// ConnState hook), or the parser refused the bytes (net/http refuses them
+// the same way and closes the connection), or the request closes the
+// connection (net/http reads no further request). TLS listeners are
+// guarded too: the guard sits above the TLS layer (serveHTTP), which is
+// why that listener speaks HTTP/1.1 only (ALPN http/1.1).
 
 // smuggledPath is the path of the synthetic request; it is answered 400
 // only on a connection whose guard rejected a request.
 const smuggledPath = "/.pipestream/rejected-request"
 
 var smuggledRequest = []byte("GET " + smuggledPath + " HTTP/1.1\r\nHost: gateway\r\nConnection: close\r\n\r\n")
+
+const (
+	guardBuf     = 4 << 10  // the follower's bufio (net/http's own is 4 KiB too)
+	guardBodyBuf = 32 << 10 // body reads, from guardBodyBufs while a body is read
+	guardMaxOut  = 64 << 10 // released bytes not yet read by the server (backpressure)
+)
+
+// guardBodyBufs holds the follower's body buffers: a connection only needs
+// one while it reads a body, so an idle or waiting connection costs its
+// bufio and goroutine only.
+var guardBodyBufs = sync.Pool{New: func() any { b := make([]byte, guardBodyBuf); return &b }}
+
+var errHeadTooLarge = errors.New("request head above the limit")
 
 type guardListener struct {
 	net.Listener
@@ -49,254 +76,370 @@ func (l guardListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &guardConn{Conn: c, maxHead: l.maxHead}, nil
+	return newGuardConn(c, l.maxHead), nil
 }
 
-const (
-	gsHead      = iota // reading a request head (held back)
-	gsBody             // remain bytes of a Content-Length body
-	gsChunkSize        // a chunk-size line
-	gsChunkData        // remain bytes of chunk data
-	gsChunkEnd         // the CRLF after chunk data
-	gsTrailer          // trailer lines up to the empty line
-	gsOff              // not inspecting: pass through
-	gsRejected         // the synthetic request is out; then EOF
-)
-
-// guardConn is a net.Conn whose Read follows HTTP/1 request framing (see
-// above). net/http reads a connection from one goroutine at a time, so
-// Read needs no lock; rejected is read by the handler.
+// guardConn is a net.Conn whose Read returns what the follower released
+// (see above). Read deadlines (net/http's header timeout, its background
+// read abort) apply to Read, not to the underlying connection, which only
+// the follower reads.
 type guardConn struct {
 	net.Conn
-	maxHead  int
-	state    int
-	remain   int64
-	head     []byte // the held-back head, or the current chunk/trailer line
-	out      []byte // bytes ready for net/http
-	buf      []byte
-	err      error // sticky error of the underlying Read (not timeouts)
-	rejected atomic.Bool
+	maxHead int
+	start   sync.Once
+
+	mu          sync.Mutex
+	out         []byte // released, not yet read by the server
+	pending     []byte // read from the connection, not yet released
+	relPos      int64  // stream offset of pending[0]
+	rerr        error  // after out drains: the connection's read error
+	closed      bool
+	passthrough bool // not inspecting: bytes go to out as they arrive
+	deadline    time.Time
+	reason      string // why a request was rejected
+
+	ready     chan struct{} // out grew, rerr set, closed, or a deadline changed
+	space     chan struct{} // out shrank
+	rejected  atomic.Bool
+	rawReadN  int64 // bytes read from the connection (follower only)
+	headLimit int64 // stream offset the follower may not read past (0: none)
+}
+
+func newGuardConn(c net.Conn, maxHead int) *guardConn {
+	return &guardConn{Conn: c, maxHead: maxHead, ready: make(chan struct{}, 1), space: make(chan struct{}, 1)}
+}
+
+func wake(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
 }
 
 func (c *guardConn) Read(p []byte) (int, error) {
+	c.start.Do(func() { go c.follow() })
 	for {
+		c.mu.Lock()
 		if len(c.out) > 0 {
 			n := copy(p, c.out)
 			c.out = c.out[n:]
+			c.mu.Unlock()
+			wake(c.space)
 			return n, nil
 		}
-		if c.state == gsRejected {
-			// Nothing after the rejected request is served: discard
-			// what arrives, but block like a live connection (net/http's
-			// background read takes an error for a closed connection
-			// and would cancel the requests before the rejected one).
-			if c.buf == nil {
-				c.buf = make([]byte, 16<<10)
+		if c.rerr != nil || c.closed {
+			err := c.rerr
+			c.mu.Unlock()
+			if err == nil {
+				err = net.ErrClosed
 			}
-			if _, err := c.Conn.Read(c.buf); err != nil {
-				return 0, err
-			}
+			return 0, err
+		}
+		dl := c.deadline
+		c.mu.Unlock()
+		if dl.IsZero() {
+			<-c.ready
 			continue
 		}
-		if c.err != nil {
-			return 0, c.err
+		d := time.Until(dl)
+		if d <= 0 {
+			return 0, os.ErrDeadlineExceeded
 		}
-		if c.state == gsOff && len(c.head) == 0 {
-			return c.Conn.Read(p)
+		t := time.NewTimer(d)
+		select {
+		case <-c.ready:
+		case <-t.C:
 		}
-		if c.buf == nil {
-			c.buf = make([]byte, 16<<10)
+		t.Stop()
+	}
+}
+
+func (c *guardConn) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.deadline = t
+	c.mu.Unlock()
+	wake(c.ready)
+	return nil
+}
+
+func (c *guardConn) SetDeadline(t time.Time) error {
+	_ = c.SetReadDeadline(t)
+	return c.Conn.SetWriteDeadline(t)
+}
+
+func (c *guardConn) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	wake(c.ready)
+	wake(c.space)
+	return c.Conn.Close()
+}
+
+// stopInspecting releases everything held back and lets later bytes
+// through as they arrive (a hijacked connection, or bytes the parser
+// refused).
+func (c *guardConn) stopInspecting() {
+	c.mu.Lock()
+	if !c.passthrough && !c.rejected.Load() {
+		c.passthrough = true
+		c.out = append(c.out, c.pending...)
+		c.relPos += int64(len(c.pending))
+		c.pending = nil
+	}
+	c.mu.Unlock()
+	wake(c.ready)
+}
+
+// rawReader is what the follower's parser reads: the connection, with
+// every byte also kept in pending until released.
+type rawReader struct{ c *guardConn }
+
+func (r rawReader) Read(p []byte) (int, error) {
+	c := r.c
+	if c.headLimit > 0 {
+		room := c.headLimit - c.rawReadN
+		if room <= 0 {
+			return 0, errHeadTooLarge
 		}
-		n, err := c.Conn.Read(c.buf)
-		c.out = c.out[:0]
-		c.feed(c.buf[:n])
+		p = p[:min(int64(len(p)), room)]
+	}
+	n, err := c.Conn.Read(p)
+	c.rawReadN += int64(n)
+	c.mu.Lock()
+	through := c.passthrough
+	if through {
+		c.out = append(c.out, p[:n]...)
+		c.relPos += int64(n)
+	} else {
+		c.pending = append(c.pending, p[:n]...)
+	}
+	c.mu.Unlock()
+	if through && n > 0 {
+		wake(c.ready)
+	}
+	return n, err
+}
+
+// release moves the held bytes up to stream offset pos to out, waiting
+// while the server has guardMaxOut bytes unread; false if the connection
+// closed meanwhile.
+func (c *guardConn) release(pos int64) bool {
+	for {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return false
+		}
+		if c.passthrough {
+			c.mu.Unlock()
+			return true
+		}
+		if len(c.out) < guardMaxOut || pos <= c.relPos {
+			n := pos - c.relPos
+			if n > 0 {
+				c.out = append(c.out, c.pending[:n]...)
+				c.pending = c.pending[n:]
+				c.relPos = pos
+			}
+			c.mu.Unlock()
+			wake(c.ready)
+			return true
+		}
+		c.mu.Unlock()
+		<-c.space
+	}
+}
+
+// fail ends the follower on a read error of the connection: what is held
+// goes out (net/http reports the partial request), then the error.
+func (c *guardConn) fail(err error) {
+	c.mu.Lock()
+	c.out = append(c.out, c.pending...)
+	c.pending = nil
+	c.rerr = err
+	c.mu.Unlock()
+	wake(c.ready)
+}
+
+// reject replaces the held head by the synthetic request; nothing after
+// it is read.
+func (c *guardConn) reject(reason string) {
+	c.mu.Lock()
+	c.reason = reason
+	c.rejected.Store(true)
+	c.out = append(c.out, smuggledRequest...)
+	c.pending = nil
+	c.mu.Unlock()
+	wake(c.ready)
+}
+
+// follow runs net/http's parser over the connection (see above).
+func (c *guardConn) follow() {
+	br := bufio.NewReaderSize(rawReader{c}, guardBuf)
+	pos := func() int64 { return c.rawReadN - int64(br.Buffered()) }
+	for {
+		start := pos()
+		c.headLimit = start + int64(c.maxHead) + 8192
+		req, err := http.ReadRequest(br)
+		c.headLimit = 0
+		if c.stopped() {
+			c.passThrough()
+			return
+		}
 		if err != nil {
-			var ne net.Error
-			if !(errors.As(err, &ne) && ne.Timeout()) {
-				// EOF or a broken connection: what is held back goes
-				// out (net/http reports the partial request) and the
-				// error after it.
-				c.out = append(c.out, c.head...)
-				c.head = nil
-				c.err = err
-			}
-			if len(c.out) == 0 {
-				return 0, err // a timeout (deadline or net/http's read abort) is not sticky
-			}
-		}
-	}
-}
-
-// feed runs b through the framing state machine, appending what may be
-// released to c.out.
-func (c *guardConn) feed(b []byte) {
-	for len(b) > 0 {
-		switch c.state {
-		case gsOff:
-			c.out = append(c.out, c.head...)
-			c.head = nil
-			c.out = append(c.out, b...)
-			return
-		case gsRejected:
-			return
-		case gsBody, gsChunkData:
-			n := int(min(int64(len(b)), c.remain))
-			c.out = append(c.out, b[:n]...)
-			b = b[n:]
-			if c.remain -= int64(n); c.remain == 0 {
-				if c.state == gsBody {
-					c.state = gsHead
-				} else {
-					c.state = gsChunkEnd
-				}
-			}
-		case gsChunkSize, gsChunkEnd, gsTrailer:
-			i := bytes.IndexByte(b, '\n')
-			if i < 0 {
-				c.out = append(c.out, b...)
-				c.head = append(c.head, b...)
-				if len(c.head) > 4096 {
-					c.state, c.head = gsOff, nil
-				}
-				return
-			}
-			c.out = append(c.out, b[:i+1]...)
-			line := strings.TrimRight(string(append(c.head, b[:i]...)), "\r")
-			c.head = c.head[:0]
-			b = b[i+1:]
-			c.line(line)
-		case gsHead:
-			c.head = append(c.head, b...)
-			b = nil
-			end := headEnd(c.head)
-			if end < 0 {
-				if len(c.head) > c.maxHead {
-					c.state = gsOff // net/http answers 431
-				}
-				continue
-			}
-			rest := c.head[end:]
-			head := c.head[:end]
-			c.head = nil
-			if c.checkHead(head) {
-				c.out = append(c.out, head...)
-				b = rest
-			} else {
-				c.out = append(c.out, smuggledRequest...)
-				c.state = gsRejected
-				c.rejected.Store(true)
-				return
-			}
-		}
-	}
-}
-
-// line handles one chunk-size, chunk-end or trailer line.
-func (c *guardConn) line(l string) {
-	switch c.state {
-	case gsChunkSize:
-		size, _, _ := strings.Cut(l, ";")
-		n, err := strconv.ParseUint(strings.TrimSpace(size), 16, 62)
-		switch {
-		case err != nil:
-			c.state = gsOff // net/http refuses it
-		case n == 0:
-			c.state = gsTrailer
-		default:
-			c.state, c.remain = gsChunkData, int64(n)
-		}
-	case gsChunkEnd:
-		if l != "" {
-			c.state = gsOff
+			c.parserStopped(err)
 			return
 		}
-		c.state = gsChunkSize
-	case gsTrailer:
-		if l == "" {
-			c.state = gsHead
+		c.mu.Lock()
+		head := string(c.pending[:pos()-c.relPos])
+		c.mu.Unlock()
+		if reason := ambiguousFraming(head, req); reason != "" {
+			c.reject(reason)
+			return
+		}
+		if !c.release(pos()) {
+			return
+		}
+		if req.Method == http.MethodConnect || req.ProtoMajor != 1 {
+			c.stopInspecting() // the connection stops being HTTP/1 requests
+			c.passThrough()
+			return
+		}
+		if ok, err := c.followBody(req, pos); !ok {
+			if err != nil {
+				c.parserStopped(err)
+			}
+			return
+		}
+		if req.Close {
+			c.stopInspecting() // net/http reads no request after this one
+			c.passThrough()
+			return
 		}
 	}
 }
 
-// headEnd returns the length of the head in b (up to and including the
-// empty line), or -1 if it is not complete. Empty lines before the
-// request line are part of the head.
-func headEnd(b []byte) int {
-	start := 0
-	for start < len(b) && (b[start] == '\r' || b[start] == '\n') {
-		start++
+// followBody reads req's body to its end, releasing the bytes the parser
+// consumed as it goes; ok is false when the follower must stop (err: the
+// parser's error, nil: the connection closed).
+func (c *guardConn) followBody(req *http.Request, pos func() int64) (ok bool, err error) {
+	if req.Body == nil || req.Body == http.NoBody {
+		return true, nil
 	}
-	for i := start; i < len(b); i++ {
-		if b[i] != '\n' {
-			continue
+	bp := guardBodyBufs.Get().(*[]byte)
+	defer guardBodyBufs.Put(bp)
+	for {
+		_, err := req.Body.Read(*bp)
+		if !c.release(pos()) {
+			return false, nil
 		}
-		if i+1 < len(b) && b[i+1] == '\n' {
-			return i + 2
+		if errors.Is(err, io.EOF) {
+			return true, nil
 		}
-		if i+2 < len(b) && b[i+1] == '\r' && b[i+2] == '\n' {
-			return i + 3
+		if err != nil {
+			return false, err
 		}
 	}
-	return -1
 }
 
-// checkHead sets the state for the body of the request whose head is h
-// and reports false if the head carries both Content-Length and
-// Transfer-Encoding.
-func (c *guardConn) checkHead(h []byte) bool {
-	lines := strings.Split(strings.TrimLeft(string(h), "\r\n"), "\n")
-	reqLine := strings.TrimRight(lines[0], "\r")
-	if strings.HasPrefix(reqLine, "PRI ") || strings.HasSuffix(reqLine, "HTTP/1.0") {
-		c.state = gsOff // HTTP/2 preface; HTTP/1.0 ignores Transfer-Encoding
-		return true
+// stopped reports whether inspection ended meanwhile (hijack).
+func (c *guardConn) stopped() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.passthrough || c.closed
+}
+
+// parserStopped handles an error of the parser: a read error of the
+// connection ends it; anything else is bytes net/http refuses as well,
+// passed through for it to answer.
+func (c *guardConn) parserStopped(err error) {
+	var ne net.Error
+	if !errors.Is(err, errHeadTooLarge) && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) || errors.As(err, &ne)) {
+		c.fail(err)
+		return
 	}
+	c.stopInspecting()
+	c.passThrough()
+}
+
+// passThrough copies the connection to out until it fails (the bytes the
+// follower's bufio holds were released with pending).
+func (c *guardConn) passThrough() {
+	buf := make([]byte, guardBuf)
+	for {
+		c.mu.Lock()
+		for len(c.out) >= guardMaxOut && !c.closed {
+			c.mu.Unlock()
+			<-c.space
+			c.mu.Lock()
+		}
+		closed := c.closed
+		c.mu.Unlock()
+		if closed {
+			return
+		}
+		n, err := c.Conn.Read(buf)
+		c.mu.Lock()
+		c.out = append(c.out, buf[:n]...)
+		if err != nil {
+			c.rerr = err
+		}
+		c.mu.Unlock()
+		wake(c.ready)
+		if err != nil {
+			return
+		}
+	}
+}
+
+// ambiguousFraming returns why the request head h (as the parser
+// delimited it, req as it parsed it) has framing that another HTTP/1
+// implementation could read differently, or "" if it has none:
+// Content-Length with Transfer-Encoding, a repeated Content-Length or
+// Transfer-Encoding, a Transfer-Encoding other than chunked or on
+// HTTP/1.0, an obs-fold line.
+func ambiguousFraming(h string, req *http.Request) string {
+	h = strings.TrimLeft(h, "\r\n")
+	_, h, _ = strings.Cut(h, "\n") // the request line
 	var cls, tes []string
-	upgrade := false
-	for _, l := range lines[1:] {
-		name, v, ok := strings.Cut(strings.TrimRight(l, "\r"), ":")
-		if !ok {
-			continue
+	for _, l := range strings.Split(h, "\n") {
+		l = strings.TrimSuffix(l, "\r")
+		if l == "" {
+			break
 		}
-		v = strings.TrimSpace(v)
+		if l[0] == ' ' || l[0] == '\t' {
+			return "a header line starts with whitespace (obs-fold, RFC 9112 section 5.2): send each field on one line"
+		}
+		name, v, _ := strings.Cut(l, ":")
 		switch strings.ToLower(strings.TrimSpace(name)) {
 		case "content-length":
-			cls = append(cls, v)
+			cls = append(cls, strings.TrimSpace(v))
 		case "transfer-encoding":
-			tes = append(tes, v)
-		case "upgrade":
-			upgrade = true
+			tes = append(tes, strings.TrimSpace(v))
 		}
 	}
 	switch {
 	case len(cls) > 0 && len(tes) > 0:
-		return false
-	case upgrade || strings.HasPrefix(reqLine, "CONNECT "):
-		c.state = gsOff // the connection may stop being HTTP/1
-	case len(tes) > 0:
-		if len(tes) != 1 || !strings.EqualFold(tes[0], "chunked") {
-			c.state = gsOff // net/http refuses it (501/400)
-			return true
-		}
-		c.state = gsChunkSize
-	case len(cls) > 0:
-		n, err := strconv.ParseInt(cls[0], 10, 64)
-		for _, v := range cls[1:] {
-			if v != cls[0] {
-				err = errors.New("differing Content-Length")
-			}
-		}
-		switch {
-		case err != nil || n < 0:
-			c.state = gsOff // net/http refuses it
-		case n == 0:
-			c.state = gsHead
-		default:
-			c.state, c.remain = gsBody, n
-		}
-	default:
-		c.state = gsHead
+		return "the request has both Content-Length and Transfer-Encoding (RFC 9112 section 6.3: a request smuggling pattern): send one of them"
+	case len(cls) > 1:
+		return "the request has more than one Content-Length (RFC 9112 section 6.3): send one"
+	case len(tes) > 1:
+		return "the request has more than one Transfer-Encoding field: send one, Transfer-Encoding: chunked"
+	case len(tes) == 1 && !strings.EqualFold(tes[0], "chunked"):
+		return "Transfer-Encoding " + quoteForMessage(tes[0]) + " is not supported: send Transfer-Encoding: chunked or a Content-Length"
+	case len(tes) == 1 && !req.ProtoAtLeast(1, 1):
+		return "Transfer-Encoding on an HTTP/1.0 request (RFC 9112 section 6.1: ambiguous framing): send a Content-Length"
 	}
-	return true
+	return ""
+}
+
+// quoteForMessage quotes a header value for an error message, cut short.
+func quoteForMessage(v string) string {
+	if len(v) > 64 {
+		v = v[:64] + "..."
+	}
+	return "\"" + strings.ToValidUTF8(v, "?") + "\""
 }
 
 type guardKey struct{}
@@ -310,15 +453,27 @@ func guardContext(ctx context.Context, c net.Conn) context.Context {
 	return ctx
 }
 
+// guardConnState ends the inspection of a hijacked connection
+// (http.Server.ConnState): it no longer carries HTTP/1 requests.
+func guardConnState(c net.Conn, st http.ConnState) {
+	if g, ok := c.(*guardConn); ok && st == http.StateHijacked {
+		g.stopInspecting()
+	}
+}
+
 // rejectSmuggled answers the synthetic request of a guard that rejected a
 // request with 400; everything else goes on to h.
 func (s *Server) rejectSmuggled(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == smuggledPath {
 			if g, ok := r.Context().Value(guardKey{}).(*guardConn); ok && g.rejected.Load() {
+				g.mu.Lock()
+				reason := g.reason
+				g.mu.Unlock()
+				s.metrics.rejected.WithLabelValues("smuggling").Inc()
 				w.Header().Set("Connection", "close")
 				s.writeStatus(w, r, http.StatusBadRequest, status.Error(codes.InvalidArgument,
-					"the request has both Content-Length and Transfer-Encoding (RFC 9112 section 6.3: a request smuggling pattern): send one of them; the connection is closed"))
+					"ambiguous request framing: "+reason+"; the connection is closed"))
 				return
 			}
 		}

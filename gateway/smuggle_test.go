@@ -2,20 +2,31 @@ package gateway_test
 
 import (
 	"bufio"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pipestream/gateway/gateway"
 )
 
 // rawPipeline writes reqs back to back on one TCP connection (pipelining)
 // and reads the responses until the server closes it.
 func rawPipeline(t *testing.T, addr string, reqs ...string) (codes []int, bodies []string) {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
+	return pipelineOn(t, func() (net.Conn, error) { return net.Dial("tcp", addr) }, reqs...)
+}
+
+// pipelineOn is rawPipeline over a connection from dial (TCP or TLS).
+func pipelineOn(t *testing.T, dial func() (net.Conn, error), reqs ...string) (codes []int, bodies []string) {
+	t.Helper()
+	c, err := dial()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,4 +94,151 @@ func (f *fakeBridge) submitted() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.docs)
+}
+
+// TestSmugglingGuardEveryState: ambiguous framing answers 400 and closes
+// the connection in every connection state, on plaintext and on TLS:
+// alone, after a request with an Upgrade header that was not upgraded,
+// after an HTTP/1.0 keep-alive request, after a chunked request (the two
+// bypasses of issue 11 and their relatives). Each kind of ambiguity is
+// refused: Content-Length with Transfer-Encoding (either order), two
+// Content-Length (equal or not), Transfer-Encoding other than chunked or
+// repeated, Transfer-Encoding on HTTP/1.0, obs-fold. No smuggled request
+// reaches the API.
+func TestSmugglingGuardEveryState(t *testing.T) {
+	dir := t.TempDir()
+	ca := newTestCA(t)
+	certFile, keyFile := ca.issue(t, dir)
+	caFile := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(caFile, ca.pem, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tc, err := gateway.ServerTLSFiles(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientTLS, err := gateway.ClientTLS(caFile, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := start(t, nil)
+	secure := start(t, func(c *gateway.Config) { c.GRPCTLS, c.HTTPTLS, c.InternalDialTLS = tc.GRPC, tc.HTTP, tc.InternalDial })
+
+	doc := `{"content":"aGVsbG8="}`
+	chunkedBody := fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(doc), doc)
+	post := "POST /v1/documents HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+	bad := map[string]string{
+		"CL+TE":          post + "Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n" + chunkedBody,
+		"TE+CL":          post + "Transfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n" + chunkedBody,
+		"two equal CL":   post + fmt.Sprintf("Content-Length: %d\r\nContent-Length: %d\r\n\r\n", len(doc), len(doc)) + doc,
+		"TE gzip":        post + "Transfer-Encoding: gzip\r\n\r\n" + chunkedBody,
+		"two TE":         post + "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n" + chunkedBody,
+		"TE on HTTP/1.0": "POST /v1/documents HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" + chunkedBody,
+		"obs-fold CL":    post + fmt.Sprintf("X-Note: a\r\n Content-Length: 4\r\nContent-Length: %d\r\n\r\n", len(doc)) + doc,
+	}
+	before := map[string]string{
+		"alone":                "",
+		"after Upgrade":        "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n",
+		"after Upgrade ws":     "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+		"after 1.0 keep-alive": "GET /healthz HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\n\r\n",
+		"after chunked":        post + "Transfer-Encoding: chunked\r\n\r\n" + chunkedBody,
+	}
+	for _, tr := range []struct {
+		name string
+		h    *harness
+		dial func() (net.Conn, error)
+	}{
+		{"plaintext", plain, func() (net.Conn, error) { return net.Dial("tcp", plain.srv.HTTPAddr()) }},
+		{"TLS", secure, func() (net.Conn, error) { return tls.Dial("tcp", secure.srv.HTTPAddr(), clientTLS) }},
+	} {
+		for bname, first := range before {
+			for kind, req := range bad {
+				n0 := tr.h.fake.submitted()
+				reqs := []string{req, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"}
+				if first != "" {
+					reqs = append([]string{first}, reqs...)
+				}
+				codes, bodies := pipelineOn(t, tr.dial, reqs...)
+				want := 1
+				if first != "" {
+					want = 2
+				}
+				// net/http's parser itself refuses a Transfer-Encoding
+				// other than one "chunked" (501, connection closed); the
+				// guard refuses the rest (400).
+				wantCode := 400
+				if kind == "TE gzip" || kind == "two TE" {
+					wantCode = 501
+				}
+				if len(codes) != want || codes[want-1] != wantCode || (want == 2 && codes[0] != 200) {
+					t.Errorf("%s, %s, %s: answered %v %q; want the ambiguous request %d and the connection closed", tr.name, bname, kind, codes, bodies, wantCode)
+					continue
+				}
+				if wantCode == 400 && !strings.Contains(bodies[want-1], "ambiguous request framing") {
+					t.Errorf("%s, %s, %s: 400 body %q does not name the cause", tr.name, bname, kind, bodies[want-1])
+				}
+				wantSubmitted := 0
+				if bname == "after chunked" {
+					wantSubmitted = 1
+				}
+				if n := tr.h.fake.submitted() - n0; n != wantSubmitted {
+					t.Errorf("%s, %s, %s: %d documents submitted, want %d", tr.name, bname, kind, n, wantSubmitted)
+				}
+			}
+		}
+	}
+}
+
+// TestGuardPassesWellFormedTraffic: keep-alive requests of every framing
+// (Content-Length, chunked with trailers, HTTP/1.0 keep-alive, bodies
+// holding header-like text) are served one after the other on one
+// connection, plaintext and TLS.
+func TestGuardPassesWellFormedTraffic(t *testing.T) {
+	h := start(t, nil)
+	doc := `{"content":"aGVsbG8=","displayName":"Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n"}`
+	post := "POST /v1/documents HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+	reqs := []string{
+		post + fmt.Sprintf("Content-Length: %d\r\n\r\n%s", len(doc), doc),
+		post + "Transfer-Encoding: chunked\r\nTrailer: X-T\r\n\r\n" + fmt.Sprintf("%x\r\n%s\r\n0\r\nX-T: 1\r\n\r\n", len(doc), doc),
+		"GET /healthz HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\n\r\n",
+		"GET /healthz HTTP/1.1\r\nHost: x\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n",
+		"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+	}
+	codes, bodies := rawPipeline(t, strings.TrimPrefix(h.base, "http://"), reqs...)
+	if len(codes) != len(reqs) {
+		t.Fatalf("answered %v %q, want %d answers", codes, bodies, len(reqs))
+	}
+	for i, c := range codes {
+		if c != 200 {
+			t.Errorf("request %d: HTTP %d %s", i, c, bodies[i])
+		}
+	}
+}
+
+// TestGuardTLSSilentClientCut: on the TLS listener (guarded above TLS) a
+// client that connects and never starts the handshake is cut at
+// ReadHeaderTimeout, like a plaintext slowloris.
+func TestGuardTLSSilentClientCut(t *testing.T) {
+	dir := t.TempDir()
+	ca := newTestCA(t)
+	certFile, keyFile := ca.issue(t, dir)
+	tc, err := gateway.ServerTLSFiles(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, func(c *gateway.Config) {
+		c.GRPCTLS, c.HTTPTLS, c.InternalDialTLS = tc.GRPC, tc.HTTP, tc.InternalDial
+		c.ReadHeaderTimeout = 500 * time.Millisecond
+	})
+	c, err := net.Dial("tcp", h.srv.HTTPAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	c.SetReadDeadline(start.Add(10 * time.Second))
+	_, err = io.ReadAll(c)
+	if took := time.Since(start); err != nil || took > 3*time.Second {
+		t.Errorf("silent TLS client: closed after %v (%v), want about 500ms", took, err)
+	}
 }

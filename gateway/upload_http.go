@@ -41,6 +41,20 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
 		s.writeStatus(w, r, http.StatusRequestEntityTooLarge, tooLarge(limit))
 		return
 	}
+	// Admission before the body: a tenant at its upload cap or out of
+	// rate gets its 429 now, not after a chunk of the body was read; the
+	// disk check likewise. The connection is closed, not drained.
+	tenant, _ := tenantFrom(r.Context())
+	if err := s.limits.wouldRefuse(uploadMethod, tenant); err != nil {
+		w.Header().Set("Connection", "close")
+		runtime.HTTPError(r.Context(), s.gwMux, outbound, w, r, err)
+		return
+	}
+	if err := s.admitDocument(); err != nil {
+		w.Header().Set("Connection", "close")
+		runtime.HTTPError(r.Context(), s.gwMux, outbound, w, r, err)
+		return
+	}
 
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
@@ -61,7 +75,8 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
 	}
 
 	sendErr := stream.Send(&gatewayv1.UploadDocumentRequest{Options: opts})
-	body := &idleReader{r: http.MaxBytesReader(w, r.Body, limit), rc: http.NewResponseController(w), idle: s.cfg.UploadIdleTimeout}
+	body := &rateReader{r: http.MaxBytesReader(w, r.Body, limit), rc: http.NewResponseController(w),
+		idle: s.cfg.UploadIdleTimeout, grace: s.rateGrace(), minRate: s.cfg.MinBodyRate}
 	buf := make([]byte, uploadChunkBytes)
 	for sendErr == nil {
 		n, rerr := io.ReadFull(body, buf)
@@ -80,9 +95,14 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			if errors.Is(rerr, os.ErrDeadlineExceeded) {
-				s.log.Warn("upload body stalled; cut", "idle_timeout", s.cfg.UploadIdleTimeout, "remote", r.RemoteAddr)
+				s.log.Warn("upload body stalled or too slow; cut", "idle_timeout", s.cfg.UploadIdleTimeout,
+					"min_body_rate", s.cfg.MinBodyRate, "bytes", body.n, "remote", r.RemoteAddr)
 				w.Header().Set("Connection", "close")
-				s.writeStatus(w, r, http.StatusRequestTimeout, uploadStalled(s.cfg.UploadIdleTimeout))
+				cause := uploadStalled(s.cfg.UploadIdleTimeout)
+				if body.slow {
+					cause = uploadTooSlow(s.cfg.MinBodyRate, s.rateGrace())
+				}
+				s.writeStatus(w, r, http.StatusRequestTimeout, cause)
 				return
 			}
 			fail(status.Errorf(codes.InvalidArgument, "reading the request body failed: %v; resend the upload", rerr))
@@ -102,22 +122,6 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx = runtime.NewServerMetadataContext(ctx, runtime.ServerMetadata{HeaderMD: header, TrailerMD: trailer})
 	runtime.ForwardResponseMessage(ctx, s.gwMux, outbound, w, r, doc)
-}
-
-// idleReader arms a read deadline of idle before every Read of an upload
-// body, so a client that stops sending is cut after idle even though the
-// body as a whole may take hours (no overall timeout: large uploads are
-// legitimate). Where the connection cannot take deadlines (a wrapped
-// ResponseWriter), reads go on without one.
-type idleReader struct {
-	r    io.Reader
-	rc   *http.ResponseController
-	idle time.Duration
-}
-
-func (ir *idleReader) Read(p []byte) (int, error) {
-	_ = ir.rc.SetReadDeadline(time.Now().Add(ir.idle))
-	return ir.r.Read(p)
 }
 
 // uploadStalled is the error of an upload whose body stopped arriving.

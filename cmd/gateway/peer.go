@@ -66,6 +66,11 @@ func runPeer(args []string) int {
 	if err != nil {
 		return fail(os.Stderr, "peer", fmt.Errorf("--framing: %w", err))
 	}
+	lock, err := lockDataDir(*dataDir, "--data-dir")
+	if err != nil {
+		return fail(os.Stderr, "peer", err)
+	}
+	defer lock.release()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	srv, err := peer.Start(peer.Options{

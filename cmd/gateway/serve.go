@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -65,10 +66,17 @@ func runServe(args []string) int {
 	rateBurst := fs.Uint("rate-burst", "GATEWAY_RATE_BURST", gateway.DefaultRateBurst, "burst of requests per tenant above --rate-limit")
 	maxUploads := fs.Uint("max-uploads-per-tenant", "GATEWAY_MAX_UPLOADS_PER_TENANT", gateway.DefaultMaxUploadsPerTenant, "concurrent uploads per tenant (0: unlimited)")
 	maxSubs := fs.Uint("max-subscribers-per-tenant", "GATEWAY_MAX_SUBSCRIBERS_PER_TENANT", gateway.DefaultMaxSubscribersPerTenant, "concurrent event streams (subscribe, watch, WebSocket) per tenant (0: unlimited)")
+	maxDownloads := fs.Uint("max-downloads-per-tenant", "GATEWAY_MAX_DOWNLOADS_PER_TENANT", gateway.DefaultMaxDownloadsPerTenant, "concurrent result downloads (REST and gRPC) per tenant (0: unlimited)")
+	maxClientIDs := fs.Uint("max-client-ids-per-tenant", "GATEWAY_MAX_CLIENT_IDS_PER_TENANT", gateway.DefaultMaxClientIDsPerTenant, "X-Client-Id values per tenant tracked for event retention at once; more are tracked by address (0: unbounded)")
 	uploadIdle := fs.Duration("upload-idle-timeout", "GATEWAY_UPLOAD_IDLE_TIMEOUT", gateway.DefaultUploadIdleTimeout, "cut an upload whose body sends nothing for this long")
 	streamWrite := fs.Duration("stream-write-timeout", "GATEWAY_STREAM_WRITE_TIMEOUT", gateway.DefaultStreamWriteTimeout, "cut a streaming client (gRPC stream, REST response, WebSocket) that takes nothing of a pending message for this long")
 	keepaliveTime := fs.Duration("grpc-keepalive-time", "GATEWAY_GRPC_KEEPALIVE_TIME", gateway.DefaultGRPCKeepaliveTime, "ping gRPC connections idle for this long")
 	keepaliveTimeout := fs.Duration("grpc-keepalive-timeout", "GATEWAY_GRPC_KEEPALIVE_TIMEOUT", gateway.DefaultGRPCKeepaliveTimeout, "close a gRPC connection whose keepalive ping is not answered within this")
+	jsonBodyTimeout := fs.Duration("json-body-timeout", "GATEWAY_JSON_BODY_TIMEOUT", gateway.DefaultJSONBodyTimeout, "a JSON request body may send nothing for this long, and must average --min-body-rate after it")
+	minBodyRate := fs.Int64("min-body-rate", "GATEWAY_MIN_BODY_RATE", gateway.DefaultMinBodyRate, "slowest average upload body rate in bytes/s after the first 10 s (0: off)")
+	maxConnsPerIP := fs.Uint("max-conns-per-ip", "GATEWAY_MAX_CONNS_PER_IP", gateway.DefaultMaxConnsPerIP, "open connections per client IP address over both listeners (0: unlimited)")
+	maxConns := fs.Uint("max-conns", "GATEWAY_MAX_CONNS", 0, "open client connections in total over both listeners (0: the file descriptor limit less 256)")
+	minFreeDisk := fs.Int64("min-free-disk", "GATEWAY_MIN_FREE_DISK", gateway.DefaultMinFreeDiskBytes, "below this much free space in --data-dir, /healthz reports low disk and new documents get 503 DISK_FULL (0: off)")
 	readHeader := fs.Duration("read-header-timeout", "GATEWAY_READ_HEADER_TIMEOUT", gateway.DefaultReadHeaderTimeout, "time an HTTP client has to send its request headers")
 	idleTimeout := fs.Duration("idle-timeout", "GATEWAY_IDLE_TIMEOUT", gateway.DefaultIdleTimeout, "close idle HTTP keep-alive connections after this long")
 	inline := fs.Int64("inline-threshold", "GATEWAY_INLINE_THRESHOLD", 1<<20, "documents up to this size without a split strategy are sent whole")
@@ -92,6 +100,15 @@ func runServe(args []string) int {
 	if err != nil {
 		return fail(os.Stderr, "serve", err)
 	}
+
+	// The data dir's lock comes before anything in it is touched (the
+	// bridge cleans the upload spool at start): a second gateway on the
+	// same dir exits here, naming the holder.
+	lock, err := lockDataDir(*dataDir, "--data-dir")
+	if err != nil {
+		return fail(os.Stderr, "serve", err)
+	}
+	defer lock.release()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -118,37 +135,27 @@ func runServe(args []string) int {
 		RateBurst:               int(*rateBurst),
 		MaxUploadsPerTenant:     int(orUnlimited(float64(*maxUploads))),
 		MaxSubscribersPerTenant: int(orUnlimited(float64(*maxSubs))),
+		MaxDownloadsPerTenant:   int(orUnlimited(float64(*maxDownloads))),
+		MaxClientIDsPerTenant:   int(orUnlimited(float64(*maxClientIDs))),
 		UploadIdleTimeout:       *uploadIdle,
 		StreamWriteTimeout:      *streamWrite,
 		GRPCKeepaliveTime:       *keepaliveTime,
 		GRPCKeepaliveTimeout:    *keepaliveTimeout,
 		ReadHeaderTimeout:       *readHeader,
+		JSONBodyTimeout:         *jsonBodyTimeout,
+		DataDir:                 *dataDir,
+		MinFreeDiskBytes:        int64(orUnlimited(float64(*minFreeDisk))),
+		MinBodyRate:             int64(orUnlimited(float64(*minBodyRate))),
+		MaxConnsPerIP:           int(orUnlimited(float64(*maxConnsPerIP))),
+		MaxConns:                int(min(*maxConns, 1<<24)),
 		IdleTimeout:             *idleTimeout,
 	}
 	if *authTokens != "" {
-		tf, err := gateway.LoadTokenFile(*authTokens, log.With("component", "auth"))
+		tf, err := loadTokens(ctx, *authTokens, log)
 		if err != nil {
-			return fail(os.Stderr, "serve", fmt.Errorf("--auth-tokens: %w", err))
-		}
-		if tf.Len() == 0 {
-			log.Warn("the token file has no entries: every API call will be refused until lines from 'gateway hash-token' are added", "path", *authTokens)
+			return fail(os.Stderr, "serve", err)
 		}
 		gcfg.Authenticator = tf
-		go tf.Watch(ctx, gateway.DefaultTokenPollInterval)
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
-		defer signal.Stop(hup)
-		go func() {
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-hup:
-					_ = tf.Reload()
-				}
-			}
-		}()
-		log.Info("bearer token authentication on", "tokens", tf.Len(), "file", *authTokens)
 	}
 	if *tlsCert != "" || *tlsKey != "" {
 		tc, err := gateway.ServerTLSFiles(*tlsCert, *tlsKey)
@@ -180,51 +187,15 @@ func runServe(args []string) int {
 	if err := peerModes(&bopts, *peerFraming, *peerProfile); err != nil {
 		return fail(os.Stderr, "serve", err)
 	}
-	if (*peerCert == "") != (*peerKey == "") {
-		return fail(os.Stderr, "serve", errors.New("set both --peer-cert and --peer-key, or neither"))
+	if err := readPeerClientCert(&bopts, *peerCert, *peerKey); err != nil {
+		return fail(os.Stderr, "serve", err)
 	}
-	if *peerCert != "" {
-		if bopts.PeerClientCertPEM, err = os.ReadFile(*peerCert); err != nil {
-			return fail(os.Stderr, "serve", fmt.Errorf("read --peer-cert: %w", err))
-		}
-		if bopts.PeerClientKeyPEM, err = os.ReadFile(*peerKey); err != nil {
-			return fail(os.Stderr, "serve", fmt.Errorf("read --peer-key: %w", err))
-		}
+	if *peerAddr == "" && (*peerCA != "" || *peerName != "" || *peerCert != "") {
+		return fail(os.Stderr, "serve", errors.New("--peer-ca, --peer-server-name and --peer-cert need --peer (the embedded peer is pinned and loopback-only)"))
 	}
-	var embedded *peer.Server
-	if *peerAddr == "" {
-		if *peerCA != "" || *peerName != "" || *peerCert != "" {
-			return fail(os.Stderr, "serve", errors.New("--peer-ca, --peer-server-name and --peer-cert need --peer (the embedded peer is pinned and loopback-only)"))
-		}
-		embedded, err = peer.Start(peer.Options{
-			ListenAddr: "127.0.0.1:0",
-			DataDir:    filepath.Join(*dataDir, "peer"),
-			Logger:     log.With("component", "peer"),
-			Offer:      ptr(peer.DefaultOffer(*preferPB)),
-		})
-		if err != nil {
-			return fail(os.Stderr, "serve", fmt.Errorf("start embedded peer: %w", err))
-		}
-		bopts.PeerAddr = embedded.Addr().String()
-		bopts.PeerCAPEM = embedded.CertPEM()
-		log.Info("embedded peer listening (QUIC, certificate pinned)", "addr", bopts.PeerAddr)
-	} else {
-		if *peerCA == "" {
-			return fail(os.Stderr, "serve", errors.New("--peer needs --peer-ca FILE: the PEM CA or certificate that verifies the peer"))
-		}
-		if bopts.PeerCAPEM, err = os.ReadFile(*peerCA); err != nil {
-			return fail(os.Stderr, "serve", fmt.Errorf("read --peer-ca: %w", err))
-		}
-	}
-	stopPeer := func() {
-		if embedded == nil {
-			return
-		}
-		pctx, cancel := context.WithTimeout(context.Background(), *shutdown)
-		defer cancel()
-		if err := embedded.Shutdown(pctx); err != nil {
-			log.Warn("embedded peer shutdown", "error", err)
-		}
+	stopPeer, err := connectPeer(&bopts, *peerCA, *preferPB, *shutdown, log)
+	if err != nil {
+		return fail(os.Stderr, "serve", err)
 	}
 
 	b, err := bridge.New(ctx, bopts)
@@ -275,5 +246,93 @@ func peerModes(o *bridge.Options, framing, profile string) error {
 		return fmt.Errorf("--peer-profile: %w", err)
 	}
 	o.PeerFraming, o.PeerProfile = f, p
+	return nil
+}
+
+// loadTokens loads the token file, reloads it when it changes (polled)
+// and on SIGHUP until ctx ends.
+func loadTokens(ctx context.Context, path string, log *slog.Logger) (*gateway.TokenFile, error) {
+	tf, err := gateway.LoadTokenFile(path, log.With("component", "auth"))
+	if err != nil {
+		return nil, fmt.Errorf("--auth-tokens: %w", err)
+	}
+	if tf.Len() == 0 {
+		log.Warn("the token file has no entries: every API call will be refused until lines from 'gateway hash-token' are added", "path", path)
+	}
+	go tf.Watch(ctx, gateway.DefaultTokenPollInterval)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				_ = tf.Reload()
+			}
+		}
+	}()
+	log.Info("bearer token authentication on", "tokens", tf.Len(), "file", path)
+	return tf, nil
+}
+
+// connectPeer fills the peer fields of bopts: with bopts.PeerAddr set, the
+// CA of peerCA; otherwise it locks <data-dir>/peer and starts the embedded
+// peer there, pinned. stop shuts the embedded peer down (a no-op for an
+// external one).
+func connectPeer(bopts *bridge.Options, peerCA string, preferPB bool, shutdown time.Duration, log *slog.Logger) (stop func(), err error) {
+	if bopts.PeerAddr != "" {
+		if peerCA == "" {
+			return nil, errors.New("--peer needs --peer-ca FILE: the PEM CA or certificate that verifies the peer")
+		}
+		if bopts.PeerCAPEM, err = os.ReadFile(peerCA); err != nil {
+			return nil, fmt.Errorf("read --peer-ca: %w", err)
+		}
+		return func() {}, nil
+	}
+	dir := filepath.Join(bopts.DataDir, "peer")
+	lock, err := lockDataDir(dir, "embedded peer --data-dir")
+	if err != nil {
+		return nil, err
+	}
+	embedded, err := peer.Start(peer.Options{
+		ListenAddr: "127.0.0.1:0",
+		DataDir:    dir,
+		Logger:     log.With("component", "peer"),
+		Offer:      ptr(peer.DefaultOffer(preferPB)),
+	})
+	if err != nil {
+		lock.release()
+		return nil, fmt.Errorf("start embedded peer: %w", err)
+	}
+	bopts.PeerAddr = embedded.Addr().String()
+	bopts.PeerCAPEM = embedded.CertPEM()
+	log.Info("embedded peer listening (QUIC, certificate pinned)", "addr", bopts.PeerAddr)
+	return func() {
+		defer lock.release()
+		pctx, cancel := context.WithTimeout(context.Background(), shutdown)
+		defer cancel()
+		if err := embedded.Shutdown(pctx); err != nil {
+			log.Warn("embedded peer shutdown", "error", err)
+		}
+	}, nil
+}
+
+// readPeerClientCert loads the client certificate presented to the peer
+// (mutual TLS), if any.
+func readPeerClientCert(bopts *bridge.Options, certFile, keyFile string) (err error) {
+	if (certFile == "") != (keyFile == "") {
+		return errors.New("set both --peer-cert and --peer-key, or neither")
+	}
+	if certFile == "" {
+		return nil
+	}
+	if bopts.PeerClientCertPEM, err = os.ReadFile(certFile); err != nil {
+		return fmt.Errorf("read --peer-cert: %w", err)
+	}
+	if bopts.PeerClientKeyPEM, err = os.ReadFile(keyFile); err != nil {
+		return fmt.Errorf("read --peer-key: %w", err)
+	}
 	return nil
 }

@@ -87,6 +87,7 @@ func (g *gatewayProc) start(ctx context.Context, o Options) error {
 	args := append(append([]string{}, o.ServeCommand[1:]...),
 		"--grpc-addr", ga, "--http-addr", ha, "--data-dir", filepath.Join(dir, "data"),
 		"--rate-limit", "0", "--max-uploads-per-tenant", "0", "--max-subscribers-per-tenant", "0",
+		"--max-conns-per-ip", "0", "--max-downloads-per-tenant", "0",
 		"--max-concurrent-streams", strconv.Itoa(max(4096, 2*o.Subscribers)),
 		"--max-upload-bytes", strconv.FormatInt(maxUpload, 10), "--log-level", "warn")
 	if o.PprofAddr != "" {
