@@ -199,13 +199,14 @@ func (b *Bridge) dial(ctx context.Context) (*sessState, error) {
 		lastDehyd: map[uint32]parentRef{}, waiters: map[entKey]chan wire.Status{}}
 	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
-	framing, offer := b.dialConfig()
+	framing := b.dialFraming()
 	s, err := quicpeer.Dial(dctx, b.opts.PeerAddr, quicpeer.Config{
 		TLS:     b.tls.Clone(),
-		Offer:   offer,
+		Offer:   b.offer(),
 		Handler: &handler{b: b, ss: ss},
 		Logger:  b.log,
 		Framing: framing,
+		Profile: b.opts.PeerProfile != ProfileOff,
 	})
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -94,29 +94,14 @@ func (b *Bridge) Peers() []PeerStatus {
 	return []PeerStatus{p}
 }
 
-func framingName(f quicpeer.Framing) string {
-	switch f {
-	case quicpeer.FramingDraft02:
-		return "draft-02"
-	case quicpeer.FramingDraft04:
-		return "draft-04"
-	}
-	return "auto"
-}
+func framingName(f quicpeer.Framing) string { return f.String() }
 
-// dialConfig is the framing and offer of the next dial: the configured
-// framing, or under auto what the peer has shown; the profile discovery
-// member unless the profile is off.
-func (b *Bridge) dialConfig() (quicpeer.Framing, wire.Capabilities) {
+// dialFraming is the framing of the next dial: the configured framing, or
+// under auto what the peer has shown.
+func (b *Bridge) dialFraming() quicpeer.Framing {
 	b.mu.Lock()
-	f := b.peer.framing
-	b.mu.Unlock()
-	o := b.offer()
-	if b.opts.PeerProfile != ProfileOff {
-		one := uint64(1)
-		o.Profile = &one
-	}
-	return f, o
+	defer b.mu.Unlock()
+	return b.peer.framing
 }
 
 // noteDialLocked records a dial's outcome. Under auto framing a refused

@@ -22,7 +22,7 @@ import (
 // newPlainEnv starts a scripted peer without the profile and a bridge on it.
 func newPlainEnv(t *testing.T, o func(*bridge.Options)) (*scripted, *bridge.Bridge) {
 	t.Helper()
-	p := startScriptedOffer(t, false, wire.Capabilities{Layer0Core: true, Layer1Recursive: true, Layer2Resilience: true})
+	p := startScriptedOffer(t, false, wire.Capabilities{Layer0Core: true, Layer1Recursive: true, Layer2Resilience: true}, false)
 	opts := bridge.Options{DataDir: t.TempDir(), PeerAddr: p.ln.Addr().String(), PeerCAPEM: p.certPEM,
 		PeerServerName: "localhost", Logger: quietLogger()}
 	if o != nil {
@@ -167,7 +167,7 @@ func TestPlainStallTimesOut(t *testing.T) {
 func TestPeerWaitBound(t *testing.T) {
 	_, pemCert := selfSigned(t)
 	b, err := bridge.New(context.Background(), bridge.Options{DataDir: t.TempDir(), PeerAddr: "127.0.0.1:9",
-		PeerCAPEM: pemCert, PeerServerName: "localhost", Logger: quietLogger(), PeerWait: 2 * time.Second})
+		PeerCAPEM: pemCert, PeerServerName: "localhost", Logger: quietLogger(), PeerWait: 4 * time.Second})
 	must(t, err)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -63,12 +63,13 @@ func selfSigned(t *testing.T) (tls.Certificate, []byte) {
 }
 
 func startScripted(t *testing.T, protobuf bool) *scripted {
-	one := uint64(1) // the scripted peer speaks the profile (docs/profile.md 1.1)
-	return startScriptedOffer(t, protobuf, wire.Capabilities{Layer0Core: true, Layer1Recursive: true, Layer2Resilience: true, Profile: &one})
+	// The scripted peer speaks the profile (docs/profile.md 1.1).
+	return startScriptedOffer(t, protobuf, wire.Capabilities{Layer0Core: true, Layer1Recursive: true, Layer2Resilience: true}, true)
 }
 
-// startScriptedOffer starts a scripted peer that offers offer.
-func startScriptedOffer(t *testing.T, protobuf bool, offer wire.Capabilities) *scripted {
+// startScriptedOffer starts a scripted peer that offers offer, and the
+// profile when profile is set.
+func startScriptedOffer(t *testing.T, protobuf bool, offer wire.Capabilities, profile bool) *scripted {
 	t.Helper()
 	cert, pemCert := selfSigned(t)
 	p := &scripted{t: t, certPEM: pemCert, arrived: make(chan arrival, 16), abortCode: map[string]wire.ErrorCode{}}
@@ -77,7 +78,7 @@ func startScriptedOffer(t *testing.T, protobuf bool, offer wire.Capabilities) *s
 		offer.SerializationFormat = &f
 	}
 	ln, err := quicpeer.Listen("127.0.0.1:0", quicpeer.Config{TLS: &tls.Config{Certificates: []tls.Certificate{cert}},
-		Offer: offer, Handler: p, Logger: quietLogger()})
+		Offer: offer, Handler: p, Logger: quietLogger(), Profile: profile})
 	if err != nil {
 		t.Fatal(err)
 	}

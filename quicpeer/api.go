@@ -21,6 +21,12 @@ import (
 // ALPN is the draft-02 ALPN identifier (Section 11.1).
 const ALPN = "pipestream/1"
 
+// ALPNProfile is offered ahead of ALPN by an endpoint that speaks this
+// project's profile (Config.Profile, docs/profile.md 1.1): a server that
+// knows it selects it, any other selects ALPN (RFC 7301), so offering it
+// cannot break a peer. The wire is pipestream/1 either way.
+const ALPNProfile = "pipestream-profile/1"
+
 // Role of the endpoint on a connection.
 type Role int
 
@@ -65,6 +71,10 @@ type Config struct {
 	// draft-04 (docs/profile.md 1.2). Added for interoperability
 	// (additive).
 	Framing Framing
+	// Profile offers this project's profile through ALPN (ALPNProfile);
+	// Negotiated.Profile says whether the other end selected it. Never
+	// under FramingDraft04. Additive.
+	Profile bool
 }
 
 // Limits are the Resource Exhaustion limits (Section 10.3) plus local caps.
@@ -101,8 +111,8 @@ type Negotiated struct {
 	MaxPerScope uint64
 	Keepalive   time.Duration
 	PeerOffer   wire.Capabilities
-	// Profile: both ends offered the profile discovery member
-	// (wire.Capabilities.Profile, docs/profile.md 1.1). Additive.
+	// Profile: both ends offered the profile (ALPN ALPNProfile was
+	// selected, docs/profile.md 1.1). Additive.
 	Profile bool
 }
 

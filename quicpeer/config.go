@@ -63,6 +63,9 @@ func resolve(cfg Config) (*resolved, error) {
 		return nil, err
 	}
 	cfg.TLS = t
+	if cfg.Profile && cfg.Framing != FramingDraft04 {
+		t.NextProtos = []string{ALPNProfile, ALPN}
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -111,14 +114,16 @@ func negotiate(local, peer wire.Capabilities) Negotiated {
 		MaxPerScope: w.MaxEntitiesPerScope,
 		Keepalive:   time.Duration(ka) * time.Millisecond,
 		PeerOffer:   peer,
-		Profile:     local.Profile != nil && peer.Profile != nil && *local.Profile >= 1 && *peer.Profile >= 1,
 	}
 }
 
 // clientOffer is what a client sends: under draft-04 exactly the six Layer
-// 0 members (the reference's CAPABILITIES map is closed).
+// 0 members (the reference's CAPABILITIES map is closed), and under auto
+// too whenever nothing is lost by it (the other members are the draft
+// defaults), so that a first contact with a draft-04 peer succeeds and its
+// framing can be detected on receipt.
 func clientOffer(cfg *resolved) wire.Capabilities {
-	if cfg.Framing == FramingDraft04 {
+	if cfg.Framing == FramingDraft04 || (cfg.Framing == FramingAuto && wire.Layer0Lossless(&cfg.offer)) {
 		return wire.Layer0Only(cfg.offer)
 	}
 	return cfg.offer
@@ -128,16 +133,11 @@ func clientOffer(cfg *resolved) wire.Capabilities {
 // exactly the six Layer 0 members to a draft-04 client, or to any client
 // that sent only those when nothing is lost by it (a draft-04 client in
 // auto mode looks like that; a draft-02 client takes absent members as the
-// defaults); the profile member only when the client offered it
-// (docs/profile.md 1.1).
+// defaults).
 func serverReply(cfg *resolved, c *wire.Capabilities) wire.Capabilities {
 	six := wire.OnlyLayer0Members(c) && wire.Layer0Lossless(&cfg.offer)
 	if cfg.Framing == FramingDraft04 || (cfg.Framing == FramingAuto && six) {
 		return wire.Layer0Only(cfg.offer)
 	}
-	r := cfg.offer
-	if c.Profile == nil {
-		r.Profile = nil
-	}
-	return r
+	return cfg.offer
 }

@@ -31,6 +31,16 @@ const (
 	FramingDraft04
 )
 
+func (f Framing) String() string {
+	switch f {
+	case FramingDraft02:
+		return "draft-02"
+	case FramingDraft04:
+		return "draft-04"
+	}
+	return "auto"
+}
+
 // framing state of a session: undecided until configured or detected.
 const (
 	framingUndecided uint32 = iota
@@ -96,8 +106,35 @@ func (s *session) noteDetectedFraming() {
 		s.framing.Store(framingState(f))
 	}
 	s.log.Debug("framing detected", "framing", f.String())
-	if f == wire.FramingDraft04 && s.role == RoleServer {
+	if s.role == RoleServer {
+		// The reference server's heartbeat after CAPABILITIES; it also
+		// shows a FramingAuto client this server's framing at once.
 		_ = s.sendHeartbeat()
+	}
+}
+
+// settleClientFraming decides a FramingAuto client's framing before it
+// sends any fixed frame (a draft-04 server would read a draft-02 STATUS's
+// second octet as a Length and close): a server that selected ALPNProfile
+// is this project's peer, which answers in the client's framing, so
+// draft-02; otherwise the client waits up to framingWait for the
+// server's first STATUS (the reference server sends a heartbeat right
+// after CAPABILITIES), and without one takes the server for draft-02.
+func (s *session) settleClientFraming() {
+	if s.framing.Load() != framingUndecided {
+		return
+	}
+	if s.negotiated.Profile {
+		s.decideFraming(wire.FramingDraft02)
+		return
+	}
+	t := time.NewTimer(framingWait)
+	defer t.Stop()
+	select {
+	case <-s.framingSet:
+	case <-t.C:
+		s.decideFraming(wire.FramingDraft02)
+	case <-s.ctx.Done():
 	}
 }
 

@@ -3,6 +3,7 @@ package quicpeer_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -62,12 +63,21 @@ func readExact(t *testing.T, r io.Reader, want []byte, what string) {
 // six-member CAPABILITIES, a heartbeat, PENDING before the entity stream, a
 // six-member entity header, the cursor update, GOAWAY, and a graceful end
 // when the server echoes GOAWAY and finishes stream 0.
+// Under FramingAuto the client offers the same six members (nothing is lost
+// with default limits), so a first contact with a draft-04 peer succeeds,
+// and it detects draft-04 from the server's heartbeat before Dial returns.
 func TestDraft04ClientConversation(t *testing.T) {
+	for _, mode := range []quicpeer.Framing{quicpeer.FramingDraft04, quicpeer.FramingAuto} {
+		t.Run(fmt.Sprint(mode), func(t *testing.T) { draft04ClientConversation(t, mode) })
+	}
+}
+
+func draft04ClientConversation(t *testing.T, mode quicpeer.Framing) {
 	addr, accept := listenRaw(t)
 	cr := newRecorder()
 	cfg := baseConfig(t, cborMode, cr, false)
-	cfg.Framing = quicpeer.FramingDraft04
-	cfg.Offer.Profile = u64(1)
+	cfg.Framing = mode
+	cfg.Profile = true // offered by ALPN only; the reference server selects pipestream/1
 	type dialed struct {
 		s   *quicpeer.Session
 		err error
@@ -177,7 +187,7 @@ func TestDraft04ServerAnswersReferenceClient(t *testing.T) {
 	})
 	cfg := baseConfig(t, cborMode, sr, true)
 	cfg.Offer.Layer1Recursive, cfg.Offer.Layer2Resilience = true, true
-	cfg.Offer.Profile = u64(1)
+	cfg.Profile = true
 	ln, err := quicpeer.Listen("127.0.0.1:0", cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -229,8 +239,8 @@ func TestDraft04ServerAnswersReferenceClient(t *testing.T) {
 	}
 }
 
-// Two auto endpoints settle on draft-02; the profile is negotiated only
-// when both offer it, and a server never sends the member unasked.
+// Two auto endpoints settle on draft-02 during the handshake; the profile
+// is negotiated (ALPN) only when both offer it.
 func TestAutoFramingAndProfileDiscovery(t *testing.T) {
 	for _, tc := range []struct {
 		name           string
@@ -243,19 +253,14 @@ func TestAutoFramingAndProfileDiscovery(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			opt := func(c, s *quicpeer.Config) {
-				if tc.client {
-					c.Offer.Profile = u64(1)
-				}
-				if tc.server {
-					s.Offer.Profile = u64(1)
-				}
+				c.Profile, s.Profile = tc.client, tc.server
 			}
 			p := newPair(t, cborMode, opt)
 			if p.client.Negotiated().Profile != tc.want || p.server.Negotiated().Profile != tc.want {
 				t.Fatalf("profile client %v server %v, want %v", p.client.Negotiated().Profile, p.server.Negotiated().Profile, tc.want)
 			}
-			if tc.server && !tc.client && p.client.Negotiated().PeerOffer.Profile != nil {
-				t.Fatal("the server sent the profile member to a client that did not offer it")
+			if p.client.Framing() != wire.FramingDraft02 {
+				t.Fatalf("client framing %v right after Dial, want draft-02 (settled by the server's heartbeat)", p.client.Framing())
 			}
 			ctx := context.Background()
 			id, _ := p.client.AssignID(ctx)

@@ -100,8 +100,9 @@ func clientHandshake(cfg *resolved, conn connection) (*session, error) {
 		return nil, err
 	}
 	s := start(cfg, RoleClient, conn, ctrl, negotiate(offer, *peer))
-	// A heartbeat right after CAPABILITIES, as the reference client sends:
-	// it shows a FramingAuto server this client's framing at once.
+	s.settleClientFraming()
+	// A heartbeat after CAPABILITIES, as the reference client sends: it
+	// shows a FramingAuto server this client's framing at once.
 	_ = s.sendHeartbeat()
 	return s, nil
 }

@@ -82,6 +82,7 @@ func newSessionID() string {
 // start builds the session after a completed capability exchange and
 // starts its goroutines.
 func start(cfg *resolved, role Role, conn connection, ctrl stream, n Negotiated) *session {
+	n.Profile = conn.NegotiatedProtocol() == ALPNProfile
 	s := &session{
 		cfg:        cfg,
 		role:       role,

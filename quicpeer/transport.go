@@ -26,6 +26,8 @@ type connection interface {
 	CloseWithError(code wire.ErrorCode, msg string) error
 	// Context ends when the connection ends; its cause is the close error.
 	Context() context.Context
+	// NegotiatedProtocol is the ALPN protocol TLS selected.
+	NegotiatedProtocol() string
 }
 
 // sendStream is the sending half of an entity stream (or stream 0).
@@ -99,6 +101,8 @@ func (q quicConn) CloseWithError(code wire.ErrorCode, msg string) error {
 }
 
 func (q quicConn) Context() context.Context { return q.c.Context() }
+
+func (q quicConn) NegotiatedProtocol() string { return q.c.ConnectionState().TLS.NegotiatedProtocol }
 
 type quicStream struct{ s *quic.Stream }
 

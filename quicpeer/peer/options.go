@@ -87,10 +87,7 @@ type resolvedLimits struct {
 
 // DefaultOffer is the capabilities offer used when Options.Offer is nil.
 func DefaultOffer(preferProtobuf bool) wire.Capabilities {
-	// The profile discovery member is answered only to a client that
-	// offered it (docs/profile.md 1.1).
-	one := uint64(1)
-	o := wire.Capabilities{Layer0Core: true, Layer1Recursive: true, Layer2Resilience: true, Profile: &one}
+	o := wire.Capabilities{Layer0Core: true, Layer1Recursive: true, Layer2Resilience: true}
 	if preferProtobuf {
 		f := wire.FormatProtobuf
 		o.SerializationFormat = &f

@@ -85,6 +85,7 @@ func Start(opts Options) (*Server, error) {
 	ln, err := quicpeer.Listen(o.ListenAddr, quicpeer.Config{
 		TLS: tlsConf, Offer: *o.Offer, Limits: o.Limits, Handler: handler{s}, Logger: o.Logger,
 		StatelessResetKey: resetKey, Framing: o.Framing,
+		Profile: true, // ALPNProfile: a gateway that offers it learns it may use the profile (docs/profile.md 1.1)
 	})
 	if err != nil {
 		claims.Close()

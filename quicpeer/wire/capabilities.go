@@ -94,8 +94,7 @@ func Layer0Only(c Capabilities) Capabilities {
 }
 
 // Layer0Lossless reports whether Layer0Only(c) means the same as c: every
-// member it drops is absent or the draft default (the profile member
-// aside, which only discovery uses).
+// member it drops is absent or the draft default.
 func Layer0Lossless(c *Capabilities) bool {
 	return orDefault(c.MaxScopeDepth, DefaultMaxScopeDepth) == DefaultMaxScopeDepth &&
 		orDefault(c.MaxEntitiesPerScope, DefaultMaxEntitiesPerScope) == DefaultMaxEntitiesPerScope
@@ -105,5 +104,5 @@ func Layer0Lossless(c *Capabilities) bool {
 // of the members outside Layer0Only's six (what a draft-04 endpoint sends;
 // a minimal draft-02 one may too).
 func OnlyLayer0Members(c *Capabilities) bool {
-	return c.MaxScopeDepth == nil && c.MaxEntitiesPerScope == nil && c.Profile == nil
+	return c.MaxScopeDepth == nil && c.MaxEntitiesPerScope == nil
 }

@@ -66,7 +66,6 @@ type (
 		MaxWindowSize       *uint64 `cbor:"max-window-size"`
 		SerializationFormat *Format `cbor:"serialization-format"`
 		KeepaliveTimeoutMs  *uint64 `cbor:"keepalive-timeout-ms"`
-		Profile             *uint64 `cbor:"x-pipestream-profile"`
 	}
 	cborCheckpoint struct {
 		CheckpointID       *string `cbor:"checkpoint-id"`
@@ -150,7 +149,6 @@ func (cborCodec) UnmarshalCapabilities(b []byte) (*Capabilities, error) {
 		Layer0Core: *s.Layer0Core, Layer1Recursive: *s.Layer1Recursive, Layer2Resilience: *s.Layer2Resilience,
 		MaxScopeDepth: s.MaxScopeDepth, MaxEntitiesPerScope: s.MaxEntitiesPerScope, MaxWindowSize: s.MaxWindowSize,
 		SerializationFormat: s.SerializationFormat, KeepaliveTimeoutMs: s.KeepaliveTimeoutMs,
-		Profile: s.Profile,
 	}, nil
 }
 

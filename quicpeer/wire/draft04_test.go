@@ -247,10 +247,10 @@ func concat(bs ...[]byte) []byte {
 // Layer0Only encodes the reference's defaults exactly as its golden
 // CAPABILITIES vector, whatever else the offer carried.
 func TestLayer0OnlyMatchesReference(t *testing.T) {
-	w, ka, depth, prof := uint64(1024), uint64(30000), uint64(3), uint64(1)
+	w, ka, depth := uint64(1024), uint64(30000), uint64(3)
 	f := wire.FormatCBOR
 	offer := wire.Capabilities{Layer0Core: true, MaxWindowSize: &w, KeepaliveTimeoutMs: &ka,
-		SerializationFormat: &f, MaxScopeDepth: &depth, Profile: &prof}
+		SerializationFormat: &f, MaxScopeDepth: &depth}
 	l0 := wire.Layer0Only(offer)
 	body, err := wire.CodecFor(wire.FormatCBOR).MarshalCapabilities(&l0)
 	if err != nil {

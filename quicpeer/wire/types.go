@@ -165,11 +165,6 @@ type Capabilities struct {
 	MaxWindowSize       *uint64 `cbor:"max-window-size,omitempty"`
 	SerializationFormat *Format `cbor:"serialization-format,omitempty"`
 	KeepaliveTimeoutMs  *uint64 `cbor:"keepalive-timeout-ms,omitempty"`
-	// Profile is the profile discovery member (docs/profile.md 1.1): a
-	// client that can use this project's profile offers it, and a server
-	// that can answers it only when the client offered it. It is never
-	// sent to a draft-04 endpoint, whose CAPABILITIES map is closed.
-	Profile *uint64 `cbor:"x-pipestream-profile,omitempty"`
 }
 
 // CheckpointFrame is the CHECKPOINT message (Section 9.3, type 0x81).
