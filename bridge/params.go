@@ -56,10 +56,15 @@ const (
 	// changes keep arriving; commits are batched (group commit) meanwhile.
 	flushInterval = 2 * time.Millisecond
 	// maxResultPartsAhead bounds how far a streamed result's part may
-	// arrive ahead of the next one to append (profile 4.3.1): the peer sends
-	// parts one after another, so only QUIC's per-stream scheduling reorders
-	// them; each waiting part holds one stream unread.
-	maxResultPartsAhead = 64
+	// arrive ahead of the next one to append (profile 4.3.1). The peer sends
+	// parts one after another, but their handlers start in any order (one
+	// goroutine per stream; on a loaded machine tiny parts overtake each
+	// other by hundreds), and every part between the next one and a later
+	// one is an open stream: a peer that keeps to the session's
+	// concurrent-stream limit (quicpeer's default 1024) can never be
+	// further ahead. It was 64, which failed a 10,000-chunk document
+	// whose parts were reordered by 72 (found by the console's tests).
+	maxResultPartsAhead = 1024
 	// flushHold: a document's progress (RUNNING, entity statuses) waits up
 	// to this long for its next change before it is committed on its own;
 	// a small document's progress then commits with its terminal state, one
