@@ -191,8 +191,9 @@ func (b *Bridge) superviseQueueLocked(now time.Time) {
 			continue // a document just queued is not held up yet
 		}
 		if d.rec.Doc.WaitReason != why {
+			// A #document event carries the reason into the event log.
 			d.rec.Doc.WaitReason = why
-			d.markDirty(now)
+			d.addEvent(&gatewayv1.Event{Kind: kindDocument, State: d.rec.Doc.State, Message: why})
 			b.kickFlush()
 		}
 		if why != "" && now.Sub(d.queuedAt) > b.opts.PeerWait {

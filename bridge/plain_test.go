@@ -182,6 +182,9 @@ func TestPeerWaitBound(t *testing.T) {
 	if !strings.Contains(waiting.WaitReason, "127.0.0.1:9") {
 		t.Fatalf("wait reason %q does not name the peer", waiting.WaitReason)
 	}
+	if !eventLogHas(t, b, d.Id, waiting.WaitReason) {
+		t.Fatal("the wait reason is not in the event log")
+	}
 	if ps := b.Peers(); len(ps) != 1 || ps[0].Addr != "127.0.0.1:9" || (ps[0].State != "down" && ps[0].State != "connecting") {
 		t.Fatalf("peers %+v", ps)
 	}
@@ -192,3 +195,21 @@ func TestPeerWaitBound(t *testing.T) {
 }
 
 func docTerminal(d *gatewayv1.Document) bool { return terminal(d.State) }
+
+// eventLogHas reports whether the document's events, replayed from the
+// start of the log, include one whose message is msg.
+func eventLogHas(t *testing.T, b *bridge.Bridge, docID, msg string) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	zero := uint64(0)
+	found := false
+	_ = b.Events().Subscribe(ctx, "", "", &zero, bridge.EventFilter{DocumentID: docID}, func(ev *gatewayv1.Event) error {
+		if ev.Message == msg {
+			found = true
+			cancel()
+		}
+		return nil
+	})
+	return found
+}
