@@ -88,8 +88,8 @@ func resultHeaderFor(plain bool, id uint32, ct string, layer uint8, n uint64, su
 // a client that reads results finds the stream open before COMPLETE, and
 // one that never accepts it (the draft-04 reference client reads only
 // stream 0) still gets COMPLETE instead of a peer blocked on flow control.
-// The rest of the result is written in the background, bounded by the
-// session.
+// It returns once the result is written (out.Data may alias a pooled
+// payload buffer that the caller releases), or the session ends.
 func (g *engine) finishPlain(e *entity, out *Output, docID string) {
 	sum := sha256.Sum256(out.Data)
 	h := resultHeaderFor(true, e.id, out.ContentType, out.Layer, uint64(len(out.Data)), sum[:], nil)
@@ -100,6 +100,7 @@ func (g *engine) finishPlain(e *entity, out *Output, docID string) {
 		// its COMPLETE while the result may still be on its way.
 		done <- g.c.SendEntity(g.ctx, h, &startReader{r: bytes.NewReader(out.Data), started: started})
 	}()
+	finished := false
 	select {
 	case <-started:
 	case err := <-done:
@@ -108,9 +109,16 @@ func (g *engine) finishPlain(e *entity, out *Output, docID string) {
 			g.send(e, wire.StatusFailed, nil)
 			return
 		}
+		finished = true
 	}
 	if g.send(e, wire.StatusComplete, nil) {
 		g.log.Info("entity finished", "entity", e.id, "doc", docID, "status", wire.StatusComplete, "bytes", len(out.Data))
+	}
+	if finished {
+		return
+	}
+	if err := <-done; err != nil {
+		g.log.Debug("result stream after COMPLETE ended", "entity", e.id, "err", err)
 	}
 }
 
