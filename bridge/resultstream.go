@@ -302,6 +302,15 @@ func (b *Bridge) resultFailed(d *docRun, attempt uint32, err error) {
 // (a wire error: the peer sent bad bytes) or what (storage, protocol), and
 // finishes d if its root already completed. Caller holds mu.
 func (b *Bridge) resultFailedLocked(d *docRun, err error, what string) {
+	if IsDiskFull(err) && !d.terminal() {
+		// A local failure that outlived the write retries (e.g. the final
+		// fsync): the peer did its part, so the document is dispatched
+		// again (not counted against its attempts) instead of failing
+		// acknowledged work (issue 11, docs/security.md).
+		b.log.Warn("bridge: storing a result failed for lack of space; dispatching the document again", "doc", d.id, "err", err)
+		b.abortAttemptLocked(d, diskFullPrefix+what+": "+err.Error()+" (a local failure, not the peer's; dispatching again)", false)
+		return
+	}
 	var we *wire.Error
 	if errors.As(err, &we) {
 		d.resultErr = fmt.Sprintf("the result stream failed verification (%v); resubmit the document", err)
