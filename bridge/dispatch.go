@@ -134,13 +134,8 @@ func (b *Bridge) sendDocument(j *attemptJob, src chunkSource) error {
 		return b.sendPlain(j)
 	}
 	if src == nil {
-		f, err := b.openContent(ctx, d)
-		if err != nil {
-			b.mu.Lock()
-			if j.current() {
-				b.finishLocked(d, gatewayv1.State_FAILED, fmt.Sprintf("the spooled content is missing (%v); resubmit the document", err))
-			}
-			b.mu.Unlock()
+		f, ok := b.openAttemptContent(j)
+		if !ok {
 			return nil
 		}
 		defer f.Close()
@@ -186,6 +181,21 @@ func (b *Bridge) sendDocument(j *attemptJob, src chunkSource) error {
 		return err
 	}
 	return ss.s.SendEntity(ctx, b.rootHeader(d, rootID, env, md), bytes.NewReader(env))
+}
+
+// openAttemptContent opens the content of j's document; when it is missing
+// the document fails (ok false).
+func (b *Bridge) openAttemptContent(j *attemptJob) (contentReader, bool) {
+	f, err := b.openContent(j.ctx, j.d)
+	if err == nil {
+		return f, true
+	}
+	b.mu.Lock()
+	if j.current() {
+		b.finishLocked(j.d, gatewayv1.State_FAILED, fmt.Sprintf("the spooled content is missing (%v); resubmit the document", err))
+	}
+	b.mu.Unlock()
+	return nil, false
 }
 
 // sendWhole sends a document whole: the envelope carries the blob (profile 4.1).

@@ -484,12 +484,18 @@ func (b *Bridge) sendCancelLocked(ss *sessState, d *docRun) {
 	if d.rootID == 0 || ss.s == nil {
 		return
 	}
+	b.giveUpLocked(ss, d, d.rootID)
+}
+
+// giveUpLocked tells the peer the gateway gave up on root-scope entity id
+// of d: ABANDONED with Layer 2, else FAILED (profile 7).
+func (b *Bridge) giveUpLocked(ss *sessState, d *docRun, id uint32) {
 	st := wire.StatusFailed
 	if ss.n.Layer2 {
 		st = wire.StatusAbandoned
 	}
-	if err := ss.s.SendStatus(wire.StatusFrame{Status: st, EntityID: d.rootID}); err != nil {
-		b.log.Debug("bridge: could not send cancel status", "doc", d.id, "root", d.rootID, "err", err)
+	if err := ss.s.SendStatus(wire.StatusFrame{Status: st, EntityID: id}); err != nil {
+		b.log.Debug("bridge: could not tell the peer the gateway gave up on an entity", "doc", d.id, "entity", id, "err", err)
 	}
 }
 

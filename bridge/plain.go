@@ -57,13 +57,8 @@ func (d *docRun) dropPlainLocked() {
 // sendPlain performs one plain attempt from the spool or inline content.
 func (b *Bridge) sendPlain(j *attemptJob) error {
 	d := j.d
-	f, err := b.openContent(j.ctx, d)
-	if err != nil {
-		b.mu.Lock()
-		if j.current() {
-			b.finishLocked(d, gatewayv1.State_FAILED, fmt.Sprintf("the spooled content is missing (%v); resubmit the document", err))
-		}
-		b.mu.Unlock()
+	f, ok := b.openAttemptContent(j)
+	if !ok {
 		return nil
 	}
 	defer f.Close()
@@ -254,14 +249,28 @@ func (b *Bridge) storePlainRootResult(d *docRun, attempt uint32, e *quicpeer.Inc
 	if d.attempt != attempt || d.terminal() {
 		return
 	}
+	b.plainResultStoredLocked(d, storedResult{inline, path, n, e.Header.ContentType}, err, "storing the result failed")
+}
+
+// storedResult is a result as readResult stored it.
+type storedResult struct {
+	inline      []byte
+	path        string
+	n           int64
+	contentType string
+}
+
+// plainResultStoredLocked ends a result read of d's current attempt: the
+// result is d's, or err fails it (what says which step).
+func (b *Bridge) plainResultStoredLocked(d *docRun, r storedResult, err error, what string) {
 	d.plainActive--
 	if err != nil {
-		b.resultFailedLocked(d, err, "storing the result failed")
+		b.resultFailedLocked(d, err, what)
 		return
 	}
-	d.resultReady, d.resultInline = true, inline
-	d.rec.ResultPath, d.rec.ResultContentType = path, e.Header.ContentType
-	d.rec.Doc.ResultSizeBytes = uint64(n)
+	d.resultReady, d.resultInline = true, r.inline
+	d.rec.ResultPath, d.rec.ResultContentType = r.path, r.contentType
+	d.rec.Doc.ResultSizeBytes = uint64(r.n)
 	b.maybeFinishLocked(d)
 	b.kickFlush()
 }
@@ -488,15 +497,6 @@ func (b *Bridge) assemblePlainLocked(d *docRun) {
 		if d.attempt != attempt || d.terminal() {
 			return
 		}
-		d.plainActive--
-		if err != nil {
-			b.resultFailedLocked(d, err, "assembling the chunk results failed")
-			return
-		}
-		d.resultReady, d.resultInline = true, inline
-		d.rec.ResultPath, d.rec.Doc.ResultSizeBytes = path, uint64(n)
-		d.rec.ResultContentType = d.rec.Doc.ContentType
-		b.maybeFinishLocked(d)
-		b.kickFlush()
+		b.plainResultStoredLocked(d, storedResult{inline, path, n, d.rec.Doc.ContentType}, err, "assembling the chunk results failed")
 	}()
 }

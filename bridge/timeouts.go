@@ -111,18 +111,9 @@ func (b *Bridge) timeoutLocked(d *docRun, k entKey, e *gatewayv1.Entity) {
 	b.kickFlush()
 }
 
-// abandonAtPeerLocked tells the peer the gateway gave up on entity k:
-// ABANDONED with Layer 2, else FAILED (profile 7).
+// abandonAtPeerLocked tells the peer the gateway gave up on entity k.
 func (b *Bridge) abandonAtPeerLocked(d *docRun, k entKey) {
-	ss := d.sess
-	if ss == nil || ss.closed || k.scope != 0 {
-		return
-	}
-	st := wire.StatusFailed
-	if ss.n.Layer2 {
-		st = wire.StatusAbandoned
-	}
-	if err := ss.s.SendStatus(wire.StatusFrame{Status: st, EntityID: k.id}); err != nil {
-		b.log.Debug("bridge: could not report a timed-out entity", "doc", d.id, "entity", k.id, "err", err)
+	if ss := d.sess; ss != nil && !ss.closed && k.scope == 0 {
+		b.giveUpLocked(ss, d, k.id)
 	}
 }
