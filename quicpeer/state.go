@@ -144,25 +144,13 @@ const (
 // error goes back to the caller and nothing is recorded. newlyResolved
 // tells that the entity just became resolved (Section 9.1).
 func (t *tracker) apply(f *wire.StatusFrame, local bool) (v verdict, newlyResolved bool, err error) {
-	if err := wire.CheckStatusFrame(f, t.layer1, t.layer2); err != nil {
+	if err := t.checkFrame(f, local); err != nil {
 		return 0, false, err
-	}
-	if int(f.Depth) > t.maxDepth {
-		return 0, false, wire.Errorf(wire.CodeDepthExceeded, "STATUS: depth %d exceeds the negotiated max-scope-depth %d", f.Depth, t.maxDepth)
-	}
-	if f.HasCursor && local {
-		return 0, false, wire.Errorf(wire.CodeEntityInvalid, "STATUS: cursor updates (C=1) are sent by the session itself")
 	}
 	scope, id := f.ScopeID, f.EntityID
 	if scope == 0 {
-		if t.stale(id) {
-			if local {
-				return 0, false, wire.Errorf(wire.CodeEntityInvalid, "entity %d is behind the cursor (already resolved)", id)
-			}
-			return ignoredStale, false, nil
-		}
-		if t.client && !t.ids.InFlight(id) {
-			return 0, false, wire.Errorf(wire.CodeEntityInvalid, "STATUS for root entity %d, which was never assigned", id)
+		if v, err := t.checkRoot(id, local); v != applied || err != nil {
+			return v, false, err
 		}
 	}
 	sm := t.scopes[scope]
@@ -173,27 +161,16 @@ func (t *tracker) apply(f *wire.StatusFrame, local bool) (v verdict, newlyResolv
 		}
 		e = entState{st: wire.StatusPending, maxRetries: -1}
 	}
-	from, to := e.st, f.Status
-	ok := wire.ValidTransition(from, to) || (!known && to == wire.StatusPending)
-	if ok && from == wire.StatusFailed && to == wire.StatusRetrying && !t.retriesLeft(scope, e) {
-		ok = false
-	}
-	if !ok {
-		if !local && known && e.localTerm {
-			return ignoredRace, false, nil
-		}
-		if !local && known && to == wire.StatusPending && (e.lastLocal || e.st == wire.StatusPending) {
-			return ignoredLatePending, false, nil
-		}
-		return 0, false, wire.Errorf(wire.CodeEntityInvalid, "STATUS: entity %d scope %d: %s -> %s is not a valid transition", id, scope, from, to)
+	if v, err := t.checkTransition(f, e, known, local); v != applied || err != nil {
+		return v, false, err
 	}
 	wasResolved := known && t.resolved(scope, e)
-	e.st = to
+	e.st = f.Status
 	e.detached = false
-	if to == wire.StatusRetrying {
+	if f.Status == wire.StatusRetrying {
 		e.retries++
 	}
-	e.localTerm = local && (to.IsTerminal() || to == wire.StatusFailed)
+	e.localTerm = local && (f.Status.IsTerminal() || f.Status == wire.StatusFailed)
 	e.lastLocal = local
 	if sm == nil {
 		sm = map[uint32]entState{}
@@ -204,6 +181,57 @@ func (t *tracker) apply(f *wire.StatusFrame, local bool) (v verdict, newlyResolv
 		t.depth[scope] = f.Depth
 	}
 	return applied, !wasResolved && t.resolved(scope, e), nil
+}
+
+// checkFrame applies the frame-level rules: layers, depth, and no cursor
+// on a locally sent status.
+func (t *tracker) checkFrame(f *wire.StatusFrame, local bool) error {
+	if err := wire.CheckStatusFrame(f, t.layer1, t.layer2); err != nil {
+		return err
+	}
+	if int(f.Depth) > t.maxDepth {
+		return wire.Errorf(wire.CodeDepthExceeded, "STATUS: depth %d exceeds the negotiated max-scope-depth %d", f.Depth, t.maxDepth)
+	}
+	if f.HasCursor && local {
+		return wire.Errorf(wire.CodeEntityInvalid, "STATUS: cursor updates (C=1) are sent by the session itself")
+	}
+	return nil
+}
+
+// checkRoot applies the root-scope rules: an ID behind the cursor is
+// stale (ignored when received), and a client only hears of IDs it
+// assigned.
+func (t *tracker) checkRoot(id uint32, local bool) (verdict, error) {
+	if t.stale(id) {
+		if local {
+			return 0, wire.Errorf(wire.CodeEntityInvalid, "entity %d is behind the cursor (already resolved)", id)
+		}
+		return ignoredStale, nil
+	}
+	if t.client && !t.ids.InFlight(id) {
+		return 0, wire.Errorf(wire.CodeEntityInvalid, "STATUS for root entity %d, which was never assigned", id)
+	}
+	return applied, nil
+}
+
+// checkTransition checks f against entity state e (Section 6.2.2a): the
+// transition table, the retry budget, the race rule (profile 3) and a late
+// PENDING announcement (profile 1.2).
+func (t *tracker) checkTransition(f *wire.StatusFrame, e entState, known, local bool) (verdict, error) {
+	from, to := e.st, f.Status
+	ok := wire.ValidTransition(from, to) || (!known && to == wire.StatusPending)
+	if ok && from == wire.StatusFailed && to == wire.StatusRetrying && !t.retriesLeft(f.ScopeID, e) {
+		ok = false
+	}
+	switch {
+	case ok:
+		return applied, nil
+	case !local && known && e.localTerm:
+		return ignoredRace, nil
+	case !local && known && to == wire.StatusPending && (e.lastLocal || e.st == wire.StatusPending):
+		return ignoredLatePending, nil
+	}
+	return 0, wire.Errorf(wire.CodeEntityInvalid, "STATUS: entity %d scope %d: %s -> %s is not a valid transition", f.EntityID, f.ScopeID, from, to)
 }
 
 // roomFor enforces max-entities-per-scope and the live-scope cap before a
