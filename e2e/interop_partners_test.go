@@ -17,15 +17,17 @@ import (
 // reference bytes, independently of the product: if these pass, a failure
 // of interop_test.go is the gateway's, not the partner's.
 
-// vectorsDir is ../shared/vectors relative to the module root (E2E_VECTORS
-// overrides it).
+// vectorsDir is the repository's frozen copy of the reference vectors,
+// quicpeer/wire/testdata/vectors (identical to ../shared/vectors; a clean
+// clone has only the copy); E2E_VECTORS overrides it. The files are read
+// as data: nothing of quicpeer is imported.
 func vectorsDir(t testing.TB) string {
 	t.Helper()
 	if d := os.Getenv("E2E_VECTORS"); d != "" {
 		return d
 	}
 	gomod := goEnv("GOMOD")
-	d := filepath.Join(filepath.Dir(gomod), "..", "shared", "vectors")
+	d := filepath.Join(filepath.Dir(gomod), "quicpeer", "wire", "testdata", "vectors")
 	if _, err := os.Stat(filepath.Join(d, "index.tsv")); err != nil {
 		t.Fatalf("the frozen vectors are not at %s (set E2E_VECTORS): %v", d, err)
 	}

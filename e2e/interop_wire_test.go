@@ -32,7 +32,8 @@ import (
 // control frame is Type + 4-octet Length + payload; a draft-02 fixed frame
 // F maps to the payload F[1] F[2] F[3] 0x00 F[4..]). The partners in
 // interop_partner_*_test.go use it; interop_partners_test.go checks it
-// against the frozen vectors in ../shared/vectors.
+// against the frozen vectors (the repository's copy in
+// quicpeer/wire/testdata/vectors).
 
 type framing int
 
