@@ -64,16 +64,10 @@ func (b *Bridge) Redeem(ctx context.Context, t Tenant, claimID string) (*gateway
 		return nil, err
 	}
 	what := "claim " + claimID
-	rec, err := b.st.GetClaim(ctx, string(t), claimID)
-	if err != nil {
-		return nil, mapStoreErr(what, err)
-	}
 	now := time.Now()
-	switch c := rec.Claim; {
-	case c.State == gatewayv1.ClaimCheck_REDEEMED:
-		return nil, mapStoreErr(what, store.ErrClaimRedeemed)
-	case c.State == gatewayv1.ClaimCheck_EXPIRED || (c.ExpireTime != nil && !now.Before(c.ExpireTime.AsTime())):
-		return nil, mapStoreErr(what, store.ErrClaimExpired)
+	rec, err := b.redeemableClaim(ctx, t, claimID, now)
+	if err != nil {
+		return nil, err
 	}
 	b.mu.Lock()
 	d := b.docs[rec.Claim.DocumentId]
@@ -130,6 +124,23 @@ func (b *Bridge) Redeem(ctx context.Context, t Tenant, claimID string) (*gateway
 		}
 	}
 	return out, nil
+}
+
+// redeemableClaim loads a claim and refuses one already redeemed or
+// expired at now.
+func (b *Bridge) redeemableClaim(ctx context.Context, t Tenant, claimID string, now time.Time) (*store.ClaimRecord, error) {
+	what := "claim " + claimID
+	rec, err := b.st.GetClaim(ctx, string(t), claimID)
+	if err != nil {
+		return nil, mapStoreErr(what, err)
+	}
+	switch c := rec.Claim; {
+	case c.State == gatewayv1.ClaimCheck_REDEEMED:
+		return nil, mapStoreErr(what, store.ErrClaimRedeemed)
+	case c.State == gatewayv1.ClaimCheck_EXPIRED || (c.ExpireTime != nil && !now.Before(c.ExpireTime.AsTime())):
+		return nil, mapStoreErr(what, store.ErrClaimExpired)
+	}
+	return rec, nil
 }
 
 // redeemRun redeems claim claimID of d's current attempt (via: the earlier

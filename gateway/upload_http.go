@@ -151,69 +151,25 @@ func parseUploadOptions(q url.Values, contentType string) (*gatewayv1.SubmitOpti
 		}
 		v := vals[len(vals)-1]
 		if mk, ok := strings.CutPrefix(key, "metadata."); ok {
-			if mk == "" {
-				return nil, invalid("metadata.<key>: the key is empty; use metadata.owner=alice")
+			if err := setMetadata(opts, mk, v); err != nil {
+				return nil, err
 			}
-			if opts.Metadata == nil {
-				opts.Metadata = map[string]string{}
-			}
-			opts.Metadata[mk] = v
 			continue
 		}
+		norm := strings.ToLower(strings.ReplaceAll(key, "_", ""))
+		var known bool
 		var err error
-		switch norm := strings.ToLower(strings.ReplaceAll(key, "_", "")); norm {
-		case "contenttype":
-			opts.ContentType = v
-		case "requestid":
-			opts.RequestId = v
-		case "displayname":
-			opts.DisplayName = v
-		case "split.strategy":
+		switch {
+		case strings.HasPrefix(norm, "split."):
 			hasSplit = true
-			var n int32
-			n, err = parseEnum(v, gatewayv1.SplitStrategy(0).Descriptor(), "SPLIT_")
-			split.Strategy = gatewayv1.SplitStrategy(n)
-		case "split.chunkbytes":
-			hasSplit = true
-			split.ChunkBytes, err = parseUint32(v)
-		case "split.maxdepth":
-			hasSplit = true
-			split.MaxDepth, err = parseUint32(v)
-		case "split.processor":
-			hasSplit = true
-			split.Processor = v
-		case "completionpolicy.mode":
+			known, err = setSplitOption(split, norm, v)
+		case strings.HasPrefix(norm, "completionpolicy."):
 			hasPolicy = true
-			var n int32
-			n, err = parseEnum(v, gatewayv1.CompletionPolicy_Mode(0).Descriptor(), "")
-			policy.Mode = gatewayv1.CompletionPolicy_Mode(n)
-		case "completionpolicy.maxretries":
-			hasPolicy = true
-			policy.MaxRetries, err = parseUint32(v)
-		case "completionpolicy.retrydelayms":
-			hasPolicy = true
-			policy.RetryDelayMs, err = parseUint32(v)
-		case "completionpolicy.timeoutms":
-			hasPolicy = true
-			policy.TimeoutMs, err = parseUint32(v)
-		case "completionpolicy.minsuccessratio":
-			hasPolicy = true
-			var f float64
-			f, err = strconv.ParseFloat(v, 32)
-			if err == nil && (f < 0 || f > 1) {
-				err = errors.New("must be between 0 and 1")
-			}
-			policy.MinSuccessRatio = float32(f)
-		case "completionpolicy.onfailure", "completionpolicy.ontimeout":
-			hasPolicy = true
-			var n int32
-			n, err = parseEnum(v, gatewayv1.CompletionPolicy_Action(0).Descriptor(), "")
-			if norm == "completionpolicy.onfailure" {
-				policy.OnFailure = gatewayv1.CompletionPolicy_Action(n)
-			} else {
-				policy.OnTimeout = gatewayv1.CompletionPolicy_Action(n)
-			}
+			known, err = setPolicyOption(policy, norm, v)
 		default:
+			known = setTopOption(opts, norm, v)
+		}
+		if !known {
 			return nil, invalid(fmt.Sprintf("unknown query parameter %q: known are contentType, requestId, displayName, split.strategy, split.chunkBytes, split.maxDepth, split.processor, completionPolicy.mode, completionPolicy.maxRetries, completionPolicy.retryDelayMs, completionPolicy.timeoutMs, completionPolicy.minSuccessRatio, completionPolicy.onFailure, completionPolicy.onTimeout, metadata.<key>", key))
 		}
 		if err != nil {
@@ -230,6 +186,88 @@ func parseUploadOptions(q url.Values, contentType string) (*gatewayv1.SubmitOpti
 		opts.CompletionPolicy = policy
 	}
 	return opts, nil
+}
+
+// setMetadata sets metadata.<key>=v.
+func setMetadata(opts *gatewayv1.SubmitOptions, key, v string) error {
+	if key == "" {
+		return invalid("metadata.<key>: the key is empty; use metadata.owner=alice")
+	}
+	if opts.Metadata == nil {
+		opts.Metadata = map[string]string{}
+	}
+	opts.Metadata[key] = v
+	return nil
+}
+
+// setTopOption sets a top-level option (normalized name); false: unknown.
+func setTopOption(opts *gatewayv1.SubmitOptions, norm, v string) bool {
+	switch norm {
+	case "contenttype":
+		opts.ContentType = v
+	case "requestid":
+		opts.RequestId = v
+	case "displayname":
+		opts.DisplayName = v
+	default:
+		return false
+	}
+	return true
+}
+
+// setSplitOption sets split.<name>; known is false for an unknown name.
+func setSplitOption(split *gatewayv1.SplitOptions, norm, v string) (known bool, err error) {
+	switch norm {
+	case "split.strategy":
+		var n int32
+		n, err = parseEnum(v, gatewayv1.SplitStrategy(0).Descriptor(), "SPLIT_")
+		split.Strategy = gatewayv1.SplitStrategy(n)
+	case "split.chunkbytes":
+		split.ChunkBytes, err = parseUint32(v)
+	case "split.maxdepth":
+		split.MaxDepth, err = parseUint32(v)
+	case "split.processor":
+		split.Processor = v
+	default:
+		return false, nil
+	}
+	return true, err
+}
+
+// setPolicyOption sets completionPolicy.<name>; known is false for an
+// unknown name.
+func setPolicyOption(policy *gatewayv1.CompletionPolicy, norm, v string) (known bool, err error) {
+	switch norm {
+	case "completionpolicy.mode":
+		var n int32
+		n, err = parseEnum(v, gatewayv1.CompletionPolicy_Mode(0).Descriptor(), "")
+		policy.Mode = gatewayv1.CompletionPolicy_Mode(n)
+	case "completionpolicy.maxretries":
+		policy.MaxRetries, err = parseUint32(v)
+	case "completionpolicy.retrydelayms":
+		policy.RetryDelayMs, err = parseUint32(v)
+	case "completionpolicy.timeoutms":
+		policy.TimeoutMs, err = parseUint32(v)
+	case "completionpolicy.minsuccessratio":
+		var f float64
+		f, err = strconv.ParseFloat(v, 32)
+		if err == nil && (f < 0 || f > 1) {
+			err = errors.New("must be between 0 and 1")
+		}
+		policy.MinSuccessRatio = float32(f)
+	case "completionpolicy.onfailure":
+		policy.OnFailure, err = parseAction(v)
+	case "completionpolicy.ontimeout":
+		policy.OnTimeout, err = parseAction(v)
+	default:
+		return false, nil
+	}
+	return true, err
+}
+
+func parseAction(v string) (gatewayv1.CompletionPolicy_Action, error) {
+	n, err := parseEnum(v, gatewayv1.CompletionPolicy_Action(0).Descriptor(), "")
+	return gatewayv1.CompletionPolicy_Action(n), err
 }
 
 func invalid(msg string) error { return status.Error(codes.InvalidArgument, msg) }
