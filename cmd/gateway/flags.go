@@ -113,7 +113,7 @@ func (fs *flagSet) Duration(name, env string, def time.Duration, usage string) *
 // parse parses args; it returns (exit code, false) when the verb must stop
 // (--help: 0, bad flags or environment: 2).
 func (fs *flagSet) parse(args []string) (int, bool) {
-	if err := fs.FlagSet.Parse(args); err != nil {
+	if err := fs.parseInterleaved(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0, false
 		}
@@ -126,6 +126,29 @@ func (fs *flagSet) parse(args []string) (int, bool) {
 		return 2, false
 	}
 	return 0, true
+}
+
+// parseInterleaved parses flags anywhere among the arguments, as Go tools
+// do (`gateway result ID -o out.txt`); everything after `--` is an
+// argument. The arguments keep their order in fs.Args().
+func (fs *flagSet) parseInterleaved(args []string) error {
+	var pos []string
+	for {
+		if err := fs.FlagSet.Parse(args); err != nil {
+			return err
+		}
+		rest := fs.FlagSet.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
+			pos = append(pos, rest...)
+			break
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+	return fs.FlagSet.Parse(append([]string{"--"}, pos...))
 }
 
 // parseBytes reads a size: 1048576, 64KiB, 16MiB, 1GiB (also K, M, G, KB...).
