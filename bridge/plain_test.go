@@ -2,9 +2,11 @@ package bridge_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -112,6 +114,13 @@ func TestPlainChunksRehydratedByGateway(t *testing.T) {
 	for range 4 {
 		chunks = append(chunks, p.next(t))
 	}
+	// Streams arrive in any order; put them in chunk order.
+	slices.SortFunc(chunks, func(a, b arrival) int {
+		if a.h.ChunkInfo == nil || b.h.ChunkInfo == nil {
+			return 0
+		}
+		return cmp.Compare(a.h.ChunkInfo.ChunkIndex, b.h.ChunkInfo.ChunkIndex)
+	})
 	for i, a := range chunks {
 		ci := a.h.ChunkInfo
 		if ci == nil || ci.ChunkIndex != uint64(i) || a.h.ParentID == nil {
