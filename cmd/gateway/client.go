@@ -84,7 +84,7 @@ func rpcError(err error) error {
 // oneArg checks that exactly one positional argument was given.
 func oneArg(fs *flagSet, what string) (string, bool) {
 	if fs.NArg() != 1 {
-		fmt.Fprintf(fs.Output(), "gateway %s: want exactly one %s (see --help)\n", fs.Name(), what)
+		fmt.Fprintf(os.Stderr, "gateway %s: want exactly one %s (see --help)\n", fs.Name(), what)
 		return "", false
 	}
 	return fs.Arg(0), true

@@ -28,6 +28,9 @@ func newFlags(name, usageLine, help string) *flagSet {
 		fmt.Fprintf(out, "Usage: %s\n\n%s\n\nFlags (environment variable in brackets):\n", usageLine, strings.TrimSpace(help))
 		fs.PrintDefaults()
 	}
+	// Parse prints nothing itself: parse puts --help on stdout and a bad
+	// flag in one line on stderr.
+	fs.SetOutput(io.Discard)
 	return fs
 }
 
@@ -115,13 +118,16 @@ func (fs *flagSet) Duration(name, env string, def time.Duration, usage string) *
 func (fs *flagSet) parse(args []string) (int, bool) {
 	if err := fs.parseInterleaved(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(os.Stdout)
+			fs.Usage()
 			return 0, false
 		}
+		fmt.Fprintf(os.Stderr, "gateway %s: %v (see 'gateway %s --help')\n", fs.Name(), err, fs.Name())
 		return 2, false
 	}
 	if len(fs.envErrs) > 0 {
 		for _, err := range fs.envErrs {
-			fmt.Fprintf(fs.Output(), "%s: %v\n", fs.Name(), err)
+			fmt.Fprintf(os.Stderr, "gateway %s: %v\n", fs.Name(), err)
 		}
 		return 2, false
 	}

@@ -6,7 +6,10 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
+	"runtime/debug"
+	"slices"
 	"strings"
 )
 
@@ -33,7 +36,7 @@ func verbs() []verb {
 func main() { os.Exit(dispatch(os.Args[1:])) }
 
 func dispatch(args []string) int {
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") && args[0] != "-h" && args[0] != "--help" && args[0] != "-help" {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") && !slices.Contains([]string{"-h", "--help", "-help", "--version", "-version"}, args[0]) {
 		return runServe(args)
 	}
 	switch args[0] {
@@ -41,7 +44,10 @@ func dispatch(args []string) int {
 		if len(args) > 1 {
 			return dispatch([]string{args[1], "--help"})
 		}
-		usage()
+		usage(os.Stdout)
+		return 0
+	case "version", "--version", "-version":
+		fmt.Println(version())
 		return 0
 	}
 	for _, v := range verbs() {
@@ -49,15 +55,35 @@ func dispatch(args []string) int {
 			return v.run(args[1:])
 		}
 	}
-	fmt.Fprintf(os.Stderr, "gateway: unknown command %q\n\n", args[0])
-	usage()
+	fmt.Fprintf(os.Stderr, "gateway: unknown command %q (see 'gateway help')\n", args[0])
 	return 2
 }
 
-func usage() {
-	fmt.Fprintf(os.Stderr, "gateway: PipeStream gateway (gRPC + REST + WebSocket in front of PipeStream peers over QUIC)\n\nUsage:\n  gateway [serve] [flags]\n  gateway <command> [flags] [args]\n\nCommands:\n")
+func usage(w io.Writer) {
+	fmt.Fprintf(w, "gateway: PipeStream gateway (gRPC + REST + WebSocket in front of PipeStream peers over QUIC)\n\nUsage:\n  gateway [serve] [flags]\n  gateway <command> [flags] [args]\n  gateway version\n\nCommands:\n")
 	for _, v := range verbs() {
-		fmt.Fprintf(os.Stderr, "  %-10s %s\n", v.name, v.summary)
+		fmt.Fprintf(w, "  %-10s %s\n", v.name, v.summary)
 	}
-	fmt.Fprintf(os.Stderr, "\nRun 'gateway <command> --help' for a command's flags. Every flag can also be set\nwith the environment variable shown next to it (flags win).\n")
+	fmt.Fprintf(w, "\nRun 'gateway <command> --help' for a command's flags. Every flag can also be set\nwith the environment variable shown next to it (flags win).\n")
+}
+
+// version is the module version and VCS revision the binary was built
+// from (runtime/debug build info).
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "gateway (no build info)"
+	}
+	v := "gateway " + bi.Main.Version
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision", "vcs.time":
+			v += " " + s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				v += " (modified)"
+			}
+		}
+	}
+	return v + " " + bi.GoVersion
 }

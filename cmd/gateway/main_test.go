@@ -74,7 +74,7 @@ func TestHelpOfEveryVerb(t *testing.T) {
 	}
 	for verb, envs := range verbs {
 		t.Run(verb, func(t *testing.T) {
-			_, help, code := run(t, nil, verb, "--help")
+			help, _, code := run(t, nil, verb, "--help") // help goes to stdout
 			if code != 0 {
 				t.Fatalf("exit %d", code)
 			}
@@ -88,9 +88,18 @@ func TestHelpOfEveryVerb(t *testing.T) {
 			}
 		})
 	}
-	_, top, code := run(t, nil, "help")
+	top, _, code := run(t, nil, "help")
 	if code != 0 || !strings.Contains(top, "submit") || !strings.Contains(top, "redeem") {
 		t.Errorf("gateway help: exit %d\n%s", code, top)
+	}
+	if out, _, code := run(t, nil, "--version"); code != 0 || !strings.HasPrefix(out, "gateway ") || !strings.Contains(out, "go1.") {
+		t.Errorf("gateway --version: exit %d %q", code, out)
+	}
+	// An unknown flag is one line on stderr that says where to look, not
+	// the whole help.
+	if out, errb, code := run(t, nil, "get", "--frobnicate", "x"); code != 2 || out != "" ||
+		strings.Count(errb, "\n") != 1 || !strings.Contains(errb, "frobnicate") || !strings.Contains(errb, "gateway get --help") {
+		t.Errorf("unknown flag: exit %d stdout %q stderr %q, want 2 and one line naming the flag and the help", code, out, errb)
 	}
 	if _, _, code := run(t, nil, "frobnicate"); code != 2 {
 		t.Errorf("unknown verb: exit %d, want 2", code)
@@ -154,7 +163,7 @@ func TestServeWithEmbeddedPeer(t *testing.T) {
 	if err := os.WriteFile(in, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, stderr, code := run(t, nil, "submit", "--addr", grpcAddr, in)
+	out, stderr, code := run(t, nil, "submit", "--addr", grpcAddr, in, "--metadata", "owner=alice", "--metadata", "team=x=y")
 	if code != 0 {
 		t.Fatalf("submit: exit %d %s", code, stderr)
 	}
@@ -176,6 +185,9 @@ func TestServeWithEmbeddedPeer(t *testing.T) {
 	out, _, code = run(t, nil, "get", "--addr", grpcAddr, id)
 	if code != 0 || !strings.Contains(out, `"state": "SUCCEEDED"`) {
 		t.Errorf("get: exit %d\n%s", code, out)
+	}
+	if !strings.Contains(out, `"owner": "alice"`) || !strings.Contains(out, `"team": "x=y"`) {
+		t.Errorf("submit --metadata (flags after the file, repeated): the document's metadata is missing\n%s", out)
 	}
 	if _, stderr, code = run(t, nil, "get", "--addr", grpcAddr, "does-not-exist"); code != 1 || !strings.Contains(stderr, "NotFound") {
 		t.Errorf("get unknown: exit %d %s, want 1 with NotFound", code, stderr)

@@ -112,6 +112,7 @@ func runServe(args []string) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	forceOnSecondSignal(ctx, log)
 	if *pprofAddr != "" {
 		addr, stopPprof, err := bench.ServePprof(*pprofAddr)
 		if err != nil {
@@ -335,4 +336,19 @@ func readPeerClientCert(bopts *bridge.Options, certFile, keyFile string) (err er
 		return fmt.Errorf("read --peer-key: %w", err)
 	}
 	return nil
+}
+
+// forceOnSecondSignal: once ctx ended with the first SIGINT/SIGTERM (a
+// graceful shutdown within --shutdown-timeout), a second one ends the
+// process at once with exit code 1, as Go tools and servers people like do.
+// Accepted work is durable in the store; a restart resumes it.
+func forceOnSecondSignal(ctx context.Context, log *slog.Logger) {
+	go func() {
+		<-ctx.Done()
+		again := make(chan os.Signal, 1)
+		signal.Notify(again, os.Interrupt, syscall.SIGTERM)
+		<-again
+		log.Warn("second signal: exiting now without finishing the graceful shutdown")
+		os.Exit(1)
+	}()
 }

@@ -34,6 +34,15 @@ func runSubmit(args []string) int {
 	requestID := fs.String("request-id", "GATEWAY_REQUEST_ID", "", "idempotency key: resubmitting with the same key returns the first document")
 	name := fs.String("name", "GATEWAY_DISPLAY_NAME", "", "display name (default: the file name)")
 	showProgress := fs.Bool("progress", "GATEWAY_PROGRESS", false, "draw a progress bar on stderr even when it is not a terminal")
+	metadata := map[string]string{}
+	fs.FlagSet.Func("metadata", "document metadata KEY=VALUE; repeat for more (e.g. --metadata pipestream.fault=defer)", func(s string) error {
+		k, v, ok := strings.Cut(s, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("want KEY=VALUE, got %q", s)
+		}
+		metadata[k] = v
+		return nil
+	})
 	if code, ok := fs.parse(args); !ok {
 		return code
 	}
@@ -43,6 +52,9 @@ func runSubmit(args []string) int {
 	}
 
 	opts := &gatewayv1.SubmitOptions{ContentType: *contentType, RequestId: *requestID, DisplayName: *name}
+	if len(metadata) > 0 {
+		opts.Metadata = metadata
+	}
 	if *split != "" || *chunkBytes != 0 || *maxDepth != 0 || *processor != "" {
 		opts.Split = &gatewayv1.SplitOptions{ChunkBytes: uint32(*chunkBytes), MaxDepth: uint32(*maxDepth), Processor: *processor}
 		if *split != "" {
