@@ -157,9 +157,14 @@ func (p *consolePage) set(id, value string) {
 	}
 }
 
+// click clicks the first element matching css once it is there and
+// enabled, in one step inside the page: live updates re-render the page,
+// so a node found by one DevTools call may be gone by the next ("Could not
+// find node with given id", seen in CI).
 func (p *consolePage) click(css string) {
 	p.t.Helper()
-	p.do("click "+css, chromedp.Click(chromedp.CSS(css)))
+	cj, _ := json.Marshal(css)
+	p.until("click "+css, fmt.Sprintf(`(() => { const el = document.querySelector(%s); if (!el || el.disabled) return false; el.click(); return true; })()`, cj), uiWait)
 }
 
 // screenshot writes name.png to $E2E_SCREENSHOTS, when set.

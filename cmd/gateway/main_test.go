@@ -3,6 +3,7 @@ package main_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -255,3 +256,86 @@ type syncWriter struct {
 }
 
 func (s *syncWriter) Write(p []byte) (int, error) { return s.w.Write(p) }
+
+// A second SIGTERM during a graceful shutdown ends serve at once with exit
+// code 1. The shutdown is held open by a gRPC upload whose body stalls
+// (the graceful path would wait for it up to --shutdown-timeout, 60 s).
+func TestSecondSignalForcesExit(t *testing.T) {
+	dir := t.TempDir()
+	grpcAddr, httpAddr := freePort(t), freePort(t)
+	logs := newLockedBuffer()
+	cmd := exec.Command(bin, "--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--data-dir", filepath.Join(dir, "data"),
+		"--log-format", "json", "--shutdown-timeout", "60s", "--upload-idle-timeout", "60s", "--min-body-rate", "0")
+	cmd.Env = append(os.Environ(), "QUIC_GO_DISABLE_RECEIVE_BUFFER_WARNING=true")
+	cmd.Stderr = logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}()
+	base := "http://" + httpAddr
+	waitUntil(t, 30*time.Second, func() bool {
+		resp, err := http.Get(base + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	}, logs)
+	// A gRPC upload (`gateway submit -`) whose stdin sends a little and then
+	// nothing: GracefulStop waits for it.
+	pr, pw := io.Pipe()
+	sub := exec.Command(bin, "submit", "--addr", grpcAddr, "-")
+	sub.Stdin = pr
+	if err := sub.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// pw first: Wait waits for the copy of stdin, which ends only with it.
+	defer func() { pw.Close(); _ = sub.Process.Kill(); _ = sub.Wait() }()
+	if _, err := pw.Write(bytes.Repeat([]byte("x"), 4096)); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 30*time.Second, func() bool {
+		resp, err := http.Get(base + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(b), `grpc_server_started_total{grpc_method="UploadDocument"`)
+	}, logs)
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 30*time.Second, func() bool { return strings.Contains(logs.String(), "shutting down") }, logs)
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(logs.String(), "second signal") {
+			t.Fatalf("exit %v, want code 1 after the second signal\n%s", err, logs.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the second SIGTERM did not end the process (the graceful shutdown could take 60 s)\n%s", logs.String())
+	}
+}
+
+// waitUntil polls cond until it holds or d passes (then fails with logs).
+func waitUntil(t *testing.T, d time.Duration, cond func() bool, logs *lockedBuffer) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not reached within %v\n%s", d, logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
