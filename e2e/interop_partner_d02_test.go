@@ -613,18 +613,5 @@ func (p *d02Peer) snapshot() (entities []gotEntity, statusIn []statusFrame, offe
 
 // wait blocks until cond (called with p.mu held) holds or ctx ends.
 func (p *d02Peer) wait(ctx context.Context, what string, cond func() bool) error {
-	for {
-		p.mu.Lock()
-		if cond() {
-			p.mu.Unlock()
-			return nil
-		}
-		ch := p.n.ch
-		p.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
-		}
-	}
+	return p.n.waitFor(ctx, &p.mu, what, cond)
 }

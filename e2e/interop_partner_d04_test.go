@@ -478,20 +478,7 @@ func (s *d04Server) snapshot() (sessions []d04Session, errs []error, conns int) 
 
 // wait blocks until cond (called with s.mu held) holds or ctx ends.
 func (s *d04Server) wait(ctx context.Context, what string, cond func() bool) error {
-	for {
-		s.mu.Lock()
-		if cond() {
-			s.mu.Unlock()
-			return nil
-		}
-		ch := s.n.ch
-		s.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
-		}
-	}
+	return s.n.waitFor(ctx, &s.mu, what, cond)
 }
 
 // errorsText joins errs for a failure message.

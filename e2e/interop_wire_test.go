@@ -19,6 +19,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -841,4 +842,23 @@ func newNotifier() *notifier { return &notifier{ch: make(chan struct{})} }
 func (n *notifier) wake() {
 	close(n.ch)
 	n.ch = make(chan struct{})
+}
+
+// waitFor blocks until cond (called with mu, the owner's lock, held) holds
+// or ctx ends.
+func (n *notifier) waitFor(ctx context.Context, mu *sync.Mutex, what string, cond func() bool) error {
+	for {
+		mu.Lock()
+		if cond() {
+			mu.Unlock()
+			return nil
+		}
+		ch := n.ch
+		mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+		}
+	}
 }
