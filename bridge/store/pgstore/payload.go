@@ -13,91 +13,129 @@ import (
 	"github.com/pipestream/gateway/bridge/store"
 )
 
-// Payload kinds of the blobs table (the same numbers as store.PayloadKind).
+// States of a blobs row.
 const (
-	blobSpool  = int32(store.PayloadContent)
-	blobResult = int32(store.PayloadResult)
-
-	blobWriting = 0
-	blobSynced  = 1
+	blobWriting    = 0 // being written (PayloadWriter before Sync)
+	blobSynced     = 1 // the document's payload of its kind
+	blobSuperseded = 2 // replaced by a later Sync; kept for open readers
 )
 
-// SpoolPath names docID's spool payload in DocumentRecord.SpoolPath: a
-// name, not a file ("pg:spool/<id>").
-func (s *Store) SpoolPath(docID string) string { return "pg:spool/" + docID }
-
-// ResultPath names docID's result payload ("pg:results/<id>").
-func (s *Store) ResultPath(docID string) string { return "pg:results/" + docID }
-
-// CreateSpool starts writing docID's spool payload (see PayloadWriter).
-func (s *Store) CreateSpool(docID string) (*PayloadWriter, error) {
-	return s.createBlob(docID, blobSpool, s.SpoolPath(docID))
-}
-
-// CreateResult starts writing docID's result payload.
-func (s *Store) CreateResult(docID string) (*PayloadWriter, error) {
-	return s.createBlob(docID, blobResult, s.ResultPath(docID))
-}
-
-// OpenSpool opens docID's synced spool payload (ErrNotFound if none).
-func (s *Store) OpenSpool(docID string) (*PayloadReader, error) { return s.openBlob(docID, blobSpool) }
-
-// OpenResult opens docID's synced result payload (ErrNotFound if none).
-func (s *Store) OpenResult(docID string) (*PayloadReader, error) {
-	return s.openBlob(docID, blobResult)
-}
-
-// RemovePayloads deletes docID's spool and result payloads, synced or being
-// written (missing is fine).
-func (s *Store) RemovePayloads(docID string) error {
-	if err := validDocID(docID); err != nil {
-		return err
+// kindName names a payload kind in messages.
+func kindName(kind store.PayloadKind) string {
+	switch kind {
+	case store.PayloadContent:
+		return "content"
+	case store.PayloadResult:
+		return "result"
 	}
-	if _, err := s.pool.Exec(context.Background(), "DELETE FROM blobs WHERE doc_id = $1", docID); err != nil {
-		return fmt.Errorf("pgstore: remove payloads of %s: %w", docID, err)
+	return fmt.Sprintf("kind %d", int32(kind))
+}
+
+func checkKind(kind store.PayloadKind) error {
+	if kind != store.PayloadContent && kind != store.PayloadResult {
+		return fmt.Errorf("%w: unknown payload kind %d", store.ErrInvalid, int32(kind))
 	}
 	return nil
 }
 
-// PayloadWriter is a payload being written: bytes are buffered up to
-// PayloadChunkSize and each full chunk is committed as one row of an
-// unsynced blob. Sync writes the last chunk and makes the blob the
-// document's payload (replacing an earlier one) in one transaction; until
-// then readers see the previous payload or none. Abort deletes it. Not safe
-// for concurrent use. A blob left unsynced by a crash is deleted by the next
-// Open of any replica after staleBlobAge.
+// CreatePayload starts a streamed payload of docID (see PayloadWriter).
+// docID is 1..128 octets of [A-Za-z0-9_-] and kind PayloadContent or
+// PayloadResult, else ErrInvalid.
+func (s *Store) CreatePayload(ctx context.Context, docID string, kind store.PayloadKind) (*PayloadWriter, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.wg.Done()
+	if err := validDocID(docID); err != nil {
+		return nil, err
+	}
+	if err := checkKind(kind); err != nil {
+		return nil, err
+	}
+	w := &PayloadWriter{s: s, docID: docID, kind: int32(kind), name: fmt.Sprintf("%s of %s", kindName(kind), docID)}
+	err := s.pool.QueryRow(ctx, `INSERT INTO blobs (doc_id, kind, state, chunk_size, touched)
+		VALUES ($1, $2, $3, $4, $5) RETURNING blob_id`, docID, int32(kind), blobWriting, PayloadChunkSize, time.Now().UnixNano()).Scan(&w.id)
+	if err != nil {
+		return nil, mapErr(fmt.Sprintf("create payload %s", w.name), err)
+	}
+	return w, nil
+}
+
+// OpenPayload opens docID's synced payload of kind (ErrNotFound if none).
+// The reader reads the payload as synced when it was opened: a later Sync
+// supersedes it without deleting it for staleBlobAge.
+func (s *Store) OpenPayload(ctx context.Context, docID string, kind store.PayloadKind) (*PayloadReader, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.wg.Done()
+	if err := validDocID(docID); err != nil {
+		return nil, err
+	}
+	if err := checkKind(kind); err != nil {
+		return nil, err
+	}
+	r := &PayloadReader{s: s, curN: -1}
+	err := s.pool.QueryRow(ctx, "SELECT blob_id, size, chunk_size FROM blobs WHERE doc_id = $1 AND kind = $2 AND state = $3",
+		docID, int32(kind), blobSynced).Scan(&r.id, &r.size, &r.chunkSize)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("%w: %s payload of %s", store.ErrNotFound, kindName(kind), docID)
+	} else if err != nil {
+		return nil, mapErr(fmt.Sprintf("open %s payload of %s", kindName(kind), docID), err)
+	}
+	if r.chunkSize <= 0 {
+		return nil, fmt.Errorf("pgstore: %s payload of %s: bad chunk size %d", kindName(kind), docID, r.chunkSize)
+	}
+	return r, nil
+}
+
+// RemovePayload deletes docID's payload of kind, synced, superseded or
+// being written (missing is fine).
+func (s *Store) RemovePayload(ctx context.Context, docID string, kind store.PayloadKind) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.wg.Done()
+	if err := validDocID(docID); err != nil {
+		return err
+	}
+	if err := checkKind(kind); err != nil {
+		return err
+	}
+	if _, err := s.pool.Exec(ctx, "DELETE FROM blobs WHERE doc_id = $1 AND kind = $2", docID, int32(kind)); err != nil {
+		return mapErr(fmt.Sprintf("remove %s payload of %s", kindName(kind), docID), err)
+	}
+	return nil
+}
+
+// PayloadWriter is a payload being written (store.PayloadWriter): bytes are
+// buffered up to PayloadChunkSize and each full chunk is committed as one
+// row of an unsynced blob, so at most one chunk is in memory. Sync writes
+// the last chunk and makes the blob the document's payload of its kind in
+// one transaction (the previous one becomes superseded); until then
+// readers see the previous payload or none. Abort deletes it. Not safe for
+// concurrent use. A blob left unsynced by a crash, and a superseded one,
+// is deleted after staleBlobAge by the next Open or Sync of any replica.
+// PostgreSQL's disk_full error (SQLSTATE 53100) wraps syscall.ENOSPC.
 type PayloadWriter struct {
 	s      *Store
 	id     int64
 	docID  string
 	kind   int32
-	path   string
+	name   string
 	buf    []byte
 	chunks int32
 	size   int64
 	done   bool
 }
 
-func (s *Store) createBlob(docID string, kind int32, path string) (*PayloadWriter, error) {
-	if err := validDocID(docID); err != nil {
-		return nil, err
-	}
-	w := &PayloadWriter{s: s, docID: docID, kind: kind, path: path}
-	err := s.pool.QueryRow(context.Background(), `INSERT INTO blobs (doc_id, kind, state, chunk_size, touched)
-		VALUES ($1, $2, $3, $4, $5) RETURNING blob_id`, docID, kind, blobWriting, PayloadChunkSize, time.Now().UnixNano()).Scan(&w.id)
-	if err != nil {
-		return nil, fmt.Errorf("pgstore: create payload of %s: %w", docID, err)
-	}
-	return w, nil
-}
-
 // Write appends b (io.Writer); full chunks are stored as they fill.
 func (w *PayloadWriter) Write(b []byte) (int, error) {
 	if w.done {
-		return 0, fmt.Errorf("%w: %s", errPayloadDone, w.path)
+		return 0, fmt.Errorf("%w: %s", errPayloadDone, w.name)
 	}
 	if w.size+int64(len(b)) > MaxPayloadSize {
-		return 0, fmt.Errorf("%w: payload %s would exceed %d bytes", store.ErrInvalid, w.path, int64(MaxPayloadSize))
+		return 0, fmt.Errorf("%w: payload %s would exceed %d bytes", store.ErrInvalid, w.name, int64(MaxPayloadSize))
 	}
 	n := 0
 	for len(b) > 0 {
@@ -125,7 +163,7 @@ func (w *PayloadWriter) flush(ctx context.Context) error {
 	_, err := w.s.pool.Exec(ctx, `WITH c AS (INSERT INTO blob_chunks (blob_id, n, data) VALUES ($1, $2, $3))
 		UPDATE blobs SET touched = $4 WHERE blob_id = $1`, w.id, w.chunks, w.buf, time.Now().UnixNano())
 	if err != nil {
-		return fmt.Errorf("pgstore: write payload %s chunk %d: %w", w.path, w.chunks, err)
+		return mapErr(fmt.Sprintf("write payload %s chunk %d", w.name, w.chunks), err)
 	}
 	w.chunks++
 	w.buf = w.buf[:0]
@@ -135,15 +173,12 @@ func (w *PayloadWriter) flush(ctx context.Context) error {
 // Size is the number of bytes written so far.
 func (w *PayloadWriter) Size() int64 { return w.size }
 
-// Path is the payload's name (SpoolPath or ResultPath).
-func (w *PayloadWriter) Path() string { return w.path }
-
 // Sync stores the last chunk and publishes the payload atomically: the
 // document's previous payload of this kind is deleted in the same
 // transaction. Call it before the Commit that records Path.
 func (w *PayloadWriter) Sync() error {
 	if w.done {
-		return fmt.Errorf("%w: %s", errPayloadDone, w.path)
+		return fmt.Errorf("%w: %s", errPayloadDone, w.name)
 	}
 	w.done = true
 	ctx := context.Background()
@@ -153,7 +188,8 @@ func (w *PayloadWriter) Sync() error {
 	}
 	w.buf = nil
 	err := pgx.BeginFunc(ctx, w.s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "DELETE FROM blobs WHERE doc_id = $1 AND kind = $2 AND state = $3", w.docID, w.kind, blobSynced); err != nil {
+		if _, err := tx.Exec(ctx, "UPDATE blobs SET state = $1, touched = $2 WHERE doc_id = $3 AND kind = $4 AND state = $5",
+			blobSuperseded, time.Now().UnixNano(), w.docID, w.kind, blobSynced); err != nil {
 			return err
 		}
 		tag, err := tx.Exec(ctx, "UPDATE blobs SET state = $1, size = $2 WHERE blob_id = $3 AND state = $4", blobSynced, w.size, w.id, blobWriting)
@@ -164,7 +200,10 @@ func (w *PayloadWriter) Sync() error {
 	})
 	if err != nil {
 		w.discard()
-		return fmt.Errorf("pgstore: sync payload %s: %w", w.path, err)
+		return mapErr("sync payload "+w.name, err)
+	}
+	if err := w.s.removeStaleBlobs(ctx); err != nil {
+		w.s.log.Warn("pgstore: removing stale payloads", "err", err)
 	}
 	return nil
 }
@@ -181,7 +220,7 @@ func (w *PayloadWriter) Abort() error {
 
 func (w *PayloadWriter) discard() error {
 	if _, err := w.s.pool.Exec(context.Background(), "DELETE FROM blobs WHERE blob_id = $1", w.id); err != nil {
-		return fmt.Errorf("pgstore: discard payload %s: %w", w.path, err)
+		return fmt.Errorf("pgstore: discard payload %s: %w", w.name, err)
 	}
 	return nil
 }
@@ -202,24 +241,6 @@ type PayloadReader struct {
 	curN  int64 // chunk number in cur; -1 none
 	off   int64 // Read/Seek position
 	close bool
-}
-
-func (s *Store) openBlob(docID string, kind int32) (*PayloadReader, error) {
-	if err := validDocID(docID); err != nil {
-		return nil, err
-	}
-	r := &PayloadReader{s: s, curN: -1}
-	err := s.pool.QueryRow(context.Background(), "SELECT blob_id, size, chunk_size FROM blobs WHERE doc_id = $1 AND kind = $2 AND state = $3",
-		docID, kind, blobSynced).Scan(&r.id, &r.size, &r.chunkSize)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("%w: payload %d of %s", store.ErrNotFound, kind, docID)
-	} else if err != nil {
-		return nil, fmt.Errorf("pgstore: open payload %d of %s: %w", kind, docID, err)
-	}
-	if r.chunkSize <= 0 {
-		return nil, fmt.Errorf("pgstore: payload %d of %s: bad chunk size %d", kind, docID, r.chunkSize)
-	}
-	return r, nil
 }
 
 // Size is the payload's length in bytes.
@@ -321,10 +342,10 @@ func (r *PayloadReader) Close() error {
 	return nil
 }
 
-// removeStaleBlobs deletes blobs left unsynced for staleBlobAge (a crashed
-// replica's upload).
+// removeStaleBlobs deletes blobs left unsynced (a crashed replica's upload)
+// or superseded for staleBlobAge.
 func (s *Store) removeStaleBlobs(ctx context.Context) error {
-	_, err := s.pool.Exec(ctx, "DELETE FROM blobs WHERE state = $1 AND touched < $2", blobWriting, time.Now().Add(-staleBlobAge).UnixNano())
+	_, err := s.pool.Exec(ctx, "DELETE FROM blobs WHERE state <> $1 AND touched < $2", blobSynced, time.Now().Add(-staleBlobAge).UnixNano())
 	if err != nil {
 		return fmt.Errorf("pgstore: remove stale payloads: %w", err)
 	}

@@ -67,6 +67,9 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
+
+	"github.com/jackc/puddle/v2"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -217,3 +220,18 @@ func (s *Store) Ping(ctx context.Context) error {
 }
 
 var errPayloadDone = errors.New("pgstore: payload already finished")
+
+// mapErr wraps a database error of what: a closed pool is ErrClosed, a
+// full disk (SQLSTATE 53100) wraps syscall.ENOSPC (the bridge waits and
+// retries on it), a missing document (foreign key) is ErrNotFound.
+func mapErr(what string, err error) error {
+	switch {
+	case errors.Is(err, puddle.ErrClosedPool):
+		return fmt.Errorf("pgstore: %s: %w", what, store.ErrClosed)
+	case sqlState(err) == "53100":
+		return fmt.Errorf("pgstore: %s: %w (%v)", what, syscall.ENOSPC, err)
+	case sqlState(err) == "23503":
+		return fmt.Errorf("pgstore: %s: %w: no such document (%v)", what, store.ErrNotFound, err)
+	}
+	return fmt.Errorf("pgstore: %s: %w", what, err)
+}

@@ -185,6 +185,10 @@ func (s *Store) readTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 // ClaimChecks filled, and Entities too when withEntities. ErrNotFound
 // otherwise.
 func (s *Store) GetDocument(ctx context.Context, tenant, id string, withEntities bool) (rec *store.DocumentRecord, err error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.wg.Done()
 	err = s.readTx(ctx, func(tx pgx.Tx) error {
 		rec, err = readDocument(ctx, tx, tenant, id, withEntities)
 		return err
@@ -195,6 +199,10 @@ func (s *Store) GetDocument(ctx context.Context, tenant, id string, withEntities
 // GetPayload returns the inline payload kind of tenant's document docID
 // (ErrNotFound when the document is not tenant's or has no such payload).
 func (s *Store) GetPayload(ctx context.Context, tenant, docID string, kind store.PayloadKind) ([]byte, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.wg.Done()
 	var body []byte
 	err := s.pool.QueryRow(ctx, `SELECT p.body FROM payloads p JOIN documents d ON d.id = p.doc_id
 		WHERE p.doc_id = $1 AND p.kind = $2 AND d.tenant = $3`, docID, int32(kind), tenant).Scan(&body)
@@ -266,6 +274,10 @@ func (w *where) String() string { return strings.Join(w.conds, " AND ") }
 // ListDocuments returns one page of tenant's documents ordered by
 // create_time descending, then id descending (keyset pagination).
 func (s *Store) ListDocuments(ctx context.Context, tenant string, lq store.ListQuery) ([]*store.DocumentRecord, string, error) {
+	if err := s.enter(); err != nil {
+		return nil, "", err
+	}
+	defer s.wg.Done()
 	if lq.State < 0 || int(lq.State) > 255 {
 		return nil, "", fmt.Errorf("%w: unknown state %d", store.ErrInvalid, lq.State)
 	}
@@ -314,6 +326,10 @@ func (s *Store) ListDocuments(ctx context.Context, tenant string, lq store.ListQ
 // ListEntities returns the entities of tenant's document docID ordered by
 // (scope, entity id); ErrNotFound if the document is not tenant's.
 func (s *Store) ListEntities(ctx context.Context, tenant, docID string) (out []*gatewayv1.Entity, err error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.wg.Done()
 	err = s.readTx(ctx, func(tx pgx.Tx) error {
 		var one int
 		err := tx.QueryRow(ctx, "SELECT 1 FROM documents WHERE id = $1 AND tenant = $2", docID, tenant).Scan(&one)
@@ -336,12 +352,20 @@ func scanDocOnly(row pgx.Row) (*store.DocumentRecord, error) {
 // ListNonTerminal returns every non-terminal document of every tenant,
 // oldest first (without entities).
 func (s *Store) ListNonTerminal(ctx context.Context) ([]*store.DocumentRecord, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.wg.Done()
 	return collect(ctx, s.pool, "list non-terminal", scanDocOnly,
 		"SELECT "+docCols+" FROM documents WHERE NOT terminal ORDER BY create_time, id")
 }
 
 // GetClaim returns tenant's claim claimID (ErrNotFound otherwise).
 func (s *Store) GetClaim(ctx context.Context, tenant, claimID string) (*store.ClaimRecord, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.wg.Done()
 	c, err := scanClaim(s.pool.QueryRow(ctx, "SELECT "+claimCols+" FROM claims WHERE claim_id = $1 AND tenant = $2", claimID, tenant))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%w: claim %s", store.ErrNotFound, claimID)
@@ -353,6 +377,10 @@ func (s *Store) GetClaim(ctx context.Context, tenant, claimID string) (*store.Cl
 
 // ListClaims returns every claim of tenant's document docID, oldest first.
 func (s *Store) ListClaims(ctx context.Context, tenant, docID string) ([]*store.ClaimRecord, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.wg.Done()
 	return collect(ctx, s.pool, "list claims of "+docID, scanClaim,
 		"SELECT "+claimCols+" FROM claims WHERE doc_id = $1 AND tenant = $2 ORDER BY create_time, claim_id", docID, tenant)
 }
@@ -360,6 +388,10 @@ func (s *Store) ListClaims(ctx context.Context, tenant, docID string) ([]*store.
 // ListIssuedClaims returns the ISSUED claims of every tenant whose expire
 // time is before expiringBefore.
 func (s *Store) ListIssuedClaims(ctx context.Context, before time.Time) ([]*store.ClaimRecord, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.wg.Done()
 	return collect(ctx, s.pool, "list issued claims", scanClaim,
 		"SELECT "+claimCols+" FROM claims WHERE state = 1 AND expire_time < $1 ORDER BY expire_time", before.UnixNano())
 }
@@ -379,6 +411,10 @@ func scanEvent(row pgx.Row) (store.EventRecord, error) {
 // ReadEvents returns up to q.Limit retained events with seq >= q.From that
 // match the filter, in ascending seq order.
 func (s *Store) ReadEvents(ctx context.Context, eq store.EventQuery) ([]store.EventRecord, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.wg.Done()
 	return readEvents(ctx, s.pool, eq)
 }
 
@@ -405,6 +441,10 @@ func readEvents(ctx context.Context, q querier, eq store.EventQuery) ([]store.Ev
 
 // EventStats describes the retained log (counters kept in the meta row).
 func (s *Store) EventStats(ctx context.Context) (st store.EventStats, err error) {
+	if err := s.enter(); err != nil {
+		return st, err
+	}
+	defer s.wg.Done()
 	var last, count, bytes int64
 	var oldest *int64
 	if err := s.pool.QueryRow(ctx, `SELECT last_seq, event_count, event_bytes, (SELECT min(seq) FROM events)
@@ -422,6 +462,10 @@ func (s *Store) EventStats(ctx context.Context) (st store.EventStats, err error)
 // with digests and claims) and last_seq, read in one REPEATABLE READ
 // transaction: the snapshot reflects exactly the events up to seq.
 func (s *Store) SnapshotDocuments(ctx context.Context, tenant string) (seq uint64, docs []*store.DocumentRecord, err error) {
+	if err := s.enter(); err != nil {
+		return 0, nil, err
+	}
+	defer s.wg.Done()
 	err = s.readTx(ctx, func(tx pgx.Tx) error {
 		var last int64
 		if err := tx.QueryRow(ctx, "SELECT last_seq FROM meta WHERE id = 1").Scan(&last); err != nil {
@@ -485,6 +529,10 @@ func snapshotChildren(ctx context.Context, tx pgx.Tx, tenant string, docs []*sto
 
 // SnapshotBytes is the encoded size of all documents (every tenant).
 func (s *Store) SnapshotBytes(ctx context.Context) (int64, error) {
+	if err := s.enter(); err != nil {
+		return 0, err
+	}
+	defer s.wg.Done()
 	var n int64
 	if err := s.pool.QueryRow(ctx, `SELECT
 		coalesce((SELECT sum(length(body)) FROM documents), 0)::bigint +

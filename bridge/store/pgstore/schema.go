@@ -125,7 +125,7 @@ CREATE TABLE blobs (
 	touched    BIGINT NOT NULL
 );
 CREATE UNIQUE INDEX blobs_synced ON blobs(doc_id, kind) WHERE state = 1;
-CREATE INDEX blobs_writing ON blobs(touched) WHERE state = 0;
+CREATE INDEX blobs_unsynced ON blobs(touched) WHERE state <> 1;
 
 CREATE TABLE blob_chunks (
 	blob_id BIGINT NOT NULL REFERENCES blobs(blob_id) ON DELETE CASCADE,
