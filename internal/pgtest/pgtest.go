@@ -81,16 +81,20 @@ var (
 	dbCounter  atomic.Int64
 )
 
-// Main runs the tests of m and then stops the shared cluster (if a test
-// started one) and removes its directory. Use it as TestMain's body.
-func Main(m *testing.M) {
+// Main runs the tests of m, stops the shared cluster (if a test started
+// one), removes its directory and exits. Use it as TestMain's body.
+func Main(m *testing.M) { os.Exit(Run(m)) }
+
+// Run is Main for a TestMain that has more to do: it returns m.Run's code
+// after stopping the shared cluster.
+func Run(m *testing.M) int {
 	code := m.Run()
 	if shared != nil {
 		if err := shared.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "pgtest:", err)
 		}
 	}
-	os.Exit(code)
+	return code
 }
 
 // Shared returns the test binary's cluster, starting it on first use. It
