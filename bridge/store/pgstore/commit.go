@@ -293,8 +293,26 @@ func applyPayload(ctx context.Context, tx pgx.Tx, p store.PayloadRecord) error {
 	return nil
 }
 
+// appendEventsSQL takes the seqs, inserts the events with their seq field
+// appended (pipestream_seq_field, schema.go), updates the counters and
+// notifies, in ONE statement: the counter row's lock is held for this
+// statement and the COMMIT only. $1 is the number of events, $2 the sum of
+// their bodies without the seq field, $3.. the columns.
+const appendEventsSQL = `WITH m AS (
+	UPDATE meta SET last_seq = last_seq + $1, event_count = event_count + $1,
+		event_bytes = event_bytes + $2 + (SELECT sum(length(pipestream_seq_field(g)))
+			FROM generate_series(last_seq + 1, last_seq + $1) g)
+	WHERE id = 1 RETURNING last_seq),
+e AS (SELECT m.last_seq - $1 + u.ord AS seq, u.*
+	FROM m, unnest($3::bigint[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::bigint[], $9::bytea[])
+	WITH ORDINALITY AS u(time, kind, tenant, doc_id, rev, since, body, ord)),
+ins AS (INSERT INTO events (seq, time, kind, tenant, doc_id, rev, since, size, body)
+	SELECT seq, time, kind, tenant, doc_id, rev, since, length(b), b
+	FROM e, LATERAL (SELECT e.body || pipestream_seq_field(e.seq) AS b) x)
+SELECT last_seq, pg_notify('` + notifyChannel + `', last_seq::text) FROM m`
+
 // appendEvents takes len(evs) seqs from the counter row and inserts the
-// events, as the last statements of the transaction. The UPDATE of the
+// events, as the last statement of the transaction. The UPDATE of the
 // counter row holds its row lock until COMMIT: an event-writing transaction
 // of any replica that reaches this point waits for ours to commit, and then
 // reads the counter we committed. So seqs are taken in commit order, and
@@ -304,56 +322,49 @@ func appendEvents(ctx context.Context, tx pgx.Tx, evs []encEvent) ([]store.Event
 	if len(evs) == 0 {
 		return nil, nil
 	}
+	var cols eventColumns
+	var bodies int64
+	for i := range evs {
+		cols.add(&evs[i])
+		bodies += int64(evs[i].n)
+	}
 	var last int64
-	if err := tx.QueryRow(ctx, "UPDATE meta SET last_seq = last_seq + $1, event_count = event_count + $1 WHERE id = 1 RETURNING last_seq",
-		int64(len(evs))).Scan(&last); err != nil {
-		return nil, fmt.Errorf("pgstore: take seqs: %w", err)
+	var notified string
+	err := tx.QueryRow(ctx, appendEventsSQL, int64(len(evs)), bodies,
+		cols.time, cols.kind, cols.tenant, cols.doc, cols.rev, cols.since, cols.body).Scan(&last, &notified)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: append events: %w", err)
 	}
 	if uint64(last) >= store.MaxSeq {
 		return nil, fmt.Errorf("%w: last seq %d", store.ErrSeqExhausted, uint64(last)-uint64(len(evs)))
 	}
 	first := uint64(last) - uint64(len(evs)) + 1
 	out := make([]store.EventRecord, len(evs))
-	cols := eventColumns{}
-	var bytes int64
 	for i := range evs {
 		e := &evs[i]
 		seq := first + uint64(i)
-		body := e.withSeq(seq)
 		out[i] = store.EventRecord{Seq: seq, Time: time.Unix(0, e.timeNs).UTC(), Kind: e.kind, Tenant: e.tenant,
-			DocID: e.doc, Rev: uint64(e.rev), Since: uint64(e.since), Body: body}
-		cols.add(int64(seq), e, body)
-		bytes += int64(len(body))
-	}
-	batch := &pgx.Batch{}
-	batch.Queue(`INSERT INTO events (seq, time, kind, tenant, doc_id, rev, since, size, body)
-		SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bytea[])`,
-		cols.seq, cols.time, cols.kind, cols.tenant, cols.doc, cols.rev, cols.since, cols.size, cols.body)
-	batch.Queue("UPDATE meta SET event_bytes = event_bytes + $1 WHERE id = 1", bytes)
-	batch.Queue("SELECT pg_notify($1, $2)", notifyChannel, strconv.FormatInt(last, 10))
-	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
-		return nil, fmt.Errorf("pgstore: append events: %w", err)
+			DocID: e.doc, Rev: uint64(e.rev), Since: uint64(e.since), Body: e.withSeq(seq)}
 	}
 	return out, nil
 }
 
-// eventColumns are the events of one INSERT ... unnest, column by column.
+// eventColumns are the events of one INSERT ... unnest, column by column
+// (bodies without their seq field).
 type eventColumns struct {
-	seq, time, rev, since, size []int64
-	kind, tenant, doc           []string
-	body                        [][]byte
+	time, rev, since  []int64
+	kind, tenant, doc []string
+	body              [][]byte
 }
 
-func (c *eventColumns) add(seq int64, e *encEvent, body []byte) {
-	c.seq = append(c.seq, seq)
+func (c *eventColumns) add(e *encEvent) {
 	c.time = append(c.time, e.timeNs)
 	c.kind = append(c.kind, e.kind)
 	c.tenant = append(c.tenant, e.tenant)
 	c.doc = append(c.doc, e.doc)
 	c.rev = append(c.rev, e.rev)
 	c.since = append(c.since, e.since)
-	c.size = append(c.size, int64(len(body)))
-	c.body = append(c.body, body)
+	c.body = append(c.body, e.body[:e.n])
 }
 
 // PruneEvents deletes every event with seq < beforeSeq (last_seq is kept,

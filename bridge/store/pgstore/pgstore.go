@@ -32,8 +32,9 @@
 // problem of a plain SEQUENCE, where nextval is taken early and commits
 // late). Seqs never repeat (the counter is transactional and pruning keeps
 // it) and stay below 2^53 (ErrSeqExhausted). The cost: event-writing
-// commits are serialised for the few statements after the counter UPDATE
-// (INSERT of the events, NOTIFY, COMMIT); commits without events are not.
+// commits are serialised for one statement (the counter UPDATE with the
+// INSERT of the events and the NOTIFY, commit.go) and the COMMIT; commits
+// without events are not.
 //
 // The transaction also sends NOTIFY pipestream_events with its last seq;
 // PostgreSQL delivers notifications at commit, in commit order. Every Store

@@ -108,6 +108,21 @@ CREATE TABLE events (
 CREATE INDEX events_tenant ON events(tenant, seq);
 CREATE INDEX events_doc ON events(doc_id, seq);
 
+-- The seq field (field 1, varint) appended to an event body: the writer
+-- takes seqs and inserts events in one statement (commit.go).
+CREATE FUNCTION pipestream_seq_field(seq BIGINT) RETURNS BYTEA
+LANGUAGE plpgsql IMMUTABLE STRICT AS $$
+DECLARE
+	out BYTEA := '\x08';
+	v   BIGINT := seq;
+BEGIN
+	WHILE v >= 128 LOOP
+		out := out || set_byte('\x00'::bytea, 0, ((v & 127) | 128)::int);
+		v := v >> 7;
+	END LOOP;
+	RETURN out || set_byte('\x00'::bytea, 0, v::int);
+END $$;
+
 CREATE TABLE payloads (
 	doc_id TEXT NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
 	kind   INT NOT NULL,

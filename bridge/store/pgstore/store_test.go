@@ -1,12 +1,14 @@
 package pgstore_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
@@ -151,5 +153,55 @@ func TestBadURL(t *testing.T) {
 	}
 	if _, err := pgstore.Open(ctx, "postgres://postgres@127.0.0.1:1/x?sslmode=disable&connect_timeout=5", pgstore.Options{}); err == nil {
 		t.Fatal("open of an unreachable server succeeded")
+	}
+}
+
+// TestSeqFieldAcrossVarintWidths: the seq field the database appends to
+// stored bodies (pipestream_seq_field) is byte-identical to the one the
+// Store hands the hook, across varint width boundaries (127/128,
+// 16383/16384), and event_bytes counts exactly the stored bytes.
+func TestSeqFieldAcrossVarintWidths(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	s := open(t, dsn)
+	ctx := context.Background()
+	var hooked []store.EventRecord
+	s.SetEventHook(func(evs []store.EventRecord) { hooked = append(hooked, evs...) })
+	if _, err := s.Commit(ctx, &store.Batch{Create: doc("d", "")}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	for _, start := range []int64{125, 16381} {
+		if _, err := c.Exec(ctx, "UPDATE meta SET last_seq = $1", start); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Commit(ctx, &store.Batch{Events: []store.EventAppend{event("d", "a"), event("d", "b"), event("d", "c"), event("d", "d")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stored, err := s.ReadEvents(ctx, store.EventQuery{AllTenants: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stored) != 8 || len(hooked) != 8 {
+		t.Fatalf("%d stored, %d hooked events, want 8", len(stored), len(hooked))
+	}
+	var total uint64
+	for i, e := range stored {
+		if !bytes.Equal(e.Body, hooked[i].Body) || e.Seq != hooked[i].Seq {
+			t.Fatalf("seq %d: stored body %x, hooked %x (seq %d)", e.Seq, e.Body, hooked[i].Body, hooked[i].Seq)
+		}
+		ev, err := e.Decode()
+		if err != nil || ev.GetSeq() != e.Seq {
+			t.Fatalf("stored body of seq %d decodes to seq %d (%v)", e.Seq, ev.GetSeq(), err)
+		}
+		total += uint64(len(e.Body))
+	}
+	st, err := s.EventStats(ctx)
+	if err != nil || st.Bytes != total || st.Count != 8 {
+		t.Fatalf("stats %+v (%v), want %d bytes, 8 events", st, err, total)
 	}
 }
