@@ -355,3 +355,37 @@ func contains(s, sub string) bool {
 	}
 	return false
 }
+
+// TestListenerReconnectsAndCatchesUp: the LISTEN connection is killed
+// (pg_terminate_backend: a database restart or a network cut looks the
+// same to it); events committed by another replica meanwhile still reach
+// the hook, in order, after the store reconnects.
+func TestListenerReconnectsAndCatchesUp(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	a := open(t, dsn)
+	rec := newRecorder()
+	a.SetEventHook(rec.hook)
+	b := open(t, dsn)
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	var killed int
+	if err := c.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = current_database() AND query LIKE 'LISTEN%'`).Scan(&killed); err != nil {
+		t.Fatal(err)
+	}
+	if killed != 2 {
+		t.Fatalf("terminated %d LISTEN connections, want 2 (one per store)", killed)
+	}
+	if _, err := b.Commit(ctx, &store.Batch{Create: doc("x", ""), Events: []store.EventAppend{event("x", "created"), event("x", "more")}}); err != nil {
+		t.Fatal(err)
+	}
+	gapless(t, rec.waitFor(t, 2), 1)
+	if _, err := b.Commit(ctx, &store.Batch{Events: []store.EventAppend{event("x", "after")}}); err != nil {
+		t.Fatal(err)
+	}
+	gapless(t, rec.waitFor(t, 3), 1)
+}

@@ -137,10 +137,13 @@ func (t *tail) catchUpLocked(ctx context.Context, upTo uint64) error {
 func (t *tail) listen(ctx context.Context, ready chan<- error) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		err := t.session(ctx, ready)
+		listened, err := t.session(ctx, ready)
 		ready = nil
 		if ctx.Err() != nil {
 			return
+		}
+		if listened {
+			backoff = 100 * time.Millisecond // it worked: a new outage starts afresh
 		}
 		t.s.log.Warn("pgstore: event listener disconnected; reconnecting", "err", err, "in", backoff)
 		select {
@@ -152,8 +155,9 @@ func (t *tail) listen(ctx context.Context, ready chan<- error) {
 	}
 }
 
-// session is one listener connection's life.
-func (t *tail) session(ctx context.Context, ready chan<- error) error {
+// session is one listener connection's life; listened reports that it got
+// as far as LISTEN and the catch-up.
+func (t *tail) session(ctx context.Context, ready chan<- error) (listened bool, _ error) {
 	conn, err := pgx.ConnectConfig(ctx, t.s.listenCfg)
 	if err == nil {
 		_, err = conn.Exec(ctx, "LISTEN "+notifyChannel)
@@ -168,20 +172,20 @@ func (t *tail) session(ctx context.Context, ready chan<- error) error {
 		if conn != nil {
 			conn.Close(context.Background())
 		}
-		return err
+		return false, err
 	}
 	defer conn.Close(context.Background())
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
-			return err
+			return true, err
 		}
 		seq, _ := strconv.ParseUint(n.Payload, 10, 64)
 		if seq != 0 && seq <= t.delivered.Load() {
 			continue // our own commit, or already read by a catch-up
 		}
 		if err := t.catchUp(ctx, 0); err != nil {
-			return err
+			return true, err
 		}
 	}
 }
