@@ -56,7 +56,7 @@ func (s *Store) Commit(ctx context.Context, b *store.Batch) (store.CommitResult,
 		return store.CommitResult{}, err
 	}
 	if len(evs) > 0 {
-		s.tail.deliverOwn(ctx, evs)
+		s.tail.deliverOwn(evs)
 	}
 	return res, nil
 }

@@ -28,3 +28,7 @@ const (
 	maxEventLimit     = 10000
 	maxDocIDLen       = 128
 )
+
+// catchUpTimeout bounds the read of other replicas' events that a Commit
+// does before delivering its own (tail.go).
+const catchUpTimeout = 30 * time.Second

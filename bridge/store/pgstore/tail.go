@@ -47,8 +47,11 @@ func (s *Store) LastSeq() uint64 { return s.tail.delivered.Load() }
 // deliverOwn delivers the events of a Commit of this replica (seqs
 // consecutive). If deliveries are behind (events of other replicas whose
 // NOTIFY has not arrived yet), it first reads the missing seqs: they are
-// committed, because the seqs are taken in commit order.
-func (t *tail) deliverOwn(ctx context.Context, evs []store.EventRecord) {
+// committed, because the seqs are taken in commit order. If that read
+// fails, it delivers nothing: the listener catches up from the last
+// delivered seq when our NOTIFY arrives, so a failure delays events but
+// never skips one.
+func (t *tail) deliverOwn(evs []store.EventRecord) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	first, last := evs[0].Seq, evs[len(evs)-1].Seq
@@ -59,12 +62,14 @@ func (t *tail) deliverOwn(ctx context.Context, evs []store.EventRecord) {
 	case d+1 == first:
 		t.publish(evs)
 	case d+1 < first:
+		// Not the caller's ctx: its end must not turn into a gap.
+		ctx, cancel := context.WithTimeout(context.Background(), catchUpTimeout)
+		defer cancel()
 		if err := t.catchUpLocked(ctx, first-1); err != nil {
-			t.s.log.Error("pgstore: catch up before own events", "err", err)
+			t.s.log.Warn("pgstore: reading earlier events before our own; the listener delivers them", "err", err)
+			return
 		}
-		if t.delivered.Load() < first {
-			t.publish(evs)
-		}
+		t.publish(evs[t.delivered.Load()+1-first:])
 	default: // partly delivered already (a catch-up read them)
 		t.publish(evs[d+1-first:])
 	}
