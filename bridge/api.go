@@ -131,6 +131,10 @@ var (
 // implements Service.
 type Options struct {
 	DataDir string // SQLite file, spool and results live here
+	// Store is the durable store (nil: the SQLite backend, opened in
+	// DataDir). The bridge owns it: Close closes it, also when New fails.
+	// DataDir is still required: plain chunk results are spooled there.
+	Store Store
 	// PeerAddr is the UDP host:port of the PipeStream peer.
 	PeerAddr string
 	// PeerCAPEM verifies the peer's certificate (a CA bundle or the embedded

@@ -19,7 +19,7 @@ import (
 type Bridge struct {
 	opts Options
 	log  *slog.Logger
-	st   *store.Store
+	st   Store
 	ev   *eventlog.Log
 	m    *metrics
 	tls  *tls.Config
@@ -50,19 +50,24 @@ type Bridge struct {
 
 var _ Service = (*Bridge)(nil)
 
-// New opens the store in DataDir, recovers non-terminal documents, and starts
-// the peer connection manager (see Options).
+// New opens the store (Options.Store, or SQLite in DataDir), recovers
+// non-terminal documents, and starts the peer connection manager (see
+// Options).
 func New(ctx context.Context, opts Options) (*Bridge, error) {
-	if err := opts.fill(); err != nil {
+	tc, err := validate(&opts)
+	if err != nil {
+		if opts.Store != nil {
+			opts.Store.Close()
+		}
 		return nil, err
 	}
-	tc, err := tlsConfig(&opts)
-	if err != nil {
-		return nil, err
-	}
-	st, err := store.Open(ctx, opts.DataDir, store.Options{Logger: opts.Logger, Registerer: opts.Registerer})
-	if err != nil {
-		return nil, fmt.Errorf("bridge: open store in %s: %w", opts.DataDir, err)
+	st := opts.Store
+	if st == nil {
+		sq, err := store.Open(ctx, opts.DataDir, store.Options{Logger: opts.Logger, Registerer: opts.Registerer})
+		if err != nil {
+			return nil, fmt.Errorf("bridge: open store in %s: %w", opts.DataDir, err)
+		}
+		st = sq
 	}
 	eo := opts.EventLog
 	if eo.Logger == nil {
@@ -96,6 +101,14 @@ func New(ctx context.Context, opts Options) (*Bridge, error) {
 	go b.claimSweeper(bctx)
 	go b.superviseLoop(bctx)
 	return b, nil
+}
+
+// validate fills opts and builds the peer TLS configuration.
+func validate(opts *Options) (*tls.Config, error) {
+	if err := opts.fill(); err != nil {
+		return nil, err
+	}
+	return tlsConfig(opts)
 }
 
 // fill validates Options and applies defaults.

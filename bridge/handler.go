@@ -529,7 +529,7 @@ func (b *Bridge) onResult(ss *sessState, e *quicpeer.IncomingEntity) {
 		b.onResultSummary(d, attempt, e)
 		return
 	}
-	inline, path, n, err := b.readResult(d.id, e.Payload, h.PayloadLength, b.diskRetryFor(d))
+	inline, spooled, n, err := b.readResult(d.id, e.Payload, h.PayloadLength, b.diskRetryFor(d))
 	b.m.bytesOut.Add(float64(n))
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -542,7 +542,7 @@ func (b *Bridge) onResult(ss *sessState, e *quicpeer.IncomingEntity) {
 	}
 	d.resultReady = true
 	d.resultInline = inline
-	d.rec.ResultPath = path
+	d.rec.ResultPayload = spooled
 	d.rec.ResultContentType = h.ContentType
 	d.rec.Doc.ResultSizeBytes = uint64(n)
 	b.maybeFinishLocked(d)

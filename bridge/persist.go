@@ -3,7 +3,6 @@ package bridge
 import (
 	"context"
 	"errors"
-	"os"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -149,7 +148,7 @@ func (b *Bridge) flush(all bool) {
 			if t.d.inline {
 				continue // the content row went with the terminal batch
 			}
-			if err := os.Remove(b.st.SpoolPath(t.d.id)); err != nil && !os.IsNotExist(err) {
+			if err := b.st.RemovePayload(b.ctx, t.d.id, store.PayloadContent); err != nil {
 				b.log.Warn("bridge: removing spool of a finished document", "doc", t.d.id, "err", err)
 			}
 		}

@@ -242,20 +242,20 @@ func (b *Bridge) onPlainResult(ss *sessState, e *quicpeer.IncomingEntity) bool {
 
 // storePlainRootResult stores a whole result for R (as a profile result).
 func (b *Bridge) storePlainRootResult(d *docRun, attempt uint32, e *quicpeer.IncomingEntity) {
-	inline, path, n, err := b.readResult(d.id, e.Payload, e.Header.PayloadLength, b.diskRetryFor(d))
+	inline, spooled, n, err := b.readResult(d.id, e.Payload, e.Header.PayloadLength, b.diskRetryFor(d))
 	b.m.bytesOut.Add(float64(n))
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if d.attempt != attempt || d.terminal() {
 		return
 	}
-	b.plainResultStoredLocked(d, storedResult{inline, path, n, e.Header.ContentType}, err, "storing the result failed")
+	b.plainResultStoredLocked(d, storedResult{inline, spooled, n, e.Header.ContentType}, err, "storing the result failed")
 }
 
 // storedResult is a result as readResult stored it.
 type storedResult struct {
 	inline      []byte
-	path        string
+	spooled     bool
 	n           int64
 	contentType string
 }
@@ -269,7 +269,7 @@ func (b *Bridge) plainResultStoredLocked(d *docRun, r storedResult, err error, w
 		return
 	}
 	d.resultReady, d.resultInline = true, r.inline
-	d.rec.ResultPath, d.rec.ResultContentType = r.path, r.contentType
+	d.rec.ResultPayload, d.rec.ResultContentType = r.spooled, r.contentType
 	d.rec.Doc.ResultSizeBytes = uint64(r.n)
 	b.maybeFinishLocked(d)
 	b.kickFlush()
@@ -481,10 +481,10 @@ func (b *Bridge) assemblePlainLocked(d *docRun) {
 			total += parts[k].n
 		}
 		var inline []byte
-		var path string
+		var spooled bool
 		var n int64
 		if err == nil {
-			inline, path, n, err = b.readResult(d.id, io.MultiReader(files...), uint64(total), b.diskRetryFor(d))
+			inline, spooled, n, err = b.readResult(d.id, io.MultiReader(files...), uint64(total), b.diskRetryFor(d))
 		}
 		for _, f := range closers {
 			_ = f.Close()
@@ -497,6 +497,6 @@ func (b *Bridge) assemblePlainLocked(d *docRun) {
 		if d.attempt != attempt || d.terminal() {
 			return
 		}
-		b.plainResultStoredLocked(d, storedResult{inline, path, n, d.rec.Doc.ContentType}, err, "assembling the chunk results failed")
+		b.plainResultStoredLocked(d, storedResult{inline, spooled, n, d.rec.Doc.ContentType}, err, "assembling the chunk results failed")
 	}()
 }

@@ -62,7 +62,8 @@ func (b *Bridge) ListDocuments(ctx context.Context, t Tenant, req *gatewayv1.Lis
 }
 
 // Result opens the rehydrated output of a SUCCEEDED or PARTIALLY_SUCCEEDED
-// document: the inline row (ResultPath "", content.go) or the result file.
+// document: the inline row (ResultPayload false, content.go) or the
+// streamed result payload (an io.ReadSeeker too, for ranged serving).
 func (b *Bridge) Result(ctx context.Context, t Tenant, id string) (string, int64, io.ReadCloser, error) {
 	rec, err := b.st.GetDocument(ctx, string(t), id, false)
 	if err != nil {
@@ -80,23 +81,18 @@ func (b *Bridge) Result(ctx context.Context, t Tenant, id string) (string, int64
 	if ct == "" {
 		ct = "application/octet-stream"
 	}
-	if rec.ResultPath == "" {
+	if !rec.ResultPayload {
 		body, err := b.st.GetPayload(ctx, string(t), id, store.PayloadResult)
 		if err != nil {
 			return "", 0, nil, fmt.Errorf("document %s: stored result: %w", id, err)
 		}
 		return ct, int64(len(body)), io.NopCloser(bytes.NewReader(body)), nil
 	}
-	f, err := b.st.OpenResult(id)
+	f, err := b.st.OpenPayload(ctx, id, store.PayloadResult)
 	if err != nil {
-		return "", 0, nil, fmt.Errorf("document %s: result file: %w", id, err)
+		return "", 0, nil, fmt.Errorf("document %s: stored result: %w", id, err)
 	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return "", 0, nil, err
-	}
-	return ct, fi.Size(), f, nil
+	return ct, f.Size(), f, nil
 }
 
 // Cancel cancels a non-terminal document (profile 7): CANCELLED, the peer is

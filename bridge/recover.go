@@ -42,7 +42,7 @@ func (b *Bridge) recover(ctx context.Context) error {
 		copy(d.sum[:], mustHex(rec.Doc.Checksum))
 		// Every record written before inline content existed names its
 		// spool file; "" means the content is in the payloads table.
-		d.inline = rec.SpoolPath == ""
+		d.inline = !rec.ContentPayload
 		b.docs[d.id] = d
 		b.m.running.Inc()
 		// The next dispatch is a new attempt: its entity rows supersede the

@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -45,7 +46,7 @@ type resultStream struct {
 	next   uint64 // number of the next part to append
 	off    int64  // octets appended so far
 	busy   bool   // the part numbered next is being copied (without mu)
-	pf     *store.PayloadFile
+	pf     store.PayloadWriter
 	sum    hash.Hash
 	err    error // the assembly failed: later parts and the summary fail
 	closed bool  // the attempt is over; the file is (being) removed
@@ -90,7 +91,7 @@ func (rs *resultStream) failLocked(err error) {
 // appendPart copies part k (offset off, payload r) to the result file once
 // every earlier part is in. r's checksum and length are verified by the
 // session's payload reader; a verification failure fails the assembly.
-func (rs *resultStream) appendPart(st *store.Store, k uint64, off uint64, r io.Reader, disk diskRetry, dir string) (int64, error) {
+func (rs *resultStream) appendPart(ctx context.Context, st Store, k uint64, off uint64, r io.Reader, disk diskRetry, dir string) (int64, error) {
 	rs.mu.Lock()
 	if err := rs.waitTurnLocked(k); err != nil {
 		rs.failLocked(err)
@@ -104,7 +105,7 @@ func (rs *resultStream) appendPart(st *store.Store, k uint64, off uint64, r io.R
 		return 0, err
 	}
 	if rs.pf == nil {
-		pf, err := createResultRetrying(st, rs.docID, disk)
+		pf, err := createResultRetrying(ctx, st, rs.docID, disk)
 		if err != nil {
 			rs.failLocked(err)
 			rs.mu.Unlock()
@@ -136,14 +137,14 @@ func (rs *resultStream) appendPart(st *store.Store, k uint64, off uint64, r io.R
 }
 
 // finish checks the summary against the appended parts once all of them
-// are in, and makes the result file durable. It returns the file's path,
-// or "" for an empty result (no parts).
-func (rs *resultStream) finish(parts uint64, length uint64, want []byte) (string, error) {
+// are in, and makes the result payload durable. It reports whether there
+// is one (false for an empty result: no parts).
+func (rs *resultStream) finish(parts uint64, length uint64, want []byte) (bool, error) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	if err := rs.waitTurnLocked(parts); err != nil {
 		rs.failLocked(err)
-		return "", err
+		return false, err
 	}
 	var err error
 	switch got := rs.sum.Sum(nil); {
@@ -154,11 +155,11 @@ func (rs *resultStream) finish(parts uint64, length uint64, want []byte) (string
 	}
 	if err != nil {
 		rs.failLocked(err)
-		return "", err
+		return false, err
 	}
 	rs.err = errors.New("a result part arrived after the summary") // nothing may follow
 	if rs.pf == nil {
-		return "", nil
+		return false, nil
 	}
 	// fsync without mu: close (under Bridge.mu) must not wait for the disk.
 	rs.busy = true
@@ -168,10 +169,10 @@ func (rs *resultStream) finish(parts uint64, length uint64, want []byte) (string
 	rs.mu.Lock()
 	rs.busy = false
 	if err != nil {
-		return "", err
+		return false, err
 	}
 	rs.synced = true
-	return pf.Path(), nil
+	return true, nil
 }
 
 // close ends the assembly of an attempt that is over: waiters give up and
@@ -227,7 +228,7 @@ func (b *Bridge) onResultPart(d *docRun, attempt uint32, e *quicpeer.IncomingEnt
 	var n int64
 	err := errors.New("a result part without chunk-info (part number and offset)")
 	if h.ChunkInfo != nil {
-		n, err = rs.appendPart(b.st, h.ChunkInfo.ChunkIndex, h.ChunkInfo.ChunkOffset, e.Payload, b.diskRetryFor(d), b.opts.DataDir)
+		n, err = rs.appendPart(b.ctx, b.st, h.ChunkInfo.ChunkIndex, h.ChunkInfo.ChunkOffset, e.Payload, b.diskRetryFor(d), b.opts.DataDir)
 	}
 	b.m.bytesOut.Add(float64(n))
 	if err != nil {
@@ -252,7 +253,7 @@ func (b *Bridge) onResultSummary(d *docRun, attempt uint32, e *quicpeer.Incoming
 	}
 	rs := d.resultStreamLocked(attempt)
 	b.mu.Unlock()
-	var path string
+	var stored bool
 	var err error
 	switch {
 	case h.PayloadLength != 0:
@@ -260,7 +261,7 @@ func (b *Bridge) onResultSummary(d *docRun, attempt uint32, e *quicpeer.Incoming
 	case err1 != nil || err2 != nil || err3 != nil || len(want) != sha256.Size:
 		err = fmt.Errorf("the result summary's %s, %s or %s is malformed", metaResultParts, metaResultLength, metaResultSHA)
 	default:
-		path, err = rs.finish(parts, length, want)
+		stored, err = rs.finish(parts, length, want)
 	}
 	if err != nil {
 		rs.mu.Lock()
@@ -278,8 +279,8 @@ func (b *Bridge) onResultSummary(d *docRun, attempt uint32, e *quicpeer.Incoming
 		d.rstream = nil
 	}
 	d.resultReady = true
-	d.rec.ResultPath = path
-	if path == "" {
+	d.rec.ResultPayload = stored
+	if !stored {
 		d.resultInline = []byte{} // an empty result is committed inline
 	}
 	d.rec.ResultContentType = h.ContentType

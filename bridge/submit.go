@@ -83,16 +83,16 @@ func (b *Bridge) newDocRun(id string, t Tenant, p *plan) *docRun {
 type upload struct {
 	b      *Bridge
 	p      *plan
-	pf     *store.PayloadFile // nil until spool creates it
-	inline []byte             // the whole content when it is committed inline
+	pf     store.PayloadWriter // nil until spool creates it
+	inline []byte              // the whole content when it is committed inline
 	d      *docRun
 	pipe   *pipe // nil unless chunks are pipelined to the peer
 }
 
 // spool creates the spool file on first use.
-func (u *upload) spool() (*store.PayloadFile, error) {
+func (u *upload) spool() (store.PayloadWriter, error) {
 	if u.pf == nil {
-		pf, err := u.b.st.CreateSpool(u.d.id)
+		pf, err := u.b.st.CreatePayload(u.b.ctx, u.d.id, store.PayloadContent)
 		if err != nil {
 			return nil, fmt.Errorf("create spool: %w", err)
 		}
@@ -266,10 +266,9 @@ func (u *upload) commit(ctx context.Context, size int64, sum [32]byte) (*gateway
 	doc.SizeBytes = uint64(size)
 	doc.Checksum = hex.EncodeToString(sum[:])
 	d.rec.BodyHash = hash
-	d.rec.SpoolPath = b.st.SpoolPath(d.id)
 	d.inline = u.inline != nil
+	d.rec.ContentPayload = !d.inline
 	if d.inline {
-		d.rec.SpoolPath = ""
 		if len(b.queue) < maxHeldContentQueue {
 			d.content = u.inline
 		}
@@ -320,7 +319,7 @@ func (u *upload) commit(ctx context.Context, size int64, sum [32]byte) (*gateway
 			u.pf.Abort()
 		}
 		u.abandon()
-		_ = b.st.RemovePayloads(d.id)
+		_ = b.st.RemovePayload(ctx, d.id, store.PayloadContent)
 		return b.publicDoc(res.Duplicate), nil
 	}
 	b.mu.Lock()

@@ -67,7 +67,7 @@ const (
 
 // Log is the event log. Safe for concurrent use.
 type Log struct {
-	st   *store.Store
+	st   Store
 	opts Options
 	ret  *retention.Retainer
 	m    *retention.Metrics
@@ -92,7 +92,7 @@ type Log struct {
 // New opens the log over st: it loads the retained events' metadata (seq,
 // time, size) for retention, installs the store's event hook and starts the
 // retention pass (unless Options.DisablePruner). One Log per store.
-func New(ctx context.Context, st *store.Store, opts Options) (*Log, error) {
+func New(ctx context.Context, st Store, opts Options) (*Log, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
 		return nil, err

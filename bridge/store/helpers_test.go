@@ -45,7 +45,7 @@ func newDoc(tenant, id string, created time.Time) *store.DocumentRecord {
 			ContentType: "text/plain", CreateTime: timestamppb.New(created), UpdateTime: timestamppb.New(created),
 		},
 		BodyHash:  []byte("hash-" + id),
-		SpoolPath: "spool/" + id + ".bin",
+		ContentPayload: true,
 	}
 }
 

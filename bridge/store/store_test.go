@@ -94,7 +94,7 @@ func TestDocumentRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Doc.GetMetadata()["k"] != "v" || string(got.Private) != "\x01\x02\x03" || got.DispatchAttempts != 2 || got.SpoolPath != rec.SpoolPath {
+	if got.Doc.GetMetadata()["k"] != "v" || string(got.Private) != "\x01\x02\x03" || got.DispatchAttempts != 2 || got.ContentPayload != rec.ContentPayload {
 		t.Fatalf("record fields lost: %+v", got)
 	}
 	if len(got.Doc.Entities) != 2 || got.Doc.Entities[0].GetEntityId() != 1 || got.Doc.Entities[1].GetStatus() != gatewayv1.EntityStatus_ENTITY_STATUS_COMPLETE || got.Doc.Entities[1].GetAttempts() != 1 {
