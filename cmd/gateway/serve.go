@@ -44,6 +44,7 @@ func runServe(args []string) int {
 	grpcAddr := fs.String("grpc-addr", "GATEWAY_GRPC_ADDR", gateway.DefaultGRPCAddr, "gRPC listen address")
 	httpAddr := fs.String("http-addr", "GATEWAY_HTTP_ADDR", gateway.DefaultHTTPAddr, "HTTP listen address (REST, WebSocket, /healthz, /metrics, /docs/)")
 	dataDir := fs.String("data-dir", "GATEWAY_DATA_DIR", "./data", "directory for the store, spool and results (the embedded peer uses <data-dir>/peer)")
+	storeURL := fs.String("store", "GATEWAY_STORE", "", storeFlagHelp)
 	peerAddr := fs.String("peer", "GATEWAY_PEER", "", "UDP host:port of an external PipeStream peer (empty: start one in-process)")
 	peerCA := fs.String("peer-ca", "GATEWAY_PEER_CA", "", "PEM file of the CA or certificate that verifies --peer (required with --peer)")
 	peerName := fs.String("peer-server-name", "GATEWAY_PEER_SERVER_NAME", "", "TLS server name of --peer (default: its host)")
@@ -199,6 +200,10 @@ func runServe(args []string) int {
 		return fail(os.Stderr, "serve", err)
 	}
 
+	if err := useStore(ctx, &bopts, *storeURL, log); err != nil {
+		stopPeer()
+		return fail(os.Stderr, "serve", err)
+	}
 	b, err := bridge.New(ctx, bopts)
 	if err != nil {
 		stopPeer()

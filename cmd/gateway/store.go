@@ -6,11 +6,23 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/pipestream/gateway/bridge"
 	"github.com/pipestream/gateway/bridge/store/pgstore"
 )
 
 // storeFlagHelp is the --store flag's help text.
 const storeFlagHelp = "store backend: empty for SQLite in --data-dir, or postgres://user:password@host:port/database?sslmode=... for PostgreSQL shared by several gateways (docs/scale-out.md)"
+
+// useStore sets bopts.Store to the --store backend (left nil for the
+// default SQLite). The bridge owns it from then on: it closes it, also when
+// bridge.New fails.
+func useStore(ctx context.Context, bopts *bridge.Options, url string, log *slog.Logger) error {
+	pg, err := openStore(ctx, url, log.With("component", "store"))
+	if pg != nil {
+		bopts.Store = pg
+	}
+	return err
+}
 
 // openStore opens the --store backend: nil for the default (SQLite, which
 // the bridge opens in --data-dir), a PostgreSQL store for a postgres:// URL.

@@ -120,10 +120,10 @@ func applyCreate(ctx context.Context, tx pgx.Tx, d *docRow) (*store.DocumentReco
 	rec := d.rec
 	tag, err := tx.Exec(ctx, `INSERT INTO documents
 		(id, tenant, state, terminal, rev, request_id, body_hash, create_time, update_time,
-		 spool_path, result_path, result_content_type, dispatch_attempts, private, body)
+		 content_payload, result_payload, result_content_type, dispatch_attempts, private, body)
 		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15) ON CONFLICT DO NOTHING`,
 		rec.Doc.GetId(), rec.Tenant, d.state, d.terminal, d.rev, d.requestID, rec.BodyHash,
-		d.createNs, d.updateNs, rec.SpoolPath, rec.ResultPath, rec.ResultContentType,
+		d.createNs, d.updateNs, rec.ContentPayload, rec.ResultPayload, rec.ResultContentType,
 		int64(rec.DispatchAttempts), rec.Private, d.body)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: insert document %s: %w", rec.Doc.GetId(), err)
@@ -153,8 +153,8 @@ func applyCreate(ctx context.Context, tx pgx.Tx, d *docRow) (*store.DocumentReco
 func applyUpdate(ctx context.Context, tx pgx.Tx, d *docRow) error {
 	rec := d.rec
 	tag, err := tx.Exec(ctx, `UPDATE documents SET state=$1, terminal=$2, rev=$3, update_time=$4,
-		spool_path=$5, result_path=$6, result_content_type=$7, dispatch_attempts=$8, private=$9, body=$10
-		WHERE id=$11 AND tenant=$12 AND rev=$13`, d.state, d.terminal, d.rev, d.updateNs, rec.SpoolPath, rec.ResultPath,
+		content_payload=$5, result_payload=$6, result_content_type=$7, dispatch_attempts=$8, private=$9, body=$10
+		WHERE id=$11 AND tenant=$12 AND rev=$13`, d.state, d.terminal, d.rev, d.updateNs, rec.ContentPayload, rec.ResultPayload,
 		rec.ResultContentType, int64(rec.DispatchAttempts), rec.Private, d.body,
 		rec.Doc.GetId(), rec.Tenant, d.prevRev)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 
+	"github.com/pipestream/gateway/bridge"
 	"github.com/pipestream/gateway/bridge/store"
 	"github.com/pipestream/gateway/bridge/store/pgstore"
 	"github.com/pipestream/gateway/internal/pgtest"
@@ -106,3 +107,6 @@ func abbreviate(s []uint64) string {
 	}
 	return fmt.Sprint(s)
 }
+
+// The PostgreSQL store is a bridge.Store (and so an eventlog.Store).
+var _ bridge.Store = (*pgstore.Store)(nil)

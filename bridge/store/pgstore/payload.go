@@ -41,7 +41,7 @@ func checkKind(kind store.PayloadKind) error {
 // CreatePayload starts a streamed payload of docID (see PayloadWriter).
 // docID is 1..128 octets of [A-Za-z0-9_-] and kind PayloadContent or
 // PayloadResult, else ErrInvalid.
-func (s *Store) CreatePayload(ctx context.Context, docID string, kind store.PayloadKind) (*PayloadWriter, error) {
+func (s *Store) CreatePayload(ctx context.Context, docID string, kind store.PayloadKind) (store.PayloadWriter, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
@@ -64,7 +64,7 @@ func (s *Store) CreatePayload(ctx context.Context, docID string, kind store.Payl
 // OpenPayload opens docID's synced payload of kind (ErrNotFound if none).
 // The reader reads the payload as synced when it was opened: a later Sync
 // supersedes it without deleting it for staleBlobAge.
-func (s *Store) OpenPayload(ctx context.Context, docID string, kind store.PayloadKind) (*PayloadReader, error) {
+func (s *Store) OpenPayload(ctx context.Context, docID string, kind store.PayloadKind) (store.PayloadReader, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}

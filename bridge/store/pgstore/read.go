@@ -26,7 +26,7 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-const docCols = `tenant, id, body_hash, spool_path, result_path, result_content_type,
+const docCols = `tenant, id, body_hash, content_payload, result_payload, result_content_type,
 	dispatch_attempts, private, body, create_time`
 
 const claimCols = `claim_id, tenant, doc_id, entity_id, scope_id, state, expire_time, create_time, redeem_time, chunk`
@@ -41,7 +41,7 @@ func scanDoc(row pgx.Row) (*store.DocumentRecord, int64, error) {
 		body     []byte
 		ct, atts int64
 	)
-	if err := row.Scan(&rec.Tenant, &id, &rec.BodyHash, &rec.SpoolPath, &rec.ResultPath,
+	if err := row.Scan(&rec.Tenant, &id, &rec.BodyHash, &rec.ContentPayload, &rec.ResultPayload,
 		&rec.ResultContentType, &atts, &rec.Private, &body, &ct); err != nil {
 		return nil, 0, err
 	}
