@@ -81,7 +81,8 @@ import (
 // Options configure Open. Zero values take the defaults in params.go.
 type Options struct {
 	// MaxConns bounds the pool of this Store (the LISTEN connection is
-	// extra).
+	// extra). 0: the URL's pool_max_conns if it has one, else
+	// defaultMaxConns (16).
 	MaxConns int32
 	// Logger (default slog.Default()).
 	Logger *slog.Logger
@@ -124,9 +125,11 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: store URL: %v (want postgres://user:password@host:port/database)", store.ErrInvalid, err)
 	}
-	cfg.MaxConns = defaultMaxConns
-	if opts.MaxConns > 0 {
+	switch {
+	case opts.MaxConns > 0:
 		cfg.MaxConns = opts.MaxConns
+	case !strings.Contains(url, "pool_max_conns="):
+		cfg.MaxConns = defaultMaxConns
 	}
 	s := &Store{listenCfg: cfg.ConnConfig.Copy(), log: opts.Logger, done: make(chan struct{})}
 	s.tail.s = s
@@ -211,6 +214,9 @@ func (s *Store) WriterStats() store.WriterStats {
 	n := s.txns.Load()
 	return store.WriterStats{Transactions: n, Batches: n}
 }
+
+// MaxConns is the size bound of the connection pool (see Options).
+func (s *Store) MaxConns() int32 { return s.pool.Config().MaxConns }
 
 // Ping checks that the database answers (for /healthz).
 func (s *Store) Ping(ctx context.Context) error {

@@ -205,3 +205,24 @@ func TestSeqFieldAcrossVarintWidths(t *testing.T) {
 		t.Fatalf("stats %+v (%v), want %d bytes, 8 events", st, err, total)
 	}
 }
+
+// TestPoolSize: Options.MaxConns, else the URL's pool_max_conns, else 16.
+func TestPoolSize(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		url  string
+		opt  int32
+		want int32
+	}{{dsn, 0, 16}, {dsn + "&pool_max_conns=3", 0, 3}, {dsn + "&pool_max_conns=3", 5, 5}} {
+		s, err := pgstore.Open(ctx, c.url, pgstore.Options{MaxConns: c.opt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := s.MaxConns()
+		s.Close()
+		if got != c.want {
+			t.Errorf("%s with MaxConns %d: pool of %d, want %d", c.url, c.opt, got, c.want)
+		}
+	}
+}
