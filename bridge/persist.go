@@ -148,7 +148,7 @@ func (b *Bridge) flush(all bool) {
 			if t.d.inline {
 				continue // the content row went with the terminal batch
 			}
-			if err := b.st.RemovePayload(b.ctx, t.d.id, store.PayloadContent); err != nil {
+			if err := b.st.RemovePayload(context.WithoutCancel(b.ctx), t.d.id, store.PayloadContent); err != nil { // also in the last flush, after Close cancelled b.ctx
 				b.log.Warn("bridge: removing spool of a finished document", "doc", t.d.id, "err", err)
 			}
 		}

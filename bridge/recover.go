@@ -10,8 +10,8 @@ import (
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
 
-// recover reloads the non-terminal documents after a restart (DESIGN.md
-// section 6): entities left non-terminal by the previous process are failed
+// recover reloads the non-terminal documents after a restart
+// (docs/architecture.md, where state lives): entities left non-terminal by the previous process are failed
 // locally, and each document is re-dispatched from its spool (or its inline
 // content, content.go), or failed with a clear error when that is missing.
 func (b *Bridge) recover(ctx context.Context) error {

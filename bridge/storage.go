@@ -16,6 +16,12 @@ import (
 // implements it; Options.Store plugs in another, which runs the
 // backend-neutral suite in bridge/store/storetest.
 //
+// The Store holds durable state only. Scratch bytes of a running attempt
+// (the chunk results of a plain peer, plain.go) stay in files under
+// Options.DataDir: they are never needed after the attempt, and an attempt
+// that is cut short (a restart, another process taking the document over)
+// is dispatched again and receives them anew.
+//
 // Tenancy: every read by id takes a tenant and answers an error wrapping
 // store.ErrNotFound for a row of another tenant, exactly as for a missing
 // row. Records returned are the caller's. Errors wrap the store package's

@@ -10,8 +10,9 @@ import (
 // batches, learns of committed events in seq order, replays and prunes
 // them. The SQLite backend (*store.Store) implements it; a second backend
 // implements it from this contract, and bridge/store/storetest checks it.
-// Safe for concurrent use. After Close (of the backend) every method that
-// takes a context answers an error wrapping store.ErrClosed.
+// Safe for concurrent use. After the backend's Close, Commit and
+// PruneEvents answer an error wrapping store.ErrClosed (reads fail too,
+// with an error of the backend's).
 //
 // Event seq rules (docs/architecture.md, the event log): every event of a
 // committed Batch gets a seq in the commit's transaction; seqs start at 1,

@@ -1,7 +1,26 @@
-// Package store is the gateway's durable state: documents, entities, scope
-// digests, claim checks, idempotency records and the sequenced event log, in
-// one SQLite file (modernc.org/sqlite, pure Go) under the data directory,
-// plus the spool and result payload files next to it (DESIGN.md section 6).
+// Package store is the gateway's durable state: the backend-neutral record
+// types, errors and payload interfaces every backend shares, and the default
+// backend, SQLite.
+//
+// # Backends
+//
+// The bridge and the event log do not depend on a backend: each declares
+// the part it uses as an interface (bridge.Store, eventlog.Store; their doc
+// comments are the contract), and this package's types (Batch,
+// DocumentRecord, EventRecord, ClaimRecord, ListQuery, PayloadWriter,
+// PayloadReader, the Err values...) are the vocabulary of both. *Store here
+// is the SQLite backend; another backend lives in its own package, imports
+// these types and runs the conformance suite in bridge/store/storetest.
+// (The types stay next to SQLite rather than in a package of their own so
+// that the embedded default needs no extra import; a backend package that
+// imports them also links the pure-Go SQLite driver.)
+//
+// # The SQLite backend
+//
+// Documents, entities, scope digests, claim checks, idempotency records and
+// the sequenced event log live in one SQLite file (modernc.org/sqlite, pure
+// Go) under the data directory; streamed payloads are files next to it
+// (payload.go). See docs/architecture.md for where state lives.
 //
 // # Writes
 //
@@ -29,7 +48,7 @@
 // mark is read inside each write transaction, so a second writer could not
 // reuse seqs, but LastSeq and the event hook would miss its writes.
 //
-// # Event sequence numbers (DESIGN.md section 5)
+// # Event sequence numbers
 //
 // Events in a Batch get seq numbers inside the writer transaction: seq =
 // last_seq+1, starting at 1, strictly below 2^53. last_seq lives in the meta
@@ -43,14 +62,14 @@
 // the writer). Every read by id takes a tenant and answers ErrNotFound for a
 // row that belongs to another tenant.
 //
-// # Payload files
+// # Streamed payloads
 //
-// The store owns the layout of <dir>/spool/<doc-id>.bin (the submitted
-// content) and <dir>/results/<doc-id>.bin (the rehydrated output); see
-// CreateSpool, CreateResult and PayloadFile. A PayloadFile is written to a
-// temporary name and becomes visible only through Sync, which fsyncs the
-// file, renames it into place and fsyncs the directory. The bridge must call
-// Sync before the Commit that records the document, and both before it
+// CreatePayload returns a PayloadWriter on a temporary file in
+// <dir>/spool (content) or <dir>/results (result); Sync fsyncs it, renames
+// it to <doc-id>.bin and fsyncs the directory. OpenPayload returns the file
+// itself (a PayloadReader whose WriteTo is the file's), so serving a result
+// copies no more than before the interface. The bridge syncs a payload
+// before the Commit that records the document, and both before it
 // acknowledges the submission.
 package store
 
@@ -96,7 +115,7 @@ var (
 )
 
 // MaxSeq is the exclusive upper bound of event seq numbers (2^53, so seqs are
-// exact in JSON numbers; DESIGN.md section 5).
+// exact in JSON numbers).
 const MaxSeq uint64 = 1 << 53
 
 // Options configure Open. Zero values take the defaults in params.go.

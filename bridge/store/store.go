@@ -227,14 +227,6 @@ func (s *Store) WriterStats() WriterStats {
 // LastSeq is the highest seq committed so far (0 before the first event).
 func (s *Store) LastSeq() uint64 { return s.lastSeq.Load() }
 
-// nanos converts a time to the stored INTEGER (unix nanoseconds; 0 = zero time).
-func nanos(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
-
 // fromNanos inverts nanos.
 func fromNanos(n int64) time.Time {
 	if n == 0 {

@@ -83,7 +83,7 @@ func testListPagination(t *testing.T, b Backend) {
 	var want []string
 	for i := range 7 {
 		id := fmt.Sprintf("d%d", i)
-		rec := newDoc("t", id, base.Add(time.Duration(i)*time.Second))
+		rec := newDoc("t", id, base.Add(time.Duration(i/2)*time.Second)) // pairs share a create time: the id breaks the tie
 		if i%2 == 1 {
 			rec.Doc.State = gatewayv1.State_SUCCEEDED
 		}
@@ -155,6 +155,16 @@ func testTenantIsolation(t *testing.T, b Backend) {
 	wantErr(t, "claim id owned by another tenant", err, store.ErrConflict)
 	if _, docs, err := s.SnapshotDocuments(ctx, "b"); err != nil || len(docs) != 0 {
 		t.Fatalf("SnapshotDocuments of another tenant = %v, %v", ids(docs), err)
+	}
+	upd := newDoc("b", "d1", base)
+	upd.Doc.Rev = 2
+	_, err = s.Commit(ctx, &store.Batch{Updates: []store.DocumentUpdate{{Record: upd, PrevRev: 1}}})
+	wantErr(t, "update of another tenant's document", err, store.ErrNotFound)
+	if _, err := s.GetDocument(ctx, "a", "d1", true); err != nil {
+		t.Fatalf("the owner lost access: %v", err)
+	}
+	if c, err := s.GetClaim(ctx, "a", "11"); err != nil || c.Claim.GetState() != gatewayv1.ClaimCheck_ISSUED {
+		t.Fatalf("the owner's claim after another tenant's attempts: %v, %v", c, err)
 	}
 }
 
