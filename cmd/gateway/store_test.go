@@ -1,11 +1,16 @@
 package main_test
 
 import (
+	"bufio"
 	"context"
+	"net/http"
 	"os"
+	"regexp"
+	"strconv"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -24,6 +29,9 @@ func TestServeOnPostgres(t *testing.T) {
 	waitHealthy(t, a, "http://"+hA)
 	b := startProc(t, "serve", "--store", db, "--grpc-addr", gB, "--http-addr", hB, "--data-dir", filepath.Join(dir, "b"))
 	waitHealthy(t, b, "http://"+hB)
+
+	subA := subscribe(t, "http://"+hA)
+	subB := subscribe(t, "http://"+hB)
 
 	in := filepath.Join(dir, "in.txt")
 	content := strings.Repeat("the quick brown fox jumps over the lazy dog\n", 3000) // 132 KB: a streamed payload
@@ -61,6 +69,63 @@ func TestServeOnPostgres(t *testing.T) {
 	if docs != 1 || chunks == 0 {
 		t.Fatalf("database holds %d rows of the document and %d payload chunks; want 1 and some", docs, chunks)
 	}
+	// Both gateways' live subscribers (REST NDJSON, from cursor 0) see
+	// the same gapless sequence: the one that drove the document and the
+	// one that learned of it through LISTEN/NOTIFY.
+	var last uint64
+	if err := conn.QueryRow(context.Background(), "SELECT last_seq FROM meta").Scan(&last); err != nil || last == 0 {
+		t.Fatalf("last_seq %d, %v", last, err)
+	}
+	for name, sub := range map[string]<-chan uint64{"first": subA, "second": subB} {
+		for want := uint64(1); want <= last; want++ {
+			select {
+			case got := <-sub:
+				if got != want {
+					t.Fatalf("%s gateway's subscriber: seq %d, want %d (gap, duplicate or reorder)", name, got, want)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("%s gateway's subscriber: no seq %d within 30s (last_seq %d)", name, want, last)
+			}
+		}
+	}
+}
+
+var seqField = regexp.MustCompile(`"seq":\s*"?(\d+)`)
+
+// subscribe follows base's event stream from cursor 0 and sends each
+// event's seq; the stream ends with the test.
+func subscribe(t *testing.T, base string) <-chan uint64 {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/v1/events:subscribe?cursor=0", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 {
+		cancel()
+		t.Fatalf("subscribe: %s", resp.Status)
+	}
+	out := make(chan uint64, 1024)
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); resp.Body.Close(); <-done })
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
+		for sc.Scan() {
+			if m := seqField.FindSubmatch(sc.Bytes()); m != nil {
+				n, _ := strconv.ParseUint(string(m[1]), 10, 64)
+				select {
+				case out <- n:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out
 }
 
 // TestStoreFlagRefusesUnknownBackend: a --store that is neither empty nor
