@@ -158,6 +158,7 @@ func (s *Store) start(ctx context.Context) error {
 		return fmt.Errorf("pgstore: read last_seq: %w", err)
 	}
 	s.tail.delivered.Store(uint64(last))
+	s.tail.reported.Store(uint64(last))
 	lctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan error, 1)
 	go func() {

@@ -389,3 +389,30 @@ func TestListenerReconnectsAndCatchesUp(t *testing.T) {
 	}
 	gapless(t, rec.waitFor(t, 3), 1)
 }
+
+// TestHookAfterLastSeqMissesNothing: the event log's pattern — read
+// LastSeq, then install the hook. Events delivered in between (here our own
+// commit, with no hook yet; in production another replica's at any time)
+// reach the new hook, once, in order; older ones do not.
+func TestHookAfterLastSeqMissesNothing(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	s := open(t, dsn)
+	ctx := context.Background()
+	if _, err := s.Commit(ctx, &store.Batch{Create: doc("d", ""), Events: []store.EventAppend{event("d", "old")}}); err != nil {
+		t.Fatal(err)
+	}
+	base := s.LastSeq()
+	if _, err := s.Commit(ctx, &store.Batch{Events: []store.EventAppend{event("d", "between1"), event("d", "between2")}}); err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder()
+	s.SetEventHook(rec.hook)
+	if _, err := s.Commit(ctx, &store.Batch{Events: []store.EventAppend{event("d", "after")}}); err != nil {
+		t.Fatal(err)
+	}
+	got := rec.waitFor(t, 3)
+	gapless(t, got, base+1)
+	if len(got) != 3 {
+		t.Fatalf("hook got %v, want seqs %d..%d", got, base+1, base+3)
+	}
+}

@@ -23,8 +23,11 @@ type tail struct {
 	s         *Store
 	mu        sync.Mutex // serialises deliveries; guards nothing else
 	delivered atomic.Uint64
-	hook      atomic.Pointer[func([]store.EventRecord)]
-	reads     atomic.Uint64 // catch-up queries run (tests, metrics)
+	// reported is the last LastSeq answered while no hook was installed:
+	// SetEventHook hands the new hook every event after it (see there).
+	reported atomic.Uint64
+	hook     atomic.Pointer[func([]store.EventRecord)]
+	reads    atomic.Uint64 // catch-up queries run (tests, metrics)
 }
 
 // SetEventHook installs fn (nil removes it). fn is called with committed
@@ -32,17 +35,53 @@ type tail struct {
 // replica's Commit before that Commit returns, and the events of other
 // replicas (processes) on the same database after their commit's NOTIFY
 // arrives. fn must not block and must not call Commit. fn owns the slice.
+//
+// Other processes commit at any time, so events may be delivered (to no
+// hook) between a caller's LastSeq and its SetEventHook. SetEventHook
+// therefore first hands fn every event after the last LastSeq answered
+// while no hook was installed: "every event with a higher seq than LastSeq
+// reaches the hook installed after it" holds without a window.
 func (s *Store) SetEventHook(fn func([]store.EventRecord)) {
+	t := &s.tail
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	if fn == nil {
-		s.tail.hook.Store(nil)
+		t.hook.Store(nil)
+		t.reported.Store(t.delivered.Load())
 		return
 	}
-	s.tail.hook.Store(&fn)
+	t.hook.Store(&fn)
+	from, upTo := t.reported.Load(), t.delivered.Load()
+	if upTo <= from {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), catchUpTimeout)
+	defer cancel()
+	for from < upTo {
+		evs, err := readEvents(ctx, s.pool, store.EventQuery{From: from + 1, AllTenants: true, Limit: maxEventLimit})
+		for len(evs) > 0 && evs[len(evs)-1].Seq > upTo {
+			evs = evs[:len(evs)-1]
+		}
+		if err != nil || len(evs) == 0 {
+			if err != nil {
+				s.log.Error("pgstore: replaying events to a new hook", "from", from+1, "to", upTo, "err", err)
+			}
+			return
+		}
+		fn(evs)
+		from = evs[len(evs)-1].Seq
+	}
 }
 
 // LastSeq is the highest seq delivered so far (committed by any replica
 // and passed to the event hook, or that would have been).
-func (s *Store) LastSeq() uint64 { return s.tail.delivered.Load() }
+func (s *Store) LastSeq() uint64 {
+	d := s.tail.delivered.Load()
+	if s.tail.hook.Load() == nil {
+		s.tail.reported.Store(d)
+	}
+	return d
+}
 
 // deliverOwn delivers the events of a Commit of this replica (seqs
 // consecutive). If deliveries are behind (events of other replicas whose
