@@ -1,11 +1,8 @@
-// Package bridge turns API submissions into PipeStream dehydration over a
-// quicpeer session, maps STATUS frames back into document and entity state,
-// stores results and claim checks, and feeds the event log.
-//
 // CONTRACT FILE: gateway/ codes against the exported surface below. Keep
 // signatures stable; document changes. API messages are the generated
 // gatewayv1 types so that no translation layer sits between gateway and
-// bridge.
+// bridge. The package doc is in doc.go.
+
 package bridge
 
 import (
@@ -76,7 +73,7 @@ type Service interface {
 	Close(ctx context.Context) error
 }
 
-// EventLog is the sequenced, resumable log (DESIGN.md section 5).
+// EventLog is the sequenced, resumable log (docs/architecture.md).
 type EventLog interface {
 	// Subscribe follows the log with AT-sync cursor rules. cursor == nil:
 	// live only. It calls send for every event (including the #info

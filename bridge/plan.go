@@ -231,7 +231,7 @@ func (p *plan) bodyHash(contentSum [32]byte) []byte {
 	return h.Sum(nil)
 }
 
-// wirePolicy is the completion-policy of the root header (Section 8.2).
+// wirePolicy is the completion-policy of the root header (draft Section 8.3).
 func (p *plan) wirePolicy() *wire.CompletionPolicy {
 	cp := p.opts.CompletionPolicy
 	if cp == nil {

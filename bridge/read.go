@@ -112,15 +112,15 @@ func (b *Bridge) Cancel(ctx context.Context, t Tenant, id string) (*gatewayv1.Do
 		}
 		return nil, fmt.Errorf("document %s is already %s; only PENDING or RUNNING documents can be cancelled: %w", id, state, ErrFailedPrecondition)
 	}
-	if d.sess != nil && !d.sess.closed {
-		b.sendCancelLocked(d.sess, d)
-		if e := d.ents[rootKey(d.rootID)]; e != nil && d.rootID != 0 {
+	if ss, a := d.sess(), d.att; ss != nil && !ss.closed {
+		b.sendCancelLocked(ss, d)
+		if e := a.ents[rootKey(a.rootID)]; e != nil && a.rootID != 0 {
 			e.Status = gatewayv1.EntityStatus_ENTITY_STATUS_ABANDONED
-			if !d.sess.n.Layer2 {
+			if !ss.n.Layer2 {
 				e.Status = gatewayv1.EntityStatus_ENTITY_STATUS_FAILED
 			}
 			e.Message = "cancelled by the client"
-			d.setEntity(rootKey(d.rootID), e)
+			d.setEntity(rootKey(a.rootID), e)
 		}
 	}
 	b.finishLocked(d, gatewayv1.State_CANCELLED, "cancelled by the client")
