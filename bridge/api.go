@@ -127,7 +127,7 @@ var (
 // the peer connection manager (dial PeerAddr with backoff). *Bridge
 // implements Service.
 type Options struct {
-	DataDir string // SQLite file, spool and results live here
+	DataDir string // the SQLite store with its spool and results (unless Store is set), and scratch files
 	// Store is the durable store (nil: the SQLite backend, opened in
 	// DataDir). The bridge owns it: Close closes it, also when New fails.
 	// DataDir is still required: plain chunk results are spooled there.
