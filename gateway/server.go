@@ -177,6 +177,7 @@ func (s *Server) Start() error {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		ConnContext:       guardContext,
 		ConnState:         guardConnState,
+		Protocols:         s.httpProtocols(),
 	}
 
 	s.bg.Add(3)
@@ -234,6 +235,22 @@ func (s *Server) serveHTTP() error {
 		lis = tls.NewListener(lis, tc)
 	}
 	return s.http.Serve(guardListener{Listener: lis, maxHead: http.DefaultMaxHeaderBytes + 4096})
+}
+
+// httpProtocols are the HTTP listener's protocols: plaintext speaks
+// HTTP/1.1 and HTTP/2 with prior knowledge (h2c, RFC 9113 section 3.3;
+// the deprecated Upgrade: h2c is answered in HTTP/1.1, which RFC 9113
+// allows); TLS speaks HTTP/1.1 only (serveHTTP). An h2c connection starts
+// with the preface "PRI * HTTP/2.0", which the smuggling guard parses as a
+// request of HTTP major version 2 and stops inspecting (smuggle.go): the
+// guard's ambiguities are HTTP/1 framing, HTTP/2 frames its own data.
+func (s *Server) httpProtocols() *http.Protocols {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	if s.cfg.HTTPTLS == nil {
+		p.SetUnencryptedHTTP2(true)
+	}
+	return &p
 }
 
 // Serve starts the server and blocks until ctx ends (then shuts down within
