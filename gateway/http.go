@@ -39,7 +39,9 @@ import (
 // Every write and flush of a response must finish within
 // Config.StreamWriteTimeout (writeDeadlines, stuck.go). Every route first
 // passes checkUTF8 (utf8.go): a path, query or upload
-// Content-Type that is not UTF-8 answers 400. rejectSmuggled answers the
+// Content-Type that is not UTF-8 answers 400, then browserGuard (CORS,
+// and without tokens the Host and cross-site write checks; browser.go),
+// before authentication, as preflights carry no token. rejectSmuggled answers the
 // connection guard's stand-in for a request with both Content-Length and
 // Transfer-Encoding (smuggle.go).
 func (s *Server) httpHandler() (http.Handler, error) {
@@ -79,7 +81,7 @@ func (s *Server) httpHandler() (http.Handler, error) {
 	mux.Handle("/docs/", s.cfg.Docs)
 	mux.HandleFunc("GET /{$}", handleIndex)
 	mux.Handle("/", withErrorHeaders(s.refuseStrayQuery(routes, s.limitBody(s.gwMux))))
-	return writeDeadlines(s.rejectSmuggled(s.checkUTF8(s.admitAPI(mux))), s.cfg.StreamWriteTimeout), nil
+	return writeDeadlines(s.rejectSmuggled(s.checkUTF8(s.browserGuard(routes, s.admitAPI(mux)))), s.cfg.StreamWriteTimeout), nil
 }
 
 type slogPrintln struct{ s *Server }
