@@ -57,6 +57,10 @@ type Server struct {
 	// GracefulStop until its deadline.
 	streams       context.Context
 	cancelStreams context.CancelFunc
+	// uploadsCut ends uploads still running near the shutdown deadline
+	// (upload_shutdown.go).
+	uploadsCut context.Context
+	cutUploads context.CancelFunc
 
 	draining  atomic.Bool
 	started   atomic.Bool
@@ -89,6 +93,7 @@ func New(cfg Config) (*Server, error) {
 		stopPoll:  make(chan struct{}),
 	}
 	s.streams, s.cancelStreams = context.WithCancel(context.Background())
+	s.uploadsCut, s.cutUploads = context.WithCancel(context.Background())
 	s.clientIDs = newClientIDs(cfg.MaxClientIDsPerTenant, clientIDIdle)
 	if cfg.DataDir != "" {
 		s.disk = newDiskMonitor(cfg.DataDir, cfg.MinFreeDiskBytes)
@@ -289,7 +294,10 @@ func (s *Server) HTTPAddr() string {
 }
 
 // Shutdown stops the server within ctx: it stops intake (health
-// NOT_SERVING, /healthz 503), closes the bridge (GOAWAY to the peer, drain),
+// NOT_SERVING, /healthz 503, new uploads refused), closes the bridge
+// (uploads in progress finish, but those still running shortly before
+// ctx's deadline are cut with a SHUTTING_DOWN status: upload_shutdown.go;
+// then GOAWAY to the peer, drain),
 // ends open event streams, then GracefulStop on gRPC (Stop when ctx ends)
 // and Shutdown on HTTP (Close when ctx ends). Safe to call more than once.
 func (s *Server) Shutdown(ctx context.Context) error {
@@ -300,6 +308,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.health.Shutdown()
 		close(s.stopPoll)
 		s.log.Info("gateway shutting down: intake stopped")
+		stopCut := s.scheduleUploadCut(ctx)
+		defer stopCut()
 
 		// The bridge drains within ctx; if it is still waiting (an upload
 		// whose client stalls, say) when ctx ends, stopping gRPC below
@@ -314,6 +324,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 		s.cancelStreams()
+		s.cutUploads()
 
 		if s.started.Load() {
 			done := make(chan struct{})

@@ -74,6 +74,10 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
 	sendErr := stream.Send(&gatewayv1.UploadDocumentRequest{Options: opts})
 	body := &rateReader{r: http.MaxBytesReader(w, r.Body, limit), rc: http.NewResponseController(w),
 		idle: s.cfg.UploadIdleTimeout, grace: s.rateGrace(), minRate: s.cfg.MinBodyRate}
+	// Shutdown cutting uploads stops the body read at once (the gRPC
+	// handler ends the stream with the same status).
+	stopCut := context.AfterFunc(s.uploadsCut, func() { _ = body.rc.SetReadDeadline(time.Now()) })
+	defer stopCut()
 	buf := make([]byte, uploadChunkBytes)
 	for sendErr == nil {
 		n, rerr := io.ReadFull(body, buf)
@@ -86,6 +90,11 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
 		}
 		if rerr != nil {
 			cancel() // abort the gRPC stream; the bridge discards the partial upload
+			if s.uploadWasCut() {
+				w.Header().Set("Connection", "close")
+				runtime.HTTPError(r.Context(), s.gwMux, outbound, w, r, shutdownUploadError(body.n))
+				return
+			}
 			var tooBig *http.MaxBytesError
 			if errors.As(rerr, &tooBig) {
 				s.writeStatus(w, r, http.StatusRequestEntityTooLarge, tooLarge(limit))
