@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -88,19 +89,28 @@ func appendRule(rs []route, rule *annotations.HttpRule, noFields bool) []route {
 	return rs
 }
 
+// templateVar is a variable of a path template: {x} or {x=pattern}.
+var templateVar = regexp.MustCompile(`\{[^}=]+(=([^}]*))?\}`)
+
+// newRoute parses a google.api.http path template: variables become
+// their pattern ({x}: *, {name=operations/*}: operations/*).
 func newRoute(method, tmpl string) route {
-	segs := strings.Split(strings.TrimPrefix(tmpl, "/"), "/")
 	r := route{method: method}
-	last := segs[len(segs)-1]
-	if i := strings.LastIndex(last, ":"); i >= 0 && !strings.Contains(last[i:], "}") {
-		segs[len(segs)-1], r.verb = last[:i], last[i+1:]
+	tmpl = templateVar.ReplaceAllStringFunc(tmpl, func(v string) string {
+		if m := templateVar.FindStringSubmatch(v); m[2] != "" {
+			return m[2]
+		}
+		return "*"
+	})
+	if i := strings.LastIndex(tmpl, ":"); i > strings.LastIndex(tmpl, "/") {
+		tmpl, r.verb = tmpl[:i], tmpl[i+1:]
 	}
-	r.segs = segs
+	r.segs = strings.Split(strings.TrimPrefix(tmpl, "/"), "/")
 	return r
 }
 
-// matches reports whether path fits the template ({x} is one segment;
-// {x=**} or ** the rest).
+// matches reports whether path fits the template (* is one segment, **
+// the rest).
 func (r route) matches(path string) bool {
 	comps := strings.Split(strings.TrimPrefix(path, "/"), "/")
 	if r.verb != "" {
@@ -117,7 +127,7 @@ func (r route) matches(path string) bool {
 		if i >= len(comps) || comps[i] == "" {
 			return false
 		}
-		if !strings.HasPrefix(seg, "{") && seg != comps[i] && seg != "*" {
+		if seg != "*" && seg != comps[i] {
 			return false
 		}
 	}
