@@ -273,4 +273,3 @@ func uploadMessages(t *testing.T, g *gatewayProc) int {
 	_, _ = io.Copy(io.Discard, resp.Body)
 	return 0
 }
-
