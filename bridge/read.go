@@ -19,7 +19,7 @@ func mapStoreErr(what string, err error) error {
 	case errors.Is(err, store.ErrNotFound):
 		return fmt.Errorf("%s does not exist: %w", what, ErrNotFound)
 	case errors.Is(err, store.ErrBadPageToken):
-		return fmt.Errorf("page_token is not from a previous ListDocuments with the same filter: %w", ErrInvalid)
+		return fmt.Errorf("pageToken is not from a previous ListDocuments with the same filter: %w", ErrInvalid)
 	case errors.Is(err, store.ErrClosed):
 		return fmt.Errorf("the gateway is shutting down: %w", ErrUnavailable)
 	case errors.Is(err, store.ErrClaimRedeemed):
@@ -45,7 +45,7 @@ func (b *Bridge) GetDocument(ctx context.Context, t Tenant, id string, withEntit
 // ListDocuments returns one page of the tenant's documents, newest first.
 func (b *Bridge) ListDocuments(ctx context.Context, t Tenant, req *gatewayv1.ListDocumentsRequest) (*gatewayv1.ListDocumentsResponse, error) {
 	if req.GetPageSize() < 0 {
-		return nil, invalidf("page_size must not be negative")
+		return nil, invalidf("pageSize must not be negative")
 	}
 	if _, ok := gatewayv1.State_name[int32(req.GetState())]; !ok {
 		return nil, invalidf("state %d is unknown", req.GetState())
