@@ -41,7 +41,6 @@ type Bridge struct {
 	queue    []*docRun          // documents waiting for dispatch
 	active   *sessState
 	sessions map[*sessState]struct{}
-	sessGen  uint64
 	sessWake chan struct{} // closed when the active session should be replaced
 	peer     peerState
 	connKick chan struct{} // wakes a connection loop waiting for work (draft-04)
@@ -226,9 +225,7 @@ func (b *Bridge) Close(ctx context.Context) error {
 	b.wg.Wait()
 	b.mu.Lock()
 	for _, d := range b.docs {
-		if d.finishTimer != nil {
-			d.finishTimer.Stop()
-		}
+		d.att.stopFinishTimer()
 	}
 	if b.holdTimer != nil {
 		b.holdTimer.Stop() // the last flush below commits held documents
@@ -290,7 +287,7 @@ func (b *Bridge) dispatchLoop(ctx context.Context) {
 			return
 		case sem <- struct{}{}:
 		}
-		var job *attemptJob
+		var job *attempt
 		for job == nil {
 			b.mu.Lock()
 			job = b.startAttemptLocked()

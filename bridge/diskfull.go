@@ -139,7 +139,7 @@ func (b *Bridge) diskRetryFor(d *docRun) diskRetry {
 			defer b.mu.Unlock()
 			if !d.terminal() && strings.HasPrefix(d.rec.Doc.Error, diskFullPrefix) {
 				d.rec.Doc.Error = ""
-				d.markDirty(time.Now())
+				d.out.markDirty(time.Now())
 				b.kickFlush()
 			}
 		},

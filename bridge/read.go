@@ -19,7 +19,7 @@ func mapStoreErr(what string, err error) error {
 	case errors.Is(err, store.ErrNotFound):
 		return fmt.Errorf("%s does not exist: %w", what, ErrNotFound)
 	case errors.Is(err, store.ErrBadPageToken):
-		return fmt.Errorf("page_token is not from a previous ListDocuments with the same filter: %w", ErrInvalid)
+		return fmt.Errorf("pageToken is not from a previous ListDocuments with the same filter: %w", ErrInvalid)
 	case errors.Is(err, store.ErrClosed):
 		return fmt.Errorf("the gateway is shutting down: %w", ErrUnavailable)
 	case errors.Is(err, store.ErrClaimRedeemed):
@@ -45,7 +45,7 @@ func (b *Bridge) GetDocument(ctx context.Context, t Tenant, id string, withEntit
 // ListDocuments returns one page of the tenant's documents, newest first.
 func (b *Bridge) ListDocuments(ctx context.Context, t Tenant, req *gatewayv1.ListDocumentsRequest) (*gatewayv1.ListDocumentsResponse, error) {
 	if req.GetPageSize() < 0 {
-		return nil, invalidf("page_size must not be negative")
+		return nil, invalidf("pageSize must not be negative")
 	}
 	if _, ok := gatewayv1.State_name[int32(req.GetState())]; !ok {
 		return nil, invalidf("state %d is unknown", req.GetState())
@@ -112,15 +112,15 @@ func (b *Bridge) Cancel(ctx context.Context, t Tenant, id string) (*gatewayv1.Do
 		}
 		return nil, fmt.Errorf("document %s is already %s; only PENDING or RUNNING documents can be cancelled: %w", id, state, ErrFailedPrecondition)
 	}
-	if d.sess != nil && !d.sess.closed {
-		b.sendCancelLocked(d.sess, d)
-		if e := d.ents[rootKey(d.rootID)]; e != nil && d.rootID != 0 {
+	if ss, a := d.sess(), d.att; ss != nil && !ss.closed {
+		b.sendCancelLocked(ss, d)
+		if e := a.ents[rootKey(a.rootID)]; e != nil && a.rootID != 0 {
 			e.Status = gatewayv1.EntityStatus_ENTITY_STATUS_ABANDONED
-			if !d.sess.n.Layer2 {
+			if !ss.n.Layer2 {
 				e.Status = gatewayv1.EntityStatus_ENTITY_STATUS_FAILED
 			}
 			e.Message = "cancelled by the client"
-			d.setEntity(rootKey(d.rootID), e)
+			d.setEntity(rootKey(a.rootID), e)
 		}
 	}
 	b.finishLocked(d, gatewayv1.State_CANCELLED, "cancelled by the client")

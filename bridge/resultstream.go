@@ -35,11 +35,10 @@ const (
 	metaResultSHA    = "pipestream.result-sha256"
 )
 
-// resultStream assembles one attempt's streamed result. The docRun holds it
-// under Bridge.mu; its own fields are guarded by mu.
+// resultStream assembles one attempt's streamed result. The attempt holds
+// it under Bridge.mu; its own fields are guarded by mu.
 type resultStream struct {
-	docID   string
-	attempt uint32
+	docID string
 
 	mu     sync.Mutex
 	cond   *sync.Cond
@@ -53,8 +52,8 @@ type resultStream struct {
 	synced bool  // the summary committed the file
 }
 
-func newResultStream(docID string, attempt uint32) *resultStream {
-	rs := &resultStream{docID: docID, attempt: attempt, sum: sha256.New()}
+func newResultStream(docID string) *resultStream {
+	rs := &resultStream{docID: docID, sum: sha256.New()}
 	rs.cond = sync.NewCond(&rs.mu)
 	return rs
 }
@@ -194,36 +193,33 @@ func (rs *resultStream) abortFileLocked() {
 	}
 }
 
-// resultStreamLocked returns d's assembly for attempt, creating it.
-func (d *docRun) resultStreamLocked(attempt uint32) *resultStream {
-	if d.rstream == nil || d.rstream.attempt != attempt {
-		if d.rstream != nil {
-			d.rstream.close()
-		}
-		d.rstream = newResultStream(d.id, attempt)
+// resultStreamLocked returns a's assembly, creating it.
+func (a *attempt) resultStreamLocked() *resultStream {
+	if a.rstream == nil {
+		a.rstream = newResultStream(a.d.id)
 	}
-	return d.rstream
+	return a.rstream
 }
 
-// dropResultStreamLocked ends d's assembly, if any (attempt over, or
+// dropResultStreamLocked ends a's assembly, if any (attempt over, or
 // document finished).
-func (d *docRun) dropResultStreamLocked() {
-	if d.rstream != nil {
-		d.rstream.close()
-		d.rstream = nil
+func (a *attempt) dropResultStreamLocked() {
+	if a.rstream != nil {
+		a.rstream.close()
+		a.rstream = nil
 	}
 }
 
-// onResultPart appends one part of d's streamed result.
-func (b *Bridge) onResultPart(d *docRun, attempt uint32, e *quicpeer.IncomingEntity) {
-	h := e.Header
+// onResultPart appends one part of a's streamed result.
+func (b *Bridge) onResultPart(a *attempt, e *quicpeer.IncomingEntity) {
+	h, d := e.Header, a.d
 	b.mu.Lock()
-	if d.terminal() || d.attempt != attempt {
+	if !a.newest() {
 		b.mu.Unlock()
 		_, _ = io.Copy(io.Discard, e.Payload)
 		return
 	}
-	rs := d.resultStreamLocked(attempt)
+	rs := a.resultStreamLocked()
 	b.mu.Unlock()
 	var n int64
 	err := errors.New("a result part without chunk-info (part number and offset)")
@@ -233,25 +229,25 @@ func (b *Bridge) onResultPart(d *docRun, attempt uint32, e *quicpeer.IncomingEnt
 	b.m.bytesOut.Add(float64(n))
 	if err != nil {
 		_, _ = io.Copy(io.Discard, e.Payload)
-		b.resultFailed(d, attempt, err)
+		b.resultFailed(a, err)
 		return
 	}
 	b.m.resultParts.Inc()
 }
 
-// onResultSummary completes d's streamed result from its summary entity.
-func (b *Bridge) onResultSummary(d *docRun, attempt uint32, e *quicpeer.IncomingEntity) {
-	h := e.Header
+// onResultSummary completes a's streamed result from its summary entity.
+func (b *Bridge) onResultSummary(a *attempt, e *quicpeer.IncomingEntity) {
+	h, d := e.Header, a.d
 	_, _ = io.Copy(io.Discard, e.Payload)
 	parts, err1 := strconv.ParseUint(h.Metadata[metaResultParts], 10, 64)
 	length, err2 := strconv.ParseUint(h.Metadata[metaResultLength], 10, 64)
 	want, err3 := hex.DecodeString(h.Metadata[metaResultSHA])
 	b.mu.Lock()
-	if d.terminal() || d.attempt != attempt {
+	if !a.newest() {
 		b.mu.Unlock()
 		return
 	}
-	rs := d.resultStreamLocked(attempt)
+	rs := a.resultStreamLocked()
 	b.mu.Unlock()
 	var stored bool
 	var err error
@@ -267,21 +263,21 @@ func (b *Bridge) onResultSummary(d *docRun, attempt uint32, e *quicpeer.Incoming
 		rs.mu.Lock()
 		rs.failLocked(err)
 		rs.mu.Unlock()
-		b.resultFailed(d, attempt, err)
+		b.resultFailed(a, err)
 		return
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if d.terminal() || d.attempt != attempt {
+	if !a.newest() {
 		return
 	}
-	if d.rstream == rs {
-		d.rstream = nil
+	if a.rstream == rs {
+		a.rstream = nil
 	}
-	d.resultReady = true
+	a.resultReady = true
 	d.rec.ResultPayload = stored
 	if !stored {
-		d.resultInline = []byte{} // an empty result is committed inline
+		d.out.result = []byte{} // an empty result is committed inline
 	}
 	d.rec.ResultContentType = h.ContentType
 	d.rec.Doc.ResultSizeBytes = length
@@ -289,14 +285,14 @@ func (b *Bridge) onResultSummary(d *docRun, attempt uint32, e *quicpeer.Incoming
 	b.kickFlush()
 }
 
-// resultFailed records that attempt's streamed result failed.
-func (b *Bridge) resultFailed(d *docRun, attempt uint32, err error) {
+// resultFailed records that a's streamed result failed.
+func (b *Bridge) resultFailed(a *attempt, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if d.terminal() || d.attempt != attempt || d.resultErr != "" || errors.Is(err, errResultStreamClosed) {
+	if !a.newest() || a.resultErr != "" || errors.Is(err, errResultStreamClosed) {
 		return
 	}
-	b.resultFailedLocked(d, err, "the streamed result failed")
+	b.resultFailedLocked(a.d, err, "the streamed result failed")
 }
 
 // resultFailedLocked records why d's current result failed: verification
@@ -312,14 +308,15 @@ func (b *Bridge) resultFailedLocked(d *docRun, err error, what string) {
 		b.abortAttemptLocked(d, diskFullPrefix+what+": "+err.Error()+" (a local failure, not the peer's; dispatching again)", false)
 		return
 	}
+	a := d.att
 	var we *wire.Error
 	if errors.As(err, &we) {
-		d.resultErr = fmt.Sprintf("the result stream failed verification (%v); resubmit the document", err)
+		a.resultErr = fmt.Sprintf("the result stream failed verification (%v); resubmit the document", err)
 	} else {
-		d.resultErr = fmt.Sprintf("%s: %v", what, err)
+		a.resultErr = fmt.Sprintf("%s: %v", what, err)
 	}
 	b.log.Error("bridge: result stream failed", "doc", d.id, "err", err)
-	if d.rootComplete {
+	if a.rootComplete {
 		b.maybeFinishLocked(d)
 	}
 }

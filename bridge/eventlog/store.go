@@ -56,10 +56,12 @@ type Store interface {
 	// Every event with a higher seq reaches the hook installed before the
 	// call.
 	LastSeq() uint64
-	// ReadEvents returns up to q.Limit retained events with seq >= q.From
-	// that match the filter, in ascending seq order (Limit <= 0: the
-	// backend's default; capped at its maximum, at least 1000). Body is the
-	// encoded gatewayv1.Event with its seq set.
+	// ReadEvents returns the first q.Limit retained events with seq >=
+	// q.From that match the filter, in ascending seq order: fewer only when
+	// no more match at the time of the read. Limit <= 0 takes the backend's
+	// default (at most 1000); every Limit up to 10000 is honored (the log's
+	// replay pages rely on it, maxReplayPage). Body is the encoded
+	// gatewayv1.Event with its seq set.
 	ReadEvents(ctx context.Context, q store.EventQuery) ([]store.EventRecord, error)
 	// EventStats describes the retained log: OldestSeq (0 when none is
 	// retained), LatestSeq (= LastSeq), Count and Bytes of the retained

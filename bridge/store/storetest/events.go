@@ -127,6 +127,15 @@ func testReadEvents(t *testing.T, b Backend) {
 			t.Errorf("%s: seqs %v, want %v", c.name, got, c.want)
 		}
 	}
+	// A page of up to 10000 events is honored whole (the log's replay).
+	big := &store.Batch{}
+	for i := range 2500 {
+		big.Events = append(big.Events, store.EventAppend{Tenant: "c", Event: newEvent("#info", "", uint64(i+1))})
+	}
+	mustCommit(t, s, big)
+	if got := read(store.EventQuery{Tenant: "c", Limit: 2400}); len(got) != 2400 || got[0] != 7 || got[2399] != 2406 {
+		t.Fatalf("Limit 2400 of 2500 events: %d events", len(got))
+	}
 }
 
 // testRetention: PruneEvents removes what lies below the cut and reports
