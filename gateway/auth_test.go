@@ -215,7 +215,7 @@ func waitFor(t *testing.T, d time.Duration, what string, f func() bool) {
 	}
 }
 
-// TestRefuseNonLoopbackWithoutAuth: DESIGN.md section 7.
+// TestRefuseNonLoopbackWithoutAuth: docs/architecture.md, "Security and limits".
 func TestRefuseNonLoopbackWithoutAuth(t *testing.T) {
 	fb := newFakeBridge()
 	for _, tc := range []struct {

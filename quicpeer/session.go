@@ -204,8 +204,9 @@ func (s *Session) notifyLocked() {
 	}
 }
 
-// wait blocks until the state changes, ctx ends or the session ends. The
-// caller holds s.mu; wait releases it while blocked and reacquires it.
+// waitLocked blocks until the state changes, ctx ends or the session ends.
+// The caller holds s.mu; waitLocked releases it while blocked and
+// reacquires it.
 func (s *Session) waitLocked(ctx context.Context) error {
 	ch := s.changed
 	s.waiters++

@@ -67,7 +67,7 @@ func TestHashToken(t *testing.T) {
 	}
 }
 
-// TestServeRefusesNonLoopbackWithoutAuth: DESIGN.md section 7, checked
+// TestServeRefusesNonLoopbackWithoutAuth: docs/architecture.md, "Security and limits", checked
 // before anything starts.
 func TestServeRefusesNonLoopbackWithoutAuth(t *testing.T) {
 	dir := t.TempDir()

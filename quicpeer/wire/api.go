@@ -1,9 +1,13 @@
 package wire
 
-// This file lists the codec's API contract. Implementations live in one file
-// per frame (status.go, scopedigest.go, barrier.go, goaway.go, varframe.go,
-// capabilities.go, checkpoint.go, entity.go, serialize.go, ids.go,
-// transitions.go, merkle.go).
+// This file lists the codec's API contract. Implementations: the fixed
+// frames in status.go, scopedigest.go, barrier.go and goaway.go; stream-0
+// reading and variable frames in varframe.go; draft-04 framing in
+// framing.go; the frame, header and CHECKPOINT types in types.go;
+// capabilities.go; entity frames in entity.go; the codecs in serialize.go,
+// cbor.go (with the fast header path in cborfast.go) and protobuf.go;
+// ids.go, transitions.go, merkle.go; limits in params.go, errors in
+// errors.go.
 //
 //   Fixed frames (byte-slice API, quic-go style; Append never allocates when
 //   cap(b) suffices; Length agrees with Append):
