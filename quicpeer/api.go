@@ -101,7 +101,7 @@ type Limits struct {
 	MaxConnections int
 }
 
-// Negotiated is the outcome of the capability exchange (Section 3.4-3.5).
+// Negotiated is the outcome of the capability exchange (Section 3.4).
 type Negotiated struct {
 	Layer1      bool
 	Layer2      bool

@@ -155,7 +155,7 @@ func writeCapabilities(w sendStream, c *wire.Capabilities) error {
 // length next, before any octet of the body is read or buffered (Section
 // 10.3): a longer one is PIPESTREAM_ENTITY_TOO_LARGE (0x06). Anything that
 // cannot be decoded (another frame type, a stream that ends inside the
-// frame, bad CBOR) is PIPESTREAM_INTERNAL_ERROR (Section 3.5);
+// frame, bad CBOR) is PIPESTREAM_INTERNAL_ERROR (Section 3.4.2);
 // layer0-core false is 0x0C and the limit checks of
 // wire.ValidateCapabilities keep their codes. It reads exactly one frame.
 func readCapabilities(r io.Reader) (*wire.Capabilities, error) {
