@@ -16,7 +16,7 @@ import (
 )
 
 // TestTenants starts a gateway with --auth-tokens (lines made by `gateway
-// hash-token`) and checks DESIGN.md section 7: no or a wrong bearer token
+// hash-token`) and checks docs/architecture.md, "Security and limits": no or a wrong bearer token
 // is 401 / Unauthenticated, health needs none, and a tenant sees only its
 // own documents, claims and events.
 func TestTenants(t *testing.T) {

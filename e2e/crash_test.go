@@ -16,7 +16,7 @@ import (
 	"time"
 )
 
-// Crash safety (DESIGN.md section 6): documents are submitted continuously
+// Crash safety (docs/architecture.md, "Where state lives"): documents are submitted continuously
 // while the gateway is SIGKILLed at random points and restarted on the
 // same data dir. Afterwards every acknowledged document exists exactly
 // once and is terminal with intact results, event seqs never repeat (every

@@ -5,6 +5,6 @@
 // curl, grpcurl, a Go gRPC client built from gen/, the gateway's own client
 // verbs, and headless Chromium for /docs/.
 //
-// The package imports nothing of the project but gen/ (DESIGN.md section 2,
+// The package imports nothing of the project but gen/ (docs/architecture.md, "Layers",
 // enforced by internal/archtest). See README.md for the tools it needs.
 package e2e

@@ -12,7 +12,7 @@ import (
 
 // TestRestartMidRun SIGKILLs a gateway (and with it the embedded peer)
 // while documents are in flight, restarts it on the same data dir and
-// checks DESIGN.md section 6: nothing acknowledged is lost, every document
+// checks docs/architecture.md, "Where state lives": nothing acknowledged is lost, every document
 // reaches a terminal state with intact results, claims survive and event
 // seqs never repeat.
 func TestRestartMidRun(t *testing.T) {
@@ -83,7 +83,7 @@ func TestRestartMidRun(t *testing.T) {
 	g2 := g1.restart(t)
 	c2 := dialGRPC(t, g2)
 
-	// The claim survived (DESIGN.md section 6: "claims and redemptions
+	// The claim survived (docs/architecture.md, "Where state lives": "claims and redemptions
 	// survive"): still ISSUED, and the client's claim id redeems the entity.
 	if st := getClaim(t, g2, claimID).GetState(); st != gatewayv1.ClaimCheck_ISSUED {
 		t.Errorf("claim %s after restart: %v, want ISSUED", claimID, st)

@@ -120,7 +120,26 @@ func TestAuthentication(t *testing.T) {
 		t.Errorf("WebSocket without a token: %v %v, want a 401 with WWW-Authenticate before the upgrade", resp, err)
 	}
 
-	// Open routes.
+	checkOpenRoutes(t, h)
+
+	// The right token gets through, as its tenant.
+	if _, err := h.docs.SubmitDocument(bearer(ctx, "tok-a"), &gatewayv1.SubmitDocumentRequest{Content: []byte("x"), ContentType: "text/plain"}); err != nil {
+		t.Fatalf("submit with a valid token: %v", err)
+	}
+	if got := h.fake.lastTenant.Load(); got == nil || *got != "acme" {
+		t.Errorf("bridge saw tenant %v, want acme", got)
+	}
+	code, _, body := h.do("POST", "/v1/documents", strings.NewReader(`{"content":"eA==","contentType":"text/plain"}`), "Authorization", "bearer tok-a")
+	if code != 200 {
+		t.Errorf("REST submit with a valid token (lower-case scheme): HTTP %d %s", code, body)
+	}
+}
+
+// checkOpenRoutes: the operations routes (/metrics, /openapi.json,
+// /docs/, /healthz, gRPC health and reflection) need no token.
+func checkOpenRoutes(t *testing.T, h *harness) {
+	t.Helper()
+	ctx := context.Background()
 	for _, p := range []string{"/metrics", "/openapi.json", "/docs/"} {
 		if code, _, body := h.do("GET", p, nil); code != 200 {
 			t.Errorf("GET %s without a token: HTTP %d %.200s, want 200", p, code, body)
@@ -142,18 +161,6 @@ func TestAuthentication(t *testing.T) {
 	}
 	if err != nil {
 		t.Errorf("reflection without a token: %v", err)
-	}
-
-	// The right token gets through, as its tenant.
-	if _, err := h.docs.SubmitDocument(bearer(ctx, "tok-a"), &gatewayv1.SubmitDocumentRequest{Content: []byte("x"), ContentType: "text/plain"}); err != nil {
-		t.Fatalf("submit with a valid token: %v", err)
-	}
-	if got := h.fake.lastTenant.Load(); got == nil || *got != "acme" {
-		t.Errorf("bridge saw tenant %v, want acme", got)
-	}
-	code, _, body := h.do("POST", "/v1/documents", strings.NewReader(`{"content":"eA==","contentType":"text/plain"}`), "Authorization", "bearer tok-a")
-	if code != 200 {
-		t.Errorf("REST submit with a valid token (lower-case scheme): HTTP %d %s", code, body)
 	}
 }
 
@@ -208,7 +215,7 @@ func waitFor(t *testing.T, d time.Duration, what string, f func() bool) {
 	}
 }
 
-// TestRefuseNonLoopbackWithoutAuth: DESIGN.md section 7.
+// TestRefuseNonLoopbackWithoutAuth: docs/architecture.md, "Security and limits".
 func TestRefuseNonLoopbackWithoutAuth(t *testing.T) {
 	fb := newFakeBridge()
 	for _, tc := range []struct {

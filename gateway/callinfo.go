@@ -33,12 +33,3 @@ func TenantFromContext(ctx context.Context) bridge.Tenant {
 	}
 	return ""
 }
-
-// RequestIDFromContext returns the request id of this call ("" outside a
-// gRPC call).
-func RequestIDFromContext(ctx context.Context) string {
-	if ci := callInfoFrom(ctx); ci != nil {
-		return ci.requestID
-	}
-	return ""
-}

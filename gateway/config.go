@@ -265,7 +265,7 @@ func (c *Config) setAdmissionDefaults() {
 // configured and a listener would accept connections beyond loopback.
 var ErrInsecureListen = errors.New("refusing to listen beyond loopback without authentication")
 
-// CheckExposure enforces DESIGN.md section 7: with NoAuth (no
+// CheckExposure enforces docs/architecture.md, "Security and limits": with NoAuth (no
 // Authenticator) the server listens on loopback only unless
 // AllowInsecureNoAuth. New calls it; callers may call it earlier to fail
 // before starting anything else. "localhost", 127.0.0.0/8 and ::1 are

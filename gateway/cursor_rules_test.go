@@ -187,7 +187,7 @@ func readSeqs(t *testing.T, recv func() (subEvent, error), first uint64, n int) 
 	}
 }
 
-// TestCursorRules: the five AT sync cursor cases (DESIGN.md section 5) on
+// TestCursorRules: the five AT sync cursor cases (docs/architecture.md, "Event log") on
 // gRPC SubscribeEvents, REST NDJSON /v1/events:subscribe and WebSocket
 // /v1/events/ws, over the real bridge.
 func TestCursorRules(t *testing.T) {

@@ -2,7 +2,8 @@
 // bridge.Service, the grpc-gateway REST mux (which dials the gRPC listener
 // over a real client connection, so server streams become NDJSON), the
 // streaming upload route, the AT-sync WebSocket event stream, health,
-// metrics, docs, and graceful shutdown (DESIGN.md sections 4, 5 and 7).
+// metrics, docs, and graceful shutdown (docs/architecture.md: "Public API",
+// "Event log" and "Security and limits").
 //
 // Routes (HTTP listener):
 //

@@ -65,161 +65,202 @@ func TestTenantIsolation(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	iso := &isolation{h: h, acme: acme, globex: globex, a1: a1, a2: a2, g1: g1}
 	t.Run("grpc", func(t *testing.T) {
-		wantNotFound := func(what string, err error) {
-			t.Helper()
-			if status.Code(err) != codes.NotFound {
-				t.Errorf("%s of another tenant's id: %v, want NotFound", what, err)
-			}
-		}
-		for _, id := range []string{a1.Id, a2.Id} {
-			_, err := h.docs.GetDocument(globex, &gatewayv1.GetDocumentRequest{Id: id})
-			wantNotFound("GetDocument", err)
-			rs, err := h.docs.GetDocumentResult(globex, &gatewayv1.GetDocumentResultRequest{Id: id})
-			if err == nil {
-				_, err = rs.Recv()
-			}
-			wantNotFound("GetDocumentResult", err)
-			_, err = h.docs.CancelDocument(globex, &gatewayv1.CancelDocumentRequest{Id: id})
-			wantNotFound("CancelDocument", err)
-			w, err := h.docs.WatchDocument(globex, &gatewayv1.WatchDocumentRequest{Id: id})
-			if err == nil {
-				_, err = w.Recv()
-			}
-			wantNotFound("WatchDocument", err)
-		}
-		_, err := h.docs.GetDocument(acme, &gatewayv1.GetDocumentRequest{Id: g1.Id})
-		wantNotFound("GetDocument (acme reading globex)", err)
-		_, err = h.docs.GetClaimCheck(globex, &gatewayv1.GetClaimCheckRequest{ClaimId: "12345"})
-		wantNotFound("GetClaimCheck", err)
-		_, err = h.docs.RedeemClaimCheck(globex, &gatewayv1.RedeemClaimCheckRequest{ClaimId: "12345"})
-		wantNotFound("RedeemClaimCheck", err)
-
-		// The owner still has them (the cancel above did nothing).
-		if d, err := h.docs.GetDocument(acme, &gatewayv1.GetDocumentRequest{Id: a1.Id}); err != nil || d.State != gatewayv1.State_PENDING {
-			t.Errorf("owner's GetDocument: %v %v, want PENDING", d, err)
-		}
-
-		for ctx, want := range map[context.Context][]string{acme: {a1.Id, a2.Id}, globex: {g1.Id}} {
-			l, err := h.docs.ListDocuments(ctx, &gatewayv1.ListDocumentsRequest{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := docIDs(l.Documents); !sameSet(got, want) {
-				t.Errorf("ListDocuments = %v, want exactly %v", got, want)
-			}
-			snap, err := h.events.GetSnapshot(ctx, &gatewayv1.GetSnapshotRequest{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := docIDs(snap.Documents); !sameSet(got, want) {
-				t.Errorf("GetSnapshot = %v, want exactly %v", got, want)
-			}
-		}
-
-		// The whole log from cursor 0 for a second: globex's events only,
-		// though acme's come before and after them in seq order.
-		sctx, cancel := context.WithTimeout(globex, time.Second)
-		defer cancel()
-		cur := uint64(0)
-		s, err := h.events.SubscribeEvents(sctx, &gatewayv1.SubscribeEventsRequest{Cursor: &cur})
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for {
-			ev, err := s.Recv()
-			if err != nil {
-				if status.Code(err) != codes.DeadlineExceeded {
-					t.Errorf("subscription ended with %v", err)
-				}
-				break
-			}
-			n++
-			if ev.DocumentId != g1.Id {
-				t.Errorf("globex received event %d of document %s", ev.Seq, ev.DocumentId)
-			}
-		}
-		if n == 0 {
-			t.Error("globex received none of its own events")
-		}
+		iso.grpcNotFound(t)
+		iso.grpcLists(t)
+		iso.grpcSubscription(t)
 	})
-
 	t.Run("rest", func(t *testing.T) {
-		as := func(tok string) []string { return []string{"Authorization", "Bearer " + tok} }
-		for _, r := range []struct{ method, path string }{
-			{"GET", "/v1/documents/" + a1.Id},
-			{"GET", "/v1/documents/" + a1.Id + "/result"},
-			{"POST", "/v1/documents/" + a1.Id + ":cancel"},
-			{"GET", "/v1/documents/" + a1.Id + ":watch"},
-			{"GET", "/v1/claims/12345"},
-			{"POST", "/v1/claims/12345:redeem"},
-		} {
-			code, _, body := h.do(r.method, r.path, strings.NewReader("{}"), as("tok-globex")...)
-			if code != 404 {
-				t.Errorf("%s %s as another tenant: HTTP %d %s, want 404", r.method, r.path, code, body)
-			}
-		}
-		code, _, body := h.do("GET", "/v1/documents", nil, as("tok-globex")...)
-		var list struct{ Documents []struct{ Id string } }
-		if err := json.Unmarshal(body, &list); code != 200 || err != nil || len(list.Documents) != 1 || list.Documents[0].Id != g1.Id {
-			t.Errorf("REST list as globex: HTTP %d %s, want only %s", code, body, g1.Id)
-		}
-		code, _, body = h.do("GET", "/v1/events:snapshot", nil, as("tok-globex")...)
-		if code != 200 || strings.Contains(string(body), a1.Id) || strings.Contains(string(body), a2.Id) || !strings.Contains(string(body), g1.Id) {
-			t.Errorf("REST snapshot as globex: HTTP %d %s", code, body)
-		}
-		// NDJSON subscription: read until globex's document shows up; no
-		// acme id may appear before (acme's events come first in seq order).
-		ctx, cancel := context.WithTimeout(bg, 10*time.Second)
-		defer cancel()
-		req, err := http.NewRequestWithContext(ctx, "GET", h.base+"/v1/events:subscribe?cursor=0", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer tok-globex")
-		resp, err := h.http.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var seen bytes.Buffer
-		buf := make([]byte, 4096)
-		for !strings.Contains(seen.String(), g1.Id) {
-			n, err := resp.Body.Read(buf)
-			seen.Write(buf[:n])
-			if err != nil {
-				t.Fatalf("NDJSON subscription ended before globex's event: %v: %s", err, seen.String())
-			}
-		}
-		if s := seen.String(); strings.Contains(s, a1.Id) || strings.Contains(s, a2.Id) {
-			t.Errorf("globex's NDJSON stream carries acme's documents: %s", s)
-		}
+		iso.restNotFound(t)
+		iso.restSubscription(t)
 	})
+	t.Run("websocket", iso.websocket)
+}
 
-	t.Run("websocket", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(bg, 10*time.Second)
-		defer cancel()
-		hdr := map[string][]string{"Authorization": {"Bearer tok-globex"}}
-		c, _, err := websocket.Dial(ctx, "ws://"+h.srv.HTTPAddr()+"/v1/events/ws?cursor=0", &websocket.DialOptions{HTTPClient: h.http, HTTPHeader: hdr})
+// isolation is TestTenantIsolation's server and documents: acme owns a1
+// (submitted) and a2 (uploaded), globex owns g1; acme and globex are
+// contexts carrying their bearer tokens.
+type isolation struct {
+	h            *harness
+	acme, globex context.Context
+	a1, a2, g1   *gatewayv1.Document
+}
+
+func wantNotFound(t *testing.T, what string, err error) {
+	t.Helper()
+	if status.Code(err) != codes.NotFound {
+		t.Errorf("%s of another tenant's id: %v, want NotFound", what, err)
+	}
+}
+
+// grpcNotFound: every gRPC call on another tenant's id answers NotFound,
+// and the owner's document is untouched.
+func (iso *isolation) grpcNotFound(t *testing.T) {
+	for _, id := range []string{iso.a1.Id, iso.a2.Id} {
+		_, err := iso.h.docs.GetDocument(iso.globex, &gatewayv1.GetDocumentRequest{Id: id})
+		wantNotFound(t, "GetDocument", err)
+		rs, err := iso.h.docs.GetDocumentResult(iso.globex, &gatewayv1.GetDocumentResultRequest{Id: id})
+		if err == nil {
+			_, err = rs.Recv()
+		}
+		wantNotFound(t, "GetDocumentResult", err)
+		_, err = iso.h.docs.CancelDocument(iso.globex, &gatewayv1.CancelDocumentRequest{Id: id})
+		wantNotFound(t, "CancelDocument", err)
+		w, err := iso.h.docs.WatchDocument(iso.globex, &gatewayv1.WatchDocumentRequest{Id: id})
+		if err == nil {
+			_, err = w.Recv()
+		}
+		wantNotFound(t, "WatchDocument", err)
+	}
+	_, err := iso.h.docs.GetDocument(iso.acme, &gatewayv1.GetDocumentRequest{Id: iso.g1.Id})
+	wantNotFound(t, "GetDocument (acme reading globex)", err)
+	_, err = iso.h.docs.GetClaimCheck(iso.globex, &gatewayv1.GetClaimCheckRequest{ClaimId: "12345"})
+	wantNotFound(t, "GetClaimCheck", err)
+	_, err = iso.h.docs.RedeemClaimCheck(iso.globex, &gatewayv1.RedeemClaimCheckRequest{ClaimId: "12345"})
+	wantNotFound(t, "RedeemClaimCheck", err)
+
+	// The owner still has them (the cancel above did nothing).
+	if d, err := iso.h.docs.GetDocument(iso.acme, &gatewayv1.GetDocumentRequest{Id: iso.a1.Id}); err != nil || d.State != gatewayv1.State_PENDING {
+		t.Errorf("owner's GetDocument: %v %v, want PENDING", d, err)
+	}
+
+}
+
+// grpcLists: ListDocuments and GetSnapshot show each tenant exactly its
+// own documents.
+func (iso *isolation) grpcLists(t *testing.T) {
+	for ctx, want := range map[context.Context][]string{iso.acme: {iso.a1.Id, iso.a2.Id}, iso.globex: {iso.g1.Id}} {
+		l, err := iso.h.docs.ListDocuments(ctx, &gatewayv1.ListDocumentsRequest{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer c.CloseNow()
-		f, err := readFrame(t, c)
-		if err != nil || f.Op != 1 || f.Payload["documentId"] != g1.Id {
-			t.Fatalf("globex's first WebSocket frame %v %v %v, want an event of %s", f.Header, f.Payload, err, g1.Id)
+		if got := docIDs(l.Documents); !sameSet(got, want) {
+			t.Errorf("ListDocuments = %v, want exactly %v", got, want)
 		}
-		// acme over WebSocket sees acme's first.
-		ca, _, err := websocket.Dial(ctx, "ws://"+h.srv.HTTPAddr()+"/v1/events/ws?cursor=0", &websocket.DialOptions{HTTPClient: h.http, HTTPHeader: map[string][]string{"Authorization": {"Bearer tok-acme"}}})
+		snap, err := iso.h.events.GetSnapshot(ctx, &gatewayv1.GetSnapshotRequest{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer ca.CloseNow()
-		if f, err := readFrame(t, ca); err != nil || f.Payload["documentId"] != a1.Id {
-			t.Fatalf("acme's first WebSocket frame %v %v, want an event of %s", f.Payload, err, a1.Id)
+		if got := docIDs(snap.Documents); !sameSet(got, want) {
+			t.Errorf("GetSnapshot = %v, want exactly %v", got, want)
 		}
-	})
+	}
+
+}
+
+// grpcSubscription: the whole log from cursor 0 for a second carries
+// globex's events only, though acme's come before and after them in seq
+// order.
+func (iso *isolation) grpcSubscription(t *testing.T) {
+	sctx, cancel := context.WithTimeout(iso.globex, time.Second)
+	defer cancel()
+	cur := uint64(0)
+	s, err := iso.h.events.SubscribeEvents(sctx, &gatewayv1.SubscribeEventsRequest{Cursor: &cur})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for {
+		ev, err := s.Recv()
+		if err != nil {
+			if status.Code(err) != codes.DeadlineExceeded {
+				t.Errorf("subscription ended with %v", err)
+			}
+			break
+		}
+		n++
+		if ev.DocumentId != iso.g1.Id {
+			t.Errorf("globex received event %d of document %s", ev.Seq, ev.DocumentId)
+		}
+	}
+	if n == 0 {
+		t.Error("globex received none of its own events")
+	}
+}
+
+// restNotFound: every REST route on another tenant's id answers 404; list
+// and snapshot show globex only its own document.
+func (iso *isolation) restNotFound(t *testing.T) {
+	as := func(tok string) []string { return []string{"Authorization", "Bearer " + tok} }
+	for _, r := range []struct{ method, path string }{
+		{"GET", "/v1/documents/" + iso.a1.Id},
+		{"GET", "/v1/documents/" + iso.a1.Id + "/result"},
+		{"POST", "/v1/documents/" + iso.a1.Id + ":cancel"},
+		{"GET", "/v1/documents/" + iso.a1.Id + ":watch"},
+		{"GET", "/v1/claims/12345"},
+		{"POST", "/v1/claims/12345:redeem"},
+	} {
+		code, _, body := iso.h.do(r.method, r.path, strings.NewReader("{}"), as("tok-globex")...)
+		if code != 404 {
+			t.Errorf("%s %s as another tenant: HTTP %d %s, want 404", r.method, r.path, code, body)
+		}
+	}
+	code, _, body := iso.h.do("GET", "/v1/documents", nil, as("tok-globex")...)
+	var list struct{ Documents []struct{ Id string } }
+	if err := json.Unmarshal(body, &list); code != 200 || err != nil || len(list.Documents) != 1 || list.Documents[0].Id != iso.g1.Id {
+		t.Errorf("REST list as globex: HTTP %d %s, want only %s", code, body, iso.g1.Id)
+	}
+	code, _, body = iso.h.do("GET", "/v1/events:snapshot", nil, as("tok-globex")...)
+	if code != 200 || strings.Contains(string(body), iso.a1.Id) || strings.Contains(string(body), iso.a2.Id) || !strings.Contains(string(body), iso.g1.Id) {
+		t.Errorf("REST snapshot as globex: HTTP %d %s", code, body)
+	}
+}
+
+// restSubscription: globex's NDJSON subscription from cursor 0 shows its
+// document and no acme id before it (acme's events come first in seq
+// order).
+func (iso *isolation) restSubscription(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", iso.h.base+"/v1/events:subscribe?cursor=0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer tok-globex")
+	resp, err := iso.h.http.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var seen bytes.Buffer
+	buf := make([]byte, 4096)
+	for !strings.Contains(seen.String(), iso.g1.Id) {
+		n, err := resp.Body.Read(buf)
+		seen.Write(buf[:n])
+		if err != nil {
+			t.Fatalf("NDJSON subscription ended before globex's event: %v: %s", err, seen.String())
+		}
+	}
+	if s := seen.String(); strings.Contains(s, iso.a1.Id) || strings.Contains(s, iso.a2.Id) {
+		t.Errorf("globex's NDJSON stream carries acme's documents: %s", s)
+	}
+}
+
+// websocket: each tenant's WebSocket from cursor 0 starts with its own
+// document's event.
+func (iso *isolation) websocket(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	hdr := map[string][]string{"Authorization": {"Bearer tok-globex"}}
+	c, _, err := websocket.Dial(ctx, "ws://"+iso.h.srv.HTTPAddr()+"/v1/events/ws?cursor=0", &websocket.DialOptions{HTTPClient: iso.h.http, HTTPHeader: hdr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	f, err := readFrame(t, c)
+	if err != nil || f.Op != 1 || f.Payload["documentId"] != iso.g1.Id {
+		t.Fatalf("globex's first WebSocket frame %v %v %v, want an event of %s", f.Header, f.Payload, err, iso.g1.Id)
+	}
+	// acme over WebSocket sees acme's first.
+	ca, _, err := websocket.Dial(ctx, "ws://"+iso.h.srv.HTTPAddr()+"/v1/events/ws?cursor=0", &websocket.DialOptions{HTTPClient: iso.h.http, HTTPHeader: map[string][]string{"Authorization": {"Bearer tok-acme"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ca.CloseNow()
+	if f, err := readFrame(t, ca); err != nil || f.Payload["documentId"] != iso.a1.Id {
+		t.Fatalf("acme's first WebSocket frame %v %v, want an event of %s", f.Payload, err, iso.a1.Id)
+	}
 }
 
 func docIDs(ds []*gatewayv1.Document) []string {

@@ -7,7 +7,7 @@ import "time"
 const (
 	// DefaultGRPCAddr and DefaultHTTPAddr listen on loopback only: with no
 	// authentication configured the server must not be reachable from other
-	// hosts (DESIGN.md section 7).
+	// hosts (docs/architecture.md, "Security and limits").
 	DefaultGRPCAddr = "127.0.0.1:9090"
 	DefaultHTTPAddr = "127.0.0.1:8080"
 

@@ -29,7 +29,7 @@ import (
 // EventService, grpc.health.v1, reflection) and an HTTP listener (the
 // grpc-gateway REST mux dialing the gRPC listener, the streaming upload
 // route, the WebSocket event stream, /healthz, /metrics, /openapi.json,
-// /docs/). DESIGN.md sections 4 and 7.
+// /docs/). docs/architecture.md, "Public API" and "Security and limits".
 type Server struct {
 	cfg     Config
 	log     *slog.Logger

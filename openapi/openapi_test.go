@@ -32,7 +32,7 @@ func newServer(t *testing.T) *httptest.Server {
 }
 
 // TestSpecPaths checks the served spec is Swagger 2.0 JSON with every path
-// and method of DESIGN section 4.
+// and method of docs/architecture.md, "Public API".
 func TestSpecPaths(t *testing.T) {
 	srv := newServer(t)
 	resp, body := get(t, srv, "/openapi.json")

@@ -3,16 +3,16 @@
 // entity-ID space of the connection), the processing peer listens as a
 // server. See docs/profile.md for who sends what.
 //
-// CONTRACT FILE: the exported surface below is what bridge/ and
-// quicpeer/peer code against. Keep signatures stable; document changes.
+// CONTRACT FILE: the types below, Dial and Listen (handshake.go) and the
+// methods of Session (session.go, entity.go, status.go, checkpoint.go,
+// goaway.go, framing.go) are what bridge/ and quicpeer/peer code against.
+// Keep signatures stable; document changes.
 package quicpeer
 
 import (
-	"context"
 	"crypto/tls"
 	"io"
 	"log/slog"
-	"net"
 	"time"
 
 	"github.com/pipestream/gateway/quicpeer/wire"
@@ -101,7 +101,7 @@ type Limits struct {
 	MaxConnections int
 }
 
-// Negotiated is the outcome of the capability exchange (Section 3.4-3.5).
+// Negotiated is the outcome of the capability exchange (Section 3.4).
 type Negotiated struct {
 	Layer1      bool
 	Layer2      bool
@@ -172,119 +172,4 @@ type IncomingEntity struct {
 	// e.g. 0x0A/0x0B for a claim redemption. The caller reports the
 	// entity's status itself.
 	Abort func(code wire.ErrorCode)
-}
-
-// Session is one PipeStream connection.
-type Session struct{ impl *session }
-
-// Dial opens a client session: QUIC handshake, stream 0, capability
-// exchange. It returns once the exchange completed.
-func Dial(ctx context.Context, addr string, cfg Config) (*Session, error) {
-	return dial(ctx, addr, cfg)
-}
-
-// Listener accepts server sessions.
-type Listener struct{ impl *listener }
-
-// Listen starts a server endpoint on a UDP address ("127.0.0.1:0" picks a port).
-func Listen(addr string, cfg Config) (*Listener, error) { return listen(addr, cfg) }
-
-// Accept returns the next session whose capability exchange completed.
-func (l *Listener) Accept(ctx context.Context) (*Session, error) { return l.impl.accept(ctx) }
-
-// Addr is the bound UDP address.
-func (l *Listener) Addr() net.Addr { return l.impl.addr() }
-
-// Close stops accepting and closes all sessions with PIPESTREAM_NO_ERROR.
-func (l *Listener) Close() error { return l.impl.close() }
-
-// Role of this endpoint.
-func (s *Session) Role() Role { return s.impl.role }
-
-// Negotiated capabilities.
-func (s *Session) Negotiated() Negotiated { return s.impl.negotiated }
-
-// Framing in use on this connection: configured, or detected from the
-// peer's first STATUS (draft-02 until then). Additive.
-func (s *Session) Framing() wire.Framing { return s.impl.currentFraming() }
-
-// ID is a stable random session identifier (binds yield tokens).
-func (s *Session) ID() string { return s.impl.id }
-
-// AssignID allocates the next root-scope entity ID (Section 9.1), blocking
-// while the window is full (backpressure) until the cursor advances or ctx
-// ends. Client role only.
-func (s *Session) AssignID(ctx context.Context) (uint32, error) { return s.impl.assignID(ctx) }
-
-// SendEntity opens a unidirectional stream, writes the entity header and
-// streams payload until EOF through a pooled buffer, then closes the stream
-// (FIN). h.PayloadLength must be the exact payload size; h.Checksum, if
-// set, must be its SHA-256 (the receiver verifies it; the sender does not).
-// A short or long payload resets the stream with 0x05; cancelling ctx
-// resets it with 0x00. Whenever this side aborts the stream (or refuses
-// the entity because of the peer's GOAWAY: ErrGoAway) the session reports
-// FAILED for the entity on stream 0; when the receiver stops the stream,
-// the error carries its code (wire.CodeOf) and the receiver reports the
-// status. On the client, root-scope IDs must come from AssignID. A header
-// with a completion-policy registers it as SetPolicy does.
-func (s *Session) SendEntity(ctx context.Context, h *wire.EntityHeader, payload io.Reader) error {
-	return s.impl.sendEntity(ctx, h, payload)
-}
-
-// SendStatus writes a STATUS frame on stream 0 after checking it against the
-// local view of that entity (transition table, layer gating, depth); on a
-// failed check nothing is sent and the error carries the code a receiver
-// would close with. Writes are serialized; for an entity already tracked it
-// does not allocate. Terminal root-scope statuses advance the client's
-// cursor (cursor updates are coalesced and sent by the session;
-// connection-level frames cannot be sent here).
-func (s *Session) SendStatus(f wire.StatusFrame) error { return s.impl.sendStatus(f) }
-
-// SendScopeDigest, SendBarrier, SendCheckpoint write those frames on stream 0.
-func (s *Session) SendScopeDigest(f wire.ScopeDigestFrame) error { return s.impl.sendScopeDigest(f) }
-func (s *Session) SendBarrier(f wire.BarrierFrame) error         { return s.impl.sendBarrier(f) }
-func (s *Session) SendCheckpoint(f *wire.CheckpointFrame) error  { return s.impl.sendCheckpoint(f) }
-
-// Checkpoint sends a CHECKPOINT request (flags 0) and waits for the peer's
-// acknowledgement (flags 1, sent once every entity of the scope before
-// f.CheckpointEntityID is terminal, Section 9.3), or its timeout:
-// f.TimeoutMs capped by Limits.CheckpointTimeout -> ErrCheckpointTimeout.
-func (s *Session) Checkpoint(ctx context.Context, f *wire.CheckpointFrame) error {
-	return s.impl.checkpoint(ctx, f)
-}
-
-// GoAway starts graceful shutdown (Section 6.5): sends GOAWAY (client: last
-// assigned ID; server: highest root ID seen; never above an earlier
-// GOAWAY), refuses new entities above it (0x05 + FAILED), waits until every
-// in-flight entity is resolved or ctx ends, then closes with 0x00. It
-// returns nil when the drain completed (or the peer closed gracefully).
-func (s *Session) GoAway(ctx context.Context) error { return s.impl.goAway(ctx) }
-
-// SetDetached excludes (on = true) or re-includes an entity that has no
-// terminal status from the GOAWAY drain: GoAway does not wait for a
-// detached entity. The processing peer detaches a DEFERRED entity whose
-// claim check is persisted (it outlives the session, docs/profile.md 6) and
-// a document root that waits only for such entities. Any later status of
-// the entity re-includes it. Added by the peer helper (additive).
-func (s *Session) SetDetached(scope, id uint32, on bool) error {
-	return s.impl.setDetached(scope, id, on)
-}
-
-// CloseWithError closes the connection with a PipeStream error code.
-func (s *Session) CloseWithError(code wire.ErrorCode, msg string) error {
-	return s.impl.closeWithError(code, msg)
-}
-
-// Done is closed when the session has ended; Err then tells why.
-func (s *Session) Done() <-chan struct{} { return s.impl.done }
-func (s *Session) Err() error            { return s.impl.err() }
-
-// SetPolicy records the completion policy that governs root entity id and,
-// through their parent-id, its children, before any of their streams are
-// sent (a dehydrated document's root header travels last). The session
-// needs it to know whether a FAILED entity may still be RETRYING (Layer 2)
-// and so whether FAILED resolves its ID (Section 9.1). A header sent with
-// SendEntity that carries a completion-policy registers it too.
-func (s *Session) SetPolicy(id uint32, p *wire.CompletionPolicy) error {
-	return s.impl.setPolicy(id, p)
 }

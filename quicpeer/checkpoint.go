@@ -33,8 +33,10 @@ func scopeOf(p *uint32) uint32 {
 	return *p
 }
 
-// sendCheckpoint writes a CHECKPOINT in the negotiated format.
-func (s *session) sendCheckpoint(f *wire.CheckpointFrame) error {
+// SendCheckpoint writes a CHECKPOINT frame on stream 0 (a request or an
+// acknowledgement) in the negotiated format, without waiting; Checkpoint
+// waits for the answer.
+func (s *Session) SendCheckpoint(f *wire.CheckpointFrame) error {
 	if f == nil {
 		return localErr(wire.CodeEntityInvalid, "nil CHECKPOINT")
 	}
@@ -54,10 +56,11 @@ func (s *session) sendCheckpoint(f *wire.CheckpointFrame) error {
 	return s.writeLocked()
 }
 
-// checkpoint sends a CHECKPOINT request and waits for the peer's
-// acknowledgement (flags=1) or the timeout: the frame's timeout-ms, capped
-// by Limits.CheckpointTimeout (Section 9.3, 10.3).
-func (s *session) checkpoint(ctx context.Context, f *wire.CheckpointFrame) error {
+// Checkpoint sends a CHECKPOINT request (flags 0) and waits for the peer's
+// acknowledgement (flags 1, sent once every entity of the scope before
+// f.CheckpointEntityID is terminal, Section 9.3), or its timeout:
+// f.TimeoutMs capped by Limits.CheckpointTimeout -> ErrCheckpointTimeout.
+func (s *Session) Checkpoint(ctx context.Context, f *wire.CheckpointFrame) error {
 	if f == nil {
 		return localErr(wire.CodeEntityInvalid, "nil CHECKPOINT")
 	}
@@ -82,7 +85,7 @@ func (s *session) checkpoint(ctx context.Context, f *wire.CheckpointFrame) error
 		delete(s.cpWait, key)
 		s.mu.Unlock()
 	}()
-	if err := s.sendCheckpoint(&req); err != nil {
+	if err := s.SendCheckpoint(&req); err != nil {
 		return err
 	}
 	t := time.NewTimer(timeout)
@@ -103,7 +106,7 @@ func (s *session) checkpoint(ctx context.Context, f *wire.CheckpointFrame) error
 // pending Checkpoint call; a request is delivered to the Handler and
 // acknowledged once satisfied (Section 9.3 condition 1), or dropped at its
 // timeout.
-func (s *session) recvCheckpoint(body []byte) error {
+func (s *Session) recvCheckpoint(body []byte) error {
 	f, err := s.codec.UnmarshalCheckpoint(body)
 	if err != nil {
 		if _, ok := err.(*wire.Error); ok {
@@ -122,10 +125,10 @@ func (s *session) recvCheckpoint(body []byte) error {
 			delete(s.cpWait, cpKey{f.CheckpointID, f.SequenceNumber})
 		}
 		s.mu.Unlock()
-		s.handler.HandleCheckpoint(s.pub, f)
+		s.handler.HandleCheckpoint(s, f)
 		return nil
 	}
-	s.handler.HandleCheckpoint(s.pub, f)
+	s.handler.HandleCheckpoint(s, f)
 	timeout := s.cfg.Limits.CheckpointTimeout
 	if f.TimeoutMs != nil && *f.TimeoutMs > 0 {
 		timeout = min(timeout, time.Duration(min(*f.TimeoutMs, maxKeepaliveMs))*time.Millisecond)
@@ -144,7 +147,7 @@ func (s *session) recvCheckpoint(body []byte) error {
 
 // flushCheckpoints acknowledges every pending checkpoint that is satisfied
 // and drops the expired ones.
-func (s *session) flushCheckpoints() {
+func (s *Session) flushCheckpoints() {
 	s.mu.Lock()
 	if len(s.cpPending) == 0 {
 		s.mu.Unlock()
@@ -169,7 +172,7 @@ func (s *session) flushCheckpoints() {
 	for i := range acks {
 		flags := checkpointSatisfied
 		acks[i].Flags = &flags
-		if err := s.sendCheckpoint(&acks[i]); err != nil {
+		if err := s.SendCheckpoint(&acks[i]); err != nil {
 			s.log.Debug("cannot acknowledge checkpoint", "err", err)
 			return
 		}

@@ -99,7 +99,7 @@ func minPtr(p *uint64, limit uint64) *uint64 {
 	return &v
 }
 
-// negotiate computes the common capabilities (Section 3.4-3.5,
+// negotiate computes the common capabilities (Section 3.4,
 // docs/profile.md section 1) with wire.Negotiate; both ends run it on the
 // same two offers and get the same result.
 func negotiate(local, peer wire.Capabilities) Negotiated {

@@ -10,7 +10,7 @@ import (
 
 // controlLoop reads stream 0 (Section 5.1, 6.1) and dispatches each frame
 // after validating it; Handler callbacks run here, in stream order.
-func (s *session) controlLoop() {
+func (s *Session) controlLoop() {
 	defer s.loops.Done()
 	for {
 		f, err := s.cr.Next()
@@ -30,7 +30,7 @@ func (s *session) controlLoop() {
 // controlFailed maps a stream-0 read error (Section 5.3): a protocol error
 // closes with its code; a reset or closed stream 0 is
 // PIPESTREAM_CONTROL_RESET; a dead connection is already handled by watch.
-func (s *session) controlFailed(err error) {
+func (s *Session) controlFailed(err error) {
 	if s.conn.Context().Err() != nil {
 		return
 	}
@@ -41,12 +41,12 @@ func (s *session) controlFailed(err error) {
 	case errors.Is(err, io.EOF) && s.goawayReceived():
 		// The draft-04 conversation ends with the server finishing stream
 		// 0 after its GOAWAY echo: a graceful end.
-		_ = s.closeWithError(wire.CodeNoError, "peer finished stream 0 after GOAWAY")
+		_ = s.CloseWithError(wire.CodeNoError, "peer finished stream 0 after GOAWAY")
 	case errors.Is(err, io.EOF):
-		_ = s.closeWithError(wire.CodeControlReset, "peer closed stream 0")
+		_ = s.CloseWithError(wire.CodeControlReset, "peer closed stream 0")
 	default:
 		if code, _, ok := streamAbort(err); ok {
-			_ = s.closeWithError(wire.CodeControlReset, "stream 0 was reset with "+code.String())
+			_ = s.CloseWithError(wire.CodeControlReset, "stream 0 was reset with "+code.String())
 		}
 		// Anything else is the connection ending (CONNECTION_CLOSE, idle
 		// timeout); watch reports it, possibly a moment after this read.
@@ -55,7 +55,7 @@ func (s *session) controlFailed(err error) {
 
 // dispatch validates one frame and hands it to the Handler. A returned
 // error closes the connection with its code.
-func (s *session) dispatch(f *wire.Frame) error {
+func (s *Session) dispatch(f *wire.Frame) error {
 	switch f.Type {
 	case wire.FrameStatus:
 		return s.recvStatus(&f.Status)
@@ -66,12 +66,12 @@ func (s *session) dispatch(f *wire.Frame) error {
 		s.mu.Lock()
 		s.tr.forgetScope(f.ScopeDigest.ScopeID)
 		s.mu.Unlock()
-		s.handler.HandleScopeDigest(s.pub, f.ScopeDigest)
+		s.handler.HandleScopeDigest(s, f.ScopeDigest)
 	case wire.FrameBarrier:
 		if err := s.checkScopeFrame("BARRIER", f.Barrier.ScopeID); err != nil {
 			return err
 		}
-		s.handler.HandleBarrier(s.pub, f.Barrier)
+		s.handler.HandleBarrier(s, f.Barrier)
 	case wire.FrameGoAway:
 		return s.recvGoAway(f.GoAway)
 	case wire.FrameCheckpoint:
@@ -88,7 +88,7 @@ func (s *session) dispatch(f *wire.Frame) error {
 
 // checkScopeFrame gates Layer 1 frames: Layer 1 must be negotiated (0x0C)
 // and scope 0 is the root scope, never a child scope (0x09, Section 9.4).
-func (s *session) checkScopeFrame(name string, scope uint32) error {
+func (s *Session) checkScopeFrame(name string, scope uint32) error {
 	if !s.negotiated.Layer1 {
 		return localErr(wire.CodeLayerUnsupported, "%s needs Layer 1, which was not negotiated", name)
 	}
@@ -101,7 +101,7 @@ func (s *session) checkScopeFrame(name string, scope uint32) error {
 // recvStatus validates a received STATUS against the entity state and
 // delivers it. Connection-level frames (entity 0xFFFFFFFF) are heartbeats
 // (consumed here) or cursor updates (applied, then delivered).
-func (s *session) recvStatus(f *wire.StatusFrame) error {
+func (s *Session) recvStatus(f *wire.StatusFrame) error {
 	if f.EntityID == wire.ConnectionEntity {
 		if err := wire.CheckStatusFrame(f, s.negotiated.Layer1, s.negotiated.Layer2); err != nil {
 			return err
@@ -119,7 +119,7 @@ func (s *session) recvStatus(f *wire.StatusFrame) error {
 		}
 		s.mu.Unlock()
 		s.flushCheckpoints()
-		s.handler.HandleStatus(s.pub, *f)
+		s.handler.HandleStatus(s, *f)
 		return nil
 	}
 	s.mu.Lock()
@@ -160,13 +160,13 @@ func (s *session) recvStatus(f *wire.StatusFrame) error {
 	if resolvedNow {
 		s.flushCheckpoints()
 	}
-	s.handler.HandleStatus(s.pub, *f)
+	s.handler.HandleStatus(s, *f)
 	return nil
 }
 
 // resolvedLocked reacts to an entity that just became resolved: the client
 // advances its cursor (and schedules a cursor update); waiters are woken.
-func (s *session) resolvedLocked(scope, id uint32) {
+func (s *Session) resolvedLocked(scope, id uint32) {
 	if s.role == RoleClient && scope == 0 {
 		if c, adv := s.tr.resolveRoot(id); adv {
 			s.cursorTo = c
@@ -181,6 +181,6 @@ func (s *session) resolvedLocked(scope, id uint32) {
 
 // afterChangeLocked wakes waiters and marks pending checkpoints for
 // re-evaluation.
-func (s *session) afterChangeLocked() {
+func (s *Session) afterChangeLocked() {
 	s.notifyLocked()
 }

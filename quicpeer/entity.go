@@ -23,18 +23,30 @@ func headerParent(h *wire.EntityHeader) uint32 {
 	return *h.ParentID
 }
 
-// setPolicy records the retry budget of a completion policy for a root
-// entity and, through parent-id, its children.
-func (s *session) setPolicy(id uint32, p *wire.CompletionPolicy) error {
+// SetPolicy records the completion policy that governs root entity id and,
+// through their parent-id, its children, before any of their streams are
+// sent (a dehydrated document's root header travels last). The session
+// needs it to know whether a FAILED entity may still be RETRYING (Layer 2)
+// and so whether FAILED resolves its ID (Section 9.1). A header sent with
+// SendEntity that carries a completion-policy registers it too.
+func (s *Session) SetPolicy(id uint32, p *wire.CompletionPolicy) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.tr.register(0, id, 0, max(budgetOf(p), 0))
 }
 
-// sendEntity opens a unidirectional stream and writes one entity (Section
-// 5.2, 6.8): header, then payload streamed through a pooled buffer, then
-// FIN. Cancelling ctx resets the stream with PIPESTREAM_NO_ERROR.
-func (s *session) sendEntity(ctx context.Context, h *wire.EntityHeader, payload io.Reader) error {
+// SendEntity opens a unidirectional stream, writes the entity header and
+// streams payload until EOF through a pooled buffer, then closes the stream
+// (FIN). h.PayloadLength must be the exact payload size; h.Checksum, if
+// set, must be its SHA-256 (the receiver verifies it; the sender does not).
+// A short or long payload resets the stream with 0x05; cancelling ctx
+// resets it with 0x00. Whenever this side aborts the stream (or refuses
+// the entity because of the peer's GOAWAY: ErrGoAway) the session reports
+// FAILED for the entity on stream 0; when the receiver stops the stream,
+// the error carries its code (wire.CodeOf) and the receiver reports the
+// status. On the client, root-scope IDs must come from AssignID. A header
+// with a completion-policy registers it as SetPolicy does.
+func (s *Session) SendEntity(ctx context.Context, h *wire.EntityHeader, payload io.Reader) error {
 	if h == nil {
 		return localErr(wire.CodeEntityInvalid, "nil entity header")
 	}
@@ -90,7 +102,7 @@ func (s *session) sendEntity(ctx context.Context, h *wire.EntityHeader, payload 
 
 // writeEntity writes header, payload and FIN on st; on failure the stream
 // is reset (or was stopped by the peer).
-func (s *session) writeEntity(ctx context.Context, st sendStream, h *wire.EntityHeader, payload io.Reader) error {
+func (s *Session) writeEntity(ctx context.Context, st sendStream, h *wire.EntityHeader, payload io.Reader) error {
 	id := h.EntityID
 	if ctx.Done() != nil { // a context that can never end needs no watcher
 		stop := context.AfterFunc(ctx, func() { st.CancelWrite(wire.CodeNoError) })
@@ -142,7 +154,7 @@ func (s *session) writeEntity(ctx context.Context, st sendStream, h *wire.Entity
 
 // sendErr explains why writing an entity stream failed: the caller's ctx,
 // the peer stopping the stream (its code), or the connection.
-func (s *session) sendErr(ctx context.Context, id uint32, err error) error {
+func (s *Session) sendErr(ctx context.Context, id uint32, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -150,7 +162,7 @@ func (s *session) sendErr(ctx context.Context, id uint32, err error) error {
 		return &peerStopped{pe: &wire.Error{Code: code, Msg: fmt.Sprintf("entity %d: peer stopped the entity stream", id)}, cause: err}
 	}
 	if s.conn.Context().Err() != nil {
-		if e := s.err(); e != nil {
+		if e := s.Err(); e != nil {
 			return e
 		}
 	}
@@ -172,7 +184,7 @@ func (e *peerStopped) Unwrap() []error { return []error{e.pe, e.cause} }
 // and hands each to an idle worker or a new one. Workers are reused
 // because a fresh goroutine has to grow its stack for header decoding on
 // every stream; their number is bounded by the concurrent-stream limit.
-func (s *session) acceptLoop() {
+func (s *Session) acceptLoop() {
 	defer s.loops.Done()
 	work := make(chan receiveStream)
 	for {
@@ -190,7 +202,7 @@ func (s *session) acceptLoop() {
 
 // worker runs handleIncoming for rs, then for further streams until it has
 // been idle for workerIdle or the session ends.
-func (s *session) worker(rs receiveStream, work <-chan receiveStream) {
+func (s *Session) worker(rs receiveStream, work <-chan receiveStream) {
 	t := time.NewTimer(workerIdle)
 	defer t.Stop()
 	for {
@@ -209,7 +221,7 @@ func (s *session) worker(rs receiveStream, work <-chan receiveStream) {
 // handleIncoming reads an entity header (negotiated format, header cap,
 // Limits.HeaderTimeout), applies the stream-level rules and hands the
 // entity to the Handler.
-func (s *session) handleIncoming(rs receiveStream) {
+func (s *Session) handleIncoming(rs receiveStream) {
 	_ = rs.SetReadDeadline(time.Now().Add(s.cfg.Limits.HeaderTimeout))
 	h, err := wire.ReadEntityHeader(rs, s.codec, s.cfg.Limits.MaxHeaderBytes)
 	if err != nil {
@@ -275,14 +287,14 @@ func (s *session) handleIncoming(rs receiveStream) {
 	in := &box.in
 	in.pr.Init(rs, h)
 	box.e = IncomingEntity{Header: h, Payload: in, Abort: in.abort}
-	s.handler.HandleEntity(s.pub, &box.e)
+	s.handler.HandleEntity(s, &box.e)
 	in.finish()
 }
 
 // reject aborts an entity stream with err's code and reports FAILED for
 // it. A rejected entity is not tracked (it may be what a limit refused), so
 // the FAILED is written without a state check.
-func (s *session) reject(rs receiveStream, scope, id uint32, err error) {
+func (s *Session) reject(rs receiveStream, scope, id uint32, err error) {
 	rs.CancelRead(wire.CodeOf(err))
 	s.log.Warn("rejected entity", "entity", id, "scope", scope, "err", err)
 	s.mu.Lock()
@@ -310,7 +322,7 @@ type incomingBox struct {
 // incomingPayload is IncomingEntity.Payload: the wire PayloadReader plus
 // the Transport Error Mapping (Section 5.3) for whatever Read reports.
 type incomingPayload struct {
-	s         *session
+	s         *Session
 	rs        receiveStream
 	pr        wire.PayloadReader
 	scope, id uint32

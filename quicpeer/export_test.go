@@ -6,8 +6,8 @@ import "time"
 // without a CONNECTION_CLOSE on any connection: to the peers it looks like
 // a killed process. Test-only.
 func (l *Listener) Crash() {
-	_ = l.impl.tr.Close()
-	_ = l.impl.udp.Close()
+	_ = l.tr.Close()
+	_ = l.udp.Close()
 }
 
 // QUICTimers returns the QUIC idle timeout and PING period a Config gets

@@ -211,48 +211,8 @@ func TestLayer1And2Frames(t *testing.T) {
 		if err := p.server.SendStatus(status(wire.StatusProcessing, id)); err != nil {
 			t.Fatal(err)
 		}
-		yext := wire.AppendYieldExt(nil, wire.YieldExtension{Reason: 1, Token: []byte("opaque continuation")})
-		if err := p.server.SendStatus(wire.StatusFrame{Status: wire.StatusYielded, EntityID: id, HasExt: true, Ext: yext}); err != nil {
-			t.Fatal(err)
-		}
-		cext := wire.AppendClaimCheckExt(nil, wire.ClaimCheckExtension{ClaimID: 42, ExpiryMicros: 1_800_000_000_000_000})
-		if err := p.server.SendStatus(wire.StatusFrame{Status: wire.StatusDeferred, EntityID: id, HasExt: true, Ext: cext}); err != nil {
-			t.Fatal(err)
-		}
-		// A nested scope 7 at depth 1, then its digest and a barrier.
-		if err := p.server.SendStatus(wire.StatusFrame{Status: wire.StatusProcessing, EntityID: 1, ScopeID: 7, Depth: 1}); err != nil {
-			t.Fatal(err)
-		}
-		if err := p.server.SendStatus(wire.StatusFrame{Status: wire.StatusComplete, EntityID: 1, ScopeID: 7, Depth: 1}); err != nil {
-			t.Fatal(err)
-		}
-		root := wire.MerkleRoot([]wire.Leaf{{EntityID: 1, Status: wire.StatusComplete}})
-		dg := wire.ScopeDigestFrame{ScopeID: 7, Processed: 1, Succeeded: 1, MerkleRoot: root}
-		if err := p.server.SendScopeDigest(dg); err != nil {
-			t.Fatal(err)
-		}
-		if err := p.server.SendBarrier(wire.BarrierFrame{Released: true, ScopeID: 7, ParentEntityID: id}); err != nil {
-			t.Fatal(err)
-		}
-		nextStatus(t, p.cr) // PROCESSING
-		y := nextStatus(t, p.cr)
-		if yy, err := y.Yield(); err != nil || y.Status != wire.StatusYielded || yy.Reason != 1 || string(yy.Token) != "opaque continuation" {
-			t.Fatalf("yield %+v %+v %v", y, yy, err)
-		}
-		d := nextStatus(t, p.cr)
-		if cc, err := d.ClaimCheck(); err != nil || cc.ClaimID != 42 || cc.ExpiryMicros != 1_800_000_000_000_000 || !bytes.Equal(d.Ext, cext) {
-			t.Fatalf("claim check %+v %+v %v", d, cc, err)
-		}
-		if s := nextStatus(t, p.cr); s.ScopeID != 7 || s.Depth != 1 {
-			t.Fatalf("scoped status %+v", s)
-		}
-		nextStatus(t, p.cr)
-		if got := recv(t, p.cr.digests, "SCOPE_DIGEST"); got != dg {
-			t.Fatalf("digest %+v, want %+v", got, dg)
-		}
-		if got := recv(t, p.cr.barriers, "BARRIER"); !got.Released || got.ScopeID != 7 || got.ParentEntityID != id {
-			t.Fatalf("barrier %+v", got)
-		}
+		cext, dg := sendLayer1And2Frames(t, p.server, id)
+		checkLayer1And2Frames(t, p.cr, id, cext, dg)
 	})
 	p := newPair(t, cborMode)
 	id, _ := p.client.AssignID(context.Background())
@@ -261,6 +221,63 @@ func TestLayer1And2Frames(t *testing.T) {
 	}
 	if err := p.client.SendScopeDigest(wire.ScopeDigestFrame{ScopeID: 3}); codeOf(err) != wire.CodeLayerUnsupported {
 		t.Fatalf("SCOPE_DIGEST without Layer 1: %v, want 0x0C", err)
+	}
+}
+
+// sendLayer1And2Frames sends, after a PROCESSING for root entity id, a
+// YIELDED and a DEFERRED status with their extensions, a nested scope 7 at
+// depth 1 with its digest, and a barrier releasing it; it returns the claim
+// check extension and the digest sent.
+func sendLayer1And2Frames(t *testing.T, s *quicpeer.Session, id uint32) (cext []byte, dg wire.ScopeDigestFrame) {
+	t.Helper()
+	yext := wire.AppendYieldExt(nil, wire.YieldExtension{Reason: 1, Token: []byte("opaque continuation")})
+	if err := s.SendStatus(wire.StatusFrame{Status: wire.StatusYielded, EntityID: id, HasExt: true, Ext: yext}); err != nil {
+		t.Fatal(err)
+	}
+	cext = wire.AppendClaimCheckExt(nil, wire.ClaimCheckExtension{ClaimID: 42, ExpiryMicros: 1_800_000_000_000_000})
+	if err := s.SendStatus(wire.StatusFrame{Status: wire.StatusDeferred, EntityID: id, HasExt: true, Ext: cext}); err != nil {
+		t.Fatal(err)
+	}
+	// A nested scope 7 at depth 1, then its digest and a barrier.
+	if err := s.SendStatus(wire.StatusFrame{Status: wire.StatusProcessing, EntityID: 1, ScopeID: 7, Depth: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SendStatus(wire.StatusFrame{Status: wire.StatusComplete, EntityID: 1, ScopeID: 7, Depth: 1}); err != nil {
+		t.Fatal(err)
+	}
+	root := wire.MerkleRoot([]wire.Leaf{{EntityID: 1, Status: wire.StatusComplete}})
+	dg = wire.ScopeDigestFrame{ScopeID: 7, Processed: 1, Succeeded: 1, MerkleRoot: root}
+	if err := s.SendScopeDigest(dg); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SendBarrier(wire.BarrierFrame{Released: true, ScopeID: 7, ParentEntityID: id}); err != nil {
+		t.Fatal(err)
+	}
+	return cext, dg
+}
+
+// checkLayer1And2Frames checks that what sendLayer1And2Frames sent arrived
+// intact and in order.
+func checkLayer1And2Frames(t *testing.T, cr *recorder, id uint32, cext []byte, dg wire.ScopeDigestFrame) {
+	t.Helper()
+	nextStatus(t, cr) // PROCESSING
+	y := nextStatus(t, cr)
+	if yy, err := y.Yield(); err != nil || y.Status != wire.StatusYielded || yy.Reason != 1 || string(yy.Token) != "opaque continuation" {
+		t.Fatalf("yield %+v %+v %v", y, yy, err)
+	}
+	d := nextStatus(t, cr)
+	if cc, err := d.ClaimCheck(); err != nil || cc.ClaimID != 42 || cc.ExpiryMicros != 1_800_000_000_000_000 || !bytes.Equal(d.Ext, cext) {
+		t.Fatalf("claim check %+v %+v %v", d, cc, err)
+	}
+	if s := nextStatus(t, cr); s.ScopeID != 7 || s.Depth != 1 {
+		t.Fatalf("scoped status %+v", s)
+	}
+	nextStatus(t, cr)
+	if got := recv(t, cr.digests, "SCOPE_DIGEST"); got != dg {
+		t.Fatalf("digest %+v, want %+v", got, dg)
+	}
+	if got := recv(t, cr.barriers, "BARRIER"); !got.Released || got.ScopeID != 7 || got.ParentEntityID != id {
+		t.Fatalf("barrier %+v", got)
 	}
 }
 

@@ -58,7 +58,7 @@ func framingState(f wire.Framing) uint32 {
 // initFraming sets the session's framing from the configuration and
 // prepares the control reader: fixed framings are decided at once, auto
 // detects from the first STATUS received.
-func (s *session) initFraming(mode Framing) {
+func (s *Session) initFraming(mode Framing) {
 	s.framingSet = make(chan struct{})
 	switch mode {
 	case FramingDraft04:
@@ -73,7 +73,7 @@ func (s *session) initFraming(mode Framing) {
 }
 
 // decideFraming records f once; it reports whether this call decided it.
-func (s *session) decideFraming(f wire.Framing) bool {
+func (s *Session) decideFraming(f wire.Framing) bool {
 	if !s.framing.CompareAndSwap(framingUndecided, framingState(f)) {
 		return false
 	}
@@ -81,8 +81,11 @@ func (s *session) decideFraming(f wire.Framing) bool {
 	return true
 }
 
+// Framing in use on this connection: configured, or detected from the
+// peer's first STATUS (draft-02 until then). Additive.
+//
 // Framing in use: draft-02 while undecided.
-func (s *session) currentFraming() wire.Framing {
+func (s *Session) Framing() wire.Framing {
 	if s.framing.Load() == framingIs04 {
 		return wire.FramingDraft04
 	}
@@ -93,7 +96,7 @@ func (s *session) currentFraming() wire.Framing {
 // reader may have detected the peer's framing from a STATUS. A server that
 // learns it talks to a draft-04 client sends the heartbeat the reference
 // sends after CAPABILITIES.
-func (s *session) noteDetectedFraming() {
+func (s *Session) noteDetectedFraming() {
 	if s.framing.Load() != framingUndecided && !s.framingMismatch() {
 		return
 	}
@@ -120,7 +123,7 @@ func (s *session) noteDetectedFraming() {
 // draft-02; otherwise the client waits up to framingWait for the
 // server's first STATUS (the reference server sends a heartbeat right
 // after CAPABILITIES), and without one takes the server for draft-02.
-func (s *session) settleClientFraming() {
+func (s *Session) settleClientFraming() {
 	if s.framing.Load() != framingUndecided {
 		return
 	}
@@ -140,7 +143,7 @@ func (s *session) settleClientFraming() {
 
 // framingMismatch: the writer chose a framing (by timeout) before the
 // reader detected a different one.
-func (s *session) framingMismatch() bool {
+func (s *Session) framingMismatch() bool {
 	f, decided := s.cr.Framing()
 	return decided && framingState(f) != s.framing.Load()
 }
@@ -148,7 +151,7 @@ func (s *session) framingMismatch() bool {
 // waitFramingLocked blocks a server's first fixed frame until the client's
 // framing is known, at most framingWait; then it settles on draft-02. The
 // caller holds wmu.
-func (s *session) waitFramingLocked() {
+func (s *Session) waitFramingLocked() {
 	if s.framing.Load() != framingUndecided {
 		return
 	}
@@ -165,7 +168,7 @@ func (s *session) waitFramingLocked() {
 }
 
 // sendHeartbeat writes a heartbeat STATUS (entity 0xFFFFFFFF, no cursor).
-func (s *session) sendHeartbeat() error {
+func (s *Session) sendHeartbeat() error {
 	hb := wire.StatusFrame{Status: wire.StatusUnspecified, EntityID: wire.ConnectionEntity}
 	return s.writeFrame(hb.Append)
 }
@@ -182,11 +185,11 @@ func layer0Header(h *wire.EntityHeader) bool {
 // STATUS PENDING first (sendEntity has checked that the header is a Layer
 // 0 one: the reference's entity header is a closed map). Under draft-02 it
 // does nothing.
-func (s *session) announceDraft04(h *wire.EntityHeader) error {
+func (s *Session) announceDraft04(h *wire.EntityHeader) error {
 	if s.framing.Load() != framingIs04 || s.role != RoleClient || headerScope(h) != 0 {
 		return nil
 	}
-	return s.sendStatus(wire.StatusFrame{Status: wire.StatusPending, EntityID: h.EntityID})
+	return s.SendStatus(wire.StatusFrame{Status: wire.StatusPending, EntityID: h.EntityID})
 }
 
 // HandshakeRefused reports whether err, from Dial, means the peer closed the
@@ -201,7 +204,7 @@ func HandshakeRefused(err error) bool {
 // untrackedResultLocked reports whether h, received by a client, is a
 // result entity a plain peer numbered itself: root scope, an ID the client
 // never assigned, and a parent-id. The caller holds s.mu.
-func (s *session) untrackedResultLocked(h *wire.EntityHeader) bool {
+func (s *Session) untrackedResultLocked(h *wire.EntityHeader) bool {
 	if s.role != RoleClient || headerScope(h) != 0 || h.ParentID == nil {
 		return false
 	}

@@ -11,9 +11,10 @@ import (
 // after reports a strictly after b in the circular order of Section 9.3.
 func after(a, b uint32) bool { return a != b && wire.IsBefore(b, a) }
 
-// assignID allocates the next root-scope ID (Section 9.1), waiting while
-// the window is full. It never bypasses backpressure.
-func (s *session) assignID(ctx context.Context) (uint32, error) {
+// AssignID allocates the next root-scope entity ID (Section 9.1), blocking
+// while the window is full (backpressure) until the cursor advances or ctx
+// ends. Client role only.
+func (s *Session) AssignID(ctx context.Context) (uint32, error) {
 	if s.role != RoleClient {
 		return 0, ErrNotClient
 	}
@@ -40,7 +41,7 @@ func (s *session) assignID(ctx context.Context) (uint32, error) {
 
 // recvGoAway applies a received GOAWAY (Section 6.5): Last may only stay or
 // decrease; new entities above it are refused locally from now on.
-func (s *session) recvGoAway(g wire.GoAwayFrame) error {
+func (s *Session) recvGoAway(g wire.GoAwayFrame) error {
 	s.mu.Lock()
 	if s.goawayRecv && after(g.LastEntityID, s.recvLast) {
 		prev := s.recvLast
@@ -61,21 +62,22 @@ func (s *session) recvGoAway(g wire.GoAwayFrame) error {
 			return err
 		}
 	}
-	s.handler.HandleGoAway(s.pub, g)
+	s.handler.HandleGoAway(s, g)
 	return nil
 }
 
-func (s *session) goawayReceived() bool {
+func (s *Session) goawayReceived() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.goawayRecv
 }
 
-// goAway sends GOAWAY (the last assigned root ID for the client, the
-// highest root ID seen for the server; never higher than an earlier
-// GOAWAY), waits until every in-flight entity is resolved or ctx ends, and
-// closes with PIPESTREAM_NO_ERROR (Section 6.5.1).
-func (s *session) goAway(ctx context.Context) error {
+// GoAway starts graceful shutdown (Section 6.5): sends GOAWAY (client: last
+// assigned ID; server: highest root ID seen; never above an earlier
+// GOAWAY), refuses new entities above it (0x05 + FAILED), waits until every
+// in-flight entity is resolved or ctx ends, then closes with 0x00. It
+// returns nil when the drain completed (or the peer closed gracefully).
+func (s *Session) GoAway(ctx context.Context) error {
 	s.mu.Lock()
 	last := s.maxSeenRoot
 	if s.role == RoleClient {
@@ -94,7 +96,7 @@ func (s *session) goAway(ctx context.Context) error {
 	s.wmu.Unlock()
 	if err != nil {
 		if s.ctx.Err() != nil {
-			return s.err()
+			return s.Err()
 		}
 		return err
 	}
@@ -103,9 +105,9 @@ func (s *session) goAway(ctx context.Context) error {
 		if err := s.waitLocked(ctx); err != nil {
 			s.mu.Unlock()
 			if s.ctx.Err() != nil {
-				return s.err() // the peer closed first: nil if gracefully
+				return s.Err() // the peer closed first: nil if gracefully
 			}
-			_ = s.closeWithError(wire.CodeNoError, "GOAWAY drain deadline passed")
+			_ = s.CloseWithError(wire.CodeNoError, "GOAWAY drain deadline passed")
 			return err
 		}
 	}
@@ -117,16 +119,20 @@ func (s *session) goAway(ctx context.Context) error {
 	defer t.Stop()
 	select {
 	case <-s.ctx.Done():
-		return s.err()
+		return s.Err()
 	case <-t.C:
 	case <-ctx.Done():
 	}
-	return s.closeWithError(wire.CodeNoError, "graceful shutdown")
+	return s.CloseWithError(wire.CodeNoError, "graceful shutdown")
 }
 
-// setDetached excludes (on) or re-includes (scope, id) from the GOAWAY
-// drain (Session.SetDetached). Any later status of the entity re-includes it.
-func (s *session) setDetached(scope, id uint32, on bool) error {
+// SetDetached excludes (on = true) or re-includes an entity that has no
+// terminal status from the GOAWAY drain: GoAway does not wait for a
+// detached entity. The processing peer detaches a DEFERRED entity whose
+// claim check is persisted (it outlives the session, docs/profile.md 6) and
+// a document root that waits only for such entities. Any later status of
+// the entity re-includes it. Added by the peer helper (additive).
+func (s *Session) SetDetached(scope, id uint32, on bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.tr.scopes[scope][id]
@@ -141,7 +147,7 @@ func (s *session) setDetached(scope, id uint32, on bool) error {
 
 // cursorLoop sends connection-level cursor updates (client role,
 // docs/profile.md section 2), coalesced to one per cursorUpdateInterval.
-func (s *session) cursorLoop() {
+func (s *Session) cursorLoop() {
 	defer s.loops.Done()
 	t := time.NewTimer(cursorUpdateInterval)
 	t.Stop()
@@ -173,7 +179,7 @@ func (s *session) cursorLoop() {
 // keepaliveLoop sends heartbeats after a keepalive of stream-0 silence and
 // closes with PIPESTREAM_IDLE_TIMEOUT after 3 x keepalive without any frame
 // received on stream 0 (Section 5.1.4). It runs only with Config.Heartbeat.
-func (s *session) keepaliveLoop() {
+func (s *Session) keepaliveLoop() {
 	defer s.loops.Done()
 	ka := s.negotiated.Keepalive
 	tick := time.NewTicker(max(ka/4, time.Millisecond))
@@ -187,7 +193,7 @@ func (s *session) keepaliveLoop() {
 		}
 		now := time.Now().UnixNano()
 		if time.Duration(now-s.lastRecv.Load()) >= idleFactor*ka {
-			_ = s.closeWithError(wire.CodeIdleTimeout, fmt.Sprintf("no frame on stream 0 for %v (3 x keepalive)", idleFactor*ka))
+			_ = s.CloseWithError(wire.CodeIdleTimeout, fmt.Sprintf("no frame on stream 0 for %v (3 x keepalive)", idleFactor*ka))
 			return
 		}
 		if time.Duration(now-s.lastSent.Load()) >= ka {

@@ -47,7 +47,9 @@ func defaultKeepaliveDuration(o wire.Capabilities) time.Duration {
 	return time.Duration(ms) * time.Millisecond
 }
 
-func dial(ctx context.Context, addr string, c Config) (*Session, error) {
+// Dial opens a client session: QUIC handshake, stream 0, capability
+// exchange. It returns once the exchange completed.
+func Dial(ctx context.Context, addr string, c Config) (*Session, error) {
 	cfg, err := resolve(c)
 	if err != nil {
 		return nil, err
@@ -70,17 +72,17 @@ func dial(ctx context.Context, addr string, c Config) (*Session, error) {
 	}
 	if err != nil {
 		if s != nil {
-			_ = s.closeWithError(wire.CodeIdleTimeout, "capability exchange timed out")
+			_ = s.CloseWithError(wire.CodeIdleTimeout, "capability exchange timed out")
 			<-s.done
 		}
 		return nil, err
 	}
-	return s.pub, nil
+	return s, nil
 }
 
 // clientHandshake opens stream 0, sends CAPABILITIES and reads the
 // server's (Section 3.4, 5.1.2, 8.2.2).
-func clientHandshake(cfg *resolved, conn connection) (*session, error) {
+func clientHandshake(cfg *resolved, conn connection) (*Session, error) {
 	ctrl, err := conn.OpenStreamSync(conn.Context())
 	if err != nil {
 		return nil, fmt.Errorf("quicpeer: open stream 0: %w", err)
@@ -109,7 +111,7 @@ func clientHandshake(cfg *resolved, conn connection) (*session, error) {
 
 // serverHandshake accepts stream 0, reads the client's CAPABILITIES, then
 // answers with its own. Entity streams are accepted only afterwards.
-func serverHandshake(ctx context.Context, cfg *resolved, conn connection) (*session, error) {
+func serverHandshake(ctx context.Context, cfg *resolved, conn connection) (*Session, error) {
 	ctrl, err := conn.AcceptStream(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("quicpeer: accept stream 0: %w", err)
@@ -153,7 +155,7 @@ func writeCapabilities(w sendStream, c *wire.Capabilities) error {
 // length next, before any octet of the body is read or buffered (Section
 // 10.3): a longer one is PIPESTREAM_ENTITY_TOO_LARGE (0x06). Anything that
 // cannot be decoded (another frame type, a stream that ends inside the
-// frame, bad CBOR) is PIPESTREAM_INTERNAL_ERROR (Section 3.5);
+// frame, bad CBOR) is PIPESTREAM_INTERNAL_ERROR (Section 3.4.2);
 // layer0-core false is 0x0C and the limit checks of
 // wire.ValidateCapabilities keep their codes. It reads exactly one frame.
 func readCapabilities(r io.Reader) (*wire.Capabilities, error) {
@@ -195,16 +197,16 @@ func handshakeReadErr(err error) error {
 	return fmt.Errorf("quicpeer: read CAPABILITIES: %w", err)
 }
 
-// listener accepts server sessions on its own UDP socket and QUIC
+// Listener accepts server sessions on its own UDP socket and QUIC
 // transport (the transport carries the stateless reset key).
-type listener struct {
+type Listener struct {
 	cfg    *resolved
 	udp    *net.UDPConn
 	tr     *quic.Transport
 	ql     *quic.Listener
 	ctx    context.Context
 	cancel context.CancelFunc
-	ready  chan *session
+	ready  chan *Session
 	wg     sync.WaitGroup
 
 	// conns counts accepted QUIC connections that have not ended
@@ -212,11 +214,12 @@ type listener struct {
 	conns atomic.Int64
 
 	mu       sync.Mutex
-	sessions map[*session]struct{}
+	sessions map[*Session]struct{}
 	closed   bool
 }
 
-func listen(addr string, c Config) (*Listener, error) {
+// Listen starts a server endpoint on a UDP address ("127.0.0.1:0" picks a port).
+func Listen(addr string, c Config) (*Listener, error) {
 	cfg, err := resolve(c)
 	if err != nil {
 		return nil, err
@@ -240,14 +243,14 @@ func listen(addr string, c Config) (*Listener, error) {
 		_ = udp.Close()
 		return nil, fmt.Errorf("quicpeer: listen %s: %w", addr, err)
 	}
-	l := &listener{cfg: cfg, udp: udp, tr: tr, ql: ql, ready: make(chan *session), sessions: map[*session]struct{}{}}
+	l := &Listener{cfg: cfg, udp: udp, tr: tr, ql: ql, ready: make(chan *Session), sessions: map[*Session]struct{}{}}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.wg.Add(1)
 	go l.acceptLoop()
-	return &Listener{impl: l}, nil
+	return l, nil
 }
 
-func (l *listener) acceptLoop() {
+func (l *Listener) acceptLoop() {
 	defer l.wg.Done()
 	for {
 		qc, err := l.ql.Accept(l.ctx)
@@ -267,7 +270,7 @@ func (l *listener) acceptLoop() {
 	}
 }
 
-func (l *listener) handshake(conn quicConn) {
+func (l *Listener) handshake(conn quicConn) {
 	defer l.wg.Done()
 	ctx, cancel := context.WithTimeout(l.ctx, l.cfg.HandshakeTimeout)
 	defer cancel()
@@ -283,7 +286,7 @@ func (l *listener) handshake(conn quicConn) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		_ = s.closeWithError(wire.CodeNoError, "listener closed")
+		_ = s.CloseWithError(wire.CodeNoError, "listener closed")
 		<-s.done
 		return
 	}
@@ -304,10 +307,11 @@ func (l *listener) handshake(conn quicConn) {
 	}
 }
 
-func (l *listener) accept(ctx context.Context) (*Session, error) {
+// Accept returns the next session whose capability exchange completed.
+func (l *Listener) Accept(ctx context.Context) (*Session, error) {
 	select {
 	case s := <-l.ready:
-		return s.pub, nil
+		return s, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-l.ctx.Done():
@@ -315,23 +319,25 @@ func (l *listener) accept(ctx context.Context) (*Session, error) {
 	}
 }
 
-func (l *listener) addr() net.Addr { return l.ql.Addr() }
+// Addr is the bound UDP address.
+func (l *Listener) Addr() net.Addr { return l.ql.Addr() }
 
-func (l *listener) close() error {
+// Close stops accepting and closes all sessions with PIPESTREAM_NO_ERROR.
+func (l *Listener) Close() error {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
 		return nil
 	}
 	l.closed = true
-	ss := make([]*session, 0, len(l.sessions))
+	ss := make([]*Session, 0, len(l.sessions))
 	for s := range l.sessions {
 		ss = append(ss, s)
 	}
 	l.mu.Unlock()
 	l.cancel()
 	for _, s := range ss {
-		_ = s.closeWithError(wire.CodeNoError, "listener closed")
+		_ = s.CloseWithError(wire.CodeNoError, "listener closed")
 	}
 	err := l.ql.Close()
 	// The sessions are closed; the transport ends what is left (handshakes,

@@ -69,7 +69,7 @@ func TestCapabilityNegotiationMatrix(t *testing.T) {
 	}
 }
 
-// Section 3.5: an undecodable first CAPABILITIES closes with 0x01;
+// Section 3.4.2: an undecodable first CAPABILITIES closes with 0x01;
 // layer0-core false with 0x0C (docs/profile.md section 1).
 func TestFirstCapabilitiesRejected(t *testing.T) {
 	cases := []struct {

@@ -12,8 +12,8 @@ import (
 	"github.com/pipestream/gateway/quicpeer/wire"
 )
 
-// session is the state of one PipeStream connection in either role.
-type session struct {
+// Session is one PipeStream connection, in either role.
+type Session struct {
 	cfg        *resolved
 	role       Role
 	id         string
@@ -24,7 +24,6 @@ type session struct {
 	codec      wire.Codec
 	log        *slog.Logger
 	handler    Handler
-	pub        *Session
 
 	// ctx ends when the session ends (before HandleClose runs).
 	ctx    context.Context
@@ -81,9 +80,9 @@ func newSessionID() string {
 
 // start builds the session after a completed capability exchange and
 // starts its goroutines.
-func start(cfg *resolved, role Role, conn connection, ctrl stream, n Negotiated) *session {
+func start(cfg *resolved, role Role, conn connection, ctrl stream, n Negotiated) *Session {
 	n.Profile = conn.NegotiatedProtocol() == ALPNProfile
-	s := &session{
+	s := &Session{
 		cfg:        cfg,
 		role:       role,
 		id:         newSessionID(),
@@ -102,7 +101,6 @@ func start(cfg *resolved, role Role, conn connection, ctrl stream, n Negotiated)
 	s.cr = wire.NewControlReader(ctrlReader{s}, wire.MaxVariableLength)
 	s.initFraming(cfg.Framing)
 	s.log = cfg.Logger.With("session", s.id, "role", role.String())
-	s.pub = &Session{impl: s}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	now := time.Now().UnixNano()
 	s.lastRecv.Store(now)
@@ -122,6 +120,18 @@ func start(cfg *resolved, role Role, conn connection, ctrl stream, n Negotiated)
 	return s
 }
 
+// Role of this endpoint.
+func (s *Session) Role() Role { return s.role }
+
+// Negotiated capabilities.
+func (s *Session) Negotiated() Negotiated { return s.negotiated }
+
+// ID is a stable random session identifier (binds yield tokens).
+func (s *Session) ID() string { return s.id }
+
+// Done is closed when the session has ended; Err then tells why.
+func (s *Session) Done() <-chan struct{} { return s.done }
+
 func (r Role) String() string {
 	if r == RoleClient {
 		return "client"
@@ -131,7 +141,7 @@ func (r Role) String() string {
 
 // watch waits for the connection to end, stops the session's goroutines,
 // then calls HandleClose exactly once and closes done.
-func (s *session) watch() {
+func (s *Session) watch() {
 	<-s.conn.Context().Done()
 	s.setErr(closeCause(context.Cause(s.conn.Context())))
 	s.cancel()
@@ -146,13 +156,13 @@ func (s *session) watch() {
 	case <-time.After(closeDrainTimeout):
 		s.log.Error("session goroutines did not stop after the connection ended")
 	}
-	s.handler.HandleClose(s.pub, s.err())
+	s.handler.HandleClose(s, s.Err())
 	close(s.done)
 }
 
 // setErr records why the session ended; the first record wins, so a local
 // close (recorded before the CONNECTION_CLOSE is sent) beats the echo.
-func (s *session) setErr(err error) {
+func (s *Session) setErr(err error) {
 	s.errMu.Lock()
 	defer s.errMu.Unlock()
 	if !s.errSet {
@@ -160,15 +170,17 @@ func (s *session) setErr(err error) {
 	}
 }
 
-func (s *session) err() error {
+// Err tells why the session ended, as Handler.HandleClose gets it: nil
+// while it runs and after a graceful close.
+func (s *Session) Err() error {
 	s.errMu.Lock()
 	defer s.errMu.Unlock()
 	return s.err0
 }
 
-// closeWithError closes the connection with a PipeStream code (Section
-// 11.4). It does not wait for HandleClose; use Done for that.
-func (s *session) closeWithError(code wire.ErrorCode, msg string) error {
+// CloseWithError closes the connection with a PipeStream error code. It
+// does not wait for HandleClose; use Done for that.
+func (s *Session) CloseWithError(code wire.ErrorCode, msg string) error {
 	if code == wire.CodeNoError {
 		s.setErr(nil)
 	} else {
@@ -179,22 +191,23 @@ func (s *session) closeWithError(code wire.ErrorCode, msg string) error {
 }
 
 // closeFor closes the connection because of a protocol error err.
-func (s *session) closeFor(err error) {
-	_ = s.closeWithError(wire.CodeOf(err), err.Error())
+func (s *Session) closeFor(err error) {
+	_ = s.CloseWithError(wire.CodeOf(err), err.Error())
 }
 
 // notifyLocked wakes goroutines waiting for state changes (AssignID,
 // GoAway drain, Checkpoint). It allocates only when someone waits.
-func (s *session) notifyLocked() {
+func (s *Session) notifyLocked() {
 	if s.waiters > 0 {
 		close(s.changed)
 		s.changed = make(chan struct{})
 	}
 }
 
-// wait blocks until the state changes, ctx ends or the session ends. The
-// caller holds s.mu; wait releases it while blocked and reacquires it.
-func (s *session) waitLocked(ctx context.Context) error {
+// waitLocked blocks until the state changes, ctx ends or the session ends.
+// The caller holds s.mu; waitLocked releases it while blocked and
+// reacquires it.
+func (s *Session) waitLocked(ctx context.Context) error {
 	ch := s.changed
 	s.waiters++
 	s.mu.Unlock()
@@ -212,15 +225,15 @@ func (s *session) waitLocked(ctx context.Context) error {
 }
 
 // endedErr is what calls on an ended session return.
-func (s *session) endedErr() error {
-	if err := s.err(); err != nil {
+func (s *Session) endedErr() error {
+	if err := s.Err(); err != nil {
 		return err
 	}
 	return localErr(wire.CodeNoError, "session closed")
 }
 
 // writeLocked writes s.wbuf to stream 0; the caller holds wmu.
-func (s *session) writeLocked() error {
+func (s *Session) writeLocked() error {
 	out := s.wbuf
 	if len(out) > 0 && wire.FrameType(out[0]).IsFixed() {
 		if s.role == RoleServer {
@@ -239,7 +252,7 @@ func (s *session) writeLocked() error {
 }
 
 // writeFrame appends one frame with app and writes it to stream 0.
-func (s *session) writeFrame(app func([]byte) []byte) error {
+func (s *Session) writeFrame(app func([]byte) []byte) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	s.wbuf = app(s.wbuf[:0])

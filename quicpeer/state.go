@@ -74,7 +74,7 @@ func newTracker(client bool, n Negotiated) *tracker {
 	return t
 }
 
-// budgetOf is the retry budget a completion policy gives (Section 8.2):
+// budgetOf is the retry budget a completion policy gives (Section 8.3):
 // max-retries (default 3) when on-failure or on-timeout is RETRY, else none.
 func budgetOf(p *wire.CompletionPolicy) int16 {
 	if p == nil {
@@ -214,7 +214,7 @@ func (t *tracker) checkRoot(id uint32, local bool) (verdict, error) {
 	return applied, nil
 }
 
-// checkTransition checks f against entity state e (Section 6.2.2a): the
+// checkTransition checks f against entity state e (Section 6.2.3; the draft's "6.2.2a"): the
 // transition table, the retry budget, the race rule (profile 3) and a late
 // PENDING announcement (profile 1.2).
 func (t *tracker) checkTransition(f *wire.StatusFrame, e entState, known, local bool) (verdict, error) {
@@ -373,7 +373,7 @@ func (t *tracker) anchorPeerCursor(id uint32) {
 }
 
 // forgetScope drops a Layer 1 scope after its SCOPE_DIGEST: the scope is
-// complete and its ID may be recycled (Section 9.5).
+// complete and its ID may be recycled (Section 9.4).
 func (t *tracker) forgetScope(scope uint32) {
 	if scope != 0 {
 		delete(t.scopes, scope)

@@ -4,10 +4,14 @@ import (
 	"github.com/pipestream/gateway/quicpeer/wire"
 )
 
-// sendStatus checks f against the local state (transition table, layers,
-// depth) and writes it to stream 0. Nothing is sent when the check fails.
-// It does not allocate for an entity already tracked.
-func (s *session) sendStatus(f wire.StatusFrame) error {
+// SendStatus writes a STATUS frame on stream 0 after checking it against the
+// local view of that entity (transition table, layer gating, depth); on a
+// failed check nothing is sent and the error carries the code a receiver
+// would close with. Writes are serialized; for an entity already tracked it
+// does not allocate. Terminal root-scope statuses advance the client's
+// cursor (cursor updates are coalesced and sent by the session;
+// connection-level frames cannot be sent here).
+func (s *Session) SendStatus(f wire.StatusFrame) error {
 	if f.EntityID == wire.ConnectionEntity {
 		return localErr(wire.CodeEntityInvalid, "connection-level STATUS frames (heartbeats, cursor updates) are sent by the session itself")
 	}
@@ -39,7 +43,7 @@ func (s *session) sendStatus(f wire.StatusFrame) error {
 // 5.3 Transport Error Mapping). It sends nothing when the entity already
 // reached a state FAILED cannot follow (e.g. COMPLETE, or a cancel that
 // crossed the abort) or lies behind the cursor.
-func (s *session) failEntity(scope, id uint32, why string) {
+func (s *Session) failEntity(scope, id uint32, why string) {
 	if s.ctx.Err() != nil || id == wire.NullEntity {
 		return
 	}
@@ -47,16 +51,16 @@ func (s *session) failEntity(scope, id uint32, why string) {
 	depth := s.tr.depthOf(scope)
 	s.mu.Unlock()
 	f := wire.StatusFrame{Status: wire.StatusFailed, EntityID: id, ScopeID: scope, Depth: depth}
-	if err := s.sendStatus(f); err != nil {
+	if err := s.SendStatus(f); err != nil {
 		s.log.Debug("not reporting FAILED for an aborted entity stream", "entity", id, "scope", scope, "why", why, "err", err)
 		return
 	}
 	s.log.Info("entity failed", "entity", id, "scope", scope, "why", why)
 }
 
-// sendScopeDigest writes a SCOPE_DIGEST (Layer 1, Section 6.3) and forgets
-// the scope's state: the scope is complete.
-func (s *session) sendScopeDigest(f wire.ScopeDigestFrame) error {
+// SendScopeDigest writes a SCOPE_DIGEST frame (Layer 1) on stream 0 and
+// forgets the scope's state: the scope is complete.
+func (s *Session) SendScopeDigest(f wire.ScopeDigestFrame) error {
 	if err := s.checkScopeFrame("SCOPE_DIGEST", f.ScopeID); err != nil {
 		return err
 	}
@@ -69,8 +73,8 @@ func (s *session) sendScopeDigest(f wire.ScopeDigestFrame) error {
 	return s.writeLocked()
 }
 
-// sendBarrier writes a BARRIER (Layer 1, Section 6.4).
-func (s *session) sendBarrier(f wire.BarrierFrame) error {
+// SendBarrier writes a BARRIER frame (Layer 1) on stream 0.
+func (s *Session) SendBarrier(f wire.BarrierFrame) error {
 	if err := s.checkScopeFrame("BARRIER", f.ScopeID); err != nil {
 		return err
 	}

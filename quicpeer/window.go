@@ -34,7 +34,7 @@ type windowDebt struct {
 // changed (caller holds s.mu): it drops paid debts, records a new one when
 // the count is above the window by more than the newest debt covers, and
 // arms the deadline timer.
-func (s *session) noteWindowLocked() {
+func (s *Session) noteWindowLocked() {
 	if s.role != RoleServer {
 		return
 	}
@@ -58,7 +58,7 @@ func (s *session) noteWindowLocked() {
 // goroutine). Unless the control loop is waiting for stream-0 data (so
 // every frame that arrived has been handled), a status that pays the debt
 // may be buffered unread: the check is repeated shortly after.
-func (s *session) windowDeadline() {
+func (s *Session) windowDeadline() {
 	s.mu.Lock()
 	s.winTimer = nil
 	if s.ctx.Err() != nil {
@@ -88,7 +88,7 @@ func (s *session) windowDeadline() {
 // time spent waiting for data (session.ctrlWaiting). The ControlReader
 // reads only when it holds no complete frame, and the control loop asks
 // for the next frame only after handling the last one.
-type ctrlReader struct{ s *session }
+type ctrlReader struct{ s *Session }
 
 func (c ctrlReader) Read(p []byte) (int, error) {
 	c.s.ctrlWaiting.Store(true)
@@ -98,7 +98,7 @@ func (c ctrlReader) Read(p []byte) (int, error) {
 }
 
 // stopWindowTimer stops the deadline timer when the session ends.
-func (s *session) stopWindowTimer() {
+func (s *Session) stopWindowTimer() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.winTimer != nil {

@@ -128,10 +128,10 @@ func freePort(t *testing.T) string {
 func TestServeWithEmbeddedPeer(t *testing.T) {
 	dir := t.TempDir()
 	grpcAddr, httpAddr := freePort(t), freePort(t)
-	var logs bytes.Buffer
+	logs := newLockedBuffer()
 	cmd := exec.Command(bin, "--grpc-addr", grpcAddr, "--data-dir", filepath.Join(dir, "data"), "--log-format", "json")
 	cmd.Env = append(os.Environ(), "GATEWAY_HTTP_ADDR="+httpAddr, "QUIC_GO_DISABLE_RECEIVE_BUFFER_WARNING=true")
-	cmd.Stderr = &syncWriter{w: &logs}
+	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -143,24 +143,44 @@ func TestServeWithEmbeddedPeer(t *testing.T) {
 			<-exited
 		}
 	}()
-
 	base := "http://" + httpAddr
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	waitUntil(t, 30*time.Second, func() bool {
 		resp, err := http.Get(base + "/healthz")
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == 200 && strings.Contains(string(b), "SERVING") {
-				break
-			}
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/healthz never answered 200 (last error %v)\n%s", err, logs.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == 200 && strings.Contains(string(b), "SERVING")
+	}, logs)
 
+	id := checkClientVerbs(t, dir, grpcAddr)
+	checkRESTAndWebSocket(t, httpAddr, id)
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("exit after SIGTERM: %v\n%s", err, logs.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no exit 30s after SIGTERM\n%s", logs.String())
+	}
+	for _, want := range []string{"embedded peer listening", "gateway listening", "gateway stopped"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("log lacks %q", want)
+		}
+	}
+}
+
+// checkClientVerbs submits a file with metadata through 'gateway submit'
+// (flags after the file, repeated), follows it with watch, fetches its
+// result, reads it with get, and checks that get and redeem of unknown ids
+// exit 1 with NotFound. It returns the document id.
+func checkClientVerbs(t *testing.T, dir, grpcAddr string) string {
+	t.Helper()
 	in := filepath.Join(dir, "in.txt")
 	content := strings.Repeat("the quick brown fox jumps over the lazy dog\n", 2000)
 	if err := os.WriteFile(in, []byte(content), 0o644); err != nil {
@@ -198,9 +218,15 @@ func TestServeWithEmbeddedPeer(t *testing.T) {
 	if _, stderr, code = run(t, nil, "redeem", "--addr", grpcAddr, "12345"); code != 1 || !strings.Contains(stderr, "NotFound") {
 		t.Errorf("redeem unknown: exit %d %s, want 1 with NotFound", code, stderr)
 	}
+	return id
+}
 
-	// REST reads the same document.
-	resp, err := http.Get(base + "/v1/documents/" + id)
+// checkRESTAndWebSocket reads document id over REST and the event log from
+// cursor 0 over the WebSocket (AT sync frames: a CBOR header, then the
+// payload).
+func checkRESTAndWebSocket(t *testing.T, httpAddr, id string) {
+	t.Helper()
+	resp, err := http.Get("http://" + httpAddr + "/v1/documents/" + id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,13 +236,13 @@ func TestServeWithEmbeddedPeer(t *testing.T) {
 		t.Errorf("REST get: %d %s", resp.StatusCode, b)
 	}
 
-	// WebSocket from cursor 0: the whole window as AT sync frames.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c, _, err := websocket.Dial(ctx, "ws://"+httpAddr+"/v1/events/ws?cursor=0", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer c.Close(websocket.StatusNormalClosure, "")
 	_, msg, err := c.Read(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -233,31 +259,7 @@ func TestServeWithEmbeddedPeer(t *testing.T) {
 	if hdr.Op != 1 || !strings.HasPrefix(hdr.T, "#") || payload["seq"] != uint64(1) || payload["documentId"] != id {
 		t.Errorf("first frame %+v %v, want op 1, a #kind, seq 1 of document %s", hdr, payload, id)
 	}
-	c.Close(websocket.StatusNormalClosure, "")
-
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("exit after SIGTERM: %v\n%s", err, logs.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("no exit 30s after SIGTERM\n%s", logs.String())
-	}
-	for _, want := range []string{"embedded peer listening", "gateway listening", "gateway stopped"} {
-		if !strings.Contains(logs.String(), want) {
-			t.Errorf("log lacks %q", want)
-		}
-	}
 }
-
-type syncWriter struct {
-	w io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) { return s.w.Write(p) }
 
 // A second SIGTERM during a graceful shutdown ends serve at once with exit
 // code 1. The shutdown is held open by a gRPC upload whose body stalls

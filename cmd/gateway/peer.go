@@ -5,12 +5,11 @@ import (
 	"crypto/x509"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/pipestream/gateway/bridge"
+	"github.com/pipestream/gateway/internal/serve"
 	"github.com/pipestream/gateway/quicpeer"
 	"github.com/pipestream/gateway/quicpeer/peer"
 )
@@ -66,14 +65,7 @@ func runPeer(args []string) int {
 	if err != nil {
 		return fail(os.Stderr, "peer", fmt.Errorf("--framing: %w", err))
 	}
-	lock, err := lockDataDir(*dataDir, "--data-dir")
-	if err != nil {
-		return fail(os.Stderr, "peer", err)
-	}
-	defer lock.release()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	srv, err := peer.Start(peer.Options{
+	err = serve.RunPeer(context.Background(), peer.Options{
 		ClientCAs:    clientCAs,
 		ListenAddr:   *listen,
 		CertFile:     *cert,
@@ -86,17 +78,6 @@ func runPeer(args []string) int {
 		Limits:       quicpeer.Limits{MaxConnections: int(min(*maxConns, 1<<20))},
 	})
 	if err != nil {
-		return fail(os.Stderr, "peer", err)
-	}
-	pin := *cert
-	if pin == "" {
-		pin = filepath.Join(*dataDir, peer.CertFileName)
-	}
-	log.Info("peer listening (QUIC)", "addr", srv.Addr().String(), "certificate", pin, "mutual_tls", clientCAs != nil)
-	<-ctx.Done()
-	sctx, cancel := context.WithTimeout(context.Background(), *drain+5*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
 		return fail(os.Stderr, "peer", err)
 	}
 	return 0

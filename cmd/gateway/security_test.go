@@ -67,7 +67,7 @@ func TestHashToken(t *testing.T) {
 	}
 }
 
-// TestServeRefusesNonLoopbackWithoutAuth: DESIGN.md section 7, checked
+// TestServeRefusesNonLoopbackWithoutAuth: docs/architecture.md, "Security and limits", checked
 // before anything starts.
 func TestServeRefusesNonLoopbackWithoutAuth(t *testing.T) {
 	dir := t.TempDir()
@@ -206,20 +206,7 @@ func TestClaimIsolationOverMutualTLS(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 
-	tokens := filepath.Join(dir, "tokens")
-	var lines []string
-	for tok, tenant := range map[string]string{"tok-acme": "acme", "tok-globex": "globex"} {
-		cmd := exec.Command(bin, "hash-token", tenant)
-		cmd.Stdin = strings.NewReader(tok)
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatal(err)
-		}
-		lines = append(lines, string(out))
-	}
-	if err := os.WriteFile(tokens, []byte("# two tenants\n"+strings.Join(lines, "")), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	tokens := writeTwoTenantTokens(t, dir)
 
 	grpcAddr, httpAddr := freePort(t), freePort(t)
 	gw := startProc(t, "serve", "--peer", udp, "--peer-ca", pin, "--peer-cert", certFile, "--peer-key", keyFile,
@@ -256,29 +243,86 @@ func TestClaimIsolationOverMutualTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var claim *gatewayv1.ClaimCheck
-	for claim == nil {
-		d, err := docs.GetDocument(acme, &gatewayv1.GetDocumentRequest{Id: doc.Id})
+	claim := waitClaim(ctx, t, docs, acme, doc.Id)
+
+	checkClaimHidden(ctx, t, docs, globex, base, claim.ClaimId)
+	rc, err := docs.RedeemClaimCheck(acme, &gatewayv1.RedeemClaimCheckRequest{ClaimId: claim.ClaimId})
+	if err != nil || rc.State != gatewayv1.ClaimCheck_REDEEMED {
+		t.Fatalf("owner's redemption: %v %v", rc, err)
+	}
+	waitDocument(ctx, t, docs, acme, doc.Id, func(d *gatewayv1.Document) bool { return d.State == gatewayv1.State_SUCCEEDED },
+		"document after redemption")
+
+	// The gateway without a client certificate has had the whole test to
+	// connect; the peer refused every handshake.
+	if !strings.Contains(bad.logs.String(), "certificate required") {
+		t.Errorf("the refused gateway does not log the peer's TLS refusal (certificate required):\n%s", bad.logs.String())
+	}
+	if code := healthz("http://" + badHTTP); code != 503 {
+		t.Errorf("a gateway without a client certificate: /healthz %d, want 503 (no session with a --client-ca peer)\n%s", code, bad.logs.String())
+	}
+}
+
+// writeTwoTenantTokens writes a token file ('gateway hash-token' lines)
+// mapping tok-acme to tenant acme and tok-globex to globex.
+func writeTwoTenantTokens(t *testing.T, dir string) string {
+	t.Helper()
+	tokens := filepath.Join(dir, "tokens")
+	var lines []string
+	for tok, tenant := range map[string]string{"tok-acme": "acme", "tok-globex": "globex"} {
+		cmd := exec.Command(bin, "hash-token", tenant)
+		cmd.Stdin = strings.NewReader(tok)
+		out, err := cmd.Output()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(d.ClaimChecks) > 0 {
-			claim = d.ClaimChecks[0]
-			break
+		lines = append(lines, string(out))
+	}
+	if err := os.WriteFile(tokens, []byte("# two tenants\n"+strings.Join(lines, "")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return tokens
+}
+
+// waitClaim polls document id until it lists a claim check and returns
+// the first.
+func waitClaim(ctx context.Context, t *testing.T, docs gatewayv1.DocumentServiceClient, as context.Context, id string) *gatewayv1.ClaimCheck {
+	t.Helper()
+	d := waitDocument(ctx, t, docs, as, id, func(d *gatewayv1.Document) bool { return len(d.ClaimChecks) > 0 }, "no claim check issued")
+	return d.ClaimChecks[0]
+}
+
+// waitDocument polls document id as the caller of context as until done
+// holds for it, failing with what and the document when ctx ends.
+func waitDocument(ctx context.Context, t *testing.T, docs gatewayv1.DocumentServiceClient, as context.Context, id string, done func(*gatewayv1.Document) bool, what string) *gatewayv1.Document {
+	t.Helper()
+	for {
+		d, err := docs.GetDocument(as, &gatewayv1.GetDocumentRequest{Id: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if done(d) {
+			return d
 		}
 		if ctx.Err() != nil {
-			t.Fatalf("no claim check issued; document %v", d)
+			t.Fatalf("%s; document %v", what, d)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
 
-	if _, err := docs.GetClaimCheck(globex, &gatewayv1.GetClaimCheckRequest{ClaimId: claim.ClaimId}); status.Code(err) != codes.NotFound {
+// checkClaimHidden checks that claim answers NotFound to tenant globex
+// (as over gRPC, its token over REST) and Unauthenticated without a token
+// (ctx).
+func checkClaimHidden(ctx context.Context, t *testing.T, docs gatewayv1.DocumentServiceClient, as context.Context, base, claim string) {
+	t.Helper()
+	if _, err := docs.GetClaimCheck(as, &gatewayv1.GetClaimCheckRequest{ClaimId: claim}); status.Code(err) != codes.NotFound {
 		t.Errorf("GetClaimCheck of another tenant's claim: %v, want NotFound", err)
 	}
-	if _, err := docs.RedeemClaimCheck(globex, &gatewayv1.RedeemClaimCheckRequest{ClaimId: claim.ClaimId}); status.Code(err) != codes.NotFound {
+	if _, err := docs.RedeemClaimCheck(as, &gatewayv1.RedeemClaimCheckRequest{ClaimId: claim}); status.Code(err) != codes.NotFound {
 		t.Errorf("RedeemClaimCheck of another tenant's claim: %v, want NotFound", err)
 	}
-	for _, r := range []struct{ method, path string }{{"GET", "/v1/claims/" + claim.ClaimId}, {"POST", "/v1/claims/" + claim.ClaimId + ":redeem"}} {
+	for _, r := range []struct{ method, path string }{{"GET", "/v1/claims/" + claim}, {"POST", "/v1/claims/" + claim + ":redeem"}} {
 		req, _ := http.NewRequest(r.method, base+r.path, strings.NewReader("{}"))
 		req.Header.Set("Authorization", "Bearer tok-globex")
 		c := &http.Client{Transport: &http.Transport{}}
@@ -293,33 +337,7 @@ func TestClaimIsolationOverMutualTLS(t *testing.T) {
 			t.Errorf("REST %s %s as another tenant: HTTP %d %s, want 404", r.method, r.path, resp.StatusCode, b)
 		}
 	}
-	if _, err := docs.GetClaimCheck(ctx, &gatewayv1.GetClaimCheckRequest{ClaimId: claim.ClaimId}); status.Code(err) != codes.Unauthenticated {
+	if _, err := docs.GetClaimCheck(ctx, &gatewayv1.GetClaimCheckRequest{ClaimId: claim}); status.Code(err) != codes.Unauthenticated {
 		t.Errorf("GetClaimCheck without a token: %v, want Unauthenticated", err)
-	}
-	rc, err := docs.RedeemClaimCheck(acme, &gatewayv1.RedeemClaimCheckRequest{ClaimId: claim.ClaimId})
-	if err != nil || rc.State != gatewayv1.ClaimCheck_REDEEMED {
-		t.Fatalf("owner's redemption: %v %v", rc, err)
-	}
-	for {
-		d, err := docs.GetDocument(acme, &gatewayv1.GetDocumentRequest{Id: doc.Id})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d.State == gatewayv1.State_SUCCEEDED {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("document after redemption: %v", d)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-
-	// The gateway without a client certificate has had the whole test to
-	// connect; the peer refused every handshake.
-	if !strings.Contains(bad.logs.String(), "certificate required") {
-		t.Errorf("the refused gateway does not log the peer's TLS refusal (certificate required):\n%s", bad.logs.String())
-	}
-	if code := healthz("http://" + badHTTP); code != 503 {
-		t.Errorf("a gateway without a client certificate: /healthz %d, want 503 (no session with a --client-ca peer)\n%s", code, bad.logs.String())
 	}
 }

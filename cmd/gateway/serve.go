@@ -2,23 +2,14 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"os"
-	"os/signal"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/pipestream/gateway/bridge"
 	"github.com/pipestream/gateway/gateway"
-	"github.com/pipestream/gateway/internal/bench"
-	"github.com/pipestream/gateway/quicpeer/peer"
+	"github.com/pipestream/gateway/internal/serve"
 )
 
 const serveHelp = `Run the gateway: gRPC on --grpc-addr, REST/WebSocket/docs/metrics on
@@ -104,27 +95,6 @@ func runServe(args []string) int {
 		return fail(os.Stderr, "serve", err)
 	}
 
-	// The data dir's lock comes before anything in it is touched (the
-	// bridge cleans the upload spool at start): a second gateway on the
-	// same dir exits here, naming the holder.
-	lock, err := lockDataDir(*dataDir, "--data-dir")
-	if err != nil {
-		return fail(os.Stderr, "serve", err)
-	}
-	defer lock.release()
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	forceOnSecondSignal(ctx, log)
-	if *pprofAddr != "" {
-		addr, stopPprof, err := bench.ServePprof(*pprofAddr)
-		if err != nil {
-			return fail(os.Stderr, "serve", err)
-		}
-		defer stopPprof()
-		log.Info("pprof listening", "addr", addr.String())
-	}
-
 	gcfg := gateway.Config{
 		GRPCAddr:                *grpcAddr,
 		HTTPAddr:                *httpAddr,
@@ -155,28 +125,6 @@ func runServe(args []string) int {
 		MaxConns:                int(min(*maxConns, 1<<24)),
 		IdleTimeout:             *idleTimeout,
 	}
-	if *authTokens != "" {
-		tf, err := loadTokens(ctx, *authTokens, log)
-		if err != nil {
-			return fail(os.Stderr, "serve", err)
-		}
-		gcfg.Authenticator = tf
-	}
-	if *tlsCert != "" || *tlsKey != "" {
-		tc, err := gateway.ServerTLSFiles(*tlsCert, *tlsKey)
-		if err != nil {
-			return fail(os.Stderr, "serve", err)
-		}
-		gcfg.GRPCTLS, gcfg.HTTPTLS, gcfg.InternalDialTLS = tc.GRPC, tc.HTTP, tc.InternalDial
-	}
-
-	if err := gcfg.CheckExposure(); err != nil {
-		return fail(os.Stderr, "serve", err)
-	}
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-
 	bopts := bridge.Options{
 		DataDir:          *dataDir,
 		PeerAddr:         *peerAddr,
@@ -184,53 +132,32 @@ func runServe(args []string) int {
 		PreferProtobuf:   *preferPB,
 		InlineThreshold:  *inline,
 		MaxDocumentBytes: *maxUpload,
-		Logger:           log.With("component", "bridge"),
-		Registerer:       reg,
 		EventLog:         evOpts,
 		PeerWait:         *peerWait,
 	}
 	if err := peerModes(&bopts, *peerFraming, *peerProfile); err != nil {
 		return fail(os.Stderr, "serve", err)
 	}
-	if err := readPeerClientCert(&bopts, *peerCert, *peerKey); err != nil {
+	if err := useStore(context.Background(), &bopts, *storeURL, log); err != nil {
 		return fail(os.Stderr, "serve", err)
 	}
-	if *peerAddr == "" && (*peerCA != "" || *peerName != "" || *peerCert != "") {
-		return fail(os.Stderr, "serve", errors.New("--peer-ca, --peer-server-name and --peer-cert need --peer (the embedded peer is pinned and loopback-only)"))
-	}
-	stopPeer, err := connectPeer(&bopts, *peerCA, *preferPB, *shutdown, log)
-	if err != nil {
-		return fail(os.Stderr, "serve", err)
-	}
-
-	if err := useStore(ctx, &bopts, *storeURL, log); err != nil {
-		stopPeer()
-		return fail(os.Stderr, "serve", err)
-	}
-	b, err := bridge.New(ctx, bopts)
-	if err != nil {
-		stopPeer()
-		return fail(os.Stderr, "serve", err)
-	}
-	gcfg.Bridge, gcfg.Registry = b, reg
-	srv, err := gateway.New(gcfg)
-	if err != nil {
-		closeBridge(b, *shutdown)
-		stopPeer()
-		return fail(os.Stderr, "serve", err)
-	}
-	err = srv.Serve(ctx, *shutdown) // closes the bridge on the way out
-	stopPeer()
+	err = serve.Run(context.Background(), serve.Config{
+		Gateway:         gcfg,
+		Bridge:          bopts,
+		Logger:          log,
+		PeerCAFile:      *peerCA,
+		PeerCertFile:    *peerCert,
+		PeerKeyFile:     *peerKey,
+		AuthTokensFile:  *authTokens,
+		TLSCertFile:     *tlsCert,
+		TLSKeyFile:      *tlsKey,
+		PprofAddr:       *pprofAddr,
+		ShutdownTimeout: *shutdown,
+	})
 	if err != nil {
 		return fail(os.Stderr, "serve", err)
 	}
 	return 0
-}
-
-func closeBridge(b *bridge.Bridge, d time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	_ = b.Close(ctx)
 }
 
 // orUnlimited maps the command line's "0 = unlimited" to the gateway
@@ -256,107 +183,4 @@ func peerModes(o *bridge.Options, framing, profile string) error {
 	}
 	o.PeerFraming, o.PeerProfile = f, p
 	return nil
-}
-
-// loadTokens loads the token file, reloads it when it changes (polled)
-// and on SIGHUP until ctx ends.
-func loadTokens(ctx context.Context, path string, log *slog.Logger) (*gateway.TokenFile, error) {
-	tf, err := gateway.LoadTokenFile(path, log.With("component", "auth"))
-	if err != nil {
-		return nil, fmt.Errorf("--auth-tokens: %w", err)
-	}
-	if tf.Len() == 0 {
-		log.Warn("the token file has no entries: every API call will be refused until lines from 'gateway hash-token' are added", "path", path)
-	}
-	go tf.Watch(ctx, gateway.DefaultTokenPollInterval)
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	go func() {
-		defer signal.Stop(hup)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				_ = tf.Reload()
-			}
-		}
-	}()
-	log.Info("bearer token authentication on", "tokens", tf.Len(), "file", path)
-	return tf, nil
-}
-
-// connectPeer fills the peer fields of bopts: with bopts.PeerAddr set, the
-// CA of peerCA; otherwise it locks <data-dir>/peer and starts the embedded
-// peer there, pinned. stop shuts the embedded peer down (a no-op for an
-// external one).
-func connectPeer(bopts *bridge.Options, peerCA string, preferPB bool, shutdown time.Duration, log *slog.Logger) (stop func(), err error) {
-	if bopts.PeerAddr != "" {
-		if peerCA == "" {
-			return nil, errors.New("--peer needs --peer-ca FILE: the PEM CA or certificate that verifies the peer")
-		}
-		if bopts.PeerCAPEM, err = os.ReadFile(peerCA); err != nil {
-			return nil, fmt.Errorf("read --peer-ca: %w", err)
-		}
-		return func() {}, nil
-	}
-	dir := filepath.Join(bopts.DataDir, "peer")
-	lock, err := lockDataDir(dir, "embedded peer --data-dir")
-	if err != nil {
-		return nil, err
-	}
-	embedded, err := peer.Start(peer.Options{
-		ListenAddr: "127.0.0.1:0",
-		DataDir:    dir,
-		Logger:     log.With("component", "peer"),
-		Offer:      ptr(peer.DefaultOffer(preferPB)),
-	})
-	if err != nil {
-		lock.release()
-		return nil, fmt.Errorf("start embedded peer: %w", err)
-	}
-	bopts.PeerAddr = embedded.Addr().String()
-	bopts.PeerCAPEM = embedded.CertPEM()
-	log.Info("embedded peer listening (QUIC, certificate pinned)", "addr", bopts.PeerAddr)
-	return func() {
-		defer lock.release()
-		pctx, cancel := context.WithTimeout(context.Background(), shutdown)
-		defer cancel()
-		if err := embedded.Shutdown(pctx); err != nil {
-			log.Warn("embedded peer shutdown", "error", err)
-		}
-	}, nil
-}
-
-// readPeerClientCert loads the client certificate presented to the peer
-// (mutual TLS), if any.
-func readPeerClientCert(bopts *bridge.Options, certFile, keyFile string) (err error) {
-	if (certFile == "") != (keyFile == "") {
-		return errors.New("set both --peer-cert and --peer-key, or neither")
-	}
-	if certFile == "" {
-		return nil
-	}
-	if bopts.PeerClientCertPEM, err = os.ReadFile(certFile); err != nil {
-		return fmt.Errorf("read --peer-cert: %w", err)
-	}
-	if bopts.PeerClientKeyPEM, err = os.ReadFile(keyFile); err != nil {
-		return fmt.Errorf("read --peer-key: %w", err)
-	}
-	return nil
-}
-
-// forceOnSecondSignal: once ctx ended with the first SIGINT/SIGTERM (a
-// graceful shutdown within --shutdown-timeout), a second one ends the
-// process at once with exit code 1, as Go tools and servers people like do.
-// Accepted work is durable in the store; a restart resumes it.
-func forceOnSecondSignal(ctx context.Context, log *slog.Logger) {
-	go func() {
-		<-ctx.Done()
-		again := make(chan os.Signal, 1)
-		signal.Notify(again, os.Interrupt, syscall.SIGTERM)
-		<-again
-		log.Warn("second signal: exiting now without finishing the graceful shutdown")
-		os.Exit(1)
-	}()
 }

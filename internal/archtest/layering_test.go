@@ -1,4 +1,5 @@
-// Package archtest enforces the package layering of DESIGN.md section 2.
+// Package archtest enforces the package layering of docs/architecture.md,
+// "Layers".
 package archtest
 
 import (
@@ -54,7 +55,7 @@ func TestLayering(t *testing.T) {
 		rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
 		r, ok := ruleFor(rel)
 		if !ok {
-			continue // cmd/ and internal/ may import everything
+			continue // cmd/ and internal/ (serve, bench, archtest) may import everything
 		}
 		checked++
 		imports := append(append(append([]string{}, p.Imports...), p.TestImports...), p.XTestImports...)
@@ -64,7 +65,7 @@ func TestLayering(t *testing.T) {
 			}
 			target := strings.TrimPrefix(imp, module+"/")
 			if !allowed(r, target) {
-				t.Errorf("%s imports %s: %s may import only %v (DESIGN.md section 2)", rel, target, r.from, r.allow)
+				t.Errorf("%s imports %s: %s may import only %v (docs/architecture.md, Layers)", rel, target, r.from, r.allow)
 			}
 		}
 	}

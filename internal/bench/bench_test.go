@@ -42,8 +42,17 @@ func TestBenchTiny(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bench: %v\nprogress:\n%s", err, progress.String())
 	}
+	checkBenchResults(t, rep.Results)
+	checkBenchOutput(t, rep)
+}
+
+// checkBenchResults checks that every phase reported its paths with
+// positive figures, ratios against the baselines, the gateway's peak RSS
+// and ordered percentiles.
+func checkBenchResults(t *testing.T, results []bench.Result) {
+	t.Helper()
 	byPhase := map[string][]bench.Result{}
-	for _, r := range rep.Results {
+	for _, r := range results {
 		if r.Rate <= 0 || r.Count <= 0 {
 			t.Errorf("%s/%s: rate %v count %d, want > 0", r.Phase, r.Path, r.Rate, r.Count)
 		}
@@ -74,6 +83,11 @@ func TestBenchTiny(t *testing.T) {
 			t.Errorf("small/%s: percentiles p50 %v p99 %v p99.9 %v", r.Path, r.P50ms, r.P99ms, r.P999ms)
 		}
 	}
+}
+
+// checkBenchOutput checks the report's notes, table and JSON.
+func checkBenchOutput(t *testing.T, rep *bench.Report) {
+	t.Helper()
 	if n := strings.Count(strings.Join(rep.Notes, "\n"), "from the upload's answer to SUCCEEDED"); n != 2 {
 		t.Errorf("notes %q: %d bulk tail notes, want REST and gRPC", rep.Notes, n)
 	}

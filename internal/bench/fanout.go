@@ -26,97 +26,21 @@ func (b *runner) fanout(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	b.progress("  connecting %d WebSocket subscribers", subs)
-	var (
-		delivered atomic.Int64
-		lastAt    atomic.Int64 // UnixNano of the latest delivery
-		closed    atomic.Int64
-		firstErr  atomic.Value
-		wg        sync.WaitGroup
-	)
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: subs, DisableCompression: true}}
-	defer hc.CloseIdleConnections()
-	hdr := http.Header{}
-	if g.token != "" {
-		hdr.Set("Authorization", "Bearer "+g.token)
-	}
-	var eg errgroup.Group
-	eg.SetLimit(32)
-	conns := make([]*websocket.Conn, subs)
-	for i := range subs {
-		eg.Go(func() error {
-			dctx, dcancel := context.WithTimeout(ctx, 30*time.Second)
-			defer dcancel()
-			c, resp, err := websocket.Dial(dctx, "ws://"+g.httpAddr+"/v1/events/ws", &websocket.DialOptions{HTTPClient: hc, HTTPHeader: hdr})
-			if err != nil {
-				if resp != nil {
-					return fmt.Errorf("subscriber %d: HTTP %d: %w", i, resp.StatusCode, err)
-				}
-				return fmt.Errorf("subscriber %d: %w", i, err)
-			}
-			c.SetReadLimit(1 << 20)
-			conns[i] = c
-			return nil
-		})
-	}
-	if err := eg.Wait(); err != nil {
-		for _, c := range conns {
-			if c != nil {
-				c.CloseNow()
-			}
-		}
+	fs, err := dialFanoutSubs(ctx, g, subs)
+	if err != nil {
 		return err
 	}
-	defer func() {
-		for _, c := range conns {
-			c.CloseNow()
-		}
-		wg.Wait()
-	}()
-	seen := make([]atomic.Bool, subs)
-	for i, c := range conns {
-		wg.Go(func() {
-			for {
-				_, r, err := c.Reader(ctx)
-				if err != nil {
-					if ctx.Err() == nil {
-						closed.Add(1)
-						firstErr.CompareAndSwap(nil, fmt.Errorf("subscriber %d: %w", i, err))
-					}
-					return
-				}
-				if _, err := io.Copy(io.Discard, r); err != nil {
-					closed.Add(1)
-					return
-				}
-				seen[i].Store(true)
-				delivered.Add(1)
-				lastAt.Store(time.Now().UnixNano())
-			}
-		})
-	}
+	defer fs.close()
+	fs.read(ctx)
 
-	// Warm up: one document, until every subscriber has seen an event (the
-	// subscriptions are then live on the server).
 	payload := patternBlock[:b.o.SmallBytes]
 	submit := func() error {
 		_, err := g.docs.SubmitDocument(g.ctx(ctx), &gatewayv1.SubmitDocumentRequest{Content: payload, ContentType: "application/octet-stream"})
 		return err
 	}
-	warm := time.Now().Add(30 * time.Second)
-	for all := false; !all; {
-		if err := submit(); err != nil {
-			return err
-		}
-		time.Sleep(100 * time.Millisecond)
-		all = true
-		for i := range seen {
-			all = all && seen[i].Load()
-		}
-		if time.Now().After(warm) {
-			return fmt.Errorf("not every subscriber received an event within 30 s (%d closed: %v)", closed.Load(), firstErr.Load())
-		}
+	if err := fs.warmUp(submit); err != nil {
+		return err
 	}
-	time.Sleep(500 * time.Millisecond) // let the warm-up events drain
 
 	b.progress("  %d docs/s for %s, fan-out to %d subscribers", b.o.FanoutDocsPerSec, b.o.Duration, subs)
 	win0, err := g.events.GetEventWindow(g.ctx(ctx), &gatewayv1.GetEventWindowRequest{})
@@ -129,47 +53,21 @@ func (b *runner) fanout(ctx context.Context) error {
 		gen   uint64
 	)
 	ps, ok, err := g.measure(func() error {
-		d0 := delivered.Load()
+		d0 := fs.delivered.Load()
 		start := time.Now()
-		tick := time.NewTicker(time.Second / time.Duration(b.o.FanoutDocsPerSec))
-		var sg errgroup.Group
-		sg.SetLimit(16)
-		for time.Since(start) < b.o.Duration {
-			<-tick.C
-			sg.Go(submit)
-		}
-		tick.Stop()
-		if err := sg.Wait(); err != nil {
+		if err := submitAtRate(submit, b.o.FanoutDocsPerSec, b.o.Duration); err != nil {
 			return err
 		}
-		// Documents finish shortly after submission; wait until the log
-		// stops growing, then until every subscriber has every event.
-		var latest uint64
-		for {
-			time.Sleep(200 * time.Millisecond)
-			w, err := g.events.GetEventWindow(g.ctx(ctx), &gatewayv1.GetEventWindowRequest{})
-			if err != nil {
-				return err
-			}
-			if w.GetLatestSeq() == latest {
-				break
-			}
-			latest = w.GetLatestSeq()
+		latest, err := waitLogQuiet(ctx, g)
+		if err != nil {
+			return err
 		}
 		gen = latest - win0.GetLatestSeq()
-		want := int64(gen) * int64(subs)
-		last, stallAt := delivered.Load(), time.Now()
-		for delivered.Load()-d0 < want {
-			time.Sleep(time.Millisecond)
-			if n := delivered.Load(); n != last {
-				last, stallAt = n, time.Now()
-			}
-			if time.Since(stallAt) > 5*time.Second {
-				return fmt.Errorf("delivery stalled at %d of %d events (%d subscribers closed: %v)", delivered.Load()-d0, want, closed.Load(), firstErr.Load())
-			}
+		if err := fs.waitDelivered(d0, int64(gen)*int64(subs)); err != nil {
+			return err
 		}
-		count = delivered.Load() - d0
-		secs = max(time.Unix(0, lastAt.Load()).Sub(start).Seconds(), 1e-9)
+		count = fs.delivered.Load() - d0
+		secs = max(time.Unix(0, fs.lastAt.Load()).Sub(start).Seconds(), 1e-9)
 		return nil
 	})
 	if err != nil {
@@ -181,4 +79,160 @@ func (b *runner) fanout(ctx context.Context) error {
 	fill(&r, ps, ok, count, secs)
 	b.add(r)
 	return nil
+}
+
+// fanoutSubs are the fanout phase's WebSocket subscribers and what they
+// received.
+type fanoutSubs struct {
+	conns     []*websocket.Conn
+	seen      []atomic.Bool // subscriber i received an event
+	delivered atomic.Int64
+	lastAt    atomic.Int64 // UnixNano of the latest delivery
+	closed    atomic.Int64
+	firstErr  atomic.Value
+	wg        sync.WaitGroup
+	hc        *http.Client
+}
+
+// dialFanoutSubs connects subs subscribers to /v1/events/ws, 32 at a time.
+func dialFanoutSubs(ctx context.Context, g *gatewayProc, subs int) (*fanoutSubs, error) {
+	fs := &fanoutSubs{
+		conns: make([]*websocket.Conn, subs),
+		seen:  make([]atomic.Bool, subs),
+		hc:    &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: subs, DisableCompression: true}},
+	}
+	hdr := http.Header{}
+	if g.token != "" {
+		hdr.Set("Authorization", "Bearer "+g.token)
+	}
+	var eg errgroup.Group
+	eg.SetLimit(32)
+	for i := range subs {
+		eg.Go(func() error {
+			dctx, dcancel := context.WithTimeout(ctx, 30*time.Second)
+			defer dcancel()
+			c, resp, err := websocket.Dial(dctx, "ws://"+g.httpAddr+"/v1/events/ws", &websocket.DialOptions{HTTPClient: fs.hc, HTTPHeader: hdr})
+			if err != nil {
+				if resp != nil {
+					return fmt.Errorf("subscriber %d: HTTP %d: %w", i, resp.StatusCode, err)
+				}
+				return fmt.Errorf("subscriber %d: %w", i, err)
+			}
+			c.SetReadLimit(1 << 20)
+			fs.conns[i] = c
+			return nil
+		})
+	}
+	if err := eg.Wait(); err != nil {
+		fs.close()
+		return nil, err
+	}
+	return fs, nil
+}
+
+// read starts one goroutine per subscriber counting the frames it gets
+// until ctx ends or the connection closes.
+func (fs *fanoutSubs) read(ctx context.Context) {
+	for i, c := range fs.conns {
+		fs.wg.Go(func() {
+			for {
+				_, r, err := c.Reader(ctx)
+				if err != nil {
+					if ctx.Err() == nil {
+						fs.closed.Add(1)
+						fs.firstErr.CompareAndSwap(nil, fmt.Errorf("subscriber %d: %w", i, err))
+					}
+					return
+				}
+				if _, err := io.Copy(io.Discard, r); err != nil {
+					fs.closed.Add(1)
+					return
+				}
+				fs.seen[i].Store(true)
+				fs.delivered.Add(1)
+				fs.lastAt.Store(time.Now().UnixNano())
+			}
+		})
+	}
+}
+
+// close closes every connection and waits for the readers.
+func (fs *fanoutSubs) close() {
+	for _, c := range fs.conns {
+		if c != nil {
+			c.CloseNow()
+		}
+	}
+	fs.wg.Wait()
+	fs.hc.CloseIdleConnections()
+}
+
+// warmUp submits documents until every subscriber has seen an event (the
+// subscriptions are then live on the server), then lets the warm-up events
+// drain.
+func (fs *fanoutSubs) warmUp(submit func() error) error {
+	warm := time.Now().Add(30 * time.Second)
+	for all := false; !all; {
+		if err := submit(); err != nil {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+		all = true
+		for i := range fs.seen {
+			all = all && fs.seen[i].Load()
+		}
+		if time.Now().After(warm) {
+			return fmt.Errorf("not every subscriber received an event within 30 s (%d closed: %v)", fs.closed.Load(), fs.firstErr.Load())
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	return nil
+}
+
+// waitDelivered waits until want events were delivered after d0, failing
+// when delivery makes no progress for 5 s.
+func (fs *fanoutSubs) waitDelivered(d0, want int64) error {
+	last, stallAt := fs.delivered.Load(), time.Now()
+	for fs.delivered.Load()-d0 < want {
+		time.Sleep(time.Millisecond)
+		if n := fs.delivered.Load(); n != last {
+			last, stallAt = n, time.Now()
+		}
+		if time.Since(stallAt) > 5*time.Second {
+			return fmt.Errorf("delivery stalled at %d of %d events (%d subscribers closed: %v)", fs.delivered.Load()-d0, want, fs.closed.Load(), fs.firstErr.Load())
+		}
+	}
+	return nil
+}
+
+// submitAtRate calls submit perSec times a second (16 in flight at most)
+// for d, and waits for the calls.
+func submitAtRate(submit func() error, perSec int, d time.Duration) error {
+	start := time.Now()
+	tick := time.NewTicker(time.Second / time.Duration(perSec))
+	defer tick.Stop()
+	var sg errgroup.Group
+	sg.SetLimit(16)
+	for time.Since(start) < d {
+		<-tick.C
+		sg.Go(submit)
+	}
+	return sg.Wait()
+}
+
+// waitLogQuiet waits until the event log stops growing (documents finish
+// shortly after submission) and returns its latest sequence number.
+func waitLogQuiet(ctx context.Context, g *gatewayProc) (uint64, error) {
+	var latest uint64
+	for {
+		time.Sleep(200 * time.Millisecond)
+		w, err := g.events.GetEventWindow(g.ctx(ctx), &gatewayv1.GetEventWindowRequest{})
+		if err != nil {
+			return 0, err
+		}
+		if w.GetLatestSeq() == latest {
+			return latest, nil
+		}
+		latest = w.GetLatestSeq()
+	}
 }

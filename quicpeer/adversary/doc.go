@@ -1,6 +1,6 @@
 // Package adversary holds no code: its tests (package adversary_test) are
 // the raw-QUIC adversary suite against the processing peer
-// (docs/security.md, DESIGN.md section 7). A hand-driven quic-go client
+// (docs/security.md, docs/architecture.md, "Security and limits"). A hand-driven quic-go client
 // (TLS 1.3, ALPN pipestream/1, the peer's pinned certificate) puts on the
 // wire what a correct quicpeer session never sends: unknown and oversized
 // frames, truncated control streams, invalid transitions, entity 0,

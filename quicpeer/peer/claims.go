@@ -15,7 +15,7 @@ import (
 	"time"
 )
 
-// Claim-check store (draft-02 Sections 6.5.2 and 10.6.2, docs/profile.md 6).
+// Claim-check store (draft-02 Sections 6.6.3 and 10.6.2, docs/profile.md 6).
 //
 // Issued claims and redemptions are appended to <data-dir>/claims.jsonl, one
 // JSON object per line, fsynced before the DEFERRED status or the redemption

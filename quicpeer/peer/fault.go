@@ -40,7 +40,7 @@ const (
 	FaultTimeoutOnce = "timeout-once"
 )
 
-// yieldReasonExternalCall is Yield Reason EXTERNAL_CALL (Section 6.5.1.1).
+// yieldReasonExternalCall is Yield Reason EXTERNAL_CALL (Section 6.6.2.1).
 const yieldReasonExternalCall = 0x1
 
 func (Fault) Process(ctx context.Context, in *Input) (*Output, error) {

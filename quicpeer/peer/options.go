@@ -28,7 +28,7 @@ type Options struct {
 	CertFile, KeyFile string
 	// ClientCAs, when set, turns on mutual TLS: every client must present
 	// a certificate that chains to one of these CAs or the handshake fails
-	// (DESIGN.md section 7). nil accepts any client (the default).
+	// (docs/architecture.md, "Security and limits"). nil accepts any client (the default).
 	ClientCAs *x509.CertPool
 	// CertHosts are the DNS names / IPs of a generated certificate
 	// (default localhost, 127.0.0.1, ::1).

@@ -38,7 +38,7 @@ const (
 	// still split into a few sentences (the ratio targets bombs, not prose).
 	amplificationFloorBytes = 1 << 20
 	// defaultPolicyTimeout, defaultMaxRetries, defaultRetryDelay are the
-	// completion-policy defaults of draft-02 Section 8.2.
+	// completion-policy defaults of draft-02 Section 8.3.
 	defaultPolicyTimeout = 300 * time.Second
 	defaultMaxRetries    = 3
 	defaultRetryDelay    = time.Second

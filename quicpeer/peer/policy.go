@@ -6,7 +6,7 @@ import (
 	"github.com/pipestream/gateway/quicpeer/wire"
 )
 
-// policy is a completion policy with the draft-02 Section 8.2 defaults
+// policy is a completion policy with the draft-02 Section 8.3 defaults
 // applied (docs/profile.md 5): what the engine needs to run an entity
 // (retries, delay, timeout, actions). The completion mode is evaluated by
 // the document's assembly.Manifest (QUORUM's default ratio lives there).

@@ -25,7 +25,7 @@ const (
 	MetaChildrenTotal    = "pipestream.children-total"
 )
 
-// Input is one entity handed to a Processor (draft-02 Section 8, PROCESS).
+// Input is one entity handed to a Processor (draft-02 Section 8.4, PROCESS).
 // Payload is verified content (checksum and length checked before any
 // processing starts); the processor must not modify or retain it beyond
 // the call unless it copies. Header is read-only.
@@ -74,7 +74,7 @@ type Output struct {
 	Defer     *DeferRequest
 }
 
-// YieldRequest pauses the entity (YIELDED, draft-02 Section 6.5.1). State is
+// YieldRequest pauses the entity (YIELDED, draft-02 Section 6.6.2). State is
 // handed back as Input.Resume once the peer verified the token.
 type YieldRequest struct {
 	Reason uint8

@@ -181,7 +181,7 @@ func permanent(err error) bool {
 var errStall = errors.New("processor stalls until the attempt times out")
 
 // run processes e after its PROCESSING was sent: the processor call with
-// yields (Section 6.5.1), Layer 1 nesting, deferral, retries and timeouts
+// yields (Section 6.6.2), Layer 1 nesting, deferral, retries and timeouts
 // per the completion policy (docs/profile.md 5, 6). On success it returns
 // the output and sends nothing terminal; every other outcome's statuses are
 // sent here.
@@ -340,7 +340,7 @@ func (g *engine) yield(e *entity, y *YieldRequest) []byte {
 }
 
 // deferEntity persists a claim check and reports DEFERRED with the Claim
-// Check extension (Section 6.5.2). Without Layer 2 the entity FAILS.
+// Check extension (Section 6.6.3). Without Layer 2 the entity FAILS.
 func (g *engine) deferEntity(e *entity, ttl time.Duration) result {
 	if !g.neg.layer2 {
 		g.log.Info("defer needs Layer 2; failing the entity", "entity", e.id)

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// Yield tokens (draft-02 Sections 6.5.1 and 10.6.1). A token is opaque to
+// Yield tokens (draft-02 Sections 6.6.2 and 10.6.1). A token is opaque to
 // the gateway; the peer issues it in the YIELDED Yield extension and
 // resumes the entity itself. Layout (105 octets):
 //
@@ -21,7 +21,7 @@ import (
 // session-binding is the first 16 octets of SHA-256(session ID). A token is
 // accepted once, only for the same session and entity, and only if the
 // SHA-256 of the continuation state the peer holds equals state-checksum
-// (stopping-point validation, Section 9.6).
+// (stopping-point validation, Section 9.7).
 
 const yieldTokenLen = 1 + 4 + 4 + 16 + 16 + 32 + 32
 

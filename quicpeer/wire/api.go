@@ -1,9 +1,13 @@
 package wire
 
-// This file lists the codec's API contract. Implementations live in one file
-// per frame (status.go, scopedigest.go, barrier.go, goaway.go, varframe.go,
-// capabilities.go, checkpoint.go, entity.go, serialize.go, ids.go,
-// transitions.go, merkle.go).
+// This file lists the codec's API contract. Implementations: the fixed
+// frames in status.go, scopedigest.go, barrier.go and goaway.go; stream-0
+// reading and variable frames in varframe.go; draft-04 framing in
+// framing.go; the frame, header and CHECKPOINT types in types.go;
+// capabilities.go; entity frames in entity.go; the codecs in serialize.go,
+// cbor.go (with the fast header path in cborfast.go) and protobuf.go;
+// ids.go, transitions.go, merkle.go; limits in params.go, errors in
+// errors.go.
 //
 //   Fixed frames (byte-slice API, quic-go style; Append never allocates when
 //   cap(b) suffices; Length agrees with Append):
@@ -27,7 +31,7 @@ package wire
 //   lengths > MaxVariableLength -> *Error 0x06.
 //     func AppendVariable(b []byte, t FrameType, body []byte) []byte
 //
-//   Serialization (Section 3.5): a Codec per Format, built once, immutable:
+//   Serialization (Section 3.4.2): a Codec per Format, built once, immutable:
 //     type Codec interface {
 //       Format() Format
 //       MarshalCapabilities(*Capabilities) ([]byte, error)   // always CBOR on the wire for CONNECT
@@ -41,7 +45,7 @@ package wire
 //     }
 //     func CodecFor(f Format) Codec
 //
-//   Entity frames (Section 6.7):
+//   Entity frames (Section 6.8):
 //     func WriteEntityHeader(w io.Writer, c Codec, h *EntityHeader) error // 4-octet len + header
 //     func ReadEntityHeader(r io.Reader, c Codec, maxHeader int) (*EntityHeader, error)
 //     type PayloadReader  // io.Reader over the payload that hashes as it reads;
@@ -50,7 +54,7 @@ package wire
 //     func NewPayloadReader(r io.Reader, h *EntityHeader) *PayloadReader
 //     func (p *PayloadReader) Init(r io.Reader, h *EntityHeader) // same, for an embedded PayloadReader
 //
-//   State machine (Section 6.2.2a):
+//   State machine (Section 6.2.3):
 //     func ValidTransition(from, to Status) bool
 //     func (s Status) IsTerminal() bool  // COMPLETE, SKIPPED, ABANDONED (FAILED per policy)
 //     func CheckLayer(s Status, layer2 bool) error  // 0x0C when Layer 2 status without Layer 2
@@ -61,7 +65,7 @@ package wire
 //     func IsBefore(a, b uint32) bool
 //     type IDSpace struct{...} // cursor, last_assigned, max window, resolved set; Assign() (uint32, bool); Resolve(id) (newCursor uint32, advanced bool)
 //
-//   Merkle (Section 9.4):
+//   Merkle (Section 9.5):
 //     type Leaf struct{ EntityID uint32; Status Status }
 //     func MerkleRoot(leaves []Leaf) [32]byte // sorts by entity ID ascending
 //
@@ -74,7 +78,7 @@ package wire
 //   func CheckStatusFrame(f *StatusFrame, layer1, layer2 bool) error // 0x05 / 0x0C frame-local rules
 //   func IsResolved(s Status, retriesLeft bool) bool                 // Section 9.1 cursor resolution
 //   func ValidateCapabilities(c *Capabilities) error                 // 0x0C layer0 false, 0x07 depth, 0x06 window
-//   func Negotiate(local, remote *Capabilities) Negotiated           // Section 3.4/3.5, profile 1
+//   func Negotiate(local, remote *Capabilities) Negotiated           // Section 3.4, profile 1
 //   const MaxSafeWindow = 0x7FFFFFFE                                  // effective max/default window
 //   func NewIDSpace(maxWindow uint32) *IDSpace; NewIDSpaceAfter(maxWindow, lastAssigned uint32) *IDSpace
 //   (*IDSpace) Cursor, LastAssigned, Outstanding, MaxWindow, InFlight(id)

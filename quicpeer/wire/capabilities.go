@@ -33,7 +33,7 @@ func ValidateCapabilities(c *Capabilities) error {
 	return nil
 }
 
-// Negotiated is the outcome of a capabilities exchange (Section 3.4, 3.5,
+// Negotiated is the outcome of a capabilities exchange (Section 3.4,
 // docs/profile.md 1).
 type Negotiated struct {
 	Layer1, Layer2      bool

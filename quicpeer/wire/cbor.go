@@ -6,7 +6,7 @@ import (
 	"github.com/fxamacker/cbor/v2"
 )
 
-// CBOR modes, built once (Section 3.5, Appendix C).
+// CBOR modes, built once (Section 3.4.2, Appendix C).
 //
 // Encoding is deterministic: map keys sorted length-first then bytewise
 // (RFC 8949 4.2.3, as vectors/control-cbor/valid-capabilities-default.bin),

@@ -115,90 +115,102 @@ func decodeCBORHeaderFast(b []byte) (h *EntityHeader, ok bool) {
 	if !ok || m != 5 || n > uint64(len(b)) { // each pair takes >= 2 octets
 		return nil, false
 	}
-	var (
-		box       headerBox // copied to the heap once the scan succeeded
-		seen      uint
-		ct        []byte
-		md        int // offset of the metadata map
-		mdN       uint64
-		hasParent bool
-		hasScope  bool
-	)
+	var sc headerScan // on the stack; copied to the heap once the scan succeeded
 	for range n {
 		var key []byte
 		if key, i, ok = cborString(b, i, 3); !ok {
 			return nil, false
 		}
 		var bit uint
-		var v uint64
-		switch string(key) {
-		case "entity-id":
-			bit = hkEntityID
-			v, i, ok = cborUint(b, i, math.MaxUint32)
-			box.h.EntityID = uint32(v)
-		case "parent-id":
-			bit, hasParent = hkParentID, true
-			v, i, ok = cborUint(b, i, math.MaxUint32)
-			box.parent = uint32(v)
-		case "scope-id":
-			bit, hasScope = hkScopeID, true
-			v, i, ok = cborUint(b, i, math.MaxUint32)
-			box.scope = uint32(v)
-		case "layer":
-			bit = hkLayer
-			v, i, ok = cborUint(b, i, math.MaxUint8)
-			box.h.Layer = uint8(v)
-		case "payload-length":
-			bit = hkPayloadLength
-			box.h.PayloadLength, i, ok = cborUint(b, i, math.MaxUint64)
-		case "content-type":
-			bit = hkContentType
-			ct, i, ok = cborString(b, i, 3)
-			ok = ok && utf8.Valid(ct)
-		case "checksum":
-			bit = hkChecksum
-			var s []byte
-			s, i, ok = cborString(b, i, 2)
-			ok = ok && len(s) == len(box.sum)
-			copy(box.sum[:], s)
-		case "metadata":
-			bit, md = hkMetadata, i
-			mdN, i, ok = scanCBORMetadata(b, i)
-		case "chunk-info":
-			bit = hkChunkInfo
-			box.chunk, i, ok = decodeCBORChunkInfo(b, i)
-		default:
-			return nil, false // unknown member, completion-policy
-		}
-		if !ok || seen&bit != 0 {
+		if bit, i, ok = sc.member(string(key), b, i); !ok || sc.seen&bit != 0 {
 			return nil, false
 		}
-		seen |= bit
+		sc.seen |= bit
 	}
 	const required = hkEntityID | hkLayer | hkPayloadLength
-	if i != len(b) || seen&required != required {
+	if i != len(b) || sc.seen&required != required {
 		return nil, false
 	}
+	return sc.header(b)
+}
+
+// headerScan is what decodeCBORHeaderFast has read so far.
+type headerScan struct {
+	box  headerBox
+	seen uint // hk* bits of the members read
+	ct   []byte
+	md   int // offset of the metadata map
+	mdN  uint64
+}
+
+// member reads the value of member key at b[i:]; bit is the member's hk*
+// bit, ok=false an unknown member (completion-policy included) or a value
+// of another shape.
+func (sc *headerScan) member(key string, b []byte, i int) (bit uint, next int, ok bool) {
+	var v uint64
+	switch key {
+	case "entity-id":
+		v, next, ok = cborUint(b, i, math.MaxUint32)
+		sc.box.h.EntityID = uint32(v)
+		return hkEntityID, next, ok
+	case "parent-id":
+		v, next, ok = cborUint(b, i, math.MaxUint32)
+		sc.box.parent = uint32(v)
+		return hkParentID, next, ok
+	case "scope-id":
+		v, next, ok = cborUint(b, i, math.MaxUint32)
+		sc.box.scope = uint32(v)
+		return hkScopeID, next, ok
+	case "layer":
+		v, next, ok = cborUint(b, i, math.MaxUint8)
+		sc.box.h.Layer = uint8(v)
+		return hkLayer, next, ok
+	case "payload-length":
+		sc.box.h.PayloadLength, next, ok = cborUint(b, i, math.MaxUint64)
+		return hkPayloadLength, next, ok
+	case "content-type":
+		sc.ct, next, ok = cborString(b, i, 3)
+		return hkContentType, next, ok && utf8.Valid(sc.ct)
+	case "checksum":
+		var s []byte
+		s, next, ok = cborString(b, i, 2)
+		copy(sc.box.sum[:], s)
+		return hkChecksum, next, ok && len(s) == len(sc.box.sum)
+	case "metadata":
+		sc.md = i
+		sc.mdN, next, ok = scanCBORMetadata(b, i)
+		return hkMetadata, next, ok
+	case "chunk-info":
+		sc.box.chunk, next, ok = decodeCBORChunkInfo(b, i)
+		return hkChunkInfo, next, ok
+	}
+	return 0, 0, false
+}
+
+// header builds the scanned header on the heap (one allocation, plus the
+// metadata map); ok=false for a duplicate metadata key.
+func (sc *headerScan) header(b []byte) (*EntityHeader, bool) {
 	var meta map[string]string
-	if seen&hkMetadata != 0 {
-		if meta, ok = decodeCBORMetadata(b, md, mdN); !ok {
-			return nil, false // duplicate key
+	if sc.seen&hkMetadata != 0 {
+		var ok bool
+		if meta, ok = decodeCBORMetadata(b, sc.md, sc.mdN); !ok {
+			return nil, false
 		}
 	}
 	p := new(headerBox)
-	*p = box
-	p.h.ContentType = string(ct)
+	*p = sc.box
+	p.h.ContentType = string(sc.ct)
 	p.h.Metadata = meta
-	if hasParent {
+	if sc.seen&hkParentID != 0 {
 		p.h.ParentID = &p.parent
 	}
-	if hasScope {
+	if sc.seen&hkScopeID != 0 {
 		p.h.ScopeID = &p.scope
 	}
-	if seen&hkChecksum != 0 {
+	if sc.seen&hkChecksum != 0 {
 		p.h.Checksum = p.sum[:]
 	}
-	if seen&hkChunkInfo != 0 {
+	if sc.seen&hkChunkInfo != 0 {
 		p.h.ChunkInfo = &p.chunk
 	}
 	return &p.h, true

@@ -109,7 +109,7 @@ func TestDraft04FixedVectorsInvalid(t *testing.T) {
 }
 
 // The reference refuses a cursor on an entity STATUS (0x05); draft-02
-// (Section 6.2.3) lets any STATUS carry one, so we accept it: liberal in
+// (Section 6.2.4) lets any STATUS carry one, so we accept it: liberal in
 // what we accept (docs/conformance.md, draft-04 column).
 func TestDraft04EntityCursorAccepted(t *testing.T) {
 	f := parse04(t, readVec(t, "draft04-fixed-frames/invalid-status-entity-cursor.bin"))

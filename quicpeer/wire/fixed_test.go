@@ -100,104 +100,132 @@ func TestRecursiveVectors(t *testing.T) {
 	c := wire.CodecFor(wire.FormatCBOR)
 	seen := 0
 	for _, row := range tsvRows(t, "recursive/index.tsv") {
-		name, kind, exp := row["name"], row["kind"], row["expectation"]
-		b := unhex(t, row["hex"])
-		t.Run(name, func(t *testing.T) {
-			switch kind {
-			case "entity":
-				seen++
-				h, _, err := readEntity(c, b)
-				if exp == "valid" {
-					if err != nil {
-						t.Fatal(err)
-					}
-					if h.CompletionPolicy == nil || *h.CompletionPolicy.Mode != wire.ModeQuorum || *h.CompletionPolicy.MinSuccessRatio != 0.75 ||
-						*h.CompletionPolicy.OnFailure != wire.ActionRetry || *h.CompletionPolicy.MaxRetries != 2 || h.Metadata["kind"] != "video-segment" {
-						t.Fatalf("header %+v policy %+v", h, h.CompletionPolicy)
-					}
-					return
-				}
-				// parent-scope-id is draft-04; draft-02 ignores the unknown
-				// key, so these decode (the scope rule is the session's).
-				if err != nil {
-					t.Fatalf("draft-02 decodes %s: %v", name, err)
-				}
-			case "capabilities":
-				// minimal/recursive rows are not in this file; see cddl tests.
-			case "checkpoint":
-				seen++
-				f, err := readOneFrame(t, b)
-				if err != nil {
-					t.Fatal(err)
-				}
-				cp, err := c.UnmarshalCheckpoint(f.Body)
-				if err != nil || cp.CheckpointID != "scope-7-complete" || *cp.ScopeID != 7 || cp.CheckpointEntityID != 10 {
-					t.Fatalf("%+v %v", cp, err)
-				}
-				// scoped-checkpoint-on-layer0 is rejected by the session
-				// (scope 7 without Layer 1), not by the codec.
-			case "status":
-				seen++
-				f, _, err := wire.ParseStatus(fromDraft04(t, b))
-				if err != nil {
-					t.Fatal(err)
-				}
-				layer1, layer2 := row["layer"] >= "1", row["layer"] == "2"
-				err = wire.CheckStatusFrame(&f, layer1, layer2)
-				switch {
-				case exp == "valid":
-					if err != nil {
-						t.Fatal(err)
-					}
-					if name == "yielded-status" {
-						y, err := f.Yield()
-						if err != nil || y.Reason != 1 || string(y.Token) != "opaque continuation" {
-							t.Fatalf("%+v %v", y, err)
-						}
-					}
-					if name == "deferred-status" {
-						cc, err := f.ClaimCheck()
-						if err != nil || cc.ClaimID != 42 || cc.ExpiryMicros != 0x0006651728988000 {
-							t.Fatalf("%+v %v", cc, err)
-						}
-					}
-				case row["error"] == "PIPESTREAM_LAYER_UNSUPPORTED":
-					wantCode(t, err, wire.CodeLayerUnsupported)
-				case row["error"] == "PIPESTREAM_ENTITY_INVALID":
-					wantCode(t, err, wire.CodeEntityInvalid)
-				default:
-					t.Fatalf("unhandled row %v", row)
-				}
-			case "scope-digest":
-				seen++
-				f, _, err := wire.ParseScopeDigest(fromDraft04(t, b))
-				if err != nil || f.Processed != 3 || f.Succeeded != 2 || f.Failed != 1 || f.MerkleRoot[0] != 0x5a {
-					t.Fatalf("%+v %v", f, err)
-				}
-				if (f.ScopeID == 0) != (exp == "invalid") {
-					t.Fatalf("scope %d for %s row", f.ScopeID, exp)
-				}
-			case "barrier":
-				seen++
-				f, _, err := wire.ParseBarrier(fromDraft04(t, b))
-				if err != nil || !f.Released || f.ParentEntityID != 1 {
-					t.Fatalf("%+v %v", f, err)
-				}
-				if (f.ScopeID == 0) != (exp == "invalid") {
-					t.Fatalf("scope %d for %s row", f.ScopeID, exp)
-				}
-			case "claim-redemption":
-				// type 0x82 is draft-04 only: a draft-02 ControlReader skips it.
-				seen++
-				_, err := readOneFrame(t, b)
-				if err == nil {
-					t.Fatal("unknown variable frame returned as a frame")
-				}
-			}
-		})
+		// capabilities rows (minimal/recursive) are not in this file; see
+		// the cddl tests.
+		check, ok := recursiveChecks[row["kind"]]
+		if !ok {
+			continue
+		}
+		seen++
+		r := vectorRow{name: row["name"], exp: row["expectation"], row: row, b: unhex(t, row["hex"])}
+		t.Run(r.name, func(t *testing.T) { check(t, c, r) })
 	}
 	if seen < 15 {
 		t.Fatalf("only %d rows exercised", seen)
+	}
+}
+
+// vectorRow is one row of a vector index: its name, expectation (valid or
+// invalid), all its columns and the decoded hex.
+type vectorRow struct {
+	name, exp string
+	row       map[string]string
+	b         []byte
+}
+
+// recursiveChecks checks a recursive/index.tsv row of each kind.
+var recursiveChecks = map[string]func(t *testing.T, c wire.Codec, r vectorRow){
+	"entity":       checkRecursiveEntity,
+	"checkpoint":   checkRecursiveCheckpoint,
+	"status":       checkRecursiveStatus,
+	"scope-digest": checkRecursiveScopeDigest,
+	"barrier":      checkRecursiveBarrier,
+	"claim-redemption": func(t *testing.T, _ wire.Codec, r vectorRow) {
+		// type 0x82 is draft-04 only: a draft-02 ControlReader skips it.
+		if _, err := readOneFrame(t, r.b); err == nil {
+			t.Fatal("unknown variable frame returned as a frame")
+		}
+	},
+}
+
+func checkRecursiveEntity(t *testing.T, c wire.Codec, r vectorRow) {
+	h, _, err := readEntity(c, r.b)
+	if r.exp != "valid" {
+		// parent-scope-id is draft-04; draft-02 ignores the unknown
+		// key, so these decode (the scope rule is the session's).
+		if err != nil {
+			t.Fatalf("draft-02 decodes %s: %v", r.name, err)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.CompletionPolicy == nil || *h.CompletionPolicy.Mode != wire.ModeQuorum || *h.CompletionPolicy.MinSuccessRatio != 0.75 ||
+		*h.CompletionPolicy.OnFailure != wire.ActionRetry || *h.CompletionPolicy.MaxRetries != 2 || h.Metadata["kind"] != "video-segment" {
+		t.Fatalf("header %+v policy %+v", h, h.CompletionPolicy)
+	}
+}
+
+func checkRecursiveCheckpoint(t *testing.T, c wire.Codec, r vectorRow) {
+	f, err := readOneFrame(t, r.b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, err := c.UnmarshalCheckpoint(f.Body)
+	if err != nil || cp.CheckpointID != "scope-7-complete" || *cp.ScopeID != 7 || cp.CheckpointEntityID != 10 {
+		t.Fatalf("%+v %v", cp, err)
+	}
+	// scoped-checkpoint-on-layer0 is rejected by the session (scope 7
+	// without Layer 1), not by the codec.
+}
+
+func checkRecursiveStatus(t *testing.T, _ wire.Codec, r vectorRow) {
+	f, _, err := wire.ParseStatus(fromDraft04(t, r.b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer1, layer2 := r.row["layer"] >= "1", r.row["layer"] == "2"
+	err = wire.CheckStatusFrame(&f, layer1, layer2)
+	switch {
+	case r.exp == "valid":
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkStatusExtension(t, r.name, &f)
+	case r.row["error"] == "PIPESTREAM_LAYER_UNSUPPORTED":
+		wantCode(t, err, wire.CodeLayerUnsupported)
+	case r.row["error"] == "PIPESTREAM_ENTITY_INVALID":
+		wantCode(t, err, wire.CodeEntityInvalid)
+	default:
+		t.Fatalf("unhandled row %v", r.row)
+	}
+}
+
+// checkStatusExtension checks the decoded extension of the valid
+// yielded-status and deferred-status rows.
+func checkStatusExtension(t *testing.T, name string, f *wire.StatusFrame) {
+	switch name {
+	case "yielded-status":
+		y, err := f.Yield()
+		if err != nil || y.Reason != 1 || string(y.Token) != "opaque continuation" {
+			t.Fatalf("%+v %v", y, err)
+		}
+	case "deferred-status":
+		cc, err := f.ClaimCheck()
+		if err != nil || cc.ClaimID != 42 || cc.ExpiryMicros != 0x0006651728988000 {
+			t.Fatalf("%+v %v", cc, err)
+		}
+	}
+}
+
+func checkRecursiveScopeDigest(t *testing.T, _ wire.Codec, r vectorRow) {
+	f, _, err := wire.ParseScopeDigest(fromDraft04(t, r.b))
+	if err != nil || f.Processed != 3 || f.Succeeded != 2 || f.Failed != 1 || f.MerkleRoot[0] != 0x5a {
+		t.Fatalf("%+v %v", f, err)
+	}
+	if (f.ScopeID == 0) != (r.exp == "invalid") {
+		t.Fatalf("scope %d for %s row", f.ScopeID, r.exp)
+	}
+}
+
+func checkRecursiveBarrier(t *testing.T, _ wire.Codec, r vectorRow) {
+	f, _, err := wire.ParseBarrier(fromDraft04(t, r.b))
+	if err != nil || !f.Released || f.ParentEntityID != 1 {
+		t.Fatalf("%+v %v", f, err)
+	}
+	if (f.ScopeID == 0) != (r.exp == "invalid") {
+		t.Fatalf("scope %d for %s row", f.ScopeID, r.exp)
 	}
 }
 

@@ -3,7 +3,7 @@ package wire
 // Tunables of the codec, one place, one rationale each.
 const (
 	// DefaultMaxEntityHeader caps the 4-octet entity Header Length
-	// (Section 6.7.1) when the caller passes maxHeader <= 0: headers are a
+	// (Section 6.8.1) when the caller passes maxHeader <= 0: headers are a
 	// few hundred octets; 64 KiB leaves room for large metadata maps.
 	DefaultMaxEntityHeader = 64 << 10
 

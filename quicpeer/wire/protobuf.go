@@ -8,7 +8,7 @@ import (
 	protocolv1 "github.com/pipestream/gateway/gen/pipestream/protocol/v1"
 )
 
-// The Protobuf codec (Section 3.5, Appendix D) maps the contract types to
+// The Protobuf codec (Section 3.4.2, Appendix D) maps the contract types to
 // the generated pipestream.protocol.v1 messages (edition 2023: explicit
 // presence, so a missing required member is detected as in CBOR).
 //

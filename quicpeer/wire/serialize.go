@@ -1,6 +1,6 @@
 package wire
 
-// Codec encodes and decodes the serialized messages of Section 3.5 in one
+// Codec encodes and decodes the serialized messages of Section 3.4.2 in one
 // Format. Codecs are built once, immutable and safe for concurrent use.
 //
 // Unmarshal methods never panic on any input and return *Error:
@@ -14,7 +14,7 @@ package wire
 // (length-first key order, shortest integers and floats).
 //
 // The first CAPABILITIES of a connection is always CBOR (Section 3.4); the
-// session, not the codec, maps a failure to decode it to 0x01 (Section 3.5).
+// session, not the codec, maps a failure to decode it to 0x01 (Section 3.4.2).
 type Codec interface {
 	Format() Format
 	MarshalCapabilities(*Capabilities) ([]byte, error)
@@ -28,7 +28,7 @@ type Codec interface {
 }
 
 // CodecFor returns the shared Codec of f; an unknown format gets the CBOR
-// codec (the Section 3.5 fallback).
+// codec (the Section 3.4.2 fallback).
 func CodecFor(f Format) Codec {
 	if f == FormatProtobuf {
 		return protoCodecInstance

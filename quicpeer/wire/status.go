@@ -13,7 +13,7 @@ const (
 // ParseStatus decodes one STATUS frame (Section 6.2.1) from the start of b,
 // type octet included, and returns it with the number of octets consumed.
 //
-// The base frame is 16 octets; C=1 adds the 4-octet cursor (Section 6.2.3);
+// The base frame is 16 octets; C=1 adds the 4-octet cursor (Section 6.2.4);
 // E=1 adds the 4-octet Extension Length and that many octets of extension
 // data (Section 6.6.1). It returns ErrShort while b is a proper prefix of a
 // frame, and a *Error for a malformed one:

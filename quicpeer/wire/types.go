@@ -102,13 +102,13 @@ type StatusFrame struct {
 	Ext    []byte
 }
 
-// YieldExtension is the Yield extension layout (Section 6.5.1, Stat=0x8).
+// YieldExtension is the Yield extension layout (Section 6.6.2, Stat=0x8).
 type YieldExtension struct {
 	Reason uint8
 	Token  []byte // aliases the parsed buffer
 }
 
-// ClaimCheckExtension is the Claim Check extension layout (Section 6.5.2, Stat=0x9).
+// ClaimCheckExtension is the Claim Check extension layout (Section 6.6.3, Stat=0x9).
 type ClaimCheckExtension struct {
 	ClaimID      uint64
 	ExpiryMicros uint64 // Unix epoch microseconds
@@ -136,7 +136,7 @@ type GoAwayFrame struct {
 	LastEntityID uint32
 }
 
-// Format is the negotiated serialization format (Section 3.5 / 11.5).
+// Format is the negotiated serialization format (Section 3.4.2 / 11.5).
 type Format uint8
 
 const (
@@ -177,14 +177,14 @@ type CheckpointFrame struct {
 	TimeoutMs          *uint64 `cbor:"timeout-ms,omitempty"`
 }
 
-// ChunkInfo is chunk-info (Section 6.7.2).
+// ChunkInfo is chunk-info (Section 6.8.2.2).
 type ChunkInfo struct {
 	TotalChunks uint64 `cbor:"total-chunks"`
 	ChunkIndex  uint64 `cbor:"chunk-index"`
 	ChunkOffset uint64 `cbor:"chunk-offset"`
 }
 
-// CompletionMode (Section 8.2).
+// CompletionMode (Section 8.3).
 type CompletionMode uint8
 
 const (
@@ -195,7 +195,7 @@ const (
 	ModeQuorum      CompletionMode = 4
 )
 
-// FailureAction (Section 8.2).
+// FailureAction (Section 8.3).
 type FailureAction uint8
 
 const (
@@ -206,7 +206,7 @@ const (
 	ActionDefer       FailureAction = 4
 )
 
-// CompletionPolicy is completion-policy (Section 8.2). Absent members are nil.
+// CompletionPolicy is completion-policy (Section 8.3). Absent members are nil.
 type CompletionPolicy struct {
 	Mode            *CompletionMode `cbor:"mode,omitempty"`
 	MaxRetries      *uint32         `cbor:"max-retries,omitempty"`    // default 3
@@ -217,7 +217,7 @@ type CompletionPolicy struct {
 	OnFailure       *FailureAction  `cbor:"on-failure,omitempty"`
 }
 
-// EntityHeader is entity-header (Section 6.7.2). Optional members are
+// EntityHeader is entity-header (Section 6.8.2.1). Optional members are
 // pointers/nil when absent.
 type EntityHeader struct {
 	EntityID         uint32            `cbor:"entity-id"`
@@ -250,7 +250,7 @@ type OwnershipContext struct {
 	Scopes  []string `cbor:"scopes,omitempty"`
 }
 
-// StoppingPointValidation is stopping-point-validation (Section 9.6).
+// StoppingPointValidation is stopping-point-validation (Section 9.7).
 type StoppingPointValidation struct {
 	StateChecksum    []byte  `cbor:"state-checksum,omitempty"`
 	BytesProcessed   *uint64 `cbor:"bytes-processed,omitempty"`

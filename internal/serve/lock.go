@@ -1,4 +1,4 @@
-package main
+package serve
 
 import (
 	"bytes"
@@ -13,20 +13,20 @@ import (
 // lockFileName is the exclusive lock of a data directory.
 const lockFileName = "LOCK"
 
-// dirLock is a held lock on a data directory: flock(LOCK_EX) on
+// DirLock is a held lock on a data directory: flock(LOCK_EX) on
 // <dir>/LOCK, which also holds the holder's pid. The kernel releases it
 // when the process ends, however it ends (kill -9 included), so a stale
 // file never blocks a restart.
-type dirLock struct{ f *os.File }
+type DirLock struct{ f *os.File }
 
-// errDirLocked is wrapped by lockDataDir when another process holds dir.
-var errDirLocked = errors.New("data directory is in use")
+// ErrDirLocked is wrapped by LockDataDir when another process holds dir.
+var ErrDirLocked = errors.New("data directory is in use")
 
-// lockDataDir takes the exclusive lock of dir (creating dir if needed)
+// LockDataDir takes the exclusive lock of dir (creating dir if needed)
 // before anything else in it is touched. If another process holds it, it
 // fails at once, naming the holder's pid from the lock file; it never
 // waits and never changes the file then.
-func lockDataDir(dir, flagName string) (*dirLock, error) {
+func LockDataDir(dir, flagName string) (*DirLock, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("%s %s: %w", flagName, dir, err)
 	}
@@ -40,7 +40,7 @@ func lockDataDir(dir, flagName string) (*dirLock, error) {
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
 			return nil, fmt.Errorf("%w: %s %s is locked by %s (%s); stop that process or choose another %s",
-				errDirLocked, flagName, dir, holder, path, flagName)
+				ErrDirLocked, flagName, dir, holder, path, flagName)
 		}
 		return nil, fmt.Errorf("%s %s: lock %s: %w", flagName, dir, path, err)
 	}
@@ -48,7 +48,7 @@ func lockDataDir(dir, flagName string) (*dirLock, error) {
 		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 		_ = f.Sync()
 	}
-	return &dirLock{f: f}, nil
+	return &DirLock{f: f}, nil
 }
 
 // lockHolder describes the process named in a held lock file.
@@ -62,9 +62,9 @@ func lockHolder(f *os.File) string {
 	return "pid " + strconv.Itoa(pid)
 }
 
-// release unlocks the directory (the process exit does it as well). The
+// Release unlocks the directory (the process exit does it as well). The
 // file stays: removing it would race with a process that just opened it.
-func (l *dirLock) release() {
+func (l *DirLock) Release() {
 	if l != nil && l.f != nil {
 		_ = l.f.Close()
 		l.f = nil
