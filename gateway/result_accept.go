@@ -26,8 +26,10 @@ const maxAcceptRanges = 64
 // stored (already made safe by safeResultHeaders) when Accept is absent or
 // allows it (*/*, type/*, the type itself), or application/octet-stream
 // (the same bytes) when the client prefers or only accepts that. Of two
-// acceptable types the higher q wins; a tie goes to the stored type. ok is
-// false when neither is acceptable (406).
+// acceptable types the higher q wins; a tie goes to application/octet-stream
+// when the client named it exactly (generated clients list every type the
+// spec declares and read the body as a byte stream), else to the stored
+// type (browsers' */*). ok is false when neither is acceptable (406).
 func negotiateResult(accept []string, stored string) (ct string, ok bool) {
 	ranges := parseAccept(accept)
 	if ranges == nil {
@@ -37,12 +39,12 @@ func negotiateResult(accept []string, stored string) (ct string, ok bool) {
 	if err != nil {
 		mt = octetStream
 	}
-	qStored := acceptQuality(ranges, strings.ToLower(mt))
-	qOctet := acceptQuality(ranges, octetStream)
+	qStored, _ := acceptQuality(ranges, strings.ToLower(mt))
+	qOctet, named := acceptQuality(ranges, octetStream)
 	switch {
 	case qStored <= 0 && qOctet <= 0:
 		return "", false
-	case qOctet > qStored:
+	case qOctet > qStored, qOctet == qStored && named == specExact:
 		return octetStream, true
 	default:
 		return stored, true
@@ -93,26 +95,35 @@ func parseAccept(values []string) []acceptRange {
 	return out
 }
 
+// Specificity of the Accept range that matched a type.
+const (
+	specNone  = iota - 1
+	specAny   // */*
+	specType  // type/*
+	specExact // type/subtype
+)
+
 // acceptQuality is the q of the most specific range that matches the media
-// type mt (exact over type/* over */*), 0 when none does.
-func acceptQuality(ranges []acceptRange, mt string) float64 {
+// type mt (exact over type/* over */*) and that specificity; 0 and
+// specNone when no range matches.
+func acceptQuality(ranges []acceptRange, mt string) (float64, int) {
 	typ, sub, _ := strings.Cut(mt, "/")
-	best, q := -1, 0.0
+	best, q := specNone, 0.0
 	for _, r := range ranges {
-		spec := -1
+		spec := specNone
 		switch {
 		case r.typ == typ && r.sub == sub:
-			spec = 2
+			spec = specExact
 		case r.typ == typ && r.sub == "*":
-			spec = 1
+			spec = specType
 		case r.typ == "*" && r.sub == "*":
-			spec = 0
+			spec = specAny
 		}
-		if spec > best || (spec == best && spec >= 0 && r.q > q) {
+		if spec > best || (spec == best && spec != specNone && r.q > q) {
 			best, q = spec, r.q
 		}
 	}
-	return q
+	return q, best
 }
 
 // notAcceptable answers a result download that Accept rules out: 406 with
