@@ -391,6 +391,8 @@ func addOperations(paths obj) {
 				"description": "A single-use ticket from `POST /v1/events:ticket`, accepted instead of the Authorization header (browsers cannot set headers on a WebSocket). The stream runs as the ticket's tenant."},
 			obj{"name": "Connection", "in": "header", "required": true, "type": "string", "enum": []any{"Upgrade"}, "description": "WebSocket upgrade."},
 			obj{"name": "Upgrade", "in": "header", "required": true, "type": "string", "enum": []any{"websocket"}, "description": "WebSocket upgrade."},
+			obj{"name": "Sec-WebSocket-Version", "in": "header", "required": true, "type": "string", "enum": []any{"13"}, "description": "WebSocket protocol version (RFC 6455 section 4.1)."},
+			obj{"name": "Sec-WebSocket-Key", "in": "header", "required": true, "type": "string", "description": "Base64 of 16 random bytes (RFC 6455 section 4.1)."},
 		},
 		"responses": obj{
 			"101": obj{"description": "Switching Protocols: binary CBOR frames follow."},
