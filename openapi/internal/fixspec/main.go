@@ -220,7 +220,7 @@ func markNDJSON(o obj) error {
 	}
 	schema["description"] = "One line of the stream: `result` for a message, or `error` once at the end of a failed stream."
 	ok["description"] = ndjsonDescription
-	o["produces"] = []any{"application/x-ndjson"}
+	o["produces"] = []any{"application/x-ndjson", "application/json"} // the stream; its error statuses
 	o["description"] = fmt.Sprint(o["description"]) + "\n\n" + ndjsonDescription
 	o["x-stream"] = "ndjson"
 	return nil
