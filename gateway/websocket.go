@@ -51,7 +51,7 @@ func (s *Server) handleEventsWS(w http.ResponseWriter, r *http.Request) {
 		s.rejectWS(w, r, err)
 		return
 	}
-	c, err := acceptWS(w, r)
+	c, err := acceptWS(w, r, s.wsAcceptOptions())
 	if err != nil {
 		return // acceptWS answered the rejection
 	}
@@ -113,7 +113,7 @@ func (s *Server) startWSSubscription(ctx context.Context, r *http.Request, req *
 // other error is its HTTP status with a JSON body (preUpgradeError).
 func (s *Server) rejectWS(w http.ResponseWriter, r *http.Request, err error) {
 	if errorReason(err) == ReasonFutureCursor {
-		if c, aerr := acceptWS(w, r); aerr == nil {
+		if c, aerr := acceptWS(w, r, s.wsAcceptOptions()); aerr == nil {
 			s.closeWithErrorFrame(c, ReasonFutureCursor, status.Convert(err).Message())
 			_ = c.CloseNow()
 		}
@@ -257,9 +257,9 @@ func preUpgradeError(w http.ResponseWriter, httpCode int, err error) {
 // acceptWS is websocket.Accept with its rejections (426 not a WebSocket
 // handshake, 400 bad version or key, 403 foreign Origin, 405) answered as
 // preUpgradeError JSON instead of the library's text/plain.
-func acceptWS(w http.ResponseWriter, r *http.Request) (*websocket.Conn, error) {
+func acceptWS(w http.ResponseWriter, r *http.Request, opts *websocket.AcceptOptions) (*websocket.Conn, error) {
 	rw := &wsRejectWriter{ResponseWriter: w}
-	c, err := websocket.Accept(rw, r, nil)
+	c, err := websocket.Accept(rw, r, opts)
 	if err != nil && rw.code != 0 {
 		preUpgradeError(w, rw.code, status.Error(wsRejectCode(rw.code), wsRejectMessage(rw.code, err)))
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -55,6 +56,7 @@ func runServe(args []string) int {
 	peerWait := fs.Duration("peer-wait", "GATEWAY_PEER_WAIT", 5*time.Minute, "how long a document may wait for a peer session before it fails")
 	authTokens := fs.String("auth-tokens", "GATEWAY_AUTH_TOKENS", "", "file of \"sha256:<hex> <tenant>\" lines (see gateway hash-token); empty: no authentication, loopback only")
 	insecureNoAuth := fs.Bool("insecure-no-auth", "GATEWAY_INSECURE_NO_AUTH", false, "allow listening beyond loopback without --auth-tokens (only behind a proxy that authenticates)")
+	corsOrigins := fs.String("cors-origins", "GATEWAY_CORS_ORIGINS", "", "comma-separated web origins (scheme://host[:port]) whose pages may call the REST API and WebSocket (CORS); empty: same-origin only")
 	tlsCert := fs.String("tls-cert", "GATEWAY_TLS_CERT", "", "PEM certificate chain for TLS on the gRPC and HTTP listeners (with --tls-key)")
 	tlsKey := fs.String("tls-key", "GATEWAY_TLS_KEY", "", "PEM private key of --tls-cert")
 	maxUpload := fs.Int64("max-upload-bytes", "GATEWAY_MAX_UPLOAD_BYTES", gateway.DefaultMaxUploadBytes, "largest document accepted (REST body and gRPC upload)")
@@ -127,6 +129,7 @@ func runServe(args []string) int {
 		HTTPAddr:                *httpAddr,
 		Logger:                  log,
 		AllowInsecureNoAuth:     *insecureNoAuth,
+		CORSOrigins:             strings.Split(*corsOrigins, ","),
 		MaxUploadBytes:          *maxUpload,
 		MaxJSONBodyBytes:        *maxJSON,
 		MaxRecvMsgBytes:         int(min(*maxRecv, 1<<31-1)),
