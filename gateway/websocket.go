@@ -44,6 +44,10 @@ func (s *Server) handleEventsWS(w http.ResponseWriter, r *http.Request) {
 		preUpgradeError(w, http.StatusBadRequest, err)
 		return
 	}
+	if !wsHandshake(r) {
+		_, _ = acceptWS(w, r, s.wsAcceptOptions()) // answers 426 before any subscription is made
+		return
+	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	stream, err := s.startWSSubscription(ctx, r, req)
@@ -264,6 +268,26 @@ func acceptWS(w http.ResponseWriter, r *http.Request, opts *websocket.AcceptOpti
 		preUpgradeError(w, rw.code, status.Error(wsRejectCode(rw.code), wsRejectMessage(rw.code, err)))
 	}
 	return c, err
+}
+
+// wsHandshake reports whether r asks for a WebSocket upgrade at all
+// (Connection: upgrade and Upgrade: websocket tokens); the rest of the
+// handshake is websocket.Accept's to check.
+func wsHandshake(r *http.Request) bool {
+	return headerHasToken(r.Header, "Connection", "upgrade") && headerHasToken(r.Header, "Upgrade", "websocket")
+}
+
+// headerHasToken reports whether a comma-separated header of h lists token
+// (case-insensitive).
+func headerHasToken(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // wsRejectCode is the gRPC code of an HTTP status websocket.Accept rejects with.
