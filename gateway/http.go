@@ -80,7 +80,7 @@ func (s *Server) httpHandler() (http.Handler, error) {
 	mux.Handle("/docs", s.cfg.Docs)
 	mux.Handle("/docs/", s.cfg.Docs)
 	mux.HandleFunc("GET /{$}", handleIndex)
-	mux.Handle("/", withErrorHeaders(s.refuseStrayQuery(routes, s.limitBody(s.gwMux))))
+	mux.Handle("/", withErrorHeaders(s.refuseStrayQuery(routes, streamFraming(s.limitBody(s.gwMux)))))
 	return writeDeadlines(s.rejectSmuggled(s.checkUTF8(s.browserGuard(routes, s.admitAPI(mux)))), s.cfg.StreamWriteTimeout), nil
 }
 
@@ -123,17 +123,20 @@ func outgoingHeader(key string) (string, bool) {
 // the forward-response options once with a nil message before it waits for
 // the first one, which is where this runs. Calls refused before the start
 // (FutureCursor, NotFound) carry no marker and keep their error status.
-// The Content-Type is what ForwardResponseStream sets for the mux's only
-// marshaler (JSONPb); it cannot change after the status line.
+// The Content-Type is application/x-ndjson (streamFraming, ndjson.go); it
+// cannot change after the status line.
 func flushStreamHeaders(ctx context.Context, w http.ResponseWriter, m proto.Message) error {
 	if m != nil {
 		return nil
+	}
+	if sm, ok := w.(streamMarker); ok {
+		sm.markStream() // streamFraming: NDJSON Content-Type, bare Status errors
 	}
 	md, ok := runtime.ServerMetadataFromContext(ctx)
 	if !ok || len(md.HeaderMD.Get(subscribedHeader)) == 0 {
 		return nil
 	}
-	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Type", ndjsonType)
 	w.WriteHeader(http.StatusOK)
 	_ = http.NewResponseController(w).Flush() // a gone client fails the next write
 	return nil

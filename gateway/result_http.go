@@ -22,7 +22,9 @@ const resultMethod = "/pipestream.gateway.v1.DocumentService/GetDocumentResult"
 // handleResult serves GET /v1/documents/{id}/result: the result file
 // streamed straight from bridge.Result into the response body through a
 // resultCopyBytes buffer, with the result's Content-Type (made safe by
-// safeResultHeaders) and, when known, Content-Length. It does not go
+// safeResultHeaders; application/octet-stream instead when the Accept
+// header asks for that, 406 when it allows neither: negotiateResult) and,
+// when known, Content-Length. It does not go
 // through the REST proxy's gRPC connection: a download whose client stops
 // reading then costs its buffer and an open file, not a gRPC stream slot
 // and flow-control window, and cannot delay other tenants' calls. The
@@ -57,6 +59,14 @@ func (s *Server) handleResult(w http.ResponseWriter, r *http.Request) {
 	defer rc.Close()
 	h := w.Header()
 	safeResultHeaders(h, ct, id)
+	h.Add("Vary", "Accept")
+	served, ok := negotiateResult(r.Header.Values("Accept"), h.Get("Content-Type"))
+	if !ok {
+		h.Del("Content-Disposition")
+		s.notAcceptable(w, r, h.Get("Content-Type"))
+		return
+	}
+	h.Set("Content-Type", served)
 	if size >= 0 {
 		h.Set("Content-Length", strconv.FormatInt(size, 10))
 	}

@@ -67,8 +67,8 @@ func TestStreamHeadersBeforeFirstEvent(t *testing.T) {
 		"/v1/documents/" + first + ":watch?cursor=" + latest,        // the first document has no event from there
 	} {
 		code, hdr := headers(path)
-		if code != 200 || !strings.HasPrefix(hdr.Get("Content-Type"), "application/json") {
-			t.Errorf("GET %s: HTTP %d, Content-Type %q; want 200 application/json before the first event", path, code, hdr.Get("Content-Type"))
+		if code != 200 || hdr.Get("Content-Type") != "application/x-ndjson" {
+			t.Errorf("GET %s: HTTP %d, Content-Type %q; want 200 application/x-ndjson before the first event", path, code, hdr.Get("Content-Type"))
 		}
 		for k := range hdr {
 			if strings.Contains(strings.ToLower(k), "subscribed") {

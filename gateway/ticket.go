@@ -154,8 +154,8 @@ func (s *Server) withTickets(ts *ticketStore, next http.HandlerFunc) http.Handle
 		if !ok {
 			s.metrics.rejected.WithLabelValues("unauthenticated").Inc()
 			w.Header().Set("WWW-Authenticate", `Bearer realm="pipestream", error="invalid_token"`)
-			preUpgradeError(w, http.StatusUnauthorized, ReasonInvalidTicket,
-				"the WebSocket ticket is unknown, used or expired: get a new one with POST /v1/events:ticket (tickets are single-use and valid 30 s)")
+			preUpgradeError(w, http.StatusUnauthorized, statusError(codes.Unauthenticated, ReasonInvalidTicket,
+				"the WebSocket ticket is unknown, used or expired: get a new one with POST /v1/events:ticket (tickets are single-use and valid 30 s)"))
 			return
 		}
 		r = r.Clone(r.Context())

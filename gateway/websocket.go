@@ -8,13 +8,14 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/coder/websocket"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
@@ -31,100 +32,136 @@ const subscribeMethod = "/pipestream.gateway.v1.EventService/SubscribeEvents"
 //   - FutureCursor and ConsumerTooSlow are an error frame {op: -1} +
 //     {error, message}, then close ("Error Frames");
 //   - OutdatedCursor is an "#info" message frame;
-//   - requests rejected before the upgrade (bad cursor, auth) get an HTTP
-//     status with a JSON {error, message} body ("Pre-Upgrade HTTP Errors").
+//   - requests rejected before the upgrade (bad cursor, auth, a request
+//     that is no WebSocket handshake, a foreign Origin) get an HTTP status
+//     with a JSON google.rpc.Status body that also has the draft's "error"
+//     name ("Pre-Upgrade HTTP Errors"; preUpgradeError, acceptWS).
 //
 // Client messages are read and ignored; pings keep the connection alive.
 func (s *Server) handleEventsWS(w http.ResponseWriter, r *http.Request) {
-	req := &gatewayv1.SubscribeEventsRequest{
-		Kinds:      r.URL.Query()["kinds"],
-		DocumentId: r.URL.Query().Get("documentId"),
+	req, err := wsSubscribeRequest(r)
+	if err != nil {
+		preUpgradeError(w, http.StatusBadRequest, err)
+		return
 	}
-	if v := r.URL.Query().Get("cursor"); v != "" {
-		c, err := strconv.ParseUint(v, 10, 64)
-		if err != nil || c >= 1<<53 {
-			preUpgradeError(w, http.StatusBadRequest, "InvalidRequest",
-				fmt.Sprintf("cursor=%q is not a sequence number: use an integer in [0, 2^53), or omit it for live events only", v))
-			return
-		}
-		req.Cursor = &c
+	if !wsHandshake(r) {
+		_, _ = acceptWS(w, r, s.wsAcceptOptions()) // answers 426 before any subscription is made
+		return
 	}
-
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	ctx, err := runtime.AnnotateContext(ctx, s.gwMux, r, subscribeMethod, runtime.WithHTTPPathPattern("/v1/events/ws"))
+	stream, err := s.startWSSubscription(ctx, r, req)
 	if err != nil {
-		preUpgradeError(w, http.StatusBadRequest, "InvalidRequest", err.Error())
+		s.rejectWS(w, r, err)
 		return
 	}
-	stream, err := gatewayv1.NewEventServiceClient(s.conn).SubscribeEvents(ctx, req)
-	if err == nil {
-		// SubscribeEvents sends headers once auth and the limits passed and
-		// the subscription starts, marked with subscribedHeader; a call
-		// rejected before that is a trailers-only response (Header returns
-		// the trailers without an error, Recv the status). Either is a
-		// pre-upgrade rejection.
-		var md metadata.MD
-		if md, err = stream.Header(); err == nil && len(md.Get(subscribedHeader)) == 0 {
-			if _, err = stream.Recv(); err == nil || errors.Is(err, io.EOF) {
-				err = status.Error(codes.Internal, "the event subscription ended before it started")
-			}
-		}
-	}
-	if err != nil && errorReason(err) == ReasonFutureCursor {
-		// "Error Frames": a future cursor is an error frame after the
-		// upgrade, then close (the subscription refused it before start).
-		if c, aerr := websocket.Accept(w, r, s.wsAcceptOptions()); aerr == nil {
-			s.closeWithErrorFrame(c, ReasonFutureCursor, status.Convert(err).Message())
-			_ = c.CloseNow()
-		}
-		return
-	}
+	c, err := acceptWS(w, r, s.wsAcceptOptions())
 	if err != nil {
-		st := status.Convert(err)
-		errorHeaders(w.Header(), err) // WWW-Authenticate, Retry-After
-		preUpgradeError(w, runtime.HTTPStatusFromCode(st.Code()), wsErrorName(err), st.Message())
-		return
-	}
-
-	c, err := websocket.Accept(w, r, s.wsAcceptOptions())
-	if err != nil {
-		return // Accept wrote the HTTP error
+		return // acceptWS answered the rejection
 	}
 	s.ws.Add(1)
 	defer s.ws.Done()
 	defer c.CloseNow()
 	c.SetReadLimit(64 << 10)
+	go discardWSReads(ctx, cancel, c)
+	go keepWSAlive(ctx, cancel, c)
+	s.pumpWSEvents(ctx, c, stream)
+}
 
-	// Reader: discards client messages, processes pongs and close frames.
-	go func() {
-		defer cancel()
-		for {
-			if _, _, err := c.Read(ctx); err != nil {
+// wsSubscribeRequest reads the subscription from the query: kinds,
+// documentId and cursor (an integer in [0, 2^53), or absent).
+func wsSubscribeRequest(r *http.Request) (*gatewayv1.SubscribeEventsRequest, error) {
+	q := r.URL.Query()
+	req := &gatewayv1.SubscribeEventsRequest{Kinds: q["kinds"], DocumentId: q.Get("documentId")}
+	if v := q.Get("cursor"); v != "" {
+		c, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || c >= 1<<53 {
+			return nil, statusError(codes.InvalidArgument, "InvalidRequest",
+				fmt.Sprintf("cursor=%q is not a sequence number: use an integer in [0, 2^53), or omit it for live events only", v))
+		}
+		req.Cursor = &c
+	}
+	return req, nil
+}
+
+// startWSSubscription subscribes over the REST proxy's gRPC connection and
+// waits until the subscription started: SubscribeEvents sends headers
+// marked with subscribedHeader once auth and the limits passed; a call
+// rejected before that is a trailers-only response (Header returns the
+// trailers without an error, Recv the status). Either is a pre-upgrade
+// rejection, returned as the error.
+func (s *Server) startWSSubscription(ctx context.Context, r *http.Request, req *gatewayv1.SubscribeEventsRequest) (gatewayv1.EventService_SubscribeEventsClient, error) {
+	ctx, err := runtime.AnnotateContext(ctx, s.gwMux, r, subscribeMethod, runtime.WithHTTPPathPattern("/v1/events/ws"))
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	stream, err := gatewayv1.NewEventServiceClient(s.conn).SubscribeEvents(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	md, err := stream.Header()
+	if err != nil {
+		return nil, err
+	}
+	if len(md.Get(subscribedHeader)) == 0 {
+		if _, err = stream.Recv(); err == nil || errors.Is(err, io.EOF) {
+			err = status.Error(codes.Internal, "the event subscription ended before it started")
+		}
+		return nil, err
+	}
+	return stream, nil
+}
+
+// rejectWS answers a subscription refused before the upgrade: FutureCursor
+// is an error frame after the upgrade, then close ("Error Frames"); any
+// other error is its HTTP status with a JSON body (preUpgradeError).
+func (s *Server) rejectWS(w http.ResponseWriter, r *http.Request, err error) {
+	if errorReason(err) == ReasonFutureCursor {
+		if c, aerr := acceptWS(w, r, s.wsAcceptOptions()); aerr == nil {
+			s.closeWithErrorFrame(c, ReasonFutureCursor, status.Convert(err).Message())
+			_ = c.CloseNow()
+		}
+		return
+	}
+	errorHeaders(w.Header(), err) // WWW-Authenticate, Retry-After
+	preUpgradeError(w, runtime.HTTPStatusFromCode(status.Code(err)), err)
+}
+
+// discardWSReads reads and drops client messages (processing pongs and
+// close frames) until the connection fails, then cancels.
+func discardWSReads(ctx context.Context, cancel context.CancelFunc, c *websocket.Conn) {
+	defer cancel()
+	for {
+		if _, _, err := c.Read(ctx); err != nil {
+			return
+		}
+	}
+}
+
+// keepWSAlive pings every wsPingInterval and cancels when a pong does not
+// come back within wsPongTimeout.
+func keepWSAlive(ctx context.Context, cancel context.CancelFunc, c *websocket.Conn) {
+	t := time.NewTicker(wsPingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			pctx, pcancel := context.WithTimeout(ctx, wsPongTimeout)
+			err := c.Ping(pctx)
+			pcancel()
+			if err != nil {
+				cancel()
 				return
 			}
 		}
-	}()
-	// Keepalive.
-	go func() {
-		t := time.NewTicker(wsPingInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				pctx, pcancel := context.WithTimeout(ctx, wsPongTimeout)
-				err := c.Ping(pctx)
-				pcancel()
-				if err != nil {
-					cancel()
-					return
-				}
-			}
-		}
-	}()
+	}
+}
 
+// pumpWSEvents sends each event of stream as one binary frame until the
+// subscription or the connection ends.
+func (s *Server) pumpWSEvents(ctx context.Context, c *websocket.Conn, stream gatewayv1.EventService_SubscribeEventsClient) {
 	var frame []byte
 	for {
 		ev, err := stream.Recv()
@@ -197,9 +234,111 @@ func truncateReason(s string) string {
 	return s
 }
 
-// preUpgradeError answers a rejected upgrade with a JSON {error, message}.
-func preUpgradeError(w http.ResponseWriter, code int, name, msg string) {
+// preUpgradeError answers a rejected upgrade with its HTTP status and a
+// JSON google.rpc.Status body (code, message, details: the ErrorInfo or
+// RetryInfo of err) that also carries the AT sync draft's "error" name
+// ("Pre-Upgrade HTTP Errors": JSON with error and message fields): one
+// object that decodes both as a Status and as an error frame payload.
+func preUpgradeError(w http.ResponseWriter, httpCode int, err error) {
+	st := status.Convert(err)
+	body := map[string]json.RawMessage{}
+	if b, merr := protojson.Marshal(st.Proto()); merr == nil {
+		_ = json.Unmarshal(b, &body)
+	}
+	put := func(k string, v any) {
+		if b, merr := json.Marshal(v); merr == nil {
+			body[k] = b
+		}
+	}
+	put("code", int32(st.Code()))
+	put("message", st.Message())
+	put("error", wsErrorName(err))
 	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(map[string]string{"error": name, "message": msg})
+	w.WriteHeader(httpCode)
+	_ = json.NewEncoder(w).Encode(body)
 }
+
+// acceptWS is websocket.Accept with its rejections (426 not a WebSocket
+// handshake, 400 bad version or key, 403 foreign Origin, 405) answered as
+// preUpgradeError JSON instead of the library's text/plain.
+func acceptWS(w http.ResponseWriter, r *http.Request, opts *websocket.AcceptOptions) (*websocket.Conn, error) {
+	rw := &wsRejectWriter{ResponseWriter: w}
+	c, err := websocket.Accept(rw, r, opts)
+	if err != nil && rw.code != 0 {
+		preUpgradeError(w, rw.code, status.Error(wsRejectCode(rw.code), wsRejectMessage(rw.code, err)))
+	}
+	return c, err
+}
+
+// wsHandshake reports whether r asks for a WebSocket upgrade at all
+// (Connection: upgrade and Upgrade: websocket tokens); the rest of the
+// handshake is websocket.Accept's to check.
+func wsHandshake(r *http.Request) bool {
+	return headerHasToken(r.Header, "Connection", "upgrade") && headerHasToken(r.Header, "Upgrade", "websocket")
+}
+
+// headerHasToken reports whether a comma-separated header of h lists token
+// (case-insensitive).
+func headerHasToken(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// wsRejectCode is the gRPC code of an HTTP status websocket.Accept rejects with.
+func wsRejectCode(httpCode int) codes.Code {
+	switch httpCode {
+	case http.StatusForbidden:
+		return codes.PermissionDenied
+	case http.StatusUpgradeRequired:
+		return codes.FailedPrecondition
+	case http.StatusMethodNotAllowed, http.StatusNotImplemented:
+		return codes.Unimplemented
+	case http.StatusBadRequest:
+		return codes.InvalidArgument
+	}
+	return codes.Internal
+}
+
+// wsRejectMessage says what to fix for a rejected handshake.
+func wsRejectMessage(httpCode int, err error) string {
+	msg := strings.TrimPrefix(err.Error(), "failed to accept WebSocket connection: ")
+	switch httpCode {
+	case http.StatusUpgradeRequired:
+		return msg + ": /v1/events/ws is a WebSocket endpoint (RFC 6455): send Connection: Upgrade and Upgrade: websocket, or use GET /v1/events:subscribe for NDJSON"
+	case http.StatusForbidden:
+		return msg + ": the request's Origin is not this gateway's host; connect from a page served by the gateway"
+	}
+	return msg
+}
+
+// wsRejectWriter swallows what websocket.Accept writes for a rejected
+// handshake (an error status and its text/plain body) and remembers the
+// status; everything else (the 101 and the hijack) passes through.
+type wsRejectWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *wsRejectWriter) WriteHeader(code int) {
+	if code >= http.StatusBadRequest {
+		w.code = code
+		return
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *wsRejectWriter) Write(p []byte) (int, error) {
+	if w.code != 0 {
+		return len(p), nil
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Unwrap lets websocket.Accept reach the connection to hijack.
+func (w *wsRejectWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -124,12 +124,48 @@ func TestSpecREST(t *testing.T) {
 		t.Errorf("upload: raw body parameter missing")
 	}
 	for _, p := range []string{"/v1/documents/{id}:watch", "/v1/events:subscribe"} {
-		if spec.Paths[p]["get"].Stream != "ndjson" {
-			t.Errorf("%s not marked as an NDJSON stream", p)
+		o := spec.Paths[p]["get"]
+		if o.Stream != "ndjson" || strings.Join(o.Produces, ",") != "application/x-ndjson,application/json" {
+			t.Errorf("%s: x-stream %q produces %v, want an NDJSON stream producing application/x-ndjson (and JSON error statuses)", p, o.Stream, o.Produces)
 		}
 	}
-	if got := spec.Paths["/v1/documents/{id}/result"]["get"].Produces; len(got) != 1 || got[0] != "application/octet-stream" {
-		t.Errorf("result produces %v, want [application/octet-stream]", got)
+	if got := strings.Join(spec.Paths["/v1/documents/{id}/result"]["get"].Produces, ","); got != "application/octet-stream,application/json,text/plain" {
+		t.Errorf("result produces %s, want application/octet-stream (on request), application/json (textstats), text/plain (sentences)", got)
+	}
+	if got := strings.Join(spec.Paths["/v1/events/ws"]["get"].Produces, ","); got != "application/cbor,application/json" {
+		t.Errorf("WebSocket produces %s, want CBOR frames and JSON pre-upgrade errors", got)
+	}
+}
+
+// TestSpecNullable: fields that may be null or absent in responses are
+// x-nullable (timestamps not yet set, message fields); enums and scalars
+// are not.
+func TestSpecNullable(t *testing.T) {
+	var spec struct {
+		Definitions map[string]struct {
+			Properties map[string]map[string]any `json:"properties"`
+		} `json:"definitions"`
+	}
+	if err := json.Unmarshal(openapi.Spec(), &spec); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		def, field string
+		nullable   bool
+	}{
+		{"Document", "finishTime", true}, {"Document", "createTime", true}, {"Document", "split", true},
+		{"Document", "entityCounts", true}, {"ClaimCheck", "redeemTime", true}, {"Event", "time", true},
+		{"WatchDocumentResponse", "event", true}, {"WatchDocumentResponse", "document", true},
+		{"Document", "state", false}, {"Document", "id", false}, {"Document", "resultSizeBytes", false},
+	} {
+		p := spec.Definitions[tc.def].Properties[tc.field]
+		if p == nil {
+			t.Errorf("%s.%s missing from the spec", tc.def, tc.field)
+			continue
+		}
+		if got := p["x-nullable"] == true; got != tc.nullable {
+			t.Errorf("%s.%s: x-nullable %v, want %v", tc.def, tc.field, got, tc.nullable)
+		}
 	}
 }
 

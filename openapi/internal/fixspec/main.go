@@ -6,10 +6,15 @@
 //   - POST /v1/documents:upload takes the raw request body
 //     (application/octet-stream) with the options as query parameters
 //     (gateway/upload_http.go), not a JSON UploadDocumentRequest;
-//   - WatchDocument and SubscribeEvents answer newline-delimited JSON, one
-//     {"result": ...} object per line;
+//   - WatchDocument and SubscribeEvents answer newline-delimited JSON
+//     (application/x-ndjson), one {"result": ...} object per line and, if
+//     the stream fails after its 200, one final {"error": Status} line;
+//     refused before the 200, they answer a bare Status like every route;
 //   - GetDocumentResult answers the raw result bytes, streamed (gRPC: a
-//     stream of google.api.HttpBody; REST: gateway/result_http.go);
+//     stream of google.api.HttpBody; REST: gateway/result_http.go), with
+//     the result's own type or application/octet-stream as Accept asks;
+//   - fields that may be null or absent (timestamps not set yet, message
+//     fields) are x-nullable, and split.processor lists the processors;
 //   - the HTTP statuses each operation's gRPC errors map to;
 //   - the non-gRPC endpoints: /healthz, /metrics, /openapi.json, /docs/ and
 //     the WebSocket event stream /v1/events/ws.
@@ -97,6 +102,10 @@ func fix(spec obj) error {
 		}
 	}
 	fixResult(op(paths, "/v1/documents/{id}/result", "get"))
+	markNullable(defs)
+	if err := listProcessors(defs); err != nil {
+		return err
+	}
 	addErrors(paths)
 	addOperations(paths)
 	spec["tags"] = append(anySlice(spec["tags"]), obj{
@@ -173,7 +182,7 @@ func fixUpload(paths, defs obj) error {
 		q("split.strategy", "string", "", "How the gateway splits the content into child entities (dehydration).", strategies),
 		q("split.chunkBytes", "integer", "int64", "Target chunk size in bytes (default 1 MiB, at most 16 MiB).", nil),
 		q("split.maxDepth", "integer", "int64", "Recursion depth the peer may use for Layer 1 nested dehydration (0-7).", nil),
-		q("split.processor", "string", "", "Processor the peer runs on each entity: `passthrough` (default), `textstats`, `sentences`, `fault`.", nil),
+		q("split.processor", "string", "", "Processor the peer runs on each entity: `passthrough` (default), `textstats`, `sentences`, `fault`.", processors),
 		q("completionPolicy.mode", "string", "", "Completion mode (draft-krickert-pipestream-02 Section 8.2).", modes),
 		q("completionPolicy.maxRetries", "integer", "int64", "Maximum retry attempts per entity.", nil),
 		q("completionPolicy.retryDelayMs", "integer", "int64", "Delay between retries in milliseconds.", nil),
@@ -185,9 +194,16 @@ func fixUpload(paths, defs obj) error {
 	return nil
 }
 
-// markNDJSON documents grpc-gateway's server-streaming encoding: the
-// response (Content-Type application/json) is a sequence of JSON objects,
-// one per line, each {"result": message} or, once at the end, {"error": Status}.
+// ndjsonDescription is the 200 response of the NDJSON streams.
+const ndjsonDescription = "A stream of newline-delimited JSON (Content-Type `application/x-ndjson`): one JSON object per line, " +
+	"`{\"result\": ...}` for each message. A failure after the stream started (HTTP 200 already sent) ends it with exactly one " +
+	"`{\"error\": Status}` line, the same google.rpc.Status as every error response; a line has either `result` or `error`, never both. " +
+	"A call refused before the stream starts (unknown document, FutureCursor, authentication) answers its HTTP status with a bare Status, " +
+	"like every other operation."
+
+// markNDJSON documents the server-streaming encoding (gateway/ndjson.go):
+// application/x-ndjson lines of {"result": message}, ended on failure by
+// one {"error": Status} line.
 func markNDJSON(o obj) error {
 	if o == nil {
 		return errors.New("operation missing")
@@ -197,12 +213,25 @@ func markNDJSON(o obj) error {
 	if ok == nil {
 		return errors.New("no 200 response")
 	}
-	ok["description"] = "A stream of newline-delimited JSON objects (NDJSON; sent with Content-Type application/json), " +
-		"one per line: `{\"result\": ...}` for each message; a failure ends the stream with one `{\"error\": Status}` line."
-	o["produces"] = []any{"application/json"}
+	schema, _ := ok["schema"].(obj)
+	props, _ := schema["properties"].(obj)
+	if props["result"] == nil || props["error"] == nil {
+		return errors.New("200 schema is not grpc-gateway's {result, error} stream chunk")
+	}
+	schema["description"] = "One line of the stream: `result` for a message, or `error` once at the end of a failed stream."
+	ok["description"] = ndjsonDescription
+	o["produces"] = []any{"application/x-ndjson", "application/json"} // the stream; its error statuses
+	o["description"] = fmt.Sprint(o["description"]) + "\n\n" + ndjsonDescription
 	o["x-stream"] = "ndjson"
 	return nil
 }
+
+// resultTypes are the Content-Types GetDocumentResult answers, in the order
+// a generated client lists them in Accept: application/octet-stream first
+// (the bytes as such, on request: gateway/result_accept.go), then the
+// result types the processors produce (textstats JSON, sentences text);
+// passthrough and fault results keep the submitted contentType.
+var resultTypes = []any{"application/octet-stream", "application/json", "text/plain"}
 
 // fixResult documents GetDocumentResult's raw body: over gRPC a stream of
 // google.api.HttpBody chunks, over REST the bytes themselves (the gateway's
@@ -212,15 +241,64 @@ func fixResult(o obj) {
 	resp, _ := o["responses"].(obj)
 	resp["200"] = obj{
 		"description": "The rehydrated result bytes as the raw body, streamed (any size; the gateway never holds it whole), " +
-			"with the result's Content-Type and its Content-Length. A failure after the first byte aborts the connection, " +
-			"so a short body is always detectable.",
+			"with its Content-Length. A failure after the first byte aborts the connection, so a short body is always detectable.\n\n" +
+			"Content-Type follows `Accept`: the result's own type (`application/json` from textstats, `text/plain; charset=utf-8` " +
+			"from sentences, the submitted `contentType` from passthrough) when Accept is absent or allows it (`*/*`, `type/*`, the type); " +
+			"`application/octet-stream` (the same bytes) when the client prefers it, or names it exactly at the same q as the result's type. " +
+			"Otherwise 406 NOT_ACCEPTABLE.",
 		"schema": obj{"type": "file"},
 		"headers": obj{
 			"Content-Length": obj{"type": "integer", "format": "int64", "description": "Size of the result in bytes."},
+			"Content-Type":   obj{"type": "string", "description": "The result's type, or application/octet-stream as Accept asked."},
 		},
 	}
-	o["produces"] = []any{"application/octet-stream"}
+	resp["406"] = obj{
+		"description": "Accept allows neither the result's type nor application/octet-stream (ErrorInfo reason NOT_ACCEPTABLE); the message names both.",
+		"schema":      obj{"$ref": "#/definitions/Status"},
+	}
+	o["produces"] = resultTypes
 	o["x-stream"] = "bytes"
+}
+
+// markNullable sets x-nullable on the response fields that may be null or
+// absent: timestamps not set yet (finishTime, redeemTime...) and message
+// fields (the REST JSON has null for an unset message). Enum and scalar
+// fields always have a value.
+func markNullable(defs obj) {
+	for _, d := range defs {
+		props, _ := d.(obj)["properties"].(obj)
+		for _, p := range props {
+			po, _ := p.(obj)
+			if po == nil {
+				continue
+			}
+			if po["format"] == "date-time" {
+				po["x-nullable"] = true
+				continue
+			}
+			ref, _ := po["$ref"].(string)
+			target, _ := defs[strings.TrimPrefix(ref, "#/definitions/")].(obj)
+			if target != nil && target["enum"] == nil {
+				po["x-nullable"] = true
+			}
+		}
+	}
+}
+
+// processors are the processors the PipeStream peer runs (profile 4.4;
+// bridge/plan.go accepts exactly these).
+var processors = []any{"passthrough", "textstats", "sentences", "fault"}
+
+// listProcessors makes SplitOptions.processor an enum of processors.
+func listProcessors(defs obj) error {
+	d, _ := defs["SplitOptions"].(obj)
+	props, _ := d["properties"].(obj)
+	p, _ := props["processor"].(obj)
+	if p == nil {
+		return errors.New("generated spec lacks SplitOptions.processor")
+	}
+	p["enum"] = processors
+	return nil
 }
 
 // errorDocs are the HTTP statuses (grpc-gateway's mapping of the gRPC codes)
@@ -280,7 +358,19 @@ func addOperations(paths obj) {
 		"text/html", obj{"200": obj{"description": "The console page.", "schema": obj{"type": "string"}}})
 
 	status := obj{"$ref": "#/definitions/Status"}
-	preUpgrade := obj{"type": "object", "properties": obj{"error": obj{"type": "string"}, "message": obj{"type": "string"}}}
+	// gateway/websocket.go preUpgradeError: a google.rpc.Status that also
+	// has the AT sync draft's "error" name ("Pre-Upgrade HTTP Errors").
+	preUpgrade := obj{"type": "object", "description": "A google.rpc.Status (code, message, details) with the AT sync draft's `error` name added.",
+		"properties": obj{
+			"code":    obj{"type": "integer", "format": "int32", "description": "gRPC status code."},
+			"message": obj{"type": "string", "description": "What went wrong and what to fix."},
+			"details": obj{"type": "array", "items": obj{"$ref": "#/definitions/Any"}},
+			"error":   obj{"type": "string", "description": "Error name: the ErrorInfo reason (INVALID_TICKET, InvalidRequest...) or the gRPC code name."},
+		}}
+	wsErr := func(desc string, code int, name, msg string) obj {
+		return obj{"description": desc, "schema": preUpgrade,
+			"examples": obj{"application/json": obj{"code": code, "error": name, "message": msg}}}
+	}
 	paths["/v1/events/ws"] = obj{"get": obj{
 		"tags":        []any{"EventService"},
 		"operationId": "EventService_SubscribeEventsWebSocket",
@@ -288,8 +378,9 @@ func addOperations(paths obj) {
 		"description": "The same event log and cursor rules as SubscribeEvents, over a WebSocket (RFC 6455) upgrade, framed as draft-holmgren-at-synchronization-00 frames it: " +
 			"every event is one binary frame holding a CBOR header `{op: 1, t: kind}` followed by the CBOR event; " +
 			"FutureCursor and ConsumerTooSlow are an error frame (`{op: -1}` + `{error, message}`) followed by a close; OutdatedCursor is an `#info` message frame. " +
-			"Requests rejected before the upgrade (bad cursor, authentication) get an HTTP status with a JSON `{error, message}` body. Messages from the client are ignored.",
-		"produces": []any{"application/cbor"},
+			"Requests rejected before the upgrade (bad cursor, authentication, limits, a request that is not a WebSocket handshake, a foreign Origin) get an HTTP status with a JSON body: " +
+			"a google.rpc.Status (`code`, `message`, `details`) that also has the draft's `error` name. Messages from the client are ignored.",
+		"produces": []any{"application/cbor", "application/json"},
 		"parameters": []any{
 			obj{"name": "cursor", "in": "query", "required": false, "type": "string", "format": "uint64",
 				"description": "Resume cursor (AT sync rules): absent = live only; in the window = replay from it (inclusive); 0 = the whole window."},
@@ -300,13 +391,20 @@ func addOperations(paths obj) {
 				"description": "A single-use ticket from `POST /v1/events:ticket`, accepted instead of the Authorization header (browsers cannot set headers on a WebSocket). The stream runs as the ticket's tenant."},
 			obj{"name": "Connection", "in": "header", "required": true, "type": "string", "enum": []any{"Upgrade"}, "description": "WebSocket upgrade."},
 			obj{"name": "Upgrade", "in": "header", "required": true, "type": "string", "enum": []any{"websocket"}, "description": "WebSocket upgrade."},
+			obj{"name": "Sec-WebSocket-Version", "in": "header", "required": true, "type": "string", "enum": []any{"13"}, "description": "WebSocket protocol version (RFC 6455 section 4.1)."},
+			obj{"name": "Sec-WebSocket-Key", "in": "header", "required": true, "type": "string", "description": "Base64 of 16 random bytes (RFC 6455 section 4.1)."},
 		},
 		"responses": obj{
 			"101": obj{"description": "Switching Protocols: binary CBOR frames follow."},
-			"400": obj{"description": "Pre-upgrade error, e.g. a cursor that is not an integer in [0, 2^53).", "schema": preUpgrade,
-				"examples": obj{"application/json": obj{"error": "InvalidRequest", "message": "cursor=\"x\" is not a sequence number"}}},
-			"401": obj{"description": "Unauthenticated: missing or unknown bearer token, or a ticket that is unknown, used or expired (`INVALID_TICKET`).", "schema": preUpgrade,
-				"examples": obj{"application/json": obj{"error": "INVALID_TICKET", "message": "the WebSocket ticket is unknown, used or expired: get a new one with POST /v1/events:ticket (tickets are single-use and valid 30 s)"}}},
+			"400": wsErr("Pre-upgrade error: a cursor that is not an integer in [0, 2^53), or a bad WebSocket version or key.", 3,
+				"InvalidRequest", "cursor=\"x\" is not a sequence number: use an integer in [0, 2^53), or omit it for live events only"),
+			"401": wsErr("Unauthenticated: missing or unknown bearer token, or a ticket that is unknown, used or expired (`INVALID_TICKET`).", 16,
+				"INVALID_TICKET", "the WebSocket ticket is unknown, used or expired: get a new one with POST /v1/events:ticket (tickets are single-use and valid 30 s)"),
+			"403": wsErr("The request's Origin is not allowed (PermissionDenied).", 7,
+				"PermissionDenied", "request Origin \"http://evil.example\" is not a valid URL with a host: the request's Origin is not this gateway's host; connect from a page served by the gateway"),
+			"426": wsErr("Not a WebSocket handshake (FailedPrecondition); the response has Upgrade: websocket.", 9,
+				"FailedPrecondition", "WebSocket protocol violation: Connection header \"\" does not contain Upgrade: /v1/events/ws is a WebSocket endpoint (RFC 6455): send Connection: Upgrade and Upgrade: websocket, or use GET /v1/events:subscribe for NDJSON"),
+			"429":     wsErr("Rate or subscription limit (ResourceExhausted); Retry-After says when to retry.", 8, "ResourceExhausted", "too many requests"),
 			"default": obj{"description": "An unexpected error response.", "schema": status},
 		},
 	}}

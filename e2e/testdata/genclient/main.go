@@ -1,0 +1,414 @@
+// Command genclient drives every operation of the gateway's REST API
+// through the go-swagger client that e2e/genclient_test.go generates from
+// the spec the gateway serves (GET /openapi.json). It is compiled in a
+// temporary module next to the generated client/ and models/ packages,
+// never as part of the gateway module (testdata is ignored by go build).
+//
+// It prints one JSON report on stdout: the outcome of each operation by
+// operationId ("ok" or what went wrong) and, per processor, the document
+// and the result bytes downloaded through the generated client. The test
+// checks the report against the spec and against curl.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/go-openapi/runtime"
+	httptransport "github.com/go-openapi/runtime/client"
+	"github.com/go-openapi/strfmt"
+
+	"pipestream.test/genclient/client"
+	"pipestream.test/genclient/client/document_service"
+	"pipestream.test/genclient/client/event_service"
+	"pipestream.test/genclient/client/operations"
+	"pipestream.test/genclient/models"
+)
+
+// input is the content of every submitted document: sentences for the
+// sentences processor, words for textstats.
+const input = "Generated clients work. The spec tells the truth! Does every result arrive?\n"
+
+type result struct {
+	Processor   string `json:"processor"`
+	ID          string `json:"id"`
+	State       string `json:"state"`
+	ContentType string `json:"contentType"` // as served to the generated client
+	Size        int64  `json:"size"`        // Content-Length as the client parsed it
+	Bytes       []byte `json:"bytes"`
+}
+
+type report struct {
+	Input      []byte            `json:"input"`
+	Operations map[string]string `json:"operations"`
+	Results    []result          `json:"results"`
+	Lines      map[string]int    `json:"lines"` // NDJSON lines read per stream operation
+}
+
+type driver struct {
+	ctx    context.Context
+	api    *client.Pipestream
+	rep    *report
+	ndjson *ndjsonConsumer
+}
+
+func main() {
+	base := flag.String("base", "", "gateway base URL, e.g. http://127.0.0.1:8080")
+	procs := flag.String("processors", "", "comma-separated processors to run")
+	flag.Parse()
+	u, err := url.Parse(*base)
+	if err != nil || u.Host == "" || *procs == "" {
+		fmt.Fprintln(os.Stderr, "usage: genclient -base http://HOST:PORT -processors a,b,c")
+		os.Exit(2)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rt := httptransport.New(u.Host, "/", []string{u.Scheme})
+	nd := &ndjsonConsumer{}
+	// The spec declares application/x-ndjson for the streams; go-openapi has
+	// no consumer for it, so a client registers one, as a user would.
+	rt.Consumers["application/x-ndjson"] = nd
+	d := &driver{ctx: ctx, api: client.New(rt, strfmt.Default), ndjson: nd,
+		rep: &report{Input: []byte(input), Operations: map[string]string{}, Lines: map[string]int{}}}
+	for _, p := range strings.Split(*procs, ",") {
+		d.runProcessor(p)
+	}
+	d.runOthers()
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(d.rep); err != nil {
+		os.Exit(1)
+	}
+}
+
+// record notes the outcome of an operation; a failure is kept over a later
+// success.
+func (d *driver) record(op string, err error) {
+	if err != nil {
+		d.rep.Operations[op] = fmt.Sprintf("%T: %v", err, err)
+		return
+	}
+	if _, failed := d.rep.Operations[op]; !failed {
+		d.rep.Operations[op] = "ok"
+	}
+}
+
+func (d *driver) fail(op, format string, args ...any) {
+	d.rep.Operations[op] = fmt.Sprintf(format, args...)
+}
+
+// submit creates a document with processor p (and metadata md) through
+// SubmitDocument.
+func (d *driver) submit(p string, md map[string]string) string {
+	content := strfmt.Base64(input)
+	body := &models.SubmitDocumentRequest{Content: &content, ContentType: "text/plain", DisplayName: "genclient-" + p,
+		Split: &models.SplitOptions{Processor: p}, Metadata: md}
+	resp, err := d.api.DocumentService.DocumentServiceSubmitDocument(
+		document_service.NewDocumentServiceSubmitDocumentParamsWithContext(d.ctx).WithBody(body), nil)
+	d.record("DocumentService_SubmitDocument", err)
+	if err != nil {
+		return ""
+	}
+	return resp.Payload.ID
+}
+
+// runProcessor submits a document for processor p, follows it to its end
+// (the fault processor defers it: its claim check is read and redeemed
+// first) and downloads the result.
+func (d *driver) runProcessor(p string) {
+	var md map[string]string
+	if p == "fault" {
+		md = map[string]string{"pipestream.fault": "defer"}
+	}
+	id := d.submit(p, md)
+	if id == "" {
+		return
+	}
+	if p == "fault" {
+		d.redeemClaims(id)
+	}
+	doc := d.watch(id)
+	res := result{Processor: p, ID: id, State: doc}
+	var buf bytes.Buffer
+	ok, err := d.api.DocumentService.DocumentServiceGetDocumentResult(
+		document_service.NewDocumentServiceGetDocumentResultParamsWithContext(d.ctx).WithID(id), nil, &buf)
+	d.record("DocumentService_GetDocumentResult", err)
+	if err == nil {
+		res.ContentType, res.Size, res.Bytes = ok.ContentType, ok.ContentLength, buf.Bytes()
+	}
+	d.rep.Results = append(d.rep.Results, res)
+}
+
+// watch follows WatchDocument to its end and returns the last state.
+func (d *driver) watch(id string) string {
+	d.ndjson.reset(0)
+	resp, err := d.api.DocumentService.DocumentServiceWatchDocument(
+		document_service.NewDocumentServiceWatchDocumentParamsWithContext(d.ctx).WithID(id), nil)
+	d.record("DocumentService_WatchDocument", err)
+	d.rep.Lines["DocumentService_WatchDocument"] += len(d.ndjson.lines)
+	if err != nil {
+		return ""
+	}
+	last := resp.Payload
+	if last == nil || last.Error != nil || last.Result == nil || last.Result.Document == nil || last.Result.Document.State == nil {
+		d.fail("DocumentService_WatchDocument", "last line %+v is not a result with a document state", last)
+		return ""
+	}
+	return string(*last.Result.Document.State)
+}
+
+// redeemClaims waits (GetDocument) until the document lists a claim
+// check, reads it (GetClaimCheck) and redeems it (RedeemClaimCheck).
+func (d *driver) redeemClaims(id string) {
+	var claims []*models.ClaimCheck
+	for deadline := time.Now().Add(30 * time.Second); len(claims) == 0; {
+		resp, err := d.api.DocumentService.DocumentServiceGetDocument(
+			document_service.NewDocumentServiceGetDocumentParamsWithContext(d.ctx).WithID(id), nil)
+		d.record("DocumentService_GetDocument", err)
+		if err != nil {
+			return
+		}
+		claims = resp.Payload.ClaimChecks
+		if time.Now().After(deadline) {
+			d.fail("DocumentService_GetClaimCheck", "document %s listed no claim check within 30 s", id)
+			return
+		}
+		if len(claims) == 0 {
+			time.Sleep(50 * time.Millisecond) // polling a real server with a deadline
+		}
+	}
+	for _, c := range claims {
+		got, err := d.api.DocumentService.DocumentServiceGetClaimCheck(
+			document_service.NewDocumentServiceGetClaimCheckParamsWithContext(d.ctx).WithClaimID(c.ClaimID), nil)
+		d.record("DocumentService_GetClaimCheck", err)
+		if err == nil && (got.Payload.DocumentID != id || got.Payload.State == nil || *got.Payload.State != models.ClaimStateISSUED) {
+			d.fail("DocumentService_GetClaimCheck", "claim %s: %+v, want ISSUED for %s", c.ClaimID, got.Payload, id)
+		}
+		red, err := d.api.DocumentService.DocumentServiceRedeemClaimCheck(
+			document_service.NewDocumentServiceRedeemClaimCheckParamsWithContext(d.ctx).WithClaimID(c.ClaimID).WithBody(map[string]any{}), nil)
+		d.record("DocumentService_RedeemClaimCheck", err)
+		if err == nil && (red.Payload.State == nil || *red.Payload.State != models.ClaimStateREDEEMED) {
+			d.fail("DocumentService_RedeemClaimCheck", "claim %s after redeem: %+v, want REDEEMED", c.ClaimID, red.Payload)
+		}
+	}
+}
+
+// runOthers runs the operations that are not part of a processor's round
+// trip, and the typed errors of the spec.
+func (d *driver) runOthers() {
+	d.upload()
+	d.cancel()
+	d.errors()
+	d.events()
+	d.operations()
+}
+
+func (d *driver) upload() {
+	body := []byte{0, 1, 2, 0xff, 'p', 's', '\n'}
+	ct, proc := "application/octet-stream", "passthrough"
+	resp, err := d.api.DocumentService.DocumentServiceUploadDocument(
+		document_service.NewDocumentServiceUploadDocumentParamsWithContext(d.ctx).
+			WithBody(io.NopCloser(bytes.NewReader(body))).WithContentType(&ct).WithSplitProcessor(&proc), nil)
+	d.record("DocumentService_UploadDocument", err)
+	if err != nil {
+		return
+	}
+	id := resp.Payload.ID
+	if state := d.watch(id); state != string(models.StateSUCCEEDED) {
+		d.fail("DocumentService_UploadDocument", "uploaded document %s ended %s", id, state)
+		return
+	}
+	var buf bytes.Buffer
+	_, err = d.api.DocumentService.DocumentServiceGetDocumentResult(
+		document_service.NewDocumentServiceGetDocumentResultParamsWithContext(d.ctx).WithID(id), nil, &buf)
+	d.record("DocumentService_GetDocumentResult", err)
+	if err == nil && !bytes.Equal(buf.Bytes(), body) {
+		d.fail("DocumentService_UploadDocument", "uploaded %x, result %x", body, buf.Bytes())
+	}
+}
+
+// cancel cancels a deferred document (CancelDocument) and lists it.
+func (d *driver) cancel() {
+	id := d.submit("fault", map[string]string{"pipestream.fault": "defer"})
+	if id == "" {
+		return
+	}
+	resp, err := d.api.DocumentService.DocumentServiceCancelDocument(
+		document_service.NewDocumentServiceCancelDocumentParamsWithContext(d.ctx).WithID(id).WithBody(map[string]any{}), nil)
+	d.record("DocumentService_CancelDocument", err)
+	if err == nil && (resp.Payload.State == nil || *resp.Payload.State != models.StateCANCELLED) {
+		d.fail("DocumentService_CancelDocument", "cancelled document %s: state %v", id, resp.Payload.State)
+	}
+	size := int32(100)
+	list, err := d.api.DocumentService.DocumentServiceListDocuments(
+		document_service.NewDocumentServiceListDocumentsParamsWithContext(d.ctx).WithPageSize(&size), nil)
+	d.record("DocumentService_ListDocuments", err)
+	if err == nil && !listed(list.Payload.Documents, id) {
+		d.fail("DocumentService_ListDocuments", "the first page does not list %s", id)
+	}
+	// Cancelling again is FailedPrecondition: the typed 400 carries the Status.
+	_, err = d.api.DocumentService.DocumentServiceCancelDocument(
+		document_service.NewDocumentServiceCancelDocumentParamsWithContext(d.ctx).WithID(id).WithBody(map[string]any{}), nil)
+	var bad *document_service.DocumentServiceCancelDocumentBadRequest
+	if !errors.As(err, &bad) || bad.Payload == nil || bad.Payload.Code != 9 || bad.Payload.Message == "" {
+		d.fail("DocumentService_CancelDocument", "second cancel: %v, want a typed 400 with Status code 9 and a message", err)
+	}
+}
+
+func listed(docs []*models.Document, id string) bool {
+	for _, doc := range docs {
+		if doc.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// errors checks that error responses decode into the spec's typed errors
+// with their Status (a stream refused before it starts included).
+func (d *driver) errors() {
+	_, err := d.api.DocumentService.DocumentServiceGetDocument(
+		document_service.NewDocumentServiceGetDocumentParamsWithContext(d.ctx).WithID("no-such-doc"), nil)
+	var nf *document_service.DocumentServiceGetDocumentNotFound
+	if !errors.As(err, &nf) || nf.Payload == nil || nf.Payload.Code != 5 || nf.Payload.Message == "" {
+		d.fail("DocumentService_GetDocument", "unknown id: %v, want a typed 404 with Status code 5 and a message", err)
+	}
+	_, err = d.api.DocumentService.DocumentServiceWatchDocument(
+		document_service.NewDocumentServiceWatchDocumentParamsWithContext(d.ctx).WithID("no-such-doc"), nil)
+	var wnf *document_service.DocumentServiceWatchDocumentNotFound
+	if !errors.As(err, &wnf) || wnf.Payload == nil || wnf.Payload.Code != 5 || wnf.Payload.Message == "" {
+		d.fail("DocumentService_WatchDocument", "unknown id: %v, want a typed 404 with Status code 5 and a message", err)
+	}
+	_, err = d.api.DocumentService.DocumentServiceGetDocumentResult(
+		document_service.NewDocumentServiceGetDocumentResultParamsWithContext(d.ctx).WithID("no-such-doc"), nil, io.Discard)
+	var rnf *document_service.DocumentServiceGetDocumentResultNotFound
+	if !errors.As(err, &rnf) || rnf.Payload == nil || rnf.Payload.Code != 5 || rnf.Payload.Message == "" {
+		d.fail("DocumentService_GetDocumentResult", "unknown id: %v, want a typed 404 with Status code 5 and a message", err)
+	}
+}
+
+// events runs the event log operations: the window, a snapshot, the NDJSON
+// subscription from cursor 0 (first line), a WebSocket ticket, and the
+// WebSocket upgrade (101) and its JSON pre-upgrade error.
+func (d *driver) events() {
+	es := d.api.EventService
+	w, err := es.EventServiceGetEventWindow(event_service.NewEventServiceGetEventWindowParamsWithContext(d.ctx), nil)
+	d.record("EventService_GetEventWindow", err)
+	if err == nil && (w.Payload.LatestSeq == "" || w.Payload.LatestSeq == "0") {
+		d.fail("EventService_GetEventWindow", "window %+v has no events after the submissions", w.Payload)
+	}
+	snap, err := es.EventServiceGetSnapshot(event_service.NewEventServiceGetSnapshotParamsWithContext(d.ctx), nil)
+	d.record("EventService_GetSnapshot", err)
+	if err == nil && len(snap.Payload.Documents) == 0 {
+		d.fail("EventService_GetSnapshot", "snapshot lists no document")
+	}
+	d.ndjson.reset(3) // the subscription stays open: read three events, then close
+	cursor := "0"
+	sub, err := es.EventServiceSubscribeEvents(event_service.NewEventServiceSubscribeEventsParamsWithContext(d.ctx).WithCursor(&cursor), nil)
+	d.record("EventService_SubscribeEvents", err)
+	d.rep.Lines["EventService_SubscribeEvents"] += len(d.ndjson.lines)
+	if err == nil && (sub.Payload == nil || sub.Payload.Result == nil || sub.Payload.Result.Seq == "") {
+		d.fail("EventService_SubscribeEvents", "line %+v is not an event", sub.Payload)
+	}
+	tk, err := es.EventServiceCreateWebSocketTicket(event_service.NewEventServiceCreateWebSocketTicketParamsWithContext(d.ctx), nil)
+	d.record("EventService_CreateWebSocketTicket", err)
+	if err != nil {
+		return
+	}
+	ws := func(cursor string, ticket *string) error {
+		return es.EventServiceSubscribeEventsWebSocket(event_service.NewEventServiceSubscribeEventsWebSocketParamsWithContext(d.ctx).
+			WithConnection("Upgrade").WithUpgrade("websocket").WithSecWebSocketVersion("13").
+			WithSecWebSocketKey("dGhlIHNhbXBsZSBub25jZQ==").WithCursor(&cursor).WithTicket(ticket), nil)
+	}
+	var up *event_service.EventServiceSubscribeEventsWebSocketSwitchingProtocols
+	if err := ws("0", &tk.Payload.Ticket); !errors.As(err, &up) {
+		d.fail("EventService_SubscribeEventsWebSocket", "upgrade with a ticket: %v, want 101 Switching Protocols", err)
+	} else {
+		d.record("EventService_SubscribeEventsWebSocket", nil)
+	}
+	var bad *event_service.EventServiceSubscribeEventsWebSocketBadRequest
+	if err := ws("not-a-number", nil); !errors.As(err, &bad) || bad.Payload == nil || bad.Payload.Code != 3 ||
+		bad.Payload.Error == "" || !strings.Contains(bad.Payload.Message, "cursor") {
+		d.fail("EventService_SubscribeEventsWebSocket", "bad cursor: %v, want a typed 400 with code 3, an error name and a message about the cursor", err)
+	}
+}
+
+// operations runs the untagged endpoints: health, metrics, the spec, docs
+// and the console.
+func (d *driver) operations() {
+	ops := d.api.Operations
+	h, err := ops.OperationsHealth(operations.NewOperationsHealthParamsWithContext(d.ctx))
+	d.record("Operations_Health", err)
+	if err == nil && h.Payload.Status != "SERVING" {
+		d.fail("Operations_Health", "health %+v, want SERVING", h.Payload)
+	}
+	m, err := ops.OperationsMetrics(operations.NewOperationsMetricsParamsWithContext(d.ctx))
+	d.record("Operations_Metrics", err)
+	if err == nil && !strings.Contains(m.Payload, "# TYPE") {
+		d.fail("Operations_Metrics", "metrics without a # TYPE line")
+	}
+	s, err := ops.OperationsOpenAPISpec(operations.NewOperationsOpenAPISpecParamsWithContext(d.ctx))
+	d.record("Operations_OpenAPISpec", err)
+	if spec, ok := s.GetPayload().(map[string]any); err == nil && (!ok || spec["swagger"] != "2.0") {
+		d.fail("Operations_OpenAPISpec", "spec %T is not a Swagger 2.0 object", s.GetPayload())
+	}
+	docs, err := ops.OperationsDocs(operations.NewOperationsDocsParamsWithContext(d.ctx))
+	d.record("Operations_Docs", err)
+	if err == nil && !strings.Contains(strings.ToLower(docs.Payload), "<html") {
+		d.fail("Operations_Docs", "docs page is not HTML")
+	}
+	ui, err := ops.OperationsConsole(operations.NewOperationsConsoleParamsWithContext(d.ctx))
+	d.record("Operations_Console", err)
+	if err == nil && !strings.Contains(strings.ToLower(ui.Payload), "<html") {
+		d.fail("Operations_Console", "console page is not HTML")
+	}
+}
+
+// ndjsonConsumer reads an application/x-ndjson body: every line is a JSON
+// object; it keeps the lines and decodes the last one read into the
+// operation's response (the spec's schema of one line). With max > 0 it
+// stops after max lines (an open subscription never ends by itself).
+type ndjsonConsumer struct {
+	max   int
+	lines [][]byte
+}
+
+func (c *ndjsonConsumer) reset(max int) { c.max, c.lines = max, nil }
+
+// Consume implements runtime.Consumer.
+func (c *ndjsonConsumer) Consume(r io.Reader, v any) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		if !json.Valid(line) || line[0] != '{' {
+			return fmt.Errorf("NDJSON line %d is not a JSON object: %.200s", len(c.lines)+1, line)
+		}
+		c.lines = append(c.lines, append([]byte(nil), line...))
+		if c.max > 0 && len(c.lines) == c.max {
+			break
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	if len(c.lines) == 0 {
+		return errors.New("empty NDJSON stream")
+	}
+	return json.Unmarshal(c.lines[len(c.lines)-1], v)
+}
+
+var _ runtime.Consumer = (*ndjsonConsumer)(nil)

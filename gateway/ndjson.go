@@ -1,0 +1,94 @@
+package gateway
+
+import (
+	"encoding/json"
+	"net/http"
+)
+
+// ndjsonType is the Content-Type of the REST server streams (WatchDocument,
+// SubscribeEvents): newline-delimited JSON, one {"result": message} object
+// per line and, when the stream fails after its status line, one final
+// {"error": google.rpc.Status} line.
+const ndjsonType = "application/x-ndjson"
+
+// streamFraming makes grpc-gateway's server streams say what they are and
+// answer errors the way every other route does:
+//
+//   - a stream that started (HTTP 200) is labelled application/x-ndjson,
+//     not grpc-gateway's application/json, so clients do not parse the
+//     whole body as one JSON value;
+//   - a stream refused before its status line (NotFound, FutureCursor,
+//     Unauthenticated...) answers its HTTP status with a bare
+//     google.rpc.Status (application/json), like unary routes and as the
+//     spec declares, not grpc-gateway's {"error": Status} stream chunk.
+//
+// flushStreamHeaders tells the writer that the response is a stream
+// (markStream): grpc-gateway calls it with a nil message before the first
+// Recv of every server stream, and never for a unary call.
+func streamFraming(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(&streamWriter{ResponseWriter: w}, r)
+	})
+}
+
+// streamWriter is the response writer of streamFraming.
+type streamWriter struct {
+	http.ResponseWriter
+	stream bool // a server stream (markStream)
+	status int  // the status written first; 0 = none yet
+}
+
+// markStream records that the response is a server stream.
+func (w *streamWriter) markStream() { w.stream = true }
+
+// streamMarker is implemented by streamWriter (reached through
+// flushStreamHeaders' ResponseWriter).
+type streamMarker interface{ markStream() }
+
+func (w *streamWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+		if w.stream {
+			if code < http.StatusMultipleChoices {
+				w.Header().Set("Content-Type", ndjsonType)
+			} else {
+				w.Header().Set("Content-Type", "application/json")
+			}
+		}
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Write passes the body through, except that a stream refused before its
+// status line has its {"error": Status} chunk unwrapped to the Status.
+func (w *streamWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.stream && w.status >= http.StatusBadRequest {
+		var chunk struct {
+			Error json.RawMessage `json:"error"`
+		}
+		if json.Unmarshal(p, &chunk) == nil && len(chunk.Error) > 0 && chunk.Error[0] == '{' {
+			if _, err := w.ResponseWriter.Write(chunk.Error); err != nil {
+				return 0, err
+			}
+			return len(p), nil
+		}
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Flush keeps NDJSON streams streaming.
+func (w *streamWriter) Flush() { _ = w.FlushError() }
+
+// FlushError flushes through to the connection (see errorHeaderWriter).
+func (w *streamWriter) FlushError() error {
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *streamWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
