@@ -650,3 +650,66 @@ func wsFrameSeq(msg []byte) (uint64, error) {
 	}
 	return 0, fmt.Errorf("frame op %d error %q message %q seq %d, want an event or ConsumerTooSlow", hdr.Op, p.Error, p.Message, p.Seq)
 }
+
+// TestLoadSubscriberRules: the load's subscribers accept exactly the
+// documented ConsumerTooSlow forms (NDJSON error line, WebSocket error
+// frame) as a reason to resume, and their seq check refuses a gap, a
+// duplicate and a resumption that does not replay the cursor's event.
+func TestLoadSubscriberRules(t *testing.T) {
+	var f seqFollower
+	if f.cursor() != nil {
+		t.Fatal("a subscriber without events must subscribe live (no cursor)")
+	}
+	for _, seq := range []uint64{7, 8, 9} {
+		if ok, err := f.see(seq); !ok || err != nil {
+			t.Fatalf("seq %d: %v %v", seq, ok, err)
+		}
+	}
+	if c := f.cursor(); c == nil || *c != 9 {
+		t.Fatalf("resume cursor %v, want the last seq processed (9)", c)
+	}
+	if ok, err := f.see(9); ok || err != nil {
+		t.Fatalf("replayed cursor event: processed %v, err %v; want skipped", ok, err)
+	}
+	if ok, err := f.see(10); !ok || err != nil {
+		t.Fatalf("seq 10 after the resume: %v %v", ok, err)
+	}
+	if _, err := f.see(12); err == nil {
+		t.Error("a gap (10 then 12) was accepted")
+	}
+	g := seqFollower{last: 5}
+	if _, err := g.see(5); err == nil {
+		t.Error("a duplicate (5 after 5) was accepted")
+	}
+	g.cursor()
+	if _, err := g.see(6); err == nil {
+		t.Error("a resumption with cursor 5 that starts at 6 was accepted (the cursor is inclusive)")
+	}
+
+	tooSlow := rpcStatus{Code: int(codes.ResourceExhausted), Message: "ConsumerTooSlow: ...", Details: []map[string]any{{"reason": "ConsumerTooSlow"}}}
+	if err := ndjsonStreamError(tooSlow); !errors.Is(err, errTooSlow) {
+		t.Errorf("NDJSON ConsumerTooSlow line: %v", err)
+	}
+	other := rpcStatus{Code: int(codes.Internal), Message: "boom", Details: []map[string]any{{"reason": "ConsumerTooSlow"}}}
+	if err := ndjsonStreamError(other); errors.Is(err, errTooSlow) {
+		t.Error("an Internal error line was taken for ConsumerTooSlow")
+	}
+
+	frame := func(hdr, payload any) []byte {
+		h, _ := cbor.Marshal(hdr)
+		p, _ := cbor.Marshal(payload)
+		return append(h, p...)
+	}
+	if seq, err := wsFrameSeq(frame(map[string]any{"op": 1, "t": "#status"}, map[string]any{"seq": 42, "time": "x"})); seq != 42 || err != nil {
+		t.Errorf("message frame: seq %d, %v", seq, err)
+	}
+	if _, err := wsFrameSeq(frame(map[string]any{"op": -1}, map[string]any{"error": "ConsumerTooSlow", "message": "m"})); !errors.Is(err, errTooSlow) {
+		t.Errorf("ConsumerTooSlow error frame: %v", err)
+	}
+	if _, err := wsFrameSeq(frame(map[string]any{"op": -1}, map[string]any{"error": "FutureCursor"})); err == nil || errors.Is(err, errTooSlow) {
+		t.Errorf("FutureCursor error frame: %v, want a plain error", err)
+	}
+	if _, err := wsFrameSeq([]byte{0xff}); err == nil {
+		t.Error("a garbage frame was accepted")
+	}
+}
