@@ -8,6 +8,16 @@ cd "$(dirname "$0")/.."
 
 targets=(gen/ openapi/openapi.json)
 
+# scripts/gen.sh runs the prebuilt buf of .ci/node (npm @bufbuild/buf) when
+# its version is the go.mod one; the two pins must move together, or every
+# run silently falls back to compiling buf from source.
+gomod_buf="$(go list -m -f '{{.Version}}' github.com/bufbuild/buf)"
+npm_buf="$(sed -n 's/.*"@bufbuild\/buf": *"\([^"]*\)".*/\1/p' .ci/node/package.json)"
+if [ "v$npm_buf" != "$gomod_buf" ]; then
+  echo "check-gen: .ci/node/package.json pins @bufbuild/buf ${npm_buf:-(none)}, go.mod pins github.com/bufbuild/buf $gomod_buf: set the same version in both (npm install --prefix .ci/node --save-exact @bufbuild/buf@${gomod_buf#v})" >&2
+  exit 1
+fi
+
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   if [ -n "$(git status --porcelain -- "${targets[@]}")" ]; then
     echo "check-gen: gen/ or openapi/openapi.json has uncommitted changes before regenerating; commit or discard them first:" >&2

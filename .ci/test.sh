@@ -24,6 +24,11 @@ step "go vet"
 go vet ./...
 
 step "generation freshness (buf lint, buf generate, OpenAPI post-processing)"
+# The pinned CI tools (.ci/node: the prebuilt buf, the OpenAPI validator);
+# .ci/run installs them already. Without npm, gen.sh compiles buf instead.
+if [ ! -x .ci/node/node_modules/.bin/buf ] && command -v npm >/dev/null 2>&1; then
+  npm ci --prefix .ci/node --no-audit --no-fund
+fi
 .ci/check-gen.sh
 
 step "OpenAPI validation"

@@ -19,16 +19,7 @@ import (
 func TestPreCommitChangesAreEvents(t *testing.T) {
 	e := newEnv(t)
 	e.waitReady()
-	restore, held := bridge.HoldCreateCommit(func(claims int, ents []*gatewayv1.Entity) bool {
-		final := 0
-		for _, en := range ents {
-			if en.ParentId != 0 && (en.Status == gatewayv1.EntityStatus_ENTITY_STATUS_COMPLETE ||
-				en.Status == gatewayv1.EntityStatus_ENTITY_STATUS_DEFERRED) {
-				final++
-			}
-		}
-		return claims == 1 && final == 4
-	}, 15*time.Second)
+	restore, held := bridge.HoldCreateCommit(allChunksAnsweredOneDeferred, 15*time.Second)
 	doc := e.submit(chunks4, faultReq(gatewayv1.CompletionPolicy_STRICT, "defer", "1"))
 	restore()
 	if !held() {
@@ -43,21 +34,52 @@ func TestPreCommitChangesAreEvents(t *testing.T) {
 	if final.State != gatewayv1.State_SUCCEEDED {
 		t.Fatalf("state %s error %q", final.State, final.Error)
 	}
+	evs := replayUpToRev(t, e.b, doc.Id, final.Rev)
+	checkContiguousFromCreation(t, evs)
+	checkClaimAndChunkEvents(t, evs, claim, final)
+	if n := len(evs); evs[n-1].Rev != final.Rev {
+		t.Errorf("last event rev %d, document rev %d", evs[n-1].Rev, final.Rev)
+	}
+}
 
+// allChunksAnsweredOneDeferred holds the Create commit until the peer's
+// answers for all 4 chunks (one deferred with a claim) are pending.
+func allChunksAnsweredOneDeferred(claims int, ents []*gatewayv1.Entity) bool {
+	final := 0
+	for _, en := range ents {
+		if en.ParentId != 0 && (en.Status == gatewayv1.EntityStatus_ENTITY_STATUS_COMPLETE ||
+			en.Status == gatewayv1.EntityStatus_ENTITY_STATUS_DEFERRED) {
+			final++
+		}
+	}
+	return claims == 1 && final == 4
+}
+
+// replayUpToRev replays document id's events from cursor 0 until the one
+// at rev.
+func replayUpToRev(t *testing.T, b *bridge.Bridge, id string, rev uint64) []*gatewayv1.Event {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var evs []*gatewayv1.Event
 	stop := errors.New("stop")
-	err := e.b.Events().Subscribe(ctx, "", "k", new(uint64), bridge.EventFilter{DocumentID: doc.Id}, func(ev *gatewayv1.Event) error {
+	err := b.Events().Subscribe(ctx, "", "k", new(uint64), bridge.EventFilter{DocumentID: id}, func(ev *gatewayv1.Event) error {
 		evs = append(evs, ev)
-		if ev.Rev >= final.Rev {
+		if ev.Rev >= rev {
 			return stop
 		}
 		return nil
 	})
 	if !errors.Is(err, stop) {
-		t.Fatalf("subscribe: %v after %d events (document rev %d)", err, len(evs), final.Rev)
+		t.Fatalf("subscribe: %v after %d events (document rev %d)", err, len(evs), rev)
 	}
+	return evs
+}
+
+// checkContiguousFromCreation: the first event is the creation (#document
+// PENDING rev 1 since 0) and every next one's since is the previous rev.
+func checkContiguousFromCreation(t *testing.T, evs []*gatewayv1.Event) {
+	t.Helper()
 	if f := evs[0]; f.Kind != "#document" || f.State != gatewayv1.State_PENDING || f.Rev != 1 || f.Since != 0 {
 		t.Errorf("first event %v: want the creation, #document PENDING rev 1 since 0", f)
 	}
@@ -66,6 +88,12 @@ func TestPreCommitChangesAreEvents(t *testing.T) {
 			t.Errorf("event %d (%s rev %d since %d) after rev %d: revisions not contiguous", i, evs[i].Kind, evs[i].Rev, evs[i].Since, evs[i-1].Rev)
 		}
 	}
+}
+
+// checkClaimAndChunkEvents: the claim's issued and redeemed events, its
+// entity's DEFERRED status and a COMPLETE status for every chunk are there.
+func checkClaimAndChunkEvents(t *testing.T, evs []*gatewayv1.Event, claim *gatewayv1.ClaimCheck, final *gatewayv1.Document) {
+	t.Helper()
 	var issued, redeemed, deferred bool
 	completed := map[uint32]bool{}
 	for _, ev := range evs {
@@ -87,8 +115,5 @@ func TestPreCommitChangesAreEvents(t *testing.T) {
 		if en.ParentId != 0 && !completed[en.EntityId] {
 			t.Errorf("no #status COMPLETE event for chunk entity %d", en.EntityId)
 		}
-	}
-	if n := len(evs); evs[n-1].Rev != final.Rev {
-		t.Errorf("last event rev %d, document rev %d", evs[n-1].Rev, final.Rev)
 	}
 }

@@ -788,55 +788,98 @@ func fullDisk(t *testing.T, restart bool) {
 	if err := os.WriteFile(filler, make([]byte, freeBytes(t, dir)-16<<20), 0o644); err != nil {
 		t.Fatalf("fill the disk: %v", err)
 	}
-	content := bytes.Repeat([]byte("full disk test. "), (3<<20)/16)
-	upload := func() (int, string, http.Header) {
-		resp, err := http.Post(g.baseURL()+"/v1/documents:upload?split.strategy=SPLIT_FIXED_BYTES&split.chunkBytes=1048576", "text/plain", bytes.NewReader(content))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		var d struct{ Id string }
-		_ = json.Unmarshal(b, &d)
-		if resp.StatusCode != 200 {
-			return resp.StatusCode, string(b), resp.Header
-		}
-		return 200, d.Id, resp.Header
+	r := &fullDiskRun{t: t, g: g, content: bytes.Repeat([]byte("full disk test. "), (3<<20)/16)}
+	acked := r.uploadWhileFilling()
+	sawDiskFull := r.awaitDiskFullReport(acked)
+	t.Logf("%d of 3 uploads acknowledged; while waiting: %s", len(acked), sawDiskFull)
+	r.checkRefusedWhileFull()
+
+	if restart {
+		r.g.proc.kill()
 	}
+	freed := time.Now()
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if restart {
+		r.g = r.g.restart(t)
+	}
+	r.checkResults(acked)
+	t.Logf("all %d acknowledged documents SUCCEEDED %v after space returned", len(acked), time.Since(freed).Round(time.Millisecond))
+	waitFor(t, "/healthz to recover", 30*time.Second, func() bool { c, _ := httpGetStatus(r.g.baseURL() + "/healthz"); return c == 200 })
+	if code, body, _ := r.upload(); code != 200 {
+		t.Errorf("upload after space returned: HTTP %d %.300s", code, body)
+	}
+}
+
+// fullDiskRun is one fullDisk case: its gateway and the content uploaded.
+type fullDiskRun struct {
+	t       *testing.T
+	g       *gatewayProc
+	content []byte
+}
+
+// upload posts the content, dehydrated into 1 MiB chunks: 200 and the id,
+// else the status and body.
+func (r *fullDiskRun) upload() (int, string, http.Header) {
+	resp, err := http.Post(r.g.baseURL()+"/v1/documents:upload?split.strategy=SPLIT_FIXED_BYTES&split.chunkBytes=1048576", "text/plain", bytes.NewReader(r.content))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var d struct{ Id string }
+	_ = json.Unmarshal(b, &d)
+	if resp.StatusCode != 200 {
+		return resp.StatusCode, string(b), resp.Header
+	}
+	return 200, d.Id, resp.Header
+}
+
+func (r *fullDiskRun) docState(id string) (string, string) {
+	resp, err := http.Get(r.g.baseURL() + "/v1/documents/" + id)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var d struct{ State, Error string }
+	_ = json.NewDecoder(resp.Body).Decode(&d)
+	return d.State, d.Error
+}
+
+// uploadWhileFilling runs 3 uploads at once on the filling disk: each is
+// acknowledged or refused with 503 DISK_FULL; at least one is acknowledged.
+func (r *fullDiskRun) uploadWhileFilling() []string {
+	t := r.t
 	var mu sync.Mutex
 	var acked []string
 	var wg sync.WaitGroup
 	for range 3 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if code, id, _ := upload(); code == 200 {
+		wg.Go(func() {
+			if code, id, _ := r.upload(); code == 200 {
 				mu.Lock()
 				acked = append(acked, id)
 				mu.Unlock()
 			} else if t.Logf("upload: HTTP %d %.200s", code, id); code != 503 {
 				t.Errorf("upload on a filling disk: HTTP %d %s, want 200 or 503 DISK_FULL", code, id)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	if len(acked) == 0 {
 		t.Fatal("no upload was acknowledged")
 	}
-	docState := func(id string) (string, string) {
-		resp, err := http.Get(g.baseURL() + "/v1/documents/" + id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var d struct{ State, Error string }
-		_ = json.NewDecoder(resp.Body).Decode(&d)
-		return d.State, d.Error
-	}
+	return acked
+}
+
+// awaitDiskFullReport waits until an acknowledged document reports the
+// gateway's disk full while it waits (none may fail) and returns it.
+func (r *fullDiskRun) awaitDiskFullReport(acked []string) string {
+	t := r.t
 	sawDiskFull := ""
 	waitFor(t, "an acknowledged document to report disk full while it waits", time.Minute, func() bool {
 		for _, id := range acked {
-			st, msg := docState(id)
+			st, msg := r.docState(id)
 			if st == "FAILED" {
 				t.Fatalf("acknowledged document %s FAILED on a full disk: %s", id, msg)
 			}
@@ -847,47 +890,43 @@ func fullDisk(t *testing.T, restart bool) {
 		}
 		return false
 	})
-	t.Logf("%d of 3 uploads acknowledged; while waiting: %s", len(acked), sawDiskFull)
-	code, body, hdr := upload()
+	return sawDiskFull
+}
+
+// checkRefusedWhileFull: a new upload gets 503 DISK_FULL with Retry-After
+// and /healthz reports 503.
+func (r *fullDiskRun) checkRefusedWhileFull() {
+	t := r.t
+	code, body, hdr := r.upload()
 	if code != 503 || !strings.Contains(body, "DISK_FULL") || hdr.Get("Retry-After") == "" {
 		t.Errorf("upload on the full disk: HTTP %d Retry-After %q %.300s, want 503 DISK_FULL with Retry-After", code, hdr.Get("Retry-After"), body)
 	}
-	if code, _ := httpGetStatus(g.baseURL() + "/healthz"); code != 503 {
+	if code, _ := httpGetStatus(r.g.baseURL() + "/healthz"); code != 503 {
 		t.Errorf("/healthz on the full disk: %d, want 503 low disk", code)
 	}
+}
 
-	if restart {
-		g.proc.kill()
-	}
-	freed := time.Now()
-	if err := os.Remove(filler); err != nil {
-		t.Fatal(err)
-	}
-	if restart {
-		g = g.restart(t)
-	}
+// checkResults: every acknowledged document SUCCEEDED once space returned,
+// with the uploaded bytes as its result.
+func (r *fullDiskRun) checkResults(acked []string) {
+	t := r.t
 	for _, id := range acked {
 		waitFor(t, "document "+id+" to finish after space returned", 2*time.Minute, func() bool {
-			st, msg := docState(id)
+			st, msg := r.docState(id)
 			if st == "FAILED" || st == "CANCELLED" {
 				t.Fatalf("document %s ended %s after space returned: %s", id, st, msg)
 			}
 			return st == "SUCCEEDED"
 		})
-		resp, err := http.Get(g.baseURL() + "/v1/documents/" + id + "/result")
+		resp, err := http.Get(r.g.baseURL() + "/v1/documents/" + id + "/result")
 		if err != nil {
 			t.Fatal(err)
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if !bytes.Equal(b, content) {
-			t.Errorf("result of %s: %d bytes, want the %d bytes uploaded", id, len(b), len(content))
+		if !bytes.Equal(b, r.content) {
+			t.Errorf("result of %s: %d bytes, want the %d bytes uploaded", id, len(b), len(r.content))
 		}
-	}
-	t.Logf("all %d acknowledged documents SUCCEEDED %v after space returned", len(acked), time.Since(freed).Round(time.Millisecond))
-	waitFor(t, "/healthz to recover", 30*time.Second, func() bool { c, _ := httpGetStatus(g.baseURL() + "/healthz"); return c == 200 })
-	if code, body, _ := upload(); code != 200 {
-		t.Errorf("upload after space returned: HTTP %d %.300s", code, body)
 	}
 }
 

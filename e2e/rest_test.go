@@ -27,109 +27,117 @@ type textStats struct {
 // dehydrated.
 func TestRESTProcessorResults(t *testing.T) {
 	g := shared(t)
+	t.Run("passthrough returns identical bytes", func(t *testing.T) { restPassthroughIdentical(t, g) })
+	t.Run("textstats counts", func(t *testing.T) { restTextstatsCounts(t, g) })
+	t.Run("sentences one per line", func(t *testing.T) { restSentencesPerLine(t, g) })
+}
 
-	t.Run("passthrough returns identical bytes", func(t *testing.T) {
-		for _, split := range []map[string]any{
-			nil, // whole: under the inline threshold
-			{"strategy": "SPLIT_FIXED_BYTES", "chunkBytes": 7000, "processor": "passthrough"},
-		} {
-			in := binaryData(100_000, 1)
-			req := map[string]any{"content": b64(in), "contentType": "application/octet-stream", "displayName": "blob.bin"}
-			if split != nil {
-				req["split"] = split
-			}
-			d := submitREST(t, g, req)
-			if d.GetSizeBytes() != uint64(len(in)) || d.GetChecksum() != sha256Hex(in) {
-				t.Errorf("accepted document: sizeBytes %d checksum %s, want %d %s", d.GetSizeBytes(), d.GetChecksum(), len(in), sha256Hex(in))
-			}
-			if d.GetDisplayName() != "blob.bin" {
-				t.Errorf("displayName %q, want blob.bin", d.GetDisplayName())
-			}
-			fin := awaitREST(t, g, d.GetId())
-			if fin.GetState() != gatewayv1.State_SUCCEEDED {
-				t.Fatalf("split %v: state %v (%s), want SUCCEEDED", split, fin.GetState(), fin.GetError())
-			}
-			if split != nil && fin.GetEntityCounts().GetTotal() != 1+15 {
-				t.Errorf("split %v: entityCounts.total %d, want 16 (root + 15 chunks of 7000)", split, fin.GetEntityCounts().GetTotal())
-			}
-			out := resultREST(t, g, d.GetId()).body
-			if !bytes.Equal(out, in) {
-				t.Errorf("split %v: result is %d bytes (sha256 %s), want the %d input bytes (sha256 %s)", split, len(out), sha256Hex(out), len(in), sha256Hex(in))
-			}
-			if fin.GetResultSizeBytes() != uint64(len(in)) {
-				t.Errorf("resultSizeBytes %d, want %d", fin.GetResultSizeBytes(), len(in))
-			}
+// restPassthroughIdentical: passthrough returns the input bytes, whole and dehydrated.
+func restPassthroughIdentical(t *testing.T, g *gatewayProc) {
+	for _, split := range []map[string]any{
+		nil, // whole: under the inline threshold
+		{"strategy": "SPLIT_FIXED_BYTES", "chunkBytes": 7000, "processor": "passthrough"},
+	} {
+		in := binaryData(100_000, 1)
+		req := map[string]any{"content": b64(in), "contentType": "application/octet-stream", "displayName": "blob.bin"}
+		if split != nil {
+			req["split"] = split
 		}
-	})
+		d := submitREST(t, g, req)
+		if d.GetSizeBytes() != uint64(len(in)) || d.GetChecksum() != sha256Hex(in) {
+			t.Errorf("accepted document: sizeBytes %d checksum %s, want %d %s", d.GetSizeBytes(), d.GetChecksum(), len(in), sha256Hex(in))
+		}
+		if d.GetDisplayName() != "blob.bin" {
+			t.Errorf("displayName %q, want blob.bin", d.GetDisplayName())
+		}
+		fin := awaitREST(t, g, d.GetId())
+		if fin.GetState() != gatewayv1.State_SUCCEEDED {
+			t.Fatalf("split %v: state %v (%s), want SUCCEEDED", split, fin.GetState(), fin.GetError())
+		}
+		if split != nil && fin.GetEntityCounts().GetTotal() != 1+15 {
+			t.Errorf("split %v: entityCounts.total %d, want 16 (root + 15 chunks of 7000)", split, fin.GetEntityCounts().GetTotal())
+		}
+		out := resultREST(t, g, d.GetId()).body
+		if !bytes.Equal(out, in) {
+			t.Errorf("split %v: result is %d bytes (sha256 %s), want the %d input bytes (sha256 %s)", split, len(out), sha256Hex(out), len(in), sha256Hex(in))
+		}
+		if fin.GetResultSizeBytes() != uint64(len(in)) {
+			t.Errorf("resultSizeBytes %d, want %d", fin.GetResultSizeBytes(), len(in))
+		}
+	}
+}
 
-	t.Run("textstats counts", func(t *testing.T) {
-		small := []byte("The cat sat. The dog ran!\nA bird?\n")
-		corpus := textCorpus(64 << 10)
-		n := uint64(bytes.Count(corpus, []byte{'\n'}))
-		cases := []struct {
-			name  string
-			in    []byte
-			split map[string]any
-			want  textStats
-			top   string
-			topN  uint64
-		}{
-			{"whole", small, map[string]any{"processor": "textstats"}, textStats{Bytes: uint64(len(small)), Lines: 2, Words: 8, Sentences: 3}, "the", 2},
-			{"lines", corpus, map[string]any{"strategy": "SPLIT_LINES", "chunkBytes": 4096, "processor": "textstats"},
-				textStats{Bytes: uint64(len(corpus)), Lines: n, Words: 11 * n, Sentences: 2 * n}, "the", 2 * n},
-			// Fixed-size chunks cut words and sentences; the peer's
-			// rehydration must correct for that.
-			{"fixed bytes", corpus, map[string]any{"strategy": "SPLIT_FIXED_BYTES", "chunkBytes": 1000, "processor": "textstats"},
-				textStats{Bytes: uint64(len(corpus)), Lines: n, Words: 11 * n, Sentences: 2 * n}, "the", 2 * n},
+// restTextstatsCounts: textstats returns the documented JSON counts, whole
+// and dehydrated (lines, fixed bytes).
+func restTextstatsCounts(t *testing.T, g *gatewayProc) {
+	small := []byte("The cat sat. The dog ran!\nA bird?\n")
+	corpus := textCorpus(64 << 10)
+	n := uint64(bytes.Count(corpus, []byte{'\n'}))
+	cases := []struct {
+		name  string
+		in    []byte
+		split map[string]any
+		want  textStats
+		top   string
+		topN  uint64
+	}{
+		{"whole", small, map[string]any{"processor": "textstats"}, textStats{Bytes: uint64(len(small)), Lines: 2, Words: 8, Sentences: 3}, "the", 2},
+		{"lines", corpus, map[string]any{"strategy": "SPLIT_LINES", "chunkBytes": 4096, "processor": "textstats"},
+			textStats{Bytes: uint64(len(corpus)), Lines: n, Words: 11 * n, Sentences: 2 * n}, "the", 2 * n},
+		// Fixed-size chunks cut words and sentences; the peer's
+		// rehydration must correct for that.
+		{"fixed bytes", corpus, map[string]any{"strategy": "SPLIT_FIXED_BYTES", "chunkBytes": 1000, "processor": "textstats"},
+			textStats{Bytes: uint64(len(corpus)), Lines: n, Words: 11 * n, Sentences: 2 * n}, "the", 2 * n},
+	}
+	for _, c := range cases {
+		d := submitREST(t, g, map[string]any{"content": b64(c.in), "contentType": "text/plain", "split": c.split})
+		fin := awaitREST(t, g, d.GetId())
+		if fin.GetState() != gatewayv1.State_SUCCEEDED {
+			t.Fatalf("%s: state %v (%s), want SUCCEEDED", c.name, fin.GetState(), fin.GetError())
 		}
-		for _, c := range cases {
-			d := submitREST(t, g, map[string]any{"content": b64(c.in), "contentType": "text/plain", "split": c.split})
-			fin := awaitREST(t, g, d.GetId())
-			if fin.GetState() != gatewayv1.State_SUCCEEDED {
-				t.Fatalf("%s: state %v (%s), want SUCCEEDED", c.name, fin.GetState(), fin.GetError())
-			}
-			r := resultREST(t, g, d.GetId())
-			if !strings.Contains(r.headers, "application/json") {
-				t.Errorf("%s: result Content-Type is not application/json:\n%s", c.name, r.headers)
-			}
-			var got textStats
-			dec := json.NewDecoder(bytes.NewReader(r.body))
-			dec.DisallowUnknownFields()
-			if err := dec.Decode(&got); err != nil {
-				t.Fatalf("%s: textstats result is not the documented JSON: %v\n%s", c.name, err, r.body)
-			}
-			if got.Bytes != c.want.Bytes || got.Lines != c.want.Lines || got.Words != c.want.Words || got.Sentences != c.want.Sentences {
-				t.Errorf("%s: got bytes=%d lines=%d words=%d sentences=%d, want %d %d %d %d", c.name,
-					got.Bytes, got.Lines, got.Words, got.Sentences, c.want.Bytes, c.want.Lines, c.want.Words, c.want.Sentences)
-			}
-			if len(got.TopWords) == 0 || got.TopWords[0].Word != c.top || got.TopWords[0].Count != c.topN {
-				t.Errorf("%s: top_words %+v, want first {%s %d}", c.name, got.TopWords, c.top, c.topN)
-			}
+		r := resultREST(t, g, d.GetId())
+		if !strings.Contains(r.headers, "application/json") {
+			t.Errorf("%s: result Content-Type is not application/json:\n%s", c.name, r.headers)
 		}
-	})
+		var got textStats
+		dec := json.NewDecoder(bytes.NewReader(r.body))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&got); err != nil {
+			t.Fatalf("%s: textstats result is not the documented JSON: %v\n%s", c.name, err, r.body)
+		}
+		if got.Bytes != c.want.Bytes || got.Lines != c.want.Lines || got.Words != c.want.Words || got.Sentences != c.want.Sentences {
+			t.Errorf("%s: got bytes=%d lines=%d words=%d sentences=%d, want %d %d %d %d", c.name,
+				got.Bytes, got.Lines, got.Words, got.Sentences, c.want.Bytes, c.want.Lines, c.want.Words, c.want.Sentences)
+		}
+		if len(got.TopWords) == 0 || got.TopWords[0].Word != c.top || got.TopWords[0].Count != c.topN {
+			t.Errorf("%s: top_words %+v, want first {%s %d}", c.name, got.TopWords, c.top, c.topN)
+		}
+	}
+}
 
-	t.Run("sentences one per line", func(t *testing.T) {
-		in := "Hello world. This is PipeStream!  Is it?\n\nNew paragraph\nwithout an end"
-		want := "Hello world.\nThis is PipeStream!\nIs it?\nNew paragraph without an end\n"
-		for _, split := range []map[string]any{
-			{"processor": "sentences"},
-			{"processor": "sentences", "maxDepth": 2}, // Layer 1: one sub-entity per sentence
-		} {
-			d := submitREST(t, g, map[string]any{"content": b64([]byte(in)), "contentType": "text/plain", "split": split})
-			fin := awaitREST(t, g, d.GetId())
-			if fin.GetState() != gatewayv1.State_SUCCEEDED {
-				t.Fatalf("%v: state %v (%s), want SUCCEEDED", split, fin.GetState(), fin.GetError())
-			}
-			if got := string(resultREST(t, g, d.GetId()).body); got != want {
-				t.Errorf("%v: result %q, want %q", split, got, want)
-			}
-			for _, dg := range fin.GetDigests() {
-				if !dg.GetVerified() {
-					t.Errorf("%v: scope digest %d not verified: %v", split, dg.GetScopeId(), dg)
-				}
+// restSentencesPerLine: sentences returns one sentence per line, whole and
+// at Layer 1 (verified digests).
+func restSentencesPerLine(t *testing.T, g *gatewayProc) {
+	in := "Hello world. This is PipeStream!  Is it?\n\nNew paragraph\nwithout an end"
+	want := "Hello world.\nThis is PipeStream!\nIs it?\nNew paragraph without an end\n"
+	for _, split := range []map[string]any{
+		{"processor": "sentences"},
+		{"processor": "sentences", "maxDepth": 2}, // Layer 1: one sub-entity per sentence
+	} {
+		d := submitREST(t, g, map[string]any{"content": b64([]byte(in)), "contentType": "text/plain", "split": split})
+		fin := awaitREST(t, g, d.GetId())
+		if fin.GetState() != gatewayv1.State_SUCCEEDED {
+			t.Fatalf("%v: state %v (%s), want SUCCEEDED", split, fin.GetState(), fin.GetError())
+		}
+		if got := string(resultREST(t, g, d.GetId()).body); got != want {
+			t.Errorf("%v: result %q, want %q", split, got, want)
+		}
+		for _, dg := range fin.GetDigests() {
+			if !dg.GetVerified() {
+				t.Errorf("%v: scope digest %d not verified: %v", split, dg.GetScopeId(), dg)
 			}
 		}
-	})
+	}
 }
 
 // TestRESTLargeUpload streams 64 MiB with curl --data-binary @file into

@@ -83,10 +83,32 @@ func waitGoroutines(t *testing.T, fn string, limit time.Duration) {
 	}
 }
 
+// stuckPollLimit bounds the polls below. They return as soon as their
+// condition holds, so the limit costs nothing when the code is right and
+// only has to be far above what a busy machine needs.
+const stuckPollLimit = 20 * time.Second
+
+// quietGoroutines returns runtime.NumGoroutine() once the goroutines of
+// earlier requests have exited: the count no longer falls over ten
+// consecutive samples (a poll, not a fixed sleep).
+func quietGoroutines(t *testing.T) int {
+	t.Helper()
+	n, same := runtime.NumGoroutine(), 0
+	for deadline := time.Now().Add(stuckPollLimit); same < 10 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond) // sampling period
+		if m := runtime.NumGoroutine(); m < n {
+			n, same = m, 0
+		} else {
+			same++
+		}
+	}
+	return n
+}
+
 // waitAtMost waits until runtime.NumGoroutine() <= want.
 func waitAtMost(t *testing.T, want int, what string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(stuckPollLimit)
 	for runtime.NumGoroutine() > want {
 		if time.Now().After(deadline) {
 			_, stacks := goroutinesIn("")
@@ -123,8 +145,7 @@ func TestGRPCStuckConsumerIsCut(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			time.Sleep(100 * time.Millisecond)
-			base := runtime.NumGoroutine()
+			base := quietGoroutines(t)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			opened := time.Now()
@@ -133,7 +154,7 @@ func TestGRPCStuckConsumerIsCut(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The handler runs, fills the windows, then blocks in Send.
-			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			for deadline := time.Now().Add(stuckPollLimit); ; time.Sleep(5 * time.Millisecond) {
 				if n, _ := goroutinesIn(tc.handler); n > 0 {
 					break
 				}
@@ -179,8 +200,7 @@ func TestNDJSONStuckConsumerIsCut(t *testing.T) {
 		t.Fatalf("HTTP %d: %s", code, body)
 	}
 	h.http.CloseIdleConnections()
-	time.Sleep(100 * time.Millisecond)
-	base := runtime.NumGoroutine()
+	base := quietGoroutines(t)
 
 	conn, err := net.Dial("tcp", h.srv.HTTPAddr())
 	if err != nil {
@@ -239,14 +259,14 @@ func TestNDJSONStuckConsumerIsCut(t *testing.T) {
 func TestIdleStreamsOutliveWriteTimeout(t *testing.T) {
 	const timeout = 300 * time.Millisecond
 	h := start(t, func(c *gateway.Config) { c.StreamWriteTimeout = timeout })
-	waitSubscribed := func() {
-		for deadline := time.Now().Add(5 * time.Second); h.fake.log.waiting.Load() != 1; time.Sleep(5 * time.Millisecond) {
+	waitSubscribed := func(want int32) {
+		for deadline := time.Now().Add(stuckPollLimit); h.fake.log.waiting.Load() != want; time.Sleep(5 * time.Millisecond) {
 			if time.Now().After(deadline) {
-				t.Fatalf("%d subscriptions waiting for live events, want 1", h.fake.log.waiting.Load())
+				t.Fatalf("%d subscriptions waiting for live events, want %d", h.fake.log.waiting.Load(), want)
 			}
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*stuckPollLimit)
 	defer cancel()
 
 	t.Run("gRPC", func(t *testing.T) {
@@ -256,17 +276,15 @@ func TestIdleStreamsOutliveWriteTimeout(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitSubscribed()
-		time.Sleep(4 * timeout)
+		waitSubscribed(1)
+		time.Sleep(4 * timeout) // the subject: idle for several write timeouts
 		h.fake.log.live <- h.fake.log.event(21)
 		ev, err := s.Recv()
 		if err != nil || ev.GetSeq() != 21 {
 			t.Fatalf("after an idle %v: %v, %v; want event 21", 4*timeout, ev, err)
 		}
 		cancel()
-		for h.fake.log.waiting.Load() != 0 {
-			time.Sleep(5 * time.Millisecond)
-		}
+		waitSubscribed(0)
 	})
 	t.Run("NDJSON", func(t *testing.T) {
 		req, _ := http.NewRequestWithContext(ctx, "GET", h.base+"/v1/events:subscribe", nil)
@@ -278,8 +296,8 @@ func TestIdleStreamsOutliveWriteTimeout(t *testing.T) {
 		if resp.StatusCode != 200 {
 			t.Fatalf("HTTP %d", resp.StatusCode)
 		}
-		waitSubscribed()
-		time.Sleep(4 * timeout)
+		waitSubscribed(1)
+		time.Sleep(4 * timeout) // the subject: idle for several write timeouts
 		h.fake.log.live <- h.fake.log.event(22)
 		sc := bufio.NewScanner(resp.Body)
 		if !sc.Scan() {

@@ -58,21 +58,9 @@ func mustPrepare(t *testing.T, b *Batch) *request {
 func TestGroupWithFailingBatches(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
-	s, err := Open(ctx, dir, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	owned := &gatewayv1.ClaimCheck{ClaimId: "7", DocumentId: "d", ExpireTime: timestamppb.New(groupBase.Add(time.Hour))}
-	if _, err := s.Commit(ctx, &Batch{Create: groupDoc("t", "d", 1)}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Commit(ctx, &Batch{Create: groupDoc("u", "du", 1), Events: []EventAppend{groupEvent("du", 1)},
-		Claims: []ClaimRecord{{Tenant: "u", Claim: proto.CloneOf(owned)}}}); err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
+	owned := seedGroupStore(t, dir)
 
-	s, err = Open(ctx, dir, Options{MaxGroupBatches: 5, MaxGroupDelay: time.Minute})
+	s, err := Open(ctx, dir, Options{MaxGroupBatches: 5, MaxGroupDelay: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,6 +79,40 @@ func TestGroupWithFailingBatches(t *testing.T) {
 	prune := &request{prune: true, before: 3, done: make(chan struct{})}
 	runOneGroup(t, s, good1, bad1, good2, bad2, prune)
 
+	checkFailingGroupResults(t, s, before, good1, bad1, good2, bad2, prune)
+	checkFailingGroupStored(t, s)
+	checkFailingGroupEvents(t, s, map[uint64]*gatewayv1.Event{3: good1.b.Events[1].Event, 4: good2.b.Events[0].Event})
+	checkCleanGroup(t, s)
+	s.Close()
+	checkGroupCountersDurable(t, dir)
+}
+
+// seedGroupStore commits document d (tenant t) and du (tenant u, one event,
+// owning claim 7) and returns that claim.
+func seedGroupStore(t *testing.T, dir string) *gatewayv1.ClaimCheck {
+	t.Helper()
+	ctx := context.Background()
+	s, err := Open(ctx, dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	owned := &gatewayv1.ClaimCheck{ClaimId: "7", DocumentId: "d", ExpireTime: timestamppb.New(groupBase.Add(time.Hour))}
+	if _, err := s.Commit(ctx, &Batch{Create: groupDoc("t", "d", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Commit(ctx, &Batch{Create: groupDoc("u", "du", 1), Events: []EventAppend{groupEvent("du", 1)},
+		Claims: []ClaimRecord{{Tenant: "u", Claim: proto.CloneOf(owned)}}}); err != nil {
+		t.Fatal(err)
+	}
+	return owned
+}
+
+// checkFailingGroupResults: the group ran once and was retried once; the
+// good batches and the prune succeeded with contiguous seqs, the failing
+// ones got ErrConflict and no seqs.
+func checkFailingGroupResults(t *testing.T, s *Store, before WriterStats, good1, bad1, good2, bad2, prune *request) {
+	t.Helper()
 	ws := s.WriterStats()
 	if ws.Transactions-before.Transactions != 1 || ws.Retries-before.Retries != 1 {
 		t.Fatalf("one group: %d transactions, %d retries; want 1 and 1", ws.Transactions-before.Transactions, ws.Retries-before.Retries)
@@ -111,6 +133,13 @@ func TestGroupWithFailingBatches(t *testing.T) {
 	if prune.pres.Removed != 2 {
 		t.Fatalf("prune before 3 removed %d events, want 2 (seq 1 and the group's seq 2)", prune.pres.Removed)
 	}
+}
+
+// checkFailingGroupStored: the failed batch's document is absent, the good
+// batches' update and payload are stored.
+func checkFailingGroupStored(t *testing.T, s *Store) {
+	t.Helper()
+	ctx := context.Background()
 	if _, err := s.GetDocument(ctx, "t", "b", true); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("document of the failed batch: %v, want ErrNotFound", err)
 	}
@@ -120,11 +149,17 @@ func TestGroupWithFailingBatches(t *testing.T) {
 	if p, err := s.GetPayload(ctx, "t", "a", PayloadContent); err != nil || string(p) != "content" {
 		t.Fatalf("payload of a good batch: %q, %v", p, err)
 	}
+}
+
+// checkFailingGroupEvents: the stored events are exactly want, each body
+// the event with one seq field appended, and EventStats matches them.
+func checkFailingGroupEvents(t *testing.T, s *Store, want map[uint64]*gatewayv1.Event) {
+	t.Helper()
+	ctx := context.Background()
 	evs, err := s.ReadEvents(ctx, EventQuery{AllTenants: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[uint64]*gatewayv1.Event{3: good1.b.Events[1].Event, 4: good2.b.Events[0].Event}
 	var sum uint64
 	for _, e := range evs {
 		ev, ok := want[e.Seq]
@@ -146,10 +181,13 @@ func TestGroupWithFailingBatches(t *testing.T) {
 	if err != nil || st.Count != 2 || st.Bytes != sum || st.OldestSeq != 3 || st.LatestSeq != 4 || s.LastSeq() != 4 {
 		t.Fatalf("EventStats %+v, %v, LastSeq %d; want count 2, %d bytes, seqs 3..4", st, err, s.LastSeq(), sum)
 	}
+}
 
-	// A group without failures runs once, without savepoints; its prune
-	// sees the events queued before it (seqs 3 to 6).
-	before = s.WriterStats()
+// checkCleanGroup: a group without failures runs once, without savepoints;
+// its prune sees the events queued before it (seqs 3 to 6).
+func checkCleanGroup(t *testing.T, s *Store) {
+	t.Helper()
+	before := s.WriterStats()
 	reqs := []*request{
 		mustPrepare(t, &Batch{Create: groupDoc("t", "c1", 1), Events: []EventAppend{groupEvent("c1", 1)}}),
 		mustPrepare(t, &Batch{Create: groupDoc("t", "c2", 1), Events: []EventAppend{groupEvent("c2", 1)}}),
@@ -158,7 +196,7 @@ func TestGroupWithFailingBatches(t *testing.T) {
 		mustPrepare(t, &Batch{Updates: []DocumentUpdate{{Record: groupDoc("t", "d", 3), PrevRev: 2}}, Events: []EventAppend{groupEvent("d", 3)}}),
 	}
 	runOneGroup(t, s, reqs...)
-	ws = s.WriterStats()
+	ws := s.WriterStats()
 	if ws.Transactions-before.Transactions != 1 || ws.Retries != before.Retries {
 		t.Fatalf("clean group: %d transactions, %d retries; want 1 and 0", ws.Transactions-before.Transactions, ws.Retries-before.Retries)
 	}
@@ -180,10 +218,14 @@ func TestGroupWithFailingBatches(t *testing.T) {
 	if reqs[3].pres.Removed != 4 {
 		t.Fatalf("prune before 7 removed %d events, want 4", reqs[3].pres.Removed)
 	}
+}
 
-	// The counters are durable: after a reopen they match the events.
-	s.Close()
-	s, err = Open(ctx, dir, Options{})
+// checkGroupCountersDurable: after a reopen the meta counters match the
+// stored events.
+func checkGroupCountersDurable(t *testing.T, dir string) {
+	t.Helper()
+	ctx := context.Background()
+	s, err := Open(ctx, dir, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
