@@ -12,7 +12,7 @@ import (
 
 // TestPreCommitChangesAreEvents forces the pipelined-upload race (profile
 // 4.2): the peer answers every chunk, deferring one with a claim check,
-// before the Create batch commits. DESIGN.md section 5: every change is one
+// before the Create batch commits. docs/architecture.md, "Event log": every change is one
 // event. Replaying the document's events from cursor 0 must show the
 // creation (rev 1, since 0, PENDING), then every chunk status and the
 // "#claim issued" event, revisions contiguous.

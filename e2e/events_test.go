@@ -95,7 +95,7 @@ func checkRevChain(t *testing.T, id string, mine []*gatewayv1.Event) (states []s
 		if ev.GetSince() != rev {
 			t.Errorf("event seq %d (%s) has since=%d, want %d (the previous event's rev): the log has a gap", ev.GetSeq(), ev.GetKind(), ev.GetSince(), rev)
 		}
-		// Every change is one event (DESIGN.md section 5), and the
+		// Every change is one event (docs/architecture.md, "Event log"), and the
 		// revision counts changes: rev = since + 1.
 		if ev.GetRev() != ev.GetSince()+1 {
 			t.Errorf("event seq %d (%s) has rev=%d since=%d: %d changes of the document have no event", ev.GetSeq(), ev.GetKind(), ev.GetRev(), ev.GetSince(), ev.GetRev()-ev.GetSince()-1)
