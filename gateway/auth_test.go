@@ -204,6 +204,33 @@ func TestTokenFileReload(t *testing.T) {
 	}
 }
 
+// TestTokenFileEmptyKeepsTokens: a token file caught mid-rewrite (truncated
+// to zero bytes) keeps the previous set instead of locking everyone out; a
+// file with only a comment revokes every token.
+func TestTokenFileEmptyKeepsTokens(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens")
+	writeTokens(t, path, map[string]string{"old": "acme"})
+	tf, err := gateway.LoadTokenFile(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := tf.Reload(); err == nil || !strings.Contains(err.Error(), "empty") {
+		t.Errorf("Reload of an empty file: %v, want an error saying it is empty", err)
+	}
+	if tf.Len() != 1 {
+		t.Errorf("after reloading an empty file: %d tokens, want the previous 1", tf.Len())
+	}
+	if err := os.WriteFile(path, []byte("# no tokens\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := tf.Reload(); err != nil || tf.Len() != 0 {
+		t.Errorf("Reload of a comment-only file: %v, %d tokens; want no error and 0 tokens", err, tf.Len())
+	}
+}
+
 func waitFor(t *testing.T, d time.Duration, what string, f func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)

@@ -139,6 +139,12 @@ func (f *TokenFile) load() error {
 	if err != nil {
 		return fmt.Errorf("token file: %w", err)
 	}
+	if len(b) == 0 {
+		// A file being rewritten in place (truncate, then write) is empty
+		// for a moment; taking that as "no tokens" would lock every client
+		// out. To revoke every token, leave a comment line in the file.
+		return fmt.Errorf("token file %s is empty (still being written?); write at least a comment line to accept no tokens", f.path)
+	}
 	m, err := ParseTokenFile(b)
 	if err != nil {
 		return fmt.Errorf("token file %s: %w", f.path, err)
