@@ -70,6 +70,13 @@ func TestRESTUploadStreams(t *testing.T) {
 	if reads, maxRead := h.fake.uploadReads.Load(), h.fake.uploadMaxRead.Load(); reads < 64 || maxRead > 256<<10 {
 		t.Errorf("bridge got %d reads of at most %d bytes; want many reads of at most one 256 KiB chunk", reads, maxRead)
 	}
+	checkForwardedOptions(t, b)
+}
+
+// checkForwardedOptions checks that the upload's query options reached the
+// document TestRESTUploadStreams got back.
+func checkForwardedOptions(t *testing.T, b []byte) {
+	t.Helper()
 	var doc struct {
 		SizeBytes, ContentType, DisplayName, RequestId string
 		Split                                          struct{ Strategy, ChunkBytes, Processor any }
