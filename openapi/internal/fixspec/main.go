@@ -11,6 +11,7 @@
 //   - GetDocumentResult answers the raw result bytes, streamed (gRPC: a
 //     stream of google.api.HttpBody; REST: gateway/result_http.go);
 //   - the HTTP statuses each operation's gRPC errors map to;
+//   - the google.longrunning.Operations routes /v1/operations (lro.go);
 //   - the non-gRPC endpoints: /healthz, /metrics, /openapi.json, /docs/ and
 //     the WebSocket event stream /v1/events/ws.
 //
@@ -97,6 +98,9 @@ func fix(spec obj) error {
 		}
 	}
 	fixResult(op(paths, "/v1/documents/{id}/result", "get"))
+	if err := addLongRunning(paths, defs); err != nil {
+		return err
+	}
 	addErrors(paths)
 	addOperations(paths)
 	spec["tags"] = append(anySlice(spec["tags"]), obj{
