@@ -62,27 +62,7 @@ func TestOperationsGRPCClients(t *testing.T) {
 	if code != 0 || !strings.Contains(string(out), "google.longrunning.Operations") {
 		t.Fatalf("grpcurl list: exit %d, %s %s; want google.longrunning.Operations listed", code, out, errb)
 	}
-	name := "operations/" + d.GetId()
-	for _, m := range []string{"GetOperation", "WaitOperation"} {
-		out, errb, code := grpcurl(t, g, []string{"-d", `{"name":"` + name + `"}`}, "google.longrunning.Operations/"+m)
-		if code != 0 {
-			t.Fatalf("grpcurl %s: exit %d: %s", m, code, errb)
-		}
-		var op struct {
-			Name     string         `json:"name"`
-			Done     bool           `json:"done"`
-			Metadata map[string]any `json:"metadata"`
-			Response map[string]any `json:"response"`
-		}
-		if err := json.Unmarshal(out, &op); err != nil {
-			t.Fatalf("grpcurl %s: %v: %s", m, err, out)
-		}
-		if op.Name != name || !op.Done || op.Metadata["@type"] != "type.googleapis.com/pipestream.gateway.v1.Document" ||
-			op.Metadata["state"] != "SUCCEEDED" || op.Response["@type"] != "type.googleapis.com/pipestream.gateway.v1.ResultRef" ||
-			op.Response["resultPath"] != "/v1/documents/"+d.GetId()+"/result" {
-			t.Fatalf("grpcurl %s: %s; want a done operation with the Document and a ResultRef", m, out)
-		}
-	}
+	grpcurlOperation(t, g, d.GetId())
 
 	// The Go LRO client, given only the name of a running operation.
 	conn, err := grpc.NewClient(g.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -127,6 +107,34 @@ func TestOperationsGRPCClients(t *testing.T) {
 	if _, err := client.GetOperation(ctx, &longrunningpb.GetOperationRequest{Name: "documents/" + d2.GetId()}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("GetOperation(documents/...): %v, want InvalidArgument", err)
 	}
+}
+
+// grpcurlOperation asserts that grpcurl's GetOperation and WaitOperation
+// show document id as a done operation with its Document and a ResultRef.
+func grpcurlOperation(t *testing.T, g *gatewayProc, id string) {
+	t.Helper()
+	name := "operations/" + id
+	for _, m := range []string{"GetOperation", "WaitOperation"} {
+		out, errb, code := grpcurl(t, g, []string{"-d", `{"name":"` + name + `"}`}, "google.longrunning.Operations/"+m)
+		if code != 0 {
+			t.Fatalf("grpcurl %s: exit %d: %s", m, code, errb)
+		}
+		var op struct {
+			Name     string         `json:"name"`
+			Done     bool           `json:"done"`
+			Metadata map[string]any `json:"metadata"`
+			Response map[string]any `json:"response"`
+		}
+		if err := json.Unmarshal(out, &op); err != nil {
+			t.Fatalf("grpcurl %s: %v: %s", m, err, out)
+		}
+		if op.Name != name || !op.Done || op.Metadata["@type"] != "type.googleapis.com/pipestream.gateway.v1.Document" ||
+			op.Metadata["state"] != "SUCCEEDED" || op.Response["@type"] != "type.googleapis.com/pipestream.gateway.v1.ResultRef" ||
+			op.Response["resultPath"] != "/v1/documents/"+id+"/result" {
+			t.Fatalf("grpcurl %s: %s; want a done operation with the Document and a ResultRef", m, out)
+		}
+	}
+
 }
 
 // TestOperationsREST: the REST routes of the operations (curl), WaitOperation

@@ -9,6 +9,7 @@ import (
 
 	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -32,7 +33,7 @@ func (s *Server) registerOperationsREST(mux *runtime.ServeMux) error {
 	}{
 		{"GET", "/v1/operations", "ListOperations", func(ctx context.Context, r *http.Request, _ map[string]string, _ runtime.Marshaler) (proto.Message, error) {
 			req := &longrunningpb.ListOperationsRequest{Name: "operations"}
-			if err := runtime.PopulateQueryParameters(req, r.URL.Query(), nil); err != nil {
+			if err := runtime.PopulateQueryParameters(req, r.URL.Query(), utilities.NewDoubleArray(nil)); err != nil {
 				return nil, status.Errorf(codes.InvalidArgument, "query: %v (known parameters: pageSize, pageToken, filter)", err)
 			}
 			return c.ListOperations(ctx, req)

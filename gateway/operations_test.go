@@ -94,8 +94,25 @@ func TestOperationsTenantIsolation(t *testing.T) {
 		t.Fatalf("DeleteOperation: %v, want Unimplemented", err)
 	}
 
+	restOperationIsolation(t, h, d.GetId())
+
+	// Cancel makes the operation done with CANCELLED.
+	if _, err := ops.CancelOperation(acme, &longrunningpb.CancelOperationRequest{Name: name}); err != nil {
+		t.Fatalf("CancelOperation: %v", err)
+	}
+	op, err = ops.WaitOperation(acme, &longrunningpb.WaitOperationRequest{Name: name, Timeout: durationpb.New(30 * time.Second)})
+	if err != nil || !op.GetDone() || op.GetError().GetCode() != int32(codes.Canceled) {
+		t.Fatalf("after CancelOperation: %v, %v; want done with error CANCELLED", op, err)
+	}
+}
+
+// restOperationIsolation checks GET /v1/operations/{id} of acme's document
+// as acme (200), globex (404) and without a token (401).
+func restOperationIsolation(t *testing.T, h *harness, id string) {
+	t.Helper()
+	name := "operations/" + id
 	get := func(token string) (int, string) {
-		req, _ := http.NewRequest("GET", h.base+"/v1/operations/"+d.GetId(), nil)
+		req, _ := http.NewRequest("GET", h.base+"/v1/operations/"+id, nil)
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
@@ -117,12 +134,4 @@ func TestOperationsTenantIsolation(t *testing.T) {
 		t.Errorf("REST GET as the owner: %d %s", code, body)
 	}
 
-	// Cancel makes the operation done with CANCELLED.
-	if _, err := ops.CancelOperation(acme, &longrunningpb.CancelOperationRequest{Name: name}); err != nil {
-		t.Fatalf("CancelOperation: %v", err)
-	}
-	op, err = ops.WaitOperation(acme, &longrunningpb.WaitOperationRequest{Name: name, Timeout: durationpb.New(30 * time.Second)})
-	if err != nil || !op.GetDone() || op.GetError().GetCode() != int32(codes.Canceled) {
-		t.Fatalf("after CancelOperation: %v, %v; want done with error CANCELLED", op, err)
-	}
 }
