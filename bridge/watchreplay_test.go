@@ -93,3 +93,52 @@ func checkReplay(t *testing.T, ups []*gatewayv1.WatchDocumentResponse, final *ga
 		t.Fatalf("last update %v; want the stored document %v", last, final)
 	}
 }
+
+// TestWatchReplayClaims: a replay shows a claim check only from its
+// #claim issued event on, ISSUED until the #claim redeemed event and
+// REDEEMED from it.
+func TestWatchReplayClaims(t *testing.T) {
+	e := newEnv(t)
+	e.waitReady()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	doc := e.submit([]byte("deferred, then redeemed"), &gatewayv1.SubmitDocumentRequest{ContentType: "text/plain",
+		Split:    &gatewayv1.SplitOptions{Strategy: gatewayv1.SplitStrategy_SPLIT_NONE, Processor: "fault"},
+		Metadata: map[string]string{"pipestream.fault": "defer"}})
+	claim := e.waitFor(doc.Id, 20*time.Second, "a claim", func(d *gatewayv1.Document) bool { return len(d.ClaimChecks) == 1 }).ClaimChecks[0].ClaimId
+	if _, err := e.b.Redeem(ctx, "", claim); err != nil {
+		t.Fatal(err)
+	}
+	if s := e.wait(doc.Id, 20*time.Second).State; s != gatewayv1.State_SUCCEEDED {
+		t.Fatalf("document %s", s)
+	}
+	var ups []*gatewayv1.WatchDocumentResponse
+	if err := e.b.Watch(ctx, "", doc.Id, 1, func(u *gatewayv1.WatchDocumentResponse) error { ups = append(ups, u); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	want := gatewayv1.ClaimCheck_CLAIM_STATE_UNSPECIFIED // no claim yet
+	var sawIssued, sawRedeemed bool
+	for i, u := range ups {
+		if u.Event.Kind == "#claim" {
+			switch u.Event.ClaimAction {
+			case "issued":
+				want, sawIssued = gatewayv1.ClaimCheck_ISSUED, true
+			case "redeemed":
+				want, sawRedeemed = gatewayv1.ClaimCheck_REDEEMED, true
+			}
+		}
+		cs := u.Document.ClaimChecks
+		if want == gatewayv1.ClaimCheck_CLAIM_STATE_UNSPECIFIED {
+			if len(cs) != 0 {
+				t.Fatalf("update %d (rev %d, %s): claims %v before the claim was issued", i, u.Event.Rev, u.Event.Kind, cs)
+			}
+			continue
+		}
+		if len(cs) != 1 || cs[0].ClaimId != claim || cs[0].State != want || cs[0].ExpireTime == nil {
+			t.Fatalf("update %d (rev %d, %s): claims %v; want claim %s %s with its expire time", i, u.Event.Rev, u.Event.Kind, cs, claim, want)
+		}
+	}
+	if !sawIssued || !sawRedeemed {
+		t.Fatalf("replay had no #claim issued (%v) or redeemed (%v) event", sawIssued, sawRedeemed)
+	}
+}

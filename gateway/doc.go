@@ -1,7 +1,8 @@
 // Package gateway is the public API of PipeStream: gRPC services over
 // bridge.Service (DocumentService, EventService and
-// google.longrunning.Operations over documents, docs/operations.md), the grpc-gateway REST mux (which dials the gRPC listener
-// over a real client connection, so server streams become NDJSON), the
+// google.longrunning.Operations over documents, docs/operations.md), the
+// grpc-gateway REST mux (which dials the gRPC listener over a real client
+// connection, so server streams become NDJSON), the
 // streaming upload route, the AT-sync WebSocket event stream, health,
 // metrics, docs, and graceful shutdown (DESIGN.md sections 4, 5 and 7).
 //
