@@ -98,6 +98,13 @@ func (o *operationsService) WaitOperation(ctx context.Context, req *longrunningp
 		wait = min(wait, to.AsDuration())
 	}
 	t := TenantFromContext(ctx)
+	// A wait holds a document subscription like WatchDocument: it counts
+	// against the tenant's event streams (--max-subscribers-per-tenant).
+	release, err := o.s.limits.acquire(watchMethod, t)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	err = o.s.cfg.Bridge.Watch(wctx, t, id, 0, func(*gatewayv1.WatchDocumentResponse) error { return nil })

@@ -135,3 +135,60 @@ func restOperationIsolation(t *testing.T, h *harness, id string) {
 	}
 
 }
+
+// TestWaitOperationCountsAsStream: a WaitOperation holds a document
+// subscription, so it counts against MaxSubscribersPerTenant like
+// WatchDocument: with a limit of 1, a second concurrent wait is
+// ResourceExhausted TOO_MANY_SUBSCRIBERS, and a wait is possible again once
+// the first ended.
+func TestWaitOperationCountsAsStream(t *testing.T) {
+	b, err := bridge.New(context.Background(), bridge.Options{
+		DataDir: t.TempDir(), PeerAddr: "127.0.0.1:9", PeerCAPEM: selfSignedPEM(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, func(c *gateway.Config) { c.Bridge = b; c.MaxSubscribersPerTenant = 1 })
+	d, err := h.docs.SubmitDocument(context.Background(), &gatewayv1.SubmitDocumentRequest{Content: []byte("waits"), ContentType: "text/plain"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := longrunningpb.NewOperationsClient(h.conn)
+	name := "operations/" + d.GetId()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := ops.WaitOperation(ctx, &longrunningpb.WaitOperationRequest{Name: name, Timeout: durationpb.New(time.Minute)})
+		done <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := ops.WaitOperation(context.Background(), &longrunningpb.WaitOperationRequest{Name: name, Timeout: durationpb.New(1)})
+		if status.Code(err) == codes.ResourceExhausted && strings.Contains(status.Convert(err).Message(), "event streams") {
+			break
+		}
+		if err != nil && !strings.Contains(status.Convert(err).Message(), "rate limit") {
+			t.Fatalf("second wait: %v; want OK until the first wait holds the slot, then the event stream limit", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a second concurrent WaitOperation was never refused with a limit of 1")
+		}
+		time.Sleep(10 * time.Millisecond) // poll interval, not synchronisation
+	}
+	cancel()
+	if err := <-done; status.Code(err) != codes.Canceled {
+		t.Fatalf("first wait after its cancel: %v", err)
+	}
+	// The slot is released with the call's end on the server; poll.
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		_, err := ops.WaitOperation(context.Background(), &longrunningpb.WaitOperationRequest{Name: name, Timeout: durationpb.New(1)})
+		if err == nil {
+			break
+		}
+		if status.Code(err) != codes.ResourceExhausted || time.Now().After(deadline) {
+			t.Fatalf("wait after the first ended: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond) // poll interval
+	}
+}
