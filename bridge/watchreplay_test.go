@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/pipestream/gateway/bridge/store"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
@@ -140,5 +142,38 @@ func TestWatchReplayClaims(t *testing.T) {
 	}
 	if !sawIssued || !sawRedeemed {
 		t.Fatalf("replay had no #claim issued (%v) or redeemed (%v) event", sawIssued, sawRedeemed)
+	}
+}
+
+// TestWatchReplayCountsLayer1: with nested scopes (Layer 1 sentences, a
+// peer may reuse scope ids), the entity counts a replay shows after the
+// last #status event are the stored document's final counts.
+func TestWatchReplayCountsLayer1(t *testing.T) {
+	e := newEnv(t)
+	e.waitReady()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	text := []byte("One sentence here. Another one there.\nA third line. With two sentences.\nLast line, one sentence.\nAnd more. And more again.\n")
+	doc := e.submit(text, &gatewayv1.SubmitDocumentRequest{ContentType: "text/plain",
+		Split: &gatewayv1.SplitOptions{Strategy: gatewayv1.SplitStrategy_SPLIT_LINES, ChunkBytes: 40, Processor: "sentences", MaxDepth: 1}})
+	final := e.wait(doc.Id, 20*time.Second)
+	if final.State != gatewayv1.State_SUCCEEDED {
+		t.Fatalf("document %s", final.State)
+	}
+	var ups []*gatewayv1.WatchDocumentResponse
+	if err := e.b.Watch(ctx, "", doc.Id, 1, func(u *gatewayv1.WatchDocumentResponse) error { ups = append(ups, u); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	var lastStatus *gatewayv1.WatchDocumentResponse
+	for _, u := range ups {
+		if u.Event.Kind == "#status" {
+			lastStatus = u
+		}
+	}
+	if lastStatus == nil || lastStatus.Event.Rev == final.Rev {
+		t.Fatalf("no #status event before the terminal one in %d updates", len(ups))
+	}
+	if got, want := lastStatus.Document.EntityCounts, final.EntityCounts; !proto.Equal(got, want) {
+		t.Fatalf("counts after the last #status event (rev %d): %v; the stored document has %v", lastStatus.Event.Rev, got, want)
 	}
 }

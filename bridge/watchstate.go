@@ -9,6 +9,9 @@ import (
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
 
+// scopeDigestEvent names the #status event of a scope digest (handler.go).
+const scopeDigestEvent = "ScopeDigest"
+
 // docAsOf rebuilds, for a replaying WatchDocument, the document as it was
 // after each event. The store keeps only the newest document row (the
 // flusher coalesces many events into one row update, so intermediate rows
@@ -78,6 +81,11 @@ func (f *docAsOf) apply(ev *gatewayv1.Event) *gatewayv1.Document {
 	case kindDocument:
 		f.applyState(ev)
 	case kindStatus:
+		if ev.GetName() == scopeDigestEvent {
+			// The scope's id with its parent's entity id (the parent lives
+			// in the enclosing scope): no entity changed.
+			break
+		}
 		f.ents[[2]uint32{ev.GetScopeId(), ev.GetEntityId()}] = ev.GetEntityStatus()
 		d.EntityCounts = countStatuses(f.ents)
 	case kindClaim:
