@@ -76,7 +76,7 @@ func addLongRunning(paths, defs obj) error {
 	paths["/v1/operations/{id}"] = obj{"get": obj{
 		"tags": tags, "operationId": "Operations_GetOperation", "summary": "Get an operation",
 		"description": "The operation of document {id}: metadata is the Document; once done, response is a ResultRef or error a google.rpc.Status.",
-		"parameters": []any{idParam}, "responses": opResp("The operation.", op, notFound),
+		"parameters":  []any{idParam}, "responses": opResp("The operation.", op, notFound),
 	}}
 	paths["/v1/operations/{id}:wait"] = obj{"post": obj{
 		"tags": tags, "operationId": "Operations_WaitOperation", "summary": "Wait for an operation",
@@ -88,7 +88,7 @@ func addLongRunning(paths, defs obj) error {
 	paths["/v1/operations/{id}:cancel"] = obj{"post": obj{
 		"tags": tags, "operationId": "Operations_CancelOperation", "summary": "Cancel an operation",
 		"description": "Cancels document {id} (as CancelDocument); the operation then becomes done with error code 1 CANCELLED. The body is ignored.",
-		"parameters": []any{idParam, obj{"name": "body", "in": "body", "required": false, "schema": obj{"type": "object"}}},
+		"parameters":  []any{idParam, obj{"name": "body", "in": "body", "required": false, "schema": obj{"type": "object"}}},
 		"responses": opResp("Cancelled: the operation is done with error CANCELLED.", obj{"type": "object"},
 			obj{"400": "FailedPrecondition: the document is already terminal.", "404": "NotFound: no such document for this tenant."}),
 	}}
