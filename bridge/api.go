@@ -1,11 +1,8 @@
-// Package bridge turns API submissions into PipeStream dehydration over a
-// quicpeer session, maps STATUS frames back into document and entity state,
-// stores results and claim checks, and feeds the event log.
-//
 // CONTRACT FILE: gateway/ codes against the exported surface below. Keep
 // signatures stable; document changes. API messages are the generated
 // gatewayv1 types so that no translation layer sits between gateway and
-// bridge.
+// bridge. The package doc is in doc.go.
+
 package bridge
 
 import (
@@ -76,7 +73,7 @@ type Service interface {
 	Close(ctx context.Context) error
 }
 
-// EventLog is the sequenced, resumable log (DESIGN.md section 5).
+// EventLog is the sequenced, resumable log (docs/architecture.md).
 type EventLog interface {
 	// Subscribe follows the log with AT-sync cursor rules. cursor == nil:
 	// live only. It calls send for every event (including the #info
@@ -130,7 +127,11 @@ var (
 // the peer connection manager (dial PeerAddr with backoff). *Bridge
 // implements Service.
 type Options struct {
-	DataDir string // SQLite file, spool and results live here
+	DataDir string // the SQLite store with its spool and results (unless Store is set), and scratch files
+	// Store is the durable store (nil: the SQLite backend, opened in
+	// DataDir). The bridge owns it: Close closes it, also when New fails.
+	// DataDir is still required: plain chunk results are spooled there.
+	Store Store
 	// PeerAddr is the UDP host:port of the PipeStream peer.
 	PeerAddr string
 	// PeerCAPEM verifies the peer's certificate (a CA bundle or the embedded

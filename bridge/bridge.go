@@ -19,7 +19,7 @@ import (
 type Bridge struct {
 	opts Options
 	log  *slog.Logger
-	st   *store.Store
+	st   Store
 	ev   *eventlog.Log
 	m    *metrics
 	tls  *tls.Config
@@ -41,7 +41,6 @@ type Bridge struct {
 	queue    []*docRun          // documents waiting for dispatch
 	active   *sessState
 	sessions map[*sessState]struct{}
-	sessGen  uint64
 	sessWake chan struct{} // closed when the active session should be replaced
 	peer     peerState
 	connKick chan struct{} // wakes a connection loop waiting for work (draft-04)
@@ -50,19 +49,24 @@ type Bridge struct {
 
 var _ Service = (*Bridge)(nil)
 
-// New opens the store in DataDir, recovers non-terminal documents, and starts
-// the peer connection manager (see Options).
+// New opens the store (Options.Store, or SQLite in DataDir), recovers
+// non-terminal documents, and starts the peer connection manager (see
+// Options).
 func New(ctx context.Context, opts Options) (*Bridge, error) {
-	if err := opts.fill(); err != nil {
+	tc, err := validate(&opts)
+	if err != nil {
+		if opts.Store != nil {
+			opts.Store.Close()
+		}
 		return nil, err
 	}
-	tc, err := tlsConfig(&opts)
-	if err != nil {
-		return nil, err
-	}
-	st, err := store.Open(ctx, opts.DataDir, store.Options{Logger: opts.Logger, Registerer: opts.Registerer})
-	if err != nil {
-		return nil, fmt.Errorf("bridge: open store in %s: %w", opts.DataDir, err)
+	st := opts.Store
+	if st == nil {
+		sq, err := store.Open(ctx, opts.DataDir, store.Options{Logger: opts.Logger, Registerer: opts.Registerer})
+		if err != nil {
+			return nil, fmt.Errorf("bridge: open store in %s: %w", opts.DataDir, err)
+		}
+		st = sq
 	}
 	eo := opts.EventLog
 	if eo.Logger == nil {
@@ -96,6 +100,14 @@ func New(ctx context.Context, opts Options) (*Bridge, error) {
 	go b.claimSweeper(bctx)
 	go b.superviseLoop(bctx)
 	return b, nil
+}
+
+// validate fills opts and builds the peer TLS configuration.
+func validate(opts *Options) (*tls.Config, error) {
+	if err := opts.fill(); err != nil {
+		return nil, err
+	}
+	return tlsConfig(opts)
 }
 
 // fill validates Options and applies defaults.
@@ -213,9 +225,7 @@ func (b *Bridge) Close(ctx context.Context) error {
 	b.wg.Wait()
 	b.mu.Lock()
 	for _, d := range b.docs {
-		if d.finishTimer != nil {
-			d.finishTimer.Stop()
-		}
+		d.att.stopFinishTimer()
 	}
 	if b.holdTimer != nil {
 		b.holdTimer.Stop() // the last flush below commits held documents
@@ -277,7 +287,7 @@ func (b *Bridge) dispatchLoop(ctx context.Context) {
 			return
 		case sem <- struct{}{}:
 		}
-		var job *attemptJob
+		var job *attempt
 		for job == nil {
 			b.mu.Lock()
 			job = b.startAttemptLocked()

@@ -63,67 +63,109 @@ func (b *Bridge) Redeem(ctx context.Context, t Tenant, claimID string) (*gateway
 	if err := checkClaimID(claimID); err != nil {
 		return nil, err
 	}
-	what := "claim " + claimID
 	now := time.Now()
 	rec, err := b.redeemableClaim(ctx, t, claimID, now)
 	if err != nil {
 		return nil, err
 	}
 	b.mu.Lock()
-	d := b.docs[rec.Claim.DocumentId]
-	if d == nil || d.terminal() {
+	d, cr, err := b.claimToRedeemLocked(rec.Claim.DocumentId, claimID)
+	if err != nil {
 		b.mu.Unlock()
-		return nil, fmt.Errorf("%s belongs to document %s, which is finished; nothing waits for it: %w", what, rec.Claim.DocumentId, ErrFailedPrecondition)
+		return nil, err
+	}
+	running := cr.att.current()
+	b.mu.Unlock()
+	if running {
+		return b.redeemRun(ctx, d, claimID, "")
+	}
+	return b.redeemEarlier(ctx, d, cr, claimID, now)
+}
+
+// claimToRedeemLocked finds the running document of claim claimID and the
+// claim there, or says why it cannot be redeemed. Caller holds mu.
+func (b *Bridge) claimToRedeemLocked(docID, claimID string) (*docRun, *claimRun, error) {
+	what := "claim " + claimID
+	d := b.docs[docID]
+	if d == nil || d.terminal() {
+		return nil, nil, fmt.Errorf("%s belongs to document %s, which is finished; nothing waits for it: %w", what, docID, ErrFailedPrecondition)
 	}
 	cr := d.claims[claimID]
 	switch {
 	case cr == nil || cr.slot == noSlot && cr.key.scope == 0:
-		b.mu.Unlock()
-		return nil, fmt.Errorf("%s was issued to an earlier dispatch of document %s whose entity the gateway no longer knows; redeem the document's newest claim: %w",
+		return nil, nil, fmt.Errorf("%s was issued to an earlier dispatch of document %s whose entity the gateway no longer knows; redeem the document's newest claim: %w",
 			what, d.id, ErrFailedPrecondition)
 	case cr.key.scope != 0:
-		b.mu.Unlock()
-		return nil, fmt.Errorf("%s defers an entity the peer created in its scope %d; the gateway has no payload to resume it: %w",
+		return nil, nil, fmt.Errorf("%s defers an entity the peer created in its scope %d; the gateway has no payload to resume it: %w",
 			what, cr.key.scope, ErrFailedPrecondition)
-	case cr.attempt == d.attempt && d.sess != nil && cr.sess == d.sess:
-		b.mu.Unlock()
-		return b.redeemRun(ctx, d, claimID, "")
 	}
-	// A claim of an earlier attempt: find the current attempt's claim for
-	// the same chunk (or root).
-	cur := ""
-	for id, c := range d.claims {
-		if id != claimID && c.attempt == d.attempt && d.sess != nil && c.sess == d.sess && c.slot == cr.slot &&
-			c.c.State == gatewayv1.ClaimCheck_ISSUED {
-			cur = id
-		}
-	}
-	from := cr.attempt
-	b.mu.Unlock()
-	res, err := b.commit(ctx, &store.Batch{Redeem: &store.RedeemClaim{Tenant: string(t), ClaimID: claimID, Now: now}})
-	if err != nil {
-		return nil, mapStoreErr(what, err)
-	}
-	b.m.claims.WithLabelValues("redeemed").Inc()
+	return d, cr, nil
+}
+
+// redeemEarlier redeems cr, a claim of an earlier attempt of d: the store
+// marks it REDEEMED, and the entity is resumed through the current
+// attempt's claim for the same chunk (or root): at once when that claim
+// is issued already, else as soon as the peer defers the chunk again
+// (preRedeem, onDeferredLocked).
+func (b *Bridge) redeemEarlier(ctx context.Context, d *docRun, cr *claimRun, claimID string, now time.Time) (*gatewayv1.ClaimCheck, error) {
 	b.mu.Lock()
-	cr.c = proto.Clone(res.Claim).(*gatewayv1.ClaimCheck)
-	cr.c.DocumentId = d.id
-	msg := fmt.Sprintf("issued to dispatch attempt %d; resumes the entity of attempt %d", from, d.attempt)
+	cur := d.currentClaimLocked(cr.slot, claimID)
+	from := cr.att.gen
+	b.mu.Unlock()
+	stored, err := b.commitRedeem(ctx, d.tenant, claimID, now)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	msg := fmt.Sprintf("issued to dispatch attempt %d; resumes the entity of attempt %d", from, d.att.gen)
 	if cur == "" {
 		msg += " once the peer defers it again"
 		d.preRedeem[cr.slot] = claimID
 	}
-	d.addEvent(&gatewayv1.Event{Kind: kindClaim, ClaimId: claimID, ClaimAction: "redeemed", EntityId: cr.c.EntityId, ScopeId: cr.c.ScopeId, Message: msg})
-	d.dirtyClaims[claimID] = true
+	d.redeemedLocked(cr, claimID, stored, msg)
+	d.out.claims[claimID] = true
 	out := publicClaim(cr.c, time.Now())
 	b.kickFlush()
 	b.mu.Unlock()
 	if cur != "" {
 		if _, err := b.redeemRun(ctx, d, cur, claimID); err != nil {
-			return nil, fmt.Errorf("%s is redeemed, but resuming the entity through the current claim %s failed: %w", what, cur, err)
+			return nil, fmt.Errorf("claim %s is redeemed, but resuming the entity through the current claim %s failed: %w", claimID, cur, err)
 		}
 	}
 	return out, nil
+}
+
+// currentClaimLocked returns the ISSUED claim of d's running attempt for
+// slot, other than except ("" when there is none). Caller holds mu.
+func (d *docRun) currentClaimLocked(slot int64, except string) string {
+	cur := ""
+	for id, c := range d.claims {
+		if id != except && c.att.current() && c.slot == slot && c.c.State == gatewayv1.ClaimCheck_ISSUED {
+			cur = id
+		}
+	}
+	return cur
+}
+
+// commitRedeem moves claim claimID from ISSUED to REDEEMED in the store,
+// exactly once (a replay fails with ErrClaimRedeemed), and returns the
+// claim as stored. Every redemption, of a current claim or of an earlier
+// attempt's, goes through it, then through redeemedLocked.
+func (b *Bridge) commitRedeem(ctx context.Context, t Tenant, claimID string, now time.Time) (*gatewayv1.ClaimCheck, error) {
+	res, err := b.commit(ctx, &store.Batch{Redeem: &store.RedeemClaim{Tenant: string(t), ClaimID: claimID, Now: now}})
+	if err != nil {
+		return nil, mapStoreErr("claim "+claimID, err)
+	}
+	b.m.claims.WithLabelValues("redeemed").Inc()
+	return res.Claim, nil
+}
+
+// redeemedLocked records a redemption the store committed (stored) on cr
+// and as the #claim "redeemed" event (msg says how). Caller holds mu.
+func (d *docRun) redeemedLocked(cr *claimRun, claimID string, stored *gatewayv1.ClaimCheck, msg string) {
+	cr.c = proto.Clone(stored).(*gatewayv1.ClaimCheck)
+	cr.c.DocumentId = d.id
+	d.addEvent(&gatewayv1.Event{Kind: kindClaim, ClaimId: claimID, ClaimAction: "redeemed", EntityId: cr.c.EntityId, ScopeId: cr.c.ScopeId, Message: msg})
 }
 
 // redeemableClaim loads a claim and refuses one already redeemed or
@@ -156,31 +198,27 @@ func (b *Bridge) redeemRun(ctx context.Context, d *docRun, claimID, via string) 
 	what := "claim " + claimID
 	b.mu.Lock()
 	cr := d.claims[claimID]
-	if cr == nil || d.terminal() || cr.attempt != d.attempt || d.sess == nil || cr.sess != d.sess {
+	if cr == nil || !cr.att.current() {
 		b.mu.Unlock()
 		return nil, fmt.Errorf("document %s was re-dispatched or finished while %s was being redeemed; retry: %w", d.id, what, ErrUnavailable)
 	}
-	ss := d.sess
-	e := proto.Clone(d.ents[cr.key]).(*gatewayv1.Entity)
-	isRoot := cr.key == rootKey(d.rootID)
-	tenant := d.tenant
+	ss := cr.att.ss
+	e := proto.Clone(cr.att.ents[cr.key]).(*gatewayv1.Entity)
+	isRoot := cr.key == rootKey(cr.att.rootID)
 	b.mu.Unlock()
 
-	res, err := b.commit(ctx, &store.Batch{Redeem: &store.RedeemClaim{Tenant: string(tenant), ClaimID: claimID, Now: time.Now()}})
+	stored, err := b.commitRedeem(ctx, d.tenant, claimID, time.Now())
 	if err != nil {
-		return nil, mapStoreErr(what, err)
+		return nil, err
 	}
-	b.m.claims.WithLabelValues("redeemed").Inc()
 	sk := entKey{id: e.EntityId}
 	w := make(chan wire.Status, 1)
 	b.mu.Lock()
-	cr.c = proto.Clone(res.Claim).(*gatewayv1.ClaimCheck)
-	cr.c.DocumentId = d.id
 	msg := ""
 	if via != "" {
 		msg = "redeemed through claim " + via + " of an earlier dispatch attempt"
 	}
-	d.addEvent(&gatewayv1.Event{Kind: kindClaim, ClaimId: claimID, ClaimAction: "redeemed", EntityId: e.EntityId, ScopeId: e.ScopeId, Message: msg})
+	d.redeemedLocked(cr, claimID, stored, msg)
 	ss.waiters[sk] = w
 	b.kickFlush()
 	b.mu.Unlock()
@@ -247,17 +285,13 @@ func (b *Bridge) rejectClaim(d *docRun, claimID string, st gatewayv1.ClaimCheck_
 		return
 	}
 	cr.c.State = st
-	d.dirtyClaims[claimID] = true
+	d.out.claims[claimID] = true
 	msg := "claim " + claimID + ": " + why
-	if e := d.ents[cr.key]; e != nil && cr.attempt == d.attempt {
+	if e := d.att.ents[cr.key]; e != nil && cr.att == d.att {
 		e.Message = msg
-		d.dirtyEnts[dirtyEnt{d.attempt, cr.key}] = e
+		d.out.putEntity(d.att.gen, cr.key, e)
 	}
-	if d.rec.Doc.Error == "" {
-		d.rec.Doc.Error = msg
-	} else {
-		d.rec.Doc.Error += "; " + msg
-	}
+	d.appendError(msg)
 	d.addEvent(&gatewayv1.Event{Kind: kindClaim, ClaimId: claimID, ClaimAction: action, EntityId: cr.c.EntityId, ScopeId: cr.c.ScopeId, Message: why})
 	b.kickFlush()
 }
@@ -324,7 +358,7 @@ func (b *Bridge) sweepClaims(ctx context.Context) {
 				continue
 			}
 			cr.c.State = gatewayv1.ClaimCheck_EXPIRED
-			d.dirtyClaims[id] = true
+			d.out.claims[id] = true
 			d.addEvent(&gatewayv1.Event{Kind: kindClaim, ClaimId: id, ClaimAction: "expired", EntityId: r.Claim.EntityId, ScopeId: r.Claim.ScopeId})
 			b.m.claims.WithLabelValues("expired").Inc()
 			continue

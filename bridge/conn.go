@@ -18,7 +18,6 @@ import (
 // Bridge.mu.
 type sessState struct {
 	s      *quicpeer.Session
-	gen    uint64
 	n      quicpeer.Negotiated
 	codec  wire.Codec
 	ents   map[entKey]*entRef     // (scope, id) on this session -> document entity
@@ -40,57 +39,54 @@ type sessState struct {
 	profile, draft04 bool
 }
 
-// entRef maps a session entity to its document entity (key is the
-// document-level key; it differs from the session key only for a claim
-// redemption on a later session).
+// entRef maps a session entity to its document entity: the attempt it
+// belongs to and its key there (the session key plus the scope instance).
 type entRef struct {
-	doc     *docRun
-	key     entKey
-	attempt uint32
-	redeem  string // claim id when this is a redemption stream
+	att *attempt
+	key entKey
 }
 
-// sessEnt is one sessState.ents key made for a document (docRun.sessEnts).
+// sessEnt is one sessState.ents key made for an attempt (attempt.sessEnts).
 type sessEnt struct {
 	ss *sessState
 	k  entKey
 }
 
 // bindEntLocked maps session entity sk on ss to ref and records the
-// mapping in ref.doc, so releaseSessLocked can drop it. Every write to
-// sessState.ents goes through here. Callers hold Bridge.mu.
+// mapping in ref's attempt, so releaseSessLocked can drop it. Every write
+// to sessState.ents goes through here. Callers hold Bridge.mu.
 func bindEntLocked(ss *sessState, sk entKey, ref *entRef) {
 	ss.ents[sk] = ref
-	ref.doc.sessEnts = append(ref.doc.sessEnts, sessEnt{ss: ss, k: sk})
+	ref.att.sessEnts = append(ref.att.sessEnts, sessEnt{ss: ss, k: sk})
 }
 
-// releaseSessLocked drops what sessions hold for d's current attempt: its
-// entity mappings (a later status for them is ignored as for any unknown
-// entity, which the race rule of profile 3 does anyway for a finished or
-// moved attempt) and its DEHYDRATING parents still awaiting a scope (no
-// new scope may be attributed to an attempt that ended). Called when the
-// attempt ends: terminal state, abort, abandoned upload. Without it a
-// long-lived session kept every finished document's docRun reachable
-// (entity IDs are not reused within a session). Scope owners
-// (sessState.scopes) stay until their SCOPE_DIGEST or the reuse of the
-// scope ID: a late status in such a scope must still resolve to the
-// finished attempt (and be ignored), not be guessed onto another document.
-// Callers hold Bridge.mu.
-func releaseSessLocked(d *docRun) {
-	d.dropResultStreamLocked()
-	for _, e := range d.sessEnts {
-		if r := e.ss.ents[e.k]; r != nil && r.doc == d {
+// releaseSessLocked drops what sessions hold for attempt a: its result
+// assembly, its entity mappings (a later status for them is ignored as for
+// any unknown entity, which the race rule of profile 3 does anyway for a
+// finished or moved attempt) and its DEHYDRATING parents still awaiting a
+// scope (no new scope may be attributed to an attempt that ended). Called
+// when the attempt ends: terminal state, abort, abandoned upload, and for
+// the previous attempt when the next one starts. Without it a long-lived
+// session kept every finished document's docRun reachable (entity IDs are
+// not reused within a session). Scope owners (sessState.scopes) stay until
+// their SCOPE_DIGEST or the reuse of the scope ID: a late status in such a
+// scope must still resolve to the finished attempt (and be ignored), not
+// be guessed onto another document. Callers hold Bridge.mu.
+func releaseSessLocked(a *attempt) {
+	a.dropResultStreamLocked()
+	for _, e := range a.sessEnts {
+		if r := e.ss.ents[e.k]; r != nil && r.att.d == a.d {
 			delete(e.ss.ents, e.k)
 		}
 	}
-	d.sessEnts = nil
-	ss := d.sess
+	a.sessEnts = nil
+	ss := a.ss
 	if ss == nil {
 		return
 	}
 	n := 0
 	for _, p := range ss.dehyd {
-		if p.doc != d {
+		if p.att.d != a.d {
 			ss.dehyd[n] = p
 			n++
 		}
@@ -98,22 +94,26 @@ func releaseSessLocked(d *docRun) {
 	clear(ss.dehyd[n:])
 	ss.dehyd = ss.dehyd[:n]
 	for id, p := range ss.lastDehyd {
-		if p.doc == d {
+		if p.att.d == a.d {
 			delete(ss.lastDehyd, id)
 		}
 	}
 }
 
+// scopeOwner is the owner of a peer-allocated scope: the attempt and the
+// entity (parent) the scope belongs to, and which use of the scope ID in
+// that attempt it is.
 type scopeOwner struct {
-	doc     *docRun
-	attempt uint32
-	parent  entKey // document key of the entity the scope belongs to
-	inst    uint32 // instance of the scope ID in the document's attempt
-	depth   uint8
+	att    *attempt
+	parent entKey // document key of the entity the scope belongs to
+	inst   uint32 // instance of the scope ID in the attempt
+	depth  uint8
 }
 
+// parentRef is an entity the peer reported DEHYDRATING: the parent of a
+// scope it will open.
 type parentRef struct {
-	doc   *docRun
+	att   *attempt
 	key   entKey
 	depth uint8
 }
@@ -221,8 +221,6 @@ func (b *Bridge) dial(ctx context.Context) (*sessState, error) {
 	if ss.closed { // ended during the handshake callback window
 		return nil, fmt.Errorf("session closed right after the handshake: %v", s.Err())
 	}
-	b.sessGen++
-	ss.gen = b.sessGen
 	b.active = ss
 	b.sessions[ss] = struct{}{}
 	b.sessWake = make(chan struct{})
@@ -264,7 +262,7 @@ func (b *Bridge) liveSessionsLocked() int {
 	return n
 }
 
-// activeSession returns the session new work goes to (nil if none).
+// activeSessionLocked returns the session new work goes to (nil if none).
 func (b *Bridge) activeSessionLocked() *sessState {
 	if b.active == nil || b.active.goaway || b.active.closed {
 		return nil

@@ -14,13 +14,14 @@ import (
 // Where a document's payloads live. A whole document of up to
 // maxStoredInline octets keeps its content inline in the store (the Create
 // batch that makes the submission durable carries it, store.PayloadContent;
-// the record's SpoolPath is then ""), and a result of up to maxStoredInline
+// the record's ContentPayload is then false), and a result of up to maxStoredInline
 // octets is committed with the flush that carries the document's terminal
-// state (store.PayloadResult; ResultPath ""). Everything larger, and every
-// dehydrated document, uses the spool and result files (store.PayloadFile).
+// state (store.PayloadResult; ResultPayload false). Everything larger, and
+// every dehydrated document, uses the streamed payloads of the store
+// (Store.CreatePayload: files in the SQLite backend).
 
-// contentReader is a document's submitted content: the spool file or the
-// inline bytes. The caller closes it.
+// contentReader is a document's submitted content: the streamed payload
+// or the inline bytes. The caller closes it.
 type contentReader interface {
 	io.Reader
 	io.ReaderAt
@@ -59,7 +60,7 @@ func wholeContent(f contentReader, size int64) ([]byte, error) {
 // any; later ones (a re-dispatch, a redemption) read the row.
 func (b *Bridge) openContent(ctx context.Context, d *docRun) (contentReader, error) {
 	if !d.inline {
-		return b.st.OpenSpool(d.id)
+		return b.st.OpenPayload(ctx, d.id, store.PayloadContent)
 	}
 	b.mu.Lock()
 	held := d.content
@@ -78,7 +79,15 @@ func (b *Bridge) openContent(ctx context.Context, d *docRun) (contentReader, err
 // contentExists reports whether d's content survived (restart recovery).
 func (b *Bridge) contentExists(ctx context.Context, d *docRun) bool {
 	if !d.inline {
-		return fileExists(b.st.SpoolPath(d.id))
+		f, err := b.st.OpenPayload(ctx, d.id, store.PayloadContent)
+		if err != nil {
+			if !errors.Is(err, store.ErrNotFound) {
+				b.log.Warn("bridge: opening the content of a recovered document", "doc", d.id, "err", err)
+			}
+			return false
+		}
+		_ = f.Close()
+		return true
 	}
 	_, err := b.st.GetPayload(ctx, string(d.tenant), d.id, store.PayloadContent)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -89,8 +98,8 @@ func (b *Bridge) contentExists(ctx context.Context, d *docRun) bool {
 
 // readResult reads a result stream: up to maxStoredInline octets are
 // returned in memory (inline != nil) to be committed with the document's
-// terminal state; a longer result is written to the result file, fsynced
-// and renamed into place before it returns (path set). n is the octets
+// terminal state; a longer result is written to the streamed result
+// payload and synced before it returns (spooled). n is the octets
 // received. A failed verification of the stream is returned as err.
 //
 // declared is the payload length from the entity header: it only sizes the
@@ -98,34 +107,34 @@ func (b *Bridge) contentExists(ctx context.Context, d *docRun) bool {
 //
 // A full disk delays the result file's writes rather than failing them
 // (disk, diskfull.go).
-func (b *Bridge) readResult(docID string, r io.Reader, declared uint64, disk diskRetry) (inline []byte, path string, n int64, err error) {
+func (b *Bridge) readResult(docID string, r io.Reader, declared uint64, disk diskRetry) (inline []byte, spooled bool, n int64, err error) {
 	head, err := readUpTo(r, maxStoredInline+1, int(min(declared, maxStoredInline)))
 	n = int64(len(head))
 	if err != nil {
-		return nil, "", n, err
+		return nil, false, n, err
 	}
 	if len(head) <= maxStoredInline {
-		return head, "", n, nil // r is at EOF
+		return head, false, n, nil // r is at EOF
 	}
-	pf, err := createResultRetrying(b.st, docID, disk)
+	pf, err := createResultRetrying(b.ctx, b.st, docID, disk)
 	if err != nil {
-		return nil, "", n, err
+		return nil, false, n, err
 	}
 	w := diskRetryWriter{w: pf, r: disk, dir: b.opts.DataDir}
 	if _, err := w.Write(head); err != nil {
 		pf.Abort()
-		return nil, "", n, err
+		return nil, false, n, err
 	}
 	m, err := io.Copy(w, r)
 	n += m
 	if err != nil {
 		pf.Abort()
-		return nil, "", n, err
+		return nil, false, n, err
 	}
 	if err := pf.Sync(); err != nil {
-		return nil, "", n, err
+		return nil, false, n, err
 	}
-	return nil, pf.Path(), n, nil
+	return nil, true, n, nil
 }
 
 // readUpTo reads r until EOF or until limit octets were read, into one

@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -99,10 +100,11 @@ func (d diskRetryWriter) Write(p []byte) (int, error) {
 	return written, err
 }
 
-// createResultRetrying is store.CreateResult, retried on a full disk.
-func createResultRetrying(st *store.Store, docID string, r diskRetry) (pf *store.PayloadFile, err error) {
+// createResultRetrying is Store.CreatePayload of a result, retried on a
+// full disk.
+func createResultRetrying(ctx context.Context, st Store, docID string, r diskRetry) (pf store.PayloadWriter, err error) {
 	err = r.do(func() error {
-		pf, err = st.CreateResult(docID)
+		pf, err = st.CreatePayload(ctx, docID, store.PayloadResult)
 		return err
 	})
 	return pf, err
@@ -137,7 +139,7 @@ func (b *Bridge) diskRetryFor(d *docRun) diskRetry {
 			defer b.mu.Unlock()
 			if !d.terminal() && strings.HasPrefix(d.rec.Doc.Error, diskFullPrefix) {
 				d.rec.Doc.Error = ""
-				d.markDirty(time.Now())
+				d.out.markDirty(time.Now())
 				b.kickFlush()
 			}
 		},

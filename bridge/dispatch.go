@@ -15,17 +15,9 @@ import (
 	"github.com/pipestream/gateway/quicpeer/wire"
 )
 
-// attemptJob is one dispatch attempt of a document on a session.
-type attemptJob struct {
-	d       *docRun
-	ss      *sessState
-	attempt uint32
-	ctx     context.Context
-}
-
 // startAttemptLocked pops the next queued document and starts an attempt on
 // the active session (nil when there is nothing to do).
-func (b *Bridge) startAttemptLocked() *attemptJob {
+func (b *Bridge) startAttemptLocked() *attempt {
 	if b.closing {
 		return nil
 	}
@@ -37,7 +29,7 @@ func (b *Bridge) startAttemptLocked() *attemptJob {
 		d := b.queue[0]
 		b.queue = b.queue[1:]
 		d.queued = false
-		if d.terminal() || d.sess != nil {
+		if d.terminal() || d.sess() != nil {
 			continue
 		}
 		return b.newAttemptLocked(d, ss)
@@ -45,40 +37,9 @@ func (b *Bridge) startAttemptLocked() *attemptJob {
 	return nil
 }
 
-// newAttemptLocked binds d's next attempt to ss.
-func (b *Bridge) newAttemptLocked(d *docRun, ss *sessState) *attemptJob {
-	d.attempt++
-	d.rec.DispatchAttempts++
-	d.sess = ss
-	ss.docs[d] = struct{}{}
-	d.ents = map[entKey]*gatewayv1.Entity{}
-	d.entSince = map[entKey]time.Time{}
-	d.digests, d.scopeUses = map[scopeKey]*gatewayv1.ScopeDigest{}, map[uint32]uint32{}
-	d.rootID, d.sendDone, d.rootComplete, d.rootFailures = 0, false, false, 0
-	d.resultReady, d.resultErr = false, ""
-	d.dropResultStreamLocked()
-	d.resetPlainLocked(!ss.profile)
-	d.rec.Doc.WaitReason = ""
-	if ss.draft04 {
-		// One document per draft-04 connection (the reference
-		// conversation): the next one dials anew.
-		ss.goaway = true
-		b.retireLocked(ss)
-	}
-	ctx, cancel := context.WithCancel(b.ctx)
-	d.stopSend = cancel
-	d.markDirty(time.Now())
-	return &attemptJob{d: d, ss: ss, attempt: d.attempt, ctx: ctx}
-}
-
-// current reports whether j is still d's running attempt (caller holds mu).
-func (j *attemptJob) current() bool {
-	return j.d.attempt == j.attempt && j.d.sess == j.ss && !j.d.terminal()
-}
-
 // runAttempt sends the document (from the spool or the inline content, or
 // from src when the upload is pipelined) and handles the outcome.
-func (b *Bridge) runAttempt(j *attemptJob, src chunkSource) {
+func (b *Bridge) runAttempt(j *attempt, src chunkSource) {
 	err := b.sendDocument(j, src)
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -87,13 +48,13 @@ func (b *Bridge) runAttempt(j *attemptJob, src chunkSource) {
 	}
 	switch {
 	case err == nil:
-		j.d.sendDone = true
+		j.sendDone = true
 	case j.ctx.Err() != nil:
 		// cancelled, finished, or aborted elsewhere
 	case sessionGone(j.ss, err):
 		// HandleClose re-dispatches
 	default:
-		b.log.Warn("bridge: sending a document failed", "doc", j.d.id, "attempt", j.attempt, "err", err)
+		b.log.Warn("bridge: sending a document failed", "doc", j.d.id, "attempt", j.gen, "err", err)
 		b.abortAttemptLocked(j.d, "sending to the peer failed: "+err.Error(), true)
 	}
 }
@@ -128,9 +89,9 @@ func (s *spoolSource) summary(context.Context) (int64, [32]byte, uint64, error) 
 }
 
 // sendDocument performs one attempt (profile 4.1 / 4.2).
-func (b *Bridge) sendDocument(j *attemptJob, src chunkSource) error {
+func (b *Bridge) sendDocument(j *attempt, src chunkSource) error {
 	d, ss, ctx := j.d, j.ss, j.ctx
-	if d.plain {
+	if j.plain {
 		return b.sendPlain(j)
 	}
 	if src == nil {
@@ -146,7 +107,7 @@ func (b *Bridge) sendDocument(j *attemptJob, src chunkSource) error {
 		if err != nil {
 			return err
 		}
-		src = &spoolSource{sp: sp, d: d}
+		src = &spoolSource{sp: sp}
 	}
 	rootID, err := b.startDehydration(j)
 	if err != nil {
@@ -185,7 +146,7 @@ func (b *Bridge) sendDocument(j *attemptJob, src chunkSource) error {
 
 // openAttemptContent opens the content of j's document; when it is missing
 // the document fails (ok false).
-func (b *Bridge) openAttemptContent(j *attemptJob) (contentReader, bool) {
+func (b *Bridge) openAttemptContent(j *attempt) (contentReader, bool) {
 	f, err := b.openContent(j.ctx, j.d)
 	if err == nil {
 		return f, true
@@ -199,7 +160,7 @@ func (b *Bridge) openAttemptContent(j *attemptJob) (contentReader, bool) {
 }
 
 // sendWhole sends a document whole: the envelope carries the blob (profile 4.1).
-func (b *Bridge) sendWhole(j *attemptJob, f contentReader) error {
+func (b *Bridge) sendWhole(j *attempt, f contentReader) error {
 	d, ss, ctx := j.d, j.ss, j.ctx
 	content, err := wholeContent(f, d.size)
 	if err != nil {
@@ -225,12 +186,12 @@ func (b *Bridge) sendWhole(j *attemptJob, f contentReader) error {
 
 // registerRootLocked records the root entity of the attempt and moves the
 // document to RUNNING.
-func (b *Bridge) registerRootLocked(j *attemptJob, rootID uint32) {
+func (b *Bridge) registerRootLocked(j *attempt, rootID uint32) {
 	d := j.d
-	d.rootID = rootID
+	j.rootID = rootID
 	k := rootKey(rootID)
-	bindEntLocked(j.ss, k, &entRef{doc: d, key: k, attempt: j.attempt})
-	d.entSince[k] = time.Now()
+	bindEntLocked(j.ss, k, &entRef{att: j, key: k})
+	j.entSince[k] = time.Now()
 	d.setEntity(k, &gatewayv1.Entity{EntityId: rootID, Status: gatewayv1.EntityStatus_ENTITY_STATUS_PENDING,
 		SizeBytes: uint64(d.size), Checksum: hexSum(d.sum[:]), Attempts: d.rec.DispatchAttempts})
 	if d.rec.Doc.State == gatewayv1.State_PENDING {
@@ -239,7 +200,7 @@ func (b *Bridge) registerRootLocked(j *attemptJob, rootID uint32) {
 	b.kickFlush()
 }
 
-// envelope is the PipeDoc of the root (Section 7): doc id, entity id,
+// envelope is the PipeDoc of the root (draft Section 7): doc id, entity id,
 // ownership (tenant as owner-id), blob for whole documents.
 func (b *Bridge) envelope(d *docRun, rootID uint32, blob []byte) *wire.PipeDoc {
 	return &wire.PipeDoc{DocID: d.id, EntityID: rootID, Ownership: &wire.OwnershipContext{OwnerID: string(d.tenant)}, Blob: blob}
@@ -260,21 +221,17 @@ func (b *Bridge) finishLocked(d *docRun, s gatewayv1.State, msg string) {
 	if d.terminal() {
 		return
 	}
-	if d.finishTimer != nil {
-		d.finishTimer.Stop()
-	}
-	if d.stopSend != nil {
-		d.stopSend()
-		d.stopSend = nil
-	}
-	if ss := d.sess; ss != nil {
+	a := d.att
+	a.stopFinishTimer()
+	a.stopSending()
+	if ss := d.sess(); ss != nil {
 		delete(ss.docs, d)
 		if ss.draft04 && len(ss.docs) == 0 {
 			b.endDraft04Locked(ss)
 		}
 	}
-	releaseSessLocked(d)
-	d.dropPlainLocked()
+	releaseSessLocked(a)
+	a.dropPlainLocked()
 	if s == gatewayv1.State_FAILED && msg == "" {
 		msg = "processing failed"
 	}

@@ -29,8 +29,8 @@ func HoldCreateCommit(cond func(claims int, ents []*gatewayv1.Entity) bool, time
 		deadline := time.Now().Add(timeout)
 		for {
 			b.mu.Lock()
-			ents := make([]*gatewayv1.Entity, 0, len(d.ents))
-			for _, e := range d.ents {
+			ents := make([]*gatewayv1.Entity, 0, len(d.att.ents))
+			for _, e := range d.att.ents {
 				ents = append(ents, proto.Clone(e).(*gatewayv1.Entity))
 			}
 			done := cond(len(d.claims), ents)

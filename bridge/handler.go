@@ -56,7 +56,7 @@ func (h *handler) HandleGoAway(s *quicpeer.Session, f wire.GoAwayFrame) {
 	// Documents whose streams were not all sent cannot finish here: abort
 	// their attempt on this session and re-dispatch on the next one (profile 7).
 	for d := range ss.docs {
-		if !d.sendDone && !d.uploading {
+		if !d.att.sendDone && !d.uploading {
 			b.abortAttemptLocked(d, "peer sent GOAWAY before the document was fully sent", false)
 		}
 	}
@@ -94,12 +94,12 @@ func (b *Bridge) onStatusLocked(ss *sessState, f wire.StatusFrame) {
 			return
 		}
 	}
-	d := ref.doc
-	if d.terminal() || ref.attempt != d.attempt || d.sess != ss {
+	a, d := ref.att, ref.att.d
+	if !a.current() || a.ss != ss {
 		// Race rule (profile 3): we already finished or moved this document.
 		return
 	}
-	e := d.ents[ref.key]
+	e := a.ents[ref.key]
 	if e == nil {
 		return
 	}
@@ -116,21 +116,21 @@ func (b *Bridge) onStatusLocked(ss *sessState, f wire.StatusFrame) {
 		e.Message = ""
 	}
 	d.setEntity(ref.key, e)
-	if ref.key.scope == 0 && d.entSince != nil {
-		d.entSince[ref.key] = time.Now()
+	if ref.key.scope == 0 {
+		a.entSince[ref.key] = time.Now()
 	}
-	if d.plain && ref.key != rootKey(d.rootID) {
+	if a.plain && ref.key != rootKey(a.rootID) {
 		b.checkPlainChildrenLocked(d)
 	}
 	if f.Status == wire.StatusDehydrating && prev != e.Status {
-		p := parentRef{doc: d, key: ref.key, depth: f.Depth}
+		p := parentRef{att: a, key: ref.key, depth: f.Depth}
 		ss.dehyd = append(ss.dehyd, p)
 		ss.lastDehyd[f.EntityID] = p
 	}
 	if f.Status == wire.StatusDeferred && f.HasExt {
-		b.onDeferredLocked(ss, d, ref, f)
+		b.onDeferredLocked(d, ref, f)
 	}
-	if ref.key.scope == 0 && ref.key.id == d.rootID {
+	if ref.key.scope == 0 && ref.key.id == a.rootID {
 		b.onRootStatusLocked(d, f.Status)
 	}
 	b.kickFlush()
@@ -163,12 +163,12 @@ func (b *Bridge) onBarrierLocked(ss *sessState, f wire.BarrierFrame) {
 }
 
 // ownScopeLocked records that scope belongs to parent p: the next instance
-// of that scope ID in p's document attempt.
+// of that scope ID in p's attempt.
 func (b *Bridge) ownScopeLocked(ss *sessState, scope uint32, p parentRef) *scopeOwner {
-	d := p.doc
-	inst := d.scopeUses[scope]
-	d.scopeUses[scope] = inst + 1
-	own := &scopeOwner{doc: d, attempt: d.attempt, parent: p.key, inst: inst, depth: p.depth + 1}
+	a := p.att
+	inst := a.scopeUses[scope]
+	a.scopeUses[scope] = inst + 1
+	own := &scopeOwner{att: a, parent: p.key, inst: inst, depth: p.depth + 1}
 	ss.scopes[scope] = own
 	for k := range ss.ents { // a reused scope ID: forget the previous use's entities
 		if k.scope == scope {
@@ -212,16 +212,16 @@ func (b *Bridge) newScopeEntityLocked(ss *sessState, f wire.StatusFrame) *entRef
 		}
 		own = b.ownScopeLocked(ss, f.ScopeID, p)
 	}
-	d := own.doc
-	if own.attempt != d.attempt || d.terminal() {
+	a := own.att
+	if !a.newest() {
 		return nil // a scope of an earlier attempt, or of a finished document
 	}
 	sk := entKey{scope: f.ScopeID, id: f.EntityID}
 	key := entKey{scope: f.ScopeID, inst: own.inst, id: f.EntityID}
-	ref := &entRef{doc: d, key: key, attempt: d.attempt}
+	ref := &entRef{att: a, key: key}
 	bindEntLocked(ss, sk, ref)
-	if d.ents[key] == nil {
-		d.ents[key] = &gatewayv1.Entity{EntityId: f.EntityID, ScopeId: f.ScopeID, Depth: uint32(f.Depth),
+	if a.ents[key] == nil {
+		a.ents[key] = &gatewayv1.Entity{EntityId: f.EntityID, ScopeId: f.ScopeID, Depth: uint32(f.Depth),
 			ParentId: own.parent.id, Status: gatewayv1.EntityStatus_ENTITY_STATUS_PENDING}
 	}
 	return ref
@@ -229,33 +229,34 @@ func (b *Bridge) newScopeEntityLocked(ss *sessState, f wire.StatusFrame) *entRef
 
 // onRootStatusLocked maps the root's status to the document (profile 5).
 func (b *Bridge) onRootStatusLocked(d *docRun, s wire.Status) {
+	a := d.att
 	switch s {
 	case wire.StatusProcessing, wire.StatusDehydrating, wire.StatusRehydrating, wire.StatusRetrying:
 		if d.rec.Doc.State == gatewayv1.State_PENDING {
 			d.setState(gatewayv1.State_RUNNING, "")
 		}
 	case wire.StatusComplete:
-		d.rootComplete = true
+		a.rootComplete = true
 		b.maybeFinishLocked(d)
 	case wire.StatusFailed:
-		d.rootFailures++
-		if d.rootFailures <= d.plan.retries() && d.rootChildren() == 0 {
+		a.rootFailures++
+		if a.rootFailures <= d.plan.retries() && a.rootChildren() == 0 {
 			// A whole document under on-failure RETRY: the peer retries it
 			// itself (FAILED -> RETRYING); give up if it does not.
 			b.armFinishTimerLocked(d, time.Duration(d.plan.opts.GetCompletionPolicy().GetRetryDelayMs())*time.Millisecond+5*time.Second,
 				"the peer reported FAILED for the document and did not retry it")
 			return
 		}
-		c, t := d.allChildrenComplete()
+		c, t := a.allChildrenComplete()
 		msg := "the peer reported FAILED for the document"
 		if t > 0 {
 			msg = fmt.Sprintf("the peer reported FAILED for the document under completion policy %s: %d of %d chunks completed",
 				d.plan.opts.GetCompletionPolicy().GetMode(), c, t)
 		}
-		if d.resultErr != "" {
+		if a.resultErr != "" {
 			// Storing the result failed here first: the peer's FAILED is
 			// its consequence, not the cause.
-			msg = "the gateway failed, not the peer: " + d.resultErr
+			msg = "the gateway failed, not the peer: " + a.resultErr
 		}
 		b.finishLocked(d, gatewayv1.State_FAILED, msg)
 	case wire.StatusAbandoned:
@@ -265,28 +266,18 @@ func (b *Bridge) onRootStatusLocked(d *docRun, s wire.Status) {
 	}
 }
 
-// rootChildren counts the children of the root in the current attempt.
-func (d *docRun) rootChildren() int {
-	n := 0
-	for k := range d.ents {
-		if k.scope == 0 && k.id != d.rootID {
-			n++
-		}
-	}
-	return n
-}
-
 // maybeFinishLocked finishes the document once COMPLETE(root) and a verified
 // result both arrived (profile 4.3).
 func (b *Bridge) maybeFinishLocked(d *docRun) {
-	if d.terminal() || !d.rootComplete {
+	a := d.att
+	if d.terminal() || !a.rootComplete {
 		return
 	}
-	if d.resultErr != "" {
-		b.finishLocked(d, gatewayv1.State_FAILED, d.resultErr)
+	if a.resultErr != "" {
+		b.finishLocked(d, gatewayv1.State_FAILED, a.resultErr)
 		return
 	}
-	if !d.resultReady {
+	if !a.resultReady {
 		if b.finishPlainLocked(d) {
 			return
 		}
@@ -294,7 +285,7 @@ func (b *Bridge) maybeFinishLocked(d *docRun) {
 		return
 	}
 	state := gatewayv1.State_SUCCEEDED
-	c, t := d.allChildrenComplete()
+	c, t := a.allChildrenComplete()
 	msg := ""
 	if c < t {
 		state = gatewayv1.State_PARTIALLY_SUCCEEDED
@@ -308,22 +299,22 @@ func (b *Bridge) maybeFinishLocked(d *docRun) {
 	b.finishLocked(d, state, msg)
 }
 
+// armFinishTimerLocked finishes d with msg after the given time unless its
+// attempt got further by then (or was replaced).
 func (b *Bridge) armFinishTimerLocked(d *docRun, after time.Duration, msg string) {
-	if d.finishTimer != nil {
-		d.finishTimer.Stop()
-	}
-	attempt := d.attempt
-	d.finishTimer = time.AfterFunc(after, func() {
+	a := d.att
+	a.stopFinishTimer()
+	a.finishTimer = time.AfterFunc(after, func() {
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		if d.terminal() || d.attempt != attempt {
+		if !a.newest() {
 			return
 		}
-		if d.rootComplete && d.resultReady {
+		if a.rootComplete && a.resultReady {
 			b.maybeFinishLocked(d)
 			return
 		}
-		if e := d.ents[rootKey(d.rootID)]; e != nil && e.Status != gatewayv1.EntityStatus_ENTITY_STATUS_FAILED && !d.rootComplete {
+		if e := a.ents[rootKey(a.rootID)]; e != nil && e.Status != gatewayv1.EntityStatus_ENTITY_STATUS_FAILED && !a.rootComplete {
 			return // the peer retried meanwhile
 		}
 		b.finishLocked(d, gatewayv1.State_FAILED, msg)
@@ -331,25 +322,25 @@ func (b *Bridge) armFinishTimerLocked(d *docRun, after time.Duration, msg string
 }
 
 // onDigestLocked records a SCOPE_DIGEST and verifies its Merkle root against
-// the statuses observed in that scope (profile 6, Section 9.4).
+// the statuses observed in that scope (profile 6, draft Section 9.5).
 func (b *Bridge) onDigestLocked(ss *sessState, f wire.ScopeDigestFrame) {
 	own := ss.scopes[f.ScopeID]
 	if own == nil {
 		b.log.Warn("bridge: SCOPE_DIGEST for an unknown scope", "scope", f.ScopeID)
 		return
 	}
-	d := own.doc
+	a, d := own.att, own.att.d
 	delete(ss.scopes, f.ScopeID) // the peer may recycle the scope id after its digest
 	for k, r := range ss.ents {
-		if k.scope == f.ScopeID && r.doc == d {
+		if k.scope == f.ScopeID && r.att.d == d {
 			delete(ss.ents, k)
 		}
 	}
-	if own.attempt != d.attempt || d.terminal() {
+	if !a.newest() {
 		return
 	}
 	var leaves []wire.Leaf
-	for k, e := range d.ents {
+	for k, e := range a.ents {
 		if k.scope == f.ScopeID && k.inst == own.inst {
 			leaves = append(leaves, wire.Leaf{EntityID: k.id, Status: wire.Status(e.Status)})
 		}
@@ -361,27 +352,23 @@ func (b *Bridge) onDigestLocked(ss *sessState, f wire.ScopeDigestFrame) {
 	// Scope IDs may be recycled by the peer: digests are keyed by the
 	// scope's instance (and the attempt), never overwritten.
 	key := scopeKey{f.ScopeID, own.inst}
-	d.digests[key] = dg
-	d.dirtyDigests[dirtyDigest{d.attempt, key}] = dg
+	a.digests[key] = dg
+	d.out.putDigest(a.gen, key, dg)
 	if !ok {
 		b.m.digestMismatch.Inc()
 		b.log.Error("bridge: SCOPE_DIGEST Merkle root mismatch", "doc", d.id, "scope", f.ScopeID,
 			"reported", dg.MerkleRoot, "recomputed", hexSum(root[:]), "leaves", len(leaves))
 		msg := fmt.Sprintf("scope digest mismatch in scope %d: the peer's Merkle root %s differs from the recomputed %s",
 			f.ScopeID, dg.MerkleRoot, hexSum(root[:]))
-		if d.rec.Doc.Error == "" {
-			d.rec.Doc.Error = msg
-		} else {
-			d.rec.Doc.Error += "; " + msg
-		}
+		d.appendError(msg)
 	}
 	d.addEvent(&gatewayv1.Event{Kind: kindStatus, ScopeId: f.ScopeID, EntityId: own.parent.id,
-		EntityStatus: d.ents[own.parent].GetStatus(), Name: "ScopeDigest", Message: fmt.Sprintf("verified=%v", ok)})
+		EntityStatus: a.ents[own.parent].GetStatus(), Name: "ScopeDigest", Message: fmt.Sprintf("verified=%v", ok)})
 	b.kickFlush()
 }
 
 // onDeferredLocked records the claim check of a DEFERRED status (profile 6).
-func (b *Bridge) onDeferredLocked(ss *sessState, d *docRun, ref *entRef, f wire.StatusFrame) {
+func (b *Bridge) onDeferredLocked(d *docRun, ref *entRef, f wire.StatusFrame) {
 	ext, err := f.ClaimCheck()
 	if err != nil {
 		b.log.Warn("bridge: DEFERRED status with a malformed claim check extension", "doc", d.id, "entity", f.EntityID, "err", err)
@@ -395,9 +382,9 @@ func (b *Bridge) onDeferredLocked(ss *sessState, d *docRun, ref *entRef, f wire.
 		ExpireTime: timestamppb.New(time.UnixMicro(int64(ext.ExpiryMicros))),
 		CreateTime: timestamppb.New(now),
 	}
-	cr := &claimRun{c: c, key: ref.key, sess: ss, attempt: d.attempt, slot: d.slotOf(ref.key)}
+	cr := &claimRun{c: c, key: ref.key, att: ref.att, slot: ref.att.slotOf(ref.key)}
 	d.claims[id] = cr
-	d.dirtyClaims[id] = true
+	d.out.claims[id] = true
 	d.addEvent(&gatewayv1.Event{Kind: kindClaim, ClaimId: id, ClaimAction: "issued", EntityId: f.EntityID, ScopeId: f.ScopeID})
 	b.m.claims.WithLabelValues("issued").Inc()
 	if via, ok := d.preRedeem[cr.slot]; ok && cr.slot != noSlot {
@@ -440,29 +427,24 @@ func (b *Bridge) abortAttemptLocked(d *docRun, reason string, countIt bool) {
 	if d.terminal() {
 		return
 	}
-	ss := d.sess
-	if ss != nil {
+	a := d.att
+	if ss := d.sess(); ss != nil {
 		delete(ss.docs, d)
 		if !ss.closed {
 			b.sendCancelLocked(ss, d)
 		}
 	}
-	releaseSessLocked(d)
-	if d.stopSend != nil {
-		d.stopSend()
-		d.stopSend = nil
-	}
-	for k, e := range d.ents {
+	releaseSessLocked(a)
+	a.stopSending()
+	for k, e := range a.ents {
 		if !terminalEntity(e.Status) && e.Status != gatewayv1.EntityStatus_ENTITY_STATUS_DEFERRED {
 			e.Status = gatewayv1.EntityStatus_ENTITY_STATUS_FAILED
 			e.Message = reason
 			d.setEntity(k, e)
 		}
 	}
-	d.sess = nil
-	if d.finishTimer != nil {
-		d.finishTimer.Stop()
-	}
+	a.ended = true
+	a.stopFinishTimer()
 	if !countIt {
 		d.rec.DispatchAttempts-- // not the document's fault (GOAWAY)
 	}
@@ -481,10 +463,10 @@ func (b *Bridge) abortAttemptLocked(d *docRun, reason string, countIt bool) {
 // sendCancelLocked tells the peer to stop work on d's root: ABANDONED with
 // Layer 2, else FAILED (profile 7).
 func (b *Bridge) sendCancelLocked(ss *sessState, d *docRun) {
-	if d.rootID == 0 || ss.s == nil {
+	if d.att.rootID == 0 || ss.s == nil {
 		return
 	}
-	b.giveUpLocked(ss, d, d.rootID)
+	b.giveUpLocked(ss, d, d.att.rootID)
 }
 
 // giveUpLocked tells the peer the gateway gave up on root-scope entity id
@@ -508,41 +490,40 @@ func (b *Bridge) onResult(ss *sessState, e *quicpeer.IncomingEntity) {
 	}
 	h := e.Header
 	b.mu.Lock()
-	var d *docRun
-	var attempt uint32
-	if ref := ss.ents[entKey{scope: scopeOf(h), id: h.EntityID}]; ref != nil && ref.key == rootKey(ref.doc.rootID) &&
-		!ref.doc.terminal() && ref.attempt == ref.doc.attempt {
-		d, attempt = ref.doc, ref.attempt
+	var a *attempt
+	if ref := ss.ents[entKey{scope: scopeOf(h), id: h.EntityID}]; ref != nil && ref.key == rootKey(ref.att.rootID) && ref.att.newest() {
+		a = ref.att
 	}
 	b.mu.Unlock()
 	role := h.Metadata[metaRole]
-	if d == nil || (role != roleResult && role != roleResultPart) {
+	if a == nil || (role != roleResult && role != roleResultPart) {
 		b.log.Debug("bridge: discarding an entity stream that is no result of a running document", "entity", h.EntityID)
 		_, _ = io.Copy(io.Discard, e.Payload)
 		return
 	}
 	if role == roleResultPart {
-		b.onResultPart(d, attempt, e)
+		b.onResultPart(a, e)
 		return
 	}
 	if _, streamed := h.Metadata[metaResultParts]; streamed {
-		b.onResultSummary(d, attempt, e)
+		b.onResultSummary(a, e)
 		return
 	}
-	inline, path, n, err := b.readResult(d.id, e.Payload, h.PayloadLength, b.diskRetryFor(d))
+	d := a.d
+	inline, spooled, n, err := b.readResult(d.id, e.Payload, h.PayloadLength, b.diskRetryFor(d))
 	b.m.bytesOut.Add(float64(n))
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if d.terminal() || d.attempt != attempt {
+	if !a.newest() {
 		return
 	}
 	if err != nil {
 		b.resultFailedLocked(d, err, "storing the result failed")
 		return
 	}
-	d.resultReady = true
-	d.resultInline = inline
-	d.rec.ResultPath = path
+	a.resultReady = true
+	d.out.result = inline
+	d.rec.ResultPayload = spooled
 	d.rec.ResultContentType = h.ContentType
 	d.rec.Doc.ResultSizeBytes = uint64(n)
 	b.maybeFinishLocked(d)
@@ -554,19 +535,4 @@ func scopeOf(h *wire.EntityHeader) uint32 {
 		return 0
 	}
 	return *h.ScopeID
-}
-
-// slotOf is what entity k of the current attempt stands for: its chunk
-// index, -1 for the root, noSlot for an entity in a peer scope.
-func (d *docRun) slotOf(k entKey) int64 {
-	switch {
-	case k.scope != 0:
-		return noSlot
-	case k == rootKey(d.rootID):
-		return -1
-	}
-	if e := d.ents[k]; e != nil {
-		return int64(e.ChunkIndex)
-	}
-	return noSlot
 }

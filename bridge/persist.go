@@ -3,10 +3,7 @@ package bridge
 import (
 	"context"
 	"errors"
-	"os"
 	"time"
-
-	"google.golang.org/protobuf/proto"
 
 	"github.com/pipestream/gateway/bridge/store"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
@@ -31,15 +28,21 @@ func (b *Bridge) flushLoop() {
 	}
 }
 
-// docFlush is what one flush took from a document, to restore on failure.
+// takeChangesLocked moves d's outbox into batch and returns what it took,
+// to put back should the commit fail. It is the one path by which a
+// document's changes reach the store: the Create batch (submit.go) and
+// every flush go through it. Caller holds mu.
+func (d *docRun) takeChangesLocked(batch *store.Batch) outbox {
+	t := d.out.take()
+	t.appendTo(batch, d)
+	return t
+}
+
+// docFlush is what one flush took from a document, to put back on failure.
 type docFlush struct {
 	d       *docRun
 	prevRev uint64
-	events  []*gatewayv1.Event
-	ents    map[dirtyEnt]*gatewayv1.Entity
-	digests map[dirtyDigest]*gatewayv1.ScopeDigest
-	claims  map[string]bool
-	result  []byte
+	took    outbox
 	final   bool
 }
 
@@ -48,60 +51,7 @@ type docFlush struct {
 // out for up to flushHold, so that its progress rides with its next change.
 func (b *Bridge) flush(all bool) {
 	b.mu.Lock()
-	batch := &store.Batch{}
-	var took []docFlush
-	now := time.Now()
-	var wake time.Duration
-	for _, d := range b.docs {
-		if !d.committed || !d.dirty {
-			continue
-		}
-		if !all && d.holdable() {
-			if left := flushHold - now.Sub(d.dirtySince); left > 0 {
-				if wake == 0 || left < wake {
-					wake = left
-				}
-				continue
-			}
-		}
-		rec := d.snapshot()
-		batch.Updates = append(batch.Updates, store.DocumentUpdate{Record: rec, PrevRev: d.persistedRev})
-		for k, e := range d.dirtyEnts {
-			batch.Entities = append(batch.Entities, store.EntityRecord{DocID: d.id, Entity: proto.Clone(e).(*gatewayv1.Entity),
-				Attempt: k.attempt, ScopeInstance: k.k.inst})
-		}
-		for k, dg := range d.dirtyDigests {
-			batch.Digests = append(batch.Digests, store.DigestRecord{DocID: d.id, Digest: proto.Clone(dg).(*gatewayv1.ScopeDigest),
-				Attempt: k.attempt, ScopeInstance: k.k.inst})
-		}
-		for id := range d.dirtyClaims {
-			c := proto.Clone(d.claims[id].c).(*gatewayv1.ClaimCheck)
-			c.Name = ""
-			batch.Claims = append(batch.Claims, store.ClaimRecord{Tenant: string(d.tenant), Claim: c, Chunk: d.claims[id].chunk()})
-		}
-		for _, ev := range d.pending {
-			batch.Events = append(batch.Events, store.EventAppend{Tenant: string(d.tenant), Event: ev})
-		}
-		// A small result commits with (or before) the terminal state; the
-		// inline content goes with the terminal state, as a spool file is
-		// removed once that is durable.
-		if d.resultInline != nil {
-			batch.Payloads = append(batch.Payloads, store.PayloadRecord{DocID: d.id, Kind: store.PayloadResult, Body: d.resultInline})
-		}
-		if d.inline && d.terminal() {
-			batch.Payloads = append(batch.Payloads, store.PayloadRecord{DocID: d.id, Kind: store.PayloadContent})
-		}
-		took = append(took, docFlush{d: d, prevRev: d.persistedRev, events: d.pending, ents: d.dirtyEnts,
-			digests: d.dirtyDigests, claims: d.dirtyClaims, result: d.resultInline, final: d.terminal()})
-		d.resultInline = nil
-		d.persistedRev = rec.Doc.Rev
-		d.pending = nil
-		d.dirty = false
-		d.dirtyEnts, d.dirtyDigests, d.dirtyClaims = map[dirtyEnt]*gatewayv1.Entity{}, map[dirtyDigest]*gatewayv1.ScopeDigest{}, map[string]bool{}
-	}
-	if wake > 0 {
-		b.armHoldLocked(wake)
-	}
+	batch, took := b.takeFlushLocked(all, time.Now())
 	b.mu.Unlock()
 	if len(took) == 0 {
 		return
@@ -112,57 +62,94 @@ func (b *Bridge) flush(all bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err != nil {
-		b.log.Error("bridge: committing document state failed; will retry", "docs", len(took), "err", err)
-		for _, t := range took {
-			d := t.d
-			d.persistedRev = t.prevRev
-			d.pending = append(t.events, d.pending...)
-			d.markDirty(time.Now())
-			for k, e := range t.ents {
-				if _, ok := d.dirtyEnts[k]; !ok {
-					d.dirtyEnts[k] = e
-				}
-			}
-			for k, dg := range t.digests {
-				if _, ok := d.dirtyDigests[k]; !ok {
-					d.dirtyDigests[k] = dg
-				}
-			}
-			for k := range t.claims {
-				d.dirtyClaims[k] = true
-			}
-			if d.resultInline == nil {
-				d.resultInline = t.result
-			}
-		}
-		if !errors.Is(err, store.ErrClosed) {
-			time.AfterFunc(100*time.Millisecond, b.kickFlush)
-		}
+		b.putBackLocked(took, err)
 		return
 	}
 	for _, t := range took {
-		if len(t.claims) > 0 {
-			detach = append(detach, b.detachDeferredLocked(t.d, t.claims)...)
-		}
-		if t.final && !t.d.dirty {
-			delete(b.docs, t.d.id)
-			if t.d.inline {
-				continue // the content row went with the terminal batch
-			}
-			if err := os.Remove(b.st.SpoolPath(t.d.id)); err != nil && !os.IsNotExist(err) {
-				b.log.Warn("bridge: removing spool of a finished document", "doc", t.d.id, "err", err)
-			}
-		}
+		detach = append(detach, b.flushedLocked(t)...)
 	}
 }
 
+// takeFlushLocked builds one flush's batch from the documents due now and
+// arms the hold timer for the ones held back.
+func (b *Bridge) takeFlushLocked(all bool, now time.Time) (*store.Batch, []docFlush) {
+	batch := &store.Batch{}
+	var took []docFlush
+	var wake time.Duration
+	for _, d := range b.docs {
+		if !d.committed || !d.out.dirty {
+			continue
+		}
+		if left := flushHold - now.Sub(d.out.since); !all && d.holdable() && left > 0 {
+			if wake == 0 || left < wake {
+				wake = left
+			}
+			continue
+		}
+		took = append(took, d.takeFlushLocked(batch))
+	}
+	if wake > 0 {
+		b.armHoldLocked(wake)
+	}
+	return batch, took
+}
+
+// takeFlushLocked adds d's record update and changes to batch. The inline
+// content goes with the terminal state: a spool file is removed once that
+// is durable.
+func (d *docRun) takeFlushLocked(batch *store.Batch) docFlush {
+	rec := d.snapshot()
+	batch.Updates = append(batch.Updates, store.DocumentUpdate{Record: rec, PrevRev: d.persistedRev})
+	t := docFlush{d: d, prevRev: d.persistedRev, final: d.terminal()}
+	t.took = d.takeChangesLocked(batch)
+	if d.inline && t.final {
+		batch.Payloads = append(batch.Payloads, store.PayloadRecord{DocID: d.id, Kind: store.PayloadContent})
+	}
+	d.persistedRev = rec.Doc.Rev
+	return t
+}
+
+// putBackLocked returns what a failed flush took to the documents' outboxes
+// and retries soon (unless the store is closed).
+func (b *Bridge) putBackLocked(took []docFlush, err error) {
+	b.log.Error("bridge: committing document state failed; will retry", "docs", len(took), "err", err)
+	now := time.Now()
+	for _, t := range took {
+		t.d.persistedRev = t.prevRev
+		t.d.out.putBack(t.took, now)
+	}
+	if !errors.Is(err, store.ErrClosed) {
+		time.AfterFunc(100*time.Millisecond, b.kickFlush)
+	}
+}
+
+// flushedLocked finishes what a committed flush made durable for one
+// document: deferred entities whose claims are now durable leave the
+// GOAWAY drain (returned, to run without mu), and a finished document
+// whose terminal state is durable is forgotten with its spool file.
+func (b *Bridge) flushedLocked(t docFlush) []detachReq {
+	var detach []detachReq
+	if len(t.took.claims) > 0 {
+		detach = b.detachDeferredLocked(t.d, t.took.claims)
+	}
+	if !t.final || t.d.out.dirty {
+		return detach
+	}
+	delete(b.docs, t.d.id)
+	if t.d.inline {
+		return detach // the content row went with the terminal batch
+	}
+	if err := b.st.RemovePayload(context.WithoutCancel(b.ctx), t.d.id, store.PayloadContent); err != nil { // also in the last flush, after Close cancelled b.ctx
+		b.log.Warn("bridge: removing spool of a finished document", "doc", t.d.id, "err", err)
+	}
+	return detach
+}
+
 // holdable reports whether d's uncommitted changes are only progress that
-// may wait for its next change (flushHold): its running state and its
-// entities' statuses. A terminal state, a result, a claim or a scope digest
-// is never held: each is what a client, a redemption or a restart needs
-// durable now. Caller holds mu.
+// may wait for its next change (flushHold): a terminal state is never
+// held, nor what outbox.holdable refuses. Caller holds mu.
 func (d *docRun) holdable() bool {
-	return !d.terminal() && len(d.dirtyClaims) == 0 && len(d.dirtyDigests) == 0 && d.resultInline == nil
+	return !d.terminal() && d.out.holdable()
 }
 
 // armHoldLocked makes sure a flush runs within after, for held documents.
@@ -199,15 +186,15 @@ func runDetach(b *Bridge, rs []detachReq) {
 }
 
 // durableDeferredLocked returns the entities of d's current attempt on ss
-// that are DEFERRED with a durable ISSUED claim (not waiting in
-// dirtyClaims), each with its claim.
+// that are DEFERRED with a durable ISSUED claim (not waiting in the
+// outbox), each with its claim.
 func durableDeferredLocked(d *docRun, ss *sessState) map[entKey]*claimRun {
 	out := map[entKey]*claimRun{}
 	for id, cr := range d.claims {
-		if cr.attempt != d.attempt || cr.sess != ss || cr.c.State != gatewayv1.ClaimCheck_ISSUED || d.dirtyClaims[id] {
+		if cr.att != d.att || cr.att.ss != ss || cr.c.State != gatewayv1.ClaimCheck_ISSUED || d.out.claims[id] {
 			continue
 		}
-		if e := d.ents[cr.key]; e != nil && e.Status == gatewayv1.EntityStatus_ENTITY_STATUS_DEFERRED {
+		if e := d.att.ents[cr.key]; e != nil && e.Status == gatewayv1.EntityStatus_ENTITY_STATUS_DEFERRED {
 			out[cr.key] = cr
 		}
 	}
@@ -218,11 +205,12 @@ func durableDeferredLocked(d *docRun, ss *sessState) map[entKey]*claimRun {
 // nothing left but entities waiting on durable claims (and the root
 // waiting for them): everything was sent, every other entity is terminal.
 func waitsOnlyOnClaimsLocked(d *docRun, ss *sessState, durable map[entKey]*claimRun) bool {
-	if !d.sendDone || len(durable) == 0 {
+	a := d.att
+	if !a.sendDone || len(durable) == 0 {
 		return false
 	}
-	root := rootKey(d.rootID)
-	for k, e := range d.ents {
+	root := rootKey(a.rootID)
+	for k, e := range a.ents {
 		if k != root && !terminalEntity(e.Status) && durable[k] == nil {
 			return false
 		}
@@ -237,7 +225,7 @@ func waitsOnlyOnClaimsLocked(d *docRun, ss *sessState, durable map[entKey]*claim
 // GOAWAY drain (graceful shutdown) until its deadline. The root goes too
 // when it waits only for such entities.
 func (b *Bridge) detachDeferredLocked(d *docRun, claims map[string]bool) []detachReq {
-	ss := d.sess
+	ss := d.sess()
 	if ss == nil || ss.closed || ss.s == nil || d.terminal() {
 		return nil
 	}
@@ -248,14 +236,14 @@ func (b *Bridge) detachDeferredLocked(d *docRun, claims map[string]bool) []detac
 			out = append(out, detachReq{s: ss.s, scope: cr.c.ScopeId, id: cr.c.EntityId})
 		}
 	}
-	root := rootKey(d.rootID)
+	root := rootKey(d.att.rootID)
 	if len(out) == 0 || durable[root] != nil || !waitsOnlyOnClaimsLocked(d, ss, durable) {
 		return out
 	}
-	if re := d.ents[root]; re == nil || terminalEntity(re.Status) {
+	if re := d.att.ents[root]; re == nil || terminalEntity(re.Status) {
 		return out
 	}
-	return append(out, detachReq{s: ss.s, scope: 0, id: d.rootID})
+	return append(out, detachReq{s: ss.s, scope: 0, id: d.att.rootID})
 }
 
 // sessionWaitsOnlyOnClaims reports whether every document running on ss
@@ -265,7 +253,7 @@ func (b *Bridge) sessionWaitsOnlyOnClaims(ss *sessState) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for d := range ss.docs {
-		if d.terminal() || d.sess != ss {
+		if d.terminal() || d.sess() != ss {
 			continue
 		}
 		if !waitsOnlyOnClaimsLocked(d, ss, durableDeferredLocked(d, ss)) {

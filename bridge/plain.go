@@ -34,28 +34,21 @@ type plainPart struct {
 	n    int64
 }
 
-// resetPlainLocked starts an attempt's plain state (plain or not).
-func (d *docRun) resetPlainLocked(plain bool) {
-	d.dropPlainLocked()
-	d.plain = plain
-	d.plainTotal, d.plainDone, d.plainActive = 0, 0, 0
-}
-
 // dropPlainLocked removes an attempt's spooled chunk results and stops its
 // settle timer.
-func (d *docRun) dropPlainLocked() {
-	for _, p := range d.plainParts {
+func (a *attempt) dropPlainLocked() {
+	for _, p := range a.plainParts {
 		_ = os.Remove(p.path)
 	}
-	d.plainParts = nil
-	if d.plainSettle != nil {
-		d.plainSettle.Stop()
-		d.plainSettle = nil
+	a.plainParts = nil
+	if a.plainSettle != nil {
+		a.plainSettle.Stop()
+		a.plainSettle = nil
 	}
 }
 
 // sendPlain performs one plain attempt from the spool or inline content.
-func (b *Bridge) sendPlain(j *attemptJob) error {
+func (b *Bridge) sendPlain(j *attempt) error {
 	d := j.d
 	f, ok := b.openAttemptContent(j)
 	if !ok {
@@ -69,7 +62,7 @@ func (b *Bridge) sendPlain(j *attemptJob) error {
 }
 
 // sendPlainWhole sends the content as one plain root entity, streamed.
-func (b *Bridge) sendPlainWhole(j *attemptJob, f contentReader) error {
+func (b *Bridge) sendPlainWhole(j *attempt, f contentReader) error {
 	d, ss := j.d, j.ss
 	id, err := ss.s.AssignID(j.ctx)
 	if err != nil {
@@ -93,7 +86,7 @@ func (b *Bridge) sendPlainWhole(j *attemptJob, f contentReader) error {
 // sendPlainChunks sends STATUS(R, DEHYDRATING) and the chunks as plain
 // children. One chunk is held back so that the last one carries
 // total-chunks (a plain peer learns N from it).
-func (b *Bridge) sendPlainChunks(j *attemptJob, f contentReader) error {
+func (b *Bridge) sendPlainChunks(j *attempt, f contentReader) error {
 	d := j.d
 	rootID, err := b.startDehydration(j)
 	if err != nil {
@@ -111,7 +104,7 @@ func (b *Bridge) sendPlainChunks(j *attemptJob, f contentReader) error {
 		if errors.Is(nerr, io.EOF) {
 			total = cur.Index + 1
 			b.mu.Lock()
-			d.plainTotal = int(total)
+			j.plainTotal = int(total)
 			b.mu.Unlock()
 		} else if nerr != nil {
 			return nerr
@@ -135,7 +128,7 @@ func (b *Bridge) sendPlainChunks(j *attemptJob, f contentReader) error {
 
 // startDehydration assigns R, registers it and its policy, and sends
 // STATUS(R, DEHYDRATING) (profile 4.2 step 1; plain use the same).
-func (b *Bridge) startDehydration(j *attemptJob) (uint32, error) {
+func (b *Bridge) startDehydration(j *attempt) (uint32, error) {
 	d, ss, ctx := j.d, j.ss, j.ctx
 	rootID, err := ss.s.AssignID(ctx)
 	if err != nil {
@@ -158,7 +151,7 @@ func (b *Bridge) startDehydration(j *attemptJob) (uint32, error) {
 	}
 	b.mu.Lock()
 	if j.current() {
-		e := d.ents[rootKey(rootID)]
+		e := j.ents[rootKey(rootID)]
 		e.Status = gatewayv1.EntityStatus_ENTITY_STATUS_DEHYDRATING
 		d.setEntity(rootKey(rootID), e)
 		b.kickFlush()
@@ -168,7 +161,7 @@ func (b *Bridge) startDehydration(j *attemptJob) (uint32, error) {
 }
 
 // sendChunk sends chunk c of R as a child entity with metadata md.
-func (b *Bridge) sendChunk(j *attemptJob, rootID uint32, c split.Chunk, total uint64, md map[string]string) error {
+func (b *Bridge) sendChunk(j *attempt, rootID uint32, c split.Chunk, total uint64, md map[string]string) error {
 	d, ss, ctx := j.d, j.ss, j.ctx
 	id, err := ss.s.AssignID(ctx)
 	if err != nil {
@@ -188,10 +181,10 @@ func (b *Bridge) sendChunk(j *attemptJob, rootID uint32, c split.Chunk, total ui
 		return context.Canceled
 	}
 	k := rootKey(id)
-	bindEntLocked(ss, k, &entRef{doc: d, key: k, attempt: j.attempt})
+	bindEntLocked(ss, k, &entRef{att: j, key: k})
 	d.setEntity(k, &gatewayv1.Entity{EntityId: id, ParentId: rootID, Status: gatewayv1.EntityStatus_ENTITY_STATUS_PENDING,
 		ChunkIndex: uint32(c.Index), ChunkOffset: c.Offset, SizeBytes: uint64(len(c.Data)), Checksum: hexSum(c.Sum[:])})
-	d.entSince[k] = time.Now()
+	j.entSince[k] = time.Now()
 	b.mu.Unlock()
 	if err := ss.s.SendEntity(ctx, h, bytes.NewReader(c.Data)); err != nil {
 		return fmt.Errorf("send chunk %d: %w", c.Index, err)
@@ -202,11 +195,11 @@ func (b *Bridge) sendChunk(j *attemptJob, rootID uint32, c split.Chunk, total ui
 // plainTarget finds the document entity a plain peer's entity refers to:
 // its own entity-id, else its parent-id.
 func plainTarget(ss *sessState, h *wire.EntityHeader) *entRef {
-	if ref := ss.ents[entKey{scope: scopeOf(h), id: h.EntityID}]; ref != nil && ref.doc.plain {
+	if ref := ss.ents[entKey{scope: scopeOf(h), id: h.EntityID}]; ref != nil && ref.att.plain {
 		return ref
 	}
 	if h.ParentID != nil {
-		if ref := ss.ents[rootKey(*h.ParentID)]; ref != nil && ref.doc.plain {
+		if ref := ss.ents[rootKey(*h.ParentID)]; ref != nil && ref.att.plain {
 			return ref
 		}
 	}
@@ -220,42 +213,43 @@ func plainTarget(ss *sessState, h *wire.EntityHeader) *entRef {
 func (b *Bridge) onPlainResult(ss *sessState, e *quicpeer.IncomingEntity) bool {
 	b.mu.Lock()
 	ref := plainTarget(ss, e.Header)
-	if ref == nil || ref.doc.terminal() || ref.attempt != ref.doc.attempt {
+	if ref == nil || !ref.att.newest() {
 		b.mu.Unlock()
 		return false
 	}
-	d, attempt, key := ref.doc, ref.attempt, ref.key
-	d.plainActive++
-	isRoot := key == rootKey(d.rootID)
+	a, key := ref.att, ref.key
+	a.plainActive++
+	isRoot := key == rootKey(a.rootID)
 	var idx uint64
-	if ent := d.ents[key]; ent != nil {
+	if ent := a.ents[key]; ent != nil {
 		idx = uint64(ent.ChunkIndex)
 	}
 	b.mu.Unlock()
 	if isRoot {
-		b.storePlainRootResult(d, attempt, e)
+		b.storePlainRootResult(a, e)
 	} else {
-		b.storePlainPart(d, attempt, idx, e)
+		b.storePlainPart(a, idx, e)
 	}
 	return true
 }
 
 // storePlainRootResult stores a whole result for R (as a profile result).
-func (b *Bridge) storePlainRootResult(d *docRun, attempt uint32, e *quicpeer.IncomingEntity) {
-	inline, path, n, err := b.readResult(d.id, e.Payload, e.Header.PayloadLength, b.diskRetryFor(d))
+func (b *Bridge) storePlainRootResult(a *attempt, e *quicpeer.IncomingEntity) {
+	d := a.d
+	inline, spooled, n, err := b.readResult(d.id, e.Payload, e.Header.PayloadLength, b.diskRetryFor(d))
 	b.m.bytesOut.Add(float64(n))
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if d.attempt != attempt || d.terminal() {
+	if !a.newest() {
 		return
 	}
-	b.plainResultStoredLocked(d, storedResult{inline, path, n, e.Header.ContentType}, err, "storing the result failed")
+	b.plainResultStoredLocked(d, storedResult{inline, spooled, n, e.Header.ContentType}, err, "storing the result failed")
 }
 
 // storedResult is a result as readResult stored it.
 type storedResult struct {
 	inline      []byte
-	path        string
+	spooled     bool
 	n           int64
 	contentType string
 }
@@ -263,13 +257,13 @@ type storedResult struct {
 // plainResultStoredLocked ends a result read of d's current attempt: the
 // result is d's, or err fails it (what says which step).
 func (b *Bridge) plainResultStoredLocked(d *docRun, r storedResult, err error, what string) {
-	d.plainActive--
+	d.att.plainActive--
 	if err != nil {
 		b.resultFailedLocked(d, err, what)
 		return
 	}
-	d.resultReady, d.resultInline = true, r.inline
-	d.rec.ResultPath, d.rec.ResultContentType = r.path, r.contentType
+	d.att.resultReady, d.out.result = true, r.inline
+	d.rec.ResultPayload, d.rec.ResultContentType = r.spooled, r.contentType
 	d.rec.Doc.ResultSizeBytes = uint64(r.n)
 	b.maybeFinishLocked(d)
 	b.kickFlush()
@@ -277,14 +271,15 @@ func (b *Bridge) plainResultStoredLocked(d *docRun, r storedResult, err error, w
 
 // storePlainPart spools chunk idx's result; a part that fails its
 // checksum is dropped (logged): the chunk then contributes nothing.
-func (b *Bridge) storePlainPart(d *docRun, attempt uint32, idx uint64, e *quicpeer.IncomingEntity) {
+func (b *Bridge) storePlainPart(a *attempt, idx uint64, e *quicpeer.IncomingEntity) {
+	d := a.d
 	p, err := spoolPart(filepath.Join(b.opts.DataDir, plainPartsDir), d.id, e.Payload)
 	b.m.bytesOut.Add(float64(p.n))
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	stale := d.attempt != attempt || d.terminal()
+	stale := !a.newest()
 	if !stale {
-		d.plainActive--
+		a.plainActive--
 	}
 	if err != nil || stale {
 		if err != nil {
@@ -293,14 +288,14 @@ func (b *Bridge) storePlainPart(d *docRun, attempt uint32, idx uint64, e *quicpe
 		_ = os.Remove(p.path)
 		return
 	}
-	if d.plainParts == nil {
-		d.plainParts = map[uint64]plainPart{}
+	if a.plainParts == nil {
+		a.plainParts = map[uint64]plainPart{}
 	}
-	if old, ok := d.plainParts[idx]; ok {
+	if old, ok := a.plainParts[idx]; ok {
 		_ = os.Remove(old.path) // a later result for the same chunk wins
 	}
-	d.plainParts[idx] = p
-	if d.rootComplete {
+	a.plainParts[idx] = p
+	if a.rootComplete {
 		b.maybeFinishLocked(d)
 	}
 }
@@ -327,13 +322,14 @@ func spoolPart(dir, docID string, r io.Reader) (plainPart, error) {
 // own rehydration (this project's peer reports REHYDRATING at once), then
 // rehydrates itself (rehydratePlainLocked).
 func (b *Bridge) checkPlainChildrenLocked(d *docRun) {
-	if !d.plain || d.plainTotal == 0 || d.terminal() || d.rootComplete {
+	a := d.att
+	if !a.plain || a.plainTotal == 0 || d.terminal() || a.rootComplete {
 		return
 	}
-	if d.countPlainDone() < d.plainTotal {
+	if a.countPlainDone() < a.plainTotal {
 		return
 	}
-	root := d.ents[rootKey(d.rootID)]
+	root := a.ents[rootKey(a.rootID)]
 	if root == nil || root.Status != gatewayv1.EntityStatus_ENTITY_STATUS_DEHYDRATING {
 		return // the peer took R further: it rehydrates itself
 	}
@@ -341,10 +337,10 @@ func (b *Bridge) checkPlainChildrenLocked(d *docRun) {
 }
 
 // countPlainDone counts the terminal chunks of the attempt.
-func (d *docRun) countPlainDone() int {
+func (a *attempt) countPlainDone() int {
 	n := 0
-	for k, e := range d.ents {
-		if k.scope == 0 && k.id != d.rootID && terminalEntity(e.Status) {
+	for k, e := range a.ents {
+		if k.scope == 0 && k.id != a.rootID && terminalEntity(e.Status) {
 			n++
 		}
 	}
@@ -355,17 +351,17 @@ func (d *docRun) countPlainDone() int {
 // unless the attempt ended; while result streams are being read it waits
 // another round.
 func (b *Bridge) armPlainSettleLocked(d *docRun, then func(*docRun)) {
-	if d.plainSettle != nil {
-		d.plainSettle.Stop()
+	a := d.att
+	if a.plainSettle != nil {
+		a.plainSettle.Stop()
 	}
-	attempt := d.attempt
-	d.plainSettle = time.AfterFunc(plainSettleWait, func() {
+	a.plainSettle = time.AfterFunc(plainSettleWait, func() {
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		if d.attempt != attempt || d.terminal() {
+		if !a.newest() {
 			return
 		}
-		if d.plainActive > 0 {
+		if a.plainActive > 0 {
 			b.armPlainSettleLocked(d, then)
 			return
 		}
@@ -378,31 +374,32 @@ func (b *Bridge) armPlainSettleLocked(d *docRun, then func(*docRun)) {
 // REHYDRATING and the outcome for R to the peer, and the chunks' results
 // are concatenated in chunk order.
 func (b *Bridge) rehydratePlainLocked(d *docRun) {
-	root := d.ents[rootKey(d.rootID)]
+	a := d.att
+	root := a.ents[rootKey(a.rootID)]
 	if root == nil || root.Status != gatewayv1.EntityStatus_ENTITY_STATUS_DEHYDRATING {
 		return
 	}
-	c, t := d.allChildrenComplete()
+	c, t := a.allChildrenComplete()
 	ok := policyAccepts(d.plan.opts.GetCompletionPolicy(), c, t)
 	out := wire.StatusComplete
 	if !ok {
 		out = wire.StatusFailed
 	}
-	if ss := d.sess; ss != nil && !ss.closed {
+	if ss := d.sess(); ss != nil && !ss.closed {
 		for _, st := range []wire.Status{wire.StatusRehydrating, out} {
-			if err := ss.s.SendStatus(wire.StatusFrame{Status: st, EntityID: d.rootID}); err != nil {
+			if err := ss.s.SendStatus(wire.StatusFrame{Status: st, EntityID: a.rootID}); err != nil {
 				b.log.Debug("bridge: reporting R of a plain document", "doc", d.id, "status", st, "err", err)
 			}
 		}
 	}
 	root.Status = entityStatus(out)
-	d.setEntity(rootKey(d.rootID), root)
+	d.setEntity(rootKey(a.rootID), root)
 	if !ok {
 		b.finishLocked(d, gatewayv1.State_FAILED, fmt.Sprintf("completion policy %s not met: %d of %d chunks completed at the peer %s",
 			d.plan.opts.GetCompletionPolicy().GetMode(), c, t, b.opts.PeerAddr))
 		return
 	}
-	d.rootComplete = true
+	a.rootComplete = true
 	b.maybeFinishLocked(d)
 }
 
@@ -429,19 +426,20 @@ func policyAccepts(cp *gatewayv1.CompletionPolicy, c, t int) bool {
 // none, after plainSettleWait the document succeeds with its result absent.
 // It reports whether it took over (the caller returns).
 func (b *Bridge) finishPlainLocked(d *docRun) bool {
-	if !d.plain || d.resultReady || d.resultErr != "" {
+	a := d.att
+	if !a.plain || a.resultReady || a.resultErr != "" {
 		return false
 	}
-	if len(d.plainParts) > 0 && d.plainActive == 0 {
+	if len(a.plainParts) > 0 && a.plainActive == 0 {
 		b.assemblePlainLocked(d)
 		return true
 	}
 	b.armPlainSettleLocked(d, func(d *docRun) {
-		if len(d.plainParts) > 0 {
+		if len(d.att.plainParts) > 0 {
 			b.assemblePlainLocked(d)
 			return
 		}
-		d.resultReady = true
+		d.att.resultReady = true
 		d.rec.Doc.ResultAbsent = true
 		b.log.Info("bridge: the peer returned no result for a plain document", "doc", d.id, "peer", b.opts.PeerAddr)
 		b.maybeFinishLocked(d)
@@ -452,10 +450,10 @@ func (b *Bridge) finishPlainLocked(d *docRun) bool {
 // assemblePlainLocked concatenates the spooled chunk results in chunk order
 // into the document's result (off the lock), then finishes it.
 func (b *Bridge) assemblePlainLocked(d *docRun) {
-	parts := d.plainParts
-	d.plainParts = nil
-	d.plainActive++ // the assembly is a result being read
-	attempt := d.attempt
+	a := d.att
+	parts := a.plainParts
+	a.plainParts = nil
+	a.plainActive++ // the assembly is a result being read
 	idx := slices.Sorted(func(yield func(uint64) bool) {
 		for k := range parts {
 			if !yield(k) {
@@ -481,10 +479,10 @@ func (b *Bridge) assemblePlainLocked(d *docRun) {
 			total += parts[k].n
 		}
 		var inline []byte
-		var path string
+		var spooled bool
 		var n int64
 		if err == nil {
-			inline, path, n, err = b.readResult(d.id, io.MultiReader(files...), uint64(total), b.diskRetryFor(d))
+			inline, spooled, n, err = b.readResult(d.id, io.MultiReader(files...), uint64(total), b.diskRetryFor(d))
 		}
 		for _, f := range closers {
 			_ = f.Close()
@@ -494,9 +492,9 @@ func (b *Bridge) assemblePlainLocked(d *docRun) {
 		}
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		if d.attempt != attempt || d.terminal() {
+		if !a.newest() {
 			return
 		}
-		b.plainResultStoredLocked(d, storedResult{inline, path, n, d.rec.Doc.ContentType}, err, "assembling the chunk results failed")
+		b.plainResultStoredLocked(d, storedResult{inline, spooled, n, d.rec.Doc.ContentType}, err, "assembling the chunk results failed")
 	}()
 }

@@ -79,16 +79,16 @@ func newPlan(in *gatewayv1.SubmitOptions) (*plan, error) {
 		o.ContentType = "application/octet-stream"
 	}
 	if len(o.ContentType) > maxContentTypeLen {
-		return nil, invalidf("content_type is longer than %d bytes", maxContentTypeLen)
+		return nil, invalidf("contentType is longer than %d bytes", maxContentTypeLen)
 	}
 	if _, _, err := mime.ParseMediaType(o.ContentType); err != nil {
-		return nil, invalidf("content_type %q is not a media type (e.g. text/plain): %v", o.ContentType, err)
+		return nil, invalidf("contentType %q is not a media type (e.g. text/plain): %v", o.ContentType, err)
 	}
 	if len(o.RequestId) > maxRequestIDLen {
-		return nil, invalidf("request_id is longer than %d bytes", maxRequestIDLen)
+		return nil, invalidf("requestId is longer than %d bytes", maxRequestIDLen)
 	}
 	if len(o.DisplayName) > maxDisplayNameLen {
-		return nil, invalidf("display_name is longer than %d bytes", maxDisplayNameLen)
+		return nil, invalidf("displayName is longer than %d bytes", maxDisplayNameLen)
 	}
 	if o.Split == nil {
 		o.Split = &gatewayv1.SplitOptions{}
@@ -105,10 +105,10 @@ func newPlan(in *gatewayv1.SubmitOptions) (*plan, error) {
 		sp.ChunkBytes = defaultChunkBytes
 	}
 	if sp.ChunkBytes > maxChunkBytes {
-		return nil, invalidf("split.chunk_bytes %d exceeds the maximum %d (16 MiB)", sp.ChunkBytes, maxChunkBytes)
+		return nil, invalidf("split.chunkBytes %d exceeds the maximum %d (16 MiB)", sp.ChunkBytes, maxChunkBytes)
 	}
 	if sp.MaxDepth > wire.MaxScopeDepth {
-		return nil, invalidf("split.max_depth %d is out of range 0-%d", sp.MaxDepth, wire.MaxScopeDepth)
+		return nil, invalidf("split.maxDepth %d is out of range 0-%d", sp.MaxDepth, wire.MaxScopeDepth)
 	}
 	if sp.Processor == "" {
 		sp.Processor = "passthrough"
@@ -131,28 +131,28 @@ func checkPolicy(cp *gatewayv1.CompletionPolicy) error {
 		return nil
 	}
 	if _, ok := gatewayv1.CompletionPolicy_Mode_name[int32(cp.Mode)]; !ok {
-		return invalidf("completion_policy.mode %d is unknown", cp.Mode)
+		return invalidf("completionPolicy.mode %d is unknown", cp.Mode)
 	}
-	for name, a := range map[string]gatewayv1.CompletionPolicy_Action{"on_failure": cp.OnFailure, "on_timeout": cp.OnTimeout} {
+	for name, a := range map[string]gatewayv1.CompletionPolicy_Action{"onFailure": cp.OnFailure, "onTimeout": cp.OnTimeout} {
 		if _, ok := gatewayv1.CompletionPolicy_Action_name[int32(a)]; !ok {
-			return invalidf("completion_policy.%s %d is unknown", name, a)
+			return invalidf("completionPolicy.%s %d is unknown", name, a)
 		}
 	}
 	r := float64(cp.MinSuccessRatio)
 	if math.IsNaN(r) || r < 0 || r > 1 {
-		return invalidf("completion_policy.min_success_ratio %v must be in [0, 1]", cp.MinSuccessRatio)
+		return invalidf("completionPolicy.minSuccessRatio %v must be in [0, 1]", cp.MinSuccessRatio)
 	}
 	if cp.Mode == gatewayv1.CompletionPolicy_QUORUM && r == 0 {
-		return invalidf("completion_policy.mode QUORUM needs min_success_ratio in (0, 1]")
+		return invalidf("completionPolicy.mode QUORUM needs minSuccessRatio in (0, 1]")
 	}
 	if cp.Mode != gatewayv1.CompletionPolicy_QUORUM && r != 0 {
-		return invalidf("completion_policy.min_success_ratio is only meaningful with mode QUORUM")
+		return invalidf("completionPolicy.minSuccessRatio is only meaningful with mode QUORUM")
 	}
 	if cp.MaxRetries > 100 {
-		return invalidf("completion_policy.max_retries %d exceeds 100", cp.MaxRetries)
+		return invalidf("completionPolicy.maxRetries %d exceeds 100", cp.MaxRetries)
 	}
 	if cp.OnFailure == gatewayv1.CompletionPolicy_RETRY && cp.MaxRetries == 0 {
-		return invalidf("completion_policy.on_failure RETRY needs max_retries > 0")
+		return invalidf("completionPolicy.onFailure RETRY needs maxRetries > 0")
 	}
 	return nil
 }
@@ -231,7 +231,7 @@ func (p *plan) bodyHash(contentSum [32]byte) []byte {
 	return h.Sum(nil)
 }
 
-// wirePolicy is the completion-policy of the root header (Section 8.2).
+// wirePolicy is the completion-policy of the root header (draft Section 8.3).
 func (p *plan) wirePolicy() *wire.CompletionPolicy {
 	cp := p.opts.CompletionPolicy
 	if cp == nil {

@@ -19,7 +19,7 @@ func mapStoreErr(what string, err error) error {
 	case errors.Is(err, store.ErrNotFound):
 		return fmt.Errorf("%s does not exist: %w", what, ErrNotFound)
 	case errors.Is(err, store.ErrBadPageToken):
-		return fmt.Errorf("page_token is not from a previous ListDocuments with the same filter: %w", ErrInvalid)
+		return fmt.Errorf("pageToken is not from a previous ListDocuments with the same filter: %w", ErrInvalid)
 	case errors.Is(err, store.ErrClosed):
 		return fmt.Errorf("the gateway is shutting down: %w", ErrUnavailable)
 	case errors.Is(err, store.ErrClaimRedeemed):
@@ -45,7 +45,7 @@ func (b *Bridge) GetDocument(ctx context.Context, t Tenant, id string, withEntit
 // ListDocuments returns one page of the tenant's documents, newest first.
 func (b *Bridge) ListDocuments(ctx context.Context, t Tenant, req *gatewayv1.ListDocumentsRequest) (*gatewayv1.ListDocumentsResponse, error) {
 	if req.GetPageSize() < 0 {
-		return nil, invalidf("page_size must not be negative")
+		return nil, invalidf("pageSize must not be negative")
 	}
 	if _, ok := gatewayv1.State_name[int32(req.GetState())]; !ok {
 		return nil, invalidf("state %d is unknown", req.GetState())
@@ -62,7 +62,8 @@ func (b *Bridge) ListDocuments(ctx context.Context, t Tenant, req *gatewayv1.Lis
 }
 
 // Result opens the rehydrated output of a SUCCEEDED or PARTIALLY_SUCCEEDED
-// document: the inline row (ResultPath "", content.go) or the result file.
+// document: the inline row (ResultPayload false, content.go) or the
+// streamed result payload (an io.ReadSeeker too, for ranged serving).
 func (b *Bridge) Result(ctx context.Context, t Tenant, id string) (string, int64, io.ReadCloser, error) {
 	rec, err := b.st.GetDocument(ctx, string(t), id, false)
 	if err != nil {
@@ -80,23 +81,18 @@ func (b *Bridge) Result(ctx context.Context, t Tenant, id string) (string, int64
 	if ct == "" {
 		ct = "application/octet-stream"
 	}
-	if rec.ResultPath == "" {
+	if !rec.ResultPayload {
 		body, err := b.st.GetPayload(ctx, string(t), id, store.PayloadResult)
 		if err != nil {
 			return "", 0, nil, fmt.Errorf("document %s: stored result: %w", id, err)
 		}
 		return ct, int64(len(body)), io.NopCloser(bytes.NewReader(body)), nil
 	}
-	f, err := b.st.OpenResult(id)
+	f, err := b.st.OpenPayload(ctx, id, store.PayloadResult)
 	if err != nil {
-		return "", 0, nil, fmt.Errorf("document %s: result file: %w", id, err)
+		return "", 0, nil, fmt.Errorf("document %s: stored result: %w", id, err)
 	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return "", 0, nil, err
-	}
-	return ct, fi.Size(), f, nil
+	return ct, f.Size(), f, nil
 }
 
 // Cancel cancels a non-terminal document (profile 7): CANCELLED, the peer is
@@ -116,15 +112,15 @@ func (b *Bridge) Cancel(ctx context.Context, t Tenant, id string) (*gatewayv1.Do
 		}
 		return nil, fmt.Errorf("document %s is already %s; only PENDING or RUNNING documents can be cancelled: %w", id, state, ErrFailedPrecondition)
 	}
-	if d.sess != nil && !d.sess.closed {
-		b.sendCancelLocked(d.sess, d)
-		if e := d.ents[rootKey(d.rootID)]; e != nil && d.rootID != 0 {
+	if ss, a := d.sess(), d.att; ss != nil && !ss.closed {
+		b.sendCancelLocked(ss, d)
+		if e := a.ents[rootKey(a.rootID)]; e != nil && a.rootID != 0 {
 			e.Status = gatewayv1.EntityStatus_ENTITY_STATUS_ABANDONED
-			if !d.sess.n.Layer2 {
+			if !ss.n.Layer2 {
 				e.Status = gatewayv1.EntityStatus_ENTITY_STATUS_FAILED
 			}
 			e.Message = "cancelled by the client"
-			d.setEntity(rootKey(d.rootID), e)
+			d.setEntity(rootKey(a.rootID), e)
 		}
 	}
 	b.finishLocked(d, gatewayv1.State_CANCELLED, "cancelled by the client")

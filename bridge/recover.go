@@ -10,8 +10,8 @@ import (
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
 
-// recover reloads the non-terminal documents after a restart (DESIGN.md
-// section 6): entities left non-terminal by the previous process are failed
+// recover reloads the non-terminal documents after a restart
+// (docs/architecture.md): entities left non-terminal by the previous process are failed
 // locally, and each document is re-dispatched from its spool (or its inline
 // content, content.go), or failed with a clear error when that is missing.
 func (b *Bridge) recover(ctx context.Context) error {
@@ -42,14 +42,14 @@ func (b *Bridge) recover(ctx context.Context) error {
 		copy(d.sum[:], mustHex(rec.Doc.Checksum))
 		// Every record written before inline content existed names its
 		// spool file; "" means the content is in the payloads table.
-		d.inline = rec.SpoolPath == ""
+		d.inline = !rec.ContentPayload
 		b.docs[d.id] = d
 		b.m.running.Inc()
 		// The next dispatch is a new attempt: its entity rows supersede the
 		// previous process's (store migration 2), so those are left as
 		// they are. Issued claims stay redeemable through the new attempt
 		// (profile 6): remember what each deferred entity stood for.
-		d.attempt = parsePrivate(rec.Private)
+		d.att = idleAttempt(d, parsePrivate(rec.Private))
 		b.loadClaimsLocked(ctx, d)
 		if !b.contentExists(ctx, d) {
 			b.finishLocked(d, gatewayv1.State_FAILED, "the spooled content is missing after a restart; resubmit the document")
@@ -90,7 +90,7 @@ func (b *Bridge) loadClaimsLocked(ctx context.Context, d *docRun) {
 		if c.State != gatewayv1.ClaimCheck_ISSUED {
 			continue
 		}
-		cr := &claimRun{c: proto.Clone(c).(*gatewayv1.ClaimCheck), attempt: d.attempt, key: entKey{scope: c.ScopeId, id: c.EntityId}, slot: noSlot}
+		cr := &claimRun{c: proto.Clone(c).(*gatewayv1.ClaimCheck), att: d.att, key: entKey{scope: c.ScopeId, id: c.EntityId}, slot: noSlot}
 		switch {
 		case r.Chunk.Set:
 			cr.slot = r.Chunk.Index

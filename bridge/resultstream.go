@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -34,26 +35,25 @@ const (
 	metaResultSHA    = "pipestream.result-sha256"
 )
 
-// resultStream assembles one attempt's streamed result. The docRun holds it
-// under Bridge.mu; its own fields are guarded by mu.
+// resultStream assembles one attempt's streamed result. The attempt holds
+// it under Bridge.mu; its own fields are guarded by mu.
 type resultStream struct {
-	docID   string
-	attempt uint32
+	docID string
 
 	mu     sync.Mutex
 	cond   *sync.Cond
 	next   uint64 // number of the next part to append
 	off    int64  // octets appended so far
 	busy   bool   // the part numbered next is being copied (without mu)
-	pf     *store.PayloadFile
+	pf     store.PayloadWriter
 	sum    hash.Hash
 	err    error // the assembly failed: later parts and the summary fail
 	closed bool  // the attempt is over; the file is (being) removed
 	synced bool  // the summary committed the file
 }
 
-func newResultStream(docID string, attempt uint32) *resultStream {
-	rs := &resultStream{docID: docID, attempt: attempt, sum: sha256.New()}
+func newResultStream(docID string) *resultStream {
+	rs := &resultStream{docID: docID, sum: sha256.New()}
 	rs.cond = sync.NewCond(&rs.mu)
 	return rs
 }
@@ -90,7 +90,7 @@ func (rs *resultStream) failLocked(err error) {
 // appendPart copies part k (offset off, payload r) to the result file once
 // every earlier part is in. r's checksum and length are verified by the
 // session's payload reader; a verification failure fails the assembly.
-func (rs *resultStream) appendPart(st *store.Store, k uint64, off uint64, r io.Reader, disk diskRetry, dir string) (int64, error) {
+func (rs *resultStream) appendPart(ctx context.Context, st Store, k uint64, off uint64, r io.Reader, disk diskRetry, dir string) (int64, error) {
 	rs.mu.Lock()
 	if err := rs.waitTurnLocked(k); err != nil {
 		rs.failLocked(err)
@@ -104,7 +104,7 @@ func (rs *resultStream) appendPart(st *store.Store, k uint64, off uint64, r io.R
 		return 0, err
 	}
 	if rs.pf == nil {
-		pf, err := createResultRetrying(st, rs.docID, disk)
+		pf, err := createResultRetrying(ctx, st, rs.docID, disk)
 		if err != nil {
 			rs.failLocked(err)
 			rs.mu.Unlock()
@@ -136,14 +136,14 @@ func (rs *resultStream) appendPart(st *store.Store, k uint64, off uint64, r io.R
 }
 
 // finish checks the summary against the appended parts once all of them
-// are in, and makes the result file durable. It returns the file's path,
-// or "" for an empty result (no parts).
-func (rs *resultStream) finish(parts uint64, length uint64, want []byte) (string, error) {
+// are in, and makes the result payload durable. It reports whether there
+// is one (false for an empty result: no parts).
+func (rs *resultStream) finish(parts uint64, length uint64, want []byte) (bool, error) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	if err := rs.waitTurnLocked(parts); err != nil {
 		rs.failLocked(err)
-		return "", err
+		return false, err
 	}
 	var err error
 	switch got := rs.sum.Sum(nil); {
@@ -154,11 +154,11 @@ func (rs *resultStream) finish(parts uint64, length uint64, want []byte) (string
 	}
 	if err != nil {
 		rs.failLocked(err)
-		return "", err
+		return false, err
 	}
 	rs.err = errors.New("a result part arrived after the summary") // nothing may follow
 	if rs.pf == nil {
-		return "", nil
+		return false, nil
 	}
 	// fsync without mu: close (under Bridge.mu) must not wait for the disk.
 	rs.busy = true
@@ -168,10 +168,10 @@ func (rs *resultStream) finish(parts uint64, length uint64, want []byte) (string
 	rs.mu.Lock()
 	rs.busy = false
 	if err != nil {
-		return "", err
+		return false, err
 	}
 	rs.synced = true
-	return pf.Path(), nil
+	return true, nil
 }
 
 // close ends the assembly of an attempt that is over: waiters give up and
@@ -193,66 +193,63 @@ func (rs *resultStream) abortFileLocked() {
 	}
 }
 
-// resultStreamLocked returns d's assembly for attempt, creating it.
-func (d *docRun) resultStreamLocked(attempt uint32) *resultStream {
-	if d.rstream == nil || d.rstream.attempt != attempt {
-		if d.rstream != nil {
-			d.rstream.close()
-		}
-		d.rstream = newResultStream(d.id, attempt)
+// resultStreamLocked returns a's assembly, creating it.
+func (a *attempt) resultStreamLocked() *resultStream {
+	if a.rstream == nil {
+		a.rstream = newResultStream(a.d.id)
 	}
-	return d.rstream
+	return a.rstream
 }
 
-// dropResultStreamLocked ends d's assembly, if any (attempt over, or
+// dropResultStreamLocked ends a's assembly, if any (attempt over, or
 // document finished).
-func (d *docRun) dropResultStreamLocked() {
-	if d.rstream != nil {
-		d.rstream.close()
-		d.rstream = nil
+func (a *attempt) dropResultStreamLocked() {
+	if a.rstream != nil {
+		a.rstream.close()
+		a.rstream = nil
 	}
 }
 
-// onResultPart appends one part of d's streamed result.
-func (b *Bridge) onResultPart(d *docRun, attempt uint32, e *quicpeer.IncomingEntity) {
-	h := e.Header
+// onResultPart appends one part of a's streamed result.
+func (b *Bridge) onResultPart(a *attempt, e *quicpeer.IncomingEntity) {
+	h, d := e.Header, a.d
 	b.mu.Lock()
-	if d.terminal() || d.attempt != attempt {
+	if !a.newest() {
 		b.mu.Unlock()
 		_, _ = io.Copy(io.Discard, e.Payload)
 		return
 	}
-	rs := d.resultStreamLocked(attempt)
+	rs := a.resultStreamLocked()
 	b.mu.Unlock()
 	var n int64
 	err := errors.New("a result part without chunk-info (part number and offset)")
 	if h.ChunkInfo != nil {
-		n, err = rs.appendPart(b.st, h.ChunkInfo.ChunkIndex, h.ChunkInfo.ChunkOffset, e.Payload, b.diskRetryFor(d), b.opts.DataDir)
+		n, err = rs.appendPart(b.ctx, b.st, h.ChunkInfo.ChunkIndex, h.ChunkInfo.ChunkOffset, e.Payload, b.diskRetryFor(d), b.opts.DataDir)
 	}
 	b.m.bytesOut.Add(float64(n))
 	if err != nil {
 		_, _ = io.Copy(io.Discard, e.Payload)
-		b.resultFailed(d, attempt, err)
+		b.resultFailed(a, err)
 		return
 	}
 	b.m.resultParts.Inc()
 }
 
-// onResultSummary completes d's streamed result from its summary entity.
-func (b *Bridge) onResultSummary(d *docRun, attempt uint32, e *quicpeer.IncomingEntity) {
-	h := e.Header
+// onResultSummary completes a's streamed result from its summary entity.
+func (b *Bridge) onResultSummary(a *attempt, e *quicpeer.IncomingEntity) {
+	h, d := e.Header, a.d
 	_, _ = io.Copy(io.Discard, e.Payload)
 	parts, err1 := strconv.ParseUint(h.Metadata[metaResultParts], 10, 64)
 	length, err2 := strconv.ParseUint(h.Metadata[metaResultLength], 10, 64)
 	want, err3 := hex.DecodeString(h.Metadata[metaResultSHA])
 	b.mu.Lock()
-	if d.terminal() || d.attempt != attempt {
+	if !a.newest() {
 		b.mu.Unlock()
 		return
 	}
-	rs := d.resultStreamLocked(attempt)
+	rs := a.resultStreamLocked()
 	b.mu.Unlock()
-	var path string
+	var stored bool
 	var err error
 	switch {
 	case h.PayloadLength != 0:
@@ -260,27 +257,27 @@ func (b *Bridge) onResultSummary(d *docRun, attempt uint32, e *quicpeer.Incoming
 	case err1 != nil || err2 != nil || err3 != nil || len(want) != sha256.Size:
 		err = fmt.Errorf("the result summary's %s, %s or %s is malformed", metaResultParts, metaResultLength, metaResultSHA)
 	default:
-		path, err = rs.finish(parts, length, want)
+		stored, err = rs.finish(parts, length, want)
 	}
 	if err != nil {
 		rs.mu.Lock()
 		rs.failLocked(err)
 		rs.mu.Unlock()
-		b.resultFailed(d, attempt, err)
+		b.resultFailed(a, err)
 		return
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if d.terminal() || d.attempt != attempt {
+	if !a.newest() {
 		return
 	}
-	if d.rstream == rs {
-		d.rstream = nil
+	if a.rstream == rs {
+		a.rstream = nil
 	}
-	d.resultReady = true
-	d.rec.ResultPath = path
-	if path == "" {
-		d.resultInline = []byte{} // an empty result is committed inline
+	a.resultReady = true
+	d.rec.ResultPayload = stored
+	if !stored {
+		d.out.result = []byte{} // an empty result is committed inline
 	}
 	d.rec.ResultContentType = h.ContentType
 	d.rec.Doc.ResultSizeBytes = length
@@ -288,14 +285,14 @@ func (b *Bridge) onResultSummary(d *docRun, attempt uint32, e *quicpeer.Incoming
 	b.kickFlush()
 }
 
-// resultFailed records that attempt's streamed result failed.
-func (b *Bridge) resultFailed(d *docRun, attempt uint32, err error) {
+// resultFailed records that a's streamed result failed.
+func (b *Bridge) resultFailed(a *attempt, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if d.terminal() || d.attempt != attempt || d.resultErr != "" || errors.Is(err, errResultStreamClosed) {
+	if !a.newest() || a.resultErr != "" || errors.Is(err, errResultStreamClosed) {
 		return
 	}
-	b.resultFailedLocked(d, err, "the streamed result failed")
+	b.resultFailedLocked(a.d, err, "the streamed result failed")
 }
 
 // resultFailedLocked records why d's current result failed: verification
@@ -311,14 +308,15 @@ func (b *Bridge) resultFailedLocked(d *docRun, err error, what string) {
 		b.abortAttemptLocked(d, diskFullPrefix+what+": "+err.Error()+" (a local failure, not the peer's; dispatching again)", false)
 		return
 	}
+	a := d.att
 	var we *wire.Error
 	if errors.As(err, &we) {
-		d.resultErr = fmt.Sprintf("the result stream failed verification (%v); resubmit the document", err)
+		a.resultErr = fmt.Sprintf("the result stream failed verification (%v); resubmit the document", err)
 	} else {
-		d.resultErr = fmt.Sprintf("%s: %v", what, err)
+		a.resultErr = fmt.Sprintf("%s: %v", what, err)
 	}
 	b.log.Error("bridge: result stream failed", "doc", d.id, "err", err)
-	if d.rootComplete {
+	if a.rootComplete {
 		b.maybeFinishLocked(d)
 	}
 }

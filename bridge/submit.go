@@ -71,28 +71,28 @@ func (b *Bridge) newDocRun(id string, t Tenant, p *plan) *docRun {
 		Metadata: o.Metadata, CreateTime: now, UpdateTime: now,
 		Rev: 1, // the creation; see addEvent
 	}
-	return &docRun{
+	d := &docRun{
 		id: id, tenant: t, plan: p, rec: &store.DocumentRecord{Tenant: string(t), Doc: doc},
-		dirtyEnts: map[dirtyEnt]*gatewayv1.Entity{}, dirtyDigests: map[dirtyDigest]*gatewayv1.ScopeDigest{}, dirtyClaims: map[string]bool{},
-		ents: map[entKey]*gatewayv1.Entity{}, digests: map[scopeKey]*gatewayv1.ScopeDigest{}, scopeUses: map[uint32]uint32{},
-		claims: map[string]*claimRun{}, preRedeem: map[int64]string{},
+		out: newOutbox(), claims: map[string]*claimRun{}, preRedeem: map[int64]string{},
 	}
+	d.att = idleAttempt(d, 0)
+	return d
 }
 
 // upload is one Upload in progress.
 type upload struct {
 	b      *Bridge
 	p      *plan
-	pf     *store.PayloadFile // nil until spool creates it
-	inline []byte             // the whole content when it is committed inline
+	pf     store.PayloadWriter // nil until spool creates it
+	inline []byte              // the whole content when it is committed inline
 	d      *docRun
 	pipe   *pipe // nil unless chunks are pipelined to the peer
 }
 
 // spool creates the spool file on first use.
-func (u *upload) spool() (*store.PayloadFile, error) {
+func (u *upload) spool() (store.PayloadWriter, error) {
 	if u.pf == nil {
-		pf, err := u.b.st.CreateSpool(u.d.id)
+		pf, err := u.b.st.CreatePayload(u.b.ctx, u.d.id, store.PayloadContent)
 		if err != nil {
 			return nil, fmt.Errorf("create spool: %w", err)
 		}
@@ -259,59 +259,14 @@ func (u *upload) commit(ctx context.Context, size int64, sum [32]byte) (*gateway
 	if testHookBeforeCreateCommit != nil {
 		testHookBeforeCreateCommit(b, d)
 	}
-	hash := u.p.bodyHash(sum)
 	b.mu.Lock()
-	d.size, d.sum = size, sum
-	doc := d.rec.Doc
-	doc.SizeBytes = uint64(size)
-	doc.Checksum = hex.EncodeToString(sum[:])
-	d.rec.BodyHash = hash
-	d.rec.SpoolPath = b.st.SpoolPath(d.id)
-	d.inline = u.inline != nil
-	if d.inline {
-		d.rec.SpoolPath = ""
-		if len(b.queue) < maxHeldContentQueue {
-			d.content = u.inline
-		}
-	}
-	rec := d.snapshot()
-	// The creation is rev 1 (state PENDING, since 0); every change made
-	// before this commit follows it as its own event (addEvent).
-	batch := &store.Batch{Create: rec, Events: make([]store.EventAppend, 0, 1+len(d.pending))}
-	batch.Events = append(batch.Events, store.EventAppend{Tenant: string(d.tenant), Event: &gatewayv1.Event{
-		Kind: kindDocument, DocumentId: d.id, State: gatewayv1.State_PENDING, Rev: 1, Since: 0, Time: rec.Doc.CreateTime,
-	}})
-	for _, ev := range d.pending {
-		batch.Events = append(batch.Events, store.EventAppend{Tenant: string(d.tenant), Event: ev})
-	}
-	if d.inline {
-		batch.Payloads = []store.PayloadRecord{{DocID: d.id, Kind: store.PayloadContent, Body: u.inline}}
-	}
-	for k, e := range d.ents {
-		batch.Entities = append(batch.Entities, store.EntityRecord{DocID: d.id, Entity: proto.Clone(e).(*gatewayv1.Entity),
-			Attempt: d.attempt, ScopeInstance: k.inst})
-	}
-	for k, dg := range d.dirtyDigests {
-		batch.Digests = append(batch.Digests, store.DigestRecord{DocID: d.id, Digest: proto.Clone(dg).(*gatewayv1.ScopeDigest),
-			Attempt: k.attempt, ScopeInstance: k.k.inst})
-	}
-	for id := range d.dirtyClaims {
-		c := proto.Clone(d.claims[id].c).(*gatewayv1.ClaimCheck)
-		c.Name = ""
-		batch.Claims = append(batch.Claims, store.ClaimRecord{Tenant: string(d.tenant), Claim: c, Chunk: d.claims[id].chunk()})
-	}
-	d.dirtyEnts = map[dirtyEnt]*gatewayv1.Entity{}
-	d.dirtyDigests = map[dirtyDigest]*gatewayv1.ScopeDigest{}
-	d.dirtyClaims = map[string]bool{}
-	d.pending = nil // in the Create batch
-	d.committing = true
-	snapRev := rec.Doc.Rev
+	batch, snapRev := u.takeCreateLocked(size, sum)
 	b.mu.Unlock()
 	res, err := b.commit(ctx, batch)
 	if err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return nil, fmt.Errorf("request_id %q was used before with a different body or options; use a new request_id: %w",
-				doc.RequestId, ErrConflict)
+				d.rec.Doc.GetRequestId(), ErrConflict)
 		}
 		return nil, fmt.Errorf("commit document: %w", err)
 	}
@@ -320,7 +275,7 @@ func (u *upload) commit(ctx context.Context, size int64, sum [32]byte) (*gateway
 			u.pf.Abort()
 		}
 		u.abandon()
-		_ = b.st.RemovePayloads(d.id)
+		_ = b.st.RemovePayload(ctx, d.id, store.PayloadContent)
 		return b.publicDoc(res.Duplicate), nil
 	}
 	b.mu.Lock()
@@ -329,13 +284,12 @@ func (u *upload) commit(ctx context.Context, size int64, sum [32]byte) (*gateway
 	d.uploading = false
 	b.docs[d.id] = d
 	b.m.running.Inc()
-	d.dirty = d.rec.Doc.Rev > snapRev || len(d.dirtyEnts) > 0 || len(d.dirtyDigests) > 0 || len(d.dirtyClaims) > 0
-	pipelined := u.pipe != nil && u.pipe.alive() && d.sess != nil
+	pipelined := u.pipe != nil && u.pipe.alive() && d.sess() != nil
 	if !pipelined {
 		if u.pipe != nil {
 			u.pipe.stop()
 		}
-		if d.sess == nil {
+		if d.sess() == nil {
 			b.enqueueLocked(d)
 		}
 	}
@@ -346,6 +300,43 @@ func (u *upload) commit(ctx context.Context, size int64, sum [32]byte) (*gateway
 	}
 	b.kickFlush()
 	return out, nil
+}
+
+// takeCreateLocked fills in what the upload learnt (size, checksum, where
+// the content lives) and builds the Create batch: the record, the creation
+// event and the inline content, then the changes made before the commit,
+// taken from the outbox by the same path as every flush
+// (takeChangesLocked). A failed Create puts nothing back: the upload fails
+// and the document is abandoned. Changes made while the batch commits
+// (committing) wait in the outbox for the first flush. It returns the
+// batch and the revision it commits. Caller holds mu.
+func (u *upload) takeCreateLocked(size int64, sum [32]byte) (*store.Batch, uint64) {
+	b, d := u.b, u.d
+	d.size, d.sum = size, sum
+	doc := d.rec.Doc
+	doc.SizeBytes = uint64(size)
+	doc.Checksum = hex.EncodeToString(sum[:])
+	d.rec.BodyHash = u.p.bodyHash(sum)
+	d.inline = u.inline != nil
+	d.rec.ContentPayload = !d.inline
+	if d.inline {
+		if len(b.queue) < maxHeldContentQueue {
+			d.content = u.inline
+		}
+	}
+	rec := d.snapshot()
+	// The creation is rev 1 (state PENDING, since 0); every change made
+	// before this commit follows it as its own event (addEvent).
+	batch := &store.Batch{Create: rec, Events: make([]store.EventAppend, 0, 1+len(d.out.events))}
+	batch.Events = append(batch.Events, store.EventAppend{Tenant: string(d.tenant), Event: &gatewayv1.Event{
+		Kind: kindDocument, DocumentId: d.id, State: gatewayv1.State_PENDING, Rev: 1, Since: 0, Time: rec.Doc.CreateTime,
+	}})
+	if d.inline {
+		batch.Payloads = []store.PayloadRecord{{DocID: d.id, Kind: store.PayloadContent, Body: u.inline}}
+	}
+	d.takeChangesLocked(batch)
+	d.committing = true
+	return batch, rec.Doc.Rev
 }
 
 // testHookBeforeCreateCommit, when set by a test, runs before an upload
@@ -361,16 +352,14 @@ func (u *upload) abandon() {
 	if u.pipe != nil {
 		u.pipe.stop()
 	}
-	if d.sess != nil {
-		b.sendCancelLocked(d.sess, d)
-		delete(d.sess.docs, d)
+	a := d.att
+	if ss := d.sess(); ss != nil {
+		b.sendCancelLocked(ss, d)
+		delete(ss.docs, d)
 	}
-	releaseSessLocked(d)
-	d.sess = nil
-	if d.stopSend != nil {
-		d.stopSend()
-		d.stopSend = nil
-	}
+	releaseSessLocked(a)
+	a.ended = true
+	a.stopSending()
 }
 
 // publicDoc names a stored document for the API.

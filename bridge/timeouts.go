@@ -25,7 +25,7 @@ const defaultTimeoutMs = 300_000
 // attempt.
 func (b *Bridge) superviseTimeoutsLocked(now time.Time) {
 	for _, d := range b.docs {
-		if d.terminal() || d.sess == nil || d.entSince == nil {
+		if d.terminal() || d.sess() == nil {
 			continue
 		}
 		if k, e, ok := d.overdue(now); ok {
@@ -36,17 +36,18 @@ func (b *Bridge) superviseTimeoutsLocked(now time.Time) {
 
 // overdue returns an entity of d's attempt past its timeout.
 func (d *docRun) overdue(now time.Time) (entKey, *gatewayv1.Entity, bool) {
+	a := d.att
 	limit := time.Duration(defaultTimeoutMs) * time.Millisecond
 	if ms := d.plan.opts.GetCompletionPolicy().GetTimeoutMs(); ms > 0 {
 		limit = time.Duration(ms) * time.Millisecond
 	}
 	grace := timeoutGrace
-	if d.plain {
+	if a.plain {
 		grace = 0 // the gateway is the only one enforcing it
 	}
-	for k, since := range d.entSince {
-		e := d.ents[k]
-		if e == nil || !timedStatus(e.Status, d.plain) {
+	for k, since := range a.entSince {
+		e := a.ents[k]
+		if e == nil || !timedStatus(e.Status, a.plain) {
 			continue
 		}
 		l := limit
@@ -86,8 +87,9 @@ func (b *Bridge) timeoutLocked(d *docRun, k entKey, e *gatewayv1.Entity) {
 	if ms == 0 {
 		ms = defaultTimeoutMs
 	}
+	a := d.att
 	what := "document root"
-	if k != rootKey(d.rootID) {
+	if k != rootKey(a.rootID) {
 		what = fmt.Sprintf("chunk %d", e.ChunkIndex)
 	}
 	msg := fmt.Sprintf("entity %d (%s) timed out: no terminal status within timeout-ms %d at the peer %s, which last reported %s",
@@ -97,10 +99,10 @@ func (b *Bridge) timeoutLocked(d *docRun, k entKey, e *gatewayv1.Entity) {
 	e.Status = gatewayv1.EntityStatus_ENTITY_STATUS_ABANDONED
 	e.Message = msg
 	d.setEntity(k, e)
-	delete(d.entSince, k)
+	delete(a.entSince, k)
 	switch {
-	case cp.GetOnTimeout() == gatewayv1.CompletionPolicy_SKIP && k != rootKey(d.rootID):
-		if d.plain {
+	case cp.GetOnTimeout() == gatewayv1.CompletionPolicy_SKIP && k != rootKey(a.rootID):
+		if a.plain {
 			b.checkPlainChildrenLocked(d)
 		}
 	case cp.GetOnTimeout() == gatewayv1.CompletionPolicy_RETRY:
@@ -113,7 +115,7 @@ func (b *Bridge) timeoutLocked(d *docRun, k entKey, e *gatewayv1.Entity) {
 
 // abandonAtPeerLocked tells the peer the gateway gave up on entity k.
 func (b *Bridge) abandonAtPeerLocked(d *docRun, k entKey) {
-	if ss := d.sess; ss != nil && !ss.closed && k.scope == 0 {
+	if ss := d.sess(); ss != nil && !ss.closed && k.scope == 0 {
 		b.giveUpLocked(ss, d, k.id)
 	}
 }

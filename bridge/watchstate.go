@@ -152,13 +152,14 @@ func (f *docAsOf) findClaim(id string) *gatewayv1.ClaimCheck {
 	return nil
 }
 
-// countStatuses counts entity statuses as docRun.counts does.
+// countStatuses counts entity statuses as attempt.counts does.
 func countStatuses(ents map[[2]uint32]gatewayv1.EntityStatus) *gatewayv1.EntityCounts {
-	d := &docRun{ents: map[entKey]*gatewayv1.Entity{}}
-	for k, s := range ents {
-		d.ents[entKey{scope: k[0], id: k[1]}] = &gatewayv1.Entity{ScopeId: k[0], EntityId: k[1], Status: s}
+	c := &gatewayv1.EntityCounts{}
+	for _, s := range ents {
+		c.Total++
+		countStatus(c, s)
 	}
-	return d.counts()
+	return c
 }
 
 // foldBefore folds the document's retained events below seq into f (the

@@ -170,7 +170,7 @@ func TestHTTPAdversary(t *testing.T) {
 		}
 	})
 	t.Run("slow upload body", func(t *testing.T) {
-		req := "POST /v1/documents:upload HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\nContent-Length: 100000\r\n\r\n" + strings.Repeat("x", 1000)
+		req := "POST /v1/documents:upload HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/octet-stream\r\nContent-Length: 100000\r\n\r\n" + strings.Repeat("x", 1000)
 		line, resp, took := rawExchange(t, addr, []byte(req), nil)
 		wantStatusLine(t, "upload body that stalls", line, 408)
 		if !bytes.Contains(resp, []byte("UPLOAD_STALLED")) {

@@ -50,9 +50,9 @@ func TestAuthBeforeBody(t *testing.T) {
 	h := start(t, func(c *gateway.Config) { c.Authenticator = tf })
 	addr := h.srv.HTTPAddr()
 	for _, tc := range []struct{ name, head string }{
-		{"upload, no token", "POST /v1/documents:upload HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 100000000\r\n\r\n"},
-		{"upload, bad token", "POST /v1/documents:upload HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer nope\r\nTransfer-Encoding: chunked\r\n\r\n"},
-		{"JSON, no token", "POST /v1/documents HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n"},
+		{"upload, no token", "POST /v1/documents:upload HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\nContent-Length: 100000000\r\n\r\n"},
+		{"upload, bad token", "POST /v1/documents:upload HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer nope\r\nTransfer-Encoding: chunked\r\n\r\n"},
+		{"JSON, no token", "POST /v1/documents HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n"},
 	} {
 		resp, body, took := rawRequest(t, addr, nil, tc.head, "", 5*time.Second)
 		if resp.StatusCode != 401 || !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") || !resp.Close {
@@ -68,7 +68,7 @@ func TestAuthBeforeBody(t *testing.T) {
 // connection closed once its total deadline passes.
 func TestJSONBodyDeadline(t *testing.T) {
 	h := start(t, func(c *gateway.Config) { c.JSONBodyTimeout = 500 * time.Millisecond })
-	head := "POST /v1/documents HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+	head := "POST /v1/documents HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
 	resp, body, took := rawRequest(t, h.srv.HTTPAddr(), nil, head, `{"content":`, 10*time.Second)
 	if resp.StatusCode != 408 || !resp.Close || !strings.Contains(body, "json-body-timeout") {
 		t.Errorf("trickled JSON body: HTTP %d close=%v %s, want 408 naming --json-body-timeout", resp.StatusCode, resp.Close, body)
@@ -78,7 +78,7 @@ func TestJSONBodyDeadline(t *testing.T) {
 	}
 	// A large declared body that trickles is cut as soon (the rate, not
 	// its length, bounds it).
-	head = "POST /v1/documents HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 30000000\r\n\r\n"
+	head = "POST /v1/documents HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 30000000\r\n\r\n"
 	resp, _, took = rawRequest(t, h.srv.HTTPAddr(), nil, head, `{"content":`, 10*time.Second)
 	if resp.StatusCode != 408 || took > 3*time.Second {
 		t.Errorf("trickled 30 MB JSON body: HTTP %d after %v, want 408 after about 500ms", resp.StatusCode, took)
@@ -105,7 +105,7 @@ func TestUploadMinimumRate(t *testing.T) {
 	defer c.Close()
 	start := time.Now()
 	c.SetDeadline(start.Add(15 * time.Second))
-	fmt.Fprintf(c, "POST /v1/documents:upload HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 100000\r\n\r\n")
+	fmt.Fprintf(c, "POST /v1/documents:upload HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\nContent-Length: 100000\r\n\r\n")
 	stop := make(chan struct{})
 	defer close(stop)
 	go func() { // 20 bytes every 200 ms: 100 B/s, never idle for 1 s
@@ -152,14 +152,14 @@ func TestConnectionCaps(t *testing.T) {
 	}
 	// The caps count at accept: wait until the server accepted all three
 	// (a request on the first answers once the accept loop reached it).
-	fmt.Fprintf(held[0], "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	fmt.Fprintf(held[0], "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
 	if resp, err := http.ReadResponse(bufio.NewReader(held[0]), nil); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("held connection: %v %v", resp, err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	var resp *http.Response
 	for {
-		resp, _, _ = rawRequest(t, addr, nil, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", "", 5*time.Second)
+		resp, _, _ = rawRequest(t, addr, nil, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "", 5*time.Second)
 		if resp.StatusCode == 503 || time.Now().After(deadline) {
 			break
 		}
@@ -168,13 +168,13 @@ func TestConnectionCaps(t *testing.T) {
 		t.Errorf("4th connection from one address: HTTP %d Retry-After %q, want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
 	other := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}
-	if resp, _, _ := rawRequest(t, addr, other, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", "", 5*time.Second); resp.StatusCode != 200 {
+	if resp, _, _ := rawRequest(t, addr, other, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "", 5*time.Second); resp.StatusCode != 200 {
 		t.Errorf("another address: HTTP %d, want 200", resp.StatusCode)
 	}
 	held[1].Close()
 	deadline = time.Now().Add(5 * time.Second)
 	for {
-		resp, _, _ = rawRequest(t, addr, nil, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", "", 5*time.Second)
+		resp, _, _ = rawRequest(t, addr, nil, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "", 5*time.Second)
 		if resp.StatusCode == 200 || time.Now().After(deadline) {
 			break
 		}
@@ -199,14 +199,14 @@ func TestUploadAdmissionBeforeBody(t *testing.T) {
 	}
 	defer c.Close()
 	// The first upload sends part of its body and holds its slot.
-	fmt.Fprintf(c, "POST /v1/documents:upload HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 1000000\r\n\r\n%s", strings.Repeat("x", 300<<10))
+	fmt.Fprintf(c, "POST /v1/documents:upload HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\nContent-Length: 1000000\r\n\r\n%s", strings.Repeat("x", 300<<10))
 	// Wait until the bridge reads it: it holds the slot.
 	select {
 	case <-h.fake.uploadStarted:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the first upload never reached the bridge")
 	}
-	resp, body, took := rawRequest(t, addr, nil, "POST /v1/documents:upload HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 1000000\r\n\r\n", "", 5*time.Second)
+	resp, body, took := rawRequest(t, addr, nil, "POST /v1/documents:upload HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\nContent-Length: 1000000\r\n\r\n", "", 5*time.Second)
 	if took > time.Second {
 		t.Errorf("429 after %v, want at once", took)
 	}

@@ -139,6 +139,14 @@ type Config struct {
 	// all three from a certificate and key. nil serves plaintext.
 	GRPCTLS, HTTPTLS, InternalDialTLS *tls.Config
 
+	// CORSOrigins are the web origins (scheme://host[:port]) whose pages
+	// may call the REST API and open the WebSocket (--cors-origins): CORS
+	// preflights and headers for them, their WebSocket handshakes
+	// accepted. Empty: same-origin pages only, no CORS headers. Without
+	// tokens on loopback they are also the only cross-site origins whose
+	// writes are not refused (browser.go).
+	CORSOrigins []string
+
 	// Docs serves /openapi.json and /docs/ (default openapi.Handler(): the
 	// embedded spec and Swagger UI).
 	Docs http.Handler
@@ -202,6 +210,10 @@ func (c *Config) setDefaults() error {
 	}
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = DefaultIdleTimeout
+	}
+	c.CORSOrigins = normalizeOrigins(c.CORSOrigins)
+	if err := checkCORSOrigins(c.CORSOrigins); err != nil {
+		return err
 	}
 	if c.GRPCTLS != nil && c.InternalDialTLS == nil {
 		return errors.New("gateway: Config.GRPCTLS is set but InternalDialTLS is not: the REST proxy needs a TLS config that trusts the gRPC certificate")

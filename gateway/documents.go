@@ -61,6 +61,9 @@ func tooLarge(limit int64) error {
 // UPLOAD_STALLED.
 func (d *documentService) UploadDocument(stream grpc.ClientStreamingServer[gatewayv1.UploadDocumentRequest, gatewayv1.Document]) error {
 	ctx := stream.Context()
+	if d.s.draining.Load() {
+		return shutdownUploadError(-1)
+	}
 	if err := d.s.admitDocument(); err != nil {
 		return err
 	}
@@ -81,9 +84,9 @@ func (d *documentService) UploadDocument(stream grpc.ClientStreamingServer[gatew
 	pr, pw := io.Pipe()
 	limit := d.s.cfg.MaxUploadBytes
 	pumpDone := make(chan struct{})
+	var total int64 // bytes received; read after pumpDone
 	go func() {
 		defer close(pumpDone)
-		var total int64
 		msg := first
 		for {
 			if c := msg.GetChunk(); len(c) > 0 {
@@ -112,12 +115,17 @@ func (d *documentService) UploadDocument(stream grpc.ClientStreamingServer[gatew
 			msg = next
 		}
 	}()
-	doc, err := d.s.cfg.Bridge.Upload(ctx, TenantFromContext(ctx), opts, pr)
+	uctx, stopCut := d.s.uploadContext(ctx, func() { pr.CloseWithError(errUploadCut) })
+	doc, err := d.s.cfg.Bridge.Upload(uctx, TenantFromContext(ctx), opts, pr)
+	stopCut()
 	// Unblock the pump if the bridge stopped reading early.
 	pr.CloseWithError(errors.New("upload ended"))
 	in.stop()
 	<-pumpDone
 	if err != nil {
+		if d.s.uploadWasCut() {
+			return shutdownUploadError(total)
+		}
 		if in.stalled() {
 			return uploadStalled(d.s.cfg.UploadIdleTimeout)
 		}

@@ -62,7 +62,7 @@ func TestResultDownloadsPerTenant(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.SetDeadline(time.Now().Add(10 * time.Second))
-		fmt.Fprintf(c, "GET /v1/documents/%s/result HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", id, tok)
+		fmt.Fprintf(c, "GET /v1/documents/%s/result HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n\r\n", id, tok)
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		if err != nil {
 			t.Fatal(err)
@@ -156,7 +156,7 @@ func TestUnaryNotBehindStreams(t *testing.T) {
 		}
 		conns = append(conns, c)
 		c.SetDeadline(time.Now().Add(10 * time.Second))
-		fmt.Fprintf(c, "GET /v1/events:subscribe HTTP/1.1\r\nHost: x\r\n\r\n")
+		fmt.Fprintf(c, "GET /v1/events:subscribe HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
 		if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil || resp.StatusCode != 200 {
 			t.Fatalf("subscription %d: %v %v", i, resp, err)
 		}

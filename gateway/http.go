@@ -33,21 +33,30 @@ import (
 //	GET  /healthz               200 when ready, 503 + reason otherwise
 //	GET  /metrics               Prometheus
 //	/openapi.json, /docs/       Config.Docs
+//	GET  /                      index: browsers to /ui/, others a JSON list of links (routes.go)
 //	everything else             grpc-gateway REST mux over the gRPC client connection
 //
 // Every write and flush of a response must finish within
 // Config.StreamWriteTimeout (writeDeadlines, stuck.go). Every route first
 // passes checkUTF8 (utf8.go): a path, query or upload
-// Content-Type that is not UTF-8 answers 400. rejectSmuggled answers the
+// Content-Type that is not UTF-8 answers 400, then browserGuard (CORS,
+// and without tokens the Host and cross-site write checks; browser.go),
+// before authentication, as preflights carry no token. rejectSmuggled answers the
 // connection guard's stand-in for a request with both Content-Length and
 // Transfer-Encoding (smuggle.go).
 func (s *Server) httpHandler() (http.Handler, error) {
+	useStrictQueryParser()
+	routes := s.restRoutes()
 	s.gwMux = runtime.NewServeMux(
 		runtime.WithIncomingHeaderMatcher(incomingHeader),
 		runtime.WithOutgoingHeaderMatcher(outgoingHeader),
 		runtime.WithErrorHandler(httpErrorHandler),
 		runtime.WithStreamErrorHandler(streamErrorHandler),
 		runtime.WithForwardResponseOption(flushStreamHeaders),
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, restMarshaler()),
+		runtime.WithOutgoingTrailerMatcher(func(string) (string, bool) { return "", false }),
+		runtime.WithDisablePathLengthFallback(),
+		runtime.WithRoutingErrorHandler(s.routingErrorHandler(routes)),
 	)
 	ctx := context.Background()
 	if err := gatewayv1.RegisterDocumentServiceHandlerClient(ctx, s.gwMux, gatewayv1.NewDocumentServiceClient(s.conn)); err != nil {
@@ -73,8 +82,9 @@ func (s *Server) httpHandler() (http.Handler, error) {
 	mux.Handle("/openapi.json", s.cfg.Docs)
 	mux.Handle("/docs", s.cfg.Docs)
 	mux.Handle("/docs/", s.cfg.Docs)
-	mux.Handle("/", withErrorHeaders(s.limitBody(s.gwMux)))
-	return writeDeadlines(s.rejectSmuggled(s.checkUTF8(s.admitAPI(mux))), s.cfg.StreamWriteTimeout), nil
+	mux.HandleFunc("GET /{$}", handleIndex)
+	mux.Handle("/", withErrorHeaders(s.refuseStrayQuery(routes, s.limitBody(s.gwMux))))
+	return writeDeadlines(s.rejectSmuggled(s.checkUTF8(s.browserGuard(routes, s.admitAPI(mux)))), s.cfg.StreamWriteTimeout), nil
 }
 
 type slogPrintln struct{ s *Server }
@@ -96,16 +106,16 @@ func incomingHeader(key string) (string, bool) {
 	return runtime.DefaultHeaderMatcher(key)
 }
 
-// outgoingHeader returns the request id as X-Request-Id; other response
-// metadata keeps grpc-gateway's Grpc-Metadata- prefix.
+// outgoingHeader returns the request id as X-Request-Id; no other gRPC
+// response metadata becomes an HTTP header (grpc-gateway's default would
+// add Grpc-Metadata-Content-Type and the like): what a REST response
+// needs (Retry-After, WWW-Authenticate) errorHeaders sets itself. gRPC
+// trailers are dropped likewise (WithOutgoingTrailerMatcher).
 func outgoingHeader(key string) (string, bool) {
 	if strings.EqualFold(key, requestIDHeader) {
 		return "X-Request-Id", true
 	}
-	if strings.EqualFold(key, subscribedHeader) {
-		return "", false // internal: see flushStreamHeaders
-	}
-	return runtime.MetadataHeaderPrefix + key, true
+	return "", false // subscribedHeader among them: see flushStreamHeaders
 }
 
 // flushStreamHeaders writes the HTTP status and headers of an NDJSON stream

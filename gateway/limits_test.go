@@ -195,7 +195,7 @@ func TestUploadIdleTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	fmt.Fprintf(conn, "POST /v1/documents:upload HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 100000\r\n\r\nfirst bytes, then nothing")
+	fmt.Fprintf(conn, "POST /v1/documents:upload HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\nContent-Length: 100000\r\n\r\nfirst bytes, then nothing")
 	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	start := time.Now()
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
@@ -233,7 +233,7 @@ func TestReadHeaderTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	fmt.Fprintf(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n")
+	fmt.Fprintf(conn, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
 	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	start := time.Now()
 	_, err = io.ReadAll(conn)

@@ -58,6 +58,10 @@ type Server struct {
 	// GracefulStop until its deadline.
 	streams       context.Context
 	cancelStreams context.CancelFunc
+	// uploadsCut ends uploads still running near the shutdown deadline
+	// (upload_shutdown.go).
+	uploadsCut context.Context
+	cutUploads context.CancelFunc
 
 	draining  atomic.Bool
 	started   atomic.Bool
@@ -90,6 +94,7 @@ func New(cfg Config) (*Server, error) {
 		stopPoll:  make(chan struct{}),
 	}
 	s.streams, s.cancelStreams = context.WithCancel(context.Background())
+	s.uploadsCut, s.cutUploads = context.WithCancel(context.Background())
 	s.clientIDs = newClientIDs(cfg.MaxClientIDsPerTenant, clientIDIdle)
 	if cfg.DataDir != "" {
 		s.disk = newDiskMonitor(cfg.DataDir, cfg.MinFreeDiskBytes)
@@ -179,6 +184,7 @@ func (s *Server) Start() error {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		ConnContext:       guardContext,
 		ConnState:         guardConnState,
+		Protocols:         s.httpProtocols(),
 	}
 
 	s.bg.Add(3)
@@ -238,6 +244,22 @@ func (s *Server) serveHTTP() error {
 	return s.http.Serve(guardListener{Listener: lis, maxHead: http.DefaultMaxHeaderBytes + 4096})
 }
 
+// httpProtocols are the HTTP listener's protocols: plaintext speaks
+// HTTP/1.1 and HTTP/2 with prior knowledge (h2c, RFC 9113 section 3.3;
+// the deprecated Upgrade: h2c is answered in HTTP/1.1, which RFC 9113
+// allows); TLS speaks HTTP/1.1 only (serveHTTP). An h2c connection starts
+// with the preface "PRI * HTTP/2.0", which the smuggling guard parses as a
+// request of HTTP major version 2 and stops inspecting (smuggle.go): the
+// guard's ambiguities are HTTP/1 framing, HTTP/2 frames its own data.
+func (s *Server) httpProtocols() *http.Protocols {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	if s.cfg.HTTPTLS == nil {
+		p.SetUnencryptedHTTP2(true)
+	}
+	return &p
+}
+
 // Serve starts the server and blocks until ctx ends (then shuts down within
 // shutdownTimeout) or a listener fails.
 func (s *Server) Serve(ctx context.Context, shutdownTimeout time.Duration) error {
@@ -274,7 +296,10 @@ func (s *Server) HTTPAddr() string {
 }
 
 // Shutdown stops the server within ctx: it stops intake (health
-// NOT_SERVING, /healthz 503), closes the bridge (GOAWAY to the peer, drain),
+// NOT_SERVING, /healthz 503, new uploads refused), closes the bridge
+// (uploads in progress finish, but those still running shortly before
+// ctx's deadline are cut with a SHUTTING_DOWN status: upload_shutdown.go;
+// then GOAWAY to the peer, drain),
 // ends open event streams, then GracefulStop on gRPC (Stop when ctx ends)
 // and Shutdown on HTTP (Close when ctx ends). Safe to call more than once.
 func (s *Server) Shutdown(ctx context.Context) error {
@@ -285,6 +310,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.health.Shutdown()
 		close(s.stopPoll)
 		s.log.Info("gateway shutting down: intake stopped")
+		stopCut := s.scheduleUploadCut(ctx)
+		defer stopCut()
 
 		// The bridge drains within ctx; if it is still waiting (an upload
 		// whose client stalls, say) when ctx ends, stopping gRPC below
@@ -299,6 +326,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 		s.cancelStreams()
+		s.cutUploads()
 
 		if s.started.Load() {
 			done := make(chan struct{})

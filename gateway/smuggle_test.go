@@ -61,10 +61,10 @@ func TestSmugglingGuard(t *testing.T) {
 	chunked := func(body string) string {
 		return fmt.Sprintf("%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n", 10, body[:10], len(body)-10, body[10:])
 	}
-	okChunked := "POST /v1/documents HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked(doc)
-	okLength := fmt.Sprintf("POST /v1/documents HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(doc), doc)
-	smuggle := "POST /v1/documents HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 4\r\ntransfer-encoding: chunked\r\n\r\n" + chunked(doc)
-	after := "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+	okChunked := "POST /v1/documents HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked(doc)
+	okLength := fmt.Sprintf("POST /v1/documents HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(doc), doc)
+	smuggle := "POST /v1/documents HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 4\r\ntransfer-encoding: chunked\r\n\r\n" + chunked(doc)
+	after := "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 
 	before := h.fake.submitted()
 	codes, bodies := rawPipeline(t, addr, okChunked, okLength, smuggle, after)
@@ -79,7 +79,7 @@ func TestSmugglingGuard(t *testing.T) {
 	}
 
 	// Alone on a connection, and with the headers in the other order.
-	alone := "POST /v1/documents HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 100\r\nContent-Type: application/json\r\n\r\n" + chunked(doc)
+	alone := "POST /v1/documents HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 100\r\nContent-Type: application/json\r\n\r\n" + chunked(doc)
 	if codes, bodies := rawPipeline(t, addr, alone); len(codes) != 1 || codes[0] != 400 {
 		t.Fatalf("TE before CL: %v %q, want [400]", codes, bodies)
 	}
@@ -126,21 +126,21 @@ func TestSmugglingGuardEveryState(t *testing.T) {
 
 	doc := `{"content":"aGVsbG8="}`
 	chunkedBody := fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(doc), doc)
-	post := "POST /v1/documents HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+	post := "POST /v1/documents HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
 	bad := map[string]string{
 		"CL+TE":          post + "Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n" + chunkedBody,
 		"TE+CL":          post + "Transfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n" + chunkedBody,
 		"two equal CL":   post + fmt.Sprintf("Content-Length: %d\r\nContent-Length: %d\r\n\r\n", len(doc), len(doc)) + doc,
 		"TE gzip":        post + "Transfer-Encoding: gzip\r\n\r\n" + chunkedBody,
 		"two TE":         post + "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n" + chunkedBody,
-		"TE on HTTP/1.0": "POST /v1/documents HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" + chunkedBody,
+		"TE on HTTP/1.0": "POST /v1/documents HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" + chunkedBody,
 		"obs-fold CL":    post + fmt.Sprintf("X-Note: a\r\n Content-Length: 4\r\nContent-Length: %d\r\n\r\n", len(doc)) + doc,
 	}
 	before := map[string]string{
 		"alone":                "",
-		"after Upgrade":        "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n",
-		"after Upgrade ws":     "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
-		"after 1.0 keep-alive": "GET /healthz HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\n\r\n",
+		"after Upgrade":        "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n",
+		"after Upgrade ws":     "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+		"after 1.0 keep-alive": "GET /healthz HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n\r\n",
 		"after chunked":        post + "Transfer-Encoding: chunked\r\n\r\n" + chunkedBody,
 	}
 	for _, tr := range []struct {
@@ -154,7 +154,7 @@ func TestSmugglingGuardEveryState(t *testing.T) {
 		for bname, first := range before {
 			for kind, req := range bad {
 				n0 := tr.h.fake.submitted()
-				reqs := []string{req, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"}
+				reqs := []string{req, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"}
 				if first != "" {
 					reqs = append([]string{first}, reqs...)
 				}
@@ -196,13 +196,13 @@ func TestSmugglingGuardEveryState(t *testing.T) {
 func TestGuardPassesWellFormedTraffic(t *testing.T) {
 	h := start(t, nil)
 	doc := `{"content":"aGVsbG8=","displayName":"Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n"}`
-	post := "POST /v1/documents HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+	post := "POST /v1/documents HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
 	reqs := []string{
 		post + fmt.Sprintf("Content-Length: %d\r\n\r\n%s", len(doc), doc),
 		post + "Transfer-Encoding: chunked\r\nTrailer: X-T\r\n\r\n" + fmt.Sprintf("%x\r\n%s\r\n0\r\nX-T: 1\r\n\r\n", len(doc), doc),
-		"GET /healthz HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\n\r\n",
-		"GET /healthz HTTP/1.1\r\nHost: x\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n",
-		"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+		"GET /healthz HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n\r\n",
+		"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n",
+		"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
 	}
 	codes, bodies := rawPipeline(t, strings.TrimPrefix(h.base, "http://"), reqs...)
 	if len(codes) != len(reqs) {

@@ -188,7 +188,7 @@ func TestNDJSONStuckConsumerIsCut(t *testing.T) {
 	}
 	defer conn.Close()
 	opened := time.Now()
-	if _, err := io.WriteString(conn, "GET /v1/events:subscribe?cursor=0 HTTP/1.1\r\nHost: gateway\r\n\r\n"); err != nil {
+	if _, err := io.WriteString(conn, "GET /v1/events:subscribe?cursor=0 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
 	br := bufio.NewReaderSize(conn, 4096)

@@ -74,7 +74,7 @@ func (s *Server) handleEventsWS(w http.ResponseWriter, r *http.Request) {
 	if err != nil && errorReason(err) == ReasonFutureCursor {
 		// "Error Frames": a future cursor is an error frame after the
 		// upgrade, then close (the subscription refused it before start).
-		if c, aerr := websocket.Accept(w, r, nil); aerr == nil {
+		if c, aerr := websocket.Accept(w, r, s.wsAcceptOptions()); aerr == nil {
 			s.closeWithErrorFrame(c, ReasonFutureCursor, status.Convert(err).Message())
 			_ = c.CloseNow()
 		}
@@ -87,7 +87,7 @@ func (s *Server) handleEventsWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	c, err := websocket.Accept(w, r, nil)
+	c, err := websocket.Accept(w, r, s.wsAcceptOptions())
 	if err != nil {
 		return // Accept wrote the HTTP error
 	}

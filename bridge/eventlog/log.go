@@ -1,8 +1,9 @@
-// Package eventlog is the sequenced, resumable event log of DESIGN.md
-// section 5: the AT sync draft's streaming semantics (seq, cursors, backfill
+// Package eventlog is the sequenced, resumable event log (docs/architecture.md,
+// the event log): the AT sync draft's streaming semantics (seq, cursors, backfill
 // window, #info OutdatedCursor, FutureCursor and ConsumerTooSlow errors) over
 // the events the store commits, with the RRDP delta retention draft's
-// client-driven retention.
+// client-driven retention. It commits through Store (store.go), the part of
+// the durable store it needs, so any backend that keeps that contract works.
 //
 // # Data path
 //
@@ -53,7 +54,7 @@ var (
 	ErrClosed          = errors.New("eventlog: closed")
 )
 
-// Event kinds (DESIGN.md section 5).
+// Event kinds (docs/architecture.md, the event log).
 const (
 	KindStatus   = "#status"
 	KindDocument = "#document"
@@ -67,7 +68,7 @@ const (
 
 // Log is the event log. Safe for concurrent use.
 type Log struct {
-	st   *store.Store
+	st   Store
 	opts Options
 	ret  *retention.Retainer
 	m    *retention.Metrics
@@ -92,7 +93,7 @@ type Log struct {
 // New opens the log over st: it loads the retained events' metadata (seq,
 // time, size) for retention, installs the store's event hook and starts the
 // retention pass (unless Options.DisablePruner). One Log per store.
-func New(ctx context.Context, st *store.Store, opts Options) (*Log, error) {
+func New(ctx context.Context, st Store, opts Options) (*Log, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
 		return nil, err

@@ -120,13 +120,6 @@ func (t *tail) read(next, hint uint64, dst []*item) (n int, pos uint64, res read
 	return n, p, readItems, nil
 }
 
-// stats returns the held count and bytes.
-func (t *tail) stats() (events int, bytes int64) {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	return int(t.end - t.start), t.bytes
-}
-
 // latestSeq is the newest published (or loaded) seq.
 func (t *tail) latestSeq() uint64 {
 	t.mu.RLock()

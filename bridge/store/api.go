@@ -1,7 +1,26 @@
-// Package store is the gateway's durable state: documents, entities, scope
-// digests, claim checks, idempotency records and the sequenced event log, in
-// one SQLite file (modernc.org/sqlite, pure Go) under the data directory,
-// plus the spool and result payload files next to it (DESIGN.md section 6).
+// Package store is the gateway's durable state: the backend-neutral record
+// types, errors and payload interfaces every backend shares, and the default
+// backend, SQLite.
+//
+// # Backends
+//
+// The bridge and the event log do not depend on a backend: each declares
+// the part it uses as an interface (bridge.Store, eventlog.Store; their doc
+// comments are the contract), and this package's types (Batch,
+// DocumentRecord, EventRecord, ClaimRecord, ListQuery, PayloadWriter,
+// PayloadReader, the Err values...) are the vocabulary of both. *Store here
+// is the SQLite backend; another backend lives in its own package, imports
+// these types and runs the conformance suite in bridge/store/storetest.
+// (The types stay next to SQLite rather than in a package of their own so
+// that the embedded default needs no extra import; a backend package that
+// imports them also links the pure-Go SQLite driver.)
+//
+// # The SQLite backend
+//
+// Documents, entities, scope digests, claim checks, idempotency records and
+// the sequenced event log live in one SQLite file (modernc.org/sqlite, pure
+// Go) under the data directory; streamed payloads are files next to it
+// (payload.go). See docs/architecture.md for where state lives.
 //
 // # Writes
 //
@@ -29,7 +48,7 @@
 // mark is read inside each write transaction, so a second writer could not
 // reuse seqs, but LastSeq and the event hook would miss its writes.
 //
-// # Event sequence numbers (DESIGN.md section 5)
+// # Event sequence numbers
 //
 // Events in a Batch get seq numbers inside the writer transaction: seq =
 // last_seq+1, starting at 1, strictly below 2^53. last_seq lives in the meta
@@ -43,23 +62,22 @@
 // the writer). Every read by id takes a tenant and answers ErrNotFound for a
 // row that belongs to another tenant.
 //
-// # Payload files
+// # Streamed payloads
 //
-// The store owns the layout of <dir>/spool/<doc-id>.bin (the submitted
-// content) and <dir>/results/<doc-id>.bin (the rehydrated output); see
-// CreateSpool, CreateResult and PayloadFile. A PayloadFile is written to a
-// temporary name and becomes visible only through Sync, which fsyncs the
-// file, renames it into place and fsyncs the directory. The bridge must call
-// Sync before the Commit that records the document, and both before it
+// CreatePayload returns a PayloadWriter on a temporary file in
+// <dir>/spool (content) or <dir>/results (result); Sync fsyncs it, renames
+// it to <doc-id>.bin and fsyncs the directory. OpenPayload returns the file
+// itself (a PayloadReader whose WriteTo is the file's), so serving a result
+// copies no more than before the interface. The bridge syncs a payload
+// before the Commit that records the document, and both before it
 // acknowledges the submission.
 package store
 
 import (
-	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -97,7 +115,7 @@ var (
 )
 
 // MaxSeq is the exclusive upper bound of event seq numbers (2^53, so seqs are
-// exact in JSON numbers; DESIGN.md section 5).
+// exact in JSON numbers).
 const MaxSeq uint64 = 1 << 53
 
 // Options configure Open. Zero values take the defaults in params.go.
@@ -141,10 +159,12 @@ type DocumentRecord struct {
 	// BodyHash is the idempotency hash of the submission (e.g. SHA-256 over
 	// the canonical request); compared when RequestId repeats.
 	BodyHash []byte
-	// SpoolPath and ResultPath are the payload files (see SpoolPath,
-	// ResultPath); "" when absent.
-	SpoolPath, ResultPath string
-	// ResultContentType is the content type of the result file.
+	// ContentPayload: the submitted content is the streamed payload
+	// (Store.CreatePayload, PayloadContent), not an inline row.
+	// ResultPayload: the result is the streamed payload PayloadResult. A
+	// backend stores the flags, not where the bytes are.
+	ContentPayload, ResultPayload bool
+	// ResultContentType is the content type of the result.
 	ResultContentType string
 	// DispatchAttempts counts how often the document was dispatched to a peer.
 	DispatchAttempts uint32
@@ -240,17 +260,62 @@ type EventAppend struct {
 	Event  *gatewayv1.Event
 }
 
-// PayloadKind names an inline payload of a document.
+// PayloadKind names a payload of a document: its submitted content or its
+// rehydrated result. A document has at most one payload of each kind in each
+// of two separate places: an inline row committed in a Batch
+// (PayloadRecord, read with GetPayload; small payloads), or a streamed
+// payload (CreatePayload, OpenPayload; any size).
 type PayloadKind int32
 
 const (
-	// PayloadContent is the submitted content of a document kept inline
-	// instead of a spool file.
+	// PayloadContent is the submitted content of a document.
 	PayloadContent PayloadKind = 1
-	// PayloadResult is the rehydrated output kept inline instead of a
-	// result file.
+	// PayloadResult is the rehydrated output of a document.
 	PayloadResult PayloadKind = 2
 )
+
+// String names the kind for messages.
+func (k PayloadKind) String() string {
+	switch k {
+	case PayloadContent:
+		return "content"
+	case PayloadResult:
+		return "result"
+	}
+	return fmt.Sprintf("payload kind %d", int32(k))
+}
+
+// PayloadWriter is a streamed payload being stored (CreatePayload): bytes
+// go to the backend as they are written and are never held whole in
+// memory. Nothing is visible to OpenPayload until Sync. Not safe for
+// concurrent use.
+type PayloadWriter interface {
+	// Write appends p. A full disk answers an error that wraps
+	// syscall.ENOSPC, so that the caller can wait and retry.
+	io.Writer
+	// Sync makes the bytes durable and visible to OpenPayload under the
+	// document's id and kind, atomically replacing an earlier payload of
+	// that kind: after Sync returns nil the whole payload survives a crash,
+	// and a reader never sees a part of it. Call Sync before the Commit
+	// that records the document (ContentPayload, ResultPayload) and before
+	// acknowledging anything. Write and Sync fail after Sync or Abort.
+	Sync() error
+	// Abort discards the unsynced bytes. A no-op after Sync or Abort.
+	Abort() error
+}
+
+// PayloadReader reads a synced streamed payload (OpenPayload). Seek and
+// ReadAt let a result be served with ranges (http.ServeContent) and chunks
+// be read at their offsets. The caller closes it. It reads the payload as
+// synced when it was opened, even if a later Sync replaces it.
+type PayloadReader interface {
+	io.Reader
+	io.ReaderAt
+	io.Seeker
+	io.Closer
+	// Size is the payload's length in octets.
+	Size() int64
+}
 
 // PayloadRecord stores (or, with Body nil, deletes) one inline payload of
 // a document in the batch's transaction: small payloads become durable with
@@ -371,140 +436,3 @@ type WriterStats struct {
 	// COMMIT and savepoints), for measuring the writer's cost per batch.
 	Statements uint64
 }
-
-// Store is the durable store. Safe for concurrent use.
-type Store struct{ impl }
-
-// Open opens (creating if needed) <dir>/gateway.db, applies pending schema
-// migrations (PRAGMA user_version), creates <dir>/spool and <dir>/results,
-// and starts the writer goroutine. Close releases everything.
-func Open(ctx context.Context, dir string, opts Options) (*Store, error) { return open(ctx, dir, opts) }
-
-// Close stops intake (later calls get ErrClosed), commits every batch already
-// queued, stops the writer and closes the database. Idempotent.
-func (s *Store) Close() error { return s.close() }
-
-// Commit applies b atomically through the group-commit writer and returns
-// once it is durable. On error nothing of b was applied, except when ctx
-// ends first: then Commit returns ctx.Err() and the batch may or may not
-// commit later (idempotent creates make a retry safe). b and its messages
-// must not be modified until Commit returns.
-func (s *Store) Commit(ctx context.Context, b *Batch) (CommitResult, error) { return s.commit(ctx, b) }
-
-// PruneEvents deletes every event with seq < beforeSeq through the writer
-// (last_seq is kept, so seqs never repeat) and reports what it removed.
-func (s *Store) PruneEvents(ctx context.Context, beforeSeq uint64) (PruneResult, error) {
-	return s.prune(ctx, beforeSeq)
-}
-
-// SetEventHook installs fn (nil removes it). After each transaction commits,
-// and before any of its Commit callers return, the writer goroutine calls fn
-// once with every event of that transaction in ascending seq order. fn owns
-// the slice. fn runs on the writer goroutine: it must not block and must not
-// call Commit (that would deadlock); hand the events to a buffered publisher.
-// This is how the event log publishes live events in seq order.
-func (s *Store) SetEventHook(fn func([]EventRecord)) { s.setEventHook(fn) }
-
-// LastSeq is the highest seq committed so far (0 before the first event).
-func (s *Store) LastSeq() uint64 { return s.lastSeq.Load() }
-
-// WriterStats reports group-commit counters.
-func (s *Store) WriterStats() WriterStats { return s.writerStats() }
-
-// GetDocument returns the document id of tenant with Digests and ClaimChecks
-// filled, and Entities too when withEntities. ErrNotFound otherwise.
-func (s *Store) GetDocument(ctx context.Context, tenant, id string, withEntities bool) (*DocumentRecord, error) {
-	return s.getDocument(ctx, tenant, id, withEntities)
-}
-
-// ListDocuments returns one page of tenant's documents ordered by
-// create_time descending, then id descending (stable keyset pagination: rows
-// created during paging never make a page repeat or skip an older row). next
-// is "" on the last page. A token that does not decode, or that was issued for
-// another state filter, answers ErrBadPageToken. Entities, digests and
-// claims are not filled.
-func (s *Store) ListDocuments(ctx context.Context, tenant string, q ListQuery) (docs []*DocumentRecord, next string, err error) {
-	return s.listDocuments(ctx, tenant, q)
-}
-
-// ListEntities returns the entities of tenant's document docID ordered by
-// (scope, entity id); ErrNotFound if the document is not tenant's.
-func (s *Store) ListEntities(ctx context.Context, tenant, docID string) ([]*gatewayv1.Entity, error) {
-	return s.listEntities(ctx, tenant, docID)
-}
-
-// ListNonTerminal returns every non-terminal document of every tenant,
-// oldest first, for restart recovery (without entities).
-func (s *Store) ListNonTerminal(ctx context.Context) ([]*DocumentRecord, error) {
-	return s.listNonTerminal(ctx)
-}
-
-// GetClaim returns tenant's claim claimID (ErrNotFound otherwise).
-func (s *Store) GetClaim(ctx context.Context, tenant, claimID string) (*ClaimRecord, error) {
-	return s.getClaim(ctx, tenant, claimID)
-}
-
-// ListClaims returns every claim of tenant's document docID with its
-// Chunk, oldest first (none if the document is unknown).
-func (s *Store) ListClaims(ctx context.Context, tenant, docID string) ([]*ClaimRecord, error) {
-	return s.listClaims(ctx, tenant, docID)
-}
-
-// ListIssuedClaims returns the ISSUED claims of every tenant whose expire
-// time is before expiringBefore (for the expiry sweeper).
-func (s *Store) ListIssuedClaims(ctx context.Context, expiringBefore time.Time) ([]*ClaimRecord, error) {
-	return s.listIssuedClaims(ctx, expiringBefore)
-}
-
-// ReadEvents returns up to q.Limit retained events with seq >= q.From that
-// match the filter, in ascending seq order (for replay).
-func (s *Store) ReadEvents(ctx context.Context, q EventQuery) ([]EventRecord, error) {
-	return s.readEvents(ctx, q)
-}
-
-// EventStats describes the retained log (O(1): counters kept in meta).
-func (s *Store) EventStats(ctx context.Context) (EventStats, error) { return s.eventStats(ctx) }
-
-// SnapshotDocuments returns every document of tenant (without entities, with
-// digests and claims) and last_seq, read in one read transaction: the
-// snapshot reflects exactly the events up to seq.
-func (s *Store) SnapshotDocuments(ctx context.Context, tenant string) (seq uint64, docs []*DocumentRecord, err error) {
-	return s.snapshotDocuments(ctx, tenant)
-}
-
-// SnapshotBytes is the encoded size of all documents (every tenant): the
-// size of a full snapshot, the retention byte cap of the RRDP draft.
-func (s *Store) SnapshotBytes(ctx context.Context) (int64, error) { return s.snapshotBytes(ctx) }
-
-// SpoolPath is <dir>/spool/<docID>.bin (docID is not checked here).
-func (s *Store) SpoolPath(docID string) string { return s.payloadPath(spoolDir, docID) }
-
-// ResultPath is <dir>/results/<docID>.bin (docID is not checked here).
-func (s *Store) ResultPath(docID string) string { return s.payloadPath(resultDir, docID) }
-
-// CreateSpool starts writing the spool file of docID (see PayloadFile).
-// docID must be a non-empty [A-Za-z0-9_-] string (ErrInvalid otherwise).
-func (s *Store) CreateSpool(docID string) (*PayloadFile, error) {
-	return s.createPayload(spoolDir, docID)
-}
-
-// CreateResult starts writing the result file of docID (see PayloadFile).
-func (s *Store) CreateResult(docID string) (*PayloadFile, error) {
-	return s.createPayload(resultDir, docID)
-}
-
-// OpenSpool opens docID's synced spool file for reading (caller closes).
-func (s *Store) OpenSpool(docID string) (*os.File, error) { return s.openPayload(spoolDir, docID) }
-
-// OpenResult opens docID's synced result file for reading (caller closes).
-func (s *Store) OpenResult(docID string) (*os.File, error) { return s.openPayload(resultDir, docID) }
-
-// GetPayload returns the inline payload kind of tenant's document docID,
-// as committed by a Batch's Payloads (ErrNotFound when the document is not
-// tenant's or has no such payload). The slice is the caller's.
-func (s *Store) GetPayload(ctx context.Context, tenant, docID string, kind PayloadKind) ([]byte, error) {
-	return s.getPayload(ctx, tenant, docID, kind)
-}
-
-// RemovePayloads deletes docID's spool and result files (missing is fine).
-func (s *Store) RemovePayloads(docID string) error { return s.removePayloads(docID) }

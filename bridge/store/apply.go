@@ -19,7 +19,7 @@ import (
 // any). It assigns the events' seqs and queues their rows in s.pending for
 // flushEvents. It may run again for the same request after a rollback, so
 // it derives everything from the prepared request, not from a previous run.
-func (s *impl) apply(ctx context.Context, r *request, st *txState) error {
+func (s *Store) apply(ctx context.Context, r *request, st *txState) error {
 	b := r.b
 	if r.create != nil {
 		dup, err := s.applyCreate(ctx, r.create)
@@ -108,7 +108,7 @@ type pendingEvent struct {
 // flushEvents inserts the pending events with multi-row INSERTs of at most
 // maxEventsPerInsert rows and empties the list (also on error). Writer
 // goroutine only.
-func (s *impl) flushEvents(ctx context.Context) error {
+func (s *Store) flushEvents(ctx context.Context) error {
 	defer s.dropPending()
 	for i := 0; i < len(s.pending); {
 		n := min(len(s.pending)-i, maxEventsPerInsert)
@@ -130,7 +130,7 @@ func (s *impl) flushEvents(ctx context.Context) error {
 }
 
 // dropPending empties the pending events without inserting them.
-func (s *impl) dropPending() {
+func (s *Store) dropPending() {
 	clear(s.pending)
 	s.pending = s.pending[:0]
 }
@@ -140,13 +140,14 @@ func (s *impl) dropPending() {
 // runs first and the constraints report a reused id or request id, so the
 // common case (a new document) costs one statement; the lookups run only
 // after a constraint failure, which leaves nothing applied.
-func (s *impl) applyCreate(ctx context.Context, d *docRow) (*DocumentRecord, error) {
+func (s *Store) applyCreate(ctx context.Context, d *docRow) (*DocumentRecord, error) {
 	rec := d.rec
 	_, err := s.exec(ctx, `INSERT INTO documents
 		(id, tenant, state, terminal, rev, request_id, body_hash, create_time, update_time,
 		 spool_path, result_path, result_content_type, dispatch_attempts, private, body)
 		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, rec.Doc.GetId(), rec.Tenant, d.state, d.terminal, int64(d.rev), d.requestID, rec.BodyHash,
-		d.createNs, d.updateNs, rec.SpoolPath, rec.ResultPath, rec.ResultContentType,
+		d.createNs, d.updateNs, payloadColumn(spoolDir, rec.Doc.GetId(), rec.ContentPayload),
+		payloadColumn(resultDir, rec.Doc.GetId(), rec.ResultPayload), rec.ResultContentType,
 		rec.DispatchAttempts, rec.Private, d.body)
 	if err == nil {
 		return nil, nil
@@ -177,11 +178,12 @@ func (s *impl) applyCreate(ctx context.Context, d *docRow) (*DocumentRecord, err
 	return nil, fmt.Errorf("store: insert document %s: %w", rec.Doc.GetId(), err)
 }
 
-func (s *impl) applyUpdate(ctx context.Context, d *docRow) error {
+func (s *Store) applyUpdate(ctx context.Context, d *docRow) error {
 	rec := d.rec
 	res, err := s.exec(ctx, `UPDATE documents SET state=?, terminal=?, rev=?, update_time=?,
 		spool_path=?, result_path=?, result_content_type=?, dispatch_attempts=?, private=?, body=?
-		WHERE id=? AND tenant=? AND rev=?`, d.state, d.terminal, int64(d.rev), d.updateNs, rec.SpoolPath, rec.ResultPath,
+		WHERE id=? AND tenant=? AND rev=?`, d.state, d.terminal, int64(d.rev), d.updateNs,
+		payloadColumn(spoolDir, rec.Doc.GetId(), rec.ContentPayload), payloadColumn(resultDir, rec.Doc.GetId(), rec.ResultPayload),
 		rec.ResultContentType, rec.DispatchAttempts, rec.Private, d.body,
 		rec.Doc.GetId(), rec.Tenant, int64(d.prevRev))
 	if err != nil {
@@ -200,7 +202,7 @@ func (s *impl) applyUpdate(ctx context.Context, d *docRow) error {
 	return fmt.Errorf("%w: document %s is at rev %d, update expected %d", ErrStaleRev, rec.Doc.GetId(), rev, d.prevRev)
 }
 
-func (s *impl) applyClaim(ctx context.Context, c ClaimRecord) error {
+func (s *Store) applyClaim(ctx context.Context, c ClaimRecord) error {
 	x := c.Claim
 	var chunk sql.NullInt64
 	if c.Chunk.Set {
@@ -224,7 +226,7 @@ func (s *impl) applyClaim(ctx context.Context, c ClaimRecord) error {
 	return nil
 }
 
-func (s *impl) applyRedeem(ctx context.Context, rd *RedeemClaim) (*gatewayv1.ClaimCheck, error) {
+func (s *Store) applyRedeem(ctx context.Context, rd *RedeemClaim) (*gatewayv1.ClaimCheck, error) {
 	var state int32
 	var expire int64
 	err := s.queryRow(ctx, "SELECT state, expire_time FROM claims WHERE claim_id = ? AND tenant = ?", rd.ClaimID, rd.Tenant).Scan(&state, &expire)
@@ -258,7 +260,7 @@ func (s *impl) applyRedeem(ctx context.Context, rd *RedeemClaim) (*gatewayv1.Cla
 	return c.Claim, nil
 }
 
-func (s *impl) applyPrune(ctx context.Context, r *request, st *txState) error {
+func (s *Store) applyPrune(ctx context.Context, r *request, st *txState) error {
 	var n, size int64
 	if err := s.queryRow(ctx, "SELECT count(*), coalesce(sum(size), 0) FROM events WHERE seq < ?", int64(min(r.before, MaxSeq))).Scan(&n, &size); err != nil {
 		return fmt.Errorf("store: prune: %w", err)
@@ -276,7 +278,7 @@ func (s *impl) applyPrune(ctx context.Context, r *request, st *txState) error {
 }
 
 // applyPayload upserts (or, with a nil Body, deletes) one inline payload.
-func (s *impl) applyPayload(ctx context.Context, p PayloadRecord) error {
+func (s *Store) applyPayload(ctx context.Context, p PayloadRecord) error {
 	if p.Body == nil {
 		if _, err := s.exec(ctx, "DELETE FROM payloads WHERE doc_id = ? AND kind = ?", p.DocID, int32(p.Kind)); err != nil {
 			return fmt.Errorf("store: delete payload %s/%d: %w", p.DocID, p.Kind, err)

@@ -68,7 +68,7 @@ func BenchmarkAppendEvents(b *testing.B) {
 // (entity + 2 events) and the terminal update (entity + 3 events). With
 // payload=inline the content rides in the Create batch and the result in
 // the terminal batch (and the content row is deleted there); with
-// payload=files each is a PayloadFile (temp file, fsync, rename, directory
+// payload=files each is a streamed payload (temp file, fsync, rename, directory
 // fsync) written before its batch, as before migration 3. ns/op is per
 // document (wall time, bound by the single writer); cpu-ns/doc is the
 // process's CPU (writer, callers and the benchmark's own encoding) per
@@ -85,9 +85,9 @@ func BenchmarkSmallDocumentLifecycle(b *testing.B) {
 				rec := newDoc("t", id, time.Now())
 				create := &store.Batch{Create: rec, Events: []store.EventAppend{{Tenant: "t", Event: newEvent("#document", id, 1)}}}
 				if mode == "inline" {
-					rec.SpoolPath = ""
+					rec.ContentPayload = false
 					create.Payloads = []store.PayloadRecord{{DocID: id, Kind: store.PayloadContent, Body: content}}
-				} else if err := writeFile(s.CreateSpool(id))(content); err != nil {
+				} else if err := writeFile(s.CreatePayload(ctx, id, store.PayloadContent))(content); err != nil {
 					return err
 				}
 				if _, err := s.Commit(ctx, create); err != nil {
@@ -105,9 +105,9 @@ func BenchmarkSmallDocumentLifecycle(b *testing.B) {
 					if st == gatewayv1.State_SUCCEEDED {
 						up.Doc.Rev = 6
 						if mode == "inline" {
-							up.SpoolPath = ""
+							up.ContentPayload = false
 							bt.Payloads = []store.PayloadRecord{{DocID: id, Kind: store.PayloadResult, Body: content}, {DocID: id, Kind: store.PayloadContent}}
-						} else if err := writeFile(s.CreateResult(id))(content); err != nil {
+						} else if err := writeFile(s.CreatePayload(ctx, id, store.PayloadResult))(content); err != nil {
 							return err
 						}
 					} else {
@@ -142,8 +142,8 @@ func BenchmarkSmallDocumentLifecycle(b *testing.B) {
 	}
 }
 
-// writeFile writes p to a new payload file and syncs it.
-func writeFile(pf *store.PayloadFile, err error) func([]byte) error {
+// writeFile writes p to a new streamed payload and syncs it.
+func writeFile(pf store.PayloadWriter, err error) func([]byte) error {
 	return func(p []byte) error {
 		if err != nil {
 			return err

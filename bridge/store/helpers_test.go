@@ -44,8 +44,8 @@ func newDoc(tenant, id string, created time.Time) *store.DocumentRecord {
 			Name: "documents/" + id, Id: id, State: gatewayv1.State_PENDING, Rev: 1,
 			ContentType: "text/plain", CreateTime: timestamppb.New(created), UpdateTime: timestamppb.New(created),
 		},
-		BodyHash:  []byte("hash-" + id),
-		SpoolPath: "spool/" + id + ".bin",
+		BodyHash:       []byte("hash-" + id),
+		ContentPayload: true,
 	}
 }
 

@@ -18,9 +18,6 @@ const (
 	// amortize the fsync under load, small enough that a transaction stays
 	// well under a millisecond of CPU per batch times this.
 	defaultMaxGroupBatches = 512
-	// defaultMaxGroupDelay 0: never add latency when idle; batching comes
-	// from callers arriving while the previous transaction syncs.
-	defaultMaxGroupDelay = 0 * time.Millisecond
 	// defaultQueueDepth: callers beyond this block in Commit (backpressure)
 	// instead of growing memory.
 	defaultQueueDepth = 4096

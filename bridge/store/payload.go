@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -9,39 +10,35 @@ import (
 	"strings"
 )
 
-// PayloadFile is a payload (spool or result) being written. Bytes go to a
-// temporary file in the same directory; Sync makes them durable and visible
-// under the final name; Abort discards them. Not safe for concurrent use.
+// Streamed payloads of the SQLite backend are files next to the database:
+// <dir>/spool/<doc-id>.bin (PayloadContent) and <dir>/results/<doc-id>.bin
+// (PayloadResult). A payloadFile is written to a temporary name and becomes
+// visible only through Sync, which fsyncs the file, renames it into place
+// and fsyncs the directory. The documents table keeps the relative file
+// name in spool_path / result_path when the record's ContentPayload /
+// ResultPayload is set (payloadColumn).
+
+// payloadFile is a PayloadWriter on a temporary file in the payload's
+// directory.
 //
 // Crash behaviour: a temporary file left by a crash is deleted on the next
 // Open; a synced file is complete (rename after fsync is atomic).
-type PayloadFile struct {
+type payloadFile struct {
 	f     *os.File
 	final string
-	size  int64
 	done  bool
 }
 
-// Write appends p (io.Writer).
-func (p *PayloadFile) Write(b []byte) (int, error) {
+func (p *payloadFile) Write(b []byte) (int, error) {
 	if p.done {
 		return 0, fmt.Errorf("store: write to finished payload %s", p.final)
 	}
-	n, err := p.f.Write(b)
-	p.size += int64(n)
-	return n, err
+	return p.f.Write(b)
 }
 
-// Size is the number of bytes written so far.
-func (p *PayloadFile) Size() int64 { return p.size }
-
-// Path is the final path the file gets on Sync.
-func (p *PayloadFile) Path() string { return p.final }
-
-// Sync fsyncs the file, closes it, renames it to Path and fsyncs the
-// directory, so the file survives a crash once Sync returns nil. Call it
-// before the Commit that records Path and before acknowledging anything.
-func (p *PayloadFile) Sync() error {
+// Sync fsyncs the file, closes it, renames it to its final name and fsyncs
+// the directory, so the file survives a crash once Sync returns nil.
+func (p *payloadFile) Sync() error {
 	if p.done {
 		return fmt.Errorf("store: payload %s already finished", p.final)
 	}
@@ -64,7 +61,7 @@ func (p *PayloadFile) Sync() error {
 }
 
 // Abort discards the temporary file. Safe after Sync (then a no-op).
-func (p *PayloadFile) Abort() error {
+func (p *payloadFile) Abort() error {
 	if p.done {
 		return nil
 	}
@@ -72,6 +69,16 @@ func (p *PayloadFile) Abort() error {
 	p.f.Close()
 	return os.Remove(p.f.Name())
 }
+
+// payloadReader is a PayloadReader on a synced payload file. Embedding
+// *os.File keeps its WriteTo (io.Copy from it uses sendfile/splice where
+// the destination allows).
+type payloadReader struct {
+	*os.File
+	size int64
+}
+
+func (p payloadReader) Size() int64 { return p.size }
 
 func syncDir(dir string) error {
 	d, err := os.Open(dir)
@@ -102,47 +109,92 @@ func validDocID(id string) error {
 
 const tmpSuffix = ".tmp"
 
-func (s *impl) payloadPath(kind, docID string) string {
-	return filepath.Join(s.dir, kind, docID+".bin")
+// payloadDir is the directory of kind's files.
+func payloadDir(kind PayloadKind) (string, error) {
+	switch kind {
+	case PayloadContent:
+		return spoolDir, nil
+	case PayloadResult:
+		return resultDir, nil
+	}
+	return "", fmt.Errorf("%w: %v is neither PayloadContent nor PayloadResult", ErrInvalid, kind)
 }
 
-func (s *impl) createPayload(kind, docID string) (*PayloadFile, error) {
-	if err := validDocID(docID); err != nil {
-		return nil, err
+// payloadColumn is what spool_path / result_path hold: the file name
+// relative to the data directory when the payload is set, else "".
+func payloadColumn(dir, docID string, set bool) string {
+	if !set {
+		return ""
 	}
-	f, err := os.CreateTemp(filepath.Join(s.dir, kind), docID+".*"+tmpSuffix)
+	return dir + "/" + docID + ".bin"
+}
+
+// payloadPath checks docID and kind and returns the payload's file name.
+func (s *Store) payloadPath(docID string, kind PayloadKind) (string, error) {
+	if err := validDocID(docID); err != nil {
+		return "", err
+	}
+	dir, err := payloadDir(kind)
 	if err != nil {
-		return nil, fmt.Errorf("store: create %s payload for %s: %w", kind, docID, err)
+		return "", err
 	}
-	return &PayloadFile{f: f, final: s.payloadPath(kind, docID)}, nil
+	return filepath.Join(s.dir, dir, docID+".bin"), nil
 }
 
-func (s *impl) openPayload(kind, docID string) (*os.File, error) {
-	if err := validDocID(docID); err != nil {
+// CreatePayload starts writing docID's streamed payload of kind (see
+// PayloadWriter). docID must be a non-empty [A-Za-z0-9_-] string of at most
+// 128 octets and kind PayloadContent or PayloadResult (ErrInvalid
+// otherwise). The document need not exist yet: content is spooled before
+// the Commit that creates the document.
+func (s *Store) CreatePayload(_ context.Context, docID string, kind PayloadKind) (PayloadWriter, error) {
+	final, err := s.payloadPath(docID, kind)
+	if err != nil {
 		return nil, err
 	}
-	f, err := os.Open(s.payloadPath(kind, docID))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%w: %s payload of %s", ErrNotFound, kind, docID)
+	f, err := os.CreateTemp(filepath.Dir(final), docID+".*"+tmpSuffix)
+	if err != nil {
+		return nil, fmt.Errorf("store: create %v payload for %s: %w", kind, docID, err)
 	}
-	return f, err
+	return &payloadFile{f: f, final: final}, nil
 }
 
-func (s *impl) removePayloads(docID string) error {
-	if err := validDocID(docID); err != nil {
+// OpenPayload opens docID's synced streamed payload of kind for reading
+// (the caller closes it); ErrNotFound when there is none.
+func (s *Store) OpenPayload(_ context.Context, docID string, kind PayloadKind) (PayloadReader, error) {
+	path, err := s.payloadPath(docID, kind)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %v payload of %s", ErrNotFound, kind, docID)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: open %v payload of %s: %w", kind, docID, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("store: stat %v payload of %s: %w", kind, docID, err)
+	}
+	return payloadReader{File: f, size: fi.Size()}, nil
+}
+
+// RemovePayload deletes docID's streamed payload of kind; a missing one is
+// not an error. Readers that opened it keep reading it.
+func (s *Store) RemovePayload(_ context.Context, docID string, kind PayloadKind) error {
+	path, err := s.payloadPath(docID, kind)
+	if err != nil {
 		return err
 	}
-	var errs []error
-	for _, kind := range []string{spoolDir, resultDir} {
-		if err := os.Remove(s.payloadPath(kind, docID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, err)
-		}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("store: remove %v payload of %s: %w", kind, docID, err)
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // cleanTempPayloads removes temporary payload files a crash left behind.
-func (s *impl) cleanTempPayloads() error {
+func (s *Store) cleanTempPayloads() error {
 	for _, kind := range []string{spoolDir, resultDir} {
 		dir := filepath.Join(s.dir, kind)
 		ents, err := os.ReadDir(dir)

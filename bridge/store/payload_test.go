@@ -19,7 +19,7 @@ func TestInlinePayloads(t *testing.T) {
 	s := openStore(t, dir, store.Options{})
 	content := bytes.Repeat([]byte("c"), 4096)
 	rec := newDoc("t", "d1", base)
-	rec.SpoolPath = ""
+	rec.ContentPayload = false
 	mustCommit(t, s, &store.Batch{Create: rec, Payloads: []store.PayloadRecord{{DocID: "d1", Kind: store.PayloadContent, Body: content}}})
 
 	got, err := s.GetPayload(ctx, "t", "d1", store.PayloadContent)

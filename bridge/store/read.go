@@ -39,11 +39,15 @@ func scanDoc(row scanner) (*DocumentRecord, int64, error) {
 		id   string
 		body []byte
 		ct   int64
+		// spool_path and result_path: non-empty when the payload file
+		// exists (payloadColumn).
+		spool, result string
 	)
-	if err := row.Scan(&rec.Tenant, &id, &rec.BodyHash, &rec.SpoolPath, &rec.ResultPath,
+	if err := row.Scan(&rec.Tenant, &id, &rec.BodyHash, &spool, &result,
 		&rec.ResultContentType, &rec.DispatchAttempts, &rec.Private, &body, &ct); err != nil {
 		return nil, 0, err
 	}
+	rec.ContentPayload, rec.ResultPayload = spool != "", result != ""
 	rec.Doc = new(gatewayv1.Document)
 	if err := proto.Unmarshal(body, rec.Doc); err != nil {
 		return nil, 0, fmt.Errorf("store: decode document %s: %w", id, err)
@@ -103,7 +107,7 @@ func tsFromNanos(n int64) *timestamppb.Timestamp {
 
 // readDocumentTx reads a document with its digests and claims on the writer
 // connection (inside the writer's transaction).
-func (s *impl) readDocumentTx(ctx context.Context, tenant, id string) (*DocumentRecord, error) {
+func (s *Store) readDocumentTx(ctx context.Context, tenant, id string) (*DocumentRecord, error) {
 	return readDocument(ctx, s.wconn, tenant, id, false)
 }
 
@@ -192,7 +196,7 @@ func readEntities(ctx context.Context, q querier, docID string) ([]*gatewayv1.En
 }
 
 // readTx runs fn in one read transaction (one consistent WAL snapshot).
-func (s *impl) readTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+func (s *Store) readTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	tx, err := s.rdb.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("store: begin read: %w", err)
@@ -201,7 +205,9 @@ func (s *impl) readTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	return fn(tx)
 }
 
-func (s *impl) getDocument(ctx context.Context, tenant, id string, withEntities bool) (rec *DocumentRecord, err error) {
+// GetDocument returns the document id of tenant with Digests and ClaimChecks
+// filled, and Entities too when withEntities. ErrNotFound otherwise.
+func (s *Store) GetDocument(ctx context.Context, tenant, id string, withEntities bool) (rec *DocumentRecord, err error) {
 	err = s.readTx(ctx, func(tx *sql.Tx) error {
 		rec, err = readDocument(ctx, tx, tenant, id, withEntities)
 		return err
@@ -209,7 +215,10 @@ func (s *impl) getDocument(ctx context.Context, tenant, id string, withEntities 
 	return rec, err
 }
 
-func (s *impl) getPayload(ctx context.Context, tenant, docID string, kind PayloadKind) ([]byte, error) {
+// GetPayload returns the inline payload kind of tenant's document docID,
+// as committed by a Batch's Payloads (ErrNotFound when the document is not
+// tenant's or has no such payload). The slice is the caller's.
+func (s *Store) GetPayload(ctx context.Context, tenant, docID string, kind PayloadKind) ([]byte, error) {
 	var body []byte
 	err := s.rdb.QueryRowContext(ctx, `SELECT p.body FROM payloads p JOIN documents d ON d.id = p.doc_id
 		WHERE p.doc_id = ? AND p.kind = ? AND d.tenant = ?`, docID, int32(kind), tenant).Scan(&body)
@@ -256,7 +265,13 @@ func decodePageToken(tok string, state gatewayv1.State) (int64, string, error) {
 	return int64(binary.BigEndian.Uint64(b[2:10])), id, nil
 }
 
-func (s *impl) listDocuments(ctx context.Context, tenant string, lq ListQuery) ([]*DocumentRecord, string, error) {
+// ListDocuments returns one page of tenant's documents ordered by
+// create_time descending, then id descending (stable keyset pagination: rows
+// created during paging never make a page repeat or skip an older row). next
+// is "" on the last page. A token that does not decode, or that was issued for
+// another state filter, answers ErrBadPageToken. Entities, digests and
+// claims are not filled.
+func (s *Store) ListDocuments(ctx context.Context, tenant string, lq ListQuery) ([]*DocumentRecord, string, error) {
 	if lq.State < 0 || int(lq.State) > 255 {
 		return nil, "", fmt.Errorf("%w: unknown state %d", ErrInvalid, lq.State)
 	}
@@ -307,7 +322,9 @@ func (s *impl) listDocuments(ctx context.Context, tenant string, lq ListQuery) (
 	return out, "", rows.Err()
 }
 
-func (s *impl) listEntities(ctx context.Context, tenant, docID string) (out []*gatewayv1.Entity, err error) {
+// ListEntities returns the entities of tenant's document docID ordered by
+// (scope, entity id); ErrNotFound if the document is not tenant's.
+func (s *Store) ListEntities(ctx context.Context, tenant, docID string) (out []*gatewayv1.Entity, err error) {
 	err = s.readTx(ctx, func(tx *sql.Tx) error {
 		var one int
 		err := tx.QueryRowContext(ctx, "SELECT 1 FROM documents WHERE id = ? AND tenant = ?", docID, tenant).Scan(&one)
@@ -322,7 +339,9 @@ func (s *impl) listEntities(ctx context.Context, tenant, docID string) (out []*g
 	return out, err
 }
 
-func (s *impl) listNonTerminal(ctx context.Context) ([]*DocumentRecord, error) {
+// ListNonTerminal returns every non-terminal document of every tenant,
+// oldest first, for restart recovery (without entities).
+func (s *Store) ListNonTerminal(ctx context.Context) ([]*DocumentRecord, error) {
 	rows, err := s.rdb.QueryContext(ctx, "SELECT "+docCols+" FROM documents WHERE terminal = 0 ORDER BY create_time, id")
 	if err != nil {
 		return nil, fmt.Errorf("store: list non-terminal: %w", err)
@@ -339,7 +358,8 @@ func (s *impl) listNonTerminal(ctx context.Context) ([]*DocumentRecord, error) {
 	return out, rows.Err()
 }
 
-func (s *impl) getClaim(ctx context.Context, tenant, claimID string) (*ClaimRecord, error) {
+// GetClaim returns tenant's claim claimID (ErrNotFound otherwise).
+func (s *Store) GetClaim(ctx context.Context, tenant, claimID string) (*ClaimRecord, error) {
 	c, err := scanClaim(s.rdb.QueryRowContext(ctx, "SELECT "+claimCols+" FROM claims WHERE claim_id = ? AND tenant = ?", claimID, tenant))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("%w: claim %s", ErrNotFound, claimID)
@@ -349,19 +369,23 @@ func (s *impl) getClaim(ctx context.Context, tenant, claimID string) (*ClaimReco
 	return c, nil
 }
 
-func (s *impl) listClaims(ctx context.Context, tenant, docID string) ([]*ClaimRecord, error) {
+// ListClaims returns every claim of tenant's document docID with its
+// Chunk, oldest first (none if the document is unknown).
+func (s *Store) ListClaims(ctx context.Context, tenant, docID string) ([]*ClaimRecord, error) {
 	return s.queryClaims(ctx, "list claims of "+docID,
 		"SELECT "+claimCols+" FROM claims WHERE doc_id = ? AND tenant = ? ORDER BY create_time, claim_id", docID, tenant)
 }
 
-func (s *impl) listIssuedClaims(ctx context.Context, before time.Time) ([]*ClaimRecord, error) {
+// ListIssuedClaims returns the ISSUED claims of every tenant whose expire
+// time is before expiringBefore (for the expiry sweeper).
+func (s *Store) ListIssuedClaims(ctx context.Context, before time.Time) ([]*ClaimRecord, error) {
 	return s.queryClaims(ctx, "list issued claims",
 		"SELECT "+claimCols+" FROM claims WHERE state = 1 AND expire_time < ? ORDER BY expire_time", before.UnixNano())
 }
 
 // queryClaims runs a claims query on the read pool and scans every row;
 // what names the query in errors.
-func (s *impl) queryClaims(ctx context.Context, what, query string, args ...any) ([]*ClaimRecord, error) {
+func (s *Store) queryClaims(ctx context.Context, what, query string, args ...any) ([]*ClaimRecord, error) {
 	rows, err := s.rdb.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("store: %s: %w", what, err)
@@ -378,7 +402,9 @@ func (s *impl) queryClaims(ctx context.Context, what, query string, args ...any)
 	return out, rows.Err()
 }
 
-func (s *impl) readEvents(ctx context.Context, eq EventQuery) ([]EventRecord, error) {
+// ReadEvents returns up to q.Limit retained events with seq >= q.From that
+// match the filter, in ascending seq order (for replay).
+func (s *Store) ReadEvents(ctx context.Context, eq EventQuery) ([]EventRecord, error) {
 	limit := eq.Limit
 	if limit <= 0 {
 		limit = defaultEventLimit
@@ -424,7 +450,8 @@ func (s *impl) readEvents(ctx context.Context, eq EventQuery) ([]EventRecord, er
 	return out, rows.Err()
 }
 
-func (s *impl) eventStats(ctx context.Context) (st EventStats, err error) {
+// EventStats describes the retained log (O(1): counters kept in meta).
+func (s *Store) EventStats(ctx context.Context) (st EventStats, err error) {
 	err = s.readTx(ctx, func(tx *sql.Tx) error {
 		var last, count, bytes int64
 		var oldest sql.NullInt64
@@ -441,7 +468,10 @@ func (s *impl) eventStats(ctx context.Context) (st EventStats, err error) {
 	return st, err
 }
 
-func (s *impl) snapshotDocuments(ctx context.Context, tenant string) (seq uint64, docs []*DocumentRecord, err error) {
+// SnapshotDocuments returns every document of tenant (without entities, with
+// digests and claims) and last_seq, read in one read transaction: the
+// snapshot reflects exactly the events up to seq.
+func (s *Store) SnapshotDocuments(ctx context.Context, tenant string) (seq uint64, docs []*DocumentRecord, err error) {
 	err = s.readTx(ctx, func(tx *sql.Tx) error {
 		var last int64
 		if err := tx.QueryRowContext(ctx, "SELECT value FROM meta WHERE key = 'last_seq'").Scan(&last); err != nil {
@@ -511,7 +541,9 @@ func (s *impl) snapshotDocuments(ctx context.Context, tenant string) (seq uint64
 	return seq, docs, err
 }
 
-func (s *impl) snapshotBytes(ctx context.Context) (int64, error) {
+// SnapshotBytes is the encoded size of all documents (every tenant): the
+// size of a full snapshot, the retention byte cap of the RRDP draft.
+func (s *Store) SnapshotBytes(ctx context.Context) (int64, error) {
 	var n int64
 	if err := s.rdb.QueryRowContext(ctx, `SELECT
 		coalesce((SELECT sum(length(body)) FROM documents), 0) +

@@ -15,9 +15,10 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
 
-// impl holds the Store's state; Store embeds it so that api.go stays the
-// contract and the methods live next to their helpers.
-type impl struct {
+// Store is the SQLite backend of the durable store (package doc). Safe for
+// concurrent use. It implements the consumer-side interfaces bridge.Store and
+// eventlog.Store, whose doc comments are the contract; storetest checks it.
+type Store struct {
 	dir  string
 	opts Options
 	log  *slog.Logger
@@ -91,7 +92,10 @@ func dsn(path string, opts Options, readOnly bool) string {
 	return b.String()
 }
 
-func open(ctx context.Context, dir string, o Options) (*Store, error) {
+// Open opens (creating if needed) <dir>/gateway.db, applies pending schema
+// migrations (PRAGMA user_version), creates <dir>/spool and <dir>/results,
+// and starts the writer goroutine. Close releases everything.
+func Open(ctx context.Context, dir string, o Options) (*Store, error) {
 	opts, err := o.withDefaults()
 	if err != nil {
 		return nil, err
@@ -108,7 +112,7 @@ func open(ctx context.Context, dir string, o Options) (*Store, error) {
 		}
 	}
 	path := filepath.Join(dir, dbFileName)
-	s := &Store{impl{dir: dir, opts: opts, log: opts.Logger, stmts: map[string]*sql.Stmt{}}}
+	s := &Store{dir: dir, opts: opts, log: opts.Logger, stmts: map[string]*sql.Stmt{}}
 	fail := func(err error) (*Store, error) {
 		if s.wconn != nil {
 			s.wconn.Close()
@@ -166,7 +170,9 @@ func open(ctx context.Context, dir string, o Options) (*Store, error) {
 	return s, nil
 }
 
-func (s *impl) close() error {
+// Close stops intake (later calls get ErrClosed), commits every batch already
+// queued, stops the writer and closes the database. Idempotent.
+func (s *Store) Close() error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -198,7 +204,13 @@ func (s *impl) close() error {
 	return nil
 }
 
-func (s *impl) setEventHook(fn func([]EventRecord)) {
+// SetEventHook installs fn (nil removes it). After each transaction commits,
+// and before any of its Commit callers return, the writer goroutine calls fn
+// once with every event of that transaction in ascending seq order. fn owns
+// the slice. fn runs on the writer goroutine: it must not block and must not
+// call Commit (that would deadlock); hand the events to a buffered publisher.
+// This is how the event log publishes live events in seq order.
+func (s *Store) SetEventHook(fn func([]EventRecord)) {
 	if fn == nil {
 		s.hook.Store(nil)
 		return
@@ -206,18 +218,14 @@ func (s *impl) setEventHook(fn func([]EventRecord)) {
 	s.hook.Store(&fn)
 }
 
-func (s *impl) writerStats() WriterStats {
+// WriterStats reports group-commit counters.
+func (s *Store) WriterStats() WriterStats {
 	return WriterStats{Transactions: s.txns.Load(), Batches: s.batches.Load(),
 		Retries: s.retries.Load(), Statements: s.stmtCount.Load()}
 }
 
-// nanos converts a time to the stored INTEGER (unix nanoseconds; 0 = zero time).
-func nanos(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
+// LastSeq is the highest seq committed so far (0 before the first event).
+func (s *Store) LastSeq() uint64 { return s.lastSeq.Load() }
 
 // fromNanos inverts nanos.
 func fromNanos(n int64) time.Time {

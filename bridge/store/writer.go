@@ -25,7 +25,12 @@ type request struct {
 	done chan struct{}
 }
 
-func (s *impl) commit(ctx context.Context, b *Batch) (CommitResult, error) {
+// Commit applies b atomically through the group-commit writer and returns
+// once it is durable. On error nothing of b was applied, except when ctx
+// ends first: then Commit returns ctx.Err() and the batch may or may not
+// commit later (idempotent creates make a retry safe). b and its messages
+// must not be modified until Commit returns.
+func (s *Store) Commit(ctx context.Context, b *Batch) (CommitResult, error) {
 	r, err := prepare(b)
 	if err != nil {
 		return CommitResult{}, err
@@ -36,7 +41,9 @@ func (s *impl) commit(ctx context.Context, b *Batch) (CommitResult, error) {
 	return r.res, r.err
 }
 
-func (s *impl) prune(ctx context.Context, before uint64) (PruneResult, error) {
+// PruneEvents deletes every event with seq < beforeSeq through the writer
+// (last_seq is kept, so seqs never repeat) and reports what it removed.
+func (s *Store) PruneEvents(ctx context.Context, before uint64) (PruneResult, error) {
 	r := &request{prune: true, before: before, done: make(chan struct{})}
 	if err := s.enqueue(ctx, r); err != nil {
 		return PruneResult{}, err
@@ -45,7 +52,7 @@ func (s *impl) prune(ctx context.Context, before uint64) (PruneResult, error) {
 }
 
 // enqueue hands r to the writer and waits for its outcome.
-func (s *impl) enqueue(ctx context.Context, r *request) error {
+func (s *Store) enqueue(ctx context.Context, r *request) error {
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
@@ -68,7 +75,7 @@ func (s *impl) enqueue(ctx context.Context, r *request) error {
 
 // writer is the single writer goroutine: it takes the first queued request,
 // drains what else is queued (bounded), and commits them in one transaction.
-func (s *impl) writer() {
+func (s *Store) writer() {
 	defer close(s.done)
 	group := make([]*request, 0, s.opts.MaxGroupBatches)
 	for first := range s.queue {
@@ -122,7 +129,7 @@ var errBatchFailed = errors.New("store: a batch of the group failed")
 // fails, that transaction is rolled back and the group runs again with each
 // batch in its own savepoint, so a failing batch is rolled back alone and
 // the others commit, exactly as if every run had used savepoints.
-func (s *impl) runGroup(reqs []*request) {
+func (s *Store) runGroup(reqs []*request) {
 	start := time.Now()
 	err := s.runTx(reqs, false)
 	if errors.Is(err, errBatchFailed) {
@@ -153,7 +160,7 @@ func (s *impl) runGroup(reqs []*request) {
 // the first failing batch rolls the transaction back and runTx returns
 // errBatchFailed; with savepoints a failing batch is rolled back alone and
 // keeps its error. Any other error has rolled the transaction back.
-func (s *impl) runTx(reqs []*request, savepoints bool) error {
+func (s *Store) runTx(reqs []*request, savepoints bool) error {
 	ctx := context.Background()
 	s.dropPending()
 	if _, err := s.exec(ctx, "BEGIN IMMEDIATE"); err != nil {
@@ -243,13 +250,13 @@ func publish(reqs []*request) []EventRecord {
 	return out
 }
 
-func (s *impl) rollback() {
+func (s *Store) rollback() {
 	if _, err := s.wconn.ExecContext(context.Background(), "ROLLBACK"); err != nil {
 		s.log.Error("store: rollback failed", "err", err)
 	}
 }
 
-func (s *impl) readMeta(ctx context.Context) (txState, error) {
+func (s *Store) readMeta(ctx context.Context) (txState, error) {
 	rows, err := s.query(ctx, "SELECT key, value FROM meta")
 	if err != nil {
 		return txState{}, fmt.Errorf("store: read meta: %w", err)
@@ -276,7 +283,7 @@ func (s *impl) readMeta(ctx context.Context) (txState, error) {
 
 // prep returns the writer connection's prepared statement for q (cached).
 // Writer goroutine only.
-func (s *impl) prep(ctx context.Context, q string) (*sql.Stmt, error) {
+func (s *Store) prep(ctx context.Context, q string) (*sql.Stmt, error) {
 	if st, ok := s.stmts[q]; ok {
 		return st, nil
 	}
@@ -291,7 +298,7 @@ func (s *impl) prep(ctx context.Context, q string) (*sql.Stmt, error) {
 // exec, query and queryRow run q on the writer connection through its
 // prepared statement; if preparing fails they run it unprepared so that the
 // error surfaces from the call itself.
-func (s *impl) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
+func (s *Store) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
 	s.stmtCount.Add(1)
 	st, err := s.prep(ctx, q)
 	if err != nil {
@@ -300,7 +307,7 @@ func (s *impl) exec(ctx context.Context, q string, args ...any) (sql.Result, err
 	return st.ExecContext(ctx, args...)
 }
 
-func (s *impl) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+func (s *Store) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
 	s.stmtCount.Add(1)
 	st, err := s.prep(ctx, q)
 	if err != nil {
@@ -309,7 +316,7 @@ func (s *impl) query(ctx context.Context, q string, args ...any) (*sql.Rows, err
 	return st.QueryContext(ctx, args...)
 }
 
-func (s *impl) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
+func (s *Store) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
 	s.stmtCount.Add(1)
 	st, err := s.prep(ctx, q)
 	if err != nil {

@@ -18,6 +18,8 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/fxamacker/cbor/v2"
+
+	"github.com/pipestream/gateway/internal/pgtest"
 )
 
 var bin string
@@ -32,7 +34,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
 		os.Exit(1)
 	}
-	code := m.Run()
+	code := pgtest.Run(m) // stops the PostgreSQL cluster if a test started one
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

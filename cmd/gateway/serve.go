@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -44,6 +45,7 @@ func runServe(args []string) int {
 	grpcAddr := fs.String("grpc-addr", "GATEWAY_GRPC_ADDR", gateway.DefaultGRPCAddr, "gRPC listen address")
 	httpAddr := fs.String("http-addr", "GATEWAY_HTTP_ADDR", gateway.DefaultHTTPAddr, "HTTP listen address (REST, WebSocket, /healthz, /metrics, /docs/)")
 	dataDir := fs.String("data-dir", "GATEWAY_DATA_DIR", "./data", "directory for the store, spool and results (the embedded peer uses <data-dir>/peer)")
+	storeURL := fs.String("store", "GATEWAY_STORE", "", storeFlagHelp)
 	peerAddr := fs.String("peer", "GATEWAY_PEER", "", "UDP host:port of an external PipeStream peer (empty: start one in-process)")
 	peerCA := fs.String("peer-ca", "GATEWAY_PEER_CA", "", "PEM file of the CA or certificate that verifies --peer (required with --peer)")
 	peerName := fs.String("peer-server-name", "GATEWAY_PEER_SERVER_NAME", "", "TLS server name of --peer (default: its host)")
@@ -55,6 +57,7 @@ func runServe(args []string) int {
 	peerWait := fs.Duration("peer-wait", "GATEWAY_PEER_WAIT", 5*time.Minute, "how long a document may wait for a peer session before it fails")
 	authTokens := fs.String("auth-tokens", "GATEWAY_AUTH_TOKENS", "", "file of \"sha256:<hex> <tenant>\" lines (see gateway hash-token); empty: no authentication, loopback only")
 	insecureNoAuth := fs.Bool("insecure-no-auth", "GATEWAY_INSECURE_NO_AUTH", false, "allow listening beyond loopback without --auth-tokens (only behind a proxy that authenticates)")
+	corsOrigins := fs.String("cors-origins", "GATEWAY_CORS_ORIGINS", "", "comma-separated web origins (scheme://host[:port]) whose pages may call the REST API and WebSocket (CORS); empty: same-origin only")
 	tlsCert := fs.String("tls-cert", "GATEWAY_TLS_CERT", "", "PEM certificate chain for TLS on the gRPC and HTTP listeners (with --tls-key)")
 	tlsKey := fs.String("tls-key", "GATEWAY_TLS_KEY", "", "PEM private key of --tls-cert")
 	maxUpload := fs.Int64("max-upload-bytes", "GATEWAY_MAX_UPLOAD_BYTES", gateway.DefaultMaxUploadBytes, "largest document accepted (REST body and gRPC upload)")
@@ -127,6 +130,7 @@ func runServe(args []string) int {
 		HTTPAddr:                *httpAddr,
 		Logger:                  log,
 		AllowInsecureNoAuth:     *insecureNoAuth,
+		CORSOrigins:             strings.Split(*corsOrigins, ","),
 		MaxUploadBytes:          *maxUpload,
 		MaxJSONBodyBytes:        *maxJSON,
 		MaxRecvMsgBytes:         int(min(*maxRecv, 1<<31-1)),
@@ -199,6 +203,10 @@ func runServe(args []string) int {
 		return fail(os.Stderr, "serve", err)
 	}
 
+	if err := useStore(ctx, &bopts, *storeURL, log); err != nil {
+		stopPeer()
+		return fail(os.Stderr, "serve", err)
+	}
 	b, err := bridge.New(ctx, bopts)
 	if err != nil {
 		stopPeer()

@@ -1,0 +1,395 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"google.golang.org/protobuf/proto"
+
+	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
+
+	"github.com/pipestream/gateway/bridge/store"
+)
+
+// Commit applies b atomically in one PostgreSQL transaction (READ
+// COMMITTED) and returns once it committed. On error nothing of b was
+// applied, except when ctx ends first: then the outcome is unknown
+// (idempotent creates make a retry safe). Events get their seqs last, from
+// the one-row counter (package doc, Event sequence); the event hook has seen
+// them when Commit returns.
+func (s *Store) Commit(ctx context.Context, b *store.Batch) (store.CommitResult, error) {
+	p, err := prepare(b)
+	if err != nil {
+		return store.CommitResult{}, err
+	}
+	if err := s.enter(); err != nil {
+		return store.CommitResult{}, err
+	}
+	defer s.wg.Done()
+	var (
+		res store.CommitResult
+		evs []store.EventRecord
+	)
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		res, evs = store.CommitResult{}, nil
+		var err error
+		if res, err = apply(ctx, tx, p); err != nil || res.Duplicate != nil {
+			return err
+		}
+		evs, err = appendEvents(ctx, tx, p.events)
+		if err != nil {
+			return err
+		}
+		res.Seqs = make([]uint64, len(evs))
+		for i := range evs {
+			res.Seqs[i] = evs[i].Seq
+		}
+		return nil
+	})
+	s.txns.Add(1)
+	if err != nil {
+		return store.CommitResult{}, err
+	}
+	if len(evs) > 0 {
+		s.tail.deliverOwn(evs)
+	}
+	return res, nil
+}
+
+// apply runs the ops of one batch in field order (store.Batch).
+func apply(ctx context.Context, tx pgx.Tx, p *prepared) (store.CommitResult, error) {
+	var res store.CommitResult
+	b := p.b
+	if p.create != nil {
+		dup, err := applyCreate(ctx, tx, p.create)
+		if err != nil || dup != nil {
+			res.Duplicate = dup
+			return res, err
+		}
+	}
+	if b.Redeem != nil {
+		c, err := applyRedeem(ctx, tx, b.Redeem)
+		if err != nil {
+			return res, err
+		}
+		res.Claim = c
+	}
+	for i := range p.updates {
+		if err := applyUpdate(ctx, tx, &p.updates[i]); err != nil {
+			return res, err
+		}
+	}
+	if err := applyEntities(ctx, tx, b.Entities); err != nil {
+		return res, err
+	}
+	if err := applyDigests(ctx, tx, b.Digests); err != nil {
+		return res, err
+	}
+	for _, c := range b.Claims {
+		if err := applyClaim(ctx, tx, c); err != nil {
+			return res, err
+		}
+	}
+	for _, pl := range b.Payloads {
+		if err := applyPayload(ctx, tx, pl); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// isUniqueViolation reports a foreign-key (23503) or unique (23505) error.
+func sqlState(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+// applyCreate inserts a document with ON CONFLICT DO NOTHING: a concurrent
+// insert of the same id or (tenant, request id) by another replica waits for
+// that transaction and then reports the conflict as "no row" instead of
+// aborting ours. The lookups that classify it run only then.
+func applyCreate(ctx context.Context, tx pgx.Tx, d *docRow) (*store.DocumentRecord, error) {
+	rec := d.rec
+	tag, err := tx.Exec(ctx, `INSERT INTO documents
+		(id, tenant, state, terminal, rev, request_id, body_hash, create_time, update_time,
+		 content_payload, result_payload, result_content_type, dispatch_attempts, private, body)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15) ON CONFLICT DO NOTHING`,
+		rec.Doc.GetId(), rec.Tenant, d.state, d.terminal, d.rev, d.requestID, rec.BodyHash,
+		d.createNs, d.updateNs, rec.ContentPayload, rec.ResultPayload, rec.ResultContentType,
+		int64(rec.DispatchAttempts), rec.Private, d.body)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: insert document %s: %w", rec.Doc.GetId(), err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil, nil
+	}
+	// The request id decides before the document id (a retry reuses both).
+	if d.requestID != nil {
+		var id string
+		var hash []byte
+		err := tx.QueryRow(ctx, "SELECT id, body_hash FROM documents WHERE tenant = $1 AND request_id = $2",
+			rec.Tenant, *d.requestID).Scan(&id, &hash)
+		switch {
+		case err == nil:
+			if string(hash) != string(rec.BodyHash) {
+				return nil, fmt.Errorf("%w: request id %q was used for document %s with a different body", store.ErrConflict, *d.requestID, id)
+			}
+			return readDocument(ctx, tx, rec.Tenant, id, false)
+		case !errors.Is(err, pgx.ErrNoRows):
+			return nil, fmt.Errorf("pgstore: idempotency lookup: %w", err)
+		}
+	}
+	return nil, fmt.Errorf("%w: document id %s exists", store.ErrConflict, rec.Doc.GetId())
+}
+
+func applyUpdate(ctx context.Context, tx pgx.Tx, d *docRow) error {
+	rec := d.rec
+	tag, err := tx.Exec(ctx, `UPDATE documents SET state=$1, terminal=$2, rev=$3, update_time=$4,
+		content_payload=$5, result_payload=$6, result_content_type=$7, dispatch_attempts=$8, private=$9, body=$10
+		WHERE id=$11 AND tenant=$12 AND rev=$13`, d.state, d.terminal, d.rev, d.updateNs, rec.ContentPayload, rec.ResultPayload,
+		rec.ResultContentType, int64(rec.DispatchAttempts), rec.Private, d.body,
+		rec.Doc.GetId(), rec.Tenant, d.prevRev)
+	if err != nil {
+		return fmt.Errorf("pgstore: update document %s: %w", rec.Doc.GetId(), err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	var rev int64
+	err = tx.QueryRow(ctx, "SELECT rev FROM documents WHERE id = $1 AND tenant = $2", rec.Doc.GetId(), rec.Tenant).Scan(&rev)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: document %s", store.ErrNotFound, rec.Doc.GetId())
+	} else if err != nil {
+		return fmt.Errorf("pgstore: update document %s: %w", rec.Doc.GetId(), err)
+	}
+	return fmt.Errorf("%w: document %s is at rev %d, update expected %d", store.ErrStaleRev, rec.Doc.GetId(), rev, d.prevRev)
+}
+
+func applyEntities(ctx context.Context, tx pgx.Tx, ents []store.EntityRecord) error {
+	for _, e := range ents {
+		x := e.Entity
+		_, err := tx.Exec(ctx, `INSERT INTO entities
+			(doc_id, attempt, scope_id, scope_instance, entity_id, parent_id, depth, status, chunk_index, chunk_offset, size, checksum, attempts, message)
+			VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14)
+			ON CONFLICT (doc_id, attempt, scope_id, scope_instance, entity_id) DO UPDATE SET
+			parent_id=excluded.parent_id, depth=excluded.depth, status=excluded.status,
+			chunk_index=excluded.chunk_index, chunk_offset=excluded.chunk_offset, size=excluded.size,
+			checksum=excluded.checksum, attempts=excluded.attempts, message=excluded.message`,
+			e.DocID, int64(e.Attempt), int64(x.GetScopeId()), int64(e.ScopeInstance), int64(x.GetEntityId()),
+			int64(x.GetParentId()), int64(x.GetDepth()), int32(x.GetStatus()), int64(x.GetChunkIndex()),
+			int64(x.GetChunkOffset()), int64(x.GetSizeBytes()), x.GetChecksum(), int64(x.GetAttempts()), x.GetMessage())
+		if err != nil {
+			return childErr(err, "upsert entity", fmt.Sprintf("%s/%d/%d", e.DocID, x.GetScopeId(), x.GetEntityId()))
+		}
+	}
+	return nil
+}
+
+func applyDigests(ctx context.Context, tx pgx.Tx, digests []store.DigestRecord) error {
+	for _, d := range digests {
+		body, err := proto.Marshal(d.Digest)
+		if err != nil {
+			return fmt.Errorf("pgstore: encode digest: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO digests (doc_id, attempt, scope_id, scope_instance, body) VALUES ($1,$2,$3,$4,$5)
+			ON CONFLICT (doc_id, attempt, scope_id, scope_instance) DO UPDATE SET body=excluded.body`,
+			d.DocID, int64(d.Attempt), int64(d.Digest.GetScopeId()), int64(d.ScopeInstance), body); err != nil {
+			return childErr(err, "upsert digest", fmt.Sprintf("%s/%d", d.DocID, d.Digest.GetScopeId()))
+		}
+	}
+	return nil
+}
+
+// childErr wraps an error of a row that belongs to a document; a missing
+// document (foreign key) is ErrNotFound.
+func childErr(err error, what, key string) error {
+	if sqlState(err) == "23503" {
+		return fmt.Errorf("%w: %s %s: no such document: %v", store.ErrNotFound, what, key, err)
+	}
+	return fmt.Errorf("pgstore: %s %s: %w", what, key, err)
+}
+
+func applyClaim(ctx context.Context, tx pgx.Tx, c store.ClaimRecord) error {
+	x := c.Claim
+	var chunk *int64
+	if c.Chunk.Set {
+		chunk = &c.Chunk.Index
+	}
+	tag, err := tx.Exec(ctx, `INSERT INTO claims
+		(claim_id, tenant, doc_id, entity_id, scope_id, state, expire_time, create_time, redeem_time, chunk)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10)
+		ON CONFLICT (claim_id) DO UPDATE SET doc_id=excluded.doc_id, entity_id=excluded.entity_id,
+		scope_id=excluded.scope_id, state=excluded.state, expire_time=excluded.expire_time,
+		create_time=excluded.create_time, redeem_time=excluded.redeem_time,
+		chunk=coalesce(excluded.chunk, claims.chunk)
+		WHERE claims.tenant = excluded.tenant`, x.GetClaimId(), c.Tenant, x.GetDocumentId(), int64(x.GetEntityId()),
+		int64(x.GetScopeId()), int32(x.GetState()), tsNanos(x.GetExpireTime()), tsNanos(x.GetCreateTime()),
+		tsNanos(x.GetRedeemTime()), chunk)
+	if err != nil {
+		return childErr(err, "upsert claim", x.GetClaimId())
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("%w: claim id %s belongs to another tenant", store.ErrConflict, x.GetClaimId())
+	}
+	return nil
+}
+
+// applyRedeem redeems a claim with one conditional UPDATE: the row lock it
+// takes makes a concurrent redemption (any replica) wait, and that one then
+// re-checks state = ISSUED against the committed row and updates nothing,
+// so exactly one redemption succeeds. The lookup that names the reason runs
+// only when nothing was updated.
+func applyRedeem(ctx context.Context, tx pgx.Tx, rd *store.RedeemClaim) (*gatewayv1.ClaimCheck, error) {
+	now := rd.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	c, err := scanClaim(tx.QueryRow(ctx, `UPDATE claims SET state = $1, redeem_time = $2
+		WHERE claim_id = $3 AND tenant = $4 AND state = $5 AND expire_time > $2 RETURNING `+claimCols,
+		int32(gatewayv1.ClaimCheck_REDEEMED), now.UnixNano(), rd.ClaimID, rd.Tenant, int32(gatewayv1.ClaimCheck_ISSUED)))
+	if err == nil {
+		return c.Claim, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("pgstore: redeem claim %s: %w", rd.ClaimID, err)
+	}
+	var state int32
+	var expire int64
+	err = tx.QueryRow(ctx, "SELECT state, expire_time FROM claims WHERE claim_id = $1 AND tenant = $2", rd.ClaimID, rd.Tenant).Scan(&state, &expire)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, fmt.Errorf("%w: claim %s", store.ErrNotFound, rd.ClaimID)
+	case err != nil:
+		return nil, fmt.Errorf("pgstore: redeem claim %s: %w", rd.ClaimID, err)
+	case gatewayv1.ClaimCheck_ClaimState(state) == gatewayv1.ClaimCheck_EXPIRED:
+		return nil, fmt.Errorf("%w: claim %s", store.ErrClaimExpired, rd.ClaimID)
+	case gatewayv1.ClaimCheck_ClaimState(state) != gatewayv1.ClaimCheck_ISSUED:
+		return nil, fmt.Errorf("%w: claim %s", store.ErrClaimRedeemed, rd.ClaimID)
+	}
+	return nil, fmt.Errorf("%w: claim %s expired at %s", store.ErrClaimExpired, rd.ClaimID,
+		time.Unix(0, expire).UTC().Format(time.RFC3339))
+}
+
+// applyPayload upserts (or, with a nil Body, deletes) one inline payload.
+func applyPayload(ctx context.Context, tx pgx.Tx, p store.PayloadRecord) error {
+	if p.Body == nil {
+		if _, err := tx.Exec(ctx, "DELETE FROM payloads WHERE doc_id = $1 AND kind = $2", p.DocID, int32(p.Kind)); err != nil {
+			return fmt.Errorf("pgstore: delete payload %s/%d: %w", p.DocID, p.Kind, err)
+		}
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO payloads (doc_id, kind, body) VALUES ($1,$2,$3)
+		ON CONFLICT (doc_id, kind) DO UPDATE SET body=excluded.body`, p.DocID, int32(p.Kind), p.Body); err != nil {
+		return childErr(err, "store payload", p.DocID+"/"+strconv.Itoa(int(p.Kind)))
+	}
+	return nil
+}
+
+// appendEventsSQL takes the seqs, inserts the events with their seq field
+// appended (pipestream_seq_field, schema.go), updates the counters and
+// notifies, in ONE statement: the counter row's lock is held for this
+// statement and the COMMIT only. $1 is the number of events, $2 the sum of
+// their bodies without the seq field, $3.. the columns.
+const appendEventsSQL = `WITH m AS (
+	UPDATE meta SET last_seq = last_seq + $1, event_count = event_count + $1,
+		event_bytes = event_bytes + $2 + (SELECT sum(length(pipestream_seq_field(g)))
+			FROM generate_series(last_seq + 1, last_seq + $1) g)
+	WHERE id = 1 RETURNING last_seq),
+e AS (SELECT m.last_seq - $1 + u.ord AS seq, u.*
+	FROM m, unnest($3::bigint[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::bigint[], $9::bytea[])
+	WITH ORDINALITY AS u(time, kind, tenant, doc_id, rev, since, body, ord)),
+ins AS (INSERT INTO events (seq, time, kind, tenant, doc_id, rev, since, size, body)
+	SELECT seq, time, kind, tenant, doc_id, rev, since, length(b), b
+	FROM e, LATERAL (SELECT e.body || pipestream_seq_field(e.seq) AS b) x)
+SELECT last_seq, pg_notify('` + notifyChannel + `', last_seq::text) FROM m`
+
+// appendEvents takes len(evs) seqs from the counter row and inserts the
+// events, as the last statement of the transaction. The UPDATE of the
+// counter row holds its row lock until COMMIT: an event-writing transaction
+// of any replica that reaches this point waits for ours to commit, and then
+// reads the counter we committed. So seqs are taken in commit order, and
+// when seq n is visible every seq below n is already visible (package doc,
+// Event sequence). The NOTIFY is delivered at commit, in commit order.
+func appendEvents(ctx context.Context, tx pgx.Tx, evs []encEvent) ([]store.EventRecord, error) {
+	if len(evs) == 0 {
+		return nil, nil
+	}
+	var cols eventColumns
+	var bodies int64
+	for i := range evs {
+		cols.add(&evs[i])
+		bodies += int64(evs[i].n)
+	}
+	var last int64
+	var notified string
+	err := tx.QueryRow(ctx, appendEventsSQL, int64(len(evs)), bodies,
+		cols.time, cols.kind, cols.tenant, cols.doc, cols.rev, cols.since, cols.body).Scan(&last, &notified)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: append events: %w", err)
+	}
+	if uint64(last) >= store.MaxSeq {
+		return nil, fmt.Errorf("%w: last seq %d", store.ErrSeqExhausted, uint64(last)-uint64(len(evs)))
+	}
+	first := uint64(last) - uint64(len(evs)) + 1
+	out := make([]store.EventRecord, len(evs))
+	for i := range evs {
+		e := &evs[i]
+		seq := first + uint64(i)
+		out[i] = store.EventRecord{Seq: seq, Time: time.Unix(0, e.timeNs).UTC(), Kind: e.kind, Tenant: e.tenant,
+			DocID: e.doc, Rev: uint64(e.rev), Since: uint64(e.since), Body: e.withSeq(seq)}
+	}
+	return out, nil
+}
+
+// eventColumns are the events of one INSERT ... unnest, column by column
+// (bodies without their seq field).
+type eventColumns struct {
+	time, rev, since  []int64
+	kind, tenant, doc []string
+	body              [][]byte
+}
+
+func (c *eventColumns) add(e *encEvent) {
+	c.time = append(c.time, e.timeNs)
+	c.kind = append(c.kind, e.kind)
+	c.tenant = append(c.tenant, e.tenant)
+	c.doc = append(c.doc, e.doc)
+	c.rev = append(c.rev, e.rev)
+	c.since = append(c.since, e.since)
+	c.body = append(c.body, e.body[:e.n])
+}
+
+// PruneEvents deletes every event with seq < beforeSeq (last_seq is kept,
+// so seqs never repeat) and reports what it removed. It locks the counter
+// row first, like an event-writing commit, so the counts stay exact.
+func (s *Store) PruneEvents(ctx context.Context, beforeSeq uint64) (store.PruneResult, error) {
+	if err := s.enter(); err != nil {
+		return store.PruneResult{}, err
+	}
+	defer s.wg.Done()
+	var res store.PruneResult
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT 1 FROM meta WHERE id = 1 FOR UPDATE"); err != nil {
+			return fmt.Errorf("pgstore: prune: %w", err)
+		}
+		var n, size int64
+		if err := tx.QueryRow(ctx, `WITH d AS (DELETE FROM events WHERE seq < $1 RETURNING size)
+			SELECT count(*), coalesce(sum(size), 0)::bigint FROM d`, int64(min(beforeSeq, store.MaxSeq))).Scan(&n, &size); err != nil {
+			return fmt.Errorf("pgstore: prune: %w", err)
+		}
+		if _, err := tx.Exec(ctx, "UPDATE meta SET event_count = event_count - $1, event_bytes = event_bytes - $2 WHERE id = 1", n, size); err != nil {
+			return fmt.Errorf("pgstore: prune: %w", err)
+		}
+		res = store.PruneResult{Removed: uint64(n), Bytes: uint64(size)}
+		return nil
+	})
+	return res, err
+}

@@ -1,0 +1,34 @@
+package pgstore
+
+import "time"
+
+// Tunables, each with the reason for its default.
+const (
+	// defaultMaxConns: per replica. Commits hold a connection for a few
+	// round trips; reads one each; payload streams one per chunk read. 16
+	// covers a 2-4 core replica; 10 replicas then need 170 connections
+	// (docs/scale-out.md, sizing).
+	defaultMaxConns = 16
+	// PayloadChunkSize is the size of one stored chunk of a spool or result
+	// payload: a writer and a reader hold at most one chunk in memory; each
+	// chunk is one row (TOASTed out of line, uncompressed).
+	PayloadChunkSize = 256 << 10
+	// MaxPayloadSize bounds one payload: chunk numbers are INT (2^31) but
+	// the gateway's --max-upload-bytes is far below; 64 GiB keeps a runaway
+	// writer from filling the database.
+	MaxPayloadSize = 64 << 30
+	// staleBlobAge: a payload still being written after this long is left
+	// over from a crashed replica; Open deletes it.
+	staleBlobAge = 24 * time.Hour
+
+	// The paging limits of the SQLite store (AIP-158, replay bounds).
+	defaultPageSize   = 50
+	maxPageSize       = 1000
+	defaultEventLimit = 1000
+	maxEventLimit     = 10000
+	maxDocIDLen       = 128
+)
+
+// catchUpTimeout bounds the read of other replicas' events that a Commit
+// does before delivering its own (tail.go).
+const catchUpTimeout = 30 * time.Second

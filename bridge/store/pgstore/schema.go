@@ -1,0 +1,195 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// migrationLockKey is the pg_advisory_xact_lock key that serialises
+// migrations of every replica on one database ("pipestrm" in ASCII).
+const migrationLockKey int64 = 0x7069706573747266
+
+// migrations are applied in order; migration i brings the schema to version
+// i+1 (stored in schema_version). Append only: never edit an applied one.
+//
+// Times are unix nanoseconds (BIGINT, 0 = unset), as in the SQLite store;
+// unsigned protobuf fields are BIGINT (uint32 fits; uint64 sizes and offsets
+// stay below 2^63).
+var migrations = []string{
+	// 1: the schema of the SQLite store at its version 4, plus chunked
+	// payload blobs (payload.go) and the one-row event counter (commit.go).
+	`
+CREATE TABLE meta (
+	id          INT PRIMARY KEY CHECK (id = 1),
+	last_seq    BIGINT NOT NULL,
+	event_count BIGINT NOT NULL,
+	event_bytes BIGINT NOT NULL
+);
+INSERT INTO meta VALUES (1, 0, 0, 0);
+
+CREATE TABLE documents (
+	id                  TEXT COLLATE "C" PRIMARY KEY,
+	tenant              TEXT NOT NULL,
+	state               INT NOT NULL,
+	terminal            BOOLEAN NOT NULL,
+	rev                 BIGINT NOT NULL,
+	request_id          TEXT,
+	body_hash           BYTEA,
+	create_time         BIGINT NOT NULL,
+	update_time         BIGINT NOT NULL,
+	content_payload     BOOLEAN NOT NULL DEFAULT false,
+	result_payload      BOOLEAN NOT NULL DEFAULT false,
+	result_content_type TEXT NOT NULL DEFAULT '',
+	dispatch_attempts   BIGINT NOT NULL DEFAULT 0,
+	private             BYTEA,
+	body                BYTEA NOT NULL
+);
+CREATE UNIQUE INDEX documents_request ON documents(tenant, request_id) WHERE request_id IS NOT NULL;
+CREATE INDEX documents_list ON documents(tenant, create_time DESC, id DESC);
+CREATE INDEX documents_state ON documents(tenant, state, create_time DESC, id DESC);
+CREATE INDEX documents_open ON documents(create_time) WHERE NOT terminal;
+
+CREATE TABLE entities (
+	doc_id         TEXT NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+	attempt        BIGINT NOT NULL,
+	scope_id       BIGINT NOT NULL,
+	scope_instance BIGINT NOT NULL,
+	entity_id      BIGINT NOT NULL,
+	parent_id      BIGINT NOT NULL,
+	depth          BIGINT NOT NULL,
+	status         INT NOT NULL,
+	chunk_index    BIGINT NOT NULL,
+	chunk_offset   BIGINT NOT NULL,
+	size           BIGINT NOT NULL,
+	checksum       TEXT NOT NULL,
+	attempts       BIGINT NOT NULL,
+	message        TEXT NOT NULL,
+	PRIMARY KEY (doc_id, attempt, scope_id, scope_instance, entity_id)
+);
+
+CREATE TABLE digests (
+	doc_id         TEXT NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+	attempt        BIGINT NOT NULL,
+	scope_id       BIGINT NOT NULL,
+	scope_instance BIGINT NOT NULL,
+	body           BYTEA NOT NULL,
+	PRIMARY KEY (doc_id, attempt, scope_id, scope_instance)
+);
+
+CREATE TABLE claims (
+	claim_id    TEXT COLLATE "C" PRIMARY KEY,
+	tenant      TEXT NOT NULL,
+	doc_id      TEXT NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+	entity_id   BIGINT NOT NULL,
+	scope_id    BIGINT NOT NULL,
+	state       INT NOT NULL,
+	expire_time BIGINT NOT NULL,
+	create_time BIGINT NOT NULL,
+	redeem_time BIGINT NOT NULL,
+	chunk       BIGINT
+);
+CREATE INDEX claims_doc ON claims(doc_id);
+CREATE INDEX claims_issued ON claims(expire_time) WHERE state = 1;
+
+CREATE TABLE events (
+	seq    BIGINT PRIMARY KEY,
+	time   BIGINT NOT NULL,
+	kind   TEXT NOT NULL,
+	tenant TEXT NOT NULL,
+	doc_id TEXT NOT NULL,
+	rev    BIGINT NOT NULL,
+	since  BIGINT NOT NULL,
+	size   BIGINT NOT NULL,
+	body   BYTEA NOT NULL
+);
+CREATE INDEX events_tenant ON events(tenant, seq);
+CREATE INDEX events_doc ON events(doc_id, seq);
+
+-- The seq field (field 1, varint) appended to an event body: the writer
+-- takes seqs and inserts events in one statement (commit.go).
+CREATE FUNCTION pipestream_seq_field(seq BIGINT) RETURNS BYTEA
+LANGUAGE plpgsql IMMUTABLE STRICT AS $$
+DECLARE
+	out BYTEA := '\x08';
+	v   BIGINT := seq;
+BEGIN
+	WHILE v >= 128 LOOP
+		out := out || set_byte('\x00'::bytea, 0, ((v & 127) | 128)::int);
+		v := v >> 7;
+	END LOOP;
+	RETURN out || set_byte('\x00'::bytea, 0, v::int);
+END $$;
+
+CREATE TABLE payloads (
+	doc_id TEXT NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+	kind   INT NOT NULL,
+	body   BYTEA NOT NULL,
+	PRIMARY KEY (doc_id, kind)
+);
+
+CREATE TABLE blobs (
+	blob_id    BIGSERIAL PRIMARY KEY,
+	doc_id     TEXT NOT NULL,
+	kind       INT NOT NULL,
+	state      INT NOT NULL,
+	size       BIGINT NOT NULL DEFAULT 0,
+	chunk_size INT NOT NULL,
+	touched    BIGINT NOT NULL
+);
+CREATE UNIQUE INDEX blobs_synced ON blobs(doc_id, kind) WHERE state = 1;
+CREATE INDEX blobs_unsynced ON blobs(touched) WHERE state <> 1;
+
+CREATE TABLE blob_chunks (
+	blob_id BIGINT NOT NULL REFERENCES blobs(blob_id) ON DELETE CASCADE,
+	n       INT NOT NULL,
+	data    BYTEA NOT NULL,
+	PRIMARY KEY (blob_id, n)
+);
+-- Chunks are stored out of line without compression: uploads are often
+-- already compressed, and pglz on every 256 KiB chunk costs CPU for nothing.
+ALTER TABLE blob_chunks ALTER COLUMN data SET STORAGE EXTERNAL;
+`,
+}
+
+// SchemaVersion is the schema version this binary migrates to.
+func SchemaVersion() int { return len(migrations) }
+
+// migrate brings the schema to len(migrations) in one transaction that
+// holds a transaction-scoped advisory lock: replicas starting at once run
+// it one after the other, and the later ones find the schema current. DDL is
+// transactional in PostgreSQL, so a failed migration leaves nothing behind.
+// A database from a newer binary is refused.
+func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", migrationLockKey); err != nil {
+			return fmt.Errorf("pgstore: migration lock: %w", err)
+		}
+		if _, err := tx.Exec(ctx, "CREATE TABLE IF NOT EXISTS schema_version (version INT NOT NULL)"); err != nil {
+			return fmt.Errorf("pgstore: schema_version: %w", err)
+		}
+		var v int
+		err := tx.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM schema_version").Scan(&v)
+		if err != nil {
+			return fmt.Errorf("pgstore: read schema version: %w", err)
+		}
+		if v > len(migrations) {
+			return fmt.Errorf("pgstore: database schema version %d is newer than this binary's %d; upgrade the gateway", v, len(migrations))
+		}
+		for i := v; i < len(migrations); i++ {
+			if _, err := tx.Exec(ctx, migrations[i]); err != nil {
+				return fmt.Errorf("pgstore: migration %d: %w", i+1, err)
+			}
+		}
+		if v == len(migrations) {
+			return nil
+		}
+		if _, err := tx.Exec(ctx, "DELETE FROM schema_version"); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, "INSERT INTO schema_version VALUES ($1)", len(migrations))
+		return err
+	})
+}
