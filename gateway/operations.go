@@ -40,6 +40,10 @@ const (
 // operationID returns the document id of an operation name.
 func operationID(name string) (string, error) {
 	id, ok := strings.CutPrefix(name, operationPrefix)
+	if ok && strings.Contains(id, ":") {
+		return "", status.Errorf(codes.InvalidArgument,
+			"operation name %q has a ':': document ids have none; REST: wait and cancel are POST /v1/operations/{id}:wait and :cancel", name)
+	}
 	if !ok || id == "" || strings.Contains(id, "/") {
 		return "", status.Errorf(codes.InvalidArgument,
 			"operation name %q is not operations/{id}: use the name an operation was returned with (the id is the document id)", name)

@@ -34,6 +34,9 @@ func (s *Server) registerOperationsREST(mux *runtime.ServeMux) error {
 		{"GET", "/v1/operations", "ListOperations", func(ctx context.Context, r *http.Request, _ map[string]string, _ runtime.Marshaler) (proto.Message, error) {
 			req := &longrunningpb.ListOperationsRequest{Name: "operations"}
 			if err := runtime.PopulateQueryParameters(req, r.URL.Query(), utilities.NewDoubleArray(nil)); err != nil {
+				if _, ok := status.FromError(err); ok {
+					return nil, err // the query parser's message names the parameter
+				}
 				return nil, status.Errorf(codes.InvalidArgument, "query: %v (known parameters: pageSize, pageToken, filter)", err)
 			}
 			return c.ListOperations(ctx, req)
@@ -48,6 +51,9 @@ func (s *Server) registerOperationsREST(mux *runtime.ServeMux) error {
 			}
 			req.Name = operationPrefix + p["id"]
 			return c.WaitOperation(ctx, req)
+		}},
+		{"DELETE", "/v1/operations/{id}", "DeleteOperation", func(ctx context.Context, _ *http.Request, p map[string]string, _ runtime.Marshaler) (proto.Message, error) {
+			return c.DeleteOperation(ctx, &longrunningpb.DeleteOperationRequest{Name: operationPrefix + p["id"]})
 		}},
 		{"POST", "/v1/operations/{id}:cancel", "CancelOperation", func(ctx context.Context, r *http.Request, p map[string]string, in runtime.Marshaler) (proto.Message, error) {
 			req := &longrunningpb.CancelOperationRequest{}

@@ -77,6 +77,10 @@ func addLongRunning(paths, defs obj) error {
 		"tags": tags, "operationId": "Operations_GetOperation", "summary": "Get an operation",
 		"description": "The operation of document {id}: metadata is the Document; once done, response is a ResultRef or error a google.rpc.Status.",
 		"parameters":  []any{idParam}, "responses": opResp("The operation.", op, notFound),
+	}, "delete": obj{
+		"tags": tags, "operationId": "Operations_DeleteOperation", "summary": "Delete an operation (not supported)",
+		"description": "Always 501 UNIMPLEMENTED: an operation is its document, which the gateway keeps. Use :cancel to stop it.",
+		"parameters":  []any{idParam}, "responses": opResp("Never answered.", obj{"type": "object"}, obj{"501": "Unimplemented: operations are not deleted."}),
 	}}
 	paths["/v1/operations/{id}:wait"] = obj{"post": obj{
 		"tags": tags, "operationId": "Operations_WaitOperation", "summary": "Wait for an operation",
