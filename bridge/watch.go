@@ -15,8 +15,10 @@ var errWatchDone = errors.New("watch done")
 
 // Watch streams one document: without a cursor, first its current state,
 // then every later event; with a cursor, the events from that seq
-// (inclusive). Each update carries the event and the document after it. It
-// returns nil after the update that shows a terminal state.
+// (inclusive). Each update carries the event and the document after it:
+// a replay rebuilds the document as of each event from the events
+// (docAsOf, watchstate.go), not the document as it is now. It returns nil
+// after the update that shows a terminal state.
 func (b *Bridge) Watch(ctx context.Context, t Tenant, id string, cursor uint64, send func(*gatewayv1.WatchDocumentResponse) error) error {
 	if _, err := b.GetDocument(ctx, t, id, false); err != nil {
 		return err
@@ -26,11 +28,18 @@ func (b *Bridge) Watch(ctx context.Context, t Tenant, id string, cursor uint64, 
 		cur = &cursor
 	}
 	var lastRev, stopAt uint64
+	var asOf *docAsOf
 	onStart := func(latest uint64) error {
 		SubscriptionStarted(ctx)
 		doc, err := b.GetDocument(ctx, t, id, false)
 		if err != nil {
 			return err
+		}
+		if cursor > 0 {
+			asOf = newDocAsOf(doc)
+			if err := b.foldBefore(ctx, t, id, cursor, asOf); err != nil {
+				return err
+			}
 		}
 		terminal := store.IsTerminal(doc.GetState())
 		if cursor == 0 {
@@ -63,7 +72,7 @@ func (b *Bridge) Watch(ctx context.Context, t Tenant, id string, cursor uint64, 
 		if cursor == 0 && ev.GetKind() != eventlog.KindInfo && ev.GetRev() <= lastRev {
 			return nil // already part of the first update
 		}
-		doc, err := b.GetDocument(ctx, t, id, false)
+		doc, err := b.docAfter(ctx, t, id, asOf, ev)
 		if err != nil {
 			return err
 		}
@@ -79,6 +88,23 @@ func (b *Bridge) Watch(ctx context.Context, t Tenant, id string, cursor uint64, 
 		return nil
 	}
 	return b.mapEventErr(err, cursor)
+}
+
+// docAfter returns the document after ev: the stored one for live
+// watching (asOf nil), else the fold's (refreshing the stored document
+// the fold ends with once ev is newer than it).
+func (b *Bridge) docAfter(ctx context.Context, t Tenant, id string, asOf *docAsOf, ev *gatewayv1.Event) (*gatewayv1.Document, error) {
+	if asOf == nil {
+		return b.GetDocument(ctx, t, id, false)
+	}
+	if ev.GetRev() > asOf.cur.GetRev() {
+		cur, err := b.GetDocument(ctx, t, id, false)
+		if err != nil {
+			return nil, err
+		}
+		asOf.setCurrent(cur)
+	}
+	return asOf.apply(ev), nil
 }
 
 // mapEventErr maps event log errors to the bridge's. The event log's

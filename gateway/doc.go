@@ -1,6 +1,8 @@
 // Package gateway is the public API of PipeStream: gRPC services over
-// bridge.Service, the grpc-gateway REST mux (which dials the gRPC listener
-// over a real client connection, so server streams become NDJSON), the
+// bridge.Service (DocumentService, EventService and
+// google.longrunning.Operations over documents, docs/operations.md), the
+// grpc-gateway REST mux (which dials the gRPC listener over a real client
+// connection, so server streams become NDJSON), the
 // streaming upload route, the AT-sync WebSocket event stream, health,
 // metrics, docs, and graceful shutdown (docs/architecture.md: "Public API",
 // "Event log" and "Security and limits").
@@ -18,6 +20,8 @@
 //	GET  /v1/events:window, :snapshot   GetEventWindow / GetSnapshot
 //	GET  /v1/events/ws?cursor=N         WebSocket, draft-holmgren-at-synchronization-00 CBOR frames
 //	POST /v1/events:ticket              single-use WebSocket ticket (?ticket=) for browsers (ticket.go)
+//	GET  /v1/operations[/{id}]          google.longrunning ListOperations / GetOperation (operations_http.go)
+//	POST /v1/operations/{id}:wait       WaitOperation (at most 60 s); :cancel CancelOperation
 //	GET  /healthz, /metrics, /openapi.json, /docs/
 //	GET  /ui/                           the web console, embedded static files (console.go)
 //

@@ -65,6 +65,9 @@ func (s *Server) httpHandler() (http.Handler, error) {
 	if err := gatewayv1.RegisterEventServiceHandlerClient(ctx, s.gwMux, gatewayv1.NewEventServiceClient(s.conn)); err != nil {
 		return nil, fmt.Errorf("gateway: register REST handlers: %w", err)
 	}
+	if err := s.registerOperationsREST(s.gwMux); err != nil {
+		return nil, err
+	}
 
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/documents:upload", withErrorHeaders(http.HandlerFunc(s.handleUpload)))

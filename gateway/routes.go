@@ -34,6 +34,7 @@ type route struct {
 var extraRoutes = []string{
 	"POST /v1/events:ticket",
 	"GET /v1/events/ws",
+	"POST /v1/operations/{id}:wait", // googleapis gives WaitOperation no HTTP rule (operations_http.go)
 }
 
 // restRoutes lists the routes of the google.api.http rules of the gRPC

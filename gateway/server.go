@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -125,6 +126,7 @@ func New(cfg Config) (*Server, error) {
 	s.grpc = grpc.NewServer(opts...)
 	gatewayv1.RegisterDocumentServiceServer(s.grpc, &documentService{s: s})
 	gatewayv1.RegisterEventServiceServer(s.grpc, &eventService{s: s})
+	longrunningpb.RegisterOperationsServer(s.grpc, &operationsService{s: s})
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)

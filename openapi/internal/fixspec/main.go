@@ -16,6 +16,7 @@
 //   - fields that may be null or absent (timestamps not set yet, message
 //     fields) are x-nullable, and split.processor lists the processors;
 //   - the HTTP statuses each operation's gRPC errors map to;
+//   - the google.longrunning.Operations routes /v1/operations (lro.go);
 //   - the non-gRPC endpoints: /healthz, /metrics, /openapi.json, /docs/ and
 //     the WebSocket event stream /v1/events/ws.
 //
@@ -102,6 +103,9 @@ func fix(spec obj) error {
 		}
 	}
 	fixResult(op(paths, "/v1/documents/{id}/result", "get"))
+	if err := addLongRunning(paths, defs); err != nil {
+		return err
+	}
 	markNullable(defs)
 	if err := listProcessors(defs); err != nil {
 		return err

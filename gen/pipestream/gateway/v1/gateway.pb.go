@@ -2427,6 +2427,100 @@ func (x *Snapshot) GetDocuments() []*Document {
 	return nil
 }
 
+// ResultRef is the response of a finished google.longrunning.Operation
+// (operations/{id}, id = the document id; docs/operations.md): where the
+// result of a SUCCEEDED or PARTIALLY_SUCCEEDED document is, not its bytes.
+type ResultRef struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The document the operation tracks.
+	DocumentId string `protobuf:"bytes,1,opt,name=document_id,json=documentId,proto3" json:"document_id,omitempty"`
+	// Resource name of the document: documents/{id}.
+	Document string `protobuf:"bytes,2,opt,name=document,proto3" json:"document,omitempty"`
+	// REST path of the result bytes (GET, relative to the REST base URL); over
+	// gRPC: DocumentService.GetDocumentResult with the document id.
+	ResultPath string `protobuf:"bytes,3,opt,name=result_path,json=resultPath,proto3" json:"result_path,omitempty"`
+	// Size of the rehydrated result in bytes.
+	SizeBytes uint64 `protobuf:"varint,4,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// Media type of the result (what GET result_path answers by default).
+	ContentType string `protobuf:"bytes,5,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	// The final state: SUCCEEDED or PARTIALLY_SUCCEEDED.
+	State         State `protobuf:"varint,6,opt,name=state,proto3,enum=pipestream.gateway.v1.State" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResultRef) Reset() {
+	*x = ResultRef{}
+	mi := &file_pipestream_gateway_v1_gateway_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResultRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResultRef) ProtoMessage() {}
+
+func (x *ResultRef) ProtoReflect() protoreflect.Message {
+	mi := &file_pipestream_gateway_v1_gateway_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResultRef.ProtoReflect.Descriptor instead.
+func (*ResultRef) Descriptor() ([]byte, []int) {
+	return file_pipestream_gateway_v1_gateway_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ResultRef) GetDocumentId() string {
+	if x != nil {
+		return x.DocumentId
+	}
+	return ""
+}
+
+func (x *ResultRef) GetDocument() string {
+	if x != nil {
+		return x.Document
+	}
+	return ""
+}
+
+func (x *ResultRef) GetResultPath() string {
+	if x != nil {
+		return x.ResultPath
+	}
+	return ""
+}
+
+func (x *ResultRef) GetSizeBytes() uint64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *ResultRef) GetContentType() string {
+	if x != nil {
+		return x.ContentType
+	}
+	return ""
+}
+
+func (x *ResultRef) GetState() State {
+	if x != nil {
+		return x.State
+	}
+	return State_STATE_UNSPECIFIED
+}
+
 var File_pipestream_gateway_v1_gateway_proto protoreflect.FileDescriptor
 
 const file_pipestream_gateway_v1_gateway_proto_rawDesc = "" +
@@ -2645,7 +2739,17 @@ const file_pipestream_gateway_v1_gateway_proto_rawDesc = "" +
 	"\x12GetSnapshotRequest\"[\n" +
 	"\bSnapshot\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12=\n" +
-	"\tdocuments\x18\x02 \x03(\v2\x1f.pipestream.gateway.v1.DocumentR\tdocuments*{\n" +
+	"\tdocuments\x18\x02 \x03(\v2\x1f.pipestream.gateway.v1.DocumentR\tdocuments\"\xdf\x01\n" +
+	"\tResultRef\x12\x1f\n" +
+	"\vdocument_id\x18\x01 \x01(\tR\n" +
+	"documentId\x12\x1a\n" +
+	"\bdocument\x18\x02 \x01(\tR\bdocument\x12\x1f\n" +
+	"\vresult_path\x18\x03 \x01(\tR\n" +
+	"resultPath\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x04 \x01(\x04R\tsizeBytes\x12!\n" +
+	"\fcontent_type\x18\x05 \x01(\tR\vcontentType\x122\n" +
+	"\x05state\x18\x06 \x01(\x0e2\x1c.pipestream.gateway.v1.StateR\x05state*{\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aPENDING\x10\x01\x12\v\n" +
@@ -2740,7 +2844,7 @@ func file_pipestream_gateway_v1_gateway_proto_rawDescGZIP() []byte {
 }
 
 var file_pipestream_gateway_v1_gateway_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_pipestream_gateway_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_pipestream_gateway_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_pipestream_gateway_v1_gateway_proto_goTypes = []any{
 	(State)(0),                       // 0: pipestream.gateway.v1.State
 	(EntityStatus)(0),                // 1: pipestream.gateway.v1.EntityStatus
@@ -2773,11 +2877,12 @@ var file_pipestream_gateway_v1_gateway_proto_goTypes = []any{
 	(*EventWindow)(nil),              // 28: pipestream.gateway.v1.EventWindow
 	(*GetSnapshotRequest)(nil),       // 29: pipestream.gateway.v1.GetSnapshotRequest
 	(*Snapshot)(nil),                 // 30: pipestream.gateway.v1.Snapshot
-	nil,                              // 31: pipestream.gateway.v1.SubmitOptions.MetadataEntry
-	nil,                              // 32: pipestream.gateway.v1.SubmitDocumentRequest.MetadataEntry
-	nil,                              // 33: pipestream.gateway.v1.Document.MetadataEntry
-	(*timestamppb.Timestamp)(nil),    // 34: google.protobuf.Timestamp
-	(*httpbody.HttpBody)(nil),        // 35: google.api.HttpBody
+	(*ResultRef)(nil),                // 31: pipestream.gateway.v1.ResultRef
+	nil,                              // 32: pipestream.gateway.v1.SubmitOptions.MetadataEntry
+	nil,                              // 33: pipestream.gateway.v1.SubmitDocumentRequest.MetadataEntry
+	nil,                              // 34: pipestream.gateway.v1.Document.MetadataEntry
+	(*timestamppb.Timestamp)(nil),    // 35: google.protobuf.Timestamp
+	(*httpbody.HttpBody)(nil),        // 36: google.api.HttpBody
 }
 var file_pipestream_gateway_v1_gateway_proto_depIdxs = []int32{
 	2,  // 0: pipestream.gateway.v1.SplitOptions.strategy:type_name -> pipestream.gateway.v1.SplitStrategy
@@ -2786,64 +2891,65 @@ var file_pipestream_gateway_v1_gateway_proto_depIdxs = []int32{
 	4,  // 3: pipestream.gateway.v1.CompletionPolicy.on_failure:type_name -> pipestream.gateway.v1.CompletionPolicy.Action
 	6,  // 4: pipestream.gateway.v1.SubmitOptions.split:type_name -> pipestream.gateway.v1.SplitOptions
 	7,  // 5: pipestream.gateway.v1.SubmitOptions.completion_policy:type_name -> pipestream.gateway.v1.CompletionPolicy
-	31, // 6: pipestream.gateway.v1.SubmitOptions.metadata:type_name -> pipestream.gateway.v1.SubmitOptions.MetadataEntry
+	32, // 6: pipestream.gateway.v1.SubmitOptions.metadata:type_name -> pipestream.gateway.v1.SubmitOptions.MetadataEntry
 	6,  // 7: pipestream.gateway.v1.SubmitDocumentRequest.split:type_name -> pipestream.gateway.v1.SplitOptions
 	7,  // 8: pipestream.gateway.v1.SubmitDocumentRequest.completion_policy:type_name -> pipestream.gateway.v1.CompletionPolicy
-	32, // 9: pipestream.gateway.v1.SubmitDocumentRequest.metadata:type_name -> pipestream.gateway.v1.SubmitDocumentRequest.MetadataEntry
+	33, // 9: pipestream.gateway.v1.SubmitDocumentRequest.metadata:type_name -> pipestream.gateway.v1.SubmitDocumentRequest.MetadataEntry
 	8,  // 10: pipestream.gateway.v1.UploadDocumentRequest.options:type_name -> pipestream.gateway.v1.SubmitOptions
 	1,  // 11: pipestream.gateway.v1.Entity.status:type_name -> pipestream.gateway.v1.EntityStatus
 	5,  // 12: pipestream.gateway.v1.ClaimCheck.state:type_name -> pipestream.gateway.v1.ClaimCheck.ClaimState
-	34, // 13: pipestream.gateway.v1.ClaimCheck.expire_time:type_name -> google.protobuf.Timestamp
-	34, // 14: pipestream.gateway.v1.ClaimCheck.create_time:type_name -> google.protobuf.Timestamp
-	34, // 15: pipestream.gateway.v1.ClaimCheck.redeem_time:type_name -> google.protobuf.Timestamp
+	35, // 13: pipestream.gateway.v1.ClaimCheck.expire_time:type_name -> google.protobuf.Timestamp
+	35, // 14: pipestream.gateway.v1.ClaimCheck.create_time:type_name -> google.protobuf.Timestamp
+	35, // 15: pipestream.gateway.v1.ClaimCheck.redeem_time:type_name -> google.protobuf.Timestamp
 	0,  // 16: pipestream.gateway.v1.Document.state:type_name -> pipestream.gateway.v1.State
 	6,  // 17: pipestream.gateway.v1.Document.split:type_name -> pipestream.gateway.v1.SplitOptions
 	7,  // 18: pipestream.gateway.v1.Document.completion_policy:type_name -> pipestream.gateway.v1.CompletionPolicy
-	33, // 19: pipestream.gateway.v1.Document.metadata:type_name -> pipestream.gateway.v1.Document.MetadataEntry
+	34, // 19: pipestream.gateway.v1.Document.metadata:type_name -> pipestream.gateway.v1.Document.MetadataEntry
 	11, // 20: pipestream.gateway.v1.Document.entity_counts:type_name -> pipestream.gateway.v1.EntityCounts
 	12, // 21: pipestream.gateway.v1.Document.entities:type_name -> pipestream.gateway.v1.Entity
 	13, // 22: pipestream.gateway.v1.Document.digests:type_name -> pipestream.gateway.v1.ScopeDigest
 	14, // 23: pipestream.gateway.v1.Document.claim_checks:type_name -> pipestream.gateway.v1.ClaimCheck
-	34, // 24: pipestream.gateway.v1.Document.create_time:type_name -> google.protobuf.Timestamp
-	34, // 25: pipestream.gateway.v1.Document.update_time:type_name -> google.protobuf.Timestamp
-	34, // 26: pipestream.gateway.v1.Document.finish_time:type_name -> google.protobuf.Timestamp
+	35, // 24: pipestream.gateway.v1.Document.create_time:type_name -> google.protobuf.Timestamp
+	35, // 25: pipestream.gateway.v1.Document.update_time:type_name -> google.protobuf.Timestamp
+	35, // 26: pipestream.gateway.v1.Document.finish_time:type_name -> google.protobuf.Timestamp
 	0,  // 27: pipestream.gateway.v1.ListDocumentsRequest.state:type_name -> pipestream.gateway.v1.State
 	15, // 28: pipestream.gateway.v1.ListDocumentsResponse.documents:type_name -> pipestream.gateway.v1.Document
 	25, // 29: pipestream.gateway.v1.WatchDocumentResponse.event:type_name -> pipestream.gateway.v1.Event
 	15, // 30: pipestream.gateway.v1.WatchDocumentResponse.document:type_name -> pipestream.gateway.v1.Document
-	34, // 31: pipestream.gateway.v1.Event.time:type_name -> google.protobuf.Timestamp
+	35, // 31: pipestream.gateway.v1.Event.time:type_name -> google.protobuf.Timestamp
 	1,  // 32: pipestream.gateway.v1.Event.entity_status:type_name -> pipestream.gateway.v1.EntityStatus
 	0,  // 33: pipestream.gateway.v1.Event.state:type_name -> pipestream.gateway.v1.State
 	15, // 34: pipestream.gateway.v1.Snapshot.documents:type_name -> pipestream.gateway.v1.Document
-	9,  // 35: pipestream.gateway.v1.DocumentService.SubmitDocument:input_type -> pipestream.gateway.v1.SubmitDocumentRequest
-	10, // 36: pipestream.gateway.v1.DocumentService.UploadDocument:input_type -> pipestream.gateway.v1.UploadDocumentRequest
-	16, // 37: pipestream.gateway.v1.DocumentService.GetDocument:input_type -> pipestream.gateway.v1.GetDocumentRequest
-	17, // 38: pipestream.gateway.v1.DocumentService.ListDocuments:input_type -> pipestream.gateway.v1.ListDocumentsRequest
-	19, // 39: pipestream.gateway.v1.DocumentService.WatchDocument:input_type -> pipestream.gateway.v1.WatchDocumentRequest
-	21, // 40: pipestream.gateway.v1.DocumentService.GetDocumentResult:input_type -> pipestream.gateway.v1.GetDocumentResultRequest
-	22, // 41: pipestream.gateway.v1.DocumentService.CancelDocument:input_type -> pipestream.gateway.v1.CancelDocumentRequest
-	23, // 42: pipestream.gateway.v1.DocumentService.GetClaimCheck:input_type -> pipestream.gateway.v1.GetClaimCheckRequest
-	24, // 43: pipestream.gateway.v1.DocumentService.RedeemClaimCheck:input_type -> pipestream.gateway.v1.RedeemClaimCheckRequest
-	26, // 44: pipestream.gateway.v1.EventService.SubscribeEvents:input_type -> pipestream.gateway.v1.SubscribeEventsRequest
-	27, // 45: pipestream.gateway.v1.EventService.GetEventWindow:input_type -> pipestream.gateway.v1.GetEventWindowRequest
-	29, // 46: pipestream.gateway.v1.EventService.GetSnapshot:input_type -> pipestream.gateway.v1.GetSnapshotRequest
-	15, // 47: pipestream.gateway.v1.DocumentService.SubmitDocument:output_type -> pipestream.gateway.v1.Document
-	15, // 48: pipestream.gateway.v1.DocumentService.UploadDocument:output_type -> pipestream.gateway.v1.Document
-	15, // 49: pipestream.gateway.v1.DocumentService.GetDocument:output_type -> pipestream.gateway.v1.Document
-	18, // 50: pipestream.gateway.v1.DocumentService.ListDocuments:output_type -> pipestream.gateway.v1.ListDocumentsResponse
-	20, // 51: pipestream.gateway.v1.DocumentService.WatchDocument:output_type -> pipestream.gateway.v1.WatchDocumentResponse
-	35, // 52: pipestream.gateway.v1.DocumentService.GetDocumentResult:output_type -> google.api.HttpBody
-	15, // 53: pipestream.gateway.v1.DocumentService.CancelDocument:output_type -> pipestream.gateway.v1.Document
-	14, // 54: pipestream.gateway.v1.DocumentService.GetClaimCheck:output_type -> pipestream.gateway.v1.ClaimCheck
-	14, // 55: pipestream.gateway.v1.DocumentService.RedeemClaimCheck:output_type -> pipestream.gateway.v1.ClaimCheck
-	25, // 56: pipestream.gateway.v1.EventService.SubscribeEvents:output_type -> pipestream.gateway.v1.Event
-	28, // 57: pipestream.gateway.v1.EventService.GetEventWindow:output_type -> pipestream.gateway.v1.EventWindow
-	30, // 58: pipestream.gateway.v1.EventService.GetSnapshot:output_type -> pipestream.gateway.v1.Snapshot
-	47, // [47:59] is the sub-list for method output_type
-	35, // [35:47] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	0,  // 35: pipestream.gateway.v1.ResultRef.state:type_name -> pipestream.gateway.v1.State
+	9,  // 36: pipestream.gateway.v1.DocumentService.SubmitDocument:input_type -> pipestream.gateway.v1.SubmitDocumentRequest
+	10, // 37: pipestream.gateway.v1.DocumentService.UploadDocument:input_type -> pipestream.gateway.v1.UploadDocumentRequest
+	16, // 38: pipestream.gateway.v1.DocumentService.GetDocument:input_type -> pipestream.gateway.v1.GetDocumentRequest
+	17, // 39: pipestream.gateway.v1.DocumentService.ListDocuments:input_type -> pipestream.gateway.v1.ListDocumentsRequest
+	19, // 40: pipestream.gateway.v1.DocumentService.WatchDocument:input_type -> pipestream.gateway.v1.WatchDocumentRequest
+	21, // 41: pipestream.gateway.v1.DocumentService.GetDocumentResult:input_type -> pipestream.gateway.v1.GetDocumentResultRequest
+	22, // 42: pipestream.gateway.v1.DocumentService.CancelDocument:input_type -> pipestream.gateway.v1.CancelDocumentRequest
+	23, // 43: pipestream.gateway.v1.DocumentService.GetClaimCheck:input_type -> pipestream.gateway.v1.GetClaimCheckRequest
+	24, // 44: pipestream.gateway.v1.DocumentService.RedeemClaimCheck:input_type -> pipestream.gateway.v1.RedeemClaimCheckRequest
+	26, // 45: pipestream.gateway.v1.EventService.SubscribeEvents:input_type -> pipestream.gateway.v1.SubscribeEventsRequest
+	27, // 46: pipestream.gateway.v1.EventService.GetEventWindow:input_type -> pipestream.gateway.v1.GetEventWindowRequest
+	29, // 47: pipestream.gateway.v1.EventService.GetSnapshot:input_type -> pipestream.gateway.v1.GetSnapshotRequest
+	15, // 48: pipestream.gateway.v1.DocumentService.SubmitDocument:output_type -> pipestream.gateway.v1.Document
+	15, // 49: pipestream.gateway.v1.DocumentService.UploadDocument:output_type -> pipestream.gateway.v1.Document
+	15, // 50: pipestream.gateway.v1.DocumentService.GetDocument:output_type -> pipestream.gateway.v1.Document
+	18, // 51: pipestream.gateway.v1.DocumentService.ListDocuments:output_type -> pipestream.gateway.v1.ListDocumentsResponse
+	20, // 52: pipestream.gateway.v1.DocumentService.WatchDocument:output_type -> pipestream.gateway.v1.WatchDocumentResponse
+	36, // 53: pipestream.gateway.v1.DocumentService.GetDocumentResult:output_type -> google.api.HttpBody
+	15, // 54: pipestream.gateway.v1.DocumentService.CancelDocument:output_type -> pipestream.gateway.v1.Document
+	14, // 55: pipestream.gateway.v1.DocumentService.GetClaimCheck:output_type -> pipestream.gateway.v1.ClaimCheck
+	14, // 56: pipestream.gateway.v1.DocumentService.RedeemClaimCheck:output_type -> pipestream.gateway.v1.ClaimCheck
+	25, // 57: pipestream.gateway.v1.EventService.SubscribeEvents:output_type -> pipestream.gateway.v1.Event
+	28, // 58: pipestream.gateway.v1.EventService.GetEventWindow:output_type -> pipestream.gateway.v1.EventWindow
+	30, // 59: pipestream.gateway.v1.EventService.GetSnapshot:output_type -> pipestream.gateway.v1.Snapshot
+	48, // [48:60] is the sub-list for method output_type
+	36, // [36:48] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_pipestream_gateway_v1_gateway_proto_init() }
@@ -2858,7 +2964,7 @@ func file_pipestream_gateway_v1_gateway_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pipestream_gateway_v1_gateway_proto_rawDesc), len(file_pipestream_gateway_v1_gateway_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   28,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
