@@ -31,6 +31,7 @@ import (
 	"pipestream.test/genclient/client"
 	"pipestream.test/genclient/client/document_service"
 	"pipestream.test/genclient/client/event_service"
+	lro "pipestream.test/genclient/client/google_longrunning_operations"
 	"pipestream.test/genclient/client/operations"
 	"pipestream.test/genclient/models"
 )
@@ -211,6 +212,7 @@ func (d *driver) runOthers() {
 	d.errors()
 	d.events()
 	d.operations()
+	d.longRunning()
 }
 
 func (d *driver) upload() {
@@ -412,3 +414,81 @@ func (c *ndjsonConsumer) Consume(r io.Reader, v any) error {
 }
 
 var _ runtime.Consumer = (*ndjsonConsumer)(nil)
+
+// longRunning runs google.longrunning.Operations over documents: a finished
+// document is a done operation whose response is a ResultRef; a deferred
+// one is not done after a short wait, is cancelled, and is then done with
+// error CANCELLED; it is listed; Delete is refused as Unimplemented; an
+// unknown id is a typed 404.
+func (d *driver) longRunning() {
+	ops := d.api.GoogleLongrunningOperations
+	done := d.submit("passthrough", nil)
+	if done != "" && d.watch(done) == string(models.StateSUCCEEDED) {
+		got, err := ops.OperationsGetOperation(lro.NewOperationsGetOperationParamsWithContext(d.ctx).WithID(done), nil)
+		d.record("Operations_GetOperation", err)
+		if err == nil {
+			d.checkResultRef(got.Payload, done)
+		}
+	}
+	id := d.submit("fault", map[string]string{"pipestream.fault": "defer"})
+	if id == "" {
+		return
+	}
+	w, err := ops.OperationsWaitOperation(lro.NewOperationsWaitOperationParamsWithContext(d.ctx).WithID(id).
+		WithBody(lro.OperationsWaitOperationBody{Timeout: "1s"}), nil)
+	d.record("Operations_WaitOperation", err)
+	if err == nil && w.Payload.Done {
+		d.fail("Operations_WaitOperation", "a deferred document's operation is done after a 1 s wait: %+v", w.Payload)
+	}
+	_, err = ops.OperationsCancelOperation(lro.NewOperationsCancelOperationParamsWithContext(d.ctx).WithID(id).WithBody(map[string]any{}), nil)
+	d.record("Operations_CancelOperation", err)
+	w, err = ops.OperationsWaitOperation(lro.NewOperationsWaitOperationParamsWithContext(d.ctx).WithID(id).
+		WithBody(lro.OperationsWaitOperationBody{Timeout: "30s"}), nil)
+	d.record("Operations_WaitOperation", err)
+	if err == nil && (!w.Payload.Done || w.Payload.Error == nil || w.Payload.Error.Code != 1) {
+		d.fail("Operations_CancelOperation", "after cancel: %+v, want done with error code 1 (CANCELLED)", w.Payload)
+	}
+	d.listAndRefuse(id)
+}
+
+// checkResultRef checks a done operation's name and ResultRef response.
+func (d *driver) checkResultRef(op *models.Operation, id string) {
+	if op.Name != "operations/"+id || !op.Done || op.Error != nil || op.Response == nil {
+		d.fail("Operations_GetOperation", "operation %+v, want operations/%s done with a response", op, id)
+		return
+	}
+	props := op.Response.AnyAdditionalProperties
+	if !strings.HasSuffix(op.Response.AtType, "ResultRef") || props["documentId"] != id || props["resultPath"] == "" {
+		d.fail("Operations_GetOperation", "response %s %v, want a ResultRef of %s with a resultPath", op.Response.AtType, props, id)
+	}
+}
+
+// listAndRefuse lists operations (id must be there), deletes one (refused
+// as Unimplemented) and gets an unknown one (typed 404).
+func (d *driver) listAndRefuse(id string) {
+	ops := d.api.GoogleLongrunningOperations
+	size := int32(100)
+	list, err := ops.OperationsListOperations(lro.NewOperationsListOperationsParamsWithContext(d.ctx).WithPageSize(&size), nil)
+	d.record("Operations_ListOperations", err)
+	if err == nil {
+		found := false
+		for _, op := range list.Payload.Operations {
+			found = found || op.Name == "operations/"+id
+		}
+		if !found {
+			d.fail("Operations_ListOperations", "the first page does not list operations/%s", id)
+		}
+	}
+	_, err = ops.OperationsDeleteOperation(lro.NewOperationsDeleteOperationParamsWithContext(d.ctx).WithID(id), nil)
+	var unimpl *lro.OperationsDeleteOperationNotImplemented
+	if errors.As(err, &unimpl) && unimpl.Payload != nil && unimpl.Payload.Code == 12 {
+		d.record("Operations_DeleteOperation", nil)
+	} else {
+		d.fail("Operations_DeleteOperation", "delete: %v, want a typed 501 with Status code 12 (UNIMPLEMENTED)", err)
+	}
+	_, err = ops.OperationsGetOperation(lro.NewOperationsGetOperationParamsWithContext(d.ctx).WithID("no-such-document"), nil)
+	var nf *lro.OperationsGetOperationNotFound
+	if !errors.As(err, &nf) || nf.Payload == nil || nf.Payload.Code != 5 {
+		d.fail("Operations_GetOperation", "unknown id: %v, want a typed 404 with Status code 5", err)
+	}
+}
