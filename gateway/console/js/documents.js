@@ -24,8 +24,10 @@ export function documentsView({ setLive }) {
     PAGE_SIZES.map((n) => h('option', { value: String(n), selected: n === state.size }, String(n))));
 
   let loading = null;
+  let target = 0; // the page shown, or being loaded: a live reload must not undo a click on Older/Newer
   async function go(page) {
     if (loading) loading.abort();
+    target = page;
     loading = new AbortController();
     const q = new URLSearchParams({ pageSize: state.size });
     if (state.tokens[page]) q.set('pageToken', state.tokens[page]);
@@ -42,7 +44,7 @@ export function documentsView({ setLive }) {
       status.textContent = explain(e);
     }
   }
-  const reload = throttle(() => go(state.page), 500);
+  const reload = throttle(() => go(target), 500);
 
   function render(docs) {
     state.rows.clear();
