@@ -185,6 +185,12 @@ func TestBenchStorePostgres(t *testing.T) {
 	if !strings.Contains(pg.Note, "PostgreSQL server") || !strings.Contains(sq.Note, "gateway process only") {
 		t.Errorf("notes %q / %q do not say what the CPU counts", sq.Note, pg.Note)
 	}
+	checkStoreOutput(t, rep)
+}
+
+// checkStoreOutput checks the notes and the table of a store-phase report.
+func checkStoreOutput(t *testing.T, rep *bench.Report) {
+	t.Helper()
 	notes := strings.Join(rep.Notes, "\n")
 	for _, want := range []string{"CPU per document on PostgreSQL is", "postmaster pid", "fsync=off"} {
 		if !strings.Contains(notes, want) {
