@@ -59,6 +59,7 @@ func (s *Store) Commit(ctx context.Context, b *store.Batch) (store.CommitResult,
 		if !errors.Is(err, errSlowPath) {
 			return store.CommitResult{}, err
 		}
+		s.retries.Add(1)
 	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		res, evs = store.CommitResult{}, nil
