@@ -18,8 +18,8 @@ import (
 
 // Commit applies b atomically in one PostgreSQL transaction (READ
 // COMMITTED) and returns once it committed. A batch without a claim
-// redemption goes as one pipeline (applyPipelined: BEGIN, one round trip
-// for all statements, COMMIT); when that meets anything but the plain
+// redemption goes as one pipeline (runPipelined: BEGIN and all statements
+// in one round trip, then COMMIT); when that meets anything but the plain
 // outcome it rolls back and the batch is rerun step by step, which
 // classifies the outcome. On error nothing of b was
 // applied, except when ctx ends first: then the outcome is unknown
@@ -40,11 +40,7 @@ func (s *Store) Commit(ctx context.Context, b *store.Batch) (store.CommitResult,
 		evs []store.EventRecord
 	)
 	if pipelinable(p) {
-		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			var err error
-			evs, err = applyPipelined(ctx, tx, p)
-			return err
-		})
+		evs, err = s.runPipelined(ctx, p)
 		s.txns.Add(1)
 		if err == nil {
 			res.Seqs = make([]uint64, len(evs))

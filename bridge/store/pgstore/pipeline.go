@@ -92,11 +92,42 @@ func pipelinable(p *prepared) bool { return p.b.Redeem == nil }
 // pipelineStep checks one statement's outcome in the pipeline.
 type pipelineStep func(br pgx.BatchResults) error
 
-// applyPipelined sends every statement of p, the event append last, in one
-// pgx.Batch (one round trip instead of one per statement) and checks each
-// outcome in order. Anything but the plain outcome is errSlowPath (the
-// caller's transaction rolls back, nothing of it stays, also no seq).
-func applyPipelined(ctx context.Context, tx pgx.Tx, p *prepared) ([]store.EventRecord, error) {
+// runPipelined applies p in one transaction of two round trips: BEGIN and
+// every statement in one pipeline (applyPipelined), then COMMIT. Anything
+// but the plain outcome rolls back and is errSlowPath; nothing of p stays,
+// also no seq. A connection left inside a transaction (ROLLBACK failed,
+// ctx ended) is not reused: the pool destroys a released connection whose
+// transaction status is not idle.
+func (s *Store) runPipelined(ctx context.Context, p *prepared) ([]store.EventRecord, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, mapErr("acquire a connection", err)
+	}
+	defer conn.Release()
+	evs, err := applyPipelined(ctx, conn.Conn(), p)
+	if err != nil {
+		if conn.Conn().PgConn().TxStatus() != 'I' {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+			_, _ = conn.Exec(rctx, "ROLLBACK")
+			cancel()
+		}
+		return nil, err
+	}
+	tag, err := conn.Exec(ctx, "COMMIT")
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: commit: %w", err)
+	}
+	if tag.String() != "COMMIT" {
+		return nil, fmt.Errorf("pgstore: commit: the server answered %q", tag.String())
+	}
+	return evs, nil
+}
+
+// applyPipelined sends BEGIN and every statement of p, the event append
+// last, in one pgx.Batch (one round trip instead of one per statement) and
+// checks each outcome in order. Anything but the plain outcome is
+// errSlowPath; the transaction is left open for the caller to end.
+func applyPipelined(ctx context.Context, conn *pgx.Conn, p *prepared) ([]store.EventRecord, error) {
 	var (
 		batch pgx.Batch
 		steps []pipelineStep
@@ -111,6 +142,7 @@ func applyPipelined(ctx context.Context, tx pgx.Tx, p *prepared) ([]store.EventR
 			return nil
 		})
 	}
+	exec(false, "BEGIN")
 	if p.create != nil {
 		exec(true, insertDocSQL, insertDocArgs(p.create)...)
 	}
@@ -148,10 +180,7 @@ func applyPipelined(ctx context.Context, tx pgx.Tx, p *prepared) ([]store.EventR
 			return nil
 		})
 	}
-	if len(steps) == 0 {
-		return nil, nil
-	}
-	br := tx.SendBatch(ctx, &batch)
+	br := conn.SendBatch(ctx, &batch)
 	for _, step := range steps {
 		if err := step(br); err != nil {
 			br.Close()
