@@ -17,7 +17,10 @@ a raw quic-go stream copy and a grpc-go TLS stream), small (4 KiB documents
 submit -> SUCCEEDED over gRPC and REST vs a grpc-go unary call), churn
 (whole entities over one quicpeer connection vs raw quic-go stream churn),
 control (STATUS frames/s over one connection), fanout (events delivered to
-1,000 WebSocket subscribers).
+1,000 WebSocket subscribers), store (with --store: the small-document gRPC
+path on SQLite, then on the PostgreSQL database of --store, back to back;
+CPU per document counts the gateway plus every PostgreSQL server process,
+so the server must run on this machine).
 
 Without --grpc-addr/--http-addr it starts this binary as 'gateway serve'
 with an embedded peer in a temporary data dir, with --rate-limit 0 (the
@@ -28,14 +31,16 @@ to stderr, the table (or --json) to stdout.
 Example:
   gateway bench
   gateway bench --only bulk --bulk-bytes 1GiB
-  gateway bench --only small,fanout --duration 10s --json`
+  gateway bench --only small,fanout --duration 10s --json
+  gateway bench --store postgres://postgres@127.0.0.1:5432/bench --duration 5s`
 
 func runBench(args []string) int {
 	fs := newFlags("bench", "gateway bench [flags]", benchHelp)
 	grpcAddr := fs.String("grpc-addr", "GATEWAY_BENCH_GRPC_ADDR", "", "gRPC address of a running gateway (with --http-addr; empty: start one)")
 	httpAddr := fs.String("http-addr", "GATEWAY_BENCH_HTTP_ADDR", "", "HTTP address of a running gateway (with --grpc-addr)")
 	token := fs.String("token", "GATEWAY_TOKEN", "", "bearer token for a running gateway")
-	only := fs.String("only", "GATEWAY_BENCH_ONLY", strings.Join(bench.Phases, ","), "comma list of phases to run")
+	only := fs.String("only", "GATEWAY_BENCH_ONLY", "", "comma list of phases to run, from "+strings.Join(bench.Phases, ",")+" (empty: all but store; with --store: store)")
+	store := fs.String("store", "GATEWAY_BENCH_STORE", "", "postgres:// URL of a PostgreSQL server on this machine: run the store phase (small documents on SQLite, then on this database, CPU of the gateway plus the PostgreSQL server)")
 	bulkBytes := fs.Int64("bulk-bytes", "GATEWAY_BENCH_BULK_BYTES", bench.DefaultBulkBytes, "size of the bulk document")
 	smallBytes := fs.Int64("small-bytes", "GATEWAY_BENCH_SMALL_BYTES", bench.DefaultSmallBytes, "size of each small document")
 	entityBytes := fs.Int64("entity-bytes", "GATEWAY_BENCH_ENTITY_BYTES", bench.DefaultEntityBytes, "payload of each entity in the churn phase")
@@ -58,7 +63,7 @@ func runBench(args []string) int {
 	rep, err := bench.Run(ctx, bench.Options{
 		GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, Token: *token,
 		PprofAddr: *pprofAddr, CPUProfile: *cpuProfile,
-		Only:      strings.Split(*only, ","),
+		Only: splitList(*only), Store: *store,
 		BulkBytes: *bulkBytes, SmallBytes: *smallBytes, EntityBytes: *entityBytes,
 		Concurrency: int(*conc), Duration: *dur, Subscribers: int(*subs), FanoutDocsPerSec: int(*rate),
 		Progress: os.Stderr,
@@ -78,4 +83,15 @@ func runBench(args []string) int {
 		return fail(os.Stderr, "bench", err)
 	}
 	return 0
+}
+
+// splitList splits a comma list, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }

@@ -26,7 +26,8 @@ import (
 )
 
 // Phases in the order they run.
-var Phases = []string{"bulk", "small", "churn", "control", "fanout"}
+// "store" runs only with Options.Store and is the default phase then.
+var Phases = []string{"bulk", "small", "churn", "control", "fanout", "store"}
 
 // Options configure a run. Zero values take the defaults in params.go.
 type Options struct {
@@ -43,8 +44,14 @@ type Options struct {
 	// CPUProfile, when set, writes a CPU profile of the bench process
 	// (baselines, churn and control phases run in it).
 	CPUProfile string
-	// Only lists the phases to run (default all).
+	// Only lists the phases to run (default: all but store; with Store:
+	// store alone).
 	Only []string
+	// Store is a postgres:// URL: the store phase compares the
+	// small-document path on SQLite and on this database, back to back,
+	// counting the PostgreSQL server's CPU too (it must run on this
+	// machine).
+	Store string
 
 	BulkBytes, SmallBytes, EntityBytes int64
 	Concurrency                        int
@@ -54,6 +61,35 @@ type Options struct {
 
 	// Progress receives progress lines (default io.Discard).
 	Progress io.Writer
+}
+
+// checkStore validates Options.Store against the selected phases.
+func (o *Options) checkStore() error {
+	wantStore := slices.Contains(o.Only, "store")
+	switch {
+	case wantStore && o.Store == "":
+		return errors.New("phase store needs --store postgres://user:password@host:port/database (a PostgreSQL server on this machine)")
+	case !wantStore && o.Store != "":
+		return errors.New("--store runs the store phase: add store to --only, or leave --only empty")
+	case o.Store != "" && !strings.HasPrefix(o.Store, "postgres://") && !strings.HasPrefix(o.Store, "postgresql://"):
+		return fmt.Errorf("--store must be a postgres:// URL (the store phase compares PostgreSQL with SQLite), not %q", redact(o.Store))
+	case wantStore && o.GRPCAddr != "":
+		return errors.New("the store phase starts its own gateways (one per backend): leave --grpc-addr/--http-addr empty")
+	}
+	return nil
+}
+
+// redact hides a URL's password.
+func redact(url string) string {
+	scheme, rest, ok := strings.Cut(url, "://")
+	userinfo, host, ok2 := strings.Cut(rest, "@")
+	if !ok || !ok2 {
+		return url
+	}
+	if user, _, hasPass := strings.Cut(userinfo, ":"); hasPass {
+		return scheme + "://" + user + ":***@" + host
+	}
+	return url
 }
 
 func (o *Options) setDefaults() error {
@@ -85,12 +121,18 @@ func (o *Options) setDefaults() error {
 		o.Progress = io.Discard
 	}
 	if len(o.Only) == 0 {
-		o.Only = Phases
+		o.Only = Phases[:len(Phases)-1]
+		if o.Store != "" {
+			o.Only = []string{"store"}
+		}
 	}
 	for _, p := range o.Only {
 		if !slices.Contains(Phases, p) {
 			return fmt.Errorf("unknown phase %q: pick from %s", p, strings.Join(Phases, ","))
 		}
+	}
+	if err := o.checkStore(); err != nil {
+		return err
 	}
 	if len(o.ServeCommand) == 0 {
 		exe, err := os.Executable()
@@ -122,7 +164,13 @@ type Result struct {
 	PeakRSSMiB   float64 `json:"gateway_peak_rss_mib,omitempty"`
 	CPUPerOpUs   float64 `json:"gateway_cpu_us_per_op,omitempty"`
 	GatewayCPUPc float64 `json:"gateway_cpu_percent,omitempty"`
-	Note         string  `json:"note,omitempty"`
+	// CPURatio is CPUPerOpUs over the baseline's (store phase: PostgreSQL
+	// over SQLite, database server CPU included).
+	CPURatio float64 `json:"cpu_per_op_x,omitempty"`
+	// ServerCPUPerOpUs is the part of CPUPerOpUs spent in a separate
+	// database server's processes (store phase, PostgreSQL).
+	ServerCPUPerOpUs float64 `json:"db_server_cpu_us_per_op,omitempty"`
+	Note             string  `json:"note,omitempty"`
 }
 
 // Ratio compares a path with one baseline.
@@ -190,6 +238,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			err = b.control(ctx)
 		case "fanout":
 			err = b.fanout(ctx)
+		case "store":
+			err = b.store(ctx)
 		}
 		if err != nil {
 			return r, fmt.Errorf("phase %s: %w", p, err)

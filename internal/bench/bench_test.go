@@ -14,11 +14,28 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pipestream/gateway/internal/bench"
+	"github.com/pipestream/gateway/internal/pgtest"
 )
 
 func TestMain(m *testing.M) {
 	os.Setenv("QUIC_GO_DISABLE_RECEIVE_BUFFER_WARNING", "true")
-	goleak.VerifyTestMain(m)
+	// pgtest.Run stops the throwaway cluster of TestBenchStorePostgres
+	// before goleak looks.
+	goleak.VerifyTestMain(pgRunner{m})
+}
+
+// pgRunner runs the tests through pgtest.Run so the cluster is stopped.
+type pgRunner struct{ m *testing.M }
+
+func (r pgRunner) Run() int { return pgtest.Run(r.m) }
+
+func buildGateway(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "gateway")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/pipestream/gateway/cmd/gateway").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	return bin
 }
 
 // TestBenchTiny runs every phase of `gateway bench` with tiny sizes against
@@ -26,10 +43,7 @@ func TestMain(m *testing.M) {
 // reports its paths, baselines, ratios and the gateway's figures. It checks
 // that the bench works, not how fast anything is.
 func TestBenchTiny(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "gateway")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/pipestream/gateway/cmd/gateway").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildGateway(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var progress bytes.Buffer
@@ -58,7 +72,7 @@ func checkBenchResults(t *testing.T, results []bench.Result) {
 		}
 		byPhase[r.Phase] = append(byPhase[r.Phase], r)
 	}
-	want := map[string]int{"bulk": 5, "small": 3, "churn": 3, "control": 1, "fanout": 1}
+	want := map[string]int{"bulk": 5, "small": 3, "churn": 3, "control": 1, "fanout": 1, "store": 0}
 	for p, n := range want {
 		if len(byPhase[p]) != n {
 			t.Errorf("phase %s: %d results, want %d", p, len(byPhase[p]), n)
@@ -114,9 +128,82 @@ func TestBenchOptionErrors(t *testing.T) {
 	for _, o := range []bench.Options{
 		{Only: []string{"nope"}},
 		{GRPCAddr: "127.0.0.1:1"},
+		{Only: []string{"store"}},
+		{Only: []string{"small"}, Store: "postgres://x@127.0.0.1:1/db"},
+		{Store: "mysql://x@127.0.0.1:1/db"},
+		{Store: "postgres://x@127.0.0.1:1/db", GRPCAddr: "127.0.0.1:1", HTTPAddr: "127.0.0.1:2"},
 	} {
 		if _, err := bench.Run(context.Background(), o); err == nil {
 			t.Errorf("Run(%+v) = nil error", o)
+		}
+	}
+}
+
+// TestBenchStorePostgres runs the store phase with tiny sizes: a gateway on
+// SQLite, then one on a fresh database of a throwaway PostgreSQL cluster
+// (internal/pgtest), and checks both rows, the docs/s and CPU-per-document
+// ratios, that the PostgreSQL row's CPU includes the server's, and that the
+// table prints it all.
+func TestBenchStorePostgres(t *testing.T) {
+	bin := buildGateway(t)
+	dsn := pgtest.NewDatabase(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var progress bytes.Buffer
+	rep, err := bench.Run(ctx, bench.Options{
+		ServeCommand: []string{bin, "serve"},
+		Store:        dsn, Duration: 300 * time.Millisecond, Concurrency: 8,
+		Progress: &progress,
+	})
+	if err != nil {
+		t.Fatalf("bench: %v\nprogress:\n%s", err, progress.String())
+	}
+	if len(rep.Results) != 2 {
+		t.Fatalf("%d results, want SQLite and PostgreSQL: %+v", len(rep.Results), rep.Results)
+	}
+	sq, pg := rep.Results[0], rep.Results[1]
+	if !strings.HasSuffix(sq.Path, "SQLite") || !sq.Baseline || !strings.HasSuffix(pg.Path, "PostgreSQL") || pg.Baseline {
+		t.Errorf("rows %q (baseline %v), %q (baseline %v); want the SQLite baseline, then PostgreSQL", sq.Path, sq.Baseline, pg.Path, pg.Baseline)
+	}
+	for _, r := range rep.Results {
+		if r.Phase != "store" || r.Rate <= 0 || r.Count <= 0 || r.CPUPerOpUs <= 0 || r.P50ms <= 0 {
+			t.Errorf("%s/%s: rate %v count %d CPU %v µs/doc p50 %v ms; want all > 0", r.Phase, r.Path, r.Rate, r.Count, r.CPUPerOpUs, r.P50ms)
+		}
+	}
+	if pg.ServerCPUPerOpUs <= 0 || pg.ServerCPUPerOpUs >= pg.CPUPerOpUs {
+		t.Errorf("PostgreSQL server CPU %v µs/doc of %v total: want a positive part of it", pg.ServerCPUPerOpUs, pg.CPUPerOpUs)
+	}
+	if len(pg.Ratios) != 1 || pg.Ratios[0].Baseline != sq.Path {
+		t.Fatalf("PostgreSQL ratios %+v, want one against %q", pg.Ratios, sq.Path)
+	}
+	if want := pg.Rate / sq.Rate; pg.Ratios[0].X != want {
+		t.Errorf("docs/s ratio %v, want %v", pg.Ratios[0].X, want)
+	}
+	if want := pg.CPUPerOpUs / sq.CPUPerOpUs; pg.CPURatio != want {
+		t.Errorf("CPU/doc ratio %v, want %v", pg.CPURatio, want)
+	}
+	if !strings.Contains(pg.Note, "PostgreSQL server") || !strings.Contains(sq.Note, "gateway process only") {
+		t.Errorf("notes %q / %q do not say what the CPU counts", sq.Note, pg.Note)
+	}
+	checkStoreOutput(t, rep)
+}
+
+// checkStoreOutput checks the notes and the table of a store-phase report.
+func checkStoreOutput(t *testing.T, rep *bench.Report) {
+	t.Helper()
+	notes := strings.Join(rep.Notes, "\n")
+	for _, want := range []string{"CPU per document on PostgreSQL is", "postmaster pid", "fsync=off"} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("notes lack %q:\n%s", want, notes)
+		}
+	}
+	var table bytes.Buffer
+	if err := rep.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"[base] gateway gRPC Submit -> SUCCEEDED, SQLite", "gateway gRPC Submit -> SUCCEEDED, PostgreSQL", "x SQLite docs/s", "CPU/doc "} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}
 	}
 }

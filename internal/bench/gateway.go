@@ -43,10 +43,12 @@ type gatewayProc struct {
 // A started gateway gets --rate-limit 0 (the default 200 req/s per tenant
 // would cap every phase), no upload or subscriber caps, and enough
 // concurrent streams for the fan-out phase's subscribers.
-func connectGateway(ctx context.Context, o Options) (*gatewayProc, error) {
+//
+// extra flags are appended to a started gateway's serve command.
+func connectGateway(ctx context.Context, o Options, extra ...string) (*gatewayProc, error) {
 	g := &gatewayProc{grpcAddr: o.GRPCAddr, httpAddr: o.HTTPAddr, token: o.Token}
 	if g.grpcAddr == "" {
-		if err := g.start(ctx, o); err != nil {
+		if err := g.start(ctx, o, extra); err != nil {
 			g.close()
 			return nil, err
 		}
@@ -68,7 +70,7 @@ func connectGateway(ctx context.Context, o Options) (*gatewayProc, error) {
 	return g, nil
 }
 
-func (g *gatewayProc) start(ctx context.Context, o Options) error {
+func (g *gatewayProc) start(ctx context.Context, o Options, extra []string) error {
 	dir, err := os.MkdirTemp("", "gateway-bench-")
 	if err != nil {
 		return err
@@ -93,6 +95,7 @@ func (g *gatewayProc) start(ctx context.Context, o Options) error {
 	if o.PprofAddr != "" {
 		args = append(args, "--pprof-addr", o.PprofAddr)
 	}
+	args = append(args, extra...)
 	g.args = args
 	g.logPath = filepath.Join(dir, "gateway.log")
 	logf, err := os.Create(g.logPath)

@@ -34,6 +34,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 		for _, q := range x.Ratios {
 			ratios = append(ratios, fmt.Sprintf("%.2fx %s", q.X, short(q.Baseline)))
 		}
+		if x.CPURatio > 0 {
+			ratios = append(ratios, fmt.Sprintf("CPU/doc %.2fx", x.CPURatio))
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", x.Phase, path, num(x.Rate), x.Unit,
 			opt(x.P50ms), opt(x.P99ms), opt(x.P999ms), opt(x.PeakRSSMiB), pct(x.GatewayCPUPc), opt(x.CPUPerOpUs), strings.Join(ratios, ", "))
 	}
@@ -54,6 +57,8 @@ func short(baseline string) string {
 		return "quic-go"
 	case strings.HasPrefix(baseline, "bare grpc-go"):
 		return "grpc-go"
+	case strings.HasSuffix(baseline, ", SQLite"):
+		return "SQLite docs/s"
 	}
 	return baseline
 }

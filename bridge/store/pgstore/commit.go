@@ -17,7 +17,11 @@ import (
 )
 
 // Commit applies b atomically in one PostgreSQL transaction (READ
-// COMMITTED) and returns once it committed. On error nothing of b was
+// COMMITTED) and returns once it committed. A batch without a claim
+// redemption goes as one pipeline (runPipelined: BEGIN and all statements
+// in one round trip, then COMMIT); when that meets anything but the plain
+// outcome it rolls back and the batch is rerun step by step, which
+// classifies the outcome. On error nothing of b was
 // applied, except when ctx ends first: then the outcome is unknown
 // (idempotent creates make a retry safe). Events get their seqs last, from
 // the one-row counter (package doc, Event sequence); the event hook has seen
@@ -35,6 +39,24 @@ func (s *Store) Commit(ctx context.Context, b *store.Batch) (store.CommitResult,
 		res store.CommitResult
 		evs []store.EventRecord
 	)
+	if pipelinable(p) {
+		evs, err = s.runPipelined(ctx, p)
+		s.txns.Add(1)
+		if err == nil {
+			res.Seqs = make([]uint64, len(evs))
+			for i := range evs {
+				res.Seqs[i] = evs[i].Seq
+			}
+			if len(evs) > 0 {
+				s.tail.deliverOwn(evs)
+			}
+			return res, nil
+		}
+		if !errors.Is(err, errSlowPath) {
+			return store.CommitResult{}, err
+		}
+		s.retries.Add(1)
+	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		res, evs = store.CommitResult{}, nil
 		var err error
@@ -118,13 +140,7 @@ func sqlState(err error) string {
 // aborting ours. The lookups that classify it run only then.
 func applyCreate(ctx context.Context, tx pgx.Tx, d *docRow) (*store.DocumentRecord, error) {
 	rec := d.rec
-	tag, err := tx.Exec(ctx, `INSERT INTO documents
-		(id, tenant, state, terminal, rev, request_id, body_hash, create_time, update_time,
-		 content_payload, result_payload, result_content_type, dispatch_attempts, private, body)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15) ON CONFLICT DO NOTHING`,
-		rec.Doc.GetId(), rec.Tenant, d.state, d.terminal, d.rev, d.requestID, rec.BodyHash,
-		d.createNs, d.updateNs, rec.ContentPayload, rec.ResultPayload, rec.ResultContentType,
-		int64(rec.DispatchAttempts), rec.Private, d.body)
+	tag, err := tx.Exec(ctx, insertDocSQL, insertDocArgs(d)...)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: insert document %s: %w", rec.Doc.GetId(), err)
 	}
@@ -152,11 +168,7 @@ func applyCreate(ctx context.Context, tx pgx.Tx, d *docRow) (*store.DocumentReco
 
 func applyUpdate(ctx context.Context, tx pgx.Tx, d *docRow) error {
 	rec := d.rec
-	tag, err := tx.Exec(ctx, `UPDATE documents SET state=$1, terminal=$2, rev=$3, update_time=$4,
-		content_payload=$5, result_payload=$6, result_content_type=$7, dispatch_attempts=$8, private=$9, body=$10
-		WHERE id=$11 AND tenant=$12 AND rev=$13`, d.state, d.terminal, d.rev, d.updateNs, rec.ContentPayload, rec.ResultPayload,
-		rec.ResultContentType, int64(rec.DispatchAttempts), rec.Private, d.body,
-		rec.Doc.GetId(), rec.Tenant, d.prevRev)
+	tag, err := tx.Exec(ctx, updateDocSQL, updateDocArgs(d)...)
 	if err != nil {
 		return fmt.Errorf("pgstore: update document %s: %w", rec.Doc.GetId(), err)
 	}
@@ -176,16 +188,7 @@ func applyUpdate(ctx context.Context, tx pgx.Tx, d *docRow) error {
 func applyEntities(ctx context.Context, tx pgx.Tx, ents []store.EntityRecord) error {
 	for _, e := range ents {
 		x := e.Entity
-		_, err := tx.Exec(ctx, `INSERT INTO entities
-			(doc_id, attempt, scope_id, scope_instance, entity_id, parent_id, depth, status, chunk_index, chunk_offset, size, checksum, attempts, message)
-			VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14)
-			ON CONFLICT (doc_id, attempt, scope_id, scope_instance, entity_id) DO UPDATE SET
-			parent_id=excluded.parent_id, depth=excluded.depth, status=excluded.status,
-			chunk_index=excluded.chunk_index, chunk_offset=excluded.chunk_offset, size=excluded.size,
-			checksum=excluded.checksum, attempts=excluded.attempts, message=excluded.message`,
-			e.DocID, int64(e.Attempt), int64(x.GetScopeId()), int64(e.ScopeInstance), int64(x.GetEntityId()),
-			int64(x.GetParentId()), int64(x.GetDepth()), int32(x.GetStatus()), int64(x.GetChunkIndex()),
-			int64(x.GetChunkOffset()), int64(x.GetSizeBytes()), x.GetChecksum(), int64(x.GetAttempts()), x.GetMessage())
+		_, err := tx.Exec(ctx, upsertEntitySQL, entityArgs(e)...)
 		if err != nil {
 			return childErr(err, "upsert entity", fmt.Sprintf("%s/%d/%d", e.DocID, x.GetScopeId(), x.GetEntityId()))
 		}
@@ -199,9 +202,7 @@ func applyDigests(ctx context.Context, tx pgx.Tx, digests []store.DigestRecord) 
 		if err != nil {
 			return fmt.Errorf("pgstore: encode digest: %w", err)
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO digests (doc_id, attempt, scope_id, scope_instance, body) VALUES ($1,$2,$3,$4,$5)
-			ON CONFLICT (doc_id, attempt, scope_id, scope_instance) DO UPDATE SET body=excluded.body`,
-			d.DocID, int64(d.Attempt), int64(d.Digest.GetScopeId()), int64(d.ScopeInstance), body); err != nil {
+		if _, err := tx.Exec(ctx, upsertDigestSQL, digestArgs(d, body)...); err != nil {
 			return childErr(err, "upsert digest", fmt.Sprintf("%s/%d", d.DocID, d.Digest.GetScopeId()))
 		}
 	}
@@ -219,20 +220,7 @@ func childErr(err error, what, key string) error {
 
 func applyClaim(ctx context.Context, tx pgx.Tx, c store.ClaimRecord) error {
 	x := c.Claim
-	var chunk *int64
-	if c.Chunk.Set {
-		chunk = &c.Chunk.Index
-	}
-	tag, err := tx.Exec(ctx, `INSERT INTO claims
-		(claim_id, tenant, doc_id, entity_id, scope_id, state, expire_time, create_time, redeem_time, chunk)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10)
-		ON CONFLICT (claim_id) DO UPDATE SET doc_id=excluded.doc_id, entity_id=excluded.entity_id,
-		scope_id=excluded.scope_id, state=excluded.state, expire_time=excluded.expire_time,
-		create_time=excluded.create_time, redeem_time=excluded.redeem_time,
-		chunk=coalesce(excluded.chunk, claims.chunk)
-		WHERE claims.tenant = excluded.tenant`, x.GetClaimId(), c.Tenant, x.GetDocumentId(), int64(x.GetEntityId()),
-		int64(x.GetScopeId()), int32(x.GetState()), tsNanos(x.GetExpireTime()), tsNanos(x.GetCreateTime()),
-		tsNanos(x.GetRedeemTime()), chunk)
+	tag, err := tx.Exec(ctx, upsertClaimSQL, claimArgs(c)...)
 	if err != nil {
 		return childErr(err, "upsert claim", x.GetClaimId())
 	}
@@ -281,13 +269,12 @@ func applyRedeem(ctx context.Context, tx pgx.Tx, rd *store.RedeemClaim) (*gatewa
 // applyPayload upserts (or, with a nil Body, deletes) one inline payload.
 func applyPayload(ctx context.Context, tx pgx.Tx, p store.PayloadRecord) error {
 	if p.Body == nil {
-		if _, err := tx.Exec(ctx, "DELETE FROM payloads WHERE doc_id = $1 AND kind = $2", p.DocID, int32(p.Kind)); err != nil {
+		if _, err := tx.Exec(ctx, deletePayloadSQL, p.DocID, int32(p.Kind)); err != nil {
 			return fmt.Errorf("pgstore: delete payload %s/%d: %w", p.DocID, p.Kind, err)
 		}
 		return nil
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO payloads (doc_id, kind, body) VALUES ($1,$2,$3)
-		ON CONFLICT (doc_id, kind) DO UPDATE SET body=excluded.body`, p.DocID, int32(p.Kind), p.Body); err != nil {
+	if _, err := tx.Exec(ctx, upsertPayloadSQL, p.DocID, int32(p.Kind), p.Body); err != nil {
 		return childErr(err, "store payload", p.DocID+"/"+strconv.Itoa(int(p.Kind)))
 	}
 	return nil
@@ -322,19 +309,28 @@ func appendEvents(ctx context.Context, tx pgx.Tx, evs []encEvent) ([]store.Event
 	if len(evs) == 0 {
 		return nil, nil
 	}
+	var last int64
+	var notified string
+	err := tx.QueryRow(ctx, appendEventsSQL, appendEventsArgs(evs)...).Scan(&last, &notified)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: append events: %w", err)
+	}
+	return eventRecords(evs, last)
+}
+
+// appendEventsArgs are the parameters of appendEventsSQL for evs.
+func appendEventsArgs(evs []encEvent) []any {
 	var cols eventColumns
 	var bodies int64
 	for i := range evs {
 		cols.add(&evs[i])
 		bodies += int64(evs[i].n)
 	}
-	var last int64
-	var notified string
-	err := tx.QueryRow(ctx, appendEventsSQL, int64(len(evs)), bodies,
-		cols.time, cols.kind, cols.tenant, cols.doc, cols.rev, cols.since, cols.body).Scan(&last, &notified)
-	if err != nil {
-		return nil, fmt.Errorf("pgstore: append events: %w", err)
-	}
+	return []any{int64(len(evs)), bodies, cols.time, cols.kind, cols.tenant, cols.doc, cols.rev, cols.since, cols.body}
+}
+
+// eventRecords are evs with their seqs, last being the counter after them.
+func eventRecords(evs []encEvent, last int64) ([]store.EventRecord, error) {
 	if uint64(last) >= store.MaxSeq {
 		return nil, fmt.Errorf("%w: last seq %d", store.ErrSeqExhausted, uint64(last)-uint64(len(evs)))
 	}

@@ -32,3 +32,7 @@ const (
 // catchUpTimeout bounds the read of other replicas' events that a Commit
 // does before delivering its own (tail.go).
 const catchUpTimeout = 30 * time.Second
+
+// rollbackTimeout bounds the ROLLBACK of a failed pipelined commit (it
+// runs also when the Commit's ctx has ended).
+const rollbackTimeout = 10 * time.Second

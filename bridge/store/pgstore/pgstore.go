@@ -101,7 +101,8 @@ type Store struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the listener exits
 
-	txns atomic.Uint64
+	txns    atomic.Uint64
+	retries atomic.Uint64 // pipelined commits rerun step by step
 }
 
 // IsURL reports whether a --store value selects this backend
@@ -209,11 +210,13 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// WriterStats reports commit counters (Transactions and Batches: one
-// transaction per Commit).
+// WriterStats reports commit counters: Transactions counts every
+// transaction a Commit ran (a pipelined one that rolled back and its rerun
+// count two), Batches the Commits, Retries the pipelined commits rerun
+// step by step (pipeline.go).
 func (s *Store) WriterStats() store.WriterStats {
-	n := s.txns.Load()
-	return store.WriterStats{Transactions: n, Batches: n}
+	n, r := s.txns.Load(), s.retries.Load()
+	return store.WriterStats{Transactions: n, Batches: n - r, Retries: r}
 }
 
 // MaxConns is the size bound of the connection pool (see Options).

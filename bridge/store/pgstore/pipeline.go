@@ -1,0 +1,197 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/pipestream/gateway/bridge/store"
+)
+
+// The write statements of a Commit, shared by the pipelined and the
+// step-by-step path.
+const (
+	insertDocSQL = `INSERT INTO documents
+		(id, tenant, state, terminal, rev, request_id, body_hash, create_time, update_time,
+		 content_payload, result_payload, result_content_type, dispatch_attempts, private, body)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15) ON CONFLICT DO NOTHING`
+	updateDocSQL = `UPDATE documents SET state=$1, terminal=$2, rev=$3, update_time=$4,
+		content_payload=$5, result_payload=$6, result_content_type=$7, dispatch_attempts=$8, private=$9, body=$10
+		WHERE id=$11 AND tenant=$12 AND rev=$13`
+	upsertEntitySQL = `INSERT INTO entities
+		(doc_id, attempt, scope_id, scope_instance, entity_id, parent_id, depth, status, chunk_index, chunk_offset, size, checksum, attempts, message)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14)
+		ON CONFLICT (doc_id, attempt, scope_id, scope_instance, entity_id) DO UPDATE SET
+		parent_id=excluded.parent_id, depth=excluded.depth, status=excluded.status,
+		chunk_index=excluded.chunk_index, chunk_offset=excluded.chunk_offset, size=excluded.size,
+		checksum=excluded.checksum, attempts=excluded.attempts, message=excluded.message`
+	upsertDigestSQL = `INSERT INTO digests (doc_id, attempt, scope_id, scope_instance, body) VALUES ($1,$2,$3,$4,$5)
+		ON CONFLICT (doc_id, attempt, scope_id, scope_instance) DO UPDATE SET body=excluded.body`
+	upsertClaimSQL = `INSERT INTO claims
+		(claim_id, tenant, doc_id, entity_id, scope_id, state, expire_time, create_time, redeem_time, chunk)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10)
+		ON CONFLICT (claim_id) DO UPDATE SET doc_id=excluded.doc_id, entity_id=excluded.entity_id,
+		scope_id=excluded.scope_id, state=excluded.state, expire_time=excluded.expire_time,
+		create_time=excluded.create_time, redeem_time=excluded.redeem_time,
+		chunk=coalesce(excluded.chunk, claims.chunk)
+		WHERE claims.tenant = excluded.tenant`
+	upsertPayloadSQL = `INSERT INTO payloads (doc_id, kind, body) VALUES ($1,$2,$3)
+		ON CONFLICT (doc_id, kind) DO UPDATE SET body=excluded.body`
+	deletePayloadSQL = "DELETE FROM payloads WHERE doc_id = $1 AND kind = $2"
+)
+
+func insertDocArgs(d *docRow) []any {
+	rec := d.rec
+	return []any{rec.Doc.GetId(), rec.Tenant, d.state, d.terminal, d.rev, d.requestID, rec.BodyHash,
+		d.createNs, d.updateNs, rec.ContentPayload, rec.ResultPayload, rec.ResultContentType,
+		int64(rec.DispatchAttempts), rec.Private, d.body}
+}
+
+func updateDocArgs(d *docRow) []any {
+	rec := d.rec
+	return []any{d.state, d.terminal, d.rev, d.updateNs, rec.ContentPayload, rec.ResultPayload,
+		rec.ResultContentType, int64(rec.DispatchAttempts), rec.Private, d.body,
+		rec.Doc.GetId(), rec.Tenant, d.prevRev}
+}
+
+func entityArgs(e store.EntityRecord) []any {
+	x := e.Entity
+	return []any{e.DocID, int64(e.Attempt), int64(x.GetScopeId()), int64(e.ScopeInstance), int64(x.GetEntityId()),
+		int64(x.GetParentId()), int64(x.GetDepth()), int32(x.GetStatus()), int64(x.GetChunkIndex()),
+		int64(x.GetChunkOffset()), int64(x.GetSizeBytes()), x.GetChecksum(), int64(x.GetAttempts()), x.GetMessage()}
+}
+
+func digestArgs(d store.DigestRecord, body []byte) []any {
+	return []any{d.DocID, int64(d.Attempt), int64(d.Digest.GetScopeId()), int64(d.ScopeInstance), body}
+}
+
+func claimArgs(c store.ClaimRecord) []any {
+	x := c.Claim
+	var chunk *int64
+	if c.Chunk.Set {
+		chunk = &c.Chunk.Index
+	}
+	return []any{x.GetClaimId(), c.Tenant, x.GetDocumentId(), int64(x.GetEntityId()),
+		int64(x.GetScopeId()), int32(x.GetState()), tsNanos(x.GetExpireTime()), tsNanos(x.GetCreateTime()),
+		tsNanos(x.GetRedeemTime()), chunk}
+}
+
+// errSlowPath rolls back a pipelined commit whose outcome is not the plain
+// one (a statement failed, a create found its id taken, an update found
+// another rev, a claim another tenant's): Commit reruns the batch step by
+// step, which names the outcome exactly.
+var errSlowPath = errors.New("pgstore: pipelined commit needs the step-by-step path")
+
+// pipelinable reports whether p can be sent as one pipeline: everything
+// but a claim redemption, whose lookups depend on the UPDATE's outcome.
+func pipelinable(p *prepared) bool { return p.b.Redeem == nil }
+
+// pipelineStep checks one statement's outcome in the pipeline.
+type pipelineStep func(br pgx.BatchResults) error
+
+// runPipelined applies p in one transaction of two round trips: BEGIN and
+// every statement in one pipeline (applyPipelined), then COMMIT. Anything
+// but the plain outcome rolls back and is errSlowPath; nothing of p stays,
+// also no seq. A connection left inside a transaction (ROLLBACK failed,
+// ctx ended) is not reused: the pool destroys a released connection whose
+// transaction status is not idle.
+func (s *Store) runPipelined(ctx context.Context, p *prepared) ([]store.EventRecord, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, mapErr("acquire a connection", err)
+	}
+	defer conn.Release()
+	evs, err := applyPipelined(ctx, conn.Conn(), p)
+	if err != nil {
+		if conn.Conn().PgConn().TxStatus() != 'I' {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+			_, _ = conn.Exec(rctx, "ROLLBACK")
+			cancel()
+		}
+		return nil, err
+	}
+	tag, err := conn.Exec(ctx, "COMMIT")
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: commit: %w", err)
+	}
+	if tag.String() != "COMMIT" {
+		return nil, fmt.Errorf("pgstore: commit: the server answered %q", tag.String())
+	}
+	return evs, nil
+}
+
+// applyPipelined sends BEGIN and every statement of p, the event append
+// last, in one pgx.Batch (one round trip instead of one per statement) and
+// checks each outcome in order. Anything but the plain outcome is
+// errSlowPath; the transaction is left open for the caller to end.
+func applyPipelined(ctx context.Context, conn *pgx.Conn, p *prepared) ([]store.EventRecord, error) {
+	var (
+		batch pgx.Batch
+		steps []pipelineStep
+	)
+	exec := func(wantRow bool, sql string, args ...any) {
+		batch.Queue(sql, args...)
+		steps = append(steps, func(br pgx.BatchResults) error {
+			tag, err := br.Exec()
+			if err != nil || (wantRow && tag.RowsAffected() != 1) {
+				return errSlowPath
+			}
+			return nil
+		})
+	}
+	exec(false, "BEGIN")
+	if p.create != nil {
+		exec(true, insertDocSQL, insertDocArgs(p.create)...)
+	}
+	for i := range p.updates {
+		exec(true, updateDocSQL, updateDocArgs(&p.updates[i])...)
+	}
+	for _, e := range p.b.Entities {
+		exec(false, upsertEntitySQL, entityArgs(e)...)
+	}
+	for _, d := range p.b.Digests {
+		body, err := proto.Marshal(d.Digest)
+		if err != nil {
+			return nil, fmt.Errorf("pgstore: encode digest: %w", err)
+		}
+		exec(false, upsertDigestSQL, digestArgs(d, body)...)
+	}
+	for _, c := range p.b.Claims {
+		exec(true, upsertClaimSQL, claimArgs(c)...)
+	}
+	for _, pl := range p.b.Payloads {
+		if pl.Body == nil {
+			exec(false, deletePayloadSQL, pl.DocID, int32(pl.Kind))
+		} else {
+			exec(false, upsertPayloadSQL, pl.DocID, int32(pl.Kind), pl.Body)
+		}
+	}
+	var last int64
+	if len(p.events) > 0 {
+		batch.Queue(appendEventsSQL, appendEventsArgs(p.events)...)
+		steps = append(steps, func(br pgx.BatchResults) error {
+			var notified string
+			if err := br.QueryRow().Scan(&last, &notified); err != nil {
+				return errSlowPath
+			}
+			return nil
+		})
+	}
+	br := conn.SendBatch(ctx, &batch)
+	for _, step := range steps {
+		if err := step(br); err != nil {
+			br.Close()
+			return nil, err
+		}
+	}
+	if err := br.Close(); err != nil {
+		return nil, errSlowPath
+	}
+	if len(p.events) == 0 {
+		return nil, nil
+	}
+	return eventRecords(p.events, last)
+}
