@@ -31,6 +31,9 @@ func (s *Store) Commit(ctx context.Context, b *store.Batch) (store.CommitResult,
 		return store.CommitResult{}, err
 	}
 	defer s.wg.Done()
+	if err := s.lease.fence(p, time.Now()); err != nil {
+		return store.CommitResult{}, err
+	}
 	var (
 		res store.CommitResult
 		evs []store.EventRecord
@@ -53,7 +56,11 @@ func (s *Store) Commit(ctx context.Context, b *store.Batch) (store.CommitResult,
 	})
 	s.txns.Add(1)
 	if err != nil {
+		s.lease.lostByWrite(err)
 		return store.CommitResult{}, err
+	}
+	if res.Duplicate == nil {
+		s.lease.committed(p, time.Now())
 	}
 	if len(evs) > 0 {
 		s.tail.deliverOwn(evs)
@@ -66,7 +73,7 @@ func apply(ctx context.Context, tx pgx.Tx, p *prepared) (store.CommitResult, err
 	var res store.CommitResult
 	b := p.b
 	if p.create != nil {
-		dup, err := applyCreate(ctx, tx, p.create)
+		dup, err := applyCreate(ctx, tx, p)
 		if err != nil || dup != nil {
 			res.Duplicate = dup
 			return res, err
@@ -80,7 +87,7 @@ func apply(ctx context.Context, tx pgx.Tx, p *prepared) (store.CommitResult, err
 		res.Claim = c
 	}
 	for i := range p.updates {
-		if err := applyUpdate(ctx, tx, &p.updates[i]); err != nil {
+		if err := applyUpdate(ctx, tx, p, &p.updates[i]); err != nil {
 			return res, err
 		}
 	}
@@ -116,15 +123,18 @@ func sqlState(err error) string {
 // insert of the same id or (tenant, request id) by another replica waits for
 // that transaction and then reports the conflict as "no row" instead of
 // aborting ours. The lookups that classify it run only then.
-func applyCreate(ctx context.Context, tx pgx.Tx, d *docRow) (*store.DocumentRecord, error) {
+func applyCreate(ctx context.Context, tx pgx.Tx, p *prepared) (*store.DocumentRecord, error) {
+	d := p.create
 	rec := d.rec
 	tag, err := tx.Exec(ctx, `INSERT INTO documents
 		(id, tenant, state, terminal, rev, request_id, body_hash, create_time, update_time,
-		 content_payload, result_payload, result_content_type, dispatch_attempts, private, body)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15) ON CONFLICT DO NOTHING`,
+		 content_payload, result_payload, result_content_type, dispatch_attempts, private, body,
+		 owner, lease_epoch, lease_expires)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,
+		 $16, 1, clock_timestamp() + make_interval(secs => $17)) ON CONFLICT DO NOTHING`,
 		rec.Doc.GetId(), rec.Tenant, d.state, d.terminal, d.rev, d.requestID, rec.BodyHash,
 		d.createNs, d.updateNs, rec.ContentPayload, rec.ResultPayload, rec.ResultContentType,
-		int64(rec.DispatchAttempts), rec.Private, d.body)
+		int64(rec.DispatchAttempts), rec.Private, d.body, p.owner, p.leaseSecs)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: insert document %s: %w", rec.Doc.GetId(), err)
 	}
@@ -150,18 +160,36 @@ func applyCreate(ctx context.Context, tx pgx.Tx, d *docRow) (*store.DocumentReco
 	return nil, fmt.Errorf("%w: document id %s exists", store.ErrConflict, rec.Doc.GetId())
 }
 
-func applyUpdate(ctx context.Context, tx pgx.Tx, d *docRow) error {
-	rec := d.rec
-	tag, err := tx.Exec(ctx, `UPDATE documents SET state=$1, terminal=$2, rev=$3, update_time=$4,
+// updateSQL updates a document at its expected rev; fencedSQL also
+// requires the lease this replica holds (lease.go).
+const (
+	updateSQL = `UPDATE documents SET state=$1, terminal=$2, rev=$3, update_time=$4,
 		content_payload=$5, result_payload=$6, result_content_type=$7, dispatch_attempts=$8, private=$9, body=$10
-		WHERE id=$11 AND tenant=$12 AND rev=$13`, d.state, d.terminal, d.rev, d.updateNs, rec.ContentPayload, rec.ResultPayload,
+		WHERE id=$11 AND tenant=$12 AND rev=$13`
+	fencedSQL = updateSQL + ` AND owner=$14 AND lease_epoch=$15`
+)
+
+func applyUpdate(ctx context.Context, tx pgx.Tx, p *prepared, d *docRow) error {
+	rec := d.rec
+	args := []any{d.state, d.terminal, d.rev, d.updateNs, rec.ContentPayload, rec.ResultPayload,
 		rec.ResultContentType, int64(rec.DispatchAttempts), rec.Private, d.body,
-		rec.Doc.GetId(), rec.Tenant, d.prevRev)
+		rec.Doc.GetId(), rec.Tenant, d.prevRev}
+	sql := updateSQL
+	epoch, fenced := p.fence[rec.Doc.GetId()]
+	if fenced {
+		sql, args = fencedSQL, append(args, p.owner, epoch)
+	}
+	tag, err := tx.Exec(ctx, sql, args...)
 	if err != nil {
 		return fmt.Errorf("pgstore: update document %s: %w", rec.Doc.GetId(), err)
 	}
 	if tag.RowsAffected() == 1 {
 		return nil
+	}
+	if fenced {
+		if err := leaseLost(ctx, tx, rec.Doc.GetId(), rec.Tenant, p.owner, epoch); err != nil {
+			return err
+		}
 	}
 	var rev int64
 	err = tx.QueryRow(ctx, "SELECT rev FROM documents WHERE id = $1 AND tenant = $2", rec.Doc.GetId(), rec.Tenant).Scan(&rev)
