@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -44,6 +45,7 @@ type heldLease struct {
 // leases is the Store's lease state. mu guards everything below it.
 type leases struct {
 	me                        string
+	log                       *slog.Logger
 	lease, renewEvery, margin time.Duration
 
 	mu       sync.Mutex
@@ -52,6 +54,7 @@ type leases struct {
 	deadline time.Time         // stop driving at (local monotonic clock)
 	timer    *time.Timer
 	hook     func(ids []string)
+	failing  bool // renewals fail (logged once per outage)
 }
 
 func newReplicaID() string {
@@ -61,9 +64,10 @@ func newReplicaID() string {
 }
 
 func (l *leases) init(o Options, now time.Time) {
-	l.me, l.lease, l.renewEvery, l.margin = o.ReplicaID, o.LeaseDuration, o.RenewInterval, o.LeaseMargin
+	l.me, l.lease, l.renewEvery, l.margin, l.log = o.ReplicaID, o.LeaseDuration, o.RenewInterval, o.LeaseMargin, o.Logger
 	l.held, l.lost = map[string]heldLease{}, map[string]string{}
 	l.deadline = now.Add(l.lease - l.margin)
+	l.timer = time.AfterFunc(l.deadline.Sub(now), l.expire)
 }
 
 func (l *leases) secs() float64 { return l.lease.Seconds() }
@@ -212,8 +216,13 @@ func (s *Store) renew(ctx context.Context) {
 		_, err = pgx.ForEachRow(rows, []any{&id, &ep}, func() error { got[id] = ep; return nil })
 	}
 	if err != nil {
-		if ctx.Err() == nil {
-			s.log.Warn("pgstore: renewing document leases failed", "held", len(ids), "err", err)
+		l.mu.Lock()
+		first := !l.failing
+		l.failing = true
+		l.mu.Unlock()
+		if first && ctx.Err() == nil {
+			s.log.Warn("pgstore: renewing document leases failed; retrying every renew interval, stopping to drive them at the local deadline",
+				"held", len(ids), "in", time.Until(l.deadlineNow()).Round(time.Millisecond), "err", err)
 		}
 		return
 	}
@@ -234,12 +243,19 @@ func (l *leases) renewed(start time.Time, got map[string]int64) []string {
 		}
 	}
 	l.loseLocked(lost, "taken over by another replica")
+	l.failing = false
 	l.deadline = start.Add(l.lease - l.margin)
 	if l.timer != nil {
 		l.timer.Stop()
 	}
 	l.timer = time.AfterFunc(time.Until(l.deadline), l.expire)
 	return lost
+}
+
+func (l *leases) deadlineNow() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline
 }
 
 // expire runs at the local deadline: unless a renewal moved it meanwhile,
@@ -256,6 +272,9 @@ func (l *leases) expire() {
 	}
 	l.loseLocked(ids, "not renewed before the local deadline (database unreachable?)")
 	l.mu.Unlock()
+	if len(ids) > 0 {
+		l.log.Warn("pgstore: document leases not renewed before the local deadline; stopped driving them", "docs", len(ids))
+	}
 	l.notify(ids)
 }
 
