@@ -46,6 +46,16 @@
 // connection it reconnects and catches up by reading, so nothing is missed.
 // No polling.
 //
+// # Leases
+//
+// Exactly one replica drives a non-terminal document: the one holding its
+// lease (owner, lease_epoch, lease_expires in the documents row). A create
+// takes it, a renewer extends every held lease in one UPDATE, AcquireLeases
+// takes over expired ones with a new epoch, updates of held documents are
+// fenced on (owner, epoch) and fail with store.ErrLeaseLost otherwise, and
+// the Store stops driving at a local deadline when renewals fail. See
+// lease.go and docs/scale-out.md.
+//
 // # Migrations
 //
 // Open migrates the schema in one transaction holding a
