@@ -107,7 +107,7 @@ func (b *Bridge) newAttemptLocked(d *docRun, ss *sessState) *attempt {
 // newest reports whether a is still its document's newest attempt and the
 // document is not finished (a may have ended: the document waits for the
 // next one). Caller holds Bridge.mu.
-func (a *attempt) newest() bool { return a.d.att == a && !a.d.terminal() }
+func (a *attempt) newest() bool { return a.d.att == a && !a.d.terminal() && !a.d.dropped }
 
 // current reports whether a is still its document's running attempt: the
 // newest, not ended, the document not finished. Caller holds Bridge.mu.

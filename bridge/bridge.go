@@ -99,6 +99,10 @@ func New(ctx context.Context, opts Options) (*Bridge, error) {
 	go b.dispatchLoop(bctx)
 	go b.claimSweeper(bctx)
 	go b.superviseLoop(bctx)
+	if l, ok := st.(Leaser); ok {
+		b.wg.Add(1)
+		go b.takeoverLoop(bctx, l)
+	}
 	return b, nil
 }
 

@@ -27,7 +27,14 @@
 //   - after GOAWAY: streams not all sent on the draining session are sent
 //     again on the next one (not counted against MaxDispatchAttempts);
 //   - after a gateway restart: recovery queues every non-terminal document
-//     (recover.go), whose next attempt continues the stored generation.
+//     (recover.go), whose next attempt continues the stored generation;
+//   - after a takeover (stores shared by several gateways, lease.go): the
+//     takeover scan recovers a document whose lease expired the same way.
+//
+// With a store shared by several gateways (a Leaser, lease.go) a document
+// is driven only while its lease is held; a lost lease (reported by the
+// store, or a flush refused with store.ErrLeaseLost) drops the document
+// from memory without retrying: another gateway drives it now.
 //
 // An aborted attempt has ended (it runs on no session) but stays the
 // document's newest until the next one replaces it. Attempts are numbered

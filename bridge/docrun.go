@@ -52,8 +52,11 @@ type docRun struct {
 	// current attempt's claim is redeemed through it when it is issued.
 	preRedeem map[int64]string
 
-	queued    bool // in Bridge.queue
-	queuedAt  time.Time
+	queued   bool // in Bridge.queue
+	queuedAt time.Time
+	// dropped: its lease is lost (lease.go); another replica drives it, and
+	// nothing of this process touches it any more.
+	dropped   bool
 	uploading bool // an Upload is still streaming content (pipelined)
 
 	// size and sum: the whole document's size and SHA-256, known once the

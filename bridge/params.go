@@ -4,6 +4,14 @@ import "time"
 
 // Tunables of the bridge, one place, one rationale each.
 const (
+	// leaseScanInterval: the takeover scan (Leaser stores, lease.go). With
+	// pgstore's 10 s lease a killed replica's documents are taken over
+	// within 10 + 2 = 12 s (docs/scale-out.md).
+	leaseScanInterval = 2 * time.Second
+	// leaseAcquireBatch bounds the documents one scan takes over, so that
+	// the replicas alive share a dead one's documents.
+	leaseAcquireBatch = 100
+
 	// defaultInlineThreshold: documents up to 1 MiB without a split strategy
 	// go whole (docs/profile.md 4.1); one stream is cheaper than a tree.
 	defaultInlineThreshold = 1 << 20

@@ -62,7 +62,9 @@ func (b *Bridge) flush(all bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err != nil {
-		b.putBackLocked(took, err)
+		if !b.leaseLostInFlush(took, err) {
+			b.putBackLocked(took, err)
+		}
 		return
 	}
 	for _, t := range took {

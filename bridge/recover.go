@@ -14,14 +14,32 @@ import (
 // (docs/architecture.md): entities left non-terminal by the previous process are failed
 // locally, and each document is re-dispatched from its spool (or its inline
 // content, content.go), or failed with a clear error when that is missing.
+//
+// With a Leaser store (lease.go) only the documents whose lease it acquired
+// are recovered; the takeover scan recovers more the same way later.
 func (b *Bridge) recover(ctx context.Context) error {
-	recs, err := b.st.ListNonTerminal(ctx)
+	recs, err := b.listRecoverable(ctx)
 	if err != nil {
 		return fmt.Errorf("bridge: list non-terminal documents: %w", err)
 	}
+	b.recoverRecords(ctx, recs)
+	if len(recs) > 0 {
+		b.log.Info("bridge: recovered non-terminal documents", "count", len(recs))
+	}
+	return nil
+}
+
+// recoverRecords loads recs into memory and queues them for a new attempt.
+func (b *Bridge) recoverRecords(ctx context.Context, recs []*recoverable) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for _, rec := range recs {
+	for _, r := range recs {
+		rec := r.rec
+		if old := b.docs[rec.Doc.Id]; old != nil {
+			// Our lease of it was lost and is ours again (a new epoch): the
+			// stored record is the truth, not what memory still has.
+			b.dropLocked(old, "re-acquired with a new lease")
+		}
 		opts := &gatewayv1.SubmitOptions{
 			ContentType: rec.Doc.ContentType, RequestId: rec.Doc.RequestId, Split: rec.Doc.Split,
 			CompletionPolicy: rec.Doc.CompletionPolicy, Metadata: rec.Doc.Metadata, DisplayName: rec.Doc.DisplayName,
@@ -61,11 +79,7 @@ func (b *Bridge) recover(ctx context.Context) error {
 		}
 		b.enqueueLocked(d)
 	}
-	if len(recs) > 0 {
-		b.log.Info("bridge: recovered non-terminal documents", "count", len(recs))
-	}
 	b.kickFlush()
-	return nil
 }
 
 func mustHex(s string) []byte {

@@ -112,7 +112,28 @@ var (
 	ErrSeqExhausted = errors.New("store: event sequence space exhausted")
 	// ErrClosed: the store is closed.
 	ErrClosed = errors.New("store: closed")
+	// ErrLeaseLost: a write for a document whose lease this replica no
+	// longer holds (another replica took it over, or the lease could not be
+	// renewed in time). The writer must stop driving the document and never
+	// retry the write (docs/scale-out.md, Leases and fencing). Returned
+	// wrapped in a *LeaseLostError naming the documents.
+	ErrLeaseLost = errors.New("store: document lease lost")
 )
+
+// LeaseLostError is the error of a Commit refused by the lease check: the
+// batch applied nothing, and DocIDs are the documents whose lease is lost.
+// errors.Is(err, ErrLeaseLost) holds.
+type LeaseLostError struct {
+	DocIDs []string
+	Reason string
+}
+
+func (e *LeaseLostError) Error() string {
+	return fmt.Sprintf("store: document lease lost (%s): %v", e.Reason, e.DocIDs)
+}
+
+// Unwrap makes errors.Is(err, ErrLeaseLost) hold.
+func (e *LeaseLostError) Unwrap() error { return ErrLeaseLost }
 
 // MaxSeq is the exclusive upper bound of event seq numbers (2^53, so seqs are
 // exact in JSON numbers).

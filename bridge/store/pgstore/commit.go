@@ -35,6 +35,9 @@ func (s *Store) Commit(ctx context.Context, b *store.Batch) (store.CommitResult,
 		return store.CommitResult{}, err
 	}
 	defer s.wg.Done()
+	if err := s.lease.fence(p, time.Now()); err != nil {
+		return store.CommitResult{}, err
+	}
 	var (
 		res store.CommitResult
 		evs []store.EventRecord
@@ -47,6 +50,7 @@ func (s *Store) Commit(ctx context.Context, b *store.Batch) (store.CommitResult,
 			for i := range evs {
 				res.Seqs[i] = evs[i].Seq
 			}
+			s.lease.committed(p, time.Now())
 			if len(evs) > 0 {
 				s.tail.deliverOwn(evs)
 			}
@@ -75,7 +79,11 @@ func (s *Store) Commit(ctx context.Context, b *store.Batch) (store.CommitResult,
 	})
 	s.txns.Add(1)
 	if err != nil {
+		s.lease.lostByWrite(err)
 		return store.CommitResult{}, err
+	}
+	if res.Duplicate == nil {
+		s.lease.committed(p, time.Now())
 	}
 	if len(evs) > 0 {
 		s.tail.deliverOwn(evs)
@@ -88,7 +96,7 @@ func apply(ctx context.Context, tx pgx.Tx, p *prepared) (store.CommitResult, err
 	var res store.CommitResult
 	b := p.b
 	if p.create != nil {
-		dup, err := applyCreate(ctx, tx, p.create)
+		dup, err := applyCreate(ctx, tx, p)
 		if err != nil || dup != nil {
 			res.Duplicate = dup
 			return res, err
@@ -102,7 +110,7 @@ func apply(ctx context.Context, tx pgx.Tx, p *prepared) (store.CommitResult, err
 		res.Claim = c
 	}
 	for i := range p.updates {
-		if err := applyUpdate(ctx, tx, &p.updates[i]); err != nil {
+		if err := applyUpdate(ctx, tx, p, &p.updates[i]); err != nil {
 			return res, err
 		}
 	}
@@ -138,9 +146,10 @@ func sqlState(err error) string {
 // insert of the same id or (tenant, request id) by another replica waits for
 // that transaction and then reports the conflict as "no row" instead of
 // aborting ours. The lookups that classify it run only then.
-func applyCreate(ctx context.Context, tx pgx.Tx, d *docRow) (*store.DocumentRecord, error) {
+func applyCreate(ctx context.Context, tx pgx.Tx, p *prepared) (*store.DocumentRecord, error) {
+	d := p.create
 	rec := d.rec
-	tag, err := tx.Exec(ctx, insertDocSQL, insertDocArgs(d)...)
+	tag, err := tx.Exec(ctx, insertDocSQL, insertDocArgs(p)...)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: insert document %s: %w", rec.Doc.GetId(), err)
 	}
@@ -166,14 +175,20 @@ func applyCreate(ctx context.Context, tx pgx.Tx, d *docRow) (*store.DocumentReco
 	return nil, fmt.Errorf("%w: document id %s exists", store.ErrConflict, rec.Doc.GetId())
 }
 
-func applyUpdate(ctx context.Context, tx pgx.Tx, d *docRow) error {
+func applyUpdate(ctx context.Context, tx pgx.Tx, p *prepared, d *docRow) error {
 	rec := d.rec
-	tag, err := tx.Exec(ctx, updateDocSQL, updateDocArgs(d)...)
+	sql, args := updateDocStatement(p, d)
+	tag, err := tx.Exec(ctx, sql, args...)
 	if err != nil {
 		return fmt.Errorf("pgstore: update document %s: %w", rec.Doc.GetId(), err)
 	}
 	if tag.RowsAffected() == 1 {
 		return nil
+	}
+	if epoch, fenced := p.fence[rec.Doc.GetId()]; fenced {
+		if err := leaseLost(ctx, tx, rec.Doc.GetId(), rec.Tenant, p.owner, epoch); err != nil {
+			return err
+		}
 	}
 	var rev int64
 	err = tx.QueryRow(ctx, "SELECT rev FROM documents WHERE id = $1 AND tenant = $2", rec.Doc.GetId(), rec.Tenant).Scan(&rev)

@@ -47,6 +47,12 @@ type prepared struct {
 	create  *docRow
 	updates []docRow
 	events  []encEvent
+
+	// Leases (lease.go): the owner written by a create, the lease length,
+	// and the epoch each fenced update must find.
+	owner     string
+	leaseSecs float64
+	fence     map[string]int64
 }
 
 func encodeDoc(rec *store.DocumentRecord) (docRow, error) {

@@ -36,3 +36,15 @@ const catchUpTimeout = 30 * time.Second
 // rollbackTimeout bounds the ROLLBACK of a failed pipelined commit (it
 // runs also when the Commit's ctx has ended).
 const rollbackTimeout = 10 * time.Second
+
+// Lease timings (lease.go, docs/scale-out.md). A replica killed right after
+// a renewal leaves leases valid for DefaultLeaseDuration; the takeover scan
+// of another replica (bridge, every 2 s) finds them within one scan after
+// that: takeover within 10 + 2 = 12 s of kill -9, below the 15 s target.
+// A replica whose renewals fail stops driving 10 - 3 = 7 s after the start
+// of its last good renewal, 3 s before any other replica can take over.
+const (
+	DefaultLeaseDuration = 10 * time.Second
+	DefaultRenewInterval = 3 * time.Second
+	DefaultLeaseMargin   = 3 * time.Second
+)

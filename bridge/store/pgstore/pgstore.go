@@ -46,6 +46,16 @@
 // connection it reconnects and catches up by reading, so nothing is missed.
 // No polling.
 //
+// # Leases
+//
+// Exactly one replica drives a non-terminal document: the one holding its
+// lease (owner, lease_epoch, lease_expires in the documents row). A create
+// takes it, a renewer extends every held lease in one UPDATE, AcquireLeases
+// takes over expired ones with a new epoch, updates of held documents are
+// fenced on (owner, epoch) and fail with store.ErrLeaseLost otherwise, and
+// the Store stops driving at a local deadline when renewals fail. See
+// lease.go and docs/scale-out.md.
+//
 // # Migrations
 //
 // Open migrates the schema in one transaction holding a
@@ -69,6 +79,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/jackc/puddle/v2"
 
@@ -86,6 +97,43 @@ type Options struct {
 	MaxConns int32
 	// Logger (default slog.Default()).
 	Logger *slog.Logger
+
+	// ReplicaID names this Store as the owner of the document leases it
+	// holds (default: 16 random hex digits, new at every Open).
+	ReplicaID string
+	// LeaseDuration is how long a lease lasts without renewal (default
+	// DefaultLeaseDuration, 10 s); another replica takes the document over
+	// once it expired.
+	LeaseDuration time.Duration
+	// RenewInterval is how often the renewer extends every held lease, in
+	// one UPDATE (default DefaultRenewInterval, 3 s).
+	RenewInterval time.Duration
+	// LeaseMargin: the Store stops driving its documents at last successful
+	// renewal start + LeaseDuration - LeaseMargin, local monotonic clock
+	// (default DefaultLeaseMargin, 3 s). RenewInterval must be below
+	// LeaseDuration - LeaseMargin.
+	LeaseMargin time.Duration
+}
+
+// fillLease applies the lease defaults and checks their order.
+func (o *Options) fillLease() error {
+	if o.ReplicaID == "" {
+		o.ReplicaID = newReplicaID()
+	}
+	if o.LeaseDuration == 0 {
+		o.LeaseDuration = DefaultLeaseDuration
+	}
+	if o.RenewInterval == 0 {
+		o.RenewInterval = DefaultRenewInterval
+	}
+	if o.LeaseMargin == 0 {
+		o.LeaseMargin = DefaultLeaseMargin
+	}
+	if o.LeaseMargin < 0 || o.RenewInterval <= 0 || o.RenewInterval >= o.LeaseDuration-o.LeaseMargin {
+		return fmt.Errorf("%w: lease timings need 0 < RenewInterval < LeaseDuration - LeaseMargin and LeaseMargin >= 0 (got %v, %v, %v)",
+			store.ErrInvalid, o.RenewInterval, o.LeaseDuration, o.LeaseMargin)
+	}
+	return nil
 }
 
 // Store is the PostgreSQL store. Safe for concurrent use.
@@ -103,6 +151,10 @@ type Store struct {
 
 	txns    atomic.Uint64
 	retries atomic.Uint64 // pipelined commits rerun step by step
+
+	lease     leases
+	stopRenew context.CancelFunc
+	renewDone chan struct{}
 }
 
 // IsURL reports whether a --store value selects this backend
@@ -119,6 +171,9 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if err := opts.fillLease(); err != nil {
+		return nil, err
+	}
 	if opts.MaxConns < 0 {
 		return nil, fmt.Errorf("%w: MaxConns must not be negative", store.ErrInvalid)
 	}
@@ -134,6 +189,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	}
 	s := &Store{listenCfg: cfg.ConnConfig.Copy(), log: opts.Logger, done: make(chan struct{})}
 	s.tail.s = s
+	s.lease.init(opts, time.Now())
 	if s.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		return nil, fmt.Errorf("pgstore: connect: %w", err)
 	}
@@ -179,6 +235,12 @@ func (s *Store) start(ctx context.Context) error {
 		return ctx.Err()
 	}
 	s.cancel = cancel
+	rctx, stop := context.WithCancel(lctx)
+	s.stopRenew, s.renewDone = stop, make(chan struct{})
+	go func() {
+		defer close(s.renewDone)
+		s.renewLoop(rctx)
+	}()
 	return nil
 }
 
@@ -206,6 +268,12 @@ func (s *Store) Close() error {
 	s.wg.Wait()
 	s.cancel()
 	<-s.done
+	<-s.renewDone
+	s.lease.mu.Lock()
+	if s.lease.timer != nil {
+		s.lease.timer.Stop()
+	}
+	s.lease.mu.Unlock()
 	s.pool.Close()
 	return nil
 }

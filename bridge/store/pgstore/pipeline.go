@@ -16,11 +16,15 @@ import (
 const (
 	insertDocSQL = `INSERT INTO documents
 		(id, tenant, state, terminal, rev, request_id, body_hash, create_time, update_time,
-		 content_payload, result_payload, result_content_type, dispatch_attempts, private, body)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15) ON CONFLICT DO NOTHING`
+		 content_payload, result_payload, result_content_type, dispatch_attempts, private, body,
+		 owner, lease_epoch, lease_expires)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,
+		 $16, 1, clock_timestamp() + make_interval(secs => $17)) ON CONFLICT DO NOTHING`
 	updateDocSQL = `UPDATE documents SET state=$1, terminal=$2, rev=$3, update_time=$4,
 		content_payload=$5, result_payload=$6, result_content_type=$7, dispatch_attempts=$8, private=$9, body=$10
 		WHERE id=$11 AND tenant=$12 AND rev=$13`
+	// fencedDocSQL also requires the lease this replica holds (lease.go).
+	fencedDocSQL    = updateDocSQL + ` AND owner=$14 AND lease_epoch=$15`
 	upsertEntitySQL = `INSERT INTO entities
 		(doc_id, attempt, scope_id, scope_instance, entity_id, parent_id, depth, status, chunk_index, chunk_offset, size, checksum, attempts, message)
 		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14)
@@ -43,18 +47,27 @@ const (
 	deletePayloadSQL = "DELETE FROM payloads WHERE doc_id = $1 AND kind = $2"
 )
 
-func insertDocArgs(d *docRow) []any {
+// insertDocArgs are the arguments of insertDocSQL for p's created
+// document: the creating replica holds its lease (epoch 1).
+func insertDocArgs(p *prepared) []any {
+	d := p.create
 	rec := d.rec
 	return []any{rec.Doc.GetId(), rec.Tenant, d.state, d.terminal, d.rev, d.requestID, rec.BodyHash,
 		d.createNs, d.updateNs, rec.ContentPayload, rec.ResultPayload, rec.ResultContentType,
-		int64(rec.DispatchAttempts), rec.Private, d.body}
+		int64(rec.DispatchAttempts), rec.Private, d.body, p.owner, p.leaseSecs}
 }
 
-func updateDocArgs(d *docRow) []any {
+// updateDocStatement is the UPDATE of d at its expected rev, fenced by the
+// lease when this replica holds d's (p.fence, set by leases.fence).
+func updateDocStatement(p *prepared, d *docRow) (string, []any) {
 	rec := d.rec
-	return []any{d.state, d.terminal, d.rev, d.updateNs, rec.ContentPayload, rec.ResultPayload,
+	args := []any{d.state, d.terminal, d.rev, d.updateNs, rec.ContentPayload, rec.ResultPayload,
 		rec.ResultContentType, int64(rec.DispatchAttempts), rec.Private, d.body,
 		rec.Doc.GetId(), rec.Tenant, d.prevRev}
+	if epoch, fenced := p.fence[rec.Doc.GetId()]; fenced {
+		return fencedDocSQL, append(args, p.owner, epoch)
+	}
+	return updateDocSQL, args
 }
 
 func entityArgs(e store.EntityRecord) []any {
@@ -144,10 +157,11 @@ func applyPipelined(ctx context.Context, conn *pgx.Conn, p *prepared) ([]store.E
 	}
 	exec(false, "BEGIN")
 	if p.create != nil {
-		exec(true, insertDocSQL, insertDocArgs(p.create)...)
+		exec(true, insertDocSQL, insertDocArgs(p)...)
 	}
 	for i := range p.updates {
-		exec(true, updateDocSQL, updateDocArgs(&p.updates[i])...)
+		sql, args := updateDocStatement(p, &p.updates[i])
+		exec(true, sql, args...)
 	}
 	for _, e := range p.b.Entities {
 		exec(false, upsertEntitySQL, entityArgs(e)...)

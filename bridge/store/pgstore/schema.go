@@ -152,6 +152,15 @@ CREATE TABLE blob_chunks (
 -- already compressed, and pglz on every 256 KiB chunk costs CPU for nothing.
 ALTER TABLE blob_chunks ALTER COLUMN data SET STORAGE EXTERNAL;
 `,
+	// 2: document leases (lease.go). owner NULL: nobody drives the
+	// document (written before leases); lease_expires is the database's
+	// clock.
+	`
+ALTER TABLE documents ADD COLUMN owner TEXT,
+	ADD COLUMN lease_epoch BIGINT NOT NULL DEFAULT 0,
+	ADD COLUMN lease_expires TIMESTAMPTZ NOT NULL DEFAULT '-infinity';
+CREATE INDEX documents_lease ON documents(lease_expires) WHERE NOT terminal;
+`,
 }
 
 // SchemaVersion is the schema version this binary migrates to.
