@@ -117,6 +117,12 @@ func (b *Bridge) redeemEarlier(ctx context.Context, d *docRun, cr *claimRun, cla
 		return nil, err
 	}
 	b.mu.Lock()
+	if cur == "" {
+		// The current attempt may have deferred the chunk while the store
+		// committed the redemption (mu was not held): its claim is issued
+		// now, and preRedeem would never be consumed.
+		cur = d.currentClaimLocked(cr.slot, claimID)
+	}
 	msg := fmt.Sprintf("issued to dispatch attempt %d; resumes the entity of attempt %d", from, d.att.gen)
 	if cur == "" {
 		msg += " once the peer defers it again"

@@ -51,6 +51,10 @@ type docRun struct {
 	// current attempt deferred the same chunk again (key: chunk slot); the
 	// current attempt's claim is redeemed through it when it is issued.
 	preRedeem map[int64]string
+	// resumeVia: a claim the current attempt was issued for such a slot →
+	// the earlier claim redeemed for it; the entity is resumed through the
+	// new claim once a flush made it durable (resumeDurableLocked).
+	resumeVia map[string]string
 
 	queued   bool // in Bridge.queue
 	queuedAt time.Time

@@ -389,8 +389,28 @@ func (b *Bridge) onDeferredLocked(d *docRun, ref *entRef, f wire.StatusFrame) {
 	b.m.claims.WithLabelValues("issued").Inc()
 	if via, ok := d.preRedeem[cr.slot]; ok && cr.slot != noSlot {
 		// The client already redeemed this slot's claim of an earlier
-		// attempt: resume the entity through the new claim (profile 6).
+		// attempt: resume the entity through the new claim (profile 6)
+		// once the new claim is durable (resumeDurableLocked, after the
+		// flush that writes it): the store redeems only what it holds.
 		delete(d.preRedeem, cr.slot)
+		if d.resumeVia == nil {
+			d.resumeVia = map[string]string{}
+		}
+		d.resumeVia[id] = via
+		b.kickFlush()
+	}
+}
+
+// resumeDurableLocked resumes, through their new claims, the entities
+// whose earlier claim the client redeemed before the current attempt
+// deferred them again, for the claims a flush has just made durable
+// (claims). Caller holds mu; the redemptions run without it.
+func (b *Bridge) resumeDurableLocked(d *docRun, claims map[string]bool) {
+	for id, via := range d.resumeVia {
+		if !claims[id] {
+			continue
+		}
+		delete(d.resumeVia, id)
 		b.wg.Add(1)
 		go func() {
 			defer b.wg.Done()

@@ -133,6 +133,7 @@ func (b *Bridge) flushedLocked(t docFlush) []detachReq {
 	var detach []detachReq
 	if len(t.took.claims) > 0 {
 		detach = b.detachDeferredLocked(t.d, t.took.claims)
+		b.resumeDurableLocked(t.d, t.took.claims)
 	}
 	if !t.final || t.d.out.dirty {
 		return detach

@@ -265,7 +265,7 @@ func (u *upload) commit(ctx context.Context, size int64, sum [32]byte) (*gateway
 	res, err := b.commit(ctx, batch)
 	if err != nil {
 		if errors.Is(err, store.ErrConflict) {
-			return nil, fmt.Errorf("request_id %q was used before with a different body or options; use a new request_id: %w",
+			return nil, fmt.Errorf("requestId %q was used before with a different body or options; use a new requestId: %w",
 				d.rec.Doc.GetRequestId(), ErrConflict)
 		}
 		return nil, fmt.Errorf("commit document: %w", err)

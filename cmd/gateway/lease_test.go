@@ -67,6 +67,11 @@ func TestTakeoverAfterKill(t *testing.T) {
 	if out, stderr, code := run(t, nil, "redeem", "--addr", gB, claim); code != 0 {
 		t.Fatalf("redeem through B: exit %d %s%s\n%s", code, out, stderr, b.logs.String())
 	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("gateway B's log:\n%s", b.logs.String())
+		}
+	})
 	waitQuery(t, conn, 30*time.Second, "the document finished",
 		"SELECT CASE WHEN terminal THEN 'yes' ELSE '' END FROM documents WHERE id = $1", id)
 	if out, _, code := run(t, nil, "get", "--addr", gB, id); code != 0 || !strings.Contains(out, `"state": "SUCCEEDED"`) {
