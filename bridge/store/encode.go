@@ -75,7 +75,7 @@ func encodeDoc(rec *DocumentRecord) (docRow, error) {
 	if err != nil {
 		return docRow{}, fmt.Errorf("store: encode document %s: %w", d.GetId(), err)
 	}
-	body, err := stripFields(full, docFieldEntities, docFieldDigests, docFieldClaimChecks)
+	body, err := StripFields(full, docFieldEntities, docFieldDigests, docFieldClaimChecks)
 	if err != nil {
 		return docRow{}, err
 	}
@@ -93,9 +93,9 @@ func encodeDoc(rec *DocumentRecord) (docRow, error) {
 	return r, nil
 }
 
-// stripFields drops the given field numbers from an encoded message without
-// decoding it (cheaper than a deep clone of the caller's message).
-func stripFields(b []byte, drop ...protowire.Number) ([]byte, error) {
+// StripFields drops the given field numbers from an encoded message without
+// decoding it (both backends store a document without its lists) (cheaper than a deep clone of the caller's message).
+func StripFields(b []byte, drop ...protowire.Number) ([]byte, error) {
 	out := make([]byte, 0, len(b))
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)

@@ -70,7 +70,7 @@ func encodeDoc(rec *store.DocumentRecord) (docRow, error) {
 	if err != nil {
 		return docRow{}, fmt.Errorf("pgstore: encode document %s: %w", d.GetId(), err)
 	}
-	body, err := stripFields(full, docFieldEntities, docFieldDigests, docFieldClaimChecks)
+	body, err := store.StripFields(full, docFieldEntities, docFieldDigests, docFieldClaimChecks)
 	if err != nil {
 		return docRow{}, err
 	}
@@ -86,32 +86,6 @@ func encodeDoc(rec *store.DocumentRecord) (docRow, error) {
 		r.requestID = &id
 	}
 	return r, nil
-}
-
-// stripFields drops the given field numbers from an encoded message.
-func stripFields(b []byte, drop ...protowire.Number) ([]byte, error) {
-	out := make([]byte, 0, len(b))
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return nil, fmt.Errorf("pgstore: re-encode document: %w", protowire.ParseError(n))
-		}
-		m := protowire.ConsumeFieldValue(num, typ, b[n:])
-		if m < 0 {
-			return nil, fmt.Errorf("pgstore: re-encode document: %w", protowire.ParseError(m))
-		}
-		keep := true
-		for _, d := range drop {
-			if num == d {
-				keep = false
-			}
-		}
-		if keep {
-			out = append(out, b[:n+m]...)
-		}
-		b = b[n+m:]
-	}
-	return out, nil
 }
 
 func encodeEvent(e store.EventAppend) (encEvent, error) {
