@@ -94,7 +94,8 @@ func encodeDoc(rec *DocumentRecord) (docRow, error) {
 }
 
 // StripFields drops the given field numbers from an encoded message without
-// decoding it (both backends store a document without its lists) (cheaper than a deep clone of the caller's message).
+// decoding it (cheaper than a deep clone of the caller's message). Both
+// backends store a document without its entity, digest and claim lists.
 func StripFields(b []byte, drop ...protowire.Number) ([]byte, error) {
 	out := make([]byte, 0, len(b))
 	for len(b) > 0 {
