@@ -3,10 +3,12 @@ package gateway_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/coder/websocket"
@@ -165,43 +167,64 @@ func checkOpenRoutes(t *testing.T, h *harness) {
 }
 
 // TestTokenFileReload: a rewritten file takes effect without a restart
-// (mtime polling), a broken file keeps the previous set, and Reload (what
-// SIGHUP calls) reports the error.
+// (mtime polling, within one interval and not before), a broken file keeps
+// the previous set and is reported once by the poller, and Reload (what
+// SIGHUP calls) reports the error. The poller runs on synctest's fake
+// clock; Authenticate is called directly so the bubble holds no sockets.
 func TestTokenFileReload(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "tokens")
-	writeTokens(t, path, map[string]string{"old": "acme"})
-	tf, err := gateway.LoadTokenFile(path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := start(t, func(c *gateway.Config) { c.Authenticator = tf })
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); tf.Watch(ctx, 20*time.Millisecond) }()
-	defer func() { cancel(); <-done }()
+	synctest.Test(t, func(t *testing.T) {
+		const interval = 20 * time.Millisecond
+		path := filepath.Join(t.TempDir(), "tokens")
+		writeTokens(t, path, map[string]string{"old": "acme"})
+		var logs syncBuffer
+		tf, err := gateway.LoadTokenFile(path, slog.New(slog.NewTextHandler(&logs, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); tf.Watch(ctx, interval) }()
+		defer func() { cancel(); <-done }()
 
-	call := func(tok string) codes.Code {
-		_, err := h.docs.ListDocuments(bearer(context.Background(), tok), &gatewayv1.ListDocumentsRequest{})
-		return status.Code(err)
-	}
-	if c := call("old"); c != codes.OK {
-		t.Fatalf("old token: %v", c)
-	}
-	writeTokens(t, path, map[string]string{"new": "acme", "second-tenant-token": "globex"})
-	waitFor(t, 5*time.Second, "the new token file to be picked up", func() bool { return call("new") == codes.OK })
-	if c := call("old"); c != codes.Unauthenticated {
-		t.Errorf("revoked token: %v, want Unauthenticated", c)
-	}
-	if err := os.WriteFile(path, []byte("this is not a token file\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := tf.Reload(); err == nil || !strings.Contains(err.Error(), "line 1") {
-		t.Errorf("Reload of a broken file: %v, want an error naming line 1", err)
-	}
-	time.Sleep(100 * time.Millisecond) // the poller sees the broken file too
-	if c := call("new"); c != codes.OK || tf.Len() != 2 {
-		t.Errorf("after a broken reload: %v with %d tokens, want the previous 2 still accepted", c, tf.Len())
-	}
+		auth := func(tok string) codes.Code {
+			_, err := tf.Authenticate(context.Background(), tok)
+			return status.Code(err)
+		}
+		if c := auth("old"); c != codes.OK {
+			t.Fatalf("old token: %v", c)
+		}
+		writeTokens(t, path, map[string]string{"new": "acme", "second-tenant-token": "globex"})
+		time.Sleep(interval - time.Nanosecond)
+		synctest.Wait()
+		if c := auth("new"); c != codes.Unauthenticated {
+			t.Errorf("new token before the first poll: %v, want Unauthenticated", c)
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait() // the poller's tick is handled
+		if c := auth("new"); c != codes.OK {
+			t.Fatalf("new token one interval after the rewrite: %v, want OK", c)
+		}
+		if c := auth("old"); c != codes.Unauthenticated {
+			t.Errorf("revoked token: %v, want Unauthenticated", c)
+		}
+
+		if err := os.WriteFile(path, []byte("this is not a token file\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := tf.Reload(); err == nil || !strings.Contains(err.Error(), "line 1") {
+			t.Errorf("Reload of a broken file: %v, want an error naming line 1", err)
+		}
+		time.Sleep(5 * interval) // the poller sees the broken file too
+		synctest.Wait()
+		if c := auth("new"); c != codes.OK || tf.Len() != 2 {
+			t.Errorf("after a broken reload: %v with %d tokens, want the previous 2 still accepted", c, tf.Len())
+		}
+		// One failure from Reload, one from the poller's first look at the
+		// broken file; later polls see no change and stay quiet.
+		if n := strings.Count(logs.String(), "token file reload failed"); n != 2 {
+			t.Errorf("%d reload failures logged over 5 intervals, want 2 (Reload's and the poller's once):\n%s", n, logs.String())
+		}
+	})
 }
 
 // TestTokenFileEmptyKeepsTokens: a token file caught mid-rewrite (truncated

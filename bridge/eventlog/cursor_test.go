@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/pipestream/gateway/bridge/eventlog"
@@ -32,15 +33,17 @@ func cursorEnv(t *testing.T) *env {
 // Resumption".
 func TestCursorRules(t *testing.T) {
 	t.Run("no cursor: live only", func(t *testing.T) {
-		e := cursorEnv(t)
-		s := subscribe(e, "t", nil, eventlog.Filter{})
-		waitSubscribed(t, e, 1)
-		s.none(t)
-		e.appendN("t", 2, eventlog.KindStatus, "d1")
-		if got := s.seqs(t, 2); !eq(got, []uint64{21, 22}) {
-			t.Fatalf("got %v, want [21 22]", got)
-		}
-		s.stop(t)
+		synctest.Test(t, func(t *testing.T) {
+			e := cursorEnv(t)
+			s := subscribe(e, "t", nil, eventlog.Filter{})
+			waitSubscribed(t, e, 1)
+			s.none(t)
+			e.appendN("t", 2, eventlog.KindStatus, "d1")
+			if got := s.seqs(t, 2); !eq(got, []uint64{21, 22}) {
+				t.Fatalf("got %v, want [21 22]", got)
+			}
+			s.stop(t)
+		})
 	})
 	t.Run("cursor in window: replay inclusive then live", func(t *testing.T) {
 		e := cursorEnv(t)
@@ -80,13 +83,15 @@ func TestCursorRules(t *testing.T) {
 		s.stop(t)
 	})
 	t.Run("cursor 0: whole window, no info", func(t *testing.T) {
-		e := cursorEnv(t)
-		s := subscribe(e, "t", ptr(0), eventlog.Filter{})
-		if got := s.seqs(t, 6); !eq(got, seqRange(15, 20)) {
-			t.Fatalf("got %v, want 15..20", got)
-		}
-		s.none(t)
-		s.stop(t)
+		synctest.Test(t, func(t *testing.T) {
+			e := cursorEnv(t)
+			s := subscribe(e, "t", ptr(0), eventlog.Filter{})
+			if got := s.seqs(t, 6); !eq(got, seqRange(15, 20)) {
+				t.Fatalf("got %v, want 15..20", got)
+			}
+			s.none(t)
+			s.stop(t)
+		})
 	})
 	t.Run("future cursor: error before anything", func(t *testing.T) {
 		e := cursorEnv(t)
@@ -130,33 +135,35 @@ func waitSubscribed(t *testing.T, e *env, n int) {
 }
 
 func TestFiltersAndTenants(t *testing.T) {
-	e := open(t, t.TempDir(), eventlog.Options{TailEvents: 2})
-	e.appendN("a", 1, eventlog.KindStatus, "d1")   // 1
-	e.appendN("b", 1, eventlog.KindStatus, "d1")   // 2 other tenant
-	e.appendN("a", 1, eventlog.KindDocument, "d2") // 3
-	e.appendN("", 1, eventlog.KindStatus, "d1")    // 4 tenant ""
-	e.appendN("a", 1, eventlog.KindClaim, "d1")    // 5
-	e.appendN("a", 1, eventlog.KindDocument, "d1") // 6
-	for _, c := range []struct {
-		tenant string
-		f      eventlog.Filter
-		want   []uint64
-	}{
-		{"a", eventlog.Filter{}, []uint64{1, 3, 5, 6}},
-		{"b", eventlog.Filter{}, []uint64{2}},
-		{"", eventlog.Filter{}, []uint64{4}},
-		{"a", eventlog.Filter{DocumentID: "d1"}, []uint64{1, 5, 6}},
-		{"a", eventlog.Filter{Kinds: []string{"#document", "#claim"}}, []uint64{3, 5, 6}},
-		{"a", eventlog.Filter{Kinds: []string{"#document"}, DocumentID: "d1"}, []uint64{6}},
-	} {
-		// From the store (tail empty after reopen) and from the tail.
-		s := subscribe(e, c.tenant, ptr(0), c.f)
-		if got := s.seqs(t, len(c.want)); !eq(got, c.want) {
-			t.Fatalf("tenant %q filter %+v: got %v, want %v", c.tenant, c.f, got, c.want)
+	synctest.Test(t, func(t *testing.T) {
+		e := open(t, t.TempDir(), eventlog.Options{TailEvents: 2})
+		e.appendN("a", 1, eventlog.KindStatus, "d1")   // 1
+		e.appendN("b", 1, eventlog.KindStatus, "d1")   // 2 other tenant
+		e.appendN("a", 1, eventlog.KindDocument, "d2") // 3
+		e.appendN("", 1, eventlog.KindStatus, "d1")    // 4 tenant ""
+		e.appendN("a", 1, eventlog.KindClaim, "d1")    // 5
+		e.appendN("a", 1, eventlog.KindDocument, "d1") // 6
+		for _, c := range []struct {
+			tenant string
+			f      eventlog.Filter
+			want   []uint64
+		}{
+			{"a", eventlog.Filter{}, []uint64{1, 3, 5, 6}},
+			{"b", eventlog.Filter{}, []uint64{2}},
+			{"", eventlog.Filter{}, []uint64{4}},
+			{"a", eventlog.Filter{DocumentID: "d1"}, []uint64{1, 5, 6}},
+			{"a", eventlog.Filter{Kinds: []string{"#document", "#claim"}}, []uint64{3, 5, 6}},
+			{"a", eventlog.Filter{Kinds: []string{"#document"}, DocumentID: "d1"}, []uint64{6}},
+		} {
+			// From the store (tail empty after reopen) and from the tail.
+			s := subscribe(e, c.tenant, ptr(0), c.f)
+			if got := s.seqs(t, len(c.want)); !eq(got, c.want) {
+				t.Fatalf("tenant %q filter %+v: got %v, want %v", c.tenant, c.f, got, c.want)
+			}
+			s.none(t)
+			s.stop(t)
 		}
-		s.none(t)
-		s.stop(t)
-	}
+	})
 }
 
 func TestSubscribeDocumentOnStart(t *testing.T) {

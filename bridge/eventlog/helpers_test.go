@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -166,13 +167,16 @@ func (s *sub) seqs(t testing.TB, n int) []uint64 {
 	return out
 }
 
-// none asserts nothing more arrives for a short while.
+// none asserts nothing more arrives: once every goroutine of the test's
+// synctest bubble is idle, nothing is queued for s. Call it inside
+// synctest.Test only (the subscription is started in the bubble too).
 func (s *sub) none(t testing.TB) {
 	t.Helper()
+	synctest.Wait()
 	select {
 	case ev := <-s.ch:
 		t.Fatalf("unexpected event %v", ev)
-	case <-time.After(50 * time.Millisecond):
+	default:
 	}
 }
 

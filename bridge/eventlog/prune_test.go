@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -191,58 +192,80 @@ func TestSeqContinuesAfterReopen(t *testing.T) {
 	}
 }
 
-// TestBackgroundPrunerAndClose: the pruner runs on its own and Close ends
-// subscriptions with ErrClosed.
+// TestBackgroundPrunerAndClose: the pruner runs on its own, once per
+// PruneInterval and not before, and Close ends subscriptions with
+// ErrClosed. The pruner's ticker runs on synctest's fake clock (the store is
+// a real SQLite file: no sockets in the bubble).
 func TestBackgroundPrunerAndClose(t *testing.T) {
-	e := open(t, t.TempDir(), eventlog.Options{PruneInterval: 5 * time.Millisecond, MinAge: time.Nanosecond})
-	e.createDoc("t", "d", 1<<16)
-	e.appendN("t", 40, eventlog.KindStatus, "d")
-	e.clk.Advance(time.Hour)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		w, _ := e.log.Window(context.Background())
-		if w.GetOldestSeq() == 35 {
-			break
+	synctest.Test(t, func(t *testing.T) {
+		const interval = 5 * time.Millisecond
+		e := open(t, t.TempDir(), eventlog.Options{PruneInterval: interval, MinAge: time.Nanosecond})
+		e.createDoc("t", "d", 1<<16)
+		e.appendN("t", 40, eventlog.KindStatus, "d")
+		e.clk.Advance(time.Hour)
+		oldest := func() uint64 {
+			t.Helper()
+			w, err := e.log.Window(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return w.GetOldestSeq()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pruner did not run: %v", w)
+		time.Sleep(interval - time.Nanosecond)
+		synctest.Wait()
+		if got := oldest(); got != 1 {
+			t.Fatalf("oldest seq %d before the first PruneInterval, want 1 (nothing pruned yet)", got)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	s := subscribe(e, "t", nil, eventlog.Filter{})
-	waitSubscribed(t, e, 1)
-	e.log.Close()
-	if err := <-s.done; !errors.Is(err, eventlog.ErrClosed) {
-		t.Fatalf("got %v, want ErrClosed", err)
-	}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait() // the pass of the first tick is done
+		if got := oldest(); got != 35 {
+			t.Fatalf("oldest seq %d one PruneInterval after start, want 35: the pruner did not run", got)
+		}
+		s := subscribe(e, "t", nil, eventlog.Filter{})
+		synctest.Wait()
+		if n := e.log.Subscribers(); n != 1 {
+			t.Fatalf("%d subscribers, want 1", n)
+		}
+		e.log.Close()
+		if err := <-s.done; !errors.Is(err, eventlog.ErrClosed) {
+			t.Fatalf("got %v, want ErrClosed", err)
+		}
+	})
 }
 
 // TestWindowSnapshotBytesFresh: the window's snapshot size follows the
 // documents without waiting for a retention pass (none runs here): the first
-// documents show at once, later ones within the refresh bound (2 s).
+// documents show at once, later ones once the cached size is snapshotRefresh
+// (2 s) old, and not before (the cache bounds what polling Window costs).
+// The refresh bound runs on synctest's fake clock.
 func TestWindowSnapshotBytesFresh(t *testing.T) {
-	e := open(t, t.TempDir(), eventlog.Options{})
-	window := func() *gatewayv1.EventWindow {
-		t.Helper()
-		w, err := e.log.Window(context.Background())
-		if err != nil {
-			t.Fatal(err)
+	synctest.Test(t, func(t *testing.T) {
+		const refresh = 2 * time.Second // eventlog's snapshotRefresh
+		e := open(t, t.TempDir(), eventlog.Options{})
+		window := func() *gatewayv1.EventWindow {
+			t.Helper()
+			w, err := e.log.Window(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return w
 		}
-		return w
-	}
-	if w := window(); w.GetSnapshotBytes() != 0 {
-		t.Fatalf("empty store: %v", w)
-	}
-	e.createDoc("t", "d1", 4096)
-	if w := window(); w.GetSnapshotBytes() < 4096 {
-		t.Fatalf("right after creating a 4 KiB document: snapshotBytes %d, want >= 4096", w.GetSnapshotBytes())
-	}
-	e.createDoc("u", "d2", 8192)
-	deadline := time.Now().Add(5 * time.Second)
-	for window().GetSnapshotBytes() < 4096+8192 {
-		if time.Now().After(deadline) {
-			t.Fatalf("snapshotBytes still %d 5 s after a second document (want >= %d)", window().GetSnapshotBytes(), 4096+8192)
+		if w := window(); w.GetSnapshotBytes() != 0 {
+			t.Fatalf("empty store: %v", w)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		e.createDoc("t", "d1", 4096)
+		first := window().GetSnapshotBytes()
+		if first < 4096 {
+			t.Fatalf("right after creating a 4 KiB document: snapshotBytes %d, want >= 4096", first)
+		}
+		e.createDoc("u", "d2", 8192)
+		time.Sleep(refresh - time.Nanosecond)
+		if got := window().GetSnapshotBytes(); got != first {
+			t.Errorf("snapshotBytes %d before the refresh bound, want the cached %d", got, first)
+		}
+		time.Sleep(time.Nanosecond)
+		if got := window().GetSnapshotBytes(); got < 4096+8192 {
+			t.Fatalf("snapshotBytes still %d %v after a second document (want >= %d)", got, refresh, 4096+8192)
+		}
+	})
 }

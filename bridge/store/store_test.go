@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -137,36 +138,40 @@ func TestSnapshotConsistentWithSeq(t *testing.T) {
 	}
 }
 
+// TestCloseFlushesAndRefuses: Close commits every batch already queued
+// behind the group delay (each is acknowledged and survives a reopen) and
+// refuses commits after it. The group delay runs on synctest's fake clock,
+// so "queued" is certain rather than hoped for after a sleep.
 func TestCloseFlushesAndRefuses(t *testing.T) {
-	dir := t.TempDir()
-	s := openStore(t, dir, store.Options{MaxGroupDelay: 50 * time.Millisecond})
-	var wg sync.WaitGroup
-	errs := make([]error, 20)
-	for i := range 20 {
-		wg.Go(func() {
-			_, errs[i] = s.Commit(context.Background(), &store.Batch{Events: []store.EventAppend{{Tenant: "t", Event: newEvent("#info", "", 1)}}})
-		})
-	}
-	time.Sleep(10 * time.Millisecond) // let the commits queue behind the group delay
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	wg.Wait()
-	ok := 0
-	for _, err := range errs {
-		if err == nil {
-			ok++
-		} else if !errors.Is(err, store.ErrClosed) {
-			t.Fatalf("commit during close: %v", err)
+	synctest.Test(t, func(t *testing.T) {
+		const n = 20
+		dir := t.TempDir()
+		s := openStore(t, dir, store.Options{MaxGroupDelay: 50 * time.Millisecond})
+		var wg sync.WaitGroup
+		errs := make([]error, n)
+		for i := range n {
+			wg.Go(func() {
+				_, errs[i] = s.Commit(context.Background(), &store.Batch{Events: []store.EventAppend{{Tenant: "t", Event: newEvent("#info", "", 1)}}})
+			})
 		}
-	}
-	if _, err := s.Commit(context.Background(), &store.Batch{}); !errors.Is(err, store.ErrClosed) {
-		t.Fatalf("Commit after Close: %v, want ErrClosed", err)
-	}
-	s2 := openStore(t, dir, store.Options{})
-	if got := s2.LastSeq(); got != uint64(ok) {
-		t.Fatalf("after reopen last seq %d, want %d acknowledged events", got, ok)
-	}
+		synctest.Wait() // every commit is queued; the writer waits out the group delay
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("commit %d queued before Close: %v, want it flushed by Close", i, err)
+			}
+		}
+		if _, err := s.Commit(context.Background(), &store.Batch{}); !errors.Is(err, store.ErrClosed) {
+			t.Fatalf("Commit after Close: %v, want ErrClosed", err)
+		}
+		s2 := openStore(t, dir, store.Options{})
+		if got := s2.LastSeq(); got != n {
+			t.Fatalf("after reopen last seq %d, want %d acknowledged events", got, n)
+		}
+	})
 }
 
 func TestEventBodyCarriesSeq(t *testing.T) {

@@ -406,7 +406,9 @@ func (g *engine) detachIfWaitingOnClaims(d *doc) {
 	if ok && waiting > 0 {
 		if err := g.c.SetDetached(0, d.id, true); err != nil {
 			g.log.Debug("root not detached", "entity", d.id, "err", err)
+			return
 		}
+		g.log.Debug("root detached: it waits only for claim redemptions", "entity", d.id, "deferred", waiting)
 	}
 }
 

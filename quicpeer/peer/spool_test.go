@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -116,6 +117,59 @@ func TestLargeDocumentFlatHeap(t *testing.T) {
 		}
 		waitWorkEmpty(t, dir)
 	})
+}
+
+// detachWatch is a slog.Handler that reports the roots the peer detaches
+// from the GOAWAY drain (its debug line "root detached") and passes every
+// record on to next.
+type detachWatch struct {
+	ids  chan uint64
+	next slog.Handler
+}
+
+func (w *detachWatch) Enabled(context.Context, slog.Level) bool { return true }
+
+func (w *detachWatch) Handle(ctx context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, "root detached:") {
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "entity" {
+				select {
+				case w.ids <- a.Value.Uint64():
+				default:
+				}
+				return false
+			}
+			return true
+		})
+	}
+	if w.next.Enabled(ctx, r.Level) {
+		return w.next.Handle(ctx, r)
+	}
+	return nil
+}
+
+func (w *detachWatch) WithAttrs(as []slog.Attr) slog.Handler {
+	return &detachWatch{ids: w.ids, next: w.next.WithAttrs(as)}
+}
+
+func (w *detachWatch) WithGroup(name string) slog.Handler {
+	return &detachWatch{ids: w.ids, next: w.next.WithGroup(name)}
+}
+
+// wait waits (10 s at most) until root is detached.
+func (w *detachWatch) wait(t *testing.T, root uint32) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case id := <-w.ids:
+			if id == uint64(root) {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("root %d was never detached from the GOAWAY drain", root)
+		}
+	}
 }
 
 // waitWorkEmpty waits until <dir>/work holds no document spool.
@@ -318,7 +372,8 @@ func TestDeferredChildRedeemedWithFreshID(t *testing.T) {
 // claim survives in claims.jsonl.
 func TestShutdownDetachesDeferred(t *testing.T) {
 	dir := t.TempDir()
-	srv := startPeer(t, peer.Options{DataDir: dir, DrainTimeout: 30 * time.Second})
+	detached := &detachWatch{ids: make(chan uint64, 16), next: testLogger(t).Handler()}
+	srv := startPeer(t, peer.Options{DataDir: dir, DrainTimeout: 30 * time.Second, Logger: slog.New(detached)})
 	c := dial(t, srv, wire.FormatCBOR, nil)
 	whole := c.sendWhole(t, "w", fault("defer"), nil)
 	cc := c.deferred(t, whole)
@@ -327,7 +382,7 @@ func TestShutdownDetachesDeferred(t *testing.T) {
 	root, kids := c.sendDehydrated(t, []string{"a\n", "b\n"}, md, nil, true)
 	c.deferred(t, kids[0])
 	c.rec.waitStatus(t, kids[1], wire.StatusComplete)
-	time.Sleep(20 * time.Millisecond) // the root envelope is processed
+	detached.wait(t, root) // the root envelope is processed and the root leaves the drain
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	start := time.Now()
