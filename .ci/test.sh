@@ -46,13 +46,25 @@ if [ "$RACE" = 1 ]; then
 fi
 # Two passes: the race detector over everything with -short sizes (it slows
 # streaming 5-10x, so the 256 MiB memory-flatness tests shrink to 32 MiB),
-# then every test at full size without it.
+# then, without it, the tests that -short shrinks (those that call
+# testing.Short()) at full size. Every other test ran once already; without
+# the race pass (RACE=0, no C compiler) the second pass runs everything.
 # shellcheck disable=SC2086
 if [ "${#race[@]}" -gt 0 ]; then
   go test "${race[@]}" -short -count=1 -timeout 30m $pkgs
+  # "dir TestName" for each Test function whose body calls testing.Short().
+  shortened="$(git ls-files -co --exclude-standard '*_test.go' | grep -v '^e2e/' |
+    xargs awk 'FNR == 1 { fn = "" } /^func Test[A-Za-z0-9_]*\(/ { fn = $2; sub(/\(.*/, "", fn) }
+      /testing\.Short\(\)/ && fn != "" { d = FILENAME; sub(/\/[^\/]*$/, "", d); print "./" d, fn }' | sort -u)"
+  while read -r dir names; do
+    [ -n "$dir" ] || continue
+    echo "--- full size: $dir $names"
+    go test -count=1 -timeout 30m -run "^(${names// /|})\$" "$dir"
+  done < <(awk '{ a[$1] = a[$1] (a[$1] ? " " : "") $2 } END { for (d in a) print d, a[d] }' <<<"$shortened")
+else
+  # shellcheck disable=SC2086
+  go test -count=1 -timeout 30m $pkgs
 fi
-# shellcheck disable=SC2086
-go test -count=1 -timeout 30m $pkgs
 
 step "fuzz targets (${FUZZTIME} each, from FUZZ_TARGETS files)"
 while IFS= read -r list; do
