@@ -114,15 +114,18 @@ func (t *tail) deliverOwn(evs []store.EventRecord) {
 	}
 }
 
-// publish hands evs to the hook and advances delivered. Callers hold mu.
+// publish advances delivered and hands evs to the hook. Callers hold mu.
+// LastSeq covers evs before the hook sees them, as with SQLite (its seq is
+// stored at COMMIT, before the hook runs): a hook that reads LastSeq never
+// finds it behind the events it was given.
 func (t *tail) publish(evs []store.EventRecord) {
 	if len(evs) == 0 {
 		return
 	}
+	t.delivered.Store(evs[len(evs)-1].Seq)
 	if fn := t.hook.Load(); fn != nil {
 		(*fn)(evs)
 	}
-	t.delivered.Store(evs[len(evs)-1].Seq)
 }
 
 // catchUp delivers every committed event after delivered (up to upTo when
