@@ -27,21 +27,7 @@ import (
 // exists). Claim checks need a live peer; cmd/gateway's
 // TestClaimIsolationOverMutualTLS covers them.
 func TestTenantIsolation(t *testing.T) {
-	b, err := bridge.New(context.Background(), bridge.Options{
-		DataDir: t.TempDir(), PeerAddr: "127.0.0.1:9", PeerCAPEM: selfSignedPEM(t),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "tokens")
-	writeTokens(t, path, map[string]string{"tok-acme": "acme", "tok-globex": "globex"})
-	tf, err := gateway.LoadTokenFile(path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := start(t, func(c *gateway.Config) { c.Bridge = b; c.Authenticator = tf })
-	bg := context.Background()
-	acme, globex := bearer(bg, "tok-acme"), bearer(bg, "tok-globex")
+	h, acme, globex := startTwoTenants(t)
 
 	submit := func(ctx context.Context, content string) *gatewayv1.Document {
 		t.Helper()
@@ -285,4 +271,27 @@ func sameSet(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// startTwoTenants starts the gateway over the real bridge (SQLite store,
+// event log; its peer is unreachable, so documents stay PENDING) behind a
+// token file with tenants acme and globex, and returns the harness with a
+// context carrying each tenant's token.
+func startTwoTenants(t *testing.T) (h *harness, acme, globex context.Context) {
+	t.Helper()
+	b, err := bridge.New(context.Background(), bridge.Options{
+		DataDir: t.TempDir(), PeerAddr: "127.0.0.1:9", PeerCAPEM: selfSignedPEM(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "tokens")
+	writeTokens(t, path, map[string]string{"tok-acme": "acme", "tok-globex": "globex"})
+	tf, err := gateway.LoadTokenFile(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h = start(t, func(c *gateway.Config) { c.Bridge = b; c.Authenticator = tf })
+	bg := context.Background()
+	return h, bearer(bg, "tok-acme"), bearer(bg, "tok-globex")
 }

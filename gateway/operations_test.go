@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -25,21 +24,7 @@ import (
 // documents' operations; another tenant's are NotFound over gRPC and REST,
 // and no token is Unauthenticated.
 func TestOperationsTenantIsolation(t *testing.T) {
-	b, err := bridge.New(context.Background(), bridge.Options{
-		DataDir: t.TempDir(), PeerAddr: "127.0.0.1:9", PeerCAPEM: selfSignedPEM(t),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "tokens")
-	writeTokens(t, path, map[string]string{"tok-acme": "acme", "tok-globex": "globex"})
-	tf, err := gateway.LoadTokenFile(path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := start(t, func(c *gateway.Config) { c.Bridge = b; c.Authenticator = tf })
-	bg := context.Background()
-	acme, globex := bearer(bg, "tok-acme"), bearer(bg, "tok-globex")
+	h, acme, globex := startTwoTenants(t)
 	d, err := h.docs.SubmitDocument(acme, &gatewayv1.SubmitDocumentRequest{Content: []byte("acme's"), ContentType: "text/plain"})
 	if err != nil {
 		t.Fatal(err)
@@ -78,7 +63,7 @@ func TestOperationsTenantIsolation(t *testing.T) {
 		if c := status.Code(call(globex)); c != codes.NotFound {
 			t.Errorf("%s of another tenant's operation: %v, want NotFound", what, c)
 		}
-		if c := status.Code(call(bg)); c != codes.Unauthenticated {
+		if c := status.Code(call(context.Background())); c != codes.Unauthenticated {
 			t.Errorf("%s without a token: %v, want Unauthenticated", what, c)
 		}
 	}
