@@ -176,6 +176,14 @@ func (p *proc) kill() {
 }
 
 // stop sends SIGTERM, waits up to 10 s for a graceful exit, then SIGKILL.
+// signalProc sends sig to p (SIGSTOP and SIGCONT pause and resume it).
+func signalProc(t testing.TB, p *proc, sig syscall.Signal) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("signal %v to %s: %v", sig, p.name, err)
+	}
+}
+
 func (p *proc) stop() {
 	p.once.Do(func() {
 		if !p.exited() {
