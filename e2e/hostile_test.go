@@ -294,7 +294,7 @@ func TestHostileSlowClients(t *testing.T) {
 
 func slowClients(t *testing.T, nofile int) {
 	tokFile, toks := hostileTokens(t, "acme")
-	g := startGatewayNofile(t, nofile, "--auth-tokens", tokFile, "--log-level", "warn")
+	g := startGatewayNofile(t, nofile, "--auth-tokens", tokFile, "--log-level", "warn", "--read-header-timeout", "4s")
 	pid := g.proc.cmd.Process.Pid
 	stop := make(chan struct{})
 	lat, probeDone := tenantProbe(g, toks["acme"], stop)
@@ -310,7 +310,7 @@ func slowClients(t *testing.T, nofile int) {
 	unauthSlowBodies(t, g)
 
 	// 1,100 idle connections from two addresses, held open until the
-	// server cuts them (--read-header-timeout, 10 s by default) or refuses
+	// server cuts them (--read-header-timeout, 4 s here) or refuses
 	// them at accept (503, above --max-conns-per-ip).
 	var held []net.Conn
 	defer func() {
@@ -362,10 +362,10 @@ func slowClients(t *testing.T, nofile int) {
 		t.Errorf("tenant p99 %v during the attacks, want < 1 s", p99)
 	}
 	cutWG.Wait()
-	t.Logf("1,100 idle connections: %d refused 503 at accept, %d held and cut, the last after %v (--read-header-timeout 10s)",
+	t.Logf("1,100 idle connections: %d refused 503 at accept, %d held and cut, the last after %v (--read-header-timeout 4s)",
 		refusedIdle.Load(), cutIdle.Load(), time.Duration(lastCut.Load()).Round(time.Millisecond))
-	if cut := time.Duration(lastCut.Load()); cut > 15*time.Second {
-		t.Errorf("idle connections held for %v, want cut at about --read-header-timeout (10 s)", cut)
+	if cut := time.Duration(lastCut.Load()); cut > 9*time.Second {
+		t.Errorf("idle connections held for %v, want cut at about --read-header-timeout (4 s)", cut)
 	}
 	if g.proc.logContains("too many open files") {
 		t.Error("the gateway ran out of file descriptors")
@@ -651,7 +651,7 @@ func TestHostileStalledSubscribers(t *testing.T) {
 	tokFile, toks := hostileTokens(t, "acme", "globex")
 	pprof := freeTCPAddr(t)
 	g := startGatewayNofile(t, 0, "--auth-tokens", tokFile, "--log-level", "warn", "--pprof-addr", pprof,
-		"--max-subscribers-per-tenant", "0", "--rate-limit", "0", "--stream-write-timeout", "5s")
+		"--max-subscribers-per-tenant", "0", "--rate-limit", "0", "--stream-write-timeout", "5s", "--ws-ping-interval", "4s")
 	pid := g.proc.cmd.Process.Pid
 	forceGC(t, pprof)
 	beforeGo, before := goInUseMiB(t, g), rssMiB(t, pid)
@@ -714,15 +714,16 @@ func TestHostileStalledSubscribers(t *testing.T) {
 	}
 	// Stalled subscribers are cut without reading anything: when a frame
 	// cannot be written for --stream-write-timeout, and at the latest when
-	// they leave a ping unanswered (ping every 20 s, pong within 10 s).
+	// they leave a ping unanswered (--ws-ping-interval 4s: a ping every 4 s,
+	// a pong due within 2 s).
 	cutStart := time.Now()
 	waitFor(t, "the stalled subscribers' connections to be closed by the gateway", time.Minute, func() bool {
 		return metricValue(t, g, "pipestream_gateway_open_connections") < subs/10
 	})
 	took := time.Since(cutStart)
 	t.Logf("the gateway closed the stalled subscribers within %v of the last event (their frames fit the socket buffers; the unanswered ping cut them)", took.Round(100*time.Millisecond))
-	if took > 35*time.Second {
-		t.Errorf("stalled subscribers held for %v, want cut within the ping interval + pong timeout (30 s)", took)
+	if took > 10*time.Second {
+		t.Errorf("stalled subscribers held for %v, want cut within the ping interval + pong timeout (6 s, --ws-ping-interval 4s)", took)
 	}
 }
 

@@ -101,6 +101,11 @@ type Config struct {
 	// not answered within GRPCKeepaliveTimeout (dead peers). 0 takes the
 	// defaults.
 	GRPCKeepaliveTime, GRPCKeepaliveTimeout time.Duration
+	// WSPingInterval: a WebSocket subscriber is pinged this often and cut
+	// when it leaves a ping unanswered for half the interval (at most
+	// 10 s): dead or stalled consumers are found, NAT bindings kept
+	// alive. 0: DefaultWSPingInterval.
+	WSPingInterval time.Duration
 
 	// ReadHeaderTimeout and IdleTimeout protect the HTTP listener against
 	// slowloris and idle connections. There is deliberately no WriteTimeout:
@@ -198,6 +203,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.StreamWriteTimeout <= 0 {
 		c.StreamWriteTimeout = DefaultStreamWriteTimeout
+	}
+	if c.WSPingInterval <= 0 {
+		c.WSPingInterval = DefaultWSPingInterval
 	}
 	if c.GRPCKeepaliveTime <= 0 {
 		c.GRPCKeepaliveTime = DefaultGRPCKeepaliveTime

@@ -109,6 +109,9 @@ const (
 	// its goroutines; the event log's own ConsumerTooSlow check normally
 	// fires first for consumers that read, only slower than events arrive.
 	DefaultStreamWriteTimeout = 30 * time.Second
+	// DefaultWSPingInterval keeps NAT bindings alive and detects dead
+	// WebSocket consumers.
+	DefaultWSPingInterval = 20 * time.Second
 	// deadlineWriteBytes is the largest piece of a REST response written
 	// under one write deadline: a client must take 64 KiB per
 	// StreamWriteTimeout (about 2 KiB/s at 30 s), whatever the size of the
@@ -136,9 +139,8 @@ const (
 	// wsMaxFrameBytes: draft-holmgren-at-synchronization-00, Frame Format:
 	// "A frame MUST NOT exceed 5 MB in total size".
 	wsMaxFrameBytes = 5_000_000
-	// wsPingInterval keeps NAT bindings alive and detects dead consumers.
-	wsPingInterval = 20 * time.Second
-	// wsPongTimeout is how long a consumer has to answer a ping.
+	// wsPongTimeout is the longest a consumer has to answer a ping
+	// (Config.WSPingInterval / 2 when that is shorter).
 	wsPongTimeout = 10 * time.Second
 
 	// requestIDHeader is the metadata key (and HTTP header) carrying the

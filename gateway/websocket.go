@@ -64,7 +64,7 @@ func (s *Server) handleEventsWS(w http.ResponseWriter, r *http.Request) {
 	defer c.CloseNow()
 	c.SetReadLimit(64 << 10)
 	go discardWSReads(ctx, cancel, c)
-	go keepWSAlive(ctx, cancel, c)
+	go keepWSAlive(ctx, cancel, c, s.cfg.WSPingInterval)
 	s.pumpWSEvents(ctx, c, stream)
 }
 
@@ -138,17 +138,18 @@ func discardWSReads(ctx context.Context, cancel context.CancelFunc, c *websocket
 	}
 }
 
-// keepWSAlive pings every wsPingInterval and cancels when a pong does not
-// come back within wsPongTimeout.
-func keepWSAlive(ctx context.Context, cancel context.CancelFunc, c *websocket.Conn) {
-	t := time.NewTicker(wsPingInterval)
+// keepWSAlive pings every interval and cancels when a pong does not come
+// back within half of it (at most wsPongTimeout).
+func keepWSAlive(ctx context.Context, cancel context.CancelFunc, c *websocket.Conn, interval time.Duration) {
+	pongTimeout := min(wsPongTimeout, interval/2)
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			pctx, pcancel := context.WithTimeout(ctx, wsPongTimeout)
+			pctx, pcancel := context.WithTimeout(ctx, pongTimeout)
 			err := c.Ping(pctx)
 			pcancel()
 			if err != nil {

@@ -63,6 +63,7 @@ func runServe(args []string) int {
 	maxDownloads := fs.Uint("max-downloads-per-tenant", "GATEWAY_MAX_DOWNLOADS_PER_TENANT", gateway.DefaultMaxDownloadsPerTenant, "concurrent result downloads (REST and gRPC) per tenant (0: unlimited)")
 	maxClientIDs := fs.Uint("max-client-ids-per-tenant", "GATEWAY_MAX_CLIENT_IDS_PER_TENANT", gateway.DefaultMaxClientIDsPerTenant, "X-Client-Id values per tenant tracked for event retention at once; more are tracked by address (0: unbounded)")
 	uploadIdle := fs.Duration("upload-idle-timeout", "GATEWAY_UPLOAD_IDLE_TIMEOUT", gateway.DefaultUploadIdleTimeout, "cut an upload whose body sends nothing for this long")
+	wsPing := fs.Duration("ws-ping-interval", "GATEWAY_WS_PING_INTERVAL", gateway.DefaultWSPingInterval, "ping WebSocket subscribers this often; one that leaves a ping unanswered for half of it (at most 10s) is cut")
 	streamWrite := fs.Duration("stream-write-timeout", "GATEWAY_STREAM_WRITE_TIMEOUT", gateway.DefaultStreamWriteTimeout, "cut a streaming client (gRPC stream, REST response, WebSocket) that takes nothing of a pending message for this long")
 	keepaliveTime := fs.Duration("grpc-keepalive-time", "GATEWAY_GRPC_KEEPALIVE_TIME", gateway.DefaultGRPCKeepaliveTime, "ping gRPC connections idle for this long")
 	keepaliveTimeout := fs.Duration("grpc-keepalive-timeout", "GATEWAY_GRPC_KEEPALIVE_TIMEOUT", gateway.DefaultGRPCKeepaliveTimeout, "close a gRPC connection whose keepalive ping is not answered within this")
@@ -114,6 +115,7 @@ func runServe(args []string) int {
 		MaxClientIDsPerTenant:   int(orUnlimited(float64(*maxClientIDs))),
 		UploadIdleTimeout:       *uploadIdle,
 		StreamWriteTimeout:      *streamWrite,
+		WSPingInterval:          *wsPing,
 		GRPCKeepaliveTime:       *keepaliveTime,
 		GRPCKeepaliveTimeout:    *keepaliveTimeout,
 		ReadHeaderTimeout:       *readHeader,
