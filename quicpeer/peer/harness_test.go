@@ -200,9 +200,21 @@ func (r *recorder) HandleEntity(_ *quicpeer.Session, e *quicpeer.IncomingEntity)
 	r.note(func() { r.results[e.Header.EntityID] = res })
 }
 
-// turn waits until part k of root's streamed result is next and returns
-// its assembly.
-func (r *recorder) turn(root uint32, k int) *partsAsm {
+// partsTurn is a snapshot, taken under recorder.mu, of a streamed result's
+// assembly when a part's turn came.
+type partsTurn struct {
+	a    *partsAsm
+	next int
+	n    int64
+	data []byte
+	err  error
+}
+
+// turn waits until part k of root's streamed result is next (or the
+// assembly failed, or k is no part index) and returns its assembly with a
+// snapshot of its state. Only the goroutine whose k is next touches the
+// hash until it calls note; every other field changes under recorder.mu.
+func (r *recorder) turn(root uint32, k int) partsTurn {
 	for {
 		r.mu.Lock()
 		a := r.asm[root]
@@ -211,8 +223,9 @@ func (r *recorder) turn(root uint32, k int) *partsAsm {
 			r.asm[root] = a
 		}
 		if a.next == k || a.err != nil || k < 0 || r.closed {
+			t := partsTurn{a: a, next: a.next, n: a.n, data: a.data, err: a.err}
 			r.mu.Unlock()
-			return a
+			return t
 		}
 		ch := r.changed
 		r.mu.Unlock()
@@ -227,29 +240,30 @@ func (r *recorder) resultPart(e *quicpeer.IncomingEntity, hashOnly bool) {
 	if h.ChunkInfo != nil {
 		k = int(h.ChunkInfo.ChunkIndex)
 	}
-	a := r.turn(h.EntityID, k)
+	t := r.turn(h.EntityID, k)
 	var err error
+	var m int64
+	var buf bytes.Buffer
 	switch {
-	case a.err != nil:
+	case t.err != nil:
 		_, _ = io.Copy(io.Discard, e.Payload)
-	case k < 0 || a.next != k || h.ChunkInfo.ChunkOffset != uint64(a.n):
-		err = fmt.Errorf("result part %d has chunk-info %+v, the parts before it end at %d", k, h.ChunkInfo, a.n)
+	case k < 0 || t.next != k || h.ChunkInfo.ChunkOffset != uint64(t.n):
+		err = fmt.Errorf("result part %d has chunk-info %+v, the parts before it end at %d", k, h.ChunkInfo, t.n)
 		_, _ = io.Copy(io.Discard, e.Payload)
 	default:
-		w := io.Writer(a.hash)
-		var buf bytes.Buffer
+		w := io.Writer(t.a.hash)
 		if !hashOnly {
-			w = io.MultiWriter(a.hash, &buf)
+			w = io.MultiWriter(t.a.hash, &buf)
 		}
-		var m int64
 		m, err = io.Copy(w, e.Payload) // the session checks the part's length and checksum
-		a.n += m
-		a.data = append(a.data, buf.Bytes()...)
 	}
+	a := t.a
 	r.note(func() {
 		if err != nil && a.err == nil {
 			a.err = err
 		}
+		a.n += m
+		a.data = append(a.data, buf.Bytes()...)
 		a.next++
 	})
 }
@@ -259,12 +273,12 @@ func (r *recorder) resultSummary(e *quicpeer.IncomingEntity, hashOnly bool) {
 	h := e.Header
 	_, _ = io.Copy(io.Discard, e.Payload)
 	parts, _ := strconv.Atoi(h.Metadata[peer.MetaResultParts])
-	a := r.turn(h.EntityID, parts)
-	res := result{h: h, data: a.data, n: a.n, err: a.err, parts: parts}
-	a.hash.Sum(res.sum[:0])
-	if res.err == nil && (h.PayloadLength != 0 || h.Metadata[peer.MetaResultLength] != strconv.FormatInt(a.n, 10) ||
+	t := r.turn(h.EntityID, parts)
+	res := result{h: h, data: t.data, n: t.n, err: t.err, parts: parts}
+	t.a.hash.Sum(res.sum[:0])
+	if res.err == nil && (h.PayloadLength != 0 || h.Metadata[peer.MetaResultLength] != strconv.FormatInt(t.n, 10) ||
 		h.Metadata[peer.MetaResultSHA256] != hex.EncodeToString(res.sum[:])) {
-		res.err = fmt.Errorf("summary %d payload octets, metadata %v; the %d parts hold %d octets %x", h.PayloadLength, h.Metadata, parts, a.n, res.sum)
+		res.err = fmt.Errorf("summary %d payload octets, metadata %v; the %d parts hold %d octets %x", h.PayloadLength, h.Metadata, parts, t.n, res.sum)
 	}
 	if !hashOnly && res.data == nil {
 		res.data = []byte{}
