@@ -69,6 +69,10 @@ func (b *Bridge) Redeem(ctx context.Context, t Tenant, claimID string) (*gateway
 		return nil, err
 	}
 	b.mu.Lock()
+	if b.docs[rec.Claim.DocumentId] == nil && b.shared() {
+		b.mu.Unlock()
+		return b.redeemForOwner(ctx, t, rec, now)
+	}
 	d, cr, err := b.claimToRedeemLocked(rec.Claim.DocumentId, claimID)
 	if err != nil {
 		b.mu.Unlock()
@@ -76,11 +80,18 @@ func (b *Bridge) Redeem(ctx context.Context, t Tenant, claimID string) (*gateway
 	}
 	running := cr.att.current()
 	b.mu.Unlock()
+	commit := func(ctx context.Context) (*gatewayv1.ClaimCheck, error) { return b.commitRedeem(ctx, t, claimID, now) }
 	if running {
-		return b.redeemRun(ctx, d, claimID, "")
+		return b.redeemRun(ctx, d, claimID, "", commit)
 	}
-	return b.redeemEarlier(ctx, d, cr, claimID, now)
+	return b.redeemEarlier(ctx, d, cr, claimID, commit)
 }
+
+// redeemCommit makes a redemption durable and returns the claim as
+// stored: commitRedeem for a redemption through this gateway, a read of
+// the committed claim for one another replica committed
+// (remoteclaims.go).
+type redeemCommit func(ctx context.Context) (*gatewayv1.ClaimCheck, error)
 
 // claimToRedeemLocked finds the running document of claim claimID and the
 // claim there, or says why it cannot be redeemed. Caller holds mu.
@@ -107,12 +118,12 @@ func (b *Bridge) claimToRedeemLocked(docID, claimID string) (*docRun, *claimRun,
 // attempt's claim for the same chunk (or root): at once when that claim
 // is issued already, else as soon as the peer defers the chunk again
 // (preRedeem, onDeferredLocked).
-func (b *Bridge) redeemEarlier(ctx context.Context, d *docRun, cr *claimRun, claimID string, now time.Time) (*gatewayv1.ClaimCheck, error) {
+func (b *Bridge) redeemEarlier(ctx context.Context, d *docRun, cr *claimRun, claimID string, commit redeemCommit) (*gatewayv1.ClaimCheck, error) {
 	b.mu.Lock()
 	cur := d.currentClaimLocked(cr.slot, claimID)
 	from := cr.att.gen
 	b.mu.Unlock()
-	stored, err := b.commitRedeem(ctx, d.tenant, claimID, now)
+	stored, err := commit(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +145,7 @@ func (b *Bridge) redeemEarlier(ctx context.Context, d *docRun, cr *claimRun, cla
 	b.kickFlush()
 	b.mu.Unlock()
 	if cur != "" {
-		if _, err := b.redeemRun(ctx, d, cur, claimID); err != nil {
+		if _, err := b.redeemRun(ctx, d, cur, claimID, b.localCommit(d.tenant, cur)); err != nil {
 			return nil, fmt.Errorf("claim %s is redeemed, but resuming the entity through the current claim %s failed: %w", claimID, cur, err)
 		}
 	}
@@ -164,6 +175,13 @@ func (b *Bridge) commitRedeem(ctx context.Context, t Tenant, claimID string, now
 	}
 	b.m.claims.WithLabelValues("redeemed").Inc()
 	return res.Claim, nil
+}
+
+// localCommit is the redeemCommit of a redemption through this gateway.
+func (b *Bridge) localCommit(t Tenant, claimID string) redeemCommit {
+	return func(ctx context.Context) (*gatewayv1.ClaimCheck, error) {
+		return b.commitRedeem(ctx, t, claimID, time.Now())
+	}
 }
 
 // redeemedLocked records a redemption the store committed (stored) on cr
@@ -200,7 +218,7 @@ func (b *Bridge) redeemableClaim(ctx context.Context, t Tenant, claimID string, 
 // which quic-go does not report once the stream was closed (FIN): silence
 // for redeemAckTimeout counts as a refusal. A refusal is recorded on the
 // claim (event with a message), the entity and the document.
-func (b *Bridge) redeemRun(ctx context.Context, d *docRun, claimID, via string) (*gatewayv1.ClaimCheck, error) {
+func (b *Bridge) redeemRun(ctx context.Context, d *docRun, claimID, via string, commit redeemCommit) (*gatewayv1.ClaimCheck, error) {
 	what := "claim " + claimID
 	b.mu.Lock()
 	cr := d.claims[claimID]
@@ -213,7 +231,7 @@ func (b *Bridge) redeemRun(ctx context.Context, d *docRun, claimID, via string) 
 	isRoot := cr.key == rootKey(cr.att.rootID)
 	b.mu.Unlock()
 
-	stored, err := b.commitRedeem(ctx, d.tenant, claimID, time.Now())
+	stored, err := commit(ctx)
 	if err != nil {
 		return nil, err
 	}

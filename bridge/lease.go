@@ -42,6 +42,9 @@ func (b *Bridge) listRecoverable(ctx context.Context) ([]*recoverable, error) {
 		return wrapRecs(recs), err
 	}
 	l.SetLeaseLostHook(b.leaseLost)
+	if n, ok := b.st.(ClaimNotifier); ok {
+		n.SetClaimRedeemedHook(b.redeemedElsewhere)
+	}
 	recs, err := l.AcquireLeases(ctx, leaseAcquireBatch)
 	return wrapRecs(recs), err
 }

@@ -92,6 +92,13 @@ func mustHex(s string) []byte {
 // stored before that, found among the newest stored attempt's entities.
 // Entity ids restart with every session, so only the stored chunk
 // identifies the entity of a claim issued two or more attempts ago.
+//
+// A REDEEMED claim says the client authorised its chunk: the new attempt
+// resumes that chunk's entity as soon as the peer defers it again
+// (preRedeem), without another redemption. That covers a redemption
+// committed while nobody drove the document (another replica redeemed it
+// before the takeover; remoteclaims.go) and one whose gateway stopped
+// before the peer had the entity back.
 func (b *Bridge) loadClaimsLocked(ctx context.Context, d *docRun) {
 	recs, err := b.st.ListClaims(ctx, string(d.tenant), d.id)
 	if err != nil {
@@ -101,7 +108,7 @@ func (b *Bridge) loadClaimsLocked(ctx context.Context, d *docRun) {
 	var ents []*gatewayv1.Entity // newest attempt, read once if needed
 	for _, r := range recs {
 		c := r.Claim
-		if c.State != gatewayv1.ClaimCheck_ISSUED {
+		if c.State != gatewayv1.ClaimCheck_ISSUED && c.State != gatewayv1.ClaimCheck_REDEEMED {
 			continue
 		}
 		cr := &claimRun{c: proto.Clone(c).(*gatewayv1.ClaimCheck), att: d.att, key: entKey{scope: c.ScopeId, id: c.EntityId}, slot: noSlot}
@@ -122,6 +129,12 @@ func (b *Bridge) loadClaimsLocked(ctx context.Context, d *docRun) {
 					}
 				}
 			}
+		}
+		if c.State == gatewayv1.ClaimCheck_REDEEMED {
+			if cr.slot != noSlot {
+				d.preRedeem[cr.slot] = c.ClaimId
+			}
+			continue
 		}
 		d.claims[c.ClaimId] = cr
 	}

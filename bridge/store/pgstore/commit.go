@@ -107,6 +107,9 @@ func apply(ctx context.Context, tx pgx.Tx, p *prepared) (store.CommitResult, err
 		if err != nil {
 			return res, err
 		}
+		if err := notifyRedeemed(ctx, tx, p.owner, c.GetClaimId(), c.GetDocumentId()); err != nil {
+			return res, err
+		}
 		res.Claim = c
 	}
 	for i := range p.updates {

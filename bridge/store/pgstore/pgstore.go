@@ -142,6 +142,7 @@ type Store struct {
 	listenCfg *pgx.ConnConfig
 	log       *slog.Logger
 	tail      tail
+	claims    claimNotes // redemptions by other replicas (claimnotify.go)
 
 	mu     sync.RWMutex // guards closed against new calls
 	closed bool

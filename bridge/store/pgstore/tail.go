@@ -207,10 +207,13 @@ func (t *tail) listen(ctx context.Context, ready chan<- error) {
 func (t *tail) session(ctx context.Context, ready chan<- error) (listened bool, _ error) {
 	conn, err := pgx.ConnectConfig(ctx, t.s.listenCfg)
 	if err == nil {
-		_, err = conn.Exec(ctx, "LISTEN "+notifyChannel)
+		_, err = conn.Exec(ctx, "LISTEN "+notifyChannel+"; LISTEN "+claimsChannel)
 	}
 	if err == nil {
 		err = t.catchUp(ctx, 0)
+	}
+	if err == nil {
+		err = t.s.redeemedOfHeld(ctx, conn)
 	}
 	if ready != nil {
 		ready <- err
@@ -226,6 +229,10 @@ func (t *tail) session(ctx context.Context, ready chan<- error) (listened bool, 
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
 			return true, err
+		}
+		if n.Channel == claimsChannel {
+			t.s.claimNotified(n.Payload)
+			continue
 		}
 		seq, _ := strconv.ParseUint(n.Payload, 10, 64)
 		if seq != 0 && seq <= t.delivered.Load() {
