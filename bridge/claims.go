@@ -75,7 +75,13 @@ func (b *Bridge) Redeem(ctx context.Context, t Tenant, claimID string) (*gateway
 		return nil, err
 	}
 	running := cr.att.current()
+	if !running {
+		err = b.issuerGoneLocked(d, cr, claimID)
+	}
 	b.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
 	if running {
 		return b.redeemRun(ctx, d, claimID, "")
 	}
@@ -100,6 +106,33 @@ func (b *Bridge) claimToRedeemLocked(docID, claimID string) (*docRun, *claimRun,
 			what, cr.key.scope, ErrFailedPrecondition)
 	}
 	return d, cr, nil
+}
+
+// issuerGoneLocked refuses the redemption of a claim whose entity waits at
+// a peer that is gone: the session of the attempt that got the claim ended,
+// its peer has no session now, and the document runs on no other peer yet
+// (it is queued for re-dispatch, or waits for any peer). The client
+// retries: once the document runs again, on any peer, the claim resumes it
+// through the new attempt's claim (redeemEarlier). A claim of an attempt of
+// an earlier process (no session known) takes the redeemEarlier path as
+// before. Caller holds mu.
+func (b *Bridge) issuerGoneLocked(d *docRun, cr *claimRun, claimID string) error {
+	ss := cr.att.ss
+	if ss == nil || !ss.closed || d.att.current() || ss.pc.usableLocked() != nil {
+		return nil
+	}
+	b.m.claims.WithLabelValues("peer_unavailable").Inc()
+	since := ss.closedAt.UTC().Format(time.RFC3339)
+	why := "its session ended"
+	if ss.closeErr != "" {
+		why = "its session was lost: " + ss.closeErr
+	}
+	if pc := ss.pc; pc.lastErr != "" {
+		why += "; reconnecting fails: " + pc.lastErr
+	}
+	return fmt.Errorf("claim %s was issued by the PipeStream peer %s, unreachable since %s (%s); document %s is queued to run again "+
+		"on a healthy peer: retry the redemption in a few seconds (once the document runs again, on any peer, this claim resumes "+
+		"the entity through the new attempt's claim): %w", claimID, ss.pc.addr, since, why, d.id, ErrPeerUnavailable)
 }
 
 // redeemEarlier redeems cr, a claim of an earlier attempt of d: the store

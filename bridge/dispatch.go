@@ -21,7 +21,7 @@ func (b *Bridge) startAttemptLocked() *attempt {
 	if b.closing {
 		return nil
 	}
-	ss := b.activeSessionLocked()
+	ss := b.pickSessionLocked()
 	if ss == nil {
 		return nil
 	}

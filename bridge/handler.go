@@ -424,7 +424,10 @@ func (b *Bridge) resumeDurableLocked(d *docRun, claims map[string]bool) {
 // onSessionClosedLocked fails the non-terminal entities of the session's
 // documents locally and re-dispatches those documents (profile 7, 8).
 func (b *Bridge) onSessionClosedLocked(ss *sessState, err error) {
-	ss.closed = true
+	ss.closed, ss.closedAt = true, time.Now()
+	if err != nil {
+		ss.closeErr = err.Error()
+	}
 	b.retireLocked(ss)
 	delete(b.sessions, ss)
 	b.kick() // a draft-04 dial may wait for this session to end
@@ -450,6 +453,7 @@ func (b *Bridge) abortAttemptLocked(d *docRun, reason string, countIt bool) {
 	a := d.att
 	if ss := d.sess(); ss != nil {
 		delete(ss.docs, d)
+		ss.pc.aborted.Inc()
 		if !ss.closed {
 			b.sendCancelLocked(ss, d)
 		}

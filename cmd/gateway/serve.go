@@ -37,9 +37,9 @@ func runServe(args []string) int {
 	httpAddr := fs.String("http-addr", "GATEWAY_HTTP_ADDR", gateway.DefaultHTTPAddr, "HTTP listen address (REST, WebSocket, /healthz, /metrics, /docs/)")
 	dataDir := fs.String("data-dir", "GATEWAY_DATA_DIR", "./data", "directory for the store, spool and results (the embedded peer uses <data-dir>/peer)")
 	storeURL := fs.String("store", "GATEWAY_STORE", "", storeFlagHelp)
-	peerAddr := fs.String("peer", "GATEWAY_PEER", "", "UDP host:port of an external PipeStream peer (empty: start one in-process)")
-	peerCA := fs.String("peer-ca", "GATEWAY_PEER_CA", "", "PEM file of the CA or certificate that verifies --peer (required with --peer)")
-	peerName := fs.String("peer-server-name", "GATEWAY_PEER_SERVER_NAME", "", "TLS server name of --peer (default: its host)")
+	peerAddrs := fs.Strings("peer", "GATEWAY_PEER", "UDP host:port of an external PipeStream peer, once per peer: new documents go to the least-loaded healthy one (none: start one in-process)")
+	peerCAs := fs.Strings("peer-ca", "GATEWAY_PEER_CA", "PEM file of the CA or certificate(s) that verify --peer (required with --peer): once for every peer, or once per --peer in the same order")
+	peerNames := fs.Strings("peer-server-name", "GATEWAY_PEER_SERVER_NAME", "TLS server name of --peer (default: its host): once for every peer, or once per --peer in the same order")
 	peerCert := fs.String("peer-cert", "GATEWAY_PEER_CLIENT_CERT", "", "PEM client certificate presented to --peer (mutual TLS; with --peer-key)")
 	peerKey := fs.String("peer-key", "GATEWAY_PEER_CLIENT_KEY", "", "PEM private key of --peer-cert")
 	preferPB := fs.Bool("prefer-protobuf", "GATEWAY_PREFER_PROTOBUF", false, "offer the Protobuf serialization format (CBOR otherwise)")
@@ -86,6 +86,10 @@ func runServe(args []string) int {
 		fmt.Fprintf(os.Stderr, "gateway serve: unexpected argument %q (flags only; see --help)\n", fs.Arg(0))
 		return 2
 	}
+	if _, err := serve.MatchPeers(*peerAddrs, *peerCAs, *peerNames); err != nil {
+		fmt.Fprintf(os.Stderr, "gateway serve: %v (see 'gateway serve --help')\n", err)
+		return 2
+	}
 	log, err := newLogger(*logLevel, *logFormat)
 	if err != nil {
 		return fail(os.Stderr, "serve", err)
@@ -127,8 +131,6 @@ func runServe(args []string) int {
 	}
 	bopts := bridge.Options{
 		DataDir:          *dataDir,
-		PeerAddr:         *peerAddr,
-		PeerServerName:   *peerName,
 		PreferProtobuf:   *preferPB,
 		InlineThreshold:  *inline,
 		MaxDocumentBytes: *maxUpload,
@@ -145,7 +147,9 @@ func runServe(args []string) int {
 		Gateway:         gcfg,
 		Bridge:          bopts,
 		Logger:          log,
-		PeerCAFile:      *peerCA,
+		PeerAddrs:       *peerAddrs,
+		PeerCAFiles:     *peerCAs,
+		PeerServerNames: *peerNames,
 		PeerCertFile:    *peerCert,
 		PeerKeyFile:     *peerKey,
 		AuthTokensFile:  *authTokens,
