@@ -136,3 +136,33 @@ func serving(base string) bool {
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode == 200 && strings.Contains(string(b), "SERVING")
 }
+
+// MatchPeers pairs repeated --peer with --peer-ca and --peer-server-name:
+// once for every peer, or once per peer in the same order.
+func TestMatchPeers(t *testing.T) {
+	addrs := []string{"a:1", "b:2"}
+	got, err := serve.MatchPeers(addrs, []string{"ca.pem"}, nil)
+	if err != nil || len(got) != 2 || got[0] != (serve.PeerSpec{Addr: "a:1", CAFile: "ca.pem"}) || got[1] != (serve.PeerSpec{Addr: "b:2", CAFile: "ca.pem"}) {
+		t.Fatalf("one CA for every peer: %+v %v", got, err)
+	}
+	got, err = serve.MatchPeers(addrs, []string{"a.pem", "b.pem"}, []string{"x", "y"})
+	if err != nil || got[0] != (serve.PeerSpec{"a:1", "a.pem", "x"}) || got[1] != (serve.PeerSpec{"b:2", "b.pem", "y"}) {
+		t.Fatalf("a CA and a name per peer: %+v %v", got, err)
+	}
+	got, err = serve.MatchPeers(addrs, []string{"a.pem", "b.pem"}, []string{"x"})
+	if err != nil || got[0].ServerName != "x" || got[1].ServerName != "x" {
+		t.Fatalf("one server name for every peer: %+v %v", got, err)
+	}
+	for _, bad := range []struct{ cas, names []string }{
+		{nil, nil},
+		{[]string{"a", "b", "c"}, nil},
+		{[]string{"a"}, []string{"x", "y", "z"}},
+	} {
+		if _, err := serve.MatchPeers(addrs, bad.cas, bad.names); err == nil {
+			t.Errorf("MatchPeers(%v, %v, %v) accepted", addrs, bad.cas, bad.names)
+		}
+	}
+	if got, err := serve.MatchPeers(nil, nil, nil); err != nil || got != nil {
+		t.Errorf("no peer: %v %v", got, err)
+	}
+}
