@@ -272,20 +272,16 @@ func (b *Bridge) liveSessionsLocked(pc *peerConn) int {
 // the least-loaded peer with a usable session (in-flight documents
 // relative to the negotiated window), ties broken round-robin so equal
 // peers share the work; nil when no peer has one (down, connecting, or
-// GOAWAY).
+// GOAWAY). newAttemptLocked moves the round-robin past the peer it
+// assigns to.
 func (b *Bridge) pickSessionLocked() *sessState {
 	var best *sessState
-	at := 0
 	n := len(b.peers)
 	for i := range n {
-		j := (b.nextPeer + i) % n
-		ss := b.peers[j].usableLocked()
+		ss := b.peers[(b.nextPeer+i)%n].usableLocked()
 		if ss != nil && (best == nil || lessLoaded(ss, best)) {
-			best, at = ss, j
+			best = ss
 		}
-	}
-	if best != nil {
-		b.nextPeer = (at + 1) % n
 	}
 	return best
 }

@@ -16,7 +16,8 @@ import (
 )
 
 // startAttemptLocked pops the next queued document and starts an attempt on
-// the active session (nil when there is nothing to do).
+// the session placement picks (pickSessionLocked; nil when there is
+// nothing to do).
 func (b *Bridge) startAttemptLocked() *attempt {
 	if b.closing {
 		return nil

@@ -428,6 +428,14 @@ func (b *Bridge) onSessionClosedLocked(ss *sessState, err error) {
 	if err != nil {
 		ss.closeErr = err.Error()
 	}
+	if pc := ss.pc; (pc.active == ss || pc.active == nil) && !ss.draft04 {
+		// The peer is down until a new session is up (a draft-04 session
+		// ends after every document: its peer stays idle).
+		pc.ok, pc.lastErr, pc.errAt = false, "session lost: "+ss.closeErr, ss.closedAt
+		if err == nil {
+			pc.lastErr = "session closed"
+		}
+	}
 	b.retireLocked(ss)
 	delete(b.sessions, ss)
 	b.kick() // a draft-04 dial may wait for this session to end

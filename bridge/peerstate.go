@@ -77,6 +77,7 @@ type PeerStatus struct {
 // field is guarded by Bridge.mu.
 type peerConn struct {
 	addr string
+	idx  int // position in Bridge.peers
 	tls  *tls.Config
 
 	framing quicpeer.Framing // what the next dial uses
@@ -102,7 +103,7 @@ func newPeers(o *Options, m *metrics) ([]*peerConn, error) {
 			}
 			return nil, err
 		}
-		out = append(out, &peerConn{addr: ep.Addr, tls: tc, framing: o.PeerFraming,
+		out = append(out, &peerConn{addr: ep.Addr, idx: i, tls: tc, framing: o.PeerFraming,
 			connKick: make(chan struct{}, 1), connects: m.connects.WithLabelValues(ep.Addr),
 			aborted: m.aborted.WithLabelValues(ep.Addr)})
 	}
