@@ -243,9 +243,13 @@ func TestManyPeersOneDiesEverythingSucceeds(t *testing.T) {
 	e := newPeersEnv(t, a, b)
 	e.waitPeer(a.addr, "connected", connected)
 	e.waitPeer(b.addr, "connected", connected)
-	// One deferred document on each peer (equal loads take turns): a
-	// surely has work in flight when it dies.
+	// One deferred document on each peer, the first on a (equal loads
+	// take turns, starting with the first peer): a surely has work in
+	// flight when it dies.
 	d1, c1 := e.submitDeferred([]byte("deferred one"))
+	if got := e.inFlight(a, b); got[0] != 1 || got[1] != 0 {
+		t.Fatalf("in flight per peer %v after the first document, want [1 0]", got)
+	}
 	d2, c2 := e.submitDeferred([]byte("deferred two"))
 	if got := e.inFlight(a, b); got[0] != 1 || got[1] != 1 {
 		t.Fatalf("in flight per peer %v, want [1 1]", got)
@@ -261,6 +265,9 @@ func TestManyPeersOneDiesEverythingSucceeds(t *testing.T) {
 	}
 	a.stop(0)
 	e.waitPeer(a.addr, "down", func(p bridge.PeerStatus) bool { return p.State == "down" || p.State == "connecting" })
+	// d1 runs again on b, which defers it again; its first claim (issued
+	// by a) resumes it through the new one.
+	e.waitFor(d1.Id, 20*time.Second, "d1 deferred again on b", func(d *gatewayv1.Document) bool { return len(d.ClaimChecks) == 2 })
 	for _, c := range []string{c1, c2} {
 		if _, err := e.b.Redeem(context.Background(), "", c); err != nil {
 			t.Fatalf("redeem %s after peer a died: %v", c, err)
