@@ -11,6 +11,7 @@ import (
 
 	"github.com/pipestream/gateway/bridge"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
+	"github.com/pipestream/gateway/quicpeer"
 	"github.com/pipestream/gateway/quicpeer/peer"
 )
 
@@ -348,5 +349,43 @@ func TestManyPeersOptionsChecked(t *testing.T) {
 		if !errors.Is(err, bridge.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: New: %v, want ErrInvalid saying %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+// Framing is per peer: a peer configured draft-04 (PeerEndpoint.Framing)
+// is dialed with it, one document per connection, while the other keeps
+// draft-02 with the profile. While b is down every document runs on a,
+// each on a connection of its own; then b comes up on draft-02; documents
+// succeed with their bytes as the result.
+func TestManyPeersFramingPerPeer(t *testing.T) {
+	a, b := newTestPeer(t), newTestPeer(t)
+	b.stop(0)
+	e := &env{t: t, dir: t.TempDir()}
+	e.opts = bridge.Options{DataDir: e.dir, Logger: quietLogger(), Peers: []bridge.PeerEndpoint{
+		{Addr: a.addr, CAPEM: a.cert, Framing: quicpeer.FramingDraft04}, {Addr: b.addr, CAPEM: b.cert}}}
+	e.startBridge()
+	t.Cleanup(func() { e.closeBridge() })
+	run := func(n int) {
+		t.Helper()
+		ins := map[string][]byte{}
+		for i := range n {
+			in := fmt.Appendf(nil, "document %d over a draft-04 and a draft-02 peer", i)
+			ins[e.submit(in, &gatewayv1.SubmitDocumentRequest{ContentType: "text/plain"}).Id] = in
+		}
+		for id, in := range ins {
+			if got := e.wait(id, 20*time.Second); got.State != gatewayv1.State_SUCCEEDED || !bytes.Equal(e.result(id), in) {
+				t.Fatalf("document %s: %s %q", id, got.State, got.Error)
+			}
+		}
+	}
+	run(3)
+	if v, _ := e.labeled("pipestream_bridge_session_connects_total", a.addr); v < 3 {
+		t.Fatalf("%v sessions to the draft-04 peer for 3 documents, want one per document", v)
+	}
+	b.start()
+	e.waitPeer(b.addr, "connected", connected)
+	run(4)
+	if pa, pb := e.peerStatus(a.addr), e.peerStatus(b.addr); pa.Framing != "draft-04" || pb.Framing != "draft-02" || !pb.Profile {
+		t.Fatalf("peers %+v %+v: want a on draft-04, b on draft-02 with the profile", pa, pb)
 	}
 }

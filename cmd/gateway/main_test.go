@@ -363,6 +363,8 @@ func TestServePeerFlagCounts(t *testing.T) {
 		{nil, []string{"--peer", "127.0.0.1:1", "--peer", "127.0.0.1:2", "--peer-ca", ca, "--peer-server-name", "a", "--peer-server-name", "b", "--peer-server-name", "c"},
 			"--peer-server-name is given 3 times for 2 --peer"},
 		{nil, []string{"--peer", "127.0.0.1:1", "--peer", "127.0.0.1:1", "--peer-ca", ca}, "distinct"},
+		{nil, []string{"--peer", "127.0.0.1:1", "--peer", "127.0.0.1:2", "--peer-ca", ca, "--peer-framing", "auto", "--peer-framing", "draft-04", "--peer-framing", "auto"},
+			"--peer-framing is given 3 times for 2 --peer"},
 	} {
 		_, stderr, code := run(t, tc.env, append([]string{"serve", "--data-dir", dir}, tc.args...)...)
 		if code != 2 || !strings.Contains(stderr, tc.want) {

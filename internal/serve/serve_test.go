@@ -146,7 +146,7 @@ func TestMatchPeers(t *testing.T) {
 		t.Fatalf("one CA for every peer: %+v %v", got, err)
 	}
 	got, err = serve.MatchPeers(addrs, []string{"a.pem", "b.pem"}, []string{"x", "y"})
-	if err != nil || got[0] != (serve.PeerSpec{"a:1", "a.pem", "x"}) || got[1] != (serve.PeerSpec{"b:2", "b.pem", "y"}) {
+	if err != nil || got[0] != (serve.PeerSpec{Addr: "a:1", CAFile: "a.pem", ServerName: "x"}) || got[1] != (serve.PeerSpec{Addr: "b:2", CAFile: "b.pem", ServerName: "y"}) {
 		t.Fatalf("a CA and a name per peer: %+v %v", got, err)
 	}
 	got, err = serve.MatchPeers(addrs, []string{"a.pem", "b.pem"}, []string{"x"})
@@ -164,5 +164,26 @@ func TestMatchPeers(t *testing.T) {
 	}
 	if got, err := serve.MatchPeers(nil, nil, nil); err != nil || got != nil {
 		t.Errorf("no peer: %v %v", got, err)
+	}
+}
+
+// MatchFramings: --peer-framing once applies to every peer (through
+// Bridge.PeerFraming), once per peer gives each its own; other counts and
+// unknown framings are refused.
+func TestMatchFramings(t *testing.T) {
+	specs := func() []serve.PeerSpec { return []serve.PeerSpec{{Addr: "a:1"}, {Addr: "b:2"}} }
+	s := specs()
+	if err := serve.MatchFramings(s, []string{"draft-04"}); err != nil || s[0].Framing != "" || s[1].Framing != "" {
+		t.Fatalf("once: %+v %v", s, err)
+	}
+	s = specs()
+	if err := serve.MatchFramings(s, []string{"draft-04", "auto"}); err != nil || s[0].Framing != "draft-04" || s[1].Framing != "auto" {
+		t.Fatalf("per peer: %+v %v", s, err)
+	}
+	if err := serve.MatchFramings(specs(), []string{"auto", "auto", "auto"}); err == nil || !strings.Contains(err.Error(), "--peer-framing is given 3 times for 2 --peer") {
+		t.Errorf("3 framings for 2 peers: %v", err)
+	}
+	if err := serve.MatchFramings(specs(), []string{"auto", "draft-9"}); err == nil || !strings.Contains(err.Error(), "b:2") {
+		t.Errorf("unknown framing: %v", err)
 	}
 }
