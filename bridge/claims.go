@@ -127,7 +127,7 @@ func (b *Bridge) issuerGoneLocked(d *docRun, cr *claimRun, claimID string) error
 	if ss.closeErr != "" {
 		why = "its session was lost: " + ss.closeErr
 	}
-	if pc := ss.pc; pc.lastErr != "" {
+	if pc := ss.pc; pc.lastErr != "" && pc.errAt.After(ss.closedAt) {
 		why += "; reconnecting fails: " + pc.lastErr
 	}
 	return fmt.Errorf("claim %s was issued by the PipeStream peer %s, unreachable since %s (%s); document %s is queued to run again "+
