@@ -93,7 +93,6 @@ func (b *Bridge) newAttemptLocked(d *docRun, ss *sessState) *attempt {
 	d.att = a
 	d.rec.DispatchAttempts++
 	ss.docs[d] = struct{}{}
-	b.nextPeer = (ss.pc.idx + 1) % len(b.peers) // the next tie goes to the next peer
 	d.rec.Doc.WaitReason = ""
 	if ss.draft04 {
 		// One document per draft-04 connection (the reference

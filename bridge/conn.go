@@ -272,8 +272,7 @@ func (b *Bridge) liveSessionsLocked(pc *peerConn) int {
 // the least-loaded peer with a usable session (in-flight documents
 // relative to the negotiated window), ties broken round-robin so equal
 // peers share the work; nil when no peer has one (down, connecting, or
-// GOAWAY). newAttemptLocked moves the round-robin past the peer it
-// assigns to.
+// GOAWAY). placeLocked starts the attempt there.
 func (b *Bridge) pickSessionLocked() *sessState {
 	var best *sessState
 	n := len(b.peers)
@@ -284,6 +283,14 @@ func (b *Bridge) pickSessionLocked() *sessState {
 		}
 	}
 	return best
+}
+
+// placeLocked starts d's next attempt on ss, the session placement picked,
+// and moves the round-robin past its peer: the next tie goes to the next
+// peer.
+func (b *Bridge) placeLocked(d *docRun, ss *sessState) *attempt {
+	b.nextPeer = (ss.pc.idx + 1) % len(b.peers)
+	return b.newAttemptLocked(d, ss)
 }
 
 // lessLoaded reports whether session x carries less of its window than y:

@@ -33,7 +33,7 @@ func (b *Bridge) startAttemptLocked() *attempt {
 		if d.terminal() || d.sess() != nil {
 			continue
 		}
-		return b.newAttemptLocked(d, ss)
+		return b.placeLocked(d, ss)
 	}
 	return nil
 }
