@@ -34,7 +34,10 @@ var (
 	ErrClaimExpired       = errorString("claim expired")                           // codes.FailedPrecondition, reason CLAIM_EXPIRED
 	ErrTooLarge           = errorString("too large")                               // codes.InvalidArgument / HTTP 413
 	ErrUnavailable        = errorString("unavailable")                             // codes.Unavailable (shutting down)
-	ErrResourceExhausted  = errorString("resource exhausted")                      // codes.ResourceExhausted
+	// ErrPeerUnavailable: the claim's entity waits at a peer whose session
+	// ended, and no other attempt of the document runs yet (Redeem).
+	ErrPeerUnavailable   = errorString("peer unavailable")   // codes.Unavailable, reason PEER_UNAVAILABLE
+	ErrResourceExhausted = errorString("resource exhausted") // codes.ResourceExhausted
 	// ErrResultAbsent: the document SUCCEEDED but the peer returned no
 	// result (a plain peer may not; docs/profile.md 9).
 	ErrResultAbsent = errorString("result absent") // codes.NotFound, reason RESULT_ABSENT
@@ -119,6 +122,20 @@ var (
 	ErrConsumerTooSlow = errorString("ConsumerTooSlow: subscriber fell too far behind")
 )
 
+// PeerEndpoint is one PipeStream peer of Options.Peers.
+type PeerEndpoint struct {
+	// Addr is the UDP host:port of the peer.
+	Addr string
+	// CAPEM verifies the peer's certificate (a CA bundle or its pinned
+	// certificate). Required.
+	CAPEM []byte
+	// ServerName overrides the TLS server name (default: host of Addr).
+	ServerName string
+	// Framing toward this peer: FramingDraft02 or FramingDraft04; the
+	// zero value (FramingAuto) takes Options.PeerFraming.
+	Framing quicpeer.Framing
+}
+
 // Options configure a Bridge (validated in New; zero values take defaults).
 //
 //	func New(ctx context.Context, opts Options) (*Bridge, error)
@@ -132,14 +149,21 @@ type Options struct {
 	// DataDir). The bridge owns it: Close closes it, also when New fails.
 	// DataDir is still required: plain chunk results are spooled there.
 	Store Store
-	// PeerAddr is the UDP host:port of the PipeStream peer.
+	// PeerAddr is the UDP host:port of the PipeStream peer (one peer; for
+	// several use Peers and leave PeerAddr, PeerCAPEM and PeerServerName
+	// empty).
 	PeerAddr string
 	// PeerCAPEM verifies the peer's certificate (a CA bundle or the embedded
 	// peer's self-signed certificate, pinned). Required.
 	PeerCAPEM []byte
 	// PeerServerName overrides the TLS server name (default: host of PeerAddr).
 	PeerServerName string
-	// PeerClientCert enables mutual TLS toward the peer (optional).
+	// Peers are several PipeStream peers (docs/scale-out.md, "Many
+	// peers"): each gets its own connection, framing detection and health,
+	// and new documents go to the least-loaded healthy one. Empty: the one
+	// peer of PeerAddr.
+	Peers []PeerEndpoint
+	// PeerClientCert enables mutual TLS toward the peer(s) (optional).
 	PeerClientCertPEM, PeerClientKeyPEM []byte
 	// PreferProtobuf offers the Protobuf serialization format.
 	PreferProtobuf bool

@@ -104,6 +104,15 @@ func (b *Bridge) newAttemptLocked(d *docRun, ss *sessState) *attempt {
 	return a
 }
 
+// peerAddr is the address of the peer the attempt runs on ("" for the
+// idle attempt).
+func (a *attempt) peerAddr() string {
+	if a.ss == nil {
+		return ""
+	}
+	return a.ss.pc.addr
+}
+
 // newest reports whether a is still its document's newest attempt and the
 // document is not finished (a may have ended: the document waits for the
 // next one). Caller holds Bridge.mu.

@@ -2,27 +2,26 @@ package bridge
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/pipestream/gateway/bridge/eventlog"
 	"github.com/pipestream/gateway/bridge/store"
-	"github.com/pipestream/gateway/quicpeer"
 )
 
-// Bridge implements Service over one PipeStream peer.
+// Bridge implements Service over one or several PipeStream peers.
 type Bridge struct {
 	opts Options
 	log  *slog.Logger
 	st   Store
 	ev   *eventlog.Log
 	m    *metrics
-	tls  *tls.Config
 
 	ctx    context.Context // lives until Close
 	cancel context.CancelFunc
@@ -39,11 +38,9 @@ type Bridge struct {
 	closing  bool
 	docs     map[string]*docRun // non-terminal documents (and finished ones until flushed)
 	queue    []*docRun          // documents waiting for dispatch
-	active   *sessState
+	peers    []*peerConn        // in the configured order; fixed after New
+	nextPeer int                // where placement's round-robin tie-break starts
 	sessions map[*sessState]struct{}
-	sessWake chan struct{} // closed when the active session should be replaced
-	peer     peerState
-	connKick chan struct{} // wakes a connection loop waiting for work (draft-04)
 	uploads  sync.WaitGroup
 }
 
@@ -53,7 +50,8 @@ var _ Service = (*Bridge)(nil)
 // non-terminal documents, and starts the peer connection manager (see
 // Options).
 func New(ctx context.Context, opts Options) (*Bridge, error) {
-	tc, err := validate(&opts)
+	m := newMetrics(opts.Registerer)
+	peers, err := validate(&opts, m)
 	if err != nil {
 		if opts.Store != nil {
 			opts.Store.Close()
@@ -82,11 +80,10 @@ func New(ctx context.Context, opts Options) (*Bridge, error) {
 	}
 	bctx, cancel := context.WithCancel(context.Background())
 	b := &Bridge{
-		opts: opts, log: opts.Logger, st: st, ev: ev, m: newMetrics(opts.Registerer), tls: tc,
+		opts: opts, log: opts.Logger, st: st, ev: ev, m: m, peers: peers,
 		ctx: bctx, cancel: cancel,
 		kickCh: make(chan struct{}, 1), flushCh: make(chan struct{}, 1), flushStop: make(chan struct{}),
 		docs: map[string]*docRun{}, sessions: map[*sessState]struct{}{},
-		peer: peerState{framing: opts.PeerFraming}, connKick: make(chan struct{}, 1),
 	}
 	b.flushWG.Add(1)
 	go b.flushLoop()
@@ -94,8 +91,11 @@ func New(ctx context.Context, opts Options) (*Bridge, error) {
 		b.shutdownStore()
 		return nil, err
 	}
-	b.wg.Add(4)
-	go b.connLoop(bctx)
+	m.registerPeers(b, opts.Registerer)
+	b.wg.Add(3 + len(peers))
+	for _, pc := range peers {
+		go b.connLoop(bctx, pc)
+	}
 	go b.dispatchLoop(bctx)
 	go b.claimSweeper(bctx)
 	go b.superviseLoop(bctx)
@@ -106,12 +106,12 @@ func New(ctx context.Context, opts Options) (*Bridge, error) {
 	return b, nil
 }
 
-// validate fills opts and builds the peer TLS configuration.
-func validate(opts *Options) (*tls.Config, error) {
+// validate fills opts and builds the peers (their TLS configuration).
+func validate(opts *Options, m *metrics) ([]*peerConn, error) {
 	if err := opts.fill(); err != nil {
 		return nil, err
 	}
-	return tlsConfig(opts)
+	return newPeers(opts, m)
 }
 
 // fill validates Options and applies defaults.
@@ -119,11 +119,8 @@ func (o *Options) fill() error {
 	if o.DataDir == "" {
 		return invalidf("Options.DataDir is required (the SQLite file, spool and results live there)")
 	}
-	if o.PeerAddr == "" {
-		return invalidf("Options.PeerAddr is required (UDP host:port of the PipeStream peer)")
-	}
-	if len(o.PeerCAPEM) == 0 {
-		return invalidf("Options.PeerCAPEM is required (CA bundle or the peer's pinned certificate)")
+	if err := o.fillPeers(); err != nil {
+		return err
 	}
 	if o.InlineThreshold < 0 || o.MaxDocumentBytes < 0 || o.MaxDispatchAttempts < 0 {
 		return invalidf("Options limits must not be negative")
@@ -152,20 +149,26 @@ func (o *Options) fill() error {
 	return nil
 }
 
-// Ready reports whether a peer session is up.
+// Ready reports whether some peer takes work: a session is up, or a
+// draft-04 peer answered (it gets a connection per document).
 func (b *Bridge) Ready() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closing {
 		return fmt.Errorf("bridge is shutting down: %w", ErrUnavailable)
 	}
-	if b.activeSessionLocked() != nil || (b.peer.ok && b.peer.framing == quicpeer.FramingDraft04) {
-		return nil // a draft-04 peer gets a connection per document
+	if b.anyPeerReadyLocked() {
+		return nil
 	}
-	if b.peer.lastErr != "" {
-		return fmt.Errorf("no session to the PipeStream peer %s: %s: %w", b.opts.PeerAddr, b.peer.lastErr, ErrUnavailable)
+	why := make([]string, 0, len(b.peers))
+	for _, pc := range b.peers {
+		if pc.lastErr != "" {
+			why = append(why, fmt.Sprintf("no session to the PipeStream peer %s: %s", pc.addr, pc.lastErr))
+		} else {
+			why = append(why, fmt.Sprintf("no session to the PipeStream peer %s (dialing)", pc.addr))
+		}
 	}
-	return fmt.Errorf("no session to the PipeStream peer %s (dialing): %w", b.opts.PeerAddr, ErrUnavailable)
+	return fmt.Errorf("%s: %w", strings.Join(why, "; "), ErrUnavailable)
 }
 
 // Close stops intake, sends GOAWAY on every session, drains within ctx,
@@ -255,9 +258,11 @@ func (b *Bridge) kick() {
 	case b.kickCh <- struct{}{}:
 	default:
 	}
-	select {
-	case b.connKick <- struct{}{}:
-	default:
+	for _, pc := range b.peers {
+		select {
+		case pc.connKick <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -333,4 +338,36 @@ func (b *Bridge) claimSweeper(ctx context.Context) {
 func fileExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
+}
+
+// fillPeers checks the peer options and makes Options.Peers whole: the one
+// peer of PeerAddr, PeerCAPEM and PeerServerName, or the list given.
+func (o *Options) fillPeers() error {
+	if len(o.Peers) > 0 {
+		if o.PeerAddr != "" || len(o.PeerCAPEM) > 0 || o.PeerServerName != "" {
+			return invalidf("set Options.Peers or Options.PeerAddr/PeerCAPEM/PeerServerName, not both")
+		}
+		o.Peers = slices.Clone(o.Peers)
+	} else {
+		o.Peers = []PeerEndpoint{{Addr: o.PeerAddr, CAPEM: o.PeerCAPEM, ServerName: o.PeerServerName}}
+	}
+	seen := map[string]bool{}
+	for i, p := range o.Peers {
+		what := "Options.PeerAddr"
+		if len(o.Peers) > 1 {
+			what = fmt.Sprintf("Options.Peers[%d]", i)
+		}
+		switch {
+		case p.Addr == "":
+			return invalidf("%s is required (UDP host:port of the PipeStream peer)", what)
+		case len(p.CAPEM) == 0 && len(o.Peers) == 1:
+			return invalidf("Options.PeerCAPEM is required (CA bundle or the peer's pinned certificate)")
+		case len(p.CAPEM) == 0:
+			return invalidf("%s.CAPEM is required (CA bundle or the peer's pinned certificate)", what)
+		case seen[p.Addr]:
+			return invalidf("%s: peer %s is listed twice", what, p.Addr)
+		}
+		seen[p.Addr] = true
+	}
+	return nil
 }

@@ -79,7 +79,13 @@ func (b *Bridge) Redeem(ctx context.Context, t Tenant, claimID string) (*gateway
 		return nil, err
 	}
 	running := cr.att.current()
+	if !running {
+		err = b.issuerGoneLocked(d, cr, claimID)
+	}
 	b.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
 	commit := func(ctx context.Context) (*gatewayv1.ClaimCheck, error) { return b.commitRedeem(ctx, t, claimID, now) }
 	if running {
 		return b.redeemRun(ctx, d, claimID, "", commit)
@@ -113,6 +119,33 @@ func (b *Bridge) claimToRedeemLocked(docID, claimID string) (*docRun, *claimRun,
 	return d, cr, nil
 }
 
+// issuerGoneLocked refuses the redemption of a claim whose entity waits at
+// a peer that is gone: the session of the attempt that got the claim ended,
+// its peer has no session now, and the document runs on no other peer yet
+// (it is queued for re-dispatch, or waits for any peer). The client
+// retries: once the document runs again, on any peer, the claim resumes it
+// through the new attempt's claim (redeemEarlier). A claim of an attempt of
+// an earlier process (no session known) takes the redeemEarlier path as
+// before. Caller holds mu.
+func (b *Bridge) issuerGoneLocked(d *docRun, cr *claimRun, claimID string) error {
+	ss := cr.att.ss
+	if ss == nil || !ss.closed || d.att.current() || ss.pc.usableLocked() != nil {
+		return nil
+	}
+	b.m.claims.WithLabelValues("peer_unavailable").Inc()
+	since := ss.closedAt.UTC().Format(time.RFC3339)
+	why := "its session ended"
+	if ss.closeErr != "" {
+		why = "its session was lost: " + ss.closeErr
+	}
+	if pc := ss.pc; pc.lastErr != "" && pc.errAt.After(ss.closedAt) {
+		why += "; reconnecting fails: " + pc.lastErr
+	}
+	return fmt.Errorf("claim %s was issued by the PipeStream peer %s, unreachable since %s (%s); document %s is queued to run again "+
+		"on a healthy peer: retry the redemption in a few seconds (once the document runs again, on any peer, this claim resumes "+
+		"the entity through the new attempt's claim): %w", claimID, ss.pc.addr, since, why, d.id, ErrPeerUnavailable)
+}
+
 // redeemEarlier redeems cr, a claim of an earlier attempt of d: the store
 // marks it REDEEMED, and the entity is resumed through the current
 // attempt's claim for the same chunk (or root): at once when that claim
@@ -135,9 +168,18 @@ func (b *Bridge) redeemEarlier(ctx context.Context, d *docRun, cr *claimRun, cla
 		cur = d.currentClaimLocked(cr.slot, claimID)
 	}
 	msg := fmt.Sprintf("issued to dispatch attempt %d; resumes the entity of attempt %d", from, d.att.gen)
-	if cur == "" {
+	switch {
+	case cur == "":
 		msg += " once the peer defers it again"
 		d.preRedeem[cr.slot] = claimID
+	case !d.claims[cur].durable:
+		// The store redeems only what it holds: resume through the new
+		// claim once the flush that writes it commits (resumeDurableLocked).
+		if d.resumeVia == nil {
+			d.resumeVia = map[string]string{}
+		}
+		d.resumeVia[cur] = claimID
+		cur = ""
 	}
 	d.redeemedLocked(cr, claimID, stored, msg)
 	d.out.claims[claimID] = true

@@ -17,6 +17,7 @@ import (
 // sessState is the bridge's view of one quicpeer session. Guarded by
 // Bridge.mu.
 type sessState struct {
+	pc     *peerConn // the peer it is a session to
 	s      *quicpeer.Session
 	n      quicpeer.Negotiated
 	codec  wire.Codec
@@ -33,6 +34,8 @@ type sessState struct {
 	docs     map[*docRun]struct{} // documents whose current attempt runs here
 	goaway   bool                 // GOAWAY received: assign nothing new here
 	closed   bool
+	closedAt time.Time // when closed was set
+	closeErr string    // why the session ended ("" for a clean close)
 	// profile: documents on this session use the profile (else plain
 	// entities, docs/profile.md 9); draft04: the session uses draft-04
 	// framing and carries one document (the reference conversation).
@@ -118,18 +121,19 @@ type parentRef struct {
 	depth uint8
 }
 
-// tlsConfig builds the client TLS config: verify with PeerCAPEM, server name
-// from PeerServerName or the host of PeerAddr, optional client certificate.
-func tlsConfig(o *Options) (*tls.Config, error) {
+// tlsConfig builds the client TLS config toward ep: verify with ep.CAPEM,
+// server name from ep.ServerName or the host of ep.Addr, optional client
+// certificate (shared by every peer).
+func tlsConfig(o *Options, ep PeerEndpoint) (*tls.Config, error) {
 	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(o.PeerCAPEM) {
+	if !pool.AppendCertsFromPEM(ep.CAPEM) {
 		return nil, invalidf("PeerCAPEM holds no PEM certificate; pass the peer's CA bundle or its pinned certificate")
 	}
-	name := o.PeerServerName
+	name := ep.ServerName
 	if name == "" {
-		host, _, err := net.SplitHostPort(o.PeerAddr)
+		host, _, err := net.SplitHostPort(ep.Addr)
 		if err != nil {
-			return nil, invalidf("PeerAddr %q is not host:port: %v", o.PeerAddr, err)
+			return nil, invalidf("PeerAddr %q is not host:port: %v", ep.Addr, err)
 		}
 		name = host
 	}
@@ -154,21 +158,22 @@ func (b *Bridge) offer() wire.Capabilities {
 	return c
 }
 
-// connLoop keeps one active session: dial with backoff and jitter (profile
-// 8), and dial again when the active one ends or received GOAWAY.
-func (b *Bridge) connLoop(ctx context.Context) {
+// connLoop keeps one active session to pc: dial with backoff and jitter
+// (profile 8), and dial again when the active one ends or received GOAWAY.
+// Every peer has its own.
+func (b *Bridge) connLoop(ctx context.Context, pc *peerConn) {
 	defer b.wg.Done()
 	delay := redialMin
 	for ctx.Err() == nil {
-		if !b.waitForWork(ctx) {
+		if !b.waitForWork(ctx, pc) {
 			return
 		}
-		ss, err := b.dial(ctx)
+		ss, err := b.dial(ctx, pc)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			b.log.Warn("bridge: dial peer failed; retrying", "addr", b.opts.PeerAddr, "in", delay, "err", err)
+			b.log.Warn("bridge: dial peer failed; retrying", "addr", pc.addr, "in", delay, "err", err)
 			if !sleep(ctx, jitter(delay)) {
 				return
 			}
@@ -176,13 +181,13 @@ func (b *Bridge) connLoop(ctx context.Context) {
 			continue
 		}
 		delay = redialMin
-		b.m.reconnects.Inc()
-		b.log.Info("bridge: peer session up", "addr", b.opts.PeerAddr, "session", ss.s.ID(),
+		pc.connects.Inc()
+		b.log.Info("bridge: peer session up", "addr", pc.addr, "session", ss.s.ID(),
 			"format", ss.n.Format, "layer1", ss.n.Layer1, "layer2", ss.n.Layer2)
 		b.kick()
 		// Wait until this session ends or is told to go away.
 		b.mu.Lock()
-		wake := b.sessWake
+		wake := pc.sessWake
 		b.mu.Unlock()
 		select {
 		case <-ctx.Done():
@@ -193,15 +198,15 @@ func (b *Bridge) connLoop(ctx context.Context) {
 	}
 }
 
-// dial opens a session and makes it the active one.
-func (b *Bridge) dial(ctx context.Context) (*sessState, error) {
-	ss := &sessState{ents: map[entKey]*entRef{}, scopes: map[uint32]*scopeOwner{}, docs: map[*docRun]struct{}{},
+// dial opens a session to pc and makes it pc's active one.
+func (b *Bridge) dial(ctx context.Context, pc *peerConn) (*sessState, error) {
+	ss := &sessState{pc: pc, ents: map[entKey]*entRef{}, scopes: map[uint32]*scopeOwner{}, docs: map[*docRun]struct{}{},
 		lastDehyd: map[uint32]parentRef{}, waiters: map[entKey]chan wire.Status{}}
 	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
-	framing := b.dialFraming()
-	s, err := quicpeer.Dial(dctx, b.opts.PeerAddr, quicpeer.Config{
-		TLS:     b.tls.Clone(),
+	framing := b.dialFraming(pc)
+	s, err := quicpeer.Dial(dctx, pc.addr, quicpeer.Config{
+		TLS:     pc.tls.Clone(),
 		Offer:   b.offer(),
 		Handler: &handler{b: b, ss: ss},
 		Logger:  b.log,
@@ -210,7 +215,7 @@ func (b *Bridge) dial(ctx context.Context) (*sessState, error) {
 	})
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.noteDialLocked(framing, err)
+	b.noteDialLocked(pc, framing, err)
 	if err != nil {
 		return nil, err
 	}
@@ -221,21 +226,21 @@ func (b *Bridge) dial(ctx context.Context) (*sessState, error) {
 	if ss.closed { // ended during the handshake callback window
 		return nil, fmt.Errorf("session closed right after the handshake: %v", s.Err())
 	}
-	b.active = ss
+	pc.active = ss
 	b.sessions[ss] = struct{}{}
-	b.sessWake = make(chan struct{})
+	pc.sessWake = make(chan struct{})
 	return ss, nil
 }
 
 // waitForWork holds a draft-04 dial until a document is queued and the
-// previous draft-04 session has ended: the reference peer serves one
+// previous draft-04 session to pc has ended: the reference peer serves one
 // connection at a time and one entity per connection, so an idle
 // connection would block it. Other framings dial at once. It returns
 // false when ctx ends.
-func (b *Bridge) waitForWork(ctx context.Context) bool {
+func (b *Bridge) waitForWork(ctx context.Context, pc *peerConn) bool {
 	for {
 		b.mu.Lock()
-		ready := b.peer.framing != quicpeer.FramingDraft04 || (len(b.queue) > 0 && b.liveSessionsLocked() == 0)
+		ready := pc.framing != quicpeer.FramingDraft04 || (len(b.queue) > 0 && b.liveSessionsLocked(pc) == 0)
 		b.mu.Unlock()
 		if ready {
 			return true
@@ -245,38 +250,65 @@ func (b *Bridge) waitForWork(ctx context.Context) bool {
 		case <-ctx.Done():
 			t.Stop()
 			return false
-		case <-b.connKick:
+		case <-pc.connKick:
 		case <-t.C:
 		}
 		t.Stop()
 	}
 }
 
-func (b *Bridge) liveSessionsLocked() int {
+// liveSessionsLocked counts the sessions to pc that have not ended.
+func (b *Bridge) liveSessionsLocked(pc *peerConn) int {
 	n := 0
 	for ss := range b.sessions {
-		if !ss.closed {
+		if ss.pc == pc && !ss.closed {
 			n++
 		}
 	}
 	return n
 }
 
-// activeSessionLocked returns the session new work goes to (nil if none).
-func (b *Bridge) activeSessionLocked() *sessState {
-	if b.active == nil || b.active.goaway || b.active.closed {
-		return nil
+// pickSessionLocked returns the session a new document goes to: that of
+// the least-loaded peer with a usable session (in-flight documents
+// relative to the negotiated window), ties broken round-robin so equal
+// peers share the work; nil when no peer has one (down, connecting, or
+// GOAWAY). placeLocked starts the attempt there.
+func (b *Bridge) pickSessionLocked() *sessState {
+	var best *sessState
+	n := len(b.peers)
+	for i := range n {
+		ss := b.peers[(b.nextPeer+i)%n].usableLocked()
+		if ss != nil && (best == nil || lessLoaded(ss, best)) {
+			best = ss
+		}
 	}
-	return b.active
+	return best
 }
 
-// retireLocked stops assigning on ss and wakes the connection loop to dial.
+// placeLocked starts d's next attempt on ss, the session placement picked,
+// and moves the round-robin past its peer: the next tie goes to the next
+// peer.
+func (b *Bridge) placeLocked(d *docRun, ss *sessState) *attempt {
+	b.nextPeer = (ss.pc.idx + 1) % len(b.peers)
+	return b.newAttemptLocked(d, ss)
+}
+
+// lessLoaded reports whether session x carries less of its window than y:
+// docs(x)/window(x) < docs(y)/window(y), compared without division.
+func lessLoaded(x, y *sessState) bool {
+	wx, wy := uint64(max(x.n.MaxWindow, 1)), uint64(max(y.n.MaxWindow, 1))
+	return uint64(len(x.docs))*wy < uint64(len(y.docs))*wx
+}
+
+// retireLocked stops assigning on ss and wakes its peer's connection loop
+// to dial.
 func (b *Bridge) retireLocked(ss *sessState) {
-	if b.active == ss {
-		b.active = nil
-		if b.sessWake != nil {
-			close(b.sessWake)
-			b.sessWake = nil
+	pc := ss.pc
+	if pc.active == ss {
+		pc.active = nil
+		if pc.sessWake != nil {
+			close(pc.sessWake)
+			pc.sessWake = nil
 		}
 	}
 }

@@ -10,7 +10,8 @@ type metrics struct {
 	bytesIn        prometheus.Counter
 	bytesOut       prometheus.Counter
 	retries        prometheus.Counter
-	reconnects     prometheus.Counter
+	connects       *prometheus.CounterVec
+	aborted        *prometheus.CounterVec
 	claims         *prometheus.CounterVec
 	digestMismatch prometheus.Counter
 	resultParts    prometheus.Counter
@@ -30,8 +31,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Result bytes received from the peer."}),
 		retries: prometheus.NewCounter(prometheus.CounterOpts{Name: "pipestream_bridge_dispatch_retries_total",
 			Help: "Documents re-dispatched after a session loss, GOAWAY or send failure."}),
-		reconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "pipestream_bridge_session_connects_total",
-			Help: "Peer sessions established (the first connect and every reconnect)."}),
+		connects: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pipestream_bridge_session_connects_total",
+			Help: "Peer sessions established (the first connect and every reconnect), by peer address."}, []string{"peer"}),
+		aborted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pipestream_bridge_peer_attempts_aborted_total",
+			Help: "Dispatch attempts on the peer that ended without an outcome (session lost, GOAWAY before fully sent, send failure); the document is re-dispatched, to any peer."}, []string{"peer"}),
 		claims: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pipestream_bridge_claims_total",
 			Help: "Claim check events, by action (issued, redeemed, expired, rejected)."}, []string{"action"}),
 		digestMismatch: prometheus.NewCounter(prometheus.CounterOpts{Name: "pipestream_bridge_scope_digest_mismatch_total",
@@ -41,9 +44,48 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.running, m.finished, m.entityStatus, m.bytesIn, m.bytesOut,
-			m.retries, m.reconnects, m.claims, m.digestMismatch, m.resultParts} {
+			m.retries, m.connects, m.aborted, m.claims, m.digestMismatch, m.resultParts} {
 			_ = reg.Register(c)
 		}
 	}
 	return m
+}
+
+// registerPeers registers the per-peer gauges (label peer: its address),
+// read from the bridge's state at scrape time: whether the peer takes work,
+// its documents in flight and its negotiated window.
+func (m *metrics) registerPeers(b *Bridge, reg prometheus.Registerer) {
+	if reg == nil {
+		return
+	}
+	for _, pc := range b.peers {
+		labels := prometheus.Labels{"peer": pc.addr}
+		read := func(f func(PeerStatus) float64) func() float64 {
+			return func() float64 {
+				b.mu.Lock()
+				defer b.mu.Unlock()
+				return f(pc.statusLocked())
+			}
+		}
+		for _, g := range []prometheus.Collector{
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pipestream_bridge_peer_up", ConstLabels: labels,
+				Help: "1 when the peer takes work (a session is up, or a draft-04 peer answered), else 0."},
+				read(func(p PeerStatus) float64 { return b2f(p.State == "connected" || p.State == "idle") })),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pipestream_bridge_peer_documents_in_flight", ConstLabels: labels,
+				Help: "Documents whose current dispatch attempt runs on the peer's active session."},
+				read(func(p PeerStatus) float64 { return float64(p.InFlight) })),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pipestream_bridge_peer_window", ConstLabels: labels,
+				Help: "The window (in-flight entities) negotiated on the peer's active session; 0 when none is up."},
+				read(func(p PeerStatus) float64 { return float64(p.Window) })),
+		} {
+			_ = reg.Register(g)
+		}
+	}
+}
+
+func b2f(v bool) float64 {
+	if v {
+		return 1
+	}
+	return 0
 }

@@ -2,8 +2,12 @@ package bridge
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 	"github.com/pipestream/gateway/quicpeer"
@@ -51,7 +55,8 @@ func ParseFraming(s string) (quicpeer.Framing, error) {
 	return 0, fmt.Errorf("unknown framing %q: use auto, draft-02 or draft-04", s)
 }
 
-// PeerStatus is the bridge's view of its peer (/healthz, the console).
+// PeerStatus is the bridge's view of one of its peers (/healthz, the
+// console).
 type PeerStatus struct {
 	Addr string `json:"addr"`
 	// State: connected, connecting (no session yet, no failure),
@@ -66,74 +71,134 @@ type PeerStatus struct {
 	Since string `json:"since,omitempty"`
 }
 
-// peerState is what the bridge knows about its peer. Guarded by Bridge.mu.
-type peerState struct {
+// peerConn is one peer of the bridge: where it is, how to reach it, and
+// what the bridge knows about it. Its own connection loop keeps one
+// active session to it (conn.go). addr and tls never change; every other
+// field is guarded by Bridge.mu.
+type peerConn struct {
+	addr string
+	idx  int // position in Bridge.peers
+	tls  *tls.Config
+
+	mode    quicpeer.Framing // the configured framing (auto: detected)
 	framing quicpeer.Framing // what the next dial uses
 	lastErr string
 	errAt   time.Time
 	ok      bool // the last dial succeeded
+
+	active   *sessState    // the session new work goes to
+	sessWake chan struct{} // closed when the active session should be replaced
+	connKick chan struct{} // wakes the connection loop waiting for work (draft-04)
+	connects prometheus.Counter
+	aborted  prometheus.Counter // attempts on this peer that ended without an outcome
 }
 
-// Peers returns the state of every peer (one today).
-func (b *Bridge) Peers() []PeerStatus {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	p := PeerStatus{Addr: b.opts.PeerAddr, State: "connecting", Framing: framingName(b.peer.framing), LastError: b.peer.lastErr}
-	if !b.peer.errAt.IsZero() {
-		p.Since = b.peer.errAt.UTC().Format(time.RFC3339)
+// newPeers builds the peers of the options (fill made Options.Peers whole).
+func newPeers(o *Options, m *metrics) ([]*peerConn, error) {
+	out := make([]*peerConn, 0, len(o.Peers))
+	for i, ep := range o.Peers {
+		tc, err := tlsConfig(o, ep)
+		if err != nil {
+			if len(o.Peers) > 1 {
+				err = fmt.Errorf("peer %d (%s): %w", i+1, ep.Addr, err)
+			}
+			return nil, err
+		}
+		mode := o.PeerFraming
+		if ep.Framing != quicpeer.FramingAuto {
+			mode = ep.Framing
+		}
+		out = append(out, &peerConn{addr: ep.Addr, idx: i, tls: tc, mode: mode, framing: mode,
+			connKick: make(chan struct{}, 1), connects: m.connects.WithLabelValues(ep.Addr),
+			aborted: m.aborted.WithLabelValues(ep.Addr)})
 	}
-	switch ss := b.active; {
+	return out, nil
+}
+
+// usableLocked returns the session new work may go to on pc: up, no
+// GOAWAY (nil if none).
+func (pc *peerConn) usableLocked() *sessState {
+	if pc.active == nil || pc.active.goaway || pc.active.closed {
+		return nil
+	}
+	return pc.active
+}
+
+// readyLocked reports whether pc takes work: a session is up, or a
+// draft-04 peer answered (it gets a connection per document).
+func (pc *peerConn) readyLocked() bool {
+	return pc.usableLocked() != nil || (pc.ok && pc.framing == quicpeer.FramingDraft04)
+}
+
+// statusLocked is pc's PeerStatus.
+func (pc *peerConn) statusLocked() PeerStatus {
+	p := PeerStatus{Addr: pc.addr, State: "connecting", Framing: framingName(pc.framing), LastError: pc.lastErr}
+	if !pc.errAt.IsZero() {
+		p.Since = pc.errAt.UTC().Format(time.RFC3339)
+	}
+	switch ss := pc.active; {
 	case ss != nil && !ss.closed:
 		p.State, p.Framing, p.Profile = "connected", ss.s.Framing().String(), ss.profile
 		p.InFlight, p.Window = len(ss.docs), ss.n.MaxWindow
-	case b.peer.ok && b.peer.framing == quicpeer.FramingDraft04:
+	case pc.ok && pc.framing == quicpeer.FramingDraft04:
 		p.State = "idle"
-	case b.peer.lastErr != "":
+	case pc.lastErr != "":
 		p.State = "down"
 	}
-	return []PeerStatus{p}
+	return p
+}
+
+// Peers returns the state of every peer, in the configured order.
+func (b *Bridge) Peers() []PeerStatus {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]PeerStatus, 0, len(b.peers))
+	for _, pc := range b.peers {
+		out = append(out, pc.statusLocked())
+	}
+	return out
 }
 
 func framingName(f quicpeer.Framing) string { return f.String() }
 
-// dialFraming is the framing of the next dial: the configured framing, or
+// dialFraming is the framing of pc's next dial: the configured framing, or
 // under auto what the peer has shown.
-func (b *Bridge) dialFraming() quicpeer.Framing {
+func (b *Bridge) dialFraming(pc *peerConn) quicpeer.Framing {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.peer.framing
+	return pc.framing
 }
 
 // noteDialLocked records a dial's outcome. Under auto framing a refused
 // handshake (the peer closed the connection during the capability
 // exchange, as a draft-04 peer does on a CAPABILITIES member it does not
 // know) switches the next dial to the other framing.
-func (b *Bridge) noteDialLocked(f quicpeer.Framing, err error) {
+func (b *Bridge) noteDialLocked(pc *peerConn, f quicpeer.Framing, err error) {
 	if err == nil {
-		b.peer.ok, b.peer.lastErr, b.peer.errAt = true, "", time.Time{}
+		pc.ok, pc.lastErr, pc.errAt = true, "", time.Time{}
 		return
 	}
-	b.peer.ok = false
-	b.peer.lastErr, b.peer.errAt = err.Error(), time.Now()
-	if b.opts.PeerFraming != quicpeer.FramingAuto || !quicpeer.HandshakeRefused(err) {
+	pc.ok = false
+	pc.lastErr, pc.errAt = err.Error(), time.Now()
+	if pc.mode != quicpeer.FramingAuto || !quicpeer.HandshakeRefused(err) {
 		return
 	}
 	next := quicpeer.FramingDraft04
 	if f == quicpeer.FramingDraft04 {
 		next = quicpeer.FramingAuto
 	}
-	b.log.Info("bridge: the peer refused the handshake; trying the other framing", "addr", b.opts.PeerAddr, "next", framingName(next), "err", err)
-	b.peer.framing = next
+	b.log.Info("bridge: the peer refused the handshake; trying the other framing", "addr", pc.addr, "next", framingName(next), "err", err)
+	pc.framing = next
 }
 
 // learnSessionLocked takes what a new session shows: its framing (a
-// draft-04 server detected on receipt) is kept for the next dials, and
-// the profile is used only on draft-02 with the peer's consent (or when
-// told to).
+// draft-04 server detected on receipt) is kept for the next dials to its
+// peer, and the profile is used only on draft-02 with the peer's consent
+// (or when told to).
 func (b *Bridge) learnSessionLocked(ss *sessState) {
 	draft04 := ss.s.Framing() == wire.FramingDraft04
-	if draft04 && b.opts.PeerFraming == quicpeer.FramingAuto {
-		b.peer.framing = quicpeer.FramingDraft04
+	if draft04 && ss.pc.mode == quicpeer.FramingAuto {
+		ss.pc.framing = quicpeer.FramingDraft04
 	}
 	ss.draft04 = draft04
 	switch b.opts.PeerProfile {
@@ -144,17 +209,52 @@ func (b *Bridge) learnSessionLocked(ss *sessState) {
 	}
 }
 
+// anyPeerReadyLocked reports whether some peer takes work.
+func (b *Bridge) anyPeerReadyLocked() bool {
+	for _, pc := range b.peers {
+		if pc.readyLocked() {
+			return true
+		}
+	}
+	return false
+}
+
 // waitReasonLocked says why queued documents wait, "" when nothing is
-// known to hold them up.
+// known to hold them up (some peer takes work).
 func (b *Bridge) waitReasonLocked() string {
-	if b.activeSessionLocked() != nil || (b.peer.ok && b.peer.framing == quicpeer.FramingDraft04) {
+	if b.anyPeerReadyLocked() {
 		return ""
 	}
-	if b.peer.lastErr == "" {
-		return fmt.Sprintf("waiting for a session to the PipeStream peer %s: connecting, no answer yet", b.opts.PeerAddr)
+	if len(b.peers) == 1 {
+		return b.peers[0].waitReasonLocked()
+	}
+	why := make([]string, 0, len(b.peers))
+	for _, pc := range b.peers {
+		why = append(why, pc.waitReasonLocked())
+	}
+	return "no PipeStream peer takes work: " + strings.Join(why, "; ")
+}
+
+// waitReasonLocked says why pc takes no work.
+func (pc *peerConn) waitReasonLocked() string {
+	if pc.lastErr == "" {
+		return fmt.Sprintf("waiting for a session to the PipeStream peer %s: connecting, no answer yet", pc.addr)
 	}
 	return fmt.Sprintf("waiting for a session to the PipeStream peer %s (%s framing): %s (since %s)",
-		b.opts.PeerAddr, framingName(b.peer.framing), b.peer.lastErr, b.peer.errAt.UTC().Format(time.RFC3339))
+		pc.addr, framingName(pc.framing), pc.lastErr, pc.errAt.UTC().Format(time.RFC3339))
+}
+
+// peerAddrs names the peers in messages: "the PipeStream peer A" or "any
+// of the PipeStream peers A, B".
+func (b *Bridge) peerAddrs() string {
+	if len(b.peers) == 1 {
+		return "the PipeStream peer " + b.peers[0].addr
+	}
+	addrs := make([]string, 0, len(b.peers))
+	for _, pc := range b.peers {
+		addrs = append(addrs, pc.addr)
+	}
+	return "any of the PipeStream peers " + strings.Join(addrs, ", ")
 }
 
 // superviseLoop enforces the bounds on waiting (docs/profile.md 9.3):
@@ -197,7 +297,7 @@ func (b *Bridge) superviseQueueLocked(now time.Time) {
 			b.kickFlush()
 		}
 		if why != "" && now.Sub(d.queuedAt) > b.opts.PeerWait {
-			msg := fmt.Sprintf("no session to the PipeStream peer %s within %v (--peer-wait): %s", b.opts.PeerAddr, b.opts.PeerWait, why)
+			msg := fmt.Sprintf("no session to %s within %v (--peer-wait): %s", b.peerAddrs(), b.opts.PeerWait, why)
 			b.failWaitingLocked(d, msg)
 		}
 	}

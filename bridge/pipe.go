@@ -30,12 +30,12 @@ type pipeSummary struct {
 func (b *Bridge) startPipe(d *docRun) *pipe {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	ss := b.activeSessionLocked()
+	ss := b.pickSessionLocked()
 	if ss == nil || b.closing || !ss.profile {
 		return nil // plain documents are sent from the spool (docs/profile.md 9)
 	}
 	d.uploading = true
-	j := b.newAttemptLocked(d, ss)
+	j := b.placeLocked(d, ss)
 	p := &pipe{ch: make(chan split.Chunk), dead: make(chan struct{}), stopped: make(chan struct{}), fin: make(chan pipeSummary, 1)}
 	b.wg.Add(1)
 	go func() {

@@ -396,7 +396,7 @@ func (b *Bridge) rehydratePlainLocked(d *docRun) {
 	d.setEntity(rootKey(a.rootID), root)
 	if !ok {
 		b.finishLocked(d, gatewayv1.State_FAILED, fmt.Sprintf("completion policy %s not met: %d of %d chunks completed at the peer %s",
-			d.plan.opts.GetCompletionPolicy().GetMode(), c, t, b.opts.PeerAddr))
+			d.plan.opts.GetCompletionPolicy().GetMode(), c, t, a.peerAddr()))
 		return
 	}
 	a.rootComplete = true
@@ -441,7 +441,7 @@ func (b *Bridge) finishPlainLocked(d *docRun) bool {
 		}
 		d.att.resultReady = true
 		d.rec.Doc.ResultAbsent = true
-		b.log.Info("bridge: the peer returned no result for a plain document", "doc", d.id, "peer", b.opts.PeerAddr)
+		b.log.Info("bridge: the peer returned no result for a plain document", "doc", d.id, "peer", d.att.peerAddr())
 		b.maybeFinishLocked(d)
 	})
 	return true

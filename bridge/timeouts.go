@@ -93,7 +93,7 @@ func (b *Bridge) timeoutLocked(d *docRun, k entKey, e *gatewayv1.Entity) {
 		what = fmt.Sprintf("chunk %d", e.ChunkIndex)
 	}
 	msg := fmt.Sprintf("entity %d (%s) timed out: no terminal status within timeout-ms %d at the peer %s, which last reported %s",
-		e.EntityId, what, ms, b.opts.PeerAddr, wire.Status(e.Status))
+		e.EntityId, what, ms, a.peerAddr(), wire.Status(e.Status))
 	b.log.Warn("bridge: entity timed out", "doc", d.id, "entity", e.EntityId, "status", e.Status, "timeout_ms", ms)
 	b.abandonAtPeerLocked(d, k)
 	e.Status = gatewayv1.EntityStatus_ENTITY_STATUS_ABANDONED

@@ -21,6 +21,9 @@ const (
 	// ReasonResultAbsent: the document SUCCEEDED without a result (a peer
 	// without the profile returned none).
 	ReasonResultAbsent = "RESULT_ABSENT"
+	// ReasonPeerUnavailable: a claim's entity waits at a peer that is
+	// gone and the document runs nowhere else yet (docs/scale-out.md).
+	ReasonPeerUnavailable = "PEER_UNAVAILABLE"
 	// ReasonFutureCursor and ReasonConsumerTooSlow use the AT sync draft's
 	// error names verbatim (draft-holmgren-at-synchronization-00, Error Frames).
 	ReasonFutureCursor    = "FutureCursor"
@@ -44,6 +47,7 @@ var errorMapping = []struct {
 	{bridge.ErrConflict, codes.AlreadyExists, ""},
 	{bridge.ErrFailedPrecondition, codes.FailedPrecondition, ReasonFailedPrecondition},
 	{bridge.ErrTooLarge, codes.InvalidArgument, ReasonTooLarge},
+	{bridge.ErrPeerUnavailable, codes.Unavailable, ReasonPeerUnavailable},
 	{bridge.ErrUnavailable, codes.Unavailable, ""},
 	{bridge.ErrResourceExhausted, codes.ResourceExhausted, ""},
 }

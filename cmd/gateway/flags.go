@@ -47,6 +47,30 @@ func (fs *flagSet) String(name, env, def, usage string) *string {
 	return fs.FlagSet.String(name, def, u)
 }
 
+// Strings is a flag that may be given several times; its environment
+// variable holds the values comma-separated. The command line, when it
+// gives the flag at all, replaces the variable's values.
+func (fs *flagSet) Strings(name, env, usage string) *[]string {
+	v, ok, u := fs.env(env, usage+"; repeat the flag, or comma-separate in the variable")
+	var vals []string
+	if ok {
+		for _, s := range strings.Split(v, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				vals = append(vals, s)
+			}
+		}
+	}
+	fromEnv := true
+	fs.FlagSet.Func(name, u, func(s string) error {
+		if fromEnv {
+			vals, fromEnv = nil, false
+		}
+		vals = append(vals, s)
+		return nil
+	})
+	return &vals
+}
+
 func (fs *flagSet) Bool(name, env string, def bool, usage string) *bool {
 	v, ok, u := fs.env(env, usage)
 	if ok {

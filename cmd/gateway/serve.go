@@ -13,8 +13,9 @@ import (
 )
 
 const serveHelp = `Run the gateway: gRPC on --grpc-addr, REST/WebSocket/docs/metrics on
---http-addr, backed by a PipeStream peer over QUIC (TLS 1.3). Without --peer it
-starts a processing peer in-process on a loopback UDP port and pins its
+--http-addr, backed by PipeStream peers over QUIC (TLS 1.3): --peer, repeated
+for several (new documents go to the least-loaded healthy one; see
+docs/scale-out.md). Without --peer it starts a processing peer in-process on a loopback UDP port and pins its
 certificate, so this one command runs the whole system. SIGINT/SIGTERM shut
 down gracefully (GOAWAY to the peer, drain, then stop).
 
@@ -29,7 +30,9 @@ Example:
   gateway --data-dir /var/lib/pipestream
   gateway serve --peer peer.example:4433 --peer-ca peer-ca.pem \
     --grpc-addr 0.0.0.0:9090 --http-addr 0.0.0.0:8443 \
-    --auth-tokens /etc/pipestream/tokens --tls-cert gw.pem --tls-key gw-key.pem`
+    --auth-tokens /etc/pipestream/tokens --tls-cert gw.pem --tls-key gw-key.pem
+  gateway serve --peer 10.0.0.7:4433 --peer 10.0.0.8:4433 \
+    --peer-ca peer7-cert.pem --peer-ca peer8-cert.pem   # several peers`
 
 func runServe(args []string) int {
 	fs := newFlags("serve", "gateway [serve] [flags]", serveHelp)
@@ -37,13 +40,13 @@ func runServe(args []string) int {
 	httpAddr := fs.String("http-addr", "GATEWAY_HTTP_ADDR", gateway.DefaultHTTPAddr, "HTTP listen address (REST, WebSocket, /healthz, /metrics, /docs/)")
 	dataDir := fs.String("data-dir", "GATEWAY_DATA_DIR", "./data", "directory for the store, spool and results (the embedded peer uses <data-dir>/peer)")
 	storeURL := fs.String("store", "GATEWAY_STORE", "", storeFlagHelp)
-	peerAddr := fs.String("peer", "GATEWAY_PEER", "", "UDP host:port of an external PipeStream peer (empty: start one in-process)")
-	peerCA := fs.String("peer-ca", "GATEWAY_PEER_CA", "", "PEM file of the CA or certificate that verifies --peer (required with --peer)")
-	peerName := fs.String("peer-server-name", "GATEWAY_PEER_SERVER_NAME", "", "TLS server name of --peer (default: its host)")
+	peerAddrs := fs.Strings("peer", "GATEWAY_PEER", "UDP host:port of an external PipeStream peer, once per peer: new documents go to the least-loaded healthy one (none: start one in-process)")
+	peerCAs := fs.Strings("peer-ca", "GATEWAY_PEER_CA", "PEM file of the CA or certificate(s) that verify --peer (required with --peer): once for every peer, or once per --peer in the same order")
+	peerNames := fs.Strings("peer-server-name", "GATEWAY_PEER_SERVER_NAME", "TLS server name of --peer (default: its host): once for every peer, or once per --peer in the same order")
 	peerCert := fs.String("peer-cert", "GATEWAY_PEER_CLIENT_CERT", "", "PEM client certificate presented to --peer (mutual TLS; with --peer-key)")
 	peerKey := fs.String("peer-key", "GATEWAY_PEER_CLIENT_KEY", "", "PEM private key of --peer-cert")
 	preferPB := fs.Bool("prefer-protobuf", "GATEWAY_PREFER_PROTOBUF", false, "offer the Protobuf serialization format (CBOR otherwise)")
-	peerFraming := fs.String("peer-framing", "GATEWAY_PEER_FRAMING", "auto", "control-stream framing toward --peer: auto (draft-02, and draft-04 when the peer refuses the draft-02 handshake or shows draft-04), draft-02 or draft-04 (the reference suite: one document per connection)")
+	peerFramings := fs.Strings("peer-framing", "GATEWAY_PEER_FRAMING", "control-stream framing toward --peer: auto (the default: draft-02, and draft-04 when the peer refuses the draft-02 handshake or shows draft-04), draft-02 or draft-04 (the reference suite: one document per connection); once for every peer, or once per --peer in the same order")
 	peerProfile := fs.String("peer-profile", "GATEWAY_PEER_PROFILE", "auto", "use this project's profile toward --peer: auto (when the peer answers its discovery member), on, or off (plain draft-02 entities; docs/profile.md 9)")
 	peerWait := fs.Duration("peer-wait", "GATEWAY_PEER_WAIT", 5*time.Minute, "how long a document may wait for a peer session before it fails")
 	authTokens := fs.String("auth-tokens", "GATEWAY_AUTH_TOKENS", "", "file of \"sha256:<hex> <tenant>\" lines (see gateway hash-token); empty: no authentication, loopback only")
@@ -85,6 +88,10 @@ func runServe(args []string) int {
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "gateway serve: unexpected argument %q (flags only; see --help)\n", fs.Arg(0))
+		return 2
+	}
+	if err := checkPeerFlags(*peerAddrs, *peerCAs, *peerNames, *peerFramings); err != nil {
+		fmt.Fprintf(os.Stderr, "gateway serve: %v (see 'gateway serve --help')\n", err)
 		return 2
 	}
 	log, err := newLogger(*logLevel, *logFormat)
@@ -129,15 +136,13 @@ func runServe(args []string) int {
 	}
 	bopts := bridge.Options{
 		DataDir:          *dataDir,
-		PeerAddr:         *peerAddr,
-		PeerServerName:   *peerName,
 		PreferProtobuf:   *preferPB,
 		InlineThreshold:  *inline,
 		MaxDocumentBytes: *maxUpload,
 		EventLog:         evOpts,
 		PeerWait:         *peerWait,
 	}
-	if err := peerModes(&bopts, *peerFraming, *peerProfile); err != nil {
+	if err := peerModes(&bopts, *peerFramings, *peerProfile); err != nil {
 		return fail(os.Stderr, "serve", err)
 	}
 	if err := useStore(context.Background(), &bopts, *storeURL, log); err != nil {
@@ -147,7 +152,10 @@ func runServe(args []string) int {
 		Gateway:         gcfg,
 		Bridge:          bopts,
 		Logger:          log,
-		PeerCAFile:      *peerCA,
+		PeerAddrs:       *peerAddrs,
+		PeerCAFiles:     *peerCAs,
+		PeerServerNames: *peerNames,
+		PeerFramings:    *peerFramings,
 		PeerCertFile:    *peerCert,
 		PeerKeyFile:     *peerKey,
 		AuthTokensFile:  *authTokens,
@@ -173,8 +181,23 @@ func orUnlimited(v float64) float64 {
 
 func ptr[T any](v T) *T { return &v }
 
-// peerModes parses --peer-framing and --peer-profile into o.
-func peerModes(o *bridge.Options, framing, profile string) error {
+// checkPeerFlags checks how the repeated peer flags pair up (a usage
+// error otherwise).
+func checkPeerFlags(addrs, cas, names, framings []string) error {
+	specs, err := serve.MatchPeers(addrs, cas, names)
+	if err != nil || len(specs) == 0 {
+		return err
+	}
+	return serve.MatchFramings(specs, framings)
+}
+
+// peerModes parses --peer-framing (given once: for every peer; given per
+// peer, serve applies each) and --peer-profile into o.
+func peerModes(o *bridge.Options, framings []string, profile string) error {
+	framing := "auto"
+	if len(framings) == 1 {
+		framing = framings[0]
+	}
 	f, err := bridge.ParseFraming(framing)
 	if err != nil {
 		return fmt.Errorf("--peer-framing: %w", err)

@@ -7,27 +7,134 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
+	"github.com/pipestream/gateway/bridge"
 	"github.com/pipestream/gateway/quicpeer/peer"
 )
 
-// connectPeer fills the peer fields of cfg.Bridge: with PeerAddr set, the
-// CA read from PeerCAFile; otherwise it locks <data-dir>/peer and starts
-// the embedded peer there, pinned. stop shuts the embedded peer down and
-// releases its lock (a no-op for an external peer).
+// PeerSpec is one external peer of the command line: its address, the CA
+// file that verifies it and its TLS server name ("" for the host of Addr).
+type PeerSpec struct {
+	Addr, CAFile, ServerName string
+	// Framing is its --peer-framing when given once per --peer ("": the
+	// one of every peer, Bridge.PeerFraming).
+	Framing string
+}
+
+// MatchFramings gives each peer of specs its --peer-framing when the flag
+// is given once per --peer; given once (or not at all) it applies to every
+// peer through Bridge.PeerFraming instead.
+func MatchFramings(specs []PeerSpec, framings []string) error {
+	if len(framings) <= 1 {
+		return nil
+	}
+	if len(framings) != len(specs) {
+		return fmt.Errorf("--peer-framing is given %d times for %d --peer: give it once (for every peer) or once per --peer, in the same order", len(framings), len(specs))
+	}
+	for i, f := range framings {
+		if _, err := bridge.ParseFraming(f); err != nil {
+			return fmt.Errorf("--peer-framing of --peer %s: %w", specs[i].Addr, err)
+		}
+		specs[i].Framing = f
+	}
+	return nil
+}
+
+// MatchPeers pairs the repeated --peer, --peer-ca and --peer-server-name:
+// --peer-ca is given once (it verifies every peer) or once per --peer in
+// the same order, and so is --peer-server-name (or not at all). Anything
+// else is an error that says what to fix.
+func MatchPeers(addrs, cas, names []string) ([]PeerSpec, error) {
+	n := len(addrs)
+	if n == 0 {
+		return nil, nil
+	}
+	if len(cas) == 0 {
+		return nil, errors.New("--peer needs --peer-ca FILE: the PEM CA or certificate that verifies the peer")
+	}
+	if len(cas) != 1 && len(cas) != n {
+		return nil, fmt.Errorf("--peer-ca is given %d times for %d --peer: give it once (a CA bundle or pinned certificates that verify every peer) or once per --peer, in the same order", len(cas), n)
+	}
+	if len(names) > 1 && len(names) != n {
+		return nil, fmt.Errorf("--peer-server-name is given %d times for %d --peer: give it once (for every peer) or once per --peer, in the same order", len(names), n)
+	}
+	out := make([]PeerSpec, n)
+	seen := map[string]bool{}
+	for i, a := range addrs {
+		if a == "" || seen[a] {
+			return nil, fmt.Errorf("--peer %q: each --peer is a distinct UDP host:port", a)
+		}
+		seen[a] = true
+		out[i] = PeerSpec{Addr: a, CAFile: cas[min(i, len(cas)-1)]}
+		if len(names) > 0 {
+			out[i].ServerName = names[min(i, len(names)-1)]
+		}
+	}
+	return out, nil
+}
+
+// peerLists are the peer flags of cfg as lists (the single-peer fields
+// appended).
+func (cfg *Config) peerLists() (addrs, cas, names []string) {
+	add := func(l []string, v string) []string {
+		if v != "" {
+			l = append(slices.Clip(l), v)
+		}
+		return l
+	}
+	return add(cfg.PeerAddrs, cfg.Bridge.PeerAddr), add(cfg.PeerCAFiles, cfg.PeerCAFile), add(cfg.PeerServerNames, cfg.Bridge.PeerServerName)
+}
+
+// external fills the peer fields of cfg.Bridge from the external peers:
+// PeerAddr, PeerCAPEM and PeerServerName for one, Peers for several.
+func (cfg *Config) external(specs []PeerSpec) error {
+	b := &cfg.Bridge
+	eps := make([]bridge.PeerEndpoint, 0, len(specs))
+	for _, s := range specs {
+		pem, err := os.ReadFile(s.CAFile)
+		if err != nil {
+			return fmt.Errorf("read --peer-ca: %w", err)
+		}
+		ep := bridge.PeerEndpoint{Addr: s.Addr, CAPEM: pem, ServerName: s.ServerName}
+		if s.Framing != "" {
+			if ep.Framing, err = bridge.ParseFraming(s.Framing); err != nil {
+				return fmt.Errorf("--peer-framing of --peer %s: %w", s.Addr, err)
+			}
+		}
+		eps = append(eps, ep)
+	}
+	if len(eps) == 1 { // never a framing of its own (MatchFramings)
+		b.PeerAddr, b.PeerCAPEM, b.PeerServerName = eps[0].Addr, eps[0].CAPEM, eps[0].ServerName
+		return nil
+	}
+	b.PeerAddr, b.PeerCAPEM, b.PeerServerName, b.Peers = "", nil, "", eps
+	return nil
+}
+
+// connectPeer fills the peer fields of cfg.Bridge: with external peers
+// given, their addresses and the CAs read from the --peer-ca files;
+// otherwise it locks <data-dir>/peer and starts the embedded peer there,
+// pinned. stop shuts the embedded peer down and releases its lock (a
+// no-op for external peers).
 func (cfg *Config) connectPeer() (stop func(), err error) {
 	b, log := &cfg.Bridge, cfg.Logger
-	if b.PeerAddr != "" {
-		if cfg.PeerCAFile == "" {
-			return nil, errors.New("--peer needs --peer-ca FILE: the PEM CA or certificate that verifies the peer")
+	addrs, cas, names := cfg.peerLists()
+	if len(addrs) > 0 {
+		specs, err := MatchPeers(addrs, cas, names)
+		if err == nil {
+			err = MatchFramings(specs, cfg.PeerFramings)
 		}
-		if b.PeerCAPEM, err = os.ReadFile(cfg.PeerCAFile); err != nil {
-			return nil, fmt.Errorf("read --peer-ca: %w", err)
+		if err != nil {
+			return nil, err
+		}
+		if err := cfg.external(specs); err != nil {
+			return nil, err
 		}
 		return func() {}, nil
 	}
-	if cfg.PeerCAFile != "" || b.PeerServerName != "" || cfg.PeerCertFile != "" {
+	if len(cas) > 0 || len(names) > 0 || cfg.PeerCertFile != "" {
 		return nil, errors.New("--peer-ca, --peer-server-name and --peer-cert need --peer (the embedded peer is pinned and loopback-only)")
 	}
 	dir := filepath.Join(b.DataDir, "peer")

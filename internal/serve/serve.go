@@ -36,14 +36,25 @@ type Config struct {
 	Gateway gateway.Config
 	// Bridge configures the bridge; Bridge.DataDir is the locked data
 	// directory. Run fills Logger, Registerer, the peer client certificate
-	// (from PeerCertFile/PeerKeyFile) and the peer's address and CA: from
-	// PeerCAFile when PeerAddr is set, else from the embedded peer it
-	// starts in <DataDir>/peer.
+	// (from PeerCertFile/PeerKeyFile) and the peers' addresses and CAs:
+	// from PeerAddrs (and PeerAddr) with PeerCAFiles (and PeerCAFile) when
+	// a peer is given, else from the embedded peer it starts in
+	// <DataDir>/peer. One peer fills PeerAddr/PeerCAPEM/PeerServerName,
+	// several fill Bridge.Peers.
 	Bridge bridge.Options
 	// Logger is the process logger (default slog.Default()).
 	Logger *slog.Logger
 
-	PeerCAFile     string // --peer-ca: PEM CA or certificate that verifies Bridge.PeerAddr (required with it)
+	PeerCAFile string // --peer-ca: PEM CA or certificate that verifies Bridge.PeerAddr (required with it)
+	// PeerAddrs, PeerCAFiles and PeerServerNames are the repeated --peer,
+	// --peer-ca and --peer-server-name, in command-line order (with
+	// Bridge.PeerAddr, PeerCAFile and Bridge.PeerServerName appended when
+	// set); MatchPeers says how they pair up.
+	PeerAddrs, PeerCAFiles, PeerServerNames []string
+	// PeerFramings is --peer-framing once per --peer, in the same order
+	// (auto, draft-02 or draft-04); empty or one value: Bridge.PeerFraming
+	// applies to every peer.
+	PeerFramings   []string
 	PeerCertFile   string // --peer-cert: PEM client certificate for mutual TLS toward the peer
 	PeerKeyFile    string // --peer-key: its private key
 	AuthTokensFile string // --auth-tokens: token file, reloaded on change and on SIGHUP (empty: no authentication)
