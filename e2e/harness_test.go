@@ -22,7 +22,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
-	"github.com/pipestream/gateway/internal/pgtest"
 )
 
 // Process harness: build the binary once, start gateway/peer processes on
@@ -59,7 +58,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binDir = dir
-	code := pgtest.Run(m) // stops the PostgreSQL cluster if a test started one
+	code := m.Run()
 	sharedMu.Lock()
 	if sharedGW != nil {
 		sharedGW.proc.stop()

@@ -13,15 +13,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/pipestream/gateway/internal/pgtest"
 )
 
 // Scale-out (issue 15, docs/scale-out.md "End-to-end evidence"): three
 // `gateway serve --store postgres://...` replicas and two `gateway peer`
-// processes on one throwaway PostgreSQL database. 300 documents are
-// submitted round-robin over the replicas, alternating REST (curl) and
-// gRPC (grpcurl), small and multi-chunk; one replica and one peer get
+// processes on one throwaway PostgreSQL cluster (scripts/pg-throwaway.sh).
+// 300 documents are submitted round-robin over the replicas, alternating
+// REST (curl) and gRPC (grpcurl), small and multi-chunk; one replica and
+// one peer get
 // SIGKILL mid-run. Then every acknowledged document is SUCCEEDED with a
 // byte-identical result downloaded through a surviving replica, the
 // subscriber of every replica saw the same gapless seq sequence (the
@@ -128,7 +127,7 @@ func TestScaleOut(t *testing.T) {
 
 // newScaleRig starts the database, two peers and three replicas using both.
 func newScaleRig(t *testing.T) *scaleRig {
-	dsn := pgtest.NewDatabase(t)
+	dsn := startPostgres(t)
 	r := &scaleRig{t: t, dir: t.TempDir(), ackCh: make(chan struct{}, scaleDocs)}
 	conn, err := pgx.Connect(context.Background(), dsn)
 	if err != nil {

@@ -10,6 +10,7 @@
 # The same cluster internal/pgtest starts for the tests: trust authentication
 # on loopback only, the unix socket in DIR, user postgres. Run as root, the
 # server runs as the postgres user (runuser), so DIR must be reachable by it.
+# PG_THROWAWAY_OPTS adds server options (the e2e tests: -c fsync=off ...).
 # Needs the server binaries: apt-get update && apt-get install -y postgresql
 set -euo pipefail
 
@@ -50,7 +51,7 @@ fi
 as "$BIN/initdb" -D "$DIR/data" -U postgres --auth=trust -E UTF8 --locale=C >"$DIR/initdb.log" 2>&1 ||
   die "initdb failed: $(tail -5 "$DIR/initdb.log")"
 as "$BIN/pg_ctl" -D "$DIR/data" -l "$DIR/postgres.log" -w -t 60 \
-  -o "-p $PORT -k $DIR -c listen_addresses=127.0.0.1" start >/dev/null ||
+  -o "-p $PORT -k $DIR -c listen_addresses=127.0.0.1 ${PG_THROWAWAY_OPTS:-}" start >/dev/null ||
   die "pg_ctl start on port $PORT failed: $(tail -5 "$DIR/postgres.log")"
 as "$BIN/createdb" -h 127.0.0.1 -p "$PORT" -U postgres pipestream
 echo "postgres://postgres@127.0.0.1:$PORT/pipestream?sslmode=disable"
