@@ -131,6 +131,9 @@ type PeerEndpoint struct {
 	CAPEM []byte
 	// ServerName overrides the TLS server name (default: host of Addr).
 	ServerName string
+	// Framing toward this peer: FramingDraft02 or FramingDraft04; the
+	// zero value (FramingAuto) takes Options.PeerFraming.
+	Framing quicpeer.Framing
 }
 
 // Options configure a Bridge (validated in New; zero values take defaults).

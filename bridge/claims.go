@@ -127,7 +127,7 @@ func (b *Bridge) issuerGoneLocked(d *docRun, cr *claimRun, claimID string) error
 	if ss.closeErr != "" {
 		why = "its session was lost: " + ss.closeErr
 	}
-	if pc := ss.pc; pc.lastErr != "" {
+	if pc := ss.pc; pc.lastErr != "" && pc.errAt.After(ss.closedAt) {
 		why += "; reconnecting fails: " + pc.lastErr
 	}
 	return fmt.Errorf("claim %s was issued by the PipeStream peer %s, unreachable since %s (%s); document %s is queued to run again "+
@@ -157,9 +157,18 @@ func (b *Bridge) redeemEarlier(ctx context.Context, d *docRun, cr *claimRun, cla
 		cur = d.currentClaimLocked(cr.slot, claimID)
 	}
 	msg := fmt.Sprintf("issued to dispatch attempt %d; resumes the entity of attempt %d", from, d.att.gen)
-	if cur == "" {
+	switch {
+	case cur == "":
 		msg += " once the peer defers it again"
 		d.preRedeem[cr.slot] = claimID
+	case !d.claims[cur].durable:
+		// The store redeems only what it holds: resume through the new
+		// claim once the flush that writes it commits (resumeDurableLocked).
+		if d.resumeVia == nil {
+			d.resumeVia = map[string]string{}
+		}
+		d.resumeVia[cur] = claimID
+		cur = ""
 	}
 	d.redeemedLocked(cr, claimID, stored, msg)
 	d.out.claims[claimID] = true

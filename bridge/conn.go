@@ -272,22 +272,25 @@ func (b *Bridge) liveSessionsLocked(pc *peerConn) int {
 // the least-loaded peer with a usable session (in-flight documents
 // relative to the negotiated window), ties broken round-robin so equal
 // peers share the work; nil when no peer has one (down, connecting, or
-// GOAWAY).
+// GOAWAY). placeLocked starts the attempt there.
 func (b *Bridge) pickSessionLocked() *sessState {
 	var best *sessState
-	at := 0
 	n := len(b.peers)
 	for i := range n {
-		j := (b.nextPeer + i) % n
-		ss := b.peers[j].usableLocked()
+		ss := b.peers[(b.nextPeer+i)%n].usableLocked()
 		if ss != nil && (best == nil || lessLoaded(ss, best)) {
-			best, at = ss, j
+			best = ss
 		}
 	}
-	if best != nil {
-		b.nextPeer = (at + 1) % n
-	}
 	return best
+}
+
+// placeLocked starts d's next attempt on ss, the session placement picked,
+// and moves the round-robin past its peer: the next tie goes to the next
+// peer.
+func (b *Bridge) placeLocked(d *docRun, ss *sessState) *attempt {
+	b.nextPeer = (ss.pc.idx + 1) % len(b.peers)
+	return b.newAttemptLocked(d, ss)
 }
 
 // lessLoaded reports whether session x carries less of its window than y:

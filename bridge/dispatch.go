@@ -16,7 +16,8 @@ import (
 )
 
 // startAttemptLocked pops the next queued document and starts an attempt on
-// the active session (nil when there is nothing to do).
+// the session placement picks (pickSessionLocked; nil when there is
+// nothing to do).
 func (b *Bridge) startAttemptLocked() *attempt {
 	if b.closing {
 		return nil
@@ -32,7 +33,7 @@ func (b *Bridge) startAttemptLocked() *attempt {
 		if d.terminal() || d.sess() != nil {
 			continue
 		}
-		return b.newAttemptLocked(d, ss)
+		return b.placeLocked(d, ss)
 	}
 	return nil
 }
@@ -94,7 +95,11 @@ func (b *Bridge) sendDocument(j *attempt, src chunkSource) error {
 	if j.plain {
 		return b.sendPlain(j)
 	}
-	if src == nil {
+	// The chunk count is known up front for a spooled document; a
+	// pipelined upload learns its size only at the commit (d.size is
+	// written then, under mu), so its chunks go without it.
+	spooled := src == nil
+	if spooled {
 		f, ok := b.openAttemptContent(j)
 		if !ok {
 			return nil
@@ -122,7 +127,7 @@ func (b *Bridge) sendDocument(j *attempt, src chunkSource) error {
 			return err
 		}
 		total := uint64(0)
-		if d.plan.strategy == gatewayv1.SplitStrategy_SPLIT_FIXED_BYTES && d.size > 0 {
+		if spooled && d.plan.strategy == gatewayv1.SplitStrategy_SPLIT_FIXED_BYTES && d.size > 0 {
 			total = uint64((d.size + int64(d.plan.chunkBytes) - 1) / int64(d.plan.chunkBytes))
 		}
 		if err := b.sendChunk(j, rootID, c, total, d.plan.childMetadata(c.Index, true)); err != nil {

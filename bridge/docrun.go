@@ -91,6 +91,9 @@ type claimRun struct {
 	// same slot; that is how a claim of an earlier attempt finds the entity
 	// it resumes now (profile 6).
 	slot int64
+	// durable: the store holds the claim (a flush committed it, or it was
+	// loaded at recovery); only then can it be redeemed there.
+	durable bool
 }
 
 // noSlot marks a claim whose entity is in a peer scope (nothing to resume).

@@ -51,7 +51,7 @@ func (h *handler) HandleGoAway(s *quicpeer.Session, f wire.GoAwayFrame) {
 	defer b.mu.Unlock()
 	ss := h.ss
 	ss.goaway = true
-	b.log.Info("bridge: peer sent GOAWAY; dialing a new session", "last_entity", f.LastEntityID)
+	b.log.Info("bridge: peer sent GOAWAY; dialing a new session", "addr", ss.pc.addr, "last_entity", f.LastEntityID)
 	b.retireLocked(ss)
 	// Documents whose streams were not all sent cannot finish here: abort
 	// their attempt on this session and re-dispatch on the next one (profile 7).
@@ -428,6 +428,14 @@ func (b *Bridge) onSessionClosedLocked(ss *sessState, err error) {
 	if err != nil {
 		ss.closeErr = err.Error()
 	}
+	if pc := ss.pc; (pc.active == ss || pc.active == nil) && !ss.draft04 {
+		// The peer is down until a new session is up (a draft-04 session
+		// ends after every document: its peer stays idle).
+		pc.ok, pc.lastErr, pc.errAt = false, "session lost: "+ss.closeErr, ss.closedAt
+		if err == nil {
+			pc.lastErr = "session closed"
+		}
+	}
 	b.retireLocked(ss)
 	delete(b.sessions, ss)
 	b.kick() // a draft-04 dial may wait for this session to end
@@ -436,7 +444,7 @@ func (b *Bridge) onSessionClosedLocked(ss *sessState, err error) {
 		reason = "peer session lost: " + err.Error()
 	}
 	if len(ss.docs) > 0 {
-		b.log.Warn("bridge: session ended with documents in flight; re-dispatching", "docs", len(ss.docs), "err", err)
+		b.log.Warn("bridge: session ended with documents in flight; re-dispatching", "addr", ss.pc.addr, "docs", len(ss.docs), "err", err)
 	}
 	for d := range ss.docs {
 		b.abortAttemptLocked(d, reason, true)

@@ -77,8 +77,10 @@ type PeerStatus struct {
 // field is guarded by Bridge.mu.
 type peerConn struct {
 	addr string
+	idx  int // position in Bridge.peers
 	tls  *tls.Config
 
+	mode    quicpeer.Framing // the configured framing (auto: detected)
 	framing quicpeer.Framing // what the next dial uses
 	lastErr string
 	errAt   time.Time
@@ -102,7 +104,11 @@ func newPeers(o *Options, m *metrics) ([]*peerConn, error) {
 			}
 			return nil, err
 		}
-		out = append(out, &peerConn{addr: ep.Addr, tls: tc, framing: o.PeerFraming,
+		mode := o.PeerFraming
+		if ep.Framing != quicpeer.FramingAuto {
+			mode = ep.Framing
+		}
+		out = append(out, &peerConn{addr: ep.Addr, idx: i, tls: tc, mode: mode, framing: mode,
 			connKick: make(chan struct{}, 1), connects: m.connects.WithLabelValues(ep.Addr),
 			aborted: m.aborted.WithLabelValues(ep.Addr)})
 	}
@@ -174,7 +180,7 @@ func (b *Bridge) noteDialLocked(pc *peerConn, f quicpeer.Framing, err error) {
 	}
 	pc.ok = false
 	pc.lastErr, pc.errAt = err.Error(), time.Now()
-	if b.opts.PeerFraming != quicpeer.FramingAuto || !quicpeer.HandshakeRefused(err) {
+	if pc.mode != quicpeer.FramingAuto || !quicpeer.HandshakeRefused(err) {
 		return
 	}
 	next := quicpeer.FramingDraft04
@@ -191,7 +197,7 @@ func (b *Bridge) noteDialLocked(pc *peerConn, f quicpeer.Framing, err error) {
 // (or when told to).
 func (b *Bridge) learnSessionLocked(ss *sessState) {
 	draft04 := ss.s.Framing() == wire.FramingDraft04
-	if draft04 && b.opts.PeerFraming == quicpeer.FramingAuto {
+	if draft04 && ss.pc.mode == quicpeer.FramingAuto {
 		ss.pc.framing = quicpeer.FramingDraft04
 	}
 	ss.draft04 = draft04

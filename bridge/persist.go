@@ -132,6 +132,11 @@ func (b *Bridge) putBackLocked(took []docFlush, err error) {
 func (b *Bridge) flushedLocked(t docFlush) []detachReq {
 	var detach []detachReq
 	if len(t.took.claims) > 0 {
+		for id := range t.took.claims {
+			if cr := t.d.claims[id]; cr != nil {
+				cr.durable = true
+			}
+		}
 		detach = b.detachDeferredLocked(t.d, t.took.claims)
 		b.resumeDurableLocked(t.d, t.took.claims)
 	}

@@ -35,7 +35,7 @@ func (b *Bridge) startPipe(d *docRun) *pipe {
 		return nil // plain documents are sent from the spool (docs/profile.md 9)
 	}
 	d.uploading = true
-	j := b.newAttemptLocked(d, ss)
+	j := b.placeLocked(d, ss)
 	p := &pipe{ch: make(chan split.Chunk), dead: make(chan struct{}), stopped: make(chan struct{}), fin: make(chan pipeSummary, 1)}
 	b.wg.Add(1)
 	go func() {

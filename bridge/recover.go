@@ -104,7 +104,7 @@ func (b *Bridge) loadClaimsLocked(ctx context.Context, d *docRun) {
 		if c.State != gatewayv1.ClaimCheck_ISSUED {
 			continue
 		}
-		cr := &claimRun{c: proto.Clone(c).(*gatewayv1.ClaimCheck), att: d.att, key: entKey{scope: c.ScopeId, id: c.EntityId}, slot: noSlot}
+		cr := &claimRun{c: proto.Clone(c).(*gatewayv1.ClaimCheck), att: d.att, key: entKey{scope: c.ScopeId, id: c.EntityId}, slot: noSlot, durable: true}
 		switch {
 		case r.Chunk.Set:
 			cr.slot = r.Chunk.Index

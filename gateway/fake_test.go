@@ -176,6 +176,8 @@ func (f *fakeBridge) Redeem(_ context.Context, _ bridge.Tenant, claimID string) 
 		return nil, fmt.Errorf("claim 1 was redeemed already; a claim is redeemed exactly once: %w", bridge.ErrClaimRedeemed)
 	case "2":
 		return nil, fmt.Errorf("claim 2 expired; resubmit the document: %w", bridge.ErrClaimExpired)
+	case "3":
+		return nil, fmt.Errorf("claim 3 was issued by the PipeStream peer 10.0.0.7:4433, unreachable since 2026-01-01T00:00:00Z; retry the redemption in a few seconds: %w", bridge.ErrPeerUnavailable)
 	}
 	return nil, fmt.Errorf("claim %s: %w", claimID, bridge.ErrNotFound)
 }

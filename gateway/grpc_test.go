@@ -61,6 +61,10 @@ func TestGRPCErrorMapping(t *testing.T) {
 			_, err := h.docs.RedeemClaimCheck(ctx, &gatewayv1.RedeemClaimCheckRequest{ClaimId: "2"})
 			return err
 		}, codes.FailedPrecondition, "CLAIM_EXPIRED", "expired"},
+		{"redeem at a dead peer", func() error {
+			_, err := h.docs.RedeemClaimCheck(ctx, &gatewayv1.RedeemClaimCheckRequest{ClaimId: "3"})
+			return err
+		}, codes.Unavailable, "PEER_UNAVAILABLE", "10.0.0.7:4433"},
 		{"future cursor", func() error {
 			s, err := h.events.SubscribeEvents(ctx, &gatewayv1.SubscribeEventsRequest{Cursor: proto.Uint64(21)})
 			if err != nil {

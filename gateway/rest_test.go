@@ -44,6 +44,7 @@ func TestRESTRoutesStatusAndErrors(t *testing.T) {
 		{"claim unknown", "GET", "/v1/claims/9", "", 404, 5, "claim 9", ""},
 		{"redeem replay", "POST", "/v1/claims/1:redeem", `{}`, 400, 9, "exactly once", "CLAIM_ALREADY_REDEEMED"},
 		{"redeem expired", "POST", "/v1/claims/2:redeem", `{}`, 400, 9, "expired", "CLAIM_EXPIRED"},
+		{"redeem at a dead peer", "POST", "/v1/claims/3:redeem", `{}`, 503, 14, "unreachable since", "PEER_UNAVAILABLE"},
 		{"window", "GET", "/v1/events:window", "", 200, 0, "", ""},
 		{"snapshot", "GET", "/v1/events:snapshot", "", 200, 0, "", ""},
 		{"subscribe future cursor", "GET", "/v1/events:subscribe?cursor=999", "", 400, 11, "FutureCursor", "FutureCursor"},

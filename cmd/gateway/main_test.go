@@ -343,3 +343,32 @@ func waitUntil(t *testing.T, d time.Duration, cond func() bool, logs *lockedBuff
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// Repeated --peer pairs with --peer-ca given once (for every peer) or once
+// per --peer; other counts stop `gateway serve` with a usage error (exit 2)
+// that names what to fix, before anything listens.
+func TestServePeerFlagCounts(t *testing.T) {
+	dir := t.TempDir()
+	ca := filepath.Join(dir, "ca.pem")
+	for _, tc := range []struct {
+		env  []string
+		args []string
+		want string
+	}{
+		{nil, []string{"--peer", "127.0.0.1:1", "--peer", "127.0.0.1:2", "--peer-ca", ca, "--peer-ca", ca, "--peer-ca", ca},
+			"--peer-ca is given 3 times for 2 --peer: give it once"},
+		{[]string{"GATEWAY_PEER=127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"}, []string{"--peer-ca", ca, "--peer-ca", ca},
+			"--peer-ca is given 2 times for 3 --peer"},
+		{nil, []string{"--peer", "127.0.0.1:1", "--peer", "127.0.0.1:2"}, "--peer needs --peer-ca"},
+		{nil, []string{"--peer", "127.0.0.1:1", "--peer", "127.0.0.1:2", "--peer-ca", ca, "--peer-server-name", "a", "--peer-server-name", "b", "--peer-server-name", "c"},
+			"--peer-server-name is given 3 times for 2 --peer"},
+		{nil, []string{"--peer", "127.0.0.1:1", "--peer", "127.0.0.1:1", "--peer-ca", ca}, "distinct"},
+		{nil, []string{"--peer", "127.0.0.1:1", "--peer", "127.0.0.1:2", "--peer-ca", ca, "--peer-framing", "auto", "--peer-framing", "draft-04", "--peer-framing", "auto"},
+			"--peer-framing is given 3 times for 2 --peer"},
+	} {
+		_, stderr, code := run(t, tc.env, append([]string{"serve", "--data-dir", dir}, tc.args...)...)
+		if code != 2 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("serve %v (env %v): exit %d, stderr %q; want exit 2 saying %q", tc.args, tc.env, code, stderr, tc.want)
+		}
+	}
+}

@@ -43,7 +43,7 @@ func runServe(args []string) int {
 	peerCert := fs.String("peer-cert", "GATEWAY_PEER_CLIENT_CERT", "", "PEM client certificate presented to --peer (mutual TLS; with --peer-key)")
 	peerKey := fs.String("peer-key", "GATEWAY_PEER_CLIENT_KEY", "", "PEM private key of --peer-cert")
 	preferPB := fs.Bool("prefer-protobuf", "GATEWAY_PREFER_PROTOBUF", false, "offer the Protobuf serialization format (CBOR otherwise)")
-	peerFraming := fs.String("peer-framing", "GATEWAY_PEER_FRAMING", "auto", "control-stream framing toward --peer: auto (draft-02, and draft-04 when the peer refuses the draft-02 handshake or shows draft-04), draft-02 or draft-04 (the reference suite: one document per connection)")
+	peerFramings := fs.Strings("peer-framing", "GATEWAY_PEER_FRAMING", "control-stream framing toward --peer: auto (the default: draft-02, and draft-04 when the peer refuses the draft-02 handshake or shows draft-04), draft-02 or draft-04 (the reference suite: one document per connection); once for every peer, or once per --peer in the same order")
 	peerProfile := fs.String("peer-profile", "GATEWAY_PEER_PROFILE", "auto", "use this project's profile toward --peer: auto (when the peer answers its discovery member), on, or off (plain draft-02 entities; docs/profile.md 9)")
 	peerWait := fs.Duration("peer-wait", "GATEWAY_PEER_WAIT", 5*time.Minute, "how long a document may wait for a peer session before it fails")
 	authTokens := fs.String("auth-tokens", "GATEWAY_AUTH_TOKENS", "", "file of \"sha256:<hex> <tenant>\" lines (see gateway hash-token); empty: no authentication, loopback only")
@@ -86,7 +86,7 @@ func runServe(args []string) int {
 		fmt.Fprintf(os.Stderr, "gateway serve: unexpected argument %q (flags only; see --help)\n", fs.Arg(0))
 		return 2
 	}
-	if _, err := serve.MatchPeers(*peerAddrs, *peerCAs, *peerNames); err != nil {
+	if err := checkPeerFlags(*peerAddrs, *peerCAs, *peerNames, *peerFramings); err != nil {
 		fmt.Fprintf(os.Stderr, "gateway serve: %v (see 'gateway serve --help')\n", err)
 		return 2
 	}
@@ -137,7 +137,7 @@ func runServe(args []string) int {
 		EventLog:         evOpts,
 		PeerWait:         *peerWait,
 	}
-	if err := peerModes(&bopts, *peerFraming, *peerProfile); err != nil {
+	if err := peerModes(&bopts, *peerFramings, *peerProfile); err != nil {
 		return fail(os.Stderr, "serve", err)
 	}
 	if err := useStore(context.Background(), &bopts, *storeURL, log); err != nil {
@@ -150,6 +150,7 @@ func runServe(args []string) int {
 		PeerAddrs:       *peerAddrs,
 		PeerCAFiles:     *peerCAs,
 		PeerServerNames: *peerNames,
+		PeerFramings:    *peerFramings,
 		PeerCertFile:    *peerCert,
 		PeerKeyFile:     *peerKey,
 		AuthTokensFile:  *authTokens,
@@ -175,8 +176,23 @@ func orUnlimited(v float64) float64 {
 
 func ptr[T any](v T) *T { return &v }
 
-// peerModes parses --peer-framing and --peer-profile into o.
-func peerModes(o *bridge.Options, framing, profile string) error {
+// checkPeerFlags checks how the repeated peer flags pair up (a usage
+// error otherwise).
+func checkPeerFlags(addrs, cas, names, framings []string) error {
+	specs, err := serve.MatchPeers(addrs, cas, names)
+	if err != nil || len(specs) == 0 {
+		return err
+	}
+	return serve.MatchFramings(specs, framings)
+}
+
+// peerModes parses --peer-framing (given once: for every peer; given per
+// peer, serve applies each) and --peer-profile into o.
+func peerModes(o *bridge.Options, framings []string, profile string) error {
+	framing := "auto"
+	if len(framings) == 1 {
+		framing = framings[0]
+	}
 	f, err := bridge.ParseFraming(framing)
 	if err != nil {
 		return fmt.Errorf("--peer-framing: %w", err)

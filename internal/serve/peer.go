@@ -16,7 +16,31 @@ import (
 
 // PeerSpec is one external peer of the command line: its address, the CA
 // file that verifies it and its TLS server name ("" for the host of Addr).
-type PeerSpec struct{ Addr, CAFile, ServerName string }
+type PeerSpec struct {
+	Addr, CAFile, ServerName string
+	// Framing is its --peer-framing when given once per --peer ("": the
+	// one of every peer, Bridge.PeerFraming).
+	Framing string
+}
+
+// MatchFramings gives each peer of specs its --peer-framing when the flag
+// is given once per --peer; given once (or not at all) it applies to every
+// peer through Bridge.PeerFraming instead.
+func MatchFramings(specs []PeerSpec, framings []string) error {
+	if len(framings) <= 1 {
+		return nil
+	}
+	if len(framings) != len(specs) {
+		return fmt.Errorf("--peer-framing is given %d times for %d --peer: give it once (for every peer) or once per --peer, in the same order", len(framings), len(specs))
+	}
+	for i, f := range framings {
+		if _, err := bridge.ParseFraming(f); err != nil {
+			return fmt.Errorf("--peer-framing of --peer %s: %w", specs[i].Addr, err)
+		}
+		specs[i].Framing = f
+	}
+	return nil
+}
 
 // MatchPeers pairs the repeated --peer, --peer-ca and --peer-server-name:
 // --peer-ca is given once (it verifies every peer) or once per --peer in
@@ -73,9 +97,15 @@ func (cfg *Config) external(specs []PeerSpec) error {
 		if err != nil {
 			return fmt.Errorf("read --peer-ca: %w", err)
 		}
-		eps = append(eps, bridge.PeerEndpoint{Addr: s.Addr, CAPEM: pem, ServerName: s.ServerName})
+		ep := bridge.PeerEndpoint{Addr: s.Addr, CAPEM: pem, ServerName: s.ServerName}
+		if s.Framing != "" {
+			if ep.Framing, err = bridge.ParseFraming(s.Framing); err != nil {
+				return fmt.Errorf("--peer-framing of --peer %s: %w", s.Addr, err)
+			}
+		}
+		eps = append(eps, ep)
 	}
-	if len(eps) == 1 {
+	if len(eps) == 1 { // never a framing of its own (MatchFramings)
 		b.PeerAddr, b.PeerCAPEM, b.PeerServerName = eps[0].Addr, eps[0].CAPEM, eps[0].ServerName
 		return nil
 	}
@@ -93,6 +123,9 @@ func (cfg *Config) connectPeer() (stop func(), err error) {
 	addrs, cas, names := cfg.peerLists()
 	if len(addrs) > 0 {
 		specs, err := MatchPeers(addrs, cas, names)
+		if err == nil {
+			err = MatchFramings(specs, cfg.PeerFramings)
+		}
 		if err != nil {
 			return nil, err
 		}

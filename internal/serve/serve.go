@@ -51,12 +51,16 @@ type Config struct {
 	// Bridge.PeerAddr, PeerCAFile and Bridge.PeerServerName appended when
 	// set); MatchPeers says how they pair up.
 	PeerAddrs, PeerCAFiles, PeerServerNames []string
-	PeerCertFile                            string // --peer-cert: PEM client certificate for mutual TLS toward the peer
-	PeerKeyFile                             string // --peer-key: its private key
-	AuthTokensFile                          string // --auth-tokens: token file, reloaded on change and on SIGHUP (empty: no authentication)
-	TLSCertFile                             string // --tls-cert: PEM certificate chain for both listeners
-	TLSKeyFile                              string // --tls-key: its private key
-	PprofAddr                               string // --pprof-addr: loopback address for net/http/pprof (empty: off)
+	// PeerFramings is --peer-framing once per --peer, in the same order
+	// (auto, draft-02 or draft-04); empty or one value: Bridge.PeerFraming
+	// applies to every peer.
+	PeerFramings   []string
+	PeerCertFile   string // --peer-cert: PEM client certificate for mutual TLS toward the peer
+	PeerKeyFile    string // --peer-key: its private key
+	AuthTokensFile string // --auth-tokens: token file, reloaded on change and on SIGHUP (empty: no authentication)
+	TLSCertFile    string // --tls-cert: PEM certificate chain for both listeners
+	TLSKeyFile     string // --tls-key: its private key
+	PprofAddr      string // --pprof-addr: loopback address for net/http/pprof (empty: off)
 
 	// ShutdownTimeout bounds the graceful drain of the listeners and the
 	// bridge, and then of the embedded peer.

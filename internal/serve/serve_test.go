@@ -136,3 +136,54 @@ func serving(base string) bool {
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode == 200 && strings.Contains(string(b), "SERVING")
 }
+
+// MatchPeers pairs repeated --peer with --peer-ca and --peer-server-name:
+// once for every peer, or once per peer in the same order.
+func TestMatchPeers(t *testing.T) {
+	addrs := []string{"a:1", "b:2"}
+	got, err := serve.MatchPeers(addrs, []string{"ca.pem"}, nil)
+	if err != nil || len(got) != 2 || got[0] != (serve.PeerSpec{Addr: "a:1", CAFile: "ca.pem"}) || got[1] != (serve.PeerSpec{Addr: "b:2", CAFile: "ca.pem"}) {
+		t.Fatalf("one CA for every peer: %+v %v", got, err)
+	}
+	got, err = serve.MatchPeers(addrs, []string{"a.pem", "b.pem"}, []string{"x", "y"})
+	if err != nil || got[0] != (serve.PeerSpec{Addr: "a:1", CAFile: "a.pem", ServerName: "x"}) || got[1] != (serve.PeerSpec{Addr: "b:2", CAFile: "b.pem", ServerName: "y"}) {
+		t.Fatalf("a CA and a name per peer: %+v %v", got, err)
+	}
+	got, err = serve.MatchPeers(addrs, []string{"a.pem", "b.pem"}, []string{"x"})
+	if err != nil || got[0].ServerName != "x" || got[1].ServerName != "x" {
+		t.Fatalf("one server name for every peer: %+v %v", got, err)
+	}
+	for _, bad := range []struct{ cas, names []string }{
+		{nil, nil},
+		{[]string{"a", "b", "c"}, nil},
+		{[]string{"a"}, []string{"x", "y", "z"}},
+	} {
+		if _, err := serve.MatchPeers(addrs, bad.cas, bad.names); err == nil {
+			t.Errorf("MatchPeers(%v, %v, %v) accepted", addrs, bad.cas, bad.names)
+		}
+	}
+	if got, err := serve.MatchPeers(nil, nil, nil); err != nil || got != nil {
+		t.Errorf("no peer: %v %v", got, err)
+	}
+}
+
+// MatchFramings: --peer-framing once applies to every peer (through
+// Bridge.PeerFraming), once per peer gives each its own; other counts and
+// unknown framings are refused.
+func TestMatchFramings(t *testing.T) {
+	specs := func() []serve.PeerSpec { return []serve.PeerSpec{{Addr: "a:1"}, {Addr: "b:2"}} }
+	s := specs()
+	if err := serve.MatchFramings(s, []string{"draft-04"}); err != nil || s[0].Framing != "" || s[1].Framing != "" {
+		t.Fatalf("once: %+v %v", s, err)
+	}
+	s = specs()
+	if err := serve.MatchFramings(s, []string{"draft-04", "auto"}); err != nil || s[0].Framing != "draft-04" || s[1].Framing != "auto" {
+		t.Fatalf("per peer: %+v %v", s, err)
+	}
+	if err := serve.MatchFramings(specs(), []string{"auto", "auto", "auto"}); err == nil || !strings.Contains(err.Error(), "--peer-framing is given 3 times for 2 --peer") {
+		t.Errorf("3 framings for 2 peers: %v", err)
+	}
+	if err := serve.MatchFramings(specs(), []string{"auto", "draft-9"}); err == nil || !strings.Contains(err.Error(), "b:2") {
+		t.Errorf("unknown framing: %v", err)
+	}
+}
