@@ -13,8 +13,9 @@ import (
 )
 
 const serveHelp = `Run the gateway: gRPC on --grpc-addr, REST/WebSocket/docs/metrics on
---http-addr, backed by a PipeStream peer over QUIC (TLS 1.3). Without --peer it
-starts a processing peer in-process on a loopback UDP port and pins its
+--http-addr, backed by PipeStream peers over QUIC (TLS 1.3): --peer, repeated
+for several (new documents go to the least-loaded healthy one; see
+docs/scale-out.md). Without --peer it starts a processing peer in-process on a loopback UDP port and pins its
 certificate, so this one command runs the whole system. SIGINT/SIGTERM shut
 down gracefully (GOAWAY to the peer, drain, then stop).
 
@@ -29,7 +30,9 @@ Example:
   gateway --data-dir /var/lib/pipestream
   gateway serve --peer peer.example:4433 --peer-ca peer-ca.pem \
     --grpc-addr 0.0.0.0:9090 --http-addr 0.0.0.0:8443 \
-    --auth-tokens /etc/pipestream/tokens --tls-cert gw.pem --tls-key gw-key.pem`
+    --auth-tokens /etc/pipestream/tokens --tls-cert gw.pem --tls-key gw-key.pem
+  gateway serve --peer 10.0.0.7:4433 --peer 10.0.0.8:4433 \
+    --peer-ca peer7-cert.pem --peer-ca peer8-cert.pem   # several peers`
 
 func runServe(args []string) int {
 	fs := newFlags("serve", "gateway [serve] [flags]", serveHelp)
