@@ -74,23 +74,33 @@ func (b *Bridge) Redeem(ctx context.Context, t Tenant, claimID string) (*gateway
 		return b.redeemForOwner(ctx, t, rec, now)
 	}
 	d, cr, err := b.claimToRedeemLocked(rec.Claim.DocumentId, claimID)
-	if err != nil {
-		b.mu.Unlock()
-		return nil, err
-	}
-	running := cr.att.current()
-	if !running {
-		err = b.issuerGoneLocked(d, cr, claimID)
+	running := false
+	if err == nil {
+		if running = cr.att.current(); !running {
+			err = b.issuerGoneLocked(d, cr, claimID)
+		}
 	}
 	b.mu.Unlock()
 	if err != nil {
-		return nil, err
+		return nil, b.settledRefusal(ctx, t, claimID, err)
 	}
 	commit := func(ctx context.Context) (*gatewayv1.ClaimCheck, error) { return b.commitRedeem(ctx, t, claimID, now) }
 	if running {
 		return b.redeemRun(ctx, d, claimID, "", commit)
 	}
 	return b.redeemEarlier(ctx, d, cr, claimID, commit)
+}
+
+// settledRefusal answers a redemption refused for the state of the
+// claim's document (finished, re-dispatched...): when the claim was
+// redeemed or expired meanwhile, that is the answer. A concurrent
+// redemption may have committed, and its document finished, between this
+// one's read of the claim and its look at the document.
+func (b *Bridge) settledRefusal(ctx context.Context, t Tenant, claimID string, refusal error) error {
+	if _, err := b.redeemableClaim(ctx, t, claimID, time.Now()); err != nil {
+		return err
+	}
+	return refusal
 }
 
 // redeemCommit makes a redemption durable and returns the claim as

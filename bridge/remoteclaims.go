@@ -40,7 +40,8 @@ func (b *Bridge) redeemForOwner(ctx context.Context, t Tenant, rec *store.ClaimR
 		return nil, mapStoreErr("document "+docID, err)
 	}
 	if store.IsTerminal(doc.Doc.GetState()) {
-		return nil, fmt.Errorf("claim %s belongs to document %s, which is finished; nothing waits for it: %w", claimID, docID, ErrFailedPrecondition)
+		return nil, b.settledRefusal(ctx, t, claimID,
+			fmt.Errorf("claim %s belongs to document %s, which is finished; nothing waits for it: %w", claimID, docID, ErrFailedPrecondition))
 	}
 	stored, err := b.commitRedeem(ctx, t, claimID, now)
 	if err != nil {
