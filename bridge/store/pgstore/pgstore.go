@@ -150,7 +150,9 @@ type Store struct {
 	done   chan struct{} // closed when the listener exits
 
 	txns    atomic.Uint64
-	retries atomic.Uint64 // pipelined commits rerun step by step
+	batches atomic.Uint64 // Commits
+	retries atomic.Uint64 // pipelined groups rolled back and rerun
+	group   grouper       // group commit (group.go)
 
 	lease     leases
 	stopRenew context.CancelFunc
@@ -279,12 +281,11 @@ func (s *Store) Close() error {
 }
 
 // WriterStats reports commit counters: Transactions counts every
-// transaction a Commit ran (a pipelined one that rolled back and its rerun
-// count two), Batches the Commits, Retries the pipelined commits rerun
-// step by step (pipeline.go).
+// transaction Commits ran (a group is one; a pipelined group that rolled
+// back and its reruns count each), Batches the Commits, Retries the
+// pipelined groups rolled back and rerun (group.go).
 func (s *Store) WriterStats() store.WriterStats {
-	n, r := s.txns.Load(), s.retries.Load()
-	return store.WriterStats{Transactions: n, Batches: n - r, Retries: r}
+	return store.WriterStats{Transactions: s.txns.Load(), Batches: s.batches.Load(), Retries: s.retries.Load()}
 }
 
 // MaxConns is the size bound of the connection pool (see Options).
