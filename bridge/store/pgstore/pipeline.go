@@ -170,12 +170,16 @@ func (pl *pipeline) exec(of int, wantRow bool, sql string, args ...any) {
 func applyPipelined(ctx context.Context, conn *pgx.Conn, ps []*prepared) ([]store.EventRecord, int, error) {
 	var pl pipeline
 	pl.exec(-1, false, "BEGIN")
+	rows, merged := collectGroupRows(ps)
 	var events []encEvent
 	for i, p := range ps {
-		if !pl.queueBatch(i, p) {
+		if !pl.queueBatch(i, p, !merged) {
 			return nil, i, errSlowPath
 		}
 		events = append(events, p.events...)
+	}
+	if merged {
+		rows.queue(&pl)
 	}
 	var last int64
 	if len(events) > 0 {
@@ -206,9 +210,10 @@ func applyPipelined(ctx context.Context, conn *pgx.Conn, ps []*prepared) ([]stor
 }
 
 // queueBatch queues the statements of p, batch i of the group, in field
-// order (store.Batch). False: a digest does not encode (the step-by-step
-// rerun of p reports it).
-func (pl *pipeline) queueBatch(i int, p *prepared) bool {
+// order (store.Batch); its entity and payload rows only with rows (else
+// they go in the group's multi-row statements, grouprows.go). False: a
+// digest does not encode (the step-by-step rerun of p reports it).
+func (pl *pipeline) queueBatch(i int, p *prepared, rows bool) bool {
 	if p.create != nil {
 		pl.exec(i, true, insertDocSQL, insertDocArgs(p)...)
 	}
@@ -217,7 +222,9 @@ func (pl *pipeline) queueBatch(i int, p *prepared) bool {
 		pl.exec(i, true, sql, args...)
 	}
 	for _, e := range p.b.Entities {
-		pl.exec(i, false, upsertEntitySQL, entityArgs(e)...)
+		if rows {
+			pl.exec(i, false, upsertEntitySQL, entityArgs(e)...)
+		}
 	}
 	for _, d := range p.b.Digests {
 		body, err := proto.Marshal(d.Digest)
@@ -230,6 +237,9 @@ func (pl *pipeline) queueBatch(i int, p *prepared) bool {
 		pl.exec(i, true, upsertClaimSQL, claimArgs(c)...)
 	}
 	for _, x := range p.b.Payloads {
+		if !rows {
+			break
+		}
 		if x.Body == nil {
 			pl.exec(i, false, deletePayloadSQL, x.DocID, int32(x.Kind))
 		} else {
