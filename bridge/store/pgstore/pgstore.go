@@ -5,9 +5,10 @@
 //
 // # Writes
 //
-// Every Commit is one READ COMMITTED transaction on a pooled connection;
-// commits of one replica and of different replicas run concurrently. What
-// must be exclusive is made so by the database, not by the process:
+// Every Commit is applied in one READ COMMITTED transaction on a pooled
+// connection; concurrent Commits of one replica share one (group commit,
+// group.go), commits of different replicas run concurrently. What must be
+// exclusive is made so by the database, not by the process:
 //
 //   - Creates: INSERT ... ON CONFLICT DO NOTHING against the primary key and
 //     the unique (tenant, request_id) index. A concurrent create with the
@@ -32,9 +33,10 @@
 // problem of a plain SEQUENCE, where nextval is taken early and commits
 // late). Seqs never repeat (the counter is transactional and pruning keeps
 // it) and stay below 2^53 (ErrSeqExhausted). The cost: event-writing
-// commits are serialised for one statement (the counter UPDATE with the
-// INSERT of the events and the NOTIFY, commit.go) and the COMMIT; commits
-// without events are not.
+// transactions are serialised for one statement (the counter UPDATE with
+// the INSERT of the events and the NOTIFY, commit.go) and the COMMIT;
+// transactions without events are not. A group takes the counter once for
+// all its batches' events.
 //
 // The transaction also sends NOTIFY pipestream_events with its last seq;
 // PostgreSQL delivers notifications at commit, in commit order. Every Store
