@@ -34,6 +34,7 @@ const takeoverPoll = 50 * time.Millisecond
 func (b *runner) takeover(ctx context.Context) (Result, error) {
 	o := b.o
 	o.GRPCAddr, o.HTTPAddr = "", ""
+	o.PprofAddr = "" // two gateways at once: they cannot share the address
 	a, err := connectGateway(ctx, o, "--store", b.o.Store)
 	if err != nil {
 		return Result{}, fmt.Errorf("gateway A: %w", err)
