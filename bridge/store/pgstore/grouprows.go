@@ -10,9 +10,11 @@ import (
 // the inline payload writes of all its batches go as one statement each
 // (INSERT ... SELECT FROM unnest, DELETE ... USING unnest) instead of one
 // per row, after every batch's document, digest and claim statements.
-// Only when no key repeats in the group: then the rows commute and one
-// statement cannot touch a row twice (which ON CONFLICT DO UPDATE
-// refuses). Otherwise each batch sends its own rows in field order. These
+// Only when no key repeats in the group (then the rows commute and one
+// statement cannot touch a row twice, which ON CONFLICT DO UPDATE
+// refuses) and no row belongs to a document that a later batch of the
+// group creates (moved after that create it would succeed where, in queue
+// order, it fails). Otherwise each batch sends its own rows in field order. These
 // statements have no per-row outcome to check: a failure (a missing
 // document) cannot be pinned on one batch, and the group's batches are
 // rerun one by one (commitGroup).
@@ -55,11 +57,26 @@ type payloadKey struct {
 }
 
 // collectGroupRows gathers the entity and payload rows of ps; false when a
-// key repeats (the batches then send their own rows).
+// key repeats or a row belongs to a document a later batch of the group
+// creates (the batches then send their own rows, in queue order, so such a
+// row fails as it would alone).
 func collectGroupRows(ps []*prepared) (*groupRows, bool) {
 	g := &groupRows{entityKeys: map[entityKey]bool{}, payKeys: map[payloadKey]bool{}}
-	for _, p := range ps {
+	created := map[string]int{}
+	for i, p := range ps {
+		if p.create != nil {
+			created[p.create.rec.Doc.GetId()] = i
+		}
+	}
+	later := func(i int, doc string) bool {
+		j, ok := created[doc]
+		return ok && j > i
+	}
+	for i, p := range ps {
 		for _, e := range p.b.Entities {
+			if later(i, e.DocID) {
+				return nil, false
+			}
 			k := entityKey{e.DocID, uint64(e.Attempt), uint64(e.Entity.GetScopeId()), uint64(e.ScopeInstance), uint64(e.Entity.GetEntityId())}
 			if g.entityKeys[k] {
 				return nil, false
@@ -72,7 +89,7 @@ func collectGroupRows(ps []*prepared) (*groupRows, bool) {
 		}
 		for _, x := range p.b.Payloads {
 			k := payloadKey{x.DocID, x.Kind}
-			if g.payKeys[k] {
+			if g.payKeys[k] || later(i, x.DocID) {
 				return nil, false
 			}
 			g.payKeys[k] = true
