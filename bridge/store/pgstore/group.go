@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,9 +69,11 @@ func (g *grouper) takeLocked() []*pending {
 }
 
 // commitGrouped queues p, starts a group when fewer than maxGroups run, and
-// waits for p's outcome. It waits for the group even when ctx ends first:
-// the group's transaction ends once every member's ctx ended
-// (groupContext), and a committed batch is reported as committed.
+// waits for p's outcome. When ctx ends first it returns ctx's error: the
+// outcome is then unknown, as for any Commit whose ctx ends (a batch not
+// yet taken into a group is dropped; the group's transaction ends once the
+// ctx of every member ended, groupContext). A group counts as a call in
+// flight (s.wg): Close waits for it.
 func (s *Store) commitGrouped(ctx context.Context, p *prepared) (store.CommitResult, error) {
 	w := &pending{ctx: ctx, p: p, done: make(chan struct{})}
 	g := &s.group
@@ -83,14 +86,20 @@ func (s *Store) commitGrouped(ctx context.Context, p *prepared) (store.CommitRes
 	}
 	g.mu.Unlock()
 	if first != nil {
+		s.wg.Add(1) // the caller's own call keeps the count above zero
 		go s.runGroups(first)
 	}
-	<-w.done
-	return w.res, w.err
+	select {
+	case <-w.done:
+		return w.res, w.err
+	case <-ctx.Done():
+		return store.CommitResult{}, fmt.Errorf("pgstore: commit: %w (the outcome is unknown)", ctx.Err())
+	}
 }
 
 // runGroups commits group after group until the queue is empty.
 func (s *Store) runGroups(batch []*pending) {
+	defer s.wg.Done()
 	g := &s.group
 	for {
 		s.runGroup(batch)

@@ -141,3 +141,25 @@ func TestGroupCommit(t *testing.T) {
 		t.Errorf("EventStats %+v, %v; want %d events, latest seq %d", st, err, 1+ok*2, 1+ok*2)
 	}
 }
+
+// TestGroupCommitEndedContext checks that a Commit whose ctx already ended
+// returns its error and applies nothing (the group drops it), and that the
+// Store still commits afterwards.
+func TestGroupCommitEndedContext(t *testing.T) {
+	s := open(t, pgtest.NewDatabase(t))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ended, stop := context.WithCancel(ctx)
+	stop()
+	_, err := s.Commit(ended, &store.Batch{Create: doc("x", "r-x"), Events: []store.EventAppend{event("x", "created")}})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Commit with an ended ctx: %v; want context.Canceled", err)
+	}
+	if _, err := s.GetDocument(ctx, "acme", "x", false); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetDocument after the dropped commit: %v; want ErrNotFound", err)
+	}
+	res, err := s.Commit(ctx, &store.Batch{Create: doc("y", "r-y"), Events: []store.EventAppend{event("y", "created")}})
+	if err != nil || len(res.Seqs) != 1 || res.Seqs[0] != 1 {
+		t.Errorf("next Commit: %+v, %v; want seq 1 (the dropped commit took none)", res, err)
+	}
+}
