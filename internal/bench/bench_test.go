@@ -158,10 +158,12 @@ func TestBenchStorePostgres(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bench: %v\nprogress:\n%s", err, progress.String())
 	}
-	if len(rep.Results) != 2 {
-		t.Fatalf("%d results, want SQLite and PostgreSQL: %+v", len(rep.Results), rep.Results)
+	if len(rep.Results) != 3 {
+		t.Fatalf("%d results, want SQLite, PostgreSQL and the takeover: %+v", len(rep.Results), rep.Results)
 	}
-	sq, pg := rep.Results[0], rep.Results[1]
+	sq, pg, tk := rep.Results[0], rep.Results[1], rep.Results[2]
+	checkTakeover(t, tk)
+	rep.Results = rep.Results[:2]
 	if !strings.HasSuffix(sq.Path, "SQLite") || !sq.Baseline || !strings.HasSuffix(pg.Path, "PostgreSQL") || pg.Baseline {
 		t.Errorf("rows %q (baseline %v), %q (baseline %v); want the SQLite baseline, then PostgreSQL", sq.Path, sq.Baseline, pg.Path, pg.Baseline)
 	}
@@ -185,14 +187,31 @@ func TestBenchStorePostgres(t *testing.T) {
 	if !strings.Contains(pg.Note, "PostgreSQL server") || !strings.Contains(sq.Note, "gateway process only") {
 		t.Errorf("notes %q / %q do not say what the CPU counts", sq.Note, pg.Note)
 	}
+	rep.Results = append(rep.Results, tk)
 	checkStoreOutput(t, rep)
+}
+
+// checkTakeover checks the takeover row: every held document taken over by
+// the other gateway once the killed one's leases expired (10 s after its last
+// renewal, at most 3 s before the kill), within the bench's bound.
+func checkTakeover(t *testing.T, tk bench.Result) {
+	t.Helper()
+	if tk.Phase != "store" || !strings.HasPrefix(tk.Path, "takeover after kill -9") || tk.Unit != "s" || tk.Count != 8 {
+		t.Errorf("takeover row %+v: want phase store, path takeover after kill -9, unit s, 8 documents", tk)
+	}
+	if tk.Rate < 7 || tk.Rate > 90 {
+		t.Errorf("all taken over after %.1f s: want no sooner than the lease allows (10 s from the last renewal, renewed every 3 s) and within the bench's 90 s bound", tk.Rate)
+	}
+	if !strings.Contains(tk.Note, "all terminal") {
+		t.Errorf("takeover note %q lacks the time until all were terminal", tk.Note)
+	}
 }
 
 // checkStoreOutput checks the notes and the table of a store-phase report.
 func checkStoreOutput(t *testing.T, rep *bench.Report) {
 	t.Helper()
 	notes := strings.Join(rep.Notes, "\n")
-	for _, want := range []string{"CPU per document on PostgreSQL is", "postmaster pid", "fsync=off"} {
+	for _, want := range []string{"CPU per document on PostgreSQL is", "postmaster pid", "fsync=off", "takeover after kill -9 of a gateway holding 8"} {
 		if !strings.Contains(notes, want) {
 			t.Errorf("notes lack %q:\n%s", want, notes)
 		}
@@ -201,7 +220,7 @@ func checkStoreOutput(t *testing.T, rep *bench.Report) {
 	if err := rep.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"[base] gateway gRPC Submit -> SUCCEEDED, SQLite", "gateway gRPC Submit -> SUCCEEDED, PostgreSQL", "x SQLite docs/s", "CPU/doc "} {
+	for _, want := range []string{"[base] gateway gRPC Submit -> SUCCEEDED, SQLite", "gateway gRPC Submit -> SUCCEEDED, PostgreSQL", "x SQLite docs/s", "CPU/doc ", "takeover after kill -9, 8 held docs"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}

@@ -59,6 +59,12 @@ func (b *runner) store(ctx context.Context) error {
 	}
 	b.add(sqlite)
 	b.add(postgres)
+	b.progress("  takeover: two gateways on the store, %d held documents, kill -9 one", takeoverDocs)
+	tk, err := b.takeover(ctx)
+	if err != nil {
+		return fmt.Errorf("takeover: %w", err)
+	}
+	b.add(tk)
 	b.note("store: CPU per document on PostgreSQL is %.2fx SQLite's (%.0f µs, of which the PostgreSQL server %.0f, vs %.0f µs; target <= 1.5x), docs/s %.2fx (%.0f vs %.0f)",
 		postgres.CPURatio, postgres.CPUPerOpUs, postgres.ServerCPUPerOpUs, sqlite.CPUPerOpUs, rateX(postgres), postgres.Rate, sqlite.Rate)
 	b.note("store: CPU = gateway process utime+stime; on PostgreSQL plus the PostgreSQL server's (postmaster pid %d and all its children, live ones from /proc/<pid>/stat, exited ones through the postmaster's cutime/cstime) over the same interval; %s", pg.postmaster, pg.settings)

@@ -17,11 +17,13 @@ import (
 )
 
 // Commit applies b atomically in one PostgreSQL transaction (READ
-// COMMITTED) and returns once it committed. A batch without a claim
-// redemption goes as one pipeline (runPipelined: BEGIN and all statements
-// in one round trip, then COMMIT); when that meets anything but the plain
-// outcome it rolls back and the batch is rerun step by step, which
-// classifies the outcome. On error nothing of b was
+// COMMITTED) and returns once it committed. Concurrent Commits of this
+// Store share one transaction (group commit, group.go): BEGIN, every
+// batch's statements and one event append for the group in one pipeline,
+// then COMMIT; a batch that meets anything but the plain outcome is rerun
+// alone step by step, which classifies the outcome, and the others are
+// rerun without it. A claim redemption always runs step by step (its
+// lookups depend on the UPDATE's outcome). On error nothing of b was
 // applied, except when ctx ends first: then the outcome is unknown
 // (idempotent creates make a retry safe). Events get their seqs last, from
 // the one-row counter (package doc, Event sequence); the event hook has seen
@@ -38,57 +40,11 @@ func (s *Store) Commit(ctx context.Context, b *store.Batch) (store.CommitResult,
 	if err := s.lease.fence(p, time.Now()); err != nil {
 		return store.CommitResult{}, err
 	}
-	var (
-		res store.CommitResult
-		evs []store.EventRecord
-	)
-	if pipelinable(p) {
-		evs, err = s.runPipelined(ctx, p)
-		s.txns.Add(1)
-		if err == nil {
-			res.Seqs = make([]uint64, len(evs))
-			for i := range evs {
-				res.Seqs[i] = evs[i].Seq
-			}
-			s.lease.committed(p, time.Now())
-			if len(evs) > 0 {
-				s.tail.deliverOwn(evs)
-			}
-			return res, nil
-		}
-		if !errors.Is(err, errSlowPath) {
-			return store.CommitResult{}, err
-		}
-		s.retries.Add(1)
+	s.batches.Add(1)
+	if !pipelinable(p) {
+		return s.applyStepwise(ctx, p)
 	}
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		res, evs = store.CommitResult{}, nil
-		var err error
-		if res, err = apply(ctx, tx, p); err != nil || res.Duplicate != nil {
-			return err
-		}
-		evs, err = appendEvents(ctx, tx, p.events)
-		if err != nil {
-			return err
-		}
-		res.Seqs = make([]uint64, len(evs))
-		for i := range evs {
-			res.Seqs[i] = evs[i].Seq
-		}
-		return nil
-	})
-	s.txns.Add(1)
-	if err != nil {
-		s.lease.lostByWrite(err)
-		return store.CommitResult{}, err
-	}
-	if res.Duplicate == nil {
-		s.lease.committed(p, time.Now())
-	}
-	if len(evs) > 0 {
-		s.tail.deliverOwn(evs)
-	}
-	return res, nil
+	return s.commitGrouped(ctx, p)
 }
 
 // apply runs the ops of one batch in field order (store.Batch).

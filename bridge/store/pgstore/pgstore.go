@@ -5,9 +5,10 @@
 //
 // # Writes
 //
-// Every Commit is one READ COMMITTED transaction on a pooled connection;
-// commits of one replica and of different replicas run concurrently. What
-// must be exclusive is made so by the database, not by the process:
+// Every Commit is applied in one READ COMMITTED transaction on a pooled
+// connection; concurrent Commits of one replica share one (group commit,
+// group.go), commits of different replicas run concurrently. What must be
+// exclusive is made so by the database, not by the process:
 //
 //   - Creates: INSERT ... ON CONFLICT DO NOTHING against the primary key and
 //     the unique (tenant, request_id) index. A concurrent create with the
@@ -32,9 +33,10 @@
 // problem of a plain SEQUENCE, where nextval is taken early and commits
 // late). Seqs never repeat (the counter is transactional and pruning keeps
 // it) and stay below 2^53 (ErrSeqExhausted). The cost: event-writing
-// commits are serialised for one statement (the counter UPDATE with the
-// INSERT of the events and the NOTIFY, commit.go) and the COMMIT; commits
-// without events are not.
+// transactions are serialised for one statement (the counter UPDATE with
+// the INSERT of the events and the NOTIFY, commit.go) and the COMMIT;
+// transactions without events are not. A group takes the counter once for
+// all its batches' events.
 //
 // The transaction also sends NOTIFY pipestream_events with its last seq;
 // PostgreSQL delivers notifications at commit, in commit order. Every Store
@@ -151,7 +153,9 @@ type Store struct {
 	done   chan struct{} // closed when the listener exits
 
 	txns    atomic.Uint64
-	retries atomic.Uint64 // pipelined commits rerun step by step
+	batches atomic.Uint64 // Commits
+	retries atomic.Uint64 // pipelined groups rolled back and rerun
+	group   grouper       // group commit (group.go)
 
 	lease     leases
 	stopRenew context.CancelFunc
@@ -280,12 +284,11 @@ func (s *Store) Close() error {
 }
 
 // WriterStats reports commit counters: Transactions counts every
-// transaction a Commit ran (a pipelined one that rolled back and its rerun
-// count two), Batches the Commits, Retries the pipelined commits rerun
-// step by step (pipeline.go).
+// transaction Commits ran (a group is one; a pipelined group that rolled
+// back and its reruns count each), Batches the Commits, Retries the
+// pipelined groups rolled back and rerun (group.go).
 func (s *Store) WriterStats() store.WriterStats {
-	n, r := s.txns.Load(), s.retries.Load()
-	return store.WriterStats{Transactions: n, Batches: n - r, Retries: r}
+	return store.WriterStats{Transactions: s.txns.Load(), Batches: s.batches.Load(), Retries: s.retries.Load()}
 }
 
 // MaxConns is the size bound of the connection pool (see Options).

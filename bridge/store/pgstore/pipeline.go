@@ -92,120 +92,159 @@ func claimArgs(c store.ClaimRecord) []any {
 		tsNanos(x.GetRedeemTime()), chunk}
 }
 
-// errSlowPath rolls back a pipelined commit whose outcome is not the plain
+// errSlowPath rolls back a pipelined group whose outcome is not the plain
 // one (a statement failed, a create found its id taken, an update found
-// another rev, a claim another tenant's): Commit reruns the batch step by
-// step, which names the outcome exactly.
+// another rev, a claim another tenant's): commitGroup reruns the batch
+// step by step, which names the outcome exactly, and the others without
+// it.
 var errSlowPath = errors.New("pgstore: pipelined commit needs the step-by-step path")
 
-// pipelinable reports whether p can be sent as one pipeline: everything
-// but a claim redemption, whose lookups depend on the UPDATE's outcome.
+// pipelinable reports whether p can be sent in a pipeline: everything but
+// a claim redemption, whose lookups depend on the UPDATE's outcome.
 func pipelinable(p *prepared) bool { return p.b.Redeem == nil }
 
-// pipelineStep checks one statement's outcome in the pipeline.
-type pipelineStep func(br pgx.BatchResults) error
-
-// runPipelined applies p in one transaction of two round trips: BEGIN and
-// every statement in one pipeline (applyPipelined), then COMMIT. Anything
-// but the plain outcome rolls back and is errSlowPath; nothing of p stays,
-// also no seq. A connection left inside a transaction (ROLLBACK failed,
-// ctx ended) is not reused: the pool destroys a released connection whose
-// transaction status is not idle.
-func (s *Store) runPipelined(ctx context.Context, p *prepared) ([]store.EventRecord, error) {
+// runPipelined applies the batches ps in one transaction of two round
+// trips: BEGIN and every statement in one pipeline (applyPipelined), then
+// COMMIT. Anything but the plain outcome rolls back and is errSlowPath,
+// with the index of the batch whose statement met it (-1: not one batch's);
+// nothing of ps stays, also no seq. A connection left inside a
+// transaction (ROLLBACK failed, ctx ended) is not reused: the pool destroys
+// a released connection whose transaction status is not idle.
+func (s *Store) runPipelined(ctx context.Context, ps []*prepared) ([]store.EventRecord, int, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return nil, mapErr("acquire a connection", err)
+		return nil, -1, mapErr("acquire a connection", err)
 	}
 	defer conn.Release()
-	evs, err := applyPipelined(ctx, conn.Conn(), p)
+	evs, failed, err := applyPipelined(ctx, conn.Conn(), ps)
 	if err != nil {
 		if conn.Conn().PgConn().TxStatus() != 'I' {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 			_, _ = conn.Exec(rctx, "ROLLBACK")
 			cancel()
 		}
-		return nil, err
+		return nil, failed, err
 	}
 	tag, err := conn.Exec(ctx, "COMMIT")
 	if err != nil {
-		return nil, fmt.Errorf("pgstore: commit: %w", err)
+		return nil, -1, fmt.Errorf("pgstore: commit: %w", err)
 	}
 	if tag.String() != "COMMIT" {
-		return nil, fmt.Errorf("pgstore: commit: the server answered %q", tag.String())
+		return nil, -1, fmt.Errorf("pgstore: commit: the server answered %q", tag.String())
 	}
-	return evs, nil
+	return evs, -1, nil
 }
 
-// applyPipelined sends BEGIN and every statement of p, the event append
-// last, in one pgx.Batch (one round trip instead of one per statement) and
-// checks each outcome in order. Anything but the plain outcome is
-// errSlowPath; the transaction is left open for the caller to end.
-func applyPipelined(ctx context.Context, conn *pgx.Conn, p *prepared) ([]store.EventRecord, error) {
-	var (
-		batch pgx.Batch
-		steps []pipelineStep
-	)
-	exec := func(wantRow bool, sql string, args ...any) {
-		batch.Queue(sql, args...)
-		steps = append(steps, func(br pgx.BatchResults) error {
-			tag, err := br.Exec()
-			if err != nil || (wantRow && tag.RowsAffected() != 1) {
-				return errSlowPath
-			}
-			return nil
-		})
-	}
-	exec(false, "BEGIN")
-	if p.create != nil {
-		exec(true, insertDocSQL, insertDocArgs(p)...)
-	}
-	for i := range p.updates {
-		sql, args := updateDocStatement(p, &p.updates[i])
-		exec(true, sql, args...)
-	}
-	for _, e := range p.b.Entities {
-		exec(false, upsertEntitySQL, entityArgs(e)...)
-	}
-	for _, d := range p.b.Digests {
-		body, err := proto.Marshal(d.Digest)
-		if err != nil {
-			return nil, fmt.Errorf("pgstore: encode digest: %w", err)
+// pipeline is a pgx.Batch with the check of each statement's outcome and
+// the batch (index in the group) it belongs to.
+type pipeline struct {
+	batch pgx.Batch
+	steps []pipelineStep
+}
+
+// pipelineStep checks one statement's outcome in the pipeline.
+type pipelineStep struct {
+	of    int // index of the group's batch; -1: the group's own statements
+	check func(br pgx.BatchResults) error
+}
+
+// exec queues a statement of batch of; with wantRow it must change exactly
+// one row.
+func (pl *pipeline) exec(of int, wantRow bool, sql string, args ...any) {
+	pl.batch.Queue(sql, args...)
+	pl.steps = append(pl.steps, pipelineStep{of: of, check: func(br pgx.BatchResults) error {
+		tag, err := br.Exec()
+		if err != nil || (wantRow && tag.RowsAffected() != 1) {
+			return errSlowPath
 		}
-		exec(false, upsertDigestSQL, digestArgs(d, body)...)
-	}
-	for _, c := range p.b.Claims {
-		exec(true, upsertClaimSQL, claimArgs(c)...)
-	}
-	for _, pl := range p.b.Payloads {
-		if pl.Body == nil {
-			exec(false, deletePayloadSQL, pl.DocID, int32(pl.Kind))
-		} else {
-			exec(false, upsertPayloadSQL, pl.DocID, int32(pl.Kind), pl.Body)
+		return nil
+	}})
+}
+
+// applyPipelined sends BEGIN, the statements of every batch of ps in
+// order and one event append for all their events, last, in one pgx.Batch
+// (one round trip instead of one per statement) and checks each outcome in
+// order. Anything but the plain outcome is errSlowPath with the index of
+// the batch that met it; the transaction is left open for the caller to
+// end.
+func applyPipelined(ctx context.Context, conn *pgx.Conn, ps []*prepared) ([]store.EventRecord, int, error) {
+	var pl pipeline
+	pl.exec(-1, false, "BEGIN")
+	rows, merged := collectGroupRows(ps)
+	var events []encEvent
+	for i, p := range ps {
+		if !pl.queueBatch(i, p, !merged) {
+			return nil, i, errSlowPath
 		}
+		events = append(events, p.events...)
+	}
+	if merged {
+		rows.queue(&pl)
 	}
 	var last int64
-	if len(p.events) > 0 {
-		batch.Queue(appendEventsSQL, appendEventsArgs(p.events)...)
-		steps = append(steps, func(br pgx.BatchResults) error {
+	if len(events) > 0 {
+		pl.batch.Queue(appendEventsSQL, appendEventsArgs(events)...)
+		pl.steps = append(pl.steps, pipelineStep{of: -1, check: func(br pgx.BatchResults) error {
 			var notified string
 			if err := br.QueryRow().Scan(&last, &notified); err != nil {
 				return errSlowPath
 			}
 			return nil
-		})
+		}})
 	}
-	br := conn.SendBatch(ctx, &batch)
-	for _, step := range steps {
-		if err := step(br); err != nil {
+	br := conn.SendBatch(ctx, &pl.batch)
+	for _, step := range pl.steps {
+		if err := step.check(br); err != nil {
 			br.Close()
-			return nil, err
+			return nil, step.of, err
 		}
 	}
 	if err := br.Close(); err != nil {
-		return nil, errSlowPath
+		return nil, -1, errSlowPath
 	}
-	if len(p.events) == 0 {
-		return nil, nil
+	if len(events) == 0 {
+		return nil, -1, nil
 	}
-	return eventRecords(p.events, last)
+	evs, err := eventRecords(events, last)
+	return evs, -1, err
+}
+
+// queueBatch queues the statements of p, batch i of the group, in field
+// order (store.Batch); its entity and payload rows only with rows (else
+// they go in the group's multi-row statements, grouprows.go). False: a
+// digest does not encode (the step-by-step rerun of p reports it).
+func (pl *pipeline) queueBatch(i int, p *prepared, rows bool) bool {
+	if p.create != nil {
+		pl.exec(i, true, insertDocSQL, insertDocArgs(p)...)
+	}
+	for j := range p.updates {
+		sql, args := updateDocStatement(p, &p.updates[j])
+		pl.exec(i, true, sql, args...)
+	}
+	for _, e := range p.b.Entities {
+		if rows {
+			pl.exec(i, false, upsertEntitySQL, entityArgs(e)...)
+		}
+	}
+	for _, d := range p.b.Digests {
+		body, err := proto.Marshal(d.Digest)
+		if err != nil {
+			return false
+		}
+		pl.exec(i, false, upsertDigestSQL, digestArgs(d, body)...)
+	}
+	for _, c := range p.b.Claims {
+		pl.exec(i, true, upsertClaimSQL, claimArgs(c)...)
+	}
+	for _, x := range p.b.Payloads {
+		if !rows {
+			break
+		}
+		if x.Body == nil {
+			pl.exec(i, false, deletePayloadSQL, x.DocID, int32(x.Kind))
+		} else {
+			pl.exec(i, false, upsertPayloadSQL, x.DocID, int32(x.Kind), x.Body)
+		}
+	}
+	return true
 }
