@@ -365,6 +365,7 @@ func TestServePeerFlagCounts(t *testing.T) {
 		{nil, []string{"--peer", "127.0.0.1:1", "--peer", "127.0.0.1:1", "--peer-ca", ca}, "distinct"},
 		{nil, []string{"--peer", "127.0.0.1:1", "--peer", "127.0.0.1:2", "--peer-ca", ca, "--peer-framing", "auto", "--peer-framing", "draft-04", "--peer-framing", "auto"},
 			"--peer-framing is given 3 times for 2 --peer"},
+		{nil, []string{"--peer-framing", "auto", "--peer-framing", "draft-04"}, "--peer-framing is given 2 times without --peer"},
 	} {
 		_, stderr, code := run(t, tc.env, append([]string{"serve", "--data-dir", dir}, tc.args...)...)
 		if code != 2 || !strings.Contains(stderr, tc.want) {

@@ -185,8 +185,11 @@ func ptr[T any](v T) *T { return &v }
 // error otherwise).
 func checkPeerFlags(addrs, cas, names, framings []string) error {
 	specs, err := serve.MatchPeers(addrs, cas, names)
-	if err != nil || len(specs) == 0 {
+	if err != nil {
 		return err
+	}
+	if len(specs) == 0 && len(framings) > 1 {
+		return fmt.Errorf("--peer-framing is given %d times without --peer: give it once (the embedded peer) or once per --peer", len(framings))
 	}
 	return serve.MatchFramings(specs, framings)
 }
