@@ -135,11 +135,13 @@ fuzz_all() {
   done < <(find . -name FUZZ_TARGETS -not -path './.git/*' -not -path './.ci/node/*' | sort)
 }
 
-# e2e in three shards. The quiet one holds the tests that assert latency
+# e2e in four shards. The quiet one holds the tests that assert latency
 # or memory under attack (issue 11's targets); it runs alone, last. The
-# other two run beside each other and the full-size pass.
+# other three (browser; replicas and peers; the rest) run beside each
+# other and the full-size pass.
 E2E_QUIET='TestHostile|TestLoad|TestHTTPAdversary'
 E2E_BROWSER='TestConsole|TestDocsRender|TestGeneratedClient|TestBrowser|TestCrashSafety'
+E2E_SCALE='TestScaleOut|TestReadmeScaleOut|TestManyPeers'
 e2e() { go test -count=1 -timeout 30m "$@" ./e2e/; }
 
 step "go test (race, -short) and fuzz targets (${FUZZTIME} each), at once"
@@ -147,12 +149,13 @@ job unit unit_first
 job fuzz fuzz_all
 phase_end
 
-step "go test (full size), e2e shards (browser; the rest), at once"
+step "go test (full size), e2e shards (browser; replicas and peers; the rest), at once"
 go build -o /dev/null ./cmd/gateway # warm the cache for the shards' builds of the binary
 go test -count=1 -run '^$' ./e2e/ >/dev/null # build the e2e binary once
 job unit-full-size unit_full_size
 job e2e-browser e2e -run "^($E2E_BROWSER)"
-job e2e-rest e2e -skip "^($E2E_QUIET|$E2E_BROWSER)"
+job e2e-scale e2e -run "^($E2E_SCALE)"
+job e2e-rest e2e -skip "^($E2E_QUIET|$E2E_BROWSER|$E2E_SCALE)"
 phase_end
 
 step "e2e (latency and memory under attack, alone)"
