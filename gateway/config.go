@@ -198,6 +198,25 @@ func (c *Config) setDefaults() error {
 		c.RateBurst = max(DefaultRateBurst, int(math.Ceil(c.RateLimit)))
 	}
 	c.setAdmissionDefaults()
+	c.setStreamDefaults()
+	c.CORSOrigins = normalizeOrigins(c.CORSOrigins)
+	if err := checkCORSOrigins(c.CORSOrigins); err != nil {
+		return err
+	}
+	if c.GRPCTLS != nil && c.InternalDialTLS == nil {
+		return errors.New("gateway: Config.GRPCTLS is set but InternalDialTLS is not: the REST proxy needs a TLS config that trusts the gRPC certificate")
+	}
+	if c.MaxRecvMsgBytes < uploadChunkBytes+4096 {
+		return errors.New("gateway: Config.MaxRecvMsgBytes must be at least 260 KiB so one upload chunk fits")
+	}
+	if c.MaxSendMsgBytes < resultChunkBytes+4096 {
+		return errors.New("gateway: Config.MaxSendMsgBytes must be at least 260 KiB so one result chunk fits")
+	}
+	return nil
+}
+
+// setStreamDefaults fills the stream, keepalive and connection timeouts.
+func (c *Config) setStreamDefaults() {
 	if c.MaxConcurrentStreams == 0 {
 		c.MaxConcurrentStreams = DefaultMaxConcurrentStreams
 	}
@@ -219,20 +238,6 @@ func (c *Config) setDefaults() error {
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = DefaultIdleTimeout
 	}
-	c.CORSOrigins = normalizeOrigins(c.CORSOrigins)
-	if err := checkCORSOrigins(c.CORSOrigins); err != nil {
-		return err
-	}
-	if c.GRPCTLS != nil && c.InternalDialTLS == nil {
-		return errors.New("gateway: Config.GRPCTLS is set but InternalDialTLS is not: the REST proxy needs a TLS config that trusts the gRPC certificate")
-	}
-	if c.MaxRecvMsgBytes < uploadChunkBytes+4096 {
-		return errors.New("gateway: Config.MaxRecvMsgBytes must be at least 260 KiB so one upload chunk fits")
-	}
-	if c.MaxSendMsgBytes < resultChunkBytes+4096 {
-		return errors.New("gateway: Config.MaxSendMsgBytes must be at least 260 KiB so one result chunk fits")
-	}
-	return nil
 }
 
 // setAdmissionDefaults fills the per-tenant, body and connection limits.
