@@ -16,7 +16,6 @@ import (
 	"github.com/pipestream/gateway/bridge/store/pgstore"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 	"github.com/pipestream/gateway/internal/pgtest"
-	"github.com/pipestream/gateway/quicpeer/peer"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -54,16 +53,7 @@ func newBridge(t *testing.T, st bridge.Store, peerAddr string, ca []byte) *bridg
 // finishes it with the right result.
 func TestBridgesTakeOverAKilledReplicasDocument(t *testing.T) {
 	dsn := pgtest.NewDatabase(t)
-	off := peer.DefaultOffer(false)
-	p, err := peer.Start(peer.Options{ListenAddr: "127.0.0.1:0", DataDir: t.TempDir(), Logger: quiet(), Offer: &off, DrainTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = p.Shutdown(ctx)
-	})
+	p := startPeer(t)
 	stA, stB := openLease(t, dsn, "A"), openLease(t, dsn, "B")
 	a := newBridge(t, stA, deadUDPAddr(t), p.CertPEM())
 	content := bytes.Repeat([]byte("pipestream lease "), 4096)
@@ -130,16 +120,7 @@ func TestBridgesTakeOverAKilledReplicasDocument(t *testing.T) {
 // new owner found.
 func TestBridgeDropsDocumentOnFencedFlush(t *testing.T) {
 	dsn := pgtest.NewDatabase(t)
-	off := peer.DefaultOffer(false)
-	p, err := peer.Start(peer.Options{ListenAddr: "127.0.0.1:0", DataDir: t.TempDir(), Logger: quiet(), Offer: &off, DrainTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = p.Shutdown(ctx)
-	})
+	p := startPeer(t)
 	ctx := context.Background()
 	stA, err := pgstore.Open(ctx, dsn, pgstore.Options{ReplicaID: "A", LeaseDuration: time.Minute, RenewInterval: time.Second, LeaseMargin: time.Second})
 	if err != nil {
@@ -158,27 +139,7 @@ func TestBridgeDropsDocumentOnFencedFlush(t *testing.T) {
 		defer cancel()
 		_ = a.Close(c)
 	})
-	doc, err := a.Submit(ctx, "", &gatewayv1.SubmitDocumentRequest{Content: []byte("deferred until redeemed"),
-		Split:    &gatewayv1.SplitOptions{Processor: "fault"},
-		Metadata: map[string]string{"pipestream.fault": "defer", "pipestream.claim-ttl-ms": "300000"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var claim string
-	for deadline := time.Now().Add(30 * time.Second); claim == ""; time.Sleep(20 * time.Millisecond) {
-		d, err := a.GetDocument(ctx, "", doc.Id, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, c := range d.ClaimChecks {
-			if c.State == gatewayv1.ClaimCheck_ISSUED {
-				claim = c.ClaimId
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no claim issued: state %s error %q", d.State, d.Error)
-		}
-	}
+	docID, claim := submitDeferred(t, a, []byte("deferred until redeemed"))
 	if active(t, reg) != 1 {
 		t.Fatalf("A drives %v documents, want 1", active(t, reg))
 	}
@@ -190,9 +151,9 @@ func TestBridgeDropsDocumentOnFencedFlush(t *testing.T) {
 	if got, err := stB.AcquireLeases(ctx, 10); err != nil || len(got) != 1 {
 		t.Fatalf("B acquire: %d, %v", len(got), err)
 	}
-	before, err := stB.GetDocument(ctx, "acme", doc.Id, false)
+	before, err := stB.GetDocument(ctx, "acme", docID, false)
 	if err != nil {
-		before, err = stB.GetDocument(ctx, "", doc.Id, false)
+		before, err = stB.GetDocument(ctx, "", docID, false)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -214,7 +175,7 @@ func TestBridgeDropsDocumentOnFencedFlush(t *testing.T) {
 			t.Fatalf("A retried its refused write (%d times)", n)
 		}
 	}
-	after, err := stB.GetDocument(ctx, before.Tenant, doc.Id, false)
+	after, err := stB.GetDocument(ctx, before.Tenant, docID, false)
 	if err != nil || after.Doc.Rev != before.Doc.Rev || after.Doc.State != before.Doc.State {
 		t.Fatalf("the document changed after B took over: rev %d -> %d, state %s -> %s (%v)", before.Doc.Rev, after.Doc.Rev, before.Doc.State, after.Doc.State, err)
 	}
