@@ -114,6 +114,9 @@ func apply(ctx context.Context, tx pgx.Tx, p *prepared) (store.CommitResult, err
 			return res, err
 		}
 	}
+	if err := checkChildFence(ctx, tx, p); err != nil {
+		return res, err
+	}
 	if err := applyEntities(ctx, tx, b.Entities); err != nil {
 		return res, err
 	}

@@ -255,8 +255,11 @@ func (s *Store) enter() error {
 	return nil
 }
 
-// Close waits for the calls in flight, stops the listener and closes the
-// pool. Later calls get ErrClosed. Idempotent.
+// Close waits for the calls in flight, stops the renewer, hands back the
+// leases this Store still holds (releaseLeases: another replica takes
+// those documents over at its next scan instead of after the lease),
+// stops the listener and closes the pool. Later calls get ErrClosed.
+// Idempotent.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -266,9 +269,11 @@ func (s *Store) Close() error {
 	s.closed = true
 	s.mu.Unlock()
 	s.wg.Wait()
+	s.stopRenew()
+	<-s.renewDone
+	s.releaseLeases()
 	s.cancel()
 	<-s.done
-	<-s.renewDone
 	s.lease.mu.Lock()
 	if s.lease.timer != nil {
 		s.lease.timer.Stop()

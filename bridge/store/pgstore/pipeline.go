@@ -163,6 +163,10 @@ func applyPipelined(ctx context.Context, conn *pgx.Conn, p *prepared) ([]store.E
 		sql, args := updateDocStatement(p, &p.updates[i])
 		exec(true, sql, args...)
 	}
+	if sql, args, n := childFenceStatement(p); n > 0 {
+		batch.Queue(sql, args...)
+		steps = append(steps, childFenceStep(n))
+	}
 	for _, e := range p.b.Entities {
 		exec(false, upsertEntitySQL, entityArgs(e)...)
 	}
