@@ -272,6 +272,7 @@ func (s *Store) Close() error {
 	s.stopRenew()
 	<-s.renewDone
 	s.releaseLeases()
+	s.withdrawPositions()
 	s.cancel()
 	<-s.done
 	s.lease.mu.Lock()
