@@ -308,7 +308,8 @@ var errPayloadDone = errors.New("pgstore: payload already finished")
 
 // mapErr wraps a database error of what: a closed pool is ErrClosed, a
 // full disk (SQLSTATE 53100) wraps syscall.ENOSPC (the bridge waits and
-// retries on it), a missing document (foreign key) is ErrNotFound.
+// retries on it), a missing document (foreign key) is ErrNotFound, a lost
+// or refused connection (a database restart) is ErrUnavailable.
 func mapErr(what string, err error) error {
 	switch {
 	case errors.Is(err, puddle.ErrClosedPool):
@@ -317,6 +318,8 @@ func mapErr(what string, err error) error {
 		return fmt.Errorf("pgstore: %s: %w (%v)", what, syscall.ENOSPC, err)
 	case sqlState(err) == "23503":
 		return fmt.Errorf("pgstore: %s: %w: no such document (%v)", what, store.ErrNotFound, err)
+	case unavailable(err):
+		return fmt.Errorf("pgstore: %s: %w (%v)", what, store.ErrUnavailable, err)
 	}
 	return fmt.Errorf("pgstore: %s: %w", what, err)
 }

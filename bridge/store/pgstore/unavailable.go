@@ -1,0 +1,29 @@
+package pgstore
+
+import (
+	"errors"
+	"io"
+	"net"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// unavailable reports whether err means the server could not be reached
+// or ended the session: a connection that failed or broke, SQLSTATE class
+// 08 (connection exception), 57P01..57P03 (admin shutdown, crash
+// shutdown, cannot connect now: a restart), or a network error. Those
+// become store.ErrUnavailable (mapErr).
+func unavailable(err error) bool {
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	switch code := sqlState(err); {
+	case strings.HasPrefix(code, "08"), code == "57P01", code == "57P02", code == "57P03":
+		return true
+	case code != "":
+		return false
+	case errors.As(err, &ce), errors.As(err, &ne), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return true
+	}
+	return strings.Contains(err.Error(), "conn closed") || strings.Contains(err.Error(), "connection reset")
+}
