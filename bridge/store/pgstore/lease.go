@@ -54,7 +54,8 @@ type leases struct {
 	deadline time.Time         // stop driving at (local monotonic clock)
 	timer    *time.Timer
 	hook     func(ids []string)
-	failing  bool // renewals fail (logged once per outage)
+	failing  bool          // renewals fail (logged once per outage)
+	kick     chan struct{} // renew now (renewLoop)
 }
 
 func newReplicaID() string {
@@ -66,6 +67,7 @@ func newReplicaID() string {
 func (l *leases) init(o Options, now time.Time) {
 	l.me, l.lease, l.renewEvery, l.margin, l.log = o.ReplicaID, o.LeaseDuration, o.RenewInterval, o.LeaseMargin, o.Logger
 	l.held, l.lost = map[string]heldLease{}, map[string]string{}
+	l.kick = make(chan struct{}, 1)
 	l.deadline = now.Add(l.lease - l.margin)
 	l.timer = time.AfterFunc(l.deadline.Sub(now), l.expire)
 }
@@ -129,8 +131,20 @@ func (l *leases) notify(ids []string) {
 
 // fence decides, before a Commit, which updates carry the lease condition
 // (held documents: their epoch) and refuses a batch touching a document
-// whose lease is lost or past the local deadline.
+// whose lease is lost or past the local deadline. A document refused at
+// the deadline leaves held (lostByWrite): the renewer must not extend a
+// lease nobody drives any more, so that it expires and a takeover scan
+// (this replica's too, once its renewals work again) picks it up.
 func (l *leases) fence(p *prepared, now time.Time) error {
+	err := l.check(p, now)
+	if err != nil {
+		l.lostByWrite(err)
+	}
+	return err
+}
+
+// check is fence without the bookkeeping of a refusal.
+func (l *leases) check(p *prepared, now time.Time) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var lost []string
@@ -283,6 +297,9 @@ func (l *leases) committed(p *prepared, now time.Time) {
 	defer l.mu.Unlock()
 	if p.create != nil && !p.create.terminal {
 		l.held[p.create.rec.Doc.GetId()] = heldLease{epoch: 1, since: now}
+		if !now.Before(l.deadline) {
+			l.kickRenewLocked() // the database answers again: renew now, not at the next tick
+		}
 	}
 	for i := range p.updates {
 		if p.updates[i].terminal {
@@ -291,7 +308,8 @@ func (l *leases) committed(p *prepared, now time.Time) {
 	}
 }
 
-// renewLoop renews every RenewInterval until ctx ends.
+// renewLoop renews every RenewInterval, and at once when kicked (a
+// commit succeeded while past the local deadline), until ctx ends.
 func (s *Store) renewLoop(ctx context.Context) {
 	t := time.NewTicker(s.lease.renewEvery)
 	defer t.Stop()
@@ -300,8 +318,17 @@ func (s *Store) renewLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			s.renew(ctx)
+		case <-s.lease.kick:
 		}
+		s.renew(ctx)
+	}
+}
+
+// kickRenewLocked asks the renewer for a renewal now. Caller holds l.mu.
+func (l *leases) kickRenewLocked() {
+	select {
+	case l.kick <- struct{}{}:
+	default:
 	}
 }
 

@@ -194,6 +194,7 @@ func (w *PayloadWriter) Sync() error {
 	fence, err := w.s.lease.payloadFence(w.docID, time.Now())
 	if err != nil {
 		w.discard()
+		w.s.lease.lostByWrite(err)
 		return err
 	}
 	err = pgx.BeginFunc(ctx, w.s.pool, func(tx pgx.Tx) error {

@@ -3,6 +3,7 @@ package pgstore_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pipestream/gateway/bridge"
+	"github.com/pipestream/gateway/bridge/store"
 	"github.com/pipestream/gateway/bridge/store/pgstore"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 	"github.com/pipestream/gateway/internal/pgtest"
@@ -83,6 +85,9 @@ func TestDatabaseRestart(t *testing.T) {
 	if len(sub.failed) == 0 {
 		t.Fatalf("no submission failed while the database was down")
 	}
+	if len(sub.other) > 0 {
+		t.Fatalf("%d failed submissions are not store.ErrUnavailable (gRPC UNAVAILABLE), e.g. %v", len(sub.other), sub.other[0])
+	}
 	if lastFail.Sub(up) > 5*time.Second {
 		t.Fatalf("submissions still failed %v after the database was up", lastFail.Sub(up))
 	}
@@ -129,6 +134,7 @@ type submitters struct {
 	mu       sync.Mutex
 	accepted map[string][]byte
 	failed   []time.Time
+	other    []error // failures that are not store.ErrUnavailable
 	done     chan struct{}
 	wg       sync.WaitGroup
 }
@@ -163,6 +169,9 @@ func (s *submitters) run(b *bridge.Bridge, w int) {
 			s.accepted[d.Id] = content
 		} else {
 			s.failed = append(s.failed, time.Now())
+			if !errors.Is(err, store.ErrUnavailable) {
+				s.other = append(s.other, err)
+			}
 		}
 		s.mu.Unlock()
 		time.Sleep(20 * time.Millisecond) // pacing, not synchronisation
