@@ -25,8 +25,14 @@ import (
 // applied, except when ctx ends first: then the outcome is unknown
 // (idempotent creates make a retry safe). Events get their seqs last, from
 // the one-row counter (package doc, Event sequence); the event hook has seen
-// them when Commit returns.
+// them when Commit returns. A lost or refused connection (a database
+// restart) is store.ErrUnavailable.
 func (s *Store) Commit(ctx context.Context, b *store.Batch) (store.CommitResult, error) {
+	res, err := s.commit(ctx, b)
+	return res, asUnavailable(err)
+}
+
+func (s *Store) commit(ctx context.Context, b *store.Batch) (store.CommitResult, error) {
 	p, err := prepare(b)
 	if err != nil {
 		return store.CommitResult{}, err
