@@ -27,8 +27,9 @@ const restartDowntime = 2 * time.Second
 // TestDatabaseRestart: a bridge on its own PostgreSQL cluster runs
 // documents (inline and streamed results) against a real peer while the
 // cluster is restarted (fast shutdown, down for restartDowntime, up on the
-// same port). Submissions during the outage fail (the client sees an
-// error, nothing is accepted) and stop failing once the database is up;
+// same port). Submissions and reads during the outage fail with
+// store.ErrUnavailable (the client sees UNAVAILABLE, nothing is accepted)
+// and stop failing once the database is up;
 // the pool and the LISTEN connections reconnect by themselves, every
 // accepted document finishes with its result byte-identical, and a second
 // store's event hook (a subscriber of another replica) sees every seq
@@ -69,6 +70,10 @@ func TestDatabaseRestart(t *testing.T) {
 	down := time.Now()
 	if err := c.Down(ctx); err != nil {
 		t.Fatal(err)
+	}
+	// A read meanwhile fails with store.ErrUnavailable (gRPC UNAVAILABLE).
+	if _, err := b.GetDocument(ctx, "", sub.anyAccepted(), false); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("GetDocument while the database is down: %v, want store.ErrUnavailable", err)
 	}
 	time.Sleep(restartDowntime) // the outage itself, not a synchronisation
 	before := sub.count()
@@ -179,6 +184,15 @@ func (s *submitters) run(b *bridge.Bridge, w int) {
 }
 
 func (s *submitters) stop() { close(s.done); s.wg.Wait() }
+
+func (s *submitters) anyAccepted() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id := range s.accepted {
+		return id
+	}
+	return ""
+}
 
 func (s *submitters) count() int {
 	s.mu.Lock()
