@@ -52,9 +52,16 @@
 // lease (owner, lease_epoch, lease_expires in the documents row). A create
 // takes it, a renewer extends every held lease in one UPDATE, AcquireLeases
 // takes over expired ones with a new epoch, updates of held documents are
-// fenced on (owner, epoch) and fail with store.ErrLeaseLost otherwise, and
-// the Store stops driving at a local deadline when renewals fail. See
-// lease.go and docs/scale-out.md.
+// fenced on (owner, epoch) and fail with store.ErrLeaseLost otherwise (so
+// are batches of only their child rows, and the Sync that publishes a
+// streamed payload), the Store stops driving at a local deadline when
+// renewals fail, and Close hands the held leases back. See lease.go and
+// docs/scale-out.md.
+//
+// # Retention positions
+//
+// SharePositions (positions.go) lets the event logs of all replicas prune
+// the shared log by every replica's clients: eventlog.PositionSharer.
 //
 // # Migrations
 //
