@@ -134,11 +134,33 @@ func (b *Bridge) redeemEarlier(ctx context.Context, d *docRun, cr *claimRun, cla
 	b.kickFlush()
 	b.mu.Unlock()
 	if cur != "" {
-		if _, err := b.redeemRun(ctx, d, cur, claimID); err != nil {
+		if err := b.redeemCurrent(ctx, d, cur, claimID); err != nil {
 			return nil, fmt.Errorf("claim %s is redeemed, but resuming the entity through the current claim %s failed: %w", claimID, cur, err)
 		}
 	}
 	return out, nil
+}
+
+// redeemCurrent resumes the entity through cur, the current attempt's
+// claim, for the earlier claim via. cur may have been issued a moment ago
+// and still wait in the outbox or in a flush in flight (a takeover's new
+// attempt deferring again while the client redeems the old claim): the
+// store then does not hold it yet (ErrNotFound, nothing changed), so the
+// redemption is retried after a flush, for at most curClaimWait.
+func (b *Bridge) redeemCurrent(ctx context.Context, d *docRun, cur, via string) error {
+	deadline := time.Now().Add(curClaimWait)
+	for {
+		_, err := b.redeemRun(ctx, d, cur, via)
+		if err == nil || !errors.Is(err, ErrNotFound) || time.Now().After(deadline) {
+			return err
+		}
+		b.kickFlush()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(curClaimRetry):
+		}
+	}
 }
 
 // currentClaimLocked returns the ISSUED claim of d's running attempt for

@@ -127,3 +127,12 @@ const drainPollInterval = 50 * time.Millisecond
 // store was unavailable (a database restart) is retried after this long,
 // so an outage costs one attempt a second per document, not a busy loop.
 const storeRetryDelay = time.Second
+
+// curClaimWait bounds how long a redemption of an earlier attempt's claim
+// waits for the current attempt's claim of the same chunk to become
+// durable (redeemCurrent), retrying every curClaimRetry: a flush commits
+// within milliseconds, the bound covers a slow store.
+const (
+	curClaimWait  = 5 * time.Second
+	curClaimRetry = 50 * time.Millisecond
+)
