@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pipestream/gateway/bridge/internal/split"
+	"github.com/pipestream/gateway/bridge/store"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 	"github.com/pipestream/gateway/quicpeer/wire"
 )
@@ -156,12 +157,31 @@ func (b *Bridge) openAttemptContent(j *attempt) (contentReader, bool) {
 	if err == nil {
 		return f, true
 	}
+	if errors.Is(err, store.ErrUnavailable) {
+		b.retryAttemptLater(j, err)
+		return nil, false
+	}
 	b.mu.Lock()
 	if j.current() {
 		b.finishLocked(j.d, gatewayv1.State_FAILED, fmt.Sprintf("the spooled content is missing (%v); resubmit the document", err))
 	}
 	b.mu.Unlock()
 	return nil, false
+}
+
+// retryAttemptLater ends attempt j, which could not read its content
+// because the store is unavailable (a database restart), after
+// storeRetryDelay, and dispatches the document again (not counted against
+// its attempts): the content is not missing, only out of reach.
+func (b *Bridge) retryAttemptLater(j *attempt, err error) {
+	b.log.Warn("bridge: the store is unavailable; dispatching the document again shortly", "doc", j.d.id, "in", storeRetryDelay, "err", err)
+	time.AfterFunc(storeRetryDelay, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if j.current() && !j.d.terminal() && !j.d.dropped {
+			b.abortAttemptLocked(j.d, "the store was unavailable (not the peer's fault; dispatching again): "+err.Error(), false)
+		}
+	})
 }
 
 // sendWhole sends a document whole: the envelope carries the blob (profile 4.1).

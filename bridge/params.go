@@ -122,3 +122,8 @@ var redeemAckTimeout = 10 * time.Second
 // session's GOAWAY drain waits only on documents deferred behind durable
 // claims (then it ends the drain; a claim may wait for days).
 const drainPollInterval = 50 * time.Millisecond
+
+// storeRetryDelay: a dispatch that could not read its content because the
+// store was unavailable (a database restart) is retried after this long,
+// so an outage costs one attempt a second per document, not a busy loop.
+const storeRetryDelay = time.Second

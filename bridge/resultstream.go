@@ -308,6 +308,14 @@ func (b *Bridge) resultFailedLocked(d *docRun, err error, what string) {
 		b.abortAttemptLocked(d, diskFullPrefix+what+": "+err.Error()+" (a local failure, not the peer's; dispatching again)", false)
 		return
 	}
+	if errors.Is(err, store.ErrUnavailable) && !d.terminal() {
+		// The database went away while the result was stored (a restart,
+		// a failover): the peer did its part, so the document is
+		// dispatched again, not counted, as after a full disk.
+		b.log.Warn("bridge: storing a result failed, the store is unavailable; dispatching the document again", "doc", d.id, "err", err)
+		b.abortAttemptLocked(d, what+": "+err.Error()+" (the store was unavailable, not the peer's fault; dispatching again)", false)
+		return
+	}
 	a := d.att
 	var we *wire.Error
 	if errors.As(err, &we) {

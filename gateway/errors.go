@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pipestream/gateway/bridge"
+	"github.com/pipestream/gateway/bridge/store"
 )
 
 // ErrorInfo reasons this API returns (google.rpc.ErrorInfo.reason, domain
@@ -46,6 +47,9 @@ var errorMapping = []struct {
 	{bridge.ErrInvalid, codes.InvalidArgument, ""},
 	{bridge.ErrConflict, codes.AlreadyExists, ""},
 	{bridge.ErrFailedPrecondition, codes.FailedPrecondition, ReasonFailedPrecondition},
+	// The database is restarting or unreachable (pgstore): nothing was
+	// accepted; retry (docs/scale-out.md, Failures).
+	{store.ErrUnavailable, codes.Unavailable, ""},
 	{bridge.ErrTooLarge, codes.InvalidArgument, ReasonTooLarge},
 	{bridge.ErrPeerUnavailable, codes.Unavailable, ReasonPeerUnavailable},
 	{bridge.ErrUnavailable, codes.Unavailable, ""},

@@ -125,6 +125,10 @@ func New(ctx context.Context, st Store, opts Options) (*Log, error) {
 	if !o.DisablePruner {
 		l.wg.Add(1)
 		go l.pruner()
+		if _, ok := st.(PositionSharer); ok && !o.DisableAdaptive {
+			l.wg.Add(1)
+			go l.shareLoop()
+		}
 	}
 	return l, nil
 }

@@ -54,6 +54,12 @@ type Options struct {
 	PruneInterval    time.Duration
 	PruneEveryEvents int
 	DisablePruner    bool
+	// PositionShareInterval: with a store shared by several replicas
+	// (PositionSharer, share.go), how often this log republishes its
+	// clients' lowest position between passes (default
+	// DefaultPositionShareInterval); the background refresh runs with the
+	// pruner.
+	PositionShareInterval time.Duration
 
 	// Now is the clock (default time.Now); tests and the simulator set it.
 	Now func() time.Time
@@ -63,11 +69,16 @@ type Options struct {
 	Registerer prometheus.Registerer
 }
 
-func (o Options) withDefaults() (Options, error) {
-	if o.TailEvents < 0 || o.TailBytes < 0 || o.ReplayPage < 0 || o.InactiveAfter < 0 || o.KeepNewest < 0 ||
+// negative reports whether any count, size or duration is negative.
+func (o Options) negative() bool {
+	return o.TailEvents < 0 || o.TailBytes < 0 || o.ReplayPage < 0 || o.InactiveAfter < 0 || o.KeepNewest < 0 ||
 		o.MinAge < 0 || o.PositionMaxAge < 0 || o.MaxAge < 0 || o.MaxBytes < 0 || o.SaltRotation < 0 ||
 		o.MaxTrackedClients < 0 || o.NewClientsPerSecond < 0 || o.NewClientsBurst < 0 ||
-		o.PruneInterval < 0 || o.PruneEveryEvents < 0 {
+		o.PruneInterval < 0 || o.PruneEveryEvents < 0 || o.PositionShareInterval < 0
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.negative() {
 		return o, fmt.Errorf("eventlog: options must not be negative: %+v", o)
 	}
 	def := func(v *int, d int) {
@@ -103,6 +114,7 @@ func (o Options) withDefaults() (Options, error) {
 	def(&o.NewClientsBurst, DefaultNewClientsBurst)
 	defDur(&o.PruneInterval, DefaultPruneInterval)
 	def(&o.PruneEveryEvents, DefaultPruneEveryEvents)
+	defDur(&o.PositionShareInterval, DefaultPositionShareInterval)
 	if o.Now == nil {
 		o.Now = time.Now
 	}

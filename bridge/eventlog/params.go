@@ -61,6 +61,15 @@ const (
 	// were appended since the last one (section 3.2: "whenever a new delta
 	// file is created", batched per section 4.1).
 	DefaultPruneEveryEvents = 8192
+	// DefaultPositionShareInterval: with a store shared by several
+	// replicas (PositionSharer), how often a log republishes its clients'
+	// lowest position between passes: a new client of one replica holds
+	// back another's pruning within this time; one tiny UPSERT each.
+	DefaultPositionShareInterval = 2 * time.Second
+	// positionTTLIntervals: a published position row lives this many share
+	// intervals (10 s by default): two missed refreshes cost nothing, and a
+	// dead replica's clients stop holding the log back 10 s after its last.
+	positionTTLIntervals = 5
 
 	// snapshotRefresh: Window re-measures the snapshot size (an
 	// O(documents) scan) at most this often while commits keep coming; a

@@ -14,7 +14,8 @@ type PruneReport struct {
 	// min_age, snapshot_size, max_age, max_bytes, no_adaptive).
 	Reason string
 	// MinPosition is the lowest counting client position before the safety
-	// margin (the draft's min_serial); Clients is how many counted.
+	// margin (the draft's min_serial); Clients is how many counted (with a
+	// PositionSharer store, the other replicas' clients included).
 	MinPosition uint64
 	Clients     int
 	// Removed events and bytes.
@@ -39,7 +40,13 @@ func (l *Log) Prune(ctx context.Context) (PruneReport, error) {
 	if err != nil {
 		return PruneReport{}, fmt.Errorf("eventlog: snapshot size: %w", err)
 	}
-	p := l.ret.Plan(l.opts.Now(), uint64(max(sb, 0)))
+	// The other replicas' clients hold back this pass too (share.go);
+	// without their positions the pass does not prune.
+	remote, err := l.sharePositions(ctx)
+	if err != nil {
+		return PruneReport{}, err
+	}
+	p := l.ret.Plan(l.opts.Now(), uint64(max(sb, 0)), remote...)
 	rep := PruneReport{KeepFrom: p.KeepFrom, Reason: p.Reason, MinPosition: p.MinPosition, Clients: p.Clients,
 		RetainedBytes: p.RetainedBytes, SizeOnlyRetainedBytes: p.SizeOnlyRetainedBytes, SnapshotBytes: uint64(max(sb, 0))}
 	if p.Prune == 0 {

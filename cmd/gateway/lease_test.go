@@ -14,76 +14,136 @@ import (
 	"github.com/pipestream/gateway/internal/pgtest"
 )
 
-// TestTakeoverAfterKill: two `gateway serve --store` processes on one
-// database. A document is submitted through A and deferred by A's peer (a
-// claim check); A is killed with SIGKILL while it drives the document (no
-// Close, its lease not released). B takes the document over within 15 s
-// (10 s lease + 2 s scan, docs/scale-out.md) and dispatches it again; the
-// claim A's attempt issued is redeemed through B, and the result,
-// downloaded through B, is byte-identical to the input.
-func TestTakeoverAfterKill(t *testing.T) {
-	db := pgtest.NewDatabase(t)
-	dir := t.TempDir()
-	gA, hA, gB, hB := freePort(t), freePort(t), freePort(t), freePort(t)
-	a := startProc(t, "serve", "--store", db, "--grpc-addr", gA, "--http-addr", hA, "--data-dir", filepath.Join(dir, "a"))
-	waitHealthy(t, a, "http://"+hA)
-	b := startProc(t, "serve", "--store", db, "--grpc-addr", gB, "--http-addr", hB, "--data-dir", filepath.Join(dir, "b"))
-	waitHealthy(t, b, "http://"+hB)
+// leasePair is two `gateway serve --store` processes on one database with
+// a document submitted through A that A's peer deferred (a claim check): it
+// stays in flight on A until the claim is redeemed.
+type leasePair struct {
+	dir     string
+	a, b    *proc
+	gB      string
+	conn    *pgx.Conn
+	id      string
+	claim   string
+	content string
+}
 
-	in := filepath.Join(dir, "in.txt")
-	content := strings.Repeat("a document that outlives its gateway\n", 6000) // 222 KB: a streamed payload
-	if err := os.WriteFile(in, []byte(content), 0o644); err != nil {
+func startLeasePair(t *testing.T) *leasePair {
+	db := pgtest.NewDatabase(t)
+	p := &leasePair{dir: t.TempDir()}
+	gA, hA, gB, hB := freePort(t), freePort(t), freePort(t), freePort(t)
+	p.gB = gB
+	p.a = startProc(t, "serve", "--store", db, "--grpc-addr", gA, "--http-addr", hA, "--data-dir", filepath.Join(p.dir, "a"))
+	waitHealthy(t, p.a, "http://"+hA)
+	p.b = startProc(t, "serve", "--store", db, "--grpc-addr", gB, "--http-addr", hB, "--data-dir", filepath.Join(p.dir, "b"))
+	waitHealthy(t, p.b, "http://"+hB)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("gateway A's log:\n%s\ngateway B's log:\n%s", p.a.logs.String(), p.b.logs.String())
+		}
+	})
+
+	in := filepath.Join(p.dir, "in.txt")
+	p.content = strings.Repeat("a document that outlives its gateway\n", 6000) // 222 KB: a streamed payload
+	if err := os.WriteFile(in, []byte(p.content), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// The peer defers the document (a claim check): it stays in flight on A
-	// until the claim is redeemed, so the kill lands mid-document.
 	out, stderr, code := run(t, nil, "submit", "--addr", gA, "--processor", "fault",
 		"--metadata", "pipestream.fault=defer", "--metadata", "pipestream.claim-ttl-ms=300000", in)
 	if code != 0 {
-		t.Fatalf("submit: exit %d %s\n%s", code, stderr, a.logs.String())
+		t.Fatalf("submit: exit %d %s", code, stderr)
 	}
-	id := strings.TrimSpace(out)
+	p.id = strings.TrimSpace(out)
 	conn, err := pgx.Connect(context.Background(), db)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(context.Background())
-	claim := waitQuery(t, conn, 30*time.Second, "an ISSUED claim of the document",
-		"SELECT coalesce(min(claim_id), '') FROM claims WHERE doc_id = $1 AND state = 1", id)
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	p.conn = conn
+	p.claim = waitQuery(t, conn, 30*time.Second, "an ISSUED claim of the document",
+		"SELECT coalesce(min(claim_id), '') FROM claims WHERE doc_id = $1 AND state = 1", p.id)
 	var terminal bool
 	var epoch int64
-	if err := conn.QueryRow(context.Background(), "SELECT terminal, lease_epoch FROM documents WHERE id = $1", id).Scan(&terminal, &epoch); err != nil || terminal || epoch != 1 {
-		t.Fatalf("before the kill: terminal %v epoch %d err %v; want in flight on A at epoch 1", terminal, epoch, err)
+	if err := conn.QueryRow(context.Background(), "SELECT terminal, lease_epoch FROM documents WHERE id = $1", p.id).Scan(&terminal, &epoch); err != nil || terminal || epoch != 1 {
+		t.Fatalf("before stopping A: terminal %v epoch %d err %v; want in flight on A at epoch 1", terminal, epoch, err)
 	}
-	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
+	return p
+}
+
+// finishThroughB redeems the claim A's attempt issued through B, waits for
+// the document to finish and checks the result downloaded through B.
+func (p *leasePair) finishThroughB(t *testing.T) {
+	t.Helper()
+	if out, stderr, code := run(t, nil, "redeem", "--addr", p.gB, p.claim); code != 0 {
+		t.Fatalf("redeem through B: exit %d %s%s", code, out, stderr)
 	}
-	a.exited <- <-a.exited // dead; the cleanup receives it again
-	killed := time.Now()
-	waitQuery(t, conn, 15*time.Second, "takeover (lease epoch 2) within 15 s of the kill",
-		"SELECT CASE WHEN lease_epoch >= 2 THEN 'yes' ELSE '' END FROM documents WHERE id = $1", id)
-	t.Logf("taken over %v after kill -9", time.Since(killed).Round(100*time.Millisecond))
-	// The claim A's attempt issued stays redeemable through B's attempt.
-	if out, stderr, code := run(t, nil, "redeem", "--addr", gB, claim); code != 0 {
-		t.Fatalf("redeem through B: exit %d %s%s\n%s", code, out, stderr, b.logs.String())
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("gateway B's log:\n%s", b.logs.String())
-		}
-	})
-	waitQuery(t, conn, 30*time.Second, "the document finished",
-		"SELECT CASE WHEN terminal THEN 'yes' ELSE '' END FROM documents WHERE id = $1", id)
-	if out, _, code := run(t, nil, "get", "--addr", gB, id); code != 0 || !strings.Contains(out, `"state": "SUCCEEDED"`) {
+	waitQuery(t, p.conn, 30*time.Second, "the document finished",
+		"SELECT CASE WHEN terminal THEN 'yes' ELSE '' END FROM documents WHERE id = $1", p.id)
+	if out, _, code := run(t, nil, "get", "--addr", p.gB, p.id); code != 0 || !strings.Contains(out, `"state": "SUCCEEDED"`) {
 		t.Fatalf("get through B: exit %d\n%s", code, out)
 	}
-	res := filepath.Join(dir, "out.bin")
-	if _, stderr, code := run(t, nil, "result", "--addr", gB, "-o", res, id); code != 0 {
-		t.Fatalf("result through B: exit %d %s\n%s", code, stderr, b.logs.String())
+	res := filepath.Join(p.dir, "out.bin")
+	if _, stderr, code := run(t, nil, "result", "--addr", p.gB, "-o", res, p.id); code != 0 {
+		t.Fatalf("result through B: exit %d %s", code, stderr)
 	}
-	if got, _ := os.ReadFile(res); string(got) != content {
-		t.Fatalf("result through B is %d bytes, not byte-identical to the %d input bytes", len(got), len(content))
+	if got, _ := os.ReadFile(res); string(got) != p.content {
+		t.Fatalf("result through B is %d bytes, not byte-identical to the %d input bytes", len(got), len(p.content))
 	}
+}
+
+// waitTakeover waits until the document's lease epoch is 2 (B took it
+// over) and returns when that was seen.
+func (p *leasePair) waitTakeover(t *testing.T, within time.Duration, what string) time.Time {
+	t.Helper()
+	waitQuery(t, p.conn, within, what,
+		"SELECT CASE WHEN lease_epoch >= 2 THEN 'yes' ELSE '' END FROM documents WHERE id = $1", p.id)
+	return time.Now()
+}
+
+// TestTakeoverAfterKill: A is killed with SIGKILL while it drives the
+// deferred document (no Close, its lease not released). B takes the
+// document over within 15 s (10 s lease + 2 s scan, docs/scale-out.md) and
+// dispatches it again; the claim A's attempt issued is redeemed through B,
+// and the result, downloaded through B, is byte-identical to the input.
+func TestTakeoverAfterKill(t *testing.T) {
+	p := startLeasePair(t)
+	if err := p.a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	p.a.exited <- <-p.a.exited // dead; the cleanup receives it again
+	killed := time.Now()
+	at := p.waitTakeover(t, 15*time.Second, "takeover (lease epoch 2) within 15 s of the kill")
+	t.Logf("taken over %v after kill -9", at.Sub(killed).Round(100*time.Millisecond))
+	p.finishThroughB(t)
+}
+
+// TestTakeoverAfterSIGTERM: A is stopped with SIGTERM while it drives the
+// deferred document. After its drain A hands the lease back (owner NULL,
+// expired, still epoch 1: nobody took it meanwhile), and B takes the
+// document over at its next scan: within the 2 s scan interval + 1 s of
+// slack after A exited, not after the 10 s lease. B then finishes it.
+func TestTakeoverAfterSIGTERM(t *testing.T) {
+	p := startLeasePair(t)
+	if err := p.a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	sent := time.Now()
+	select {
+	case err := <-p.a.exited:
+		if err != nil {
+			t.Fatalf("A after SIGTERM: %v", err)
+		}
+		p.a.exited <- err // the cleanup receives it again
+	case <-time.After(30 * time.Second):
+		t.Fatalf("A did not exit within 30 s of SIGTERM")
+	}
+	exited := time.Now()
+	if !strings.Contains(p.a.logs.String(), "released document leases at close") {
+		t.Fatalf("A did not log the lease release")
+	}
+	at := p.waitTakeover(t, 3*time.Second, "takeover within the scan interval (2 s) + 1 s of A's exit")
+	t.Logf("SIGTERM drain took %v; taken over %v after A exited (%v after SIGTERM)",
+		exited.Sub(sent).Round(10*time.Millisecond), at.Sub(exited).Round(10*time.Millisecond), at.Sub(sent).Round(10*time.Millisecond))
+	p.finishThroughB(t)
 }
 
 // waitQuery polls sql (one text column, $1 = arg) until it answers a

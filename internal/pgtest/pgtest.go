@@ -265,6 +265,11 @@ func (c *Cluster) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	return c.startOn(ctx, port)
+}
+
+// startOn starts the server on port.
+func (c *Cluster) startOn(ctx context.Context, port int) error {
 	c.port = port
 	opts := strings.Join([]string{
 		"-p", strconv.Itoa(port), "-k", c.dir, "-c", "listen_addresses=127.0.0.1",
@@ -278,6 +283,29 @@ func (c *Cluster) start(ctx context.Context) error {
 	}
 	return nil
 }
+
+// CreateDatabase creates database name on c and returns its DSN: for a
+// test that runs its own cluster (Start), e.g. to restart it.
+func (c *Cluster) CreateDatabase(ctx context.Context, name string) (string, error) {
+	if err := c.exec(ctx, `CREATE DATABASE "`+name+`"`); err != nil {
+		return "", fmt.Errorf("pgtest: create database %s: %w", name, err)
+	}
+	return c.DSN(name), nil
+}
+
+// Down stops the server with a fast shutdown (as an operator's restart
+// does: sessions are terminated, committed work is written out), keeping
+// the data directory; Up starts it again on the same port. Use them on a
+// cluster of the test's own (Start), never on Shared: other tests use it.
+func (c *Cluster) Down(ctx context.Context) error {
+	if out, err := c.command(ctx, "pg_ctl", "-D", c.dataDir(), "-m", "fast", "-w", "-t", "60", "stop").CombinedOutput(); err != nil {
+		return fmt.Errorf("pg_ctl stop: %w\n%s", err, out)
+	}
+	return nil
+}
+
+// Up starts a cluster stopped by Down again, on the same port.
+func (c *Cluster) Up(ctx context.Context) error { return c.startOn(ctx, c.port) }
 
 // Stop stops the cluster (immediate shutdown) and removes its directory.
 func (c *Cluster) Stop() error {

@@ -12,24 +12,7 @@ import (
 	"github.com/pipestream/gateway/bridge"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 	"github.com/pipestream/gateway/internal/pgtest"
-	"github.com/pipestream/gateway/quicpeer/peer"
 )
-
-// startPeer starts an in-process PipeStream peer for the test.
-func startPeer(t *testing.T) *peer.Server {
-	t.Helper()
-	off := peer.DefaultOffer(false)
-	p, err := peer.Start(peer.Options{ListenAddr: "127.0.0.1:0", DataDir: t.TempDir(), Logger: quiet(), Offer: &off, DrainTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = p.Shutdown(ctx)
-	})
-	return p
-}
 
 // submitDeferred submits content through b with the fault processor
 // deferring it, and returns the document id and its claim once issued.

@@ -27,8 +27,14 @@ import (
 // applied, except when ctx ends first: then the outcome is unknown
 // (idempotent creates make a retry safe). Events get their seqs last, from
 // the one-row counter (package doc, Event sequence); the event hook has seen
-// them when Commit returns.
+// them when Commit returns. A lost or refused connection (a database
+// restart) is store.ErrUnavailable.
 func (s *Store) Commit(ctx context.Context, b *store.Batch) (store.CommitResult, error) {
+	res, err := s.commit(ctx, b)
+	return res, asUnavailable(err)
+}
+
+func (s *Store) commit(ctx context.Context, b *store.Batch) (store.CommitResult, error) {
 	p, err := prepare(b)
 	if err != nil {
 		return store.CommitResult{}, err
@@ -72,6 +78,9 @@ func apply(ctx context.Context, tx pgx.Tx, p *prepared) (store.CommitResult, err
 		if err := applyUpdate(ctx, tx, p, &p.updates[i]); err != nil {
 			return res, err
 		}
+	}
+	if err := checkChildFence(ctx, tx, p); err != nil {
+		return res, err
 	}
 	if err := applyEntities(ctx, tx, b.Entities); err != nil {
 		return res, err

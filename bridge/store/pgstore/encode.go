@@ -53,6 +53,10 @@ type prepared struct {
 	owner     string
 	leaseSecs float64
 	fence     map[string]int64
+	// childFence: held documents the batch writes rows of (entities,
+	// digests, claims, inline payloads) without updating them, and their
+	// epochs; checked by one statement in the transaction (lease.go).
+	childFence map[string]int64
 }
 
 func encodeDoc(rec *store.DocumentRecord) (docRow, error) {

@@ -54,7 +54,8 @@ type leases struct {
 	deadline time.Time         // stop driving at (local monotonic clock)
 	timer    *time.Timer
 	hook     func(ids []string)
-	failing  bool // renewals fail (logged once per outage)
+	failing  bool          // renewals fail (logged once per outage)
+	kick     chan struct{} // renew now (renewLoop)
 }
 
 func newReplicaID() string {
@@ -66,6 +67,7 @@ func newReplicaID() string {
 func (l *leases) init(o Options, now time.Time) {
 	l.me, l.lease, l.renewEvery, l.margin, l.log = o.ReplicaID, o.LeaseDuration, o.RenewInterval, o.LeaseMargin, o.Logger
 	l.held, l.lost = map[string]heldLease{}, map[string]string{}
+	l.kick = make(chan struct{}, 1)
 	l.deadline = now.Add(l.lease - l.margin)
 	l.timer = time.AfterFunc(l.deadline.Sub(now), l.expire)
 }
@@ -129,8 +131,20 @@ func (l *leases) notify(ids []string) {
 
 // fence decides, before a Commit, which updates carry the lease condition
 // (held documents: their epoch) and refuses a batch touching a document
-// whose lease is lost or past the local deadline.
+// whose lease is lost or past the local deadline. A document refused at
+// the deadline leaves held (lostByWrite): the renewer must not extend a
+// lease nobody drives any more, so that it expires and a takeover scan
+// (this replica's too, once its renewals work again) picks it up.
 func (l *leases) fence(p *prepared, now time.Time) error {
+	err := l.check(p, now)
+	if err != nil {
+		l.lostByWrite(err)
+	}
+	return err
+}
+
+// check is fence without the bookkeeping of a refusal.
+func (l *leases) check(p *prepared, now time.Time) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var lost []string
@@ -154,11 +168,126 @@ func (l *leases) fence(p *prepared, now time.Time) error {
 		}
 		p.fence[id] = h.epoch
 	}
+	if len(lost) == 0 {
+		lost, why = l.fenceChildrenLocked(p, now)
+	}
 	if len(lost) > 0 {
 		return &store.LeaseLostError{DocIDs: lost, Reason: why}
 	}
 	p.owner, p.leaseSecs = l.me, l.secs()
 	return nil
+}
+
+// fenceChildrenLocked sets p.childFence: the held documents whose entity,
+// digest, claim or inline payload rows the batch writes without updating
+// the document itself. It returns those whose lease is lost or past the
+// local deadline (the batch is refused). Caller holds l.mu.
+func (l *leases) fenceChildrenLocked(p *prepared, now time.Time) (lost []string, why string) {
+	seen := map[string]bool{}
+	for i := range p.updates {
+		seen[p.updates[i].rec.Doc.GetId()] = true // fenced by their UPDATE
+	}
+	if p.create != nil {
+		seen[p.create.rec.Doc.GetId()] = true
+	}
+	check := func(id string) {
+		if seen[id] {
+			return
+		}
+		seen[id] = true
+		if w, ok := l.lost[id]; ok {
+			lost, why = append(lost, id), w
+			return
+		}
+		h, ok := l.held[id]
+		if !ok {
+			return
+		}
+		if !now.Before(l.deadline) {
+			lost, why = append(lost, id), "not renewed before the local deadline"
+			return
+		}
+		if p.childFence == nil {
+			p.childFence = map[string]int64{}
+		}
+		p.childFence[id] = h.epoch
+	}
+	b := p.b
+	for i := range b.Entities {
+		check(b.Entities[i].DocID)
+	}
+	for i := range b.Digests {
+		check(b.Digests[i].DocID)
+	}
+	for i := range b.Claims {
+		check(b.Claims[i].Claim.GetDocumentId())
+	}
+	for i := range b.Payloads {
+		check(b.Payloads[i].DocID)
+	}
+	return lost, why
+}
+
+// childFenceSQL locks (FOR SHARE, until COMMIT: a takeover's UPDATE waits)
+// and counts the rows of $2 still held by $1 at the epochs $3.
+const childFenceSQL = `SELECT d.id FROM documents d
+	JOIN unnest($2::text[], $3::bigint[]) AS h(id, epoch) ON d.id = h.id
+	WHERE d.owner = $1 AND d.lease_epoch = h.epoch AND NOT d.terminal FOR SHARE OF d`
+
+// childFenceStatement is the fence check of p's child-only documents
+// (childFenceSQL and its arguments) and how many rows it must return; n =
+// 0 when the batch needs none.
+func childFenceStatement(p *prepared) (sql string, args []any, n int64) {
+	if len(p.childFence) == 0 {
+		return "", nil, 0
+	}
+	ids := make([]string, 0, len(p.childFence))
+	epochs := make([]int64, 0, len(p.childFence))
+	for id, ep := range p.childFence {
+		ids, epochs = append(ids, id), append(epochs, ep)
+	}
+	return childFenceSQL, []any{p.owner, ids, epochs}, int64(len(ids))
+}
+
+// childFenceCheck checks childFenceStatement's outcome in the pipeline: a
+// missing row sends the commit to the step-by-step path (checkChildFence).
+func childFenceCheck(n int64) func(br pgx.BatchResults) error {
+	return func(br pgx.BatchResults) error {
+		tag, err := br.Exec()
+		if err != nil || tag.RowsAffected() != n {
+			return errSlowPath
+		}
+		return nil
+	}
+}
+
+// checkChildFence runs the fence check of p's child-only documents in tx
+// (the step-by-step path): a document no longer held by this replica at
+// its epoch fails the batch with a *store.LeaseLostError naming it.
+func checkChildFence(ctx context.Context, tx pgx.Tx, p *prepared) error {
+	sql, args, n := childFenceStatement(p)
+	if n == 0 {
+		return nil
+	}
+	rows, err := tx.Query(ctx, sql, args...)
+	if err != nil {
+		return fmt.Errorf("pgstore: lease check: %w", err)
+	}
+	ok := map[string]bool{}
+	var id string
+	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { ok[id] = true; return nil }); err != nil {
+		return fmt.Errorf("pgstore: lease check: %w", err)
+	}
+	var lost []string
+	for id := range p.childFence {
+		if !ok[id] {
+			lost = append(lost, id)
+		}
+	}
+	if len(lost) == 0 {
+		return nil
+	}
+	return &store.LeaseLostError{DocIDs: lost, Reason: "taken over by another replica (or finished) before this write of its rows"}
 }
 
 // committed records what a successful Commit changed: a created document is
@@ -168,6 +297,9 @@ func (l *leases) committed(p *prepared, now time.Time) {
 	defer l.mu.Unlock()
 	if p.create != nil && !p.create.terminal {
 		l.held[p.create.rec.Doc.GetId()] = heldLease{epoch: 1, since: now}
+		if !now.Before(l.deadline) {
+			l.kickRenewLocked() // the database answers again: renew now, not at the next tick
+		}
 	}
 	for i := range p.updates {
 		if p.updates[i].terminal {
@@ -176,7 +308,8 @@ func (l *leases) committed(p *prepared, now time.Time) {
 	}
 }
 
-// renewLoop renews every RenewInterval until ctx ends.
+// renewLoop renews every RenewInterval, and at once when kicked (a
+// commit succeeded while past the local deadline), until ctx ends.
 func (s *Store) renewLoop(ctx context.Context) {
 	t := time.NewTicker(s.lease.renewEvery)
 	defer t.Stop()
@@ -185,8 +318,17 @@ func (s *Store) renewLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			s.renew(ctx)
+		case <-s.lease.kick:
 		}
+		s.renew(ctx)
+	}
+}
+
+// kickRenewLocked asks the renewer for a renewal now. Caller holds l.mu.
+func (l *leases) kickRenewLocked() {
+	select {
+	case l.kick <- struct{}{}:
+	default:
 	}
 }
 
@@ -368,4 +510,89 @@ func (l *leases) lostByWrite(err error) {
 	l.loseLocked(ids, e.Reason)
 	l.mu.Unlock()
 	l.notify(ids)
+}
+
+// releaseSQL hands leases back: only rows this replica still holds at the
+// epoch it holds them (a document taken over meanwhile is not touched).
+// owner NULL makes the row acquirable at once by any replica's next scan.
+const releaseSQL = `UPDATE documents d SET owner = NULL, lease_expires = clock_timestamp()
+	FROM unnest($2::text[], $3::bigint[]) AS h(id, epoch)
+	WHERE d.id = h.id AND d.owner = $1 AND d.lease_epoch = h.epoch AND NOT d.terminal`
+
+// releaseLeases runs at Close, after every call in flight ended and the
+// renewer stopped: the bridge has stopped writing for the documents, so it
+// hands their leases back in one fenced UPDATE (bounded by releaseTimeout)
+// and forgets them. Leases past the local deadline are not held any more
+// and are not touched. A failed release is logged: the leases then expire
+// as after a crash.
+func (s *Store) releaseLeases() {
+	l := &s.lease
+	l.mu.Lock()
+	ids := make([]string, 0, len(l.held))
+	epochs := make([]int64, 0, len(l.held))
+	for id, h := range l.held {
+		ids, epochs = append(ids, id), append(epochs, h.epoch)
+	}
+	past := !time.Now().Before(l.deadline)
+	l.held = map[string]heldLease{}
+	l.mu.Unlock()
+	if len(ids) == 0 || past {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	tag, err := s.pool.Exec(ctx, releaseSQL, l.me, ids, epochs)
+	if err != nil {
+		s.log.Warn("pgstore: releasing document leases at close failed; they expire as after a crash", "held", len(ids), "err", err)
+		return
+	}
+	s.log.Info("pgstore: released document leases at close", "released", tag.RowsAffected(), "held", len(ids))
+}
+
+// leaseFence is the lease check of one streamed payload's Sync: the
+// document's epoch when this Store holds its lease (fenced), else nothing.
+type leaseFence struct {
+	me, id string
+	epoch  int64
+	fenced bool
+}
+
+// payloadFence decides the lease check of a Sync of docID's payload: none
+// when this Store does not drive docID (an upload before its Create, a
+// replica that never held it), a refusal when its lease is lost or past
+// the local deadline, else the epoch the row must still carry.
+func (l *leases) payloadFence(docID string, now time.Time) (leaseFence, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if w, ok := l.lost[docID]; ok {
+		return leaseFence{}, &store.LeaseLostError{DocIDs: []string{docID}, Reason: w}
+	}
+	h, ok := l.held[docID]
+	if !ok {
+		return leaseFence{}, nil
+	}
+	if !now.Before(l.deadline) {
+		return leaseFence{}, &store.LeaseLostError{DocIDs: []string{docID}, Reason: "not renewed before the local deadline"}
+	}
+	return leaseFence{me: l.me, id: docID, epoch: h.epoch, fenced: true}, nil
+}
+
+// check runs in the Sync transaction: the document row must still name
+// this replica at the epoch (locked FOR SHARE until COMMIT, so a takeover
+// waits for the Sync and then supersedes its payload with its own).
+func (f leaseFence) check(ctx context.Context, tx pgx.Tx) error {
+	if !f.fenced {
+		return nil
+	}
+	var one int
+	err := tx.QueryRow(ctx, `SELECT 1 FROM documents WHERE id = $1 AND owner = $2 AND lease_epoch = $3 AND NOT terminal FOR SHARE`,
+		f.id, f.me, f.epoch).Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return &store.LeaseLostError{DocIDs: []string{f.id},
+			Reason: fmt.Sprintf("taken over by another replica (or finished) before this payload of epoch %d was published", f.epoch)}
+	}
+	if err != nil {
+		return fmt.Errorf("pgstore: lease check: %w", err)
+	}
+	return nil
 }

@@ -48,3 +48,7 @@ const (
 	DefaultRenewInterval = 3 * time.Second
 	DefaultLeaseMargin   = 3 * time.Second
 )
+
+// releaseTimeout bounds the UPDATE that hands the held leases back at
+// Close (lease.go); when it fails the leases expire as after a crash.
+const releaseTimeout = 5 * time.Second

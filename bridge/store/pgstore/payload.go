@@ -174,8 +174,12 @@ func (w *PayloadWriter) flush(ctx context.Context) error {
 func (w *PayloadWriter) Size() int64 { return w.size }
 
 // Sync stores the last chunk and publishes the payload atomically: the
-// document's previous payload of this kind is deleted in the same
-// transaction. Call it before the Commit that records Path.
+// document's previous payload of this kind is superseded in the same
+// transaction. Call it before the Commit that records Path. For a document
+// whose lease this Store holds, the transaction first checks (and locks
+// until COMMIT) that the row still names this replica at its epoch: a
+// deposed owner's payload never becomes visible; Sync then discards it and
+// answers a *store.LeaseLostError (lease.go, payloadFence).
 func (w *PayloadWriter) Sync() error {
 	if w.done {
 		return fmt.Errorf("%w: %s", errPayloadDone, w.name)
@@ -187,7 +191,16 @@ func (w *PayloadWriter) Sync() error {
 		return err
 	}
 	w.buf = nil
-	err := pgx.BeginFunc(ctx, w.s.pool, func(tx pgx.Tx) error {
+	fence, err := w.s.lease.payloadFence(w.docID, time.Now())
+	if err != nil {
+		w.discard()
+		w.s.lease.lostByWrite(err)
+		return err
+	}
+	err = pgx.BeginFunc(ctx, w.s.pool, func(tx pgx.Tx) error {
+		if err := fence.check(ctx, tx); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, "UPDATE blobs SET state = $1, touched = $2 WHERE doc_id = $3 AND kind = $4 AND state = $5",
 			blobSuperseded, time.Now().UnixNano(), w.docID, w.kind, blobSynced); err != nil {
 			return err
@@ -200,6 +213,10 @@ func (w *PayloadWriter) Sync() error {
 	})
 	if err != nil {
 		w.discard()
+		if errors.Is(err, store.ErrLeaseLost) {
+			w.s.lease.lostByWrite(err)
+			return err
+		}
 		return mapErr("sync payload "+w.name, err)
 	}
 	if err := w.s.removeStaleBlobs(ctx); err != nil {

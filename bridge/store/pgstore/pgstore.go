@@ -54,9 +54,16 @@
 // lease (owner, lease_epoch, lease_expires in the documents row). A create
 // takes it, a renewer extends every held lease in one UPDATE, AcquireLeases
 // takes over expired ones with a new epoch, updates of held documents are
-// fenced on (owner, epoch) and fail with store.ErrLeaseLost otherwise, and
-// the Store stops driving at a local deadline when renewals fail. See
-// lease.go and docs/scale-out.md.
+// fenced on (owner, epoch) and fail with store.ErrLeaseLost otherwise (so
+// are batches of only their child rows, and the Sync that publishes a
+// streamed payload), the Store stops driving at a local deadline when
+// renewals fail, and Close hands the held leases back. See lease.go and
+// docs/scale-out.md.
+//
+// # Retention positions
+//
+// SharePositions (positions.go) lets the event logs of all replicas prune
+// the shared log by every replica's clients: eventlog.PositionSharer.
 //
 // # Migrations
 //
@@ -260,8 +267,11 @@ func (s *Store) enter() error {
 	return nil
 }
 
-// Close waits for the calls in flight, stops the listener and closes the
-// pool. Later calls get ErrClosed. Idempotent.
+// Close waits for the calls in flight, stops the renewer, hands back the
+// leases this Store still holds (releaseLeases: another replica takes
+// those documents over at its next scan instead of after the lease),
+// stops the listener and closes the pool. Later calls get ErrClosed.
+// Idempotent.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -271,9 +281,12 @@ func (s *Store) Close() error {
 	s.closed = true
 	s.mu.Unlock()
 	s.wg.Wait()
+	s.stopRenew()
+	<-s.renewDone
+	s.releaseLeases()
+	s.withdrawPositions()
 	s.cancel()
 	<-s.done
-	<-s.renewDone
 	s.lease.mu.Lock()
 	if s.lease.timer != nil {
 		s.lease.timer.Stop()
@@ -306,7 +319,8 @@ var errPayloadDone = errors.New("pgstore: payload already finished")
 
 // mapErr wraps a database error of what: a closed pool is ErrClosed, a
 // full disk (SQLSTATE 53100) wraps syscall.ENOSPC (the bridge waits and
-// retries on it), a missing document (foreign key) is ErrNotFound.
+// retries on it), a missing document (foreign key) is ErrNotFound, a lost
+// or refused connection (a database restart) is ErrUnavailable.
 func mapErr(what string, err error) error {
 	switch {
 	case errors.Is(err, puddle.ErrClosedPool):
@@ -315,6 +329,8 @@ func mapErr(what string, err error) error {
 		return fmt.Errorf("pgstore: %s: %w (%v)", what, syscall.ENOSPC, err)
 	case sqlState(err) == "23503":
 		return fmt.Errorf("pgstore: %s: %w: no such document (%v)", what, store.ErrNotFound, err)
+	case unavailable(err):
+		return fmt.Errorf("pgstore: %s: %w (%v)", what, store.ErrUnavailable, err)
 	}
 	return fmt.Errorf("pgstore: %s: %w", what, err)
 }

@@ -221,6 +221,10 @@ func (pl *pipeline) queueBatch(i int, p *prepared, rows bool) bool {
 		sql, args := updateDocStatement(p, &p.updates[j])
 		pl.exec(i, true, sql, args...)
 	}
+	if sql, args, n := childFenceStatement(p); n > 0 {
+		pl.batch.Queue(sql, args...)
+		pl.steps = append(pl.steps, pipelineStep{of: i, check: childFenceCheck(n)})
+	}
 	for _, e := range p.b.Entities {
 		if rows {
 			pl.exec(i, false, upsertEntitySQL, entityArgs(e)...)

@@ -105,7 +105,7 @@ func readDocument(ctx context.Context, q querier, tenant, id string, withEntitie
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%w: document %s", store.ErrNotFound, id)
 	} else if err != nil {
-		return nil, fmt.Errorf("pgstore: read document %s: %w", id, err)
+		return nil, asUnavailable(fmt.Errorf("pgstore: read document %s: %w", id, err))
 	}
 	if err := fillChildren(ctx, q, rec, withEntities); err != nil {
 		return nil, err
@@ -152,19 +152,19 @@ func scanDigest(row pgx.Row) (*gatewayv1.ScopeDigest, error) {
 func collect[T any](ctx context.Context, q querier, what string, scan func(pgx.Row) (T, error), sql string, args ...any) ([]T, error) {
 	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
-		return nil, fmt.Errorf("pgstore: %s: %w", what, err)
+		return nil, asUnavailable(fmt.Errorf("pgstore: %s: %w", what, err))
 	}
 	defer rows.Close()
 	var out []T
 	for rows.Next() {
 		v, err := scan(rows)
 		if err != nil {
-			return nil, fmt.Errorf("pgstore: %s: %w", what, err)
+			return nil, asUnavailable(fmt.Errorf("pgstore: %s: %w", what, err))
 		}
 		out = append(out, v)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("pgstore: %s: %w", what, err)
+		return nil, asUnavailable(fmt.Errorf("pgstore: %s: %w", what, err))
 	}
 	return out, nil
 }
@@ -178,7 +178,7 @@ func readEntities(ctx context.Context, q querier, docID string) ([]*gatewayv1.En
 // readTx runs fn in one REPEATABLE READ, read-only transaction (one
 // snapshot for every statement).
 func (s *Store) readTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, fn)
+	return asUnavailable(pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, fn))
 }
 
 // GetDocument returns the document id of tenant with Digests and
@@ -209,7 +209,7 @@ func (s *Store) GetPayload(ctx context.Context, tenant, docID string, kind store
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%w: payload %d of document %s", store.ErrNotFound, kind, docID)
 	} else if err != nil {
-		return nil, fmt.Errorf("pgstore: read payload %d of %s: %w", kind, docID, err)
+		return nil, asUnavailable(fmt.Errorf("pgstore: read payload %d of %s: %w", kind, docID, err))
 	}
 	if body == nil {
 		body = []byte{}
@@ -302,7 +302,7 @@ func (s *Store) ListDocuments(ctx context.Context, tenant string, lq store.ListQ
 		" ORDER BY create_time DESC, id DESC LIMIT " + w.param(size+1)
 	rows, err := s.pool.Query(ctx, q, w.args...)
 	if err != nil {
-		return nil, "", fmt.Errorf("pgstore: list documents: %w", err)
+		return nil, "", asUnavailable(fmt.Errorf("pgstore: list documents: %w", err))
 	}
 	defer rows.Close()
 	var (
@@ -370,7 +370,7 @@ func (s *Store) GetClaim(ctx context.Context, tenant, claimID string) (*store.Cl
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%w: claim %s", store.ErrNotFound, claimID)
 	} else if err != nil {
-		return nil, fmt.Errorf("pgstore: read claim %s: %w", claimID, err)
+		return nil, asUnavailable(fmt.Errorf("pgstore: read claim %s: %w", claimID, err))
 	}
 	return c, nil
 }

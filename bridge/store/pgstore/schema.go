@@ -161,6 +161,17 @@ ALTER TABLE documents ADD COLUMN owner TEXT,
 	ADD COLUMN lease_expires TIMESTAMPTZ NOT NULL DEFAULT '-infinity';
 CREATE INDEX documents_lease ON documents(lease_expires) WHERE NOT terminal;
 `,
+	// 3: retention positions shared by the replicas' event logs
+	// (positions.go): one row per replica, valid until expires (the
+	// database's clock).
+	`
+CREATE TABLE retention_positions (
+	replica TEXT COLLATE "C" PRIMARY KEY,
+	min_seq BIGINT NOT NULL,
+	clients INT NOT NULL,
+	expires TIMESTAMPTZ NOT NULL
+);
+`,
 }
 
 // SchemaVersion is the schema version this binary migrates to.

@@ -71,36 +71,57 @@ func (r *Retainer) Touch(clientKey string, cursor *uint64, now time.Time) *Clien
 // Release ends one subscription of c.
 func (r *Retainer) Release(c *Client, now time.Time) { r.tracker.Release(c, now) }
 
+// Remote is what the other event logs sharing the store reported
+// (docs/scale-out.md, Retention across replicas): the lowest position of
+// their counting clients and how many counted (0: nothing held back).
+type Remote struct {
+	Min     uint64
+	Clients int
+}
+
+// Counting expires inactive clients and returns the lowest position of
+// the clients that count at now (the rule of Plan) and how many count:
+// what this log shares with the other logs of its store.
+func (r *Retainer) Counting(now time.Time) (lowest uint64, n int) {
+	if !r.cfg.Adaptive {
+		return 0, 0
+	}
+	r.tracker.Expire(now, r.cfg.InactiveAfter)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.countingLocked(now, false)
+	for i, p := range r.pos {
+		if i == 0 || p < lowest {
+			lowest = p
+		}
+	}
+	return lowest, len(r.pos)
+}
+
 // Plan expires inactive clients and computes the boundary at now. Client
 // positions count when the client is active (connected or seen within
 // InactiveAfter), the position is still retained, and its event is younger
-// than PositionMaxAge.
-func (r *Retainer) Plan(now time.Time, snapshotBytes uint64) Plan {
+// than PositionMaxAge. remote (optional) adds the other logs' lowest
+// position under the same rules, so that their clients hold back this
+// log's pruning too; Plan.Clients then counts theirs as well.
+func (r *Retainer) Plan(now time.Time, snapshotBytes uint64, remote ...Remote) Plan {
 	if r.cfg.Adaptive {
 		r.tracker.Expire(now, r.cfg.InactiveAfter)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	oldest, latest := r.idx.Oldest(), r.idx.Latest()
-	r.pos = r.pos[:0]
-	if r.cfg.Adaptive {
-		cutoff := now.Add(-r.cfg.PositionMaxAge)
-		r.tracker.Each(now, r.cfg.InactiveAfter, func(pos uint64, _ time.Time, _ bool) {
-			if r.m != nil && latest >= pos {
-				r.m.ClientLag.Observe(float64(latest - pos))
-			}
-			if pos < oldest || pos > latest {
-				return
-			}
-			if r.cfg.PositionMaxAge > 0 {
-				if t, ok := r.idx.TimeOf(pos); !ok || t.Before(cutoff) {
-					return
-				}
-			}
-			r.pos = append(r.pos, pos)
-		})
+	r.countingLocked(now, true)
+	clients := len(r.pos)
+	for _, x := range remote {
+		if r.cfg.Adaptive && x.Clients > 0 && r.countsLocked(x.Min, now) {
+			r.pos = append(r.pos, x.Min)
+			clients += x.Clients
+		}
 	}
 	p := Compute(r.cfg, &r.idx, r.pos, now, snapshotBytes)
+	if p.Clients > 0 {
+		p.Clients = clients
+	}
 	if r.m != nil {
 		r.m.SnapshotBytes.Set(float64(snapshotBytes))
 		r.m.TrackedClients.Set(float64(r.tracker.Len()))
@@ -108,6 +129,39 @@ func (r *Retainer) Plan(now time.Time, snapshotBytes uint64) Plan {
 		r.m.BytesSaved.Set(float64(p.SizeOnlyRetainedBytes) - float64(p.RetainedBytes))
 	}
 	return p
+}
+
+// countingLocked sets r.pos to the positions of the local clients that
+// count at now (observe: record their lag in the metrics, once per
+// pass). Caller holds r.mu.
+func (r *Retainer) countingLocked(now time.Time, observe bool) {
+	r.pos = r.pos[:0]
+	if !r.cfg.Adaptive {
+		return
+	}
+	latest := r.idx.Latest()
+	r.tracker.Each(now, r.cfg.InactiveAfter, func(pos uint64, _ time.Time, _ bool) {
+		if observe && r.m != nil && latest >= pos {
+			r.m.ClientLag.Observe(float64(latest - pos))
+		}
+		if r.countsLocked(pos, now) {
+			r.pos = append(r.pos, pos)
+		}
+	})
+}
+
+// countsLocked reports whether a client position counts: retained, and
+// its event younger than PositionMaxAge. Caller holds r.mu.
+func (r *Retainer) countsLocked(pos uint64, now time.Time) bool {
+	if pos < r.idx.Oldest() || pos > r.idx.Latest() {
+		return false
+	}
+	if r.cfg.PositionMaxAge > 0 {
+		if t, ok := r.idx.TimeOf(pos); !ok || t.Before(now.Add(-r.cfg.PositionMaxAge)) {
+			return false
+		}
+	}
+	return true
 }
 
 // Applied records that storage dropped every event below p.KeepFrom, logs
