@@ -84,8 +84,11 @@ fi
 # the race pass (RACE=0, no C compiler) the second pass runs everything.
 unit_first() {
   if [ "${#race[@]}" -gt 0 ]; then
+    # -p 4: four packages at once. Most of them wait on timers, processes
+    # and PostgreSQL, so two at a time (the default on two cores) leaves
+    # a core idle for minutes.
     # shellcheck disable=SC2086
-    go test "${race[@]}" -short -count=1 -timeout 30m $pkgs
+    go test "${race[@]}" -short -p 4 -count=1 -timeout 30m $pkgs
   else
     # shellcheck disable=SC2086
     go test -count=1 -timeout 30m $pkgs
@@ -106,7 +109,7 @@ unit_full_size() {
 }
 
 # Fuzz targets, from FUZZ_TARGETS files (one worker each: they run beside
-# the first go test pass).
+# the e2e shards, which leave a core idle).
 fuzz_all() {
   local list listdir pkgdir name out
   while IFS= read -r list; do
@@ -144,15 +147,15 @@ E2E_BROWSER='TestConsole|TestDocsRender|TestGeneratedClient|TestBrowser|TestCras
 E2E_SCALE='TestScaleOut|TestReadmeScaleOut|TestManyPeers'
 e2e() { go test -count=1 -timeout 30m "$@" ./e2e/; }
 
-step "go test (race, -short) and fuzz targets (${FUZZTIME} each), at once"
+step "go test (race, -short)"
 job unit unit_first
-job fuzz fuzz_all
 phase_end
 
-step "go test (full size), e2e shards (browser; replicas and peers; the rest), at once"
+step "go test (full size), fuzz targets (${FUZZTIME} each), e2e shards (browser; replicas and peers; the rest), at once"
 go build -o /dev/null ./cmd/gateway # warm the cache for the shards' builds of the binary
 go test -count=1 -run '^$' ./e2e/ >/dev/null # build the e2e binary once
 job unit-full-size unit_full_size
+job fuzz fuzz_all
 job e2e-browser e2e -run "^($E2E_BROWSER)"
 job e2e-scale e2e -run "^($E2E_SCALE)"
 job e2e-rest e2e -skip "^($E2E_QUIET|$E2E_BROWSER|$E2E_SCALE)"
