@@ -9,7 +9,8 @@ import (
 	"time"
 
 	"github.com/pipestream/gateway/bridge/store"
-	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
+	"github.com/pipestream/gateway/bridge/store/storetest"
+	"github.com/pipestream/gateway/internal/cputime"
 )
 
 // BenchmarkAppendEvents measures event appends through group commit with W
@@ -38,7 +39,7 @@ func BenchmarkAppendEvents(b *testing.B) {
 				})
 			}
 			b.ReportAllocs()
-			start, cpu0, ws0 := time.Now(), processCPU(), s.WriterStats()
+			start, cpu0, ws0 := time.Now(), cputime.Process(), s.WriterStats()
 			rounds := 0
 			for b.Loop() {
 				round.Add(w)
@@ -48,7 +49,7 @@ func BenchmarkAppendEvents(b *testing.B) {
 				round.Wait()
 				rounds++
 			}
-			el, cpu := time.Since(start), processCPU()-cpu0
+			el, cpu := time.Since(start), cputime.Process()-cpu0
 			close(jobs)
 			workers.Wait()
 			events := float64(rounds * w)
@@ -81,50 +82,11 @@ func BenchmarkSmallDocumentLifecycle(b *testing.B) {
 			ctx := context.Background()
 			var n atomic.Int64
 			lifecycle := func() error {
-				id := fmt.Sprintf("d%d", n.Add(1))
-				rec := newDoc("t", id, time.Now())
-				create := &store.Batch{Create: rec, Events: []store.EventAppend{{Tenant: "t", Event: newEvent("#document", id, 1)}}}
-				if mode == "inline" {
-					rec.ContentPayload = false
-					create.Payloads = []store.PayloadRecord{{DocID: id, Kind: store.PayloadContent, Body: content}}
-				} else if err := writeFile(s.CreatePayload(ctx, id, store.PayloadContent))(content); err != nil {
-					return err
-				}
-				if _, err := s.Commit(ctx, create); err != nil {
-					return err
-				}
-				ent := &gatewayv1.Entity{EntityId: 1, Status: gatewayv1.EntityStatus_ENTITY_STATUS_PROCESSING, SizeBytes: 4096}
-				for rev, st := range []gatewayv1.State{gatewayv1.State_RUNNING, gatewayv1.State_SUCCEEDED} {
-					up := newDoc("t", id, rec.Doc.CreateTime.AsTime())
-					up.Doc.State, up.Doc.Rev = st, uint64(3+rev*3)
-					bt := &store.Batch{Updates: []store.DocumentUpdate{{Record: up, PrevRev: uint64(1 + rev*2)}},
-						Entities: []store.EntityRecord{{DocID: id, Entity: ent}}}
-					for e := range 2 + rev {
-						bt.Events = append(bt.Events, store.EventAppend{Tenant: "t", Event: newEvent("#status", id, uint64(2+rev*2+e))})
-					}
-					if st == gatewayv1.State_SUCCEEDED {
-						up.Doc.Rev = 6
-						if mode == "inline" {
-							up.ContentPayload = false
-							bt.Payloads = []store.PayloadRecord{{DocID: id, Kind: store.PayloadResult, Body: content}, {DocID: id, Kind: store.PayloadContent}}
-						} else if err := writeFile(s.CreatePayload(ctx, id, store.PayloadResult))(content); err != nil {
-							return err
-						}
-					} else {
-						up.Doc.Rev = 3
-					}
-					if _, err := s.Commit(ctx, bt); err != nil {
-						return err
-					}
-					if st == gatewayv1.State_RUNNING {
-						rec.Doc.Rev = 3
-					}
-				}
-				return nil
+				return storetest.SmallDocumentLifecycle(ctx, s, fmt.Sprintf("d%d", n.Add(1)), content, mode == "files")
 			}
 			b.ReportAllocs()
 			b.SetParallelism(32) // 64 in flight on 2 CPUs
-			cpu0, ws0 := processCPU(), s.WriterStats()
+			cpu0, ws0 := cputime.Process(), s.WriterStats()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					if err := lifecycle(); err != nil {
@@ -133,25 +95,11 @@ func BenchmarkSmallDocumentLifecycle(b *testing.B) {
 					}
 				}
 			})
-			cpu, ws := processCPU()-cpu0, s.WriterStats()
+			cpu, ws := cputime.Process()-cpu0, s.WriterStats()
 			docs := float64(n.Load())
 			b.ReportMetric(float64(cpu.Nanoseconds())/docs, "cpu-ns/doc")
 			b.ReportMetric(float64(ws.Batches)/float64(ws.Transactions), "batches/txn")
 			b.ReportMetric(float64(ws.Statements-ws0.Statements)/docs, "stmts/doc")
 		})
-	}
-}
-
-// writeFile writes p to a new streamed payload and syncs it.
-func writeFile(pf store.PayloadWriter, err error) func([]byte) error {
-	return func(p []byte) error {
-		if err != nil {
-			return err
-		}
-		if _, err := pf.Write(p); err != nil {
-			pf.Abort()
-			return err
-		}
-		return pf.Sync()
 	}
 }

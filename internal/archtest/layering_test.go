@@ -25,8 +25,9 @@ var rules = []rule{
 	{from: "openapi", allow: []string{"gen/"}},
 	{from: "quicpeer", allow: []string{"gen/pipestream/protocol/"}},
 	// internal/pgtest: the throwaway PostgreSQL cluster of the store's
-	// tests (it imports nothing of the project).
-	{from: "bridge", allow: []string{"quicpeer", "gen/", "internal/pgtest"}},
+	// tests; internal/cputime: CPU time for the store's benchmarks (both
+	// import nothing of the project).
+	{from: "bridge", allow: []string{"quicpeer", "gen/", "internal/pgtest", "internal/cputime"}},
 	{from: "gateway", allow: []string{"bridge", "gen/", "openapi"}},
 	{from: "e2e", allow: []string{"gen/"}},
 }

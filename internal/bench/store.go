@@ -1,16 +1,11 @@
 package bench
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/pipestream/gateway/internal/cputime"
 )
 
 // store compares the small-document path on the two store backends in one
@@ -67,7 +62,7 @@ func (b *runner) store(ctx context.Context) error {
 	b.add(tk)
 	b.note("store: CPU per document on PostgreSQL is %.2fx SQLite's (%.0f µs, of which the PostgreSQL server %.0f, vs %.0f µs; target <= 1.5x), docs/s %.2fx (%.0f vs %.0f)",
 		postgres.CPURatio, postgres.CPUPerOpUs, postgres.ServerCPUPerOpUs, sqlite.CPUPerOpUs, rateX(postgres), postgres.Rate, sqlite.Rate)
-	b.note("store: CPU = gateway process utime+stime; on PostgreSQL plus the PostgreSQL server's (postmaster pid %d and all its children, live ones from /proc/<pid>/stat, exited ones through the postmaster's cutime/cstime) over the same interval; %s", pg.postmaster, pg.settings)
+	b.note("store: CPU = gateway process utime+stime; on PostgreSQL plus the PostgreSQL server's (postmaster pid %d and all its children, live ones from /proc/<pid>/stat, exited ones through the postmaster's cutime/cstime) over the same interval; %s", pg.Postmaster, pg.Settings)
 	return nil
 }
 
@@ -81,7 +76,7 @@ func rateX(r Result) float64 {
 // storeRun starts a gateway with extra serve flags, runs the small-document
 // load over gRPC and returns its row; with withPG the PostgreSQL server's
 // CPU is added to the gateway's.
-func (b *runner) storeRun(ctx context.Context, name string, extra []string, pg *pgServer, withPG bool, payload []byte) (Result, error) {
+func (b *runner) storeRun(ctx context.Context, name string, extra []string, pg *cputime.Postgres, withPG bool, payload []byte) (Result, error) {
 	o := b.o
 	o.GRPCAddr, o.HTTPAddr = "", ""
 	g, err := connectGateway(ctx, o, extra...)
@@ -93,7 +88,7 @@ func (b *runner) storeRun(ctx context.Context, name string, extra []string, pg *
 		lat  []time.Duration
 		secs float64
 	)
-	pgBefore, err := pg.cpu()
+	pgBefore, err := pg.CPU()
 	if err != nil {
 		return Result{}, err
 	}
@@ -104,7 +99,7 @@ func (b *runner) storeRun(ctx context.Context, name string, extra []string, pg *
 	if err != nil {
 		return Result{}, fmt.Errorf("%w\n%s", err, g.logTail())
 	}
-	pgAfter, err := pg.cpu()
+	pgAfter, err := pg.CPU()
 	if err != nil {
 		return Result{}, err
 	}
@@ -116,9 +111,20 @@ func (b *runner) storeRun(ctx context.Context, name string, extra []string, pg *
 	r.Note = "CPU: gateway process only (SQLite runs inside it)"
 	if withPG {
 		r.ServerCPUPerOpUs = perOp(pgAfter-pgBefore, len(lat))
-		r.Note = fmt.Sprintf("CPU: gateway process + PostgreSQL server (postmaster %d and children); the server alone: %.0f µs/doc", pg.postmaster, r.ServerCPUPerOpUs)
+		r.Note = fmt.Sprintf("CPU: gateway process + PostgreSQL server (postmaster %d and children); the server alone: %.0f µs/doc", pg.Postmaster, r.ServerCPUPerOpUs)
 	}
 	return r, nil
+}
+
+// findPostgres is cputime.FindPostgres for the --store URL, bounded by startTimeout.
+func findPostgres(ctx context.Context, url string) (*cputime.Postgres, error) {
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	pg, err := cputime.FindPostgres(ctx, url)
+	if err != nil {
+		return nil, fmt.Errorf("--store: %w (the store bench counts the server's CPU)", err)
+	}
+	return pg, nil
 }
 
 func perOp(d time.Duration, n int) float64 {
@@ -126,109 +132,4 @@ func perOp(d time.Duration, n int) float64 {
 		return 0
 	}
 	return float64(d.Microseconds()) / float64(n)
-}
-
-// pgServer is the local PostgreSQL server behind a --store URL.
-type pgServer struct {
-	postmaster int
-	settings   string // fsync and synchronous_commit as the server reports them
-}
-
-// findPostgres connects to url, asks for the backend's pid and takes its
-// parent as the postmaster. It refuses a server whose processes it cannot
-// see in /proc (another machine or another pid namespace): its CPU could
-// not be counted.
-func findPostgres(ctx context.Context, url string) (*pgServer, error) {
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return nil, fmt.Errorf("--store: connect to PostgreSQL: %w", err)
-	}
-	defer conn.Close(context.Background())
-	var (
-		backend           int
-		fsync, syncCommit string
-	)
-	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid(), current_setting('fsync'), current_setting('synchronous_commit')`).Scan(&backend, &fsync, &syncCommit); err != nil {
-		return nil, fmt.Errorf("--store: ask PostgreSQL for its backend pid: %w", err)
-	}
-	notLocal := fmt.Errorf("--store: PostgreSQL backend pid %d is not a postgres process on this machine; the store bench counts the server's CPU from /proc, so run PostgreSQL here (same pid namespace)", backend)
-	st, err := readStat(backend)
-	if err != nil || !strings.HasPrefix(st.comm, "postgres") {
-		return nil, notLocal
-	}
-	pm, err := readStat(st.ppid)
-	if err != nil || !strings.HasPrefix(pm.comm, "postgres") {
-		return nil, notLocal
-	}
-	return &pgServer{postmaster: st.ppid, settings: fmt.Sprintf("server fsync=%s synchronous_commit=%s", fsync, syncCommit)}, nil
-}
-
-// cpu is the CPU time of the postmaster, its live children and its reaped
-// children so far.
-func (p *pgServer) cpu() (time.Duration, error) {
-	pm, err := readStat(p.postmaster)
-	if err != nil {
-		return 0, fmt.Errorf("PostgreSQL postmaster %d: %w", p.postmaster, err)
-	}
-	ticks := pm.utime + pm.stime + pm.cutime + pm.cstime
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0, err
-	}
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		s, err := readStat(pid)
-		if err != nil || s.ppid != p.postmaster {
-			continue // gone meanwhile, or not a child
-		}
-		ticks += s.utime + s.stime
-	}
-	return time.Duration(ticks) * time.Second / clkTck, nil
-}
-
-// procStat holds the fields of /proc/<pid>/stat the bench uses.
-type procStat struct {
-	comm                         string
-	ppid                         int
-	utime, stime, cutime, cstime int64
-}
-
-func readStat(pid int) (procStat, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return procStat{}, err
-	}
-	return parseStat(b)
-}
-
-// parseStat parses /proc/<pid>/stat: "pid (comm) state ppid ... utime
-// stime cutime cstime ..." (fields 14 to 17); comm may hold spaces and
-// parentheses, so the fields after it are found from the last ')'.
-func parseStat(b []byte) (procStat, error) {
-	open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
-	if open < 0 || end < open {
-		return procStat{}, errors.New("malformed /proc stat line")
-	}
-	f := strings.Fields(string(b[end+1:]))
-	if len(f) < 15 {
-		return procStat{}, errors.New("short /proc stat line")
-	}
-	s := procStat{comm: string(b[open+1 : end])}
-	var err error
-	num := func(i int) int64 {
-		v, e := strconv.ParseInt(f[i], 10, 64)
-		if e != nil && err == nil {
-			err = fmt.Errorf("/proc stat field %d: %w", i+3, e)
-		}
-		return v
-	}
-	// f[0] is field 3 (state): field n is f[n-3].
-	s.ppid = int(num(1))
-	s.utime, s.stime, s.cutime, s.cstime = num(11), num(12), num(13), num(14)
-	return s, err
 }

@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/pipestream/gateway/bridge/store"
+	"github.com/pipestream/gateway/bridge/store/storetest"
+	"github.com/pipestream/gateway/internal/cputime"
 	"github.com/pipestream/gateway/internal/pgtest"
 )
 
@@ -34,4 +37,47 @@ func BenchmarkCommit(b *testing.B) {
 			})
 		})
 	}
+}
+
+// BenchmarkSmallDocumentLifecycle is bridge/store's benchmark of the same
+// name (storetest.SmallDocumentLifecycle, content and result inline, 64
+// documents in flight) on PostgreSQL. cpu-ns/doc is this process's CPU
+// (the store's client side and the benchmark's encoding), server-ns/doc
+// the PostgreSQL server's (postmaster and all its processes, pgcpu), and
+// total-ns/doc their sum: compare it with SQLite's cpu-ns/doc, where the
+// database runs inside the process.
+func BenchmarkSmallDocumentLifecycle(b *testing.B) {
+	dsn := pgtest.NewDatabase(b)
+	s := open(b, dsn)
+	ctx := context.Background()
+	pg, err := cputime.FindPostgres(ctx, dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	content := make([]byte, 4096)
+	var n atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(32) // 64 in flight on 2 CPUs
+	cpu0, srv0 := cputime.Process(), serverCPU(b, pg)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := storetest.SmallDocumentLifecycle(ctx, s, fmt.Sprintf("d%d", n.Add(1)), content, false); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	cpu, srv := cputime.Process()-cpu0, serverCPU(b, pg)-srv0
+	docs := float64(n.Load())
+	b.ReportMetric(float64(cpu.Nanoseconds())/docs, "cpu-ns/doc")
+	b.ReportMetric(float64(srv.Nanoseconds())/docs, "server-ns/doc")
+	b.ReportMetric(float64((cpu+srv).Nanoseconds())/docs, "total-ns/doc")
+}
+
+func serverCPU(b *testing.B, pg *cputime.Postgres) time.Duration {
+	d, err := pg.CPU()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return d
 }

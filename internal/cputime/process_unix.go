@@ -1,15 +1,14 @@
 //go:build unix
 
-package store_test
+package cputime
 
 import (
 	"syscall"
 	"time"
 )
 
-// processCPU is the CPU time (user + system) the process has used so far,
-// for benchmarks that report CPU per operation next to wall time.
-func processCPU() time.Duration {
+// Process is the CPU time (user + system) this process has used so far.
+func Process() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0

@@ -1,0 +1,85 @@
+package storetest
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/pipestream/gateway/bridge/store"
+	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
+)
+
+// SmallDocumentLifecycle commits what the bridge commits for one small
+// document from submit to SUCCEEDED, for the backends' benchmarks: the
+// Create batch (with its creation event), an update to RUNNING (entity + 2
+// events) and the terminal update (entity + 3 events). Inline, the content
+// rides in the Create batch and the result in the terminal batch (which
+// deletes the content row); streamed, each is a streamed payload written
+// and synced before its batch.
+func SmallDocumentLifecycle(ctx context.Context, s Store, id string, content []byte, streamed bool) error {
+	rec := lifecycleDoc(id, time.Now())
+	create := &store.Batch{Create: rec, Events: []store.EventAppend{lifecycleEvent("#document", id, 1)}}
+	if !streamed {
+		rec.ContentPayload = false
+		create.Payloads = []store.PayloadRecord{{DocID: id, Kind: store.PayloadContent, Body: content}}
+	} else if err := syncedPayload(s.CreatePayload(ctx, id, store.PayloadContent))(content); err != nil {
+		return err
+	}
+	if _, err := s.Commit(ctx, create); err != nil {
+		return err
+	}
+	ent := &gatewayv1.Entity{EntityId: 1, Status: gatewayv1.EntityStatus_ENTITY_STATUS_PROCESSING, SizeBytes: uint64(len(content))}
+	for rev, st := range []gatewayv1.State{gatewayv1.State_RUNNING, gatewayv1.State_SUCCEEDED} {
+		up := lifecycleDoc(id, rec.Doc.CreateTime.AsTime())
+		up.Doc.State, up.Doc.Rev = st, 3
+		bt := &store.Batch{Updates: []store.DocumentUpdate{{Record: up, PrevRev: uint64(1 + rev*2)}},
+			Entities: []store.EntityRecord{{DocID: id, Entity: ent}}}
+		for e := range 2 + rev {
+			bt.Events = append(bt.Events, lifecycleEvent("#status", id, uint64(2+rev*2+e)))
+		}
+		if st == gatewayv1.State_SUCCEEDED {
+			up.Doc.Rev = 6
+			if !streamed {
+				up.ContentPayload = false
+				bt.Payloads = []store.PayloadRecord{{DocID: id, Kind: store.PayloadResult, Body: content}, {DocID: id, Kind: store.PayloadContent}}
+			} else if err := syncedPayload(s.CreatePayload(ctx, id, store.PayloadResult))(content); err != nil {
+				return err
+			}
+		}
+		if _, err := s.Commit(ctx, bt); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func lifecycleDoc(id string, created time.Time) *store.DocumentRecord {
+	return &store.DocumentRecord{
+		Tenant: "t",
+		Doc: &gatewayv1.Document{
+			Name: "documents/" + id, Id: id, State: gatewayv1.State_PENDING, Rev: 1,
+			ContentType: "text/plain", CreateTime: timestamppb.New(created), UpdateTime: timestamppb.New(created),
+		},
+		BodyHash:       []byte("hash-" + id),
+		ContentPayload: true,
+	}
+}
+
+func lifecycleEvent(kind, docID string, rev uint64) store.EventAppend {
+	return store.EventAppend{Tenant: "t", Event: &gatewayv1.Event{Time: timestamppb.Now(), Kind: kind, DocumentId: docID, Rev: rev, Since: rev - 1}}
+}
+
+// syncedPayload writes p to a new streamed payload and syncs it.
+func syncedPayload(pf store.PayloadWriter, err error) func([]byte) error {
+	return func(p []byte) error {
+		if err != nil {
+			return err
+		}
+		if _, err := pf.Write(p); err != nil {
+			pf.Abort()
+			return err
+		}
+		return pf.Sync()
+	}
+}
