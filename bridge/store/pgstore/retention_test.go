@@ -2,11 +2,13 @@ package pgstore_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 
 	"github.com/pipestream/gateway/bridge/eventlog"
@@ -145,5 +147,65 @@ func TestRetentionPositionsAcrossReplicas(t *testing.T) {
 	}
 	if rep := prune(t, lC); rep.KeepFrom != 145 || rep.Clients != 0 {
 		t.Fatalf("C's pass right after A's Close: %+v, want keep from 145 (A's row withdrawn)", rep)
+	}
+}
+
+// TestRetentionPositionsRefreshedBetweenPasses: a log with its pruner on
+// publishes its counting clients every PositionShareInterval between the
+// retention passes (eventlog's shareLoop), so its row in
+// retention_positions keeps moving its expiry while the replica lives; the
+// store's Close withdraws it.
+func TestRetentionPositionsRefreshedBetweenPasses(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	sA, sB := openLease(t, dsn, "A"), openLease(t, dsn, "B")
+	lA := openLog(t, sA, time.Second)
+	now := t0.Add(2 * time.Hour)
+	lB, err := eventlog.New(ctx, sB, eventlog.Options{PruneInterval: time.Hour, PositionShareInterval: 200 * time.Millisecond,
+		Now: func() time.Time { return now }, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendEvents(t, lA, 30)
+	readTo(t, lB, "client-of-B", 30)
+
+	db, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(ctx)
+	row := func() (minSeq int64, clients int, expires time.Time, found bool) {
+		err := db.QueryRow(ctx, "SELECT min_seq, clients, expires FROM retention_positions WHERE replica = 'B'").Scan(&minSeq, &clients, &expires)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return 0, 0, time.Time{}, false
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return minSeq, clients, expires, true
+	}
+	// Three refreshes of B's row, each a later expiry, with B's client at
+	// 30, and no retention pass run by anyone meanwhile.
+	var last time.Time
+	deadline := time.Now().Add(20 * time.Second)
+	for seen := 0; seen < 3; {
+		minSeq, clients, expires, found := row()
+		switch {
+		case time.Now().After(deadline):
+			t.Fatalf("B's row refreshed %d times in 20 s at a 200 ms interval (last %v, found %v)", seen, last, found)
+		case found && expires.After(last) && minSeq == 30 && clients == 1:
+			seen++
+			last = expires
+		case found && (minSeq != 30 || clients != 1):
+			t.Fatalf("B's row: min_seq %d, clients %d; want 30 and 1", minSeq, clients)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	lB.Close()
+	if err := sB.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, found := row(); found {
+		t.Error("B's row is still there after its store's Close")
 	}
 }
