@@ -122,7 +122,7 @@ func findPostgres(ctx context.Context, url string) (*cputime.Postgres, error) {
 	defer cancel()
 	pg, err := cputime.FindPostgres(ctx, url)
 	if err != nil {
-		return nil, fmt.Errorf("--store: %w (the store bench counts the server's CPU)", err)
+		return nil, fmt.Errorf("--store: %w", err)
 	}
 	return pg, nil
 }

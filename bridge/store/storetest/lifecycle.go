@@ -23,7 +23,7 @@ func SmallDocumentLifecycle(ctx context.Context, s Store, id string, content []b
 	if !streamed {
 		rec.ContentPayload = false
 		create.Payloads = []store.PayloadRecord{{DocID: id, Kind: store.PayloadContent, Body: content}}
-	} else if err := syncedPayload(s.CreatePayload(ctx, id, store.PayloadContent))(content); err != nil {
+	} else if err := syncedPayload(ctx, s, id, store.PayloadContent, content); err != nil {
 		return err
 	}
 	if _, err := s.Commit(ctx, create); err != nil {
@@ -43,7 +43,7 @@ func SmallDocumentLifecycle(ctx context.Context, s Store, id string, content []b
 			if !streamed {
 				up.ContentPayload = false
 				bt.Payloads = []store.PayloadRecord{{DocID: id, Kind: store.PayloadResult, Body: content}, {DocID: id, Kind: store.PayloadContent}}
-			} else if err := syncedPayload(s.CreatePayload(ctx, id, store.PayloadResult))(content); err != nil {
+			} else if err := syncedPayload(ctx, s, id, store.PayloadResult, content); err != nil {
 				return err
 			}
 		}
@@ -71,15 +71,14 @@ func lifecycleEvent(kind, docID string, rev uint64) store.EventAppend {
 }
 
 // syncedPayload writes p to a new streamed payload and syncs it.
-func syncedPayload(pf store.PayloadWriter, err error) func([]byte) error {
-	return func(p []byte) error {
-		if err != nil {
-			return err
-		}
-		if _, err := pf.Write(p); err != nil {
-			pf.Abort()
-			return err
-		}
-		return pf.Sync()
+func syncedPayload(ctx context.Context, s Store, docID string, kind store.PayloadKind, p []byte) error {
+	w, err := s.CreatePayload(ctx, docID, kind)
+	if err != nil {
+		return err
 	}
+	if _, err := w.Write(p); err != nil {
+		w.Abort()
+		return err
+	}
+	return w.Sync()
 }
