@@ -211,7 +211,7 @@ func checkTakeover(t *testing.T, tk bench.Result) {
 func checkStoreOutput(t *testing.T, rep *bench.Report) {
 	t.Helper()
 	notes := strings.Join(rep.Notes, "\n")
-	for _, want := range []string{"CPU per document on PostgreSQL is", "postmaster pid", "fsync=off", "takeover after kill -9 of a gateway holding 8"} {
+	for _, want := range []string{"CPU per document on PostgreSQL is", "the gateway process alone", "postmaster pid", "fsync=off", "takeover after kill -9 of a gateway holding 8"} {
 		if !strings.Contains(notes, want) {
 			t.Errorf("notes lack %q:\n%s", want, notes)
 		}
