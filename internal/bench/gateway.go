@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -19,6 +18,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
+	"github.com/pipestream/gateway/internal/cputime"
 )
 
 // gatewayProc is the gateway under test: a subprocess the bench started
@@ -210,16 +210,8 @@ func (g *gatewayProc) stats() (procStats, bool) {
 	}
 	pid := g.cmd.Process.Pid
 	var s procStats
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
-		// Fields after the parenthesized comm: state is field 3, utime 14, stime 15.
-		if i := bytes.LastIndexByte(b, ')'); i > 0 {
-			f := strings.Fields(string(b[i+1:]))
-			if len(f) > 12 {
-				ut, _ := strconv.ParseInt(f[11], 10, 64)
-				st, _ := strconv.ParseInt(f[12], 10, 64)
-				s.cpu = time.Duration(ut+st) * time.Second / clkTck
-			}
-		}
+	if cpu, err := cputime.Of(pid); err == nil {
+		s.cpu = cpu
 	}
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
 		for _, l := range strings.Split(string(b), "\n") {

@@ -39,7 +39,4 @@ const (
 	// waitTimeout bounds any single wait for a document to finish; a stuck
 	// gateway fails the bench instead of hanging it.
 	waitTimeout = 120 * time.Second
-	// clkTck is USER_HZ, the unit of utime/stime in /proc/<pid>/stat (100
-	// on every Linux architecture Go supports).
-	clkTck = 100
 )

@@ -34,6 +34,9 @@ func TestProcessCounts(t *testing.T) {
 	if Process() <= before {
 		t.Errorf("Process did not grow over a busy loop (%d)", x)
 	}
+	if cpu, err := Of(os.Getpid()); err != nil || cpu <= 0 {
+		t.Errorf("Of(self): %v, %v; want the busy loop's CPU", cpu, err)
+	}
 	if s, err := readStat(os.Getpid()); err != nil || s.ppid != os.Getppid() {
 		t.Errorf("readStat(self): %+v, %v; want ppid %d", s, err, os.Getppid())
 	}

@@ -58,6 +58,16 @@ func FindPostgres(ctx context.Context, url string) (*Postgres, error) {
 	return &Postgres{Postmaster: st.ppid, Settings: fmt.Sprintf("server fsync=%s synchronous_commit=%s", fsync, syncCommit)}, nil
 }
 
+// Of is the CPU time (user + system) process pid has used so far, from
+// /proc/<pid>/stat.
+func Of(pid int) (time.Duration, error) {
+	s, err := readStat(pid)
+	if err != nil {
+		return 0, err
+	}
+	return time.Duration(s.utime+s.stime) * time.Second / clkTck, nil
+}
+
 // CPU is the CPU time of the postmaster, its live children and its reaped
 // children so far (a child that exits moves from the first sum to the
 // second when the postmaster reaps it).

@@ -43,7 +43,7 @@ func BenchmarkCommit(b *testing.B) {
 // name (storetest.SmallDocumentLifecycle, content and result inline, 64
 // documents in flight) on PostgreSQL. cpu-ns/doc is this process's CPU
 // (the store's client side and the benchmark's encoding), server-ns/doc
-// the PostgreSQL server's (postmaster and all its processes, pgcpu), and
+// the PostgreSQL server's (postmaster and all its processes, internal/cputime), and
 // total-ns/doc their sum: compare it with SQLite's cpu-ns/doc, where the
 // database runs inside the process.
 func BenchmarkSmallDocumentLifecycle(b *testing.B) {
