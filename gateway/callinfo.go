@@ -33,3 +33,11 @@ func TenantFromContext(ctx context.Context) bridge.Tenant {
 	}
 	return ""
 }
+
+// requestIDOf returns the request id of the call ctx belongs to ("" outside one).
+func requestIDOf(ctx context.Context) string {
+	if ci := callInfoFrom(ctx); ci != nil {
+		return ci.requestID
+	}
+	return ""
+}

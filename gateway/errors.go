@@ -3,10 +3,12 @@ package gateway
 import (
 	"context"
 	"errors"
+	"regexp"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
 
 	"github.com/pipestream/gateway/bridge"
 	"github.com/pipestream/gateway/bridge/store"
@@ -29,7 +31,36 @@ const (
 	// error names verbatim (draft-holmgren-at-synchronization-00, Error Frames).
 	ReasonFutureCursor    = "FutureCursor"
 	ReasonConsumerTooSlow = "ConsumerTooSlow"
+	// ReasonRouteNotFound: no REST route has the request's path.
+	ReasonRouteNotFound = "ROUTE_NOT_FOUND"
+	// ReasonMethodNotAllowed: the path exists under other methods (Allow).
+	ReasonMethodNotAllowed = "METHOD_NOT_ALLOWED"
+	// ReasonWebSocketHandshake: /v1/events/ws got no valid WebSocket
+	// handshake (RFC 6455), or one from a foreign Origin.
+	ReasonWebSocketHandshake = "WEBSOCKET_HANDSHAKE"
 )
+
+// codeReasons are the reasons of errors that have no more specific one:
+// the gRPC code's canonical name (google.rpc.Code), so every error carries
+// an ErrorInfo a client can switch on (docs/errors.md).
+var codeReasons = map[codes.Code]string{
+	codes.Canceled:           "CANCELLED",
+	codes.Unknown:            "UNKNOWN",
+	codes.InvalidArgument:    "INVALID_ARGUMENT",
+	codes.DeadlineExceeded:   "DEADLINE_EXCEEDED",
+	codes.NotFound:           "NOT_FOUND",
+	codes.AlreadyExists:      "ALREADY_EXISTS",
+	codes.PermissionDenied:   "PERMISSION_DENIED",
+	codes.ResourceExhausted:  "RESOURCE_EXHAUSTED",
+	codes.FailedPrecondition: "FAILED_PRECONDITION",
+	codes.Aborted:            "ABORTED",
+	codes.OutOfRange:         "OUT_OF_RANGE",
+	codes.Unimplemented:      "UNIMPLEMENTED",
+	codes.Internal:           "INTERNAL",
+	codes.Unavailable:        "UNAVAILABLE",
+	codes.DataLoss:           "DATA_LOSS",
+	codes.Unauthenticated:    "UNAUTHENTICATED",
+}
 
 // errorMapping lists, in match order, which bridge error becomes which gRPC
 // code and ErrorInfo reason ("" = no ErrorInfo).
@@ -83,16 +114,55 @@ func toStatus(err error) error {
 	return status.Error(codes.Internal, err.Error())
 }
 
-// statusError builds a status with an optional ErrorInfo detail.
-func statusError(code codes.Code, reason, msg string) error {
-	st := status.New(code, msg)
+// statusError is the one constructor of the API's errors: a status with
+// code, message and an ErrorInfo{reason, domain pipestream.gateway.v1}
+// detail, plus any further details (RetryInfo for limits). reason ""
+// takes the code's generic reason (codeReasons). Every error any route or
+// transport answers also passes through shapeError, which gives an
+// ErrorInfo to errors made elsewhere (grpc-gateway, the gRPC runtime).
+func statusError(code codes.Code, reason, msg string, details ...protoadapt.MessageV1) error {
 	if reason == "" {
-		return st.Err()
+		reason = codeReasons[code]
 	}
-	if withInfo, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: errorDomain}); err == nil {
+	st := status.New(code, msg)
+	all := append([]protoadapt.MessageV1{&errdetails.ErrorInfo{Reason: reason, Domain: errorDomain}}, details...)
+	if withInfo, err := st.WithDetails(all...); err == nil {
 		st = withInfo
 	}
 	return st.Err()
+}
+
+// leakedPrefix matches what wrapping a status error's Error() text in
+// another status leaves in a message (grpc-gateway's generated handlers
+// do so with query parser errors).
+var leakedPrefix = regexp.MustCompile(`rpc error: code = [A-Za-z]+ desc = `)
+
+// shapeError returns err as the API's one error shape: a status whose
+// message has no leaked "rpc error: code = ... desc =" prefix and whose
+// details hold an ErrorInfo (the code's generic reason when it had none).
+// nil stays nil. It runs at every edge: the gRPC interceptors
+// (errorShapeUnary, errorShapeStream) and every HTTP error writer.
+func shapeError(err error) error {
+	if err == nil {
+		return nil
+	}
+	st := status.Convert(err)
+	if st.Code() == codes.OK {
+		return err
+	}
+	msg := leakedPrefix.ReplaceAllString(st.Message(), "")
+	if msg == st.Message() && errorReason(err) != "" {
+		return st.Err()
+	}
+	p := st.Proto()
+	p.Message = msg
+	shaped := status.FromProto(p)
+	if errorReason(shaped.Err()) == "" {
+		if withInfo, werr := shaped.WithDetails(&errdetails.ErrorInfo{Reason: codeReasons[st.Code()], Domain: errorDomain}); werr == nil {
+			shaped = withInfo
+		}
+	}
+	return shaped.Err()
 }
 
 // errorReason returns the ErrorInfo reason of a status error, or "".

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"net/textproto"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -84,7 +83,7 @@ func (s *Server) httpHandler() (http.Handler, error) {
 	mux.Handle("/docs/", s.cfg.Docs)
 	mux.HandleFunc("GET /{$}", handleIndex)
 	mux.Handle("/", withErrorHeaders(s.refuseStrayQuery(routes, streamFraming(s.limitBody(s.gwMux)))))
-	return writeDeadlines(s.rejectSmuggled(s.checkUTF8(s.browserGuard(routes, s.admitAPI(mux)))), s.cfg.StreamWriteTimeout), nil
+	return writeDeadlines(withRequestID(s.rejectSmuggled(s.checkUTF8(s.browserGuard(routes, s.admitAPI(mux))))), s.cfg.StreamWriteTimeout), nil
 }
 
 type slogPrintln struct{ s *Server }
@@ -106,15 +105,12 @@ func incomingHeader(key string) (string, bool) {
 	return runtime.DefaultHeaderMatcher(key)
 }
 
-// outgoingHeader returns the request id as X-Request-Id; no other gRPC
-// response metadata becomes an HTTP header (grpc-gateway's default would
-// add Grpc-Metadata-Content-Type and the like): what a REST response
-// needs (Retry-After, WWW-Authenticate) errorHeaders sets itself. gRPC
-// trailers are dropped likewise (WithOutgoingTrailerMatcher).
-func outgoingHeader(key string) (string, bool) {
-	if strings.EqualFold(key, requestIDHeader) {
-		return "X-Request-Id", true
-	}
+// outgoingHeader drops all gRPC response metadata (grpc-gateway's default
+// would add Grpc-Metadata-Content-Type and the like): withRequestID has
+// set X-Request-Id (the gRPC call got the same id), and what a REST
+// response needs (Retry-After, WWW-Authenticate) errorHeaders sets
+// itself. gRPC trailers are dropped likewise (WithOutgoingTrailerMatcher).
+func outgoingHeader(string) (string, bool) {
 	return "", false // subscribedHeader among them: see flushStreamHeaders
 }
 
@@ -156,6 +152,7 @@ func httpErrorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Mars
 		err = jsonBodyTooSlow(d)
 		w.Header().Set("Connection", "close")
 	}
+	err = shapeHTTPError(err)
 	recordError(ctx, err)
 	switch errorReason(err) {
 	case ReasonTooLarge:
@@ -172,8 +169,19 @@ func httpErrorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Mars
 // streams (watch, subscribe), which it writes itself; it records the error
 // so that withErrorHeaders can add headers before the status line.
 func streamErrorHandler(ctx context.Context, err error) *status.Status {
+	err = shapeError(err)
 	recordError(ctx, err)
 	return runtime.DefaultStreamErrorHandler(ctx, err)
+}
+
+// shapeHTTPError is shapeError keeping grpc-gateway's explicit HTTP
+// status (runtime.HTTPStatusError: the routing error handler's 405).
+func shapeHTTPError(err error) error {
+	var he *runtime.HTTPStatusError
+	if errors.As(err, &he) {
+		return &runtime.HTTPStatusError{HTTPStatus: he.HTTPStatus, Err: shapeError(he.Err)}
+	}
+	return shapeError(err)
 }
 
 // errorHeaders sets the HTTP headers an error calls for: WWW-Authenticate
@@ -355,6 +363,7 @@ func bodyTooLarge(r *http.Request) (int64, bool) {
 // writeStatus writes err (a status error) as grpc-gateway would, with an
 // explicit HTTP status.
 func (s *Server) writeStatus(w http.ResponseWriter, r *http.Request, httpCode int, err error) {
+	err = shapeError(err)
 	_, m := runtime.MarshalerForRequest(s.gwMux, r)
 	body, merr := m.Marshal(status.Convert(err).Proto())
 	if merr != nil {

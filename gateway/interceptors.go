@@ -16,20 +16,22 @@ import (
 	"github.com/pipestream/gateway/bridge"
 )
 
-// The interceptor chain, outermost first (STYLE.md, OpenFGA): recovery,
-// UTF-8 (utf8.go), request id, logging, metrics, auth (+ limiter). Recovery
-// is first so that a panic anywhere below, interceptors included, becomes
-// codes.Internal.
+// The interceptor chain, outermost first (STYLE.md, OpenFGA): error shape,
+// recovery, UTF-8 (utf8.go), request id, logging, metrics, auth (+
+// limiter). Recovery is first below the error shape so that a panic
+// anywhere below, interceptors included, becomes codes.Internal; the error
+// shape (shapeError, errors.go) gives every error, a recovered panic's
+// too, its ErrorInfo.
 
 func (s *Server) unaryInterceptors() []grpc.UnaryServerInterceptor {
 	return []grpc.UnaryServerInterceptor{
-		s.recoverUnary, utf8Unary, requestIDUnary, s.logUnary, s.metrics.unary, s.authUnary,
+		errorShapeUnary, s.recoverUnary, utf8Unary, requestIDUnary, s.logUnary, s.metrics.unary, s.authUnary,
 	}
 }
 
 func (s *Server) streamInterceptors() []grpc.StreamServerInterceptor {
 	return []grpc.StreamServerInterceptor{
-		s.recoverStream, utf8Stream, requestIDStream, s.logStream, s.metrics.stream, s.authStream,
+		errorShapeStream, s.recoverStream, utf8Stream, requestIDStream, s.logStream, s.metrics.stream, s.authStream,
 		s.watchServerStreams, // stuck.go: innermost, so logs and metrics see ConsumerTooSlow
 	}
 }
@@ -41,6 +43,17 @@ type wrappedStream struct {
 }
 
 func (w *wrappedStream) Context() context.Context { return w.ctx }
+
+// --- error shape ---
+
+func errorShapeUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	resp, err := h(ctx, req)
+	return resp, shapeError(err)
+}
+
+func errorShapeStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	return shapeError(h(srv, ss))
+}
 
 // --- recovery ---
 
@@ -111,15 +124,22 @@ func requestIDContext(ctx context.Context) (context.Context, string) {
 	return withCallInfo(ctx, &callInfo{requestID: rid}), rid
 }
 
+// requestIDUnary sends the call's request id in the response headers and
+// trailers: a call that fails before its headers (a trailers-only
+// response) still carries it.
 func requestIDUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 	ctx, rid := requestIDContext(ctx)
-	_ = grpc.SetHeader(ctx, metadata.Pairs(requestIDHeader, rid))
+	md := metadata.Pairs(requestIDHeader, rid)
+	_ = grpc.SetHeader(ctx, md)
+	_ = grpc.SetTrailer(ctx, md)
 	return h(ctx, req)
 }
 
 func requestIDStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 	ctx, rid := requestIDContext(ss.Context())
-	_ = ss.SetHeader(metadata.Pairs(requestIDHeader, rid))
+	md := metadata.Pairs(requestIDHeader, rid)
+	_ = ss.SetHeader(md)
+	ss.SetTrailer(md)
 	return h(srv, &wrappedStream{ServerStream: ss, ctx: ctx})
 }
 

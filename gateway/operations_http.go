@@ -34,10 +34,7 @@ func (s *Server) registerOperationsREST(mux *runtime.ServeMux) error {
 		{"GET", "/v1/operations", "ListOperations", func(ctx context.Context, r *http.Request, _ map[string]string, _ runtime.Marshaler) (proto.Message, error) {
 			req := &longrunningpb.ListOperationsRequest{Name: "operations"}
 			if err := runtime.PopulateQueryParameters(req, r.URL.Query(), utilities.NewDoubleArray(nil)); err != nil {
-				if _, ok := status.FromError(err); ok {
-					return nil, err // the query parser's message names the parameter
-				}
-				return nil, status.Errorf(codes.InvalidArgument, "query: %v (known parameters: pageSize, pageToken, filter)", err)
+				return nil, status.Errorf(codes.InvalidArgument, "%v (known parameters: pageSize, pageToken, filter)", err)
 			}
 			return c.ListOperations(ctx, req)
 		}},

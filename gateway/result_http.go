@@ -70,9 +70,6 @@ func (s *Server) handleResult(w http.ResponseWriter, r *http.Request) {
 	if size >= 0 {
 		h.Set("Content-Length", strconv.FormatInt(size, 10))
 	}
-	if v := r.Header.Get("X-Request-Id"); v != "" && len(v) <= maxRequestIDLen {
-		h.Set("X-Request-Id", v)
-	}
 	w.WriteHeader(http.StatusOK)
 	if r.Method == http.MethodHead {
 		return
@@ -102,7 +99,7 @@ func (s *Server) handleResult(w http.ResponseWriter, r *http.Request) {
 // abortResult ends a download that failed after its status line.
 func (s *Server) abortResult(r *http.Request, err error) {
 	s.log.Warn("result download failed after the status line; aborting the connection",
-		"path", r.URL.Path, "error", err)
+		"path", r.URL.Path, "request_id", httpRequestID(r), "error", err)
 	panic(http.ErrAbortHandler)
 }
 

@@ -178,12 +178,12 @@ func (s *Server) routingErrorHandler(routes []route) runtime.RoutingErrorHandler
 		switch allowed := allowedMethods(routes, r.URL.Path); {
 		case len(allowed) > 0:
 			w.Header().Set("Allow", strings.Join(allowed, ", "))
-			err = &runtime.HTTPStatusError{HTTPStatus: http.StatusMethodNotAllowed, Err: status.Errorf(codes.Unimplemented,
-				"method %s is not allowed on %s: use %s", r.Method, r.URL.Path, strings.Join(allowed, " or "))}
+			err = &runtime.HTTPStatusError{HTTPStatus: http.StatusMethodNotAllowed, Err: statusError(codes.Unimplemented, ReasonMethodNotAllowed,
+				fmt.Sprintf("method %s is not allowed on %s: use %s", r.Method, r.URL.Path, strings.Join(allowed, " or ")))}
 		case code == http.StatusBadRequest:
 			err = status.Error(codes.InvalidArgument, "the request path is malformed")
 		default:
-			err = status.Errorf(codes.NotFound, "no route %s %s: the API is under /v1/ (see /openapi.json, /docs/)", r.Method, r.URL.Path)
+			err = statusError(codes.NotFound, ReasonRouteNotFound, fmt.Sprintf("no route %s %s: the API is under /v1/ (see /openapi.json, /docs/)", r.Method, r.URL.Path))
 		}
 		httpErrorHandler(ctx, mux, m, w, r, err)
 	}

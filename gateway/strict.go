@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -261,7 +262,9 @@ var strictQueryOnce sync.Once
 
 // strictQueryParser is grpc-gateway's query parser refusing parameters
 // that name no field of the request and naming fields by their JSON path
-// in its errors.
+// in its errors. They are plain errors: the generated handlers wrap them
+// in InvalidArgument themselves (a status error's text would leak its
+// "rpc error: code = ..." prefix into the message).
 type strictQueryParser struct{}
 
 func (strictQueryParser) Parse(msg proto.Message, values url.Values, filter *utilities.DoubleArray) error {
@@ -274,12 +277,12 @@ func (strictQueryParser) Parse(msg proto.Message, values url.Values, filter *uti
 	for _, key := range keys {
 		fd, jsonPath, why := resolveQueryKey(md, key)
 		if why != "" {
-			return invalid(why)
+			return errors.New(why)
 		}
 		err := (&runtime.DefaultQueryParser{}).Parse(msg, url.Values{key: values[key]}, filter)
 		if err != nil {
 			v := values[key][len(values[key])-1]
-			return invalid(fmt.Sprintf("query parameter %s=%q: want %s", jsonPath, v, wantOf(fd)))
+			return fmt.Errorf("query parameter %s=%q: want %s", jsonPath, v, wantOf(fd))
 		}
 	}
 	return nil

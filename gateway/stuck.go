@@ -49,7 +49,7 @@ func (s *Server) watchServerStreams(srv any, ss grpc.ServerStream, info *grpc.St
 	err := h(srv, w)
 	if w.stop() {
 		s.log.Warn("stream consumer too slow: a send blocked past --stream-write-timeout; stream ended",
-			"method", info.FullMethod, "timeout", s.cfg.StreamWriteTimeout, "handler_error", status.Convert(err).Message())
+			"method", info.FullMethod, "request_id", requestIDOf(ss.Context()), "timeout", s.cfg.StreamWriteTimeout, "handler_error", status.Convert(err).Message())
 		return w.tooSlowErr()
 	}
 	return err

@@ -102,7 +102,7 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
 			}
 			if errors.Is(rerr, os.ErrDeadlineExceeded) {
 				s.log.Warn("upload body stalled or too slow; cut", "idle_timeout", s.cfg.UploadIdleTimeout,
-					"min_body_rate", s.cfg.MinBodyRate, "bytes", body.n, "remote", r.RemoteAddr)
+					"min_body_rate", s.cfg.MinBodyRate, "bytes", body.n, "remote", r.RemoteAddr, "request_id", httpRequestID(r))
 				w.Header().Set("Connection", "close")
 				cause := uploadStalled(s.cfg.UploadIdleTimeout)
 				if body.slow {

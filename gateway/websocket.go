@@ -241,6 +241,7 @@ func truncateReason(s string) string {
 // ("Pre-Upgrade HTTP Errors": JSON with error and message fields): one
 // object that decodes both as a Status and as an error frame payload.
 func preUpgradeError(w http.ResponseWriter, httpCode int, err error) {
+	err = shapeError(err)
 	st := status.Convert(err)
 	body := map[string]json.RawMessage{}
 	if b, merr := protojson.Marshal(st.Proto()); merr == nil {
@@ -266,7 +267,7 @@ func acceptWS(w http.ResponseWriter, r *http.Request, opts *websocket.AcceptOpti
 	rw := &wsRejectWriter{ResponseWriter: w}
 	c, err := websocket.Accept(rw, r, opts)
 	if err != nil && rw.code != 0 {
-		preUpgradeError(w, rw.code, status.Error(wsRejectCode(rw.code), wsRejectMessage(rw.code, err)))
+		preUpgradeError(w, rw.code, statusError(wsRejectCode(rw.code), ReasonWebSocketHandshake, wsRejectMessage(rw.code, err)))
 	}
 	return c, err
 }
