@@ -43,12 +43,12 @@ func TestGRPCErrorMapping(t *testing.T) {
 		reason     string
 		msgContain string
 	}{
-		{"not found", func() error { _, err := h.docs.GetDocument(ctx, &gatewayv1.GetDocumentRequest{Id: "x"}); return err }, codes.NotFound, "", `"x"`},
-		{"missing id", func() error { _, err := h.docs.GetDocument(ctx, &gatewayv1.GetDocumentRequest{}); return err }, codes.InvalidArgument, "", "id is required"},
+		{"not found", func() error { _, err := h.docs.GetDocument(ctx, &gatewayv1.GetDocumentRequest{Id: "x"}); return err }, codes.NotFound, "NOT_FOUND", `"x"`},
+		{"missing id", func() error { _, err := h.docs.GetDocument(ctx, &gatewayv1.GetDocumentRequest{}); return err }, codes.InvalidArgument, "INVALID_ARGUMENT", "id is required"},
 		{"conflict", func() error {
 			_, err := h.docs.SubmitDocument(ctx, &gatewayv1.SubmitDocumentRequest{Content: []byte("x"), RequestId: "reused"})
 			return err
-		}, codes.AlreadyExists, "", "new requestId"},
+		}, codes.AlreadyExists, "ALREADY_EXISTS", "new requestId"},
 		{"cancel terminal", func() error {
 			_, err := h.docs.CancelDocument(ctx, &gatewayv1.CancelDocumentRequest{Id: done.GetId()})
 			return err
@@ -90,7 +90,7 @@ func TestGRPCErrorMapping(t *testing.T) {
 			}
 			_, err = s.Recv()
 			return err
-		}, codes.InvalidArgument, "", "#status"},
+		}, codes.InvalidArgument, "INVALID_ARGUMENT", "#status"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -381,7 +381,7 @@ func (s *Server) writeStatus(w http.ResponseWriter, r *http.Request, httpCode in
 func (s *Server) handleHealthz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
-	body := healthBody{Status: "SERVING"}
+	body := healthBody{Status: "SERVING", Build: ReadBuildInfo()}
 	if pr, ok := s.cfg.Bridge.(peerReporter); ok {
 		body.Peers = pr.Peers()
 	}
@@ -398,11 +398,13 @@ func (s *Server) handleHealthz(w http.ResponseWriter, _ *http.Request) {
 }
 
 // healthBody is the JSON of /healthz: the status, why it is not serving,
-// and every peer with its framing, profile, load and last error.
+// every peer with its framing, profile, load and last error, and the
+// build (version.go). openapi/internal/fixspec declares the same fields.
 type healthBody struct {
 	Status string              `json:"status"`
 	Reason string              `json:"reason,omitempty"`
 	Peers  []bridge.PeerStatus `json:"peers,omitempty"`
+	Build  BuildInfo           `json:"build"`
 }
 
 // peerReporter is implemented by a bridge that reports its peers.

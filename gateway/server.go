@@ -85,6 +85,9 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: register metrics: %w", err)
 	}
+	if err := registerBuildInfo(cfg.Registry, ReadBuildInfo()); err != nil {
+		return nil, fmt.Errorf("gateway: register metrics: %w", err)
+	}
 	s := &Server{
 		cfg:       cfg,
 		log:       cfg.Logger,

@@ -8,9 +8,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/debug"
 	"slices"
 	"strings"
+
+	"github.com/pipestream/gateway/gateway"
 )
 
 // verb is one subcommand.
@@ -67,23 +68,7 @@ func usage(w io.Writer) {
 	fmt.Fprintf(w, "\nRun 'gateway <command> --help' for a command's flags. Every flag can also be set\nwith the environment variable shown next to it (flags win).\n")
 }
 
-// version is the module version and VCS revision the binary was built
-// from (runtime/debug build info).
-func version() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "gateway (no build info)"
-	}
-	v := "gateway " + bi.Main.Version
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision", "vcs.time":
-			v += " " + s.Value
-		case "vcs.modified":
-			if s.Value == "true" {
-				v += " (modified)"
-			}
-		}
-	}
-	return v + " " + bi.GoVersion
-}
+// version is the module version, VCS revision and time, and Go version
+// the binary was built from (gateway.ReadBuildInfo; also in /healthz and
+// the pipestream_gateway_build_info metric).
+func version() string { return gateway.ReadBuildInfo().String() }

@@ -19,6 +19,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/fxamacker/cbor/v2"
 
+	"github.com/pipestream/gateway/gateway"
 	"github.com/pipestream/gateway/internal/pgtest"
 )
 
@@ -95,8 +96,12 @@ func TestHelpOfEveryVerb(t *testing.T) {
 	if code != 0 || !strings.Contains(top, "submit") || !strings.Contains(top, "redeem") {
 		t.Errorf("gateway help: exit %d\n%s", code, top)
 	}
-	if out, _, code := run(t, nil, "--version"); code != 0 || !strings.HasPrefix(out, "gateway ") || !strings.Contains(out, "go1.") {
-		t.Errorf("gateway --version: exit %d %q", code, out)
+	// --version: module version, the revision (or why there is none) and
+	// the Go version, from the build info (gateway.ReadBuildInfo).
+	bi := gateway.ReadBuildInfo()
+	if out, _, code := run(t, nil, "--version"); code != 0 || !strings.HasPrefix(out, "gateway "+bi.Version+" revision ") ||
+		!strings.Contains(out, bi.GoVersion) || bi.Revision != "" && !strings.Contains(out, bi.Revision) {
+		t.Errorf("gateway --version: exit %d %q, want the module version %s, revision and %s", code, out, bi.Version, bi.GoVersion)
 	}
 	// An unknown flag is one line on stderr that says where to look, not
 	// the whole help.
