@@ -33,6 +33,8 @@ import (
 //	GET  /metrics               Prometheus
 //	/openapi.json, /docs/       Config.Docs
 //	GET  /                      index: browsers to /ui/, others a JSON list of links (routes.go)
+//	GET  /v1/documents/{id}:watch, /v1/events:subscribe: NDJSON (grpc-gateway),
+//	                            or by Accept Server-Sent Events or a long-polled JSON page (sse.go)
 //	everything else             grpc-gateway REST mux over the gRPC client connection
 //
 // Every write and flush of a response must finish within
@@ -82,7 +84,7 @@ func (s *Server) httpHandler() (http.Handler, error) {
 	mux.Handle("/docs", s.cfg.Docs)
 	mux.Handle("/docs/", s.cfg.Docs)
 	mux.HandleFunc("GET /{$}", handleIndex)
-	mux.Handle("/", withErrorHeaders(s.refuseStrayQuery(routes, streamFraming(s.limitBody(s.gwMux)))))
+	mux.Handle("/", withErrorHeaders(s.refuseStrayQuery(routes, s.streamForms(streamFraming(s.limitBody(s.gwMux))))))
 	return writeDeadlines(withRequestID(s.rejectSmuggled(s.checkUTF8(s.browserGuard(routes, s.admitAPI(mux))))), s.cfg.StreamWriteTimeout), nil
 }
 
