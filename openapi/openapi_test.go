@@ -125,8 +125,15 @@ func TestSpecREST(t *testing.T) {
 	}
 	for _, p := range []string{"/v1/documents/{id}:watch", "/v1/events:subscribe"} {
 		o := spec.Paths[p]["get"]
-		if o.Stream != "ndjson" || strings.Join(o.Produces, ",") != "application/x-ndjson,application/json" {
-			t.Errorf("%s: x-stream %q produces %v, want an NDJSON stream producing application/x-ndjson (and JSON error statuses)", p, o.Stream, o.Produces)
+		if o.Stream != "ndjson,sse" || strings.Join(o.Produces, ",") != "application/json,application/x-ndjson,text/event-stream" {
+			t.Errorf("%s: x-stream %q produces %v, want the JSON page first (generated clients read it), then NDJSON and Server-Sent Events", p, o.Stream, o.Produces)
+		}
+		params := map[string]string{}
+		for _, prm := range o.Parameters {
+			params[prm.Name] = prm.In
+		}
+		if params["waitSeconds"] != "query" || params["pageSize"] != "query" || params["Last-Event-ID"] != "header" {
+			t.Errorf("%s: parameters %v, want waitSeconds and pageSize (page) and the Last-Event-ID header (SSE)", p, params)
 		}
 	}
 	if got := strings.Join(spec.Paths["/v1/documents/{id}/result"]["get"].Produces, ","); got != "application/octet-stream,application/json,text/plain" {

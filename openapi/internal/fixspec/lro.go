@@ -47,6 +47,8 @@ func addLongRunning(paths, defs obj) error {
 	defs["ListOperationsResponse"] = obj{"type": "object", "properties": obj{
 		"operations":    obj{"type": "array", "items": obj{"$ref": "#/definitions/Operation"}},
 		"nextPageToken": obj{"type": "string", "description": "Pass as pageToken for the next page; empty on the last."},
+		"unreachable": obj{"type": "array", "items": obj{"type": "string"},
+			"description": "Resources that could not be listed (google.longrunning; always empty here: every operation is a document of this gateway)."},
 	}}
 	// ResultRef is only reached through Any; keep it in the spec.
 	defs["Operation"].(obj)["x-response-type"] = obj{"$ref": "#/definitions/ResultRef"}

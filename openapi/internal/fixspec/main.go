@@ -97,10 +97,11 @@ func fix(spec obj) error {
 	if err := fixUpload(paths, defs); err != nil {
 		return err
 	}
-	for _, p := range []string{"/v1/documents/{id}:watch", "/v1/events:subscribe"} {
-		if err := markNDJSON(op(paths, p, "get")); err != nil {
-			return fmt.Errorf("%s: %w", p, err)
-		}
+	if err := markStream(op(paths, "/v1/documents/{id}:watch", "get"), defs, "WatchPage", "updates", "WatchDocumentResponse", "updates"); err != nil {
+		return fmt.Errorf("/v1/documents/{id}:watch: %w", err)
+	}
+	if err := markStream(op(paths, "/v1/events:subscribe", "get"), defs, "EventPage", "events", "Event", "events"); err != nil {
+		return fmt.Errorf("/v1/events:subscribe: %w", err)
 	}
 	fixResult(op(paths, "/v1/documents/{id}/result", "get"))
 	if err := addLongRunning(paths, defs); err != nil {
@@ -111,7 +112,12 @@ func fix(spec obj) error {
 		return err
 	}
 	addErrors(paths)
-	addOperations(paths)
+	if st, ok := defs["Status"].(obj); ok {
+		st["description"] = "The one error shape of every route and transport (docs/errors.md): `code` (google.rpc.Code), `message` (what went wrong and what to fix) " +
+			"and `details`, which always hold a google.rpc.ErrorInfo (`@type` type.googleapis.com/google.rpc.ErrorInfo) with the `reason` to switch on and the domain pipestream.gateway.v1; " +
+			"limits add a google.rpc.RetryInfo."
+	}
+	addOperations(paths, defs)
 	spec["tags"] = append(anySlice(spec["tags"]), obj{
 		"name":        "Operations",
 		"description": "Health, metrics and documentation endpoints served next to the API; no authentication.",
@@ -198,17 +204,34 @@ func fixUpload(paths, defs obj) error {
 	return nil
 }
 
-// ndjsonDescription is the 200 response of the NDJSON streams.
-const ndjsonDescription = "A stream of newline-delimited JSON (Content-Type `application/x-ndjson`): one JSON object per line, " +
-	"`{\"result\": ...}` for each message. A failure after the stream started (HTTP 200 already sent) ends it with exactly one " +
-	"`{\"error\": Status}` line, the same google.rpc.Status as every error response; a line has either `result` or `error`, never both. " +
-	"A call refused before the stream starts (unknown document, FutureCursor, authentication) answers its HTTP status with a bare Status, " +
-	"like every other operation."
+// streamDescription is the 200 response of the stream routes, which
+// answer in three forms by Accept (gateway/sse.go).
+const streamDescription = "The response form follows `Accept` (the response varies on it):\n\n" +
+	"- `application/json` (what a client generated from this spec sends first): one long-polled **page**, the schema below. " +
+	"It waits up to `waitSeconds` (default 30, at most 60) for the first message, then takes what else has arrived, up to `pageSize` (default 100, at most 1000). " +
+	"Pass `nextCursor` as `cursor` to get the next page: every message comes once, in order, and a page at the head of the log waits again instead of failing. " +
+	"`done` is true when the stream has ended (a watched document reached a terminal state).\n" +
+	"- `text/event-stream`: **Server-Sent Events** (EventSource): each message is one event with `data:` its JSON and `id:` its seq; " +
+	"a reconnecting EventSource sends `Last-Event-ID` and resumes after that event. A failure after the stream started is a final `event: error` whose data is the google.rpc.Status.\n" +
+	"- `application/x-ndjson` (also without Accept, or `*/*`): a stream of newline-delimited JSON, one `{\"result\": ...}` object per line; " +
+	"a failure after the stream started ends it with exactly one `{\"error\": Status}` line. `waitSeconds` and `pageSize` are ignored.\n\n" +
+	"A call refused before it starts (unknown document, FutureCursor, authentication, a bad parameter) answers its HTTP status with a google.rpc.Status in every form."
 
-// markNDJSON documents the server-streaming encoding (gateway/ndjson.go):
-// application/x-ndjson lines of {"result": message}, ended on failure by
-// one {"error": Status} line.
-func markNDJSON(o obj) error {
+// streamPage is the definition of a stream route's JSON page.
+func streamPage(listKey, item, what string) obj {
+	return obj{"type": "object", "description": "One page of " + what + " (Accept: application/json).",
+		"properties": obj{
+			listKey: obj{"type": "array", "items": obj{"$ref": "#/definitions/" + item},
+				"description": "The " + what + " of this page, in seq order; empty when none came within waitSeconds."},
+			"nextCursor": obj{"type": "string", "format": "uint64",
+				"description": "The cursor of the next page: the seq after the last one of this page (or this page's start when it is empty)."},
+			"done": obj{"type": "boolean", "description": "The stream has ended: no further page will have " + what + "."},
+		}}
+}
+
+// markStream documents a stream route's three forms (gateway/sse.go):
+// the JSON page (the 200 schema), Server-Sent Events and NDJSON.
+func markStream(o obj, defs obj, pageDef, listKey, item, what string) error {
 	if o == nil {
 		return errors.New("operation missing")
 	}
@@ -222,11 +245,22 @@ func markNDJSON(o obj) error {
 	if props["result"] == nil || props["error"] == nil {
 		return errors.New("200 schema is not grpc-gateway's {result, error} stream chunk")
 	}
-	schema["description"] = "One line of the stream: `result` for a message, or `error` once at the end of a failed stream."
-	ok["description"] = ndjsonDescription
-	o["produces"] = []any{"application/x-ndjson", "application/json"} // the stream; its error statuses
-	o["description"] = fmt.Sprint(o["description"]) + "\n\n" + ndjsonDescription
-	o["x-stream"] = "ndjson"
+	defs[pageDef] = streamPage(listKey, item, what)
+	resp["200"] = obj{"description": streamDescription, "schema": obj{"$ref": "#/definitions/" + pageDef},
+		"headers": obj{"Vary": obj{"type": "string", "description": "Accept"}}}
+	// The page first: generated clients send every type in this order
+	// and read the first they know.
+	o["produces"] = []any{"application/json", "application/x-ndjson", "text/event-stream"}
+	o["description"] = fmt.Sprint(o["description"]) + "\n\n" + streamDescription
+	o["x-stream"] = "ndjson,sse"
+	o["parameters"] = append(anySlice(o["parameters"]),
+		obj{"name": "waitSeconds", "in": "query", "required": false, "type": "integer", "format": "int32", "minimum": 0, "maximum": 60,
+			"description": "Page form: how long to wait for the first message (default 30); 0 answers at once with what has already arrived."},
+		obj{"name": "pageSize", "in": "query", "required": false, "type": "integer", "format": "int32", "minimum": 0, "maximum": 1000,
+			"description": "Page form: the most messages in a page (0: the default, 100)."},
+		obj{"name": "Last-Event-ID", "in": "header", "required": false, "type": "string", "format": "uint64",
+			"description": "Server-Sent Events: resume after this seq (an EventSource sends it when it reconnects); it takes precedence over cursor."},
+	)
 	return nil
 }
 
@@ -335,8 +369,9 @@ func addErrors(paths obj) {
 }
 
 // addOperations adds the endpoints the gateway serves outside grpc-gateway.
-func addOperations(paths obj) {
+func addOperations(paths, defs obj) {
 	noAuth := []any{}
+	addHealthDefinitions(defs)
 	ops := func(summary, desc, produces string, resp obj) obj {
 		return obj{"get": obj{
 			"tags": []any{"Operations"}, "summary": summary, "description": desc,
@@ -345,12 +380,13 @@ func addOperations(paths obj) {
 		}}
 	}
 	paths["/healthz"] = ops("Health",
-		"Readiness: 200 when the bridge has a PipeStream peer session and the server is not shutting down, else 503 with the reason. gRPC clients use grpc.health.v1.",
+		"Readiness: 200 when the bridge has a PipeStream peer session, the server is not shutting down and the data directory's disk has room, else 503 with the reason. "+
+			"Both answers list the peers and the build. gRPC clients use grpc.health.v1.",
 		"application/json", obj{
-			"200": obj{"description": "Serving.", "schema": obj{"type": "object", "properties": obj{"status": obj{"type": "string"}}},
-				"examples": obj{"application/json": obj{"status": "SERVING"}}},
-			"503": obj{"description": "Not serving, with the reason.", "schema": obj{"type": "object", "properties": obj{"status": obj{"type": "string"}, "reason": obj{"type": "string"}}},
-				"examples": obj{"application/json": obj{"status": "NOT_SERVING", "reason": "no peer session"}}},
+			"200": obj{"description": "Serving.", "schema": obj{"$ref": "#/definitions/Health"},
+				"examples": obj{"application/json": obj{"status": "SERVING", "build": obj{"version": "v1.4.0", "revision": "7e1214750d94f29a4fe393a817151e5dae588ec1", "time": "2026-11-27T07:55:27Z", "goVersion": "go1.26.8"}}}},
+			"503": obj{"description": "Not serving, with the reason.", "schema": obj{"$ref": "#/definitions/Health"},
+				"examples": obj{"application/json": obj{"status": "NOT_SERVING", "reason": "no peer session", "build": obj{"version": "(devel)", "goVersion": "go1.26.8"}}}},
 		})
 	paths["/metrics"] = ops("Metrics", "Prometheus metrics in the text exposition format.",
 		"text/plain", obj{"200": obj{"description": "Prometheus text exposition format.", "schema": obj{"type": "string"}}})
@@ -428,6 +464,36 @@ func addOperations(paths obj) {
 			"default": obj{"description": "An unexpected error response.", "schema": status},
 		},
 	}}
+}
+
+// addHealthDefinitions declares the JSON of /healthz (gateway/http.go
+// healthBody, bridge.PeerStatus, gateway.BuildInfo).
+func addHealthDefinitions(defs obj) {
+	str := func(desc string) obj { return obj{"type": "string", "description": desc} }
+	defs["Health"] = obj{"type": "object", "properties": obj{
+		"status": obj{"type": "string", "enum": []any{"SERVING", "NOT_SERVING"}},
+		"reason": str("Why the gateway is not serving (503 only)."),
+		"peers":  obj{"type": "array", "items": obj{"$ref": "#/definitions/PeerStatus"}, "description": "Every PipeStream peer the bridge knows."},
+		"build":  obj{"$ref": "#/definitions/BuildInfo"},
+	}}
+	defs["PeerStatus"] = obj{"type": "object", "properties": obj{
+		"addr":      str("UDP host:port of the peer."),
+		"state":     obj{"type": "string", "enum": []any{"connected", "connecting", "idle", "down"}, "description": "connected; connecting (no session yet, no failure); idle (draft-04: a connection per document); down."},
+		"framing":   str("Control-stream framing in use: draft-02 or draft-04."),
+		"profile":   obj{"type": "boolean", "description": "The peer speaks this project's profile (docs/profile.md)."},
+		"inFlight":  obj{"type": "integer", "format": "int64", "description": "Documents in flight at the peer."},
+		"window":    obj{"type": "integer", "format": "int64", "description": "The peer's document window (its flow-control credit)."},
+		"lastError": str("The last error toward the peer, if any."),
+		"since":     obj{"type": "string", "format": "date-time", "description": "When lastError happened (RFC 3339)."},
+	}}
+	defs["BuildInfo"] = obj{"type": "object", "description": "What the binary was built from (runtime/debug build info; also `gateway --version` and the pipestream_gateway_build_info metric).",
+		"properties": obj{
+			"version":   str("The main module's version: a release tag, a pseudo-version, or (devel)."),
+			"revision":  str("VCS revision (absent when the build stamped no VCS information)."),
+			"time":      obj{"type": "string", "format": "date-time", "description": "VCS commit time."},
+			"modified":  obj{"type": "boolean", "description": "The working tree had uncommitted changes."},
+			"goVersion": str("The Go toolchain that built the binary."),
+		}}
 }
 
 // pruneDefinitions drops definitions that no path (transitively) references,
