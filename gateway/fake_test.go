@@ -76,6 +76,9 @@ func (f *fakeBridge) Submit(_ context.Context, t bridge.Tenant, req *gatewayv1.S
 }
 
 func (f *fakeBridge) Upload(ctx context.Context, _ bridge.Tenant, opts *gatewayv1.SubmitOptions, r io.Reader) (*gatewayv1.Document, error) {
+	if opts.GetRequestId() == "reused" {
+		return nil, fmt.Errorf("requestId \"reused\" was used with a different body: use a new requestId: %w", bridge.ErrConflict)
+	}
 	buf := make([]byte, 1<<20)
 	for {
 		n, err := r.Read(buf)
@@ -178,6 +181,8 @@ func (f *fakeBridge) Redeem(_ context.Context, _ bridge.Tenant, claimID string) 
 		return nil, fmt.Errorf("claim 2 expired; resubmit the document: %w", bridge.ErrClaimExpired)
 	case "3":
 		return nil, fmt.Errorf("claim 3 was issued by the PipeStream peer 10.0.0.7:4433, unreachable since 2026-01-01T00:00:00Z; retry the redemption in a few seconds: %w", bridge.ErrPeerUnavailable)
+	case "42":
+		return &gatewayv1.ClaimCheck{Name: "claims/42", ClaimId: "42", State: gatewayv1.ClaimCheck_REDEEMED}, nil
 	}
 	return nil, fmt.Errorf("claim %s: %w", claimID, bridge.ErrNotFound)
 }
@@ -201,6 +206,12 @@ func (f *fakeBridge) Watch(ctx context.Context, _ bridge.Tenant, id string, curs
 }
 
 func (f *fakeBridge) Events() bridge.EventLog { return f.log }
+
+// Peers reports one peer, so /healthz has a peers member to check.
+func (f *fakeBridge) Peers() []bridge.PeerStatus {
+	return []bridge.PeerStatus{{Addr: "127.0.0.1:4433", State: "connected", Framing: "draft-02", Profile: true, InFlight: 2, Window: 64,
+		LastError: "dial: timeout", Since: "2026-01-01T00:00:00Z"}}
+}
 
 func (f *fakeBridge) Ready() error {
 	if p := f.notReady.Load(); p != nil {

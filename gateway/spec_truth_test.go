@@ -3,8 +3,13 @@ package gateway_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
+	"mime"
 	"net/http"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -135,6 +140,373 @@ func TestWebSocketRejectionsAreJSONStatus(t *testing.T) {
 		}
 		if body.Code != tc.grpcCode || body.Error == "" || !strings.Contains(body.Message, tc.says) {
 			t.Errorf("%s: body %s, want code %d, an error name and a message about %q", tc.name, b, tc.grpcCode, tc.says)
+		}
+	}
+}
+
+// liveSpec is the served spec as generic JSON, for checking live answers.
+type liveSpec struct {
+	paths    map[string]any
+	defs     map[string]any
+	produces []any
+}
+
+func loadLiveSpec(t *testing.T, h *harness) liveSpec {
+	t.Helper()
+	code, _, b := h.do("GET", "/openapi.json", nil)
+	var spec map[string]any
+	if code != 200 || json.Unmarshal(b, &spec) != nil {
+		t.Fatalf("GET /openapi.json: HTTP %d", code)
+	}
+	paths, _ := spec["paths"].(map[string]any)
+	defs, _ := spec["definitions"].(map[string]any)
+	produces, _ := spec["produces"].([]any)
+	return liveSpec{paths: paths, defs: defs, produces: produces}
+}
+
+func (s liveSpec) op(tmpl, method string) map[string]any {
+	p, _ := s.paths[tmpl].(map[string]any)
+	o, _ := p[strings.ToLower(method)].(map[string]any)
+	return o
+}
+
+// check reports where value v does not fit schema: a field the spec does
+// not have, a type it does not declare, an enum value it does not list,
+// a null where the field is not x-nullable.
+func (s liveSpec) check(where string, schema map[string]any, v any) []string {
+	if ref, ok := schema["$ref"].(string); ok {
+		def, _ := s.defs[strings.TrimPrefix(ref, "#/definitions/")].(map[string]any)
+		if def == nil {
+			return []string{where + ": $ref " + ref + " is not defined"}
+		}
+		if v == nil && schema["x-nullable"] == true {
+			return nil
+		}
+		return s.check(where, def, v)
+	}
+	if v == nil {
+		if schema["x-nullable"] == true {
+			return nil
+		}
+		return []string{where + ": null, but the spec does not mark it x-nullable"}
+	}
+	typ, _ := schema["type"].(string)
+	switch typ {
+	case "object", "":
+		obj, ok := v.(map[string]any)
+		if !ok {
+			if typ == "" {
+				return nil
+			}
+			return []string{fmt.Sprintf("%s: %T, the spec says object", where, v)}
+		}
+		props, _ := schema["properties"].(map[string]any)
+		if props == nil {
+			return nil // a free-form object (the spec itself)
+		}
+		var errs []string
+		for k, fv := range obj {
+			ps, ok := props[k].(map[string]any)
+			if !ok {
+				if schema["additionalProperties"] != nil {
+					continue
+				}
+				errs = append(errs, where+"."+k+": sent, but not in the spec")
+				continue
+			}
+			errs = append(errs, s.check(where+"."+k, ps, fv)...)
+		}
+		return errs
+	case "array":
+		arr, ok := v.([]any)
+		if !ok {
+			return []string{fmt.Sprintf("%s: %T, the spec says array", where, v)}
+		}
+		items, _ := schema["items"].(map[string]any)
+		var errs []string
+		for i, e := range arr {
+			errs = append(errs, s.check(fmt.Sprintf("%s[%d]", where, i), items, e)...)
+		}
+		return errs
+	case "string":
+		str, ok := v.(string)
+		if !ok {
+			return []string{fmt.Sprintf("%s: %T %v, the spec says string", where, v, v)}
+		}
+		if enum, ok := schema["enum"].([]any); ok && !slices.Contains(enum, any(str)) {
+			return []string{fmt.Sprintf("%s: %q is not in the spec's enum %v", where, str, enum)}
+		}
+	case "integer", "number":
+		if _, ok := v.(float64); !ok {
+			return []string{fmt.Sprintf("%s: %T %v, the spec says %s", where, v, v, typ)}
+		}
+	case "boolean":
+		if _, ok := v.(bool); !ok {
+			return []string{fmt.Sprintf("%s: %T %v, the spec says boolean", where, v, v)}
+		}
+	}
+	return nil
+}
+
+// probe is one live request of the walk and the spec operation it belongs to.
+type probe struct {
+	method, path, tmpl, body string
+	hdr                      []string
+}
+
+// answer is what the walk saw for a probe.
+type answer struct {
+	probe
+	code int
+	hdr  http.Header
+	body []byte
+}
+
+// walk sends every probe and checks each answer against the spec and the
+// API's rules: X-Request-Id on every answer; a Content-Type the
+// operation declares; a status it declares (or its default); a JSON body
+// that fits the declared schema; an error body that is a google.rpc.Status
+// with an ErrorInfo (reason, domain pipestream.gateway.v1) and no leaked
+// "rpc error:" prefix. It returns the answers.
+func walk(t *testing.T, h *harness, spec liveSpec, probes []probe) []answer {
+	t.Helper()
+	var out []answer
+	for _, p := range probes {
+		var body io.Reader
+		if p.body != "" {
+			body = strings.NewReader(p.body)
+		}
+		code, hdr, b := h.do(p.method, p.path, body, p.hdr...)
+		a := answer{probe: p, code: code, hdr: hdr, body: b}
+		out = append(out, a)
+		where := fmt.Sprintf("%s %s -> %d", p.method, p.path, code)
+		if hdr.Get("X-Request-Id") == "" {
+			t.Errorf("%s: no X-Request-Id", where)
+		}
+		if code >= 400 {
+			checkErrorShape(t, where, hdr, b)
+		}
+		o := spec.op(p.tmpl, p.method)
+		if o == nil {
+			if code < 400 {
+				t.Errorf("%s: answered %d, but the spec has no %s %s", where, code, p.method, p.tmpl)
+			}
+			continue // a method the spec does not have: the error shape is all there is to check
+		}
+		checkAgainstSpec(t, spec, o, where, a)
+	}
+	return out
+}
+
+func checkErrorShape(t *testing.T, where string, hdr http.Header, b []byte) {
+	t.Helper()
+	if ct := hdr.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("%s: error as %q, want application/json", where, ct)
+	}
+	var st struct {
+		Code    int
+		Message string
+		Details []struct {
+			Type   string `json:"@type"`
+			Reason string
+			Domain string
+		}
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Errorf("%s: error body is not JSON: %v: %s", where, err, b)
+		return
+	}
+	if st.Code == 0 || st.Message == "" || strings.Contains(st.Message, "rpc error:") {
+		t.Errorf("%s: error body %s: want a code, a message, no leaked rpc error prefix", where, b)
+	}
+	for _, d := range st.Details {
+		if strings.HasSuffix(d.Type, "google.rpc.ErrorInfo") && d.Reason != "" && d.Domain == "pipestream.gateway.v1" {
+			return
+		}
+	}
+	t.Errorf("%s: error body %s has no ErrorInfo with a reason and domain pipestream.gateway.v1", where, b)
+}
+
+func checkAgainstSpec(t *testing.T, spec liveSpec, o map[string]any, where string, a answer) {
+	t.Helper()
+	responses, _ := o["responses"].(map[string]any)
+	resp, ok := responses[strconv.Itoa(a.code)].(map[string]any)
+	if !ok {
+		resp, ok = responses["default"].(map[string]any)
+	}
+	if !ok {
+		t.Errorf("%s: the spec declares no %d (and no default) for this operation", where, a.code)
+		return
+	}
+	produces, _ := o["produces"].([]any)
+	if produces == nil {
+		produces = spec.produces
+	}
+	mt, _, _ := mime.ParseMediaType(a.hdr.Get("Content-Type"))
+	if a.code != http.StatusSwitchingProtocols && !slices.Contains(produces, any(mt)) {
+		t.Errorf("%s: Content-Type %q is not among the operation's produces %v", where, mt, produces)
+	}
+	schema, _ := resp["schema"].(map[string]any)
+	if mt != "application/json" || schema == nil {
+		return
+	}
+	var v any
+	if err := json.Unmarshal(a.body, &v); err != nil {
+		t.Errorf("%s: body is not JSON: %v", where, err)
+		return
+	}
+	for _, e := range spec.check("body", schema, v) {
+		t.Errorf("%s: %s", where, e)
+	}
+}
+
+// TestLiveAnswersMatchTheSpec walks every operation of the served spec
+// with good and bad input and checks every answer against the spec (both
+// success and error bodies, field by field) and the one error shape; every
+// operation must be walked with a success and, where it declares an
+// error, with that error. Unknown query parameters, unknown ids,
+// malformed bodies and wrong methods are tried on every route.
+func TestLiveAnswersMatchTheSpec(t *testing.T) {
+	h := start(t, func(c *gateway.Config) { c.MaxJSONBodyBytes, c.MaxUploadBytes = 4096, 1024 })
+	spec := loadLiveSpec(t, h)
+	done := h.fake.add(gatewayv1.State_SUCCEEDED, 3).GetId()
+	running := h.fake.add(gatewayv1.State_RUNNING, 3).GetId()
+	running2 := h.fake.add(gatewayv1.State_RUNNING, 3).GetId()
+	json := []string{"Content-Type", "application/json"}
+	page := []string{"Accept", "application/json"}
+	good := []probe{
+		{"POST", "/v1/documents", "/v1/documents", `{"content":"aGVsbG8=","contentType":"text/plain"}`, json},
+		{"POST", "/v1/documents:upload?contentType=text/plain", "/v1/documents:upload", "hello", []string{"Content-Type", "application/octet-stream"}},
+		{"GET", "/v1/documents?pageSize=10", "/v1/documents", "", nil},
+		{"GET", "/v1/documents/" + done, "/v1/documents/{id}", "", nil},
+		{"GET", "/v1/documents/" + done + "/result", "/v1/documents/{id}/result", "", nil},
+		{"POST", "/v1/documents/" + running + ":cancel", "/v1/documents/{id}:cancel", "{}", json},
+		{"GET", "/v1/documents/" + done + ":watch?waitSeconds=5", "/v1/documents/{id}:watch", "", page},
+		{"GET", "/v1/claims/42", "/v1/claims/{claimId}", "", nil},
+		{"POST", "/v1/claims/42:redeem", "/v1/claims/{claimId}:redeem", "{}", json},
+		{"GET", "/v1/events:window", "/v1/events:window", "", nil},
+		{"GET", "/v1/events:snapshot", "/v1/events:snapshot", "", nil},
+		{"GET", "/v1/events:subscribe?cursor=18&waitSeconds=5", "/v1/events:subscribe", "", page},
+		{"POST", "/v1/events:ticket", "/v1/events:ticket", "", nil},
+		{"GET", "/v1/operations", "/v1/operations", "", nil},
+		{"GET", "/v1/operations/" + done, "/v1/operations/{id}", "", nil},
+		{"POST", "/v1/operations/" + done + ":wait", "/v1/operations/{id}:wait", `{"timeout":"1s"}`, json},
+		{"POST", "/v1/operations/" + running2 + ":cancel", "/v1/operations/{id}:cancel", "{}", json},
+		{"GET", "/healthz", "/healthz", "", nil},
+		{"GET", "/metrics", "/metrics", "", nil},
+		{"GET", "/openapi.json", "/openapi.json", "", nil},
+		{"GET", "/docs/", "/docs/", "", nil},
+		{"GET", "/ui/", "/ui/", "", nil},
+	}
+	bad := []probe{
+		{"POST", "/v1/documents", "/v1/documents", `{"bogus":1}`, json},
+		{"POST", "/v1/documents", "/v1/documents", `{"content":"aGk=","requestId":"reused"}`, json},
+		{"POST", "/v1/documents", "/v1/documents", `{"content":"` + strings.Repeat("A", 64<<10) + `"}`, json},
+		{"POST", "/v1/documents:upload?bogus=1", "/v1/documents:upload", "x", nil},
+		{"POST", "/v1/documents:upload?contentType=text/plain", "/v1/documents:upload", strings.Repeat("x", 2048), nil},
+		{"POST", "/v1/documents:upload?contentType=text/plain&requestId=reused", "/v1/documents:upload", "x", nil},
+		{"GET", "/v1/documents?pageSize=-1", "/v1/documents", "", nil},
+		{"GET", "/v1/documents/nope", "/v1/documents/{id}", "", nil},
+		{"GET", "/v1/documents/nope/result", "/v1/documents/{id}/result", "", nil},
+		{"GET", "/v1/documents/" + running + "/result", "/v1/documents/{id}/result", "", nil},
+		{"GET", "/v1/documents/" + done + "/result", "/v1/documents/{id}/result", "", []string{"Accept", "image/png"}},
+		{"POST", "/v1/documents/nope:cancel", "/v1/documents/{id}:cancel", "{}", json},
+		{"POST", "/v1/documents/" + done + ":cancel", "/v1/documents/{id}:cancel", "{}", json},
+		{"GET", "/v1/documents/nope:watch", "/v1/documents/{id}:watch", "", nil},
+		{"GET", "/v1/documents/nope:watch", "/v1/documents/{id}:watch", "", page},
+		{"GET", "/v1/documents/nope:watch", "/v1/documents/{id}:watch", "", []string{"Accept", "text/event-stream"}},
+		{"GET", "/v1/claims/9", "/v1/claims/{claimId}", "", nil},
+		{"POST", "/v1/claims/9:redeem", "/v1/claims/{claimId}:redeem", "{}", json},
+		{"POST", "/v1/claims/1:redeem", "/v1/claims/{claimId}:redeem", "{}", json},
+		{"GET", "/v1/events:subscribe?cursor=999", "/v1/events:subscribe", "", nil},
+		{"GET", "/v1/events:subscribe?cursor=999", "/v1/events:subscribe", "", page},
+		{"GET", "/v1/events:subscribe?kinds=status", "/v1/events:subscribe", "", page},
+		{"GET", "/v1/events/ws", "/v1/events/ws", "", nil},
+		{"GET", "/v1/events/ws?cursor=x", "/v1/events/ws", "", nil},
+		{"GET", "/v1/events/ws", "/v1/events/ws", "", []string{"Connection", "Upgrade", "Upgrade", "websocket", "Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version", "13", "Origin", "http://evil.example"}},
+		{"GET", "/v1/events/ws", "/v1/events/ws", "", []string{"Connection", "Upgrade", "Upgrade", "websocket", "Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version", "7"}},
+		{"GET", "/v1/operations?filter=x", "/v1/operations", "", nil},
+		{"GET", "/v1/operations/nope", "/v1/operations/{id}", "", nil},
+		{"POST", "/v1/operations/nope:wait", "/v1/operations/{id}:wait", "{}", json},
+		{"POST", "/v1/operations/" + done + ":wait", "/v1/operations/{id}:wait", `{"timeout":"x"}`, json},
+		{"POST", "/v1/operations/nope:cancel", "/v1/operations/{id}:cancel", "{}", json},
+		{"DELETE", "/v1/operations/" + done, "/v1/operations/{id}", "", nil},
+		{"GET", "/v1/nothing", "", "", nil},
+		{"GET", "/v1/documents/%ff", "/v1/documents/{id}", "", nil},
+	}
+	// Every operation: an unknown query parameter, and a method it does not have.
+	for tmpl, methods := range spec.paths {
+		path := strings.NewReplacer("{id}", done, "{claimId}", "42").Replace(tmpl)
+		for m := range methods.(map[string]any) {
+			if !strings.HasPrefix(tmpl, "/v1/") {
+				continue // /healthz, /metrics, the spec, docs and console ignore the query
+			}
+			bad = append(bad, probe{strings.ToUpper(m), path + "?bogus=1", tmpl, "{}", json})
+		}
+		if _, hasPut := methods.(map[string]any)["put"]; !hasPut && strings.HasPrefix(tmpl, "/v1/") {
+			bad = append(bad, probe{"PUT", path, tmpl, "{}", json})
+		}
+	}
+	answers := walk(t, h, spec, append(good, bad...))
+
+	// Coverage: every operation answered a success, and every error
+	// status it declares was seen or is one the walk cannot cause here.
+	unreachable := map[string]bool{"401": true, "429": true, "503": true, "default": true, "501": false}
+	seen := map[string]map[string]bool{}
+	for _, a := range answers {
+		if spec.op(a.tmpl, a.method) == nil {
+			continue
+		}
+		k := a.method + " " + a.tmpl
+		if seen[k] == nil {
+			seen[k] = map[string]bool{}
+		}
+		seen[k][strconv.Itoa(a.code)] = true
+	}
+	for tmpl, methods := range spec.paths {
+		for m, o := range methods.(map[string]any) {
+			k := strings.ToUpper(m) + " " + tmpl
+			if !seen[k]["200"] && !seen[k]["101"] && !(tmpl == "/v1/events/ws") && !(k == "DELETE /v1/operations/{id}") {
+				t.Errorf("%s: the walk saw no success (saw %v)", k, seen[k])
+			}
+			for code := range o.(map[string]any)["responses"].(map[string]any) {
+				if code >= "400" && !unreachable[code] && !seen[k][code] {
+					t.Errorf("%s: declares %s, which the walk never saw (saw %v): add a probe", k, code, seen[k])
+				}
+			}
+		}
+	}
+}
+
+// TestUnauthenticatedAnswersMatchTheSpec: with tokens configured, every
+// API operation called without one answers 401 in the one error shape
+// (reason MISSING_CREDENTIALS), as the spec declares, with X-Request-Id.
+func TestUnauthenticatedAnswersMatchTheSpec(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens")
+	writeTokens(t, path, map[string]string{"tok-a": "acme"})
+	tf, err := gateway.LoadTokenFile(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, func(c *gateway.Config) { c.Authenticator = tf })
+	spec := loadLiveSpec(t, h)
+	var probes []probe
+	for tmpl, methods := range spec.paths {
+		if !strings.HasPrefix(tmpl, "/v1/") {
+			continue
+		}
+		p := strings.NewReplacer("{id}", "d1", "{claimId}", "42").Replace(tmpl)
+		hdr := []string{"Content-Type", "application/json", "Accept", "application/json"}
+		if tmpl == "/v1/events/ws" {
+			hdr = []string{"Connection", "Upgrade", "Upgrade", "websocket", "Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version", "13"}
+		}
+		for m := range methods.(map[string]any) {
+			probes = append(probes, probe{strings.ToUpper(m), p, tmpl, "{}", hdr})
+		}
+	}
+	for _, a := range walk(t, h, spec, probes) {
+		if a.code != http.StatusUnauthorized || !strings.Contains(string(a.body), gateway.ReasonMissingCredentials) {
+			t.Errorf("%s %s without a token: HTTP %d %s, want 401 %s", a.method, a.path, a.code, a.body, gateway.ReasonMissingCredentials)
 		}
 	}
 }

@@ -405,7 +405,7 @@ func addOperations(paths, defs obj) {
 			"code":    obj{"type": "integer", "format": "int32", "description": "gRPC status code."},
 			"message": obj{"type": "string", "description": "What went wrong and what to fix."},
 			"details": obj{"type": "array", "items": obj{"$ref": "#/definitions/Any"}},
-			"error":   obj{"type": "string", "description": "Error name: the ErrorInfo reason (INVALID_TICKET, InvalidRequest...) or the gRPC code name."},
+			"error":   obj{"type": "string", "description": "Error name: the ErrorInfo reason (INVALID_TICKET, InvalidRequest, WEBSOCKET_HANDSHAKE, ...; docs/errors.md)."},
 		}}
 	wsErr := func(desc string, code int, name, msg string) obj {
 		return obj{"description": desc, "schema": preUpgrade,
@@ -440,11 +440,11 @@ func addOperations(paths, defs obj) {
 				"InvalidRequest", "cursor=\"x\" is not a sequence number: use an integer in [0, 2^53), or omit it for live events only"),
 			"401": wsErr("Unauthenticated: missing or unknown bearer token, or a ticket that is unknown, used or expired (`INVALID_TICKET`).", 16,
 				"INVALID_TICKET", "the WebSocket ticket is unknown, used or expired: get a new one with POST /v1/events:ticket (tickets are single-use and valid 30 s)"),
-			"403": wsErr("The request's Origin is not allowed (PermissionDenied).", 7,
-				"PermissionDenied", "request Origin \"http://evil.example\" is not a valid URL with a host: the request's Origin is not this gateway's host; connect from a page served by the gateway"),
-			"426": wsErr("Not a WebSocket handshake (FailedPrecondition); the response has Upgrade: websocket.", 9,
-				"FailedPrecondition", "WebSocket protocol violation: Connection header \"\" does not contain Upgrade: /v1/events/ws is a WebSocket endpoint (RFC 6455): send Connection: Upgrade and Upgrade: websocket, or use GET /v1/events:subscribe for NDJSON"),
-			"429":     wsErr("Rate or subscription limit (ResourceExhausted); Retry-After says when to retry.", 8, "ResourceExhausted", "too many requests"),
+			"403": wsErr("The request's Origin is not allowed (PermissionDenied, reason WEBSOCKET_HANDSHAKE).", 7,
+				"WEBSOCKET_HANDSHAKE", "request Origin \"http://evil.example\" is not a valid URL with a host: the request's Origin is not this gateway's host; connect from a page served by the gateway"),
+			"426": wsErr("Not a WebSocket handshake (FailedPrecondition, reason WEBSOCKET_HANDSHAKE); the response has Upgrade: websocket.", 9,
+				"WEBSOCKET_HANDSHAKE", "WebSocket protocol violation: Connection header \"\" does not contain Upgrade: /v1/events/ws is a WebSocket endpoint (RFC 6455): send Connection: Upgrade and Upgrade: websocket, or use GET /v1/events:subscribe for NDJSON"),
+			"429":     wsErr("Rate or subscription limit (ResourceExhausted); Retry-After says when to retry.", 8, "RATE_LIMITED", "tenant \"acme\" is over its rate limit; retry after the Retry-After delay"),
 			"default": obj{"description": "An unexpected error response.", "schema": status},
 		},
 	}}
