@@ -44,7 +44,7 @@ type genclientReport struct {
 		Size        int64  `json:"size"`
 		Bytes       []byte `json:"bytes"`
 	} `json:"results"`
-	Lines map[string]int `json:"lines"`
+	Messages map[string]int `json:"messages"`
 }
 
 // servedSpec is what the test reads of GET /openapi.json.
@@ -63,8 +63,8 @@ type servedSpec struct {
 // TestGeneratedClient generates a Go client with go-swagger from the spec
 // the running gateway serves (GET /openapi.json), compiles it, and runs
 // every operation of that spec through it (testdata/genclient): submit,
-// upload, get, list, watch (application/x-ndjson), result, cancel, claim
-// checks, the event window, snapshot, NDJSON subscription, WebSocket
+// upload, get, list, watch (long-polled JSON pages), result, cancel, claim
+// checks, the event window, snapshot, the subscription (JSON pages), WebSocket
 // ticket and upgrade, health, metrics, the spec, docs and console; typed
 // errors (404, 400) decode into their google.rpc.Status. Every processor
 // the spec lists runs end to end (the fault processor through its claim
@@ -164,8 +164,8 @@ func checkOperations(t *testing.T, spec servedSpec, rep genclientReport) {
 			t.Errorf("the driver ran %s, which the served spec does not have", id)
 		}
 	}
-	if rep.Lines["DocumentService_WatchDocument"] == 0 || rep.Lines["EventService_SubscribeEvents"] != 3 {
-		t.Errorf("NDJSON lines read through the generated client: %v, want watch > 0, subscribe 3", rep.Lines)
+	if rep.Messages["DocumentService_WatchDocument"] == 0 || rep.Messages["EventService_SubscribeEvents"] != 3 {
+		t.Errorf("stream messages read as JSON pages through the generated client: %v, want watch > 0, subscribe 3", rep.Messages)
 	}
 	t.Logf("%d operations ran through the generated client", len(want))
 }

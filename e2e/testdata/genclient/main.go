@@ -11,7 +11,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -21,10 +20,10 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
-	"github.com/go-openapi/runtime"
 	httptransport "github.com/go-openapi/runtime/client"
 	"github.com/go-openapi/strfmt"
 
@@ -53,14 +52,13 @@ type report struct {
 	Input      []byte            `json:"input"`
 	Operations map[string]string `json:"operations"`
 	Results    []result          `json:"results"`
-	Lines      map[string]int    `json:"lines"` // NDJSON lines read per stream operation
+	Messages   map[string]int    `json:"messages"` // stream messages read (as JSON pages) per stream operation
 }
 
 type driver struct {
-	ctx    context.Context
-	api    *client.Pipestream
-	rep    *report
-	ndjson *ndjsonConsumer
+	ctx context.Context
+	api *client.Pipestream
+	rep *report
 }
 
 func main() {
@@ -74,13 +72,11 @@ func main() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	// The generated client as generated: no consumer or transport of our
+	// own; the streams are read as the JSON pages the spec declares first.
 	rt := httptransport.New(u.Host, "/", []string{u.Scheme})
-	nd := &ndjsonConsumer{}
-	// The spec declares application/x-ndjson for the streams; go-openapi has
-	// no consumer for it, so a client registers one, as a user would.
-	rt.Consumers["application/x-ndjson"] = nd
-	d := &driver{ctx: ctx, api: client.New(rt, strfmt.Default), ndjson: nd,
-		rep: &report{Input: []byte(input), Operations: map[string]string{}, Lines: map[string]int{}}}
+	d := &driver{ctx: ctx, api: client.New(rt, strfmt.Default),
+		rep: &report{Input: []byte(input), Operations: map[string]string{}, Messages: map[string]int{}}}
 	for _, p := range strings.Split(*procs, ",") {
 		d.runProcessor(p)
 	}
@@ -150,22 +146,40 @@ func (d *driver) runProcessor(p string) {
 	d.rep.Results = append(d.rep.Results, res)
 }
 
-// watch follows WatchDocument to its end and returns the last state.
+// watch follows WatchDocument to its end, page by page (each page waits
+// up to 30 s for an update; nextCursor is the next page's cursor), and
+// returns the last state.
 func (d *driver) watch(id string) string {
-	d.ndjson.reset(0)
-	resp, err := d.api.DocumentService.DocumentServiceWatchDocument(
-		document_service.NewDocumentServiceWatchDocumentParamsWithContext(d.ctx).WithID(id), nil)
-	d.record("DocumentService_WatchDocument", err)
-	d.rep.Lines["DocumentService_WatchDocument"] += len(d.ndjson.lines)
-	if err != nil {
-		return ""
+	const op = "DocumentService_WatchDocument"
+	wait := int32(30)
+	var cursor *string
+	last := ""
+	for {
+		resp, err := d.api.DocumentService.DocumentServiceWatchDocument(
+			document_service.NewDocumentServiceWatchDocumentParamsWithContext(d.ctx).WithID(id).WithCursor(cursor).WithWaitSeconds(&wait), nil)
+		d.record(op, err)
+		if err != nil {
+			return ""
+		}
+		page := resp.Payload
+		for _, u := range page.Updates {
+			if u.Document == nil || u.Document.State == nil {
+				d.fail(op, "update %+v has no document state", u)
+				return ""
+			}
+			last = string(*u.Document.State)
+			d.rep.Messages[op]++
+		}
+		if page.Done {
+			return last
+		}
+		if page.NextCursor == "" {
+			d.fail(op, "page %+v is not done and has no nextCursor", page)
+			return ""
+		}
+		next := page.NextCursor
+		cursor = &next
 	}
-	last := resp.Payload
-	if last == nil || last.Error != nil || last.Result == nil || last.Result.Document == nil || last.Result.Document.State == nil {
-		d.fail("DocumentService_WatchDocument", "last line %+v is not a result with a document state", last)
-		return ""
-	}
-	return string(*last.Result.Document.State)
 }
 
 // redeemClaims waits (GetDocument) until the document lists a claim
@@ -314,14 +328,7 @@ func (d *driver) events() {
 	if err == nil && len(snap.Payload.Documents) == 0 {
 		d.fail("EventService_GetSnapshot", "snapshot lists no document")
 	}
-	d.ndjson.reset(3) // the subscription stays open: read three events, then close
-	cursor := "0"
-	sub, err := es.EventServiceSubscribeEvents(event_service.NewEventServiceSubscribeEventsParamsWithContext(d.ctx).WithCursor(&cursor), nil)
-	d.record("EventService_SubscribeEvents", err)
-	d.rep.Lines["EventService_SubscribeEvents"] += len(d.ndjson.lines)
-	if err == nil && (sub.Payload == nil || sub.Payload.Result == nil || sub.Payload.Result.Seq == "") {
-		d.fail("EventService_SubscribeEvents", "line %+v is not an event", sub.Payload)
-	}
+	d.subscribe()
 	tk, err := es.EventServiceCreateWebSocketTicket(event_service.NewEventServiceCreateWebSocketTicketParamsWithContext(d.ctx), nil)
 	d.record("EventService_CreateWebSocketTicket", err)
 	if err != nil {
@@ -343,6 +350,43 @@ func (d *driver) events() {
 		bad.Payload.Error == "" || !strings.Contains(bad.Payload.Message, "cursor") {
 		d.fail("EventService_SubscribeEventsWebSocket", "bad cursor: %v, want a typed 400 with code 3, an error name and a message about the cursor", err)
 	}
+}
+
+// subscribe reads the event log from cursor 0 through SubscribeEvents
+// pages of at most 3 events until it has 3, checking that seqs rise and
+// each page's nextCursor follows its last event.
+func (d *driver) subscribe() {
+	const op = "EventService_SubscribeEvents"
+	cursor, size, wait := "0", int32(3), int32(10)
+	var seqs []uint64
+	for len(seqs) < 3 {
+		c := cursor
+		sub, err := d.api.EventService.EventServiceSubscribeEvents(event_service.NewEventServiceSubscribeEventsParamsWithContext(d.ctx).
+			WithCursor(&c).WithPageSize(&size).WithWaitSeconds(&wait), nil)
+		d.record(op, err)
+		if err != nil {
+			return
+		}
+		page := sub.Payload
+		if len(page.Events) == 0 || len(page.Events) > int(size) {
+			d.fail(op, "page at cursor %s has %d events, want 1 to %d (the log has more)", cursor, len(page.Events), size)
+			return
+		}
+		for _, ev := range page.Events {
+			n, perr := strconv.ParseUint(ev.Seq, 10, 64)
+			if perr != nil || len(seqs) > 0 && n <= seqs[len(seqs)-1] {
+				d.fail(op, "event seq %q after %v: not a rising seq", ev.Seq, seqs)
+				return
+			}
+			seqs = append(seqs, n)
+		}
+		if want := strconv.FormatUint(seqs[len(seqs)-1]+1, 10); page.NextCursor != want {
+			d.fail(op, "nextCursor %q after seq %d, want %s", page.NextCursor, seqs[len(seqs)-1], want)
+			return
+		}
+		cursor = page.NextCursor
+	}
+	d.rep.Messages[op] = min(len(seqs), 3)
 }
 
 // operations runs the untagged endpoints: health, metrics, the spec, docs
@@ -375,45 +419,6 @@ func (d *driver) operations() {
 		d.fail("Operations_Console", "console page is not HTML")
 	}
 }
-
-// ndjsonConsumer reads an application/x-ndjson body: every line is a JSON
-// object; it keeps the lines and decodes the last one read into the
-// operation's response (the spec's schema of one line). With max > 0 it
-// stops after max lines (an open subscription never ends by itself).
-type ndjsonConsumer struct {
-	max   int
-	lines [][]byte
-}
-
-func (c *ndjsonConsumer) reset(max int) { c.max, c.lines = max, nil }
-
-// Consume implements runtime.Consumer.
-func (c *ndjsonConsumer) Consume(r io.Reader, v any) error {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	for sc.Scan() {
-		line := bytes.TrimSpace(sc.Bytes())
-		if len(line) == 0 {
-			continue
-		}
-		if !json.Valid(line) || line[0] != '{' {
-			return fmt.Errorf("NDJSON line %d is not a JSON object: %.200s", len(c.lines)+1, line)
-		}
-		c.lines = append(c.lines, append([]byte(nil), line...))
-		if c.max > 0 && len(c.lines) == c.max {
-			break
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return err
-	}
-	if len(c.lines) == 0 {
-		return errors.New("empty NDJSON stream")
-	}
-	return json.Unmarshal(c.lines[len(c.lines)-1], v)
-}
-
-var _ runtime.Consumer = (*ndjsonConsumer)(nil)
 
 // longRunning runs google.longrunning.Operations over documents: a finished
 // document is a done operation whose response is a ResultRef; a deferred
