@@ -193,30 +193,7 @@ func (s liveSpec) check(where string, schema map[string]any, v any) []string {
 	typ, _ := schema["type"].(string)
 	switch typ {
 	case "object", "":
-		obj, ok := v.(map[string]any)
-		if !ok {
-			if typ == "" {
-				return nil
-			}
-			return []string{fmt.Sprintf("%s: %T, the spec says object", where, v)}
-		}
-		props, _ := schema["properties"].(map[string]any)
-		if props == nil {
-			return nil // a free-form object (the spec itself)
-		}
-		var errs []string
-		for k, fv := range obj {
-			ps, ok := props[k].(map[string]any)
-			if !ok {
-				if schema["additionalProperties"] != nil {
-					continue
-				}
-				errs = append(errs, where+"."+k+": sent, but not in the spec")
-				continue
-			}
-			errs = append(errs, s.check(where+"."+k, ps, fv)...)
-		}
-		return errs
+		return s.checkObject(where, typ, schema, v)
 	case "array":
 		arr, ok := v.([]any)
 		if !ok {
@@ -246,6 +223,34 @@ func (s liveSpec) check(where string, schema map[string]any, v any) []string {
 		}
 	}
 	return nil
+}
+
+// checkObject is check for an object schema (typ "" accepts any value
+// that is not an object).
+func (s liveSpec) checkObject(where, typ string, schema map[string]any, v any) []string {
+	obj, ok := v.(map[string]any)
+	if !ok {
+		if typ == "" {
+			return nil
+		}
+		return []string{fmt.Sprintf("%s: %T, the spec says object", where, v)}
+	}
+	props, _ := schema["properties"].(map[string]any)
+	if props == nil {
+		return nil // a free-form object (the spec itself)
+	}
+	var errs []string
+	for k, fv := range obj {
+		ps, ok := props[k].(map[string]any)
+		if !ok {
+			if schema["additionalProperties"] == nil {
+				errs = append(errs, where+"."+k+": sent, but not in the spec")
+			}
+			continue
+		}
+		errs = append(errs, s.check(where+"."+k, ps, fv)...)
+	}
+	return errs
 }
 
 // probe is one live request of the walk and the spec operation it belongs to.
