@@ -387,6 +387,8 @@ func TestLiveAnswersMatchTheSpec(t *testing.T) {
 		{"GET", "/v1/documents/" + done + "/result", "/v1/documents/{id}/result", "", nil},
 		{"POST", "/v1/documents/" + running + ":cancel", "/v1/documents/{id}:cancel", "{}", json},
 		{"GET", "/v1/documents/" + done + ":watch?waitSeconds=5", "/v1/documents/{id}:watch", "", page},
+		{"GET", "/v1/documents/" + done + ":watch", "/v1/documents/{id}:watch", "", nil},                                     // NDJSON; the fake's watch ends
+		{"GET", "/v1/documents/" + done + ":watch", "/v1/documents/{id}:watch", "", []string{"Accept", "text/event-stream"}}, // SSE
 		{"GET", "/v1/claims/42", "/v1/claims/{claimId}", "", nil},
 		{"POST", "/v1/claims/42:redeem", "/v1/claims/{claimId}:redeem", "{}", json},
 		{"GET", "/v1/events:window", "/v1/events:window", "", nil},

@@ -30,7 +30,8 @@ import (
 //     grpc-gateway (ndjson.go);
 //   - text/event-stream: Server-Sent Events, one event per message with
 //     its seq as the SSE id, so a browser's EventSource resumes after a
-//     reconnect: Last-Event-ID N resumes after event N (serveSSE);
+//     reconnect: Last-Event-ID N resumes after event N; a finished stream
+//     ends with an "end" event (serveSSE);
 //   - application/json: one long-polled page, {"events"|"updates": [...],
 //     "nextCursor": N}, that a client generated from the spec reads like
 //     any JSON answer: pass nextCursor as cursor to get the next page
@@ -230,6 +231,18 @@ func (s *Server) subscribeCall(r *http.Request) (streamCall, error) {
 	}, nil
 }
 
+// skipped reports whether a resumed stream (skip > 0: the client has seen
+// every message up to seq skip) drops m: a message at or below skip, and,
+// on a watch, a message without an event, which a resumed watch sends for
+// a terminal document with nothing new: the state the client has.
+func (c streamCall) skipped(m proto.Message, skip uint64) bool {
+	if skip == 0 {
+		return false
+	}
+	seq := c.seqOf(m)
+	return seq > 0 && seq <= skip || seq == 0 && c.first == 1
+}
+
 func derefCursor(c *uint64) uint64 {
 	if c == nil {
 		return 0
@@ -281,9 +294,12 @@ func resumeAfter(n uint64, cursor *uint64) (*uint64, uint64) {
 
 // serveSSE answers the stream as Server-Sent Events: every message is
 // "id: <seq>" (when it has one) and "data: <JSON>"; an error after the
-// start is a final "event: error" whose data is the google.rpc.Status.
-// Last-Event-ID N (an EventSource reconnecting) resumes after event N and
-// takes precedence over the cursor parameter.
+// start is a final "event: error" whose data is the google.rpc.Status; a
+// stream that ended (a watch after its terminal state) sends a final
+// "event: end" (an EventSource would reconnect after any end of the
+// response: the client closes it on "end"). Last-Event-ID N (an
+// EventSource reconnecting) resumes after event N and takes precedence
+// over the cursor parameter.
 func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, call streamCall) {
 	cursor, err := queryCursor(r.URL.Query())
 	if err != nil {
@@ -301,6 +317,16 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, call streamCal
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
+	var stateID uint64
+	if call.first == 1 && cursor == nil {
+		// A watch from its current state: that message has no event, so it
+		// gets the latest seq before the start as its id; resuming from it
+		// replays what changed since (at least once, never less).
+		if stateID, err = s.latestSeq(ctx, r); err != nil {
+			s.httpError(w, r, err)
+			return
+		}
+	}
 	cs, err := s.openStream(ctx, r, call, cursor)
 	if err != nil {
 		s.httpError(w, r, err)
@@ -320,16 +346,22 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, call streamCal
 	for {
 		msg := call.newMsg()
 		if err := cs.RecvMsg(msg); err != nil {
-			if !errors.Is(err, io.EOF) && ctx.Err() == nil {
+			switch {
+			case errors.Is(err, io.EOF): // a watch after the terminal state
+				_, _ = w.Write(appendSSE(buf.Bytes()[:0], "end", 0, []byte("{}")))
+			case ctx.Err() == nil:
 				body, _ := m.Marshal(status.Convert(shapeError(err)).Proto())
 				_, _ = w.Write(appendSSE(buf.Bytes()[:0], "error", 0, body))
-				_ = rc.Flush()
 			}
+			_ = rc.Flush()
 			return
 		}
-		seq := call.seqOf(msg)
-		if seq > 0 && seq <= skip {
+		if call.skipped(msg, skip) {
 			continue
+		}
+		seq := call.seqOf(msg)
+		if seq == 0 && call.first == 1 {
+			seq = stateID // a watch's current state: as of the latest seq at the start
 		}
 		data, merr := m.Marshal(msg)
 		if merr != nil {
@@ -512,7 +544,7 @@ func collectPage(ctx context.Context, msgs <-chan pageMsg, call streamCall, skip
 		if pm.err != nil {
 			return got, false, pm.err
 		}
-		if seq := call.seqOf(pm.msg); seq > 0 && seq <= skip {
+		if call.skipped(pm.msg, skip) {
 			continue
 		}
 		got = append(got, pm.msg)

@@ -245,15 +245,20 @@ func TestServerSentEvents(t *testing.T) {
 
 	_, sc = open("/v1/documents/" + id + ":watch")
 	first := readSSE(t, sc, 1)
-	if len(first) != 1 || !strings.Contains(first[0].data, `"PENDING"`) {
-		t.Fatalf("SSE watch: %+v, want the current PENDING state", first)
+	if len(first) != 1 || !strings.Contains(first[0].data, `"PENDING"`) || first[0].id != strconv.FormatUint(latest, 10) {
+		t.Fatalf("SSE watch: %+v, want the current PENDING state with the latest seq %d as its id", first, latest)
 	}
 	if code, _, b := h.do("POST", "/v1/documents/"+id+":cancel", strings.NewReader(`{}`)); code != 200 {
 		t.Fatalf("cancel: HTTP %d %s", code, b)
 	}
 	rest := readSSE(t, sc, 100) // until the stream ends
-	if len(rest) == 0 || !strings.Contains(rest[len(rest)-1].data, `"CANCELLED"`) || rest[len(rest)-1].id == "" {
-		t.Errorf("SSE watch after cancel: %+v, want updates ending with CANCELLED, each with an id", rest)
+	if n := len(rest); n < 2 || rest[n-1].event != "end" || !strings.Contains(rest[n-2].data, `"CANCELLED"`) || rest[n-2].id == "" {
+		t.Fatalf("SSE watch after cancel: %+v, want updates ending with CANCELLED (with its seq as id), then an end event", rest)
+	}
+	// An EventSource reconnecting after the end: nothing new, the end again.
+	_, sc = open("/v1/documents/"+id+":watch", "Last-Event-ID", rest[len(rest)-2].id)
+	if again := readSSE(t, sc, 100); len(again) != 1 || again[0].event != "end" {
+		t.Errorf("SSE watch resumed after its last event: %+v, want only the end event", again)
 	}
 
 	resp, _ = open("/v1/events:subscribe?cursor=100000")
