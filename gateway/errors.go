@@ -3,9 +3,11 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"regexp"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/protoadapt"
@@ -38,7 +40,21 @@ const (
 	// ReasonWebSocketHandshake: /v1/events/ws got no valid WebSocket
 	// handshake (RFC 6455), or one from a foreign Origin.
 	ReasonWebSocketHandshake = "WEBSOCKET_HANDSHAKE"
+	// ReasonUnknownMethod: a gRPC call of a method no service has.
+	ReasonUnknownMethod = "UNKNOWN_METHOD"
 )
+
+// unknownMethod answers a gRPC call of a method no registered service has
+// (grpc.UnknownServiceHandler) in the one error shape; the interceptors
+// run as for any call (the metrics label it "unknown": knownMethods).
+func unknownMethod(_ any, ss grpc.ServerStream) error {
+	m, _ := grpc.MethodFromServerStream(ss)
+	if len(m) > 200 {
+		m = m[:200] + "..."
+	}
+	return statusError(codes.Unimplemented, ReasonUnknownMethod, fmt.Sprintf(
+		"unknown method %q: this server has pipestream.gateway.v1.DocumentService, EventService, google.longrunning.Operations, grpc.health.v1.Health and reflection (list them with grpcurl ... list)", m))
+}
 
 // codeReasons are the reasons of errors that have no more specific one:
 // the gRPC code's canonical name (google.rpc.Code), so every error carries

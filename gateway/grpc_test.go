@@ -307,3 +307,22 @@ func TestShutdownEndsStreamsAndClosesBridge(t *testing.T) {
 		t.Errorf("open subscription ended with %v, want Unavailable: shutting down", err)
 	}
 }
+
+// TestUnknownGRPCMethod: a call of a method no service has is
+// Unimplemented in the one error shape (reason UNKNOWN_METHOD) with the
+// request id in its trailers, and the metrics label it "unknown".
+func TestUnknownGRPCMethod(t *testing.T) {
+	h := start(t, nil)
+	var trl metadata.MD
+	err := h.conn.Invoke(context.Background(), "/pipestream.gateway.v1.DocumentService/Frobnicate", &gatewayv1.GetDocumentRequest{}, &gatewayv1.Document{}, grpc.Trailer(&trl))
+	if status.Code(err) != codes.Unimplemented || reasonOf(err) != gateway.ReasonUnknownMethod || !strings.Contains(status.Convert(err).Message(), "Frobnicate") {
+		t.Errorf("unknown method: %v (reason %q), want Unimplemented %s naming the method", err, reasonOf(err), gateway.ReasonUnknownMethod)
+	}
+	if len(trl.Get("x-request-id")) != 1 {
+		t.Errorf("unknown method: trailers %v, want x-request-id", trl)
+	}
+	_, _, m := h.do("GET", "/metrics", nil)
+	if strings.Contains(string(m), "Frobnicate") || !strings.Contains(string(m), `grpc_method="unknown"`) {
+		t.Errorf("metrics of an unknown method: want it labelled unknown, not by its name")
+	}
+}

@@ -24,6 +24,21 @@ type grpcMetrics struct {
 	latency  *prometheus.HistogramVec
 	panics   *prometheus.CounterVec
 	rejected *prometheus.CounterVec
+	// known reports whether a full method is registered; calls of other
+	// methods (unknownMethod) are labelled "unknown", so a client cannot
+	// add label values at will. nil: every method is known.
+	known func(string) bool
+}
+
+// knownMethods returns whether a full method is one of srv's.
+func knownMethods(srv *grpc.Server) func(string) bool {
+	set := map[string]bool{}
+	for svc, info := range srv.GetServiceInfo() {
+		for _, m := range info.Methods {
+			set["/"+svc+"/"+m.Name] = true
+		}
+	}
+	return func(m string) bool { return set[m] }
 }
 
 func newGRPCMetrics(reg prometheus.Registerer) (*grpcMetrics, error) {
@@ -118,6 +133,9 @@ func (m *grpcMetrics) unary(ctx context.Context, req any, info *grpc.UnaryServer
 
 func (m *grpcMetrics) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 	svc, meth := splitMethod(info.FullMethod)
+	if m.known != nil && !m.known(info.FullMethod) {
+		svc, meth = "unknown", "unknown"
+	}
 	typ := "bidi_stream"
 	switch {
 	case info.IsClientStream && !info.IsServerStream:

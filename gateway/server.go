@@ -126,6 +126,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.GRPCTLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.GRPCTLS)))
 	}
+	opts = append(opts, grpc.UnknownServiceHandler(unknownMethod))
 	s.grpc = grpc.NewServer(opts...)
 	gatewayv1.RegisterDocumentServiceServer(s.grpc, &documentService{s: s})
 	gatewayv1.RegisterEventServiceServer(s.grpc, &eventService{s: s})
@@ -133,6 +134,7 @@ func New(cfg Config) (*Server, error) {
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
+	m.known = knownMethods(s.grpc)
 	s.setHealth()
 	return s, nil
 }

@@ -89,14 +89,16 @@ func waitGoroutines(t *testing.T, fn string, limit time.Duration) {
 const stuckPollLimit = 20 * time.Second
 
 // quietGoroutines returns runtime.NumGoroutine() once the goroutines of
-// earlier requests have exited: the count no longer falls over ten
-// consecutive samples (a poll, not a fixed sleep).
+// earlier requests have exited and the connections the server dials at
+// start (the REST proxy's pool connects in the background) are up: the
+// count does not change over ten consecutive samples (a poll, not a fixed
+// sleep).
 func quietGoroutines(t *testing.T) int {
 	t.Helper()
 	n, same := runtime.NumGoroutine(), 0
 	for deadline := time.Now().Add(stuckPollLimit); same < 10 && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond) // sampling period
-		if m := runtime.NumGoroutine(); m < n {
+		if m := runtime.NumGoroutine(); m != n {
 			n, same = m, 0
 		} else {
 			same++
