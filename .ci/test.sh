@@ -22,6 +22,9 @@ fi
 
 step "go vet"
 go vet ./...
+# bench/jetstream is its own module (gateway bench's durable-intake
+# baseline, kept out of the gateway's go.mod); TestBenchTiny runs it.
+(cd bench/jetstream && go vet ./...)
 
 step "generation freshness (buf lint, buf generate, OpenAPI post-processing)"
 # The pinned CI tools (.ci/node: the prebuilt buf, the OpenAPI validator);
