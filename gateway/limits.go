@@ -159,14 +159,7 @@ func (l *tenantLimits) acquire(fullMethod string, t bridge.Tenant) (release func
 // RetryInfo(retry); the interceptor copies the delay into the retry-after
 // trailer and the REST error handler into a Retry-After header.
 func limitError(reason string, retry time.Duration, msg string) error {
-	st := status.New(codes.ResourceExhausted, msg)
-	if d, err := st.WithDetails(
-		&errdetails.ErrorInfo{Reason: reason, Domain: errorDomain},
-		&errdetails.RetryInfo{RetryDelay: durationpb.New(retry)},
-	); err == nil {
-		st = d
-	}
-	return st.Err()
+	return statusError(codes.ResourceExhausted, reason, msg, &errdetails.RetryInfo{RetryDelay: durationpb.New(retry)})
 }
 
 // retryDelay returns the RetryInfo delay of a status error.

@@ -8,7 +8,6 @@ import (
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -41,14 +40,7 @@ func shutdownUploadError(received int64) error {
 	if received >= 0 {
 		msg = fmt.Sprintf("the server is shutting down: this upload was cut after %d bytes and nothing was stored; retry the upload (with the same requestId, if any) once the server is back", received)
 	}
-	st := status.New(codes.Unavailable, msg)
-	if d, err := st.WithDetails(
-		&errdetails.ErrorInfo{Reason: ReasonShuttingDown, Domain: errorDomain},
-		&errdetails.RetryInfo{RetryDelay: durationpb.New(uploadRetryAfter)},
-	); err == nil {
-		st = d
-	}
-	return st.Err()
+	return statusError(codes.Unavailable, ReasonShuttingDown, msg, &errdetails.RetryInfo{RetryDelay: durationpb.New(uploadRetryAfter)})
 }
 
 // scheduleUploadCut cuts the uploads still running uploadCutGrace (or
