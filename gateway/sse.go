@@ -281,14 +281,11 @@ func (s *Server) openStream(ctx context.Context, r *http.Request, call streamCal
 	return cs, nil
 }
 
-// resumeAfter turns "every message after seq n" into a cursor the log
-// accepts: the cursor is inclusive and may not pass the latest seq, so
-// the stream starts at n itself and skip drops what the client has seen.
-// n == 0 means no resumption point: cursor as given.
-func resumeAfter(n uint64, cursor *uint64) (*uint64, uint64) {
-	if n == 0 {
-		return cursor, 0
-	}
+// resumeAfter turns "every message after seq n" (n > 0, a seq the client
+// was sent, so the log has it or had it) into the cursor to open with and
+// the seq up to which to skip: the log's cursor is inclusive and may not
+// pass the latest seq, so the stream starts at n itself.
+func resumeAfter(n uint64) (*uint64, uint64) {
 	return &n, n
 }
 
@@ -301,19 +298,10 @@ func resumeAfter(n uint64, cursor *uint64) (*uint64, uint64) {
 // EventSource reconnecting) resumes after event N and takes precedence
 // over the cursor parameter.
 func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, call streamCall) {
-	cursor, err := queryCursor(r.URL.Query())
+	cursor, skip, err := sseCursor(r)
 	if err != nil {
 		s.httpError(w, r, err)
 		return
-	}
-	var skip uint64
-	if v := r.Header.Get("Last-Event-ID"); v != "" {
-		n, perr := strconv.ParseUint(v, 10, 64)
-		if perr != nil {
-			s.httpError(w, r, invalid(fmt.Sprintf("Last-Event-ID %q is not a seq this stream sent", v)))
-			return
-		}
-		cursor, skip = resumeAfter(n, cursor)
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
@@ -337,10 +325,38 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, call streamCal
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	if rc.Flush() != nil {
-		return
+	if http.NewResponseController(w).Flush() == nil {
+		s.pumpSSE(ctx, w, r, call, cs, skip, stateID)
 	}
+}
+
+// sseCursor is where an SSE stream starts: after Last-Event-ID when the
+// client sent one, else the cursor parameter. skip is the seq up to which
+// messages are dropped (resumeAfter).
+func sseCursor(r *http.Request) (*uint64, uint64, error) {
+	cursor, err := queryCursor(r.URL.Query())
+	if err != nil {
+		return nil, 0, err
+	}
+	v := r.Header.Get("Last-Event-ID")
+	if v == "" {
+		return cursor, 0, nil
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return nil, 0, invalid(fmt.Sprintf("Last-Event-ID %q is not a seq this stream sent", v))
+	}
+	if n == 0 {
+		return cursor, 0, nil
+	}
+	c, skip := resumeAfter(n)
+	return c, skip, nil
+}
+
+// pumpSSE writes every message of cs as an event until the stream ends
+// ("end" after EOF, "error" after a failure) or the client leaves.
+func (s *Server) pumpSSE(ctx context.Context, w http.ResponseWriter, r *http.Request, call streamCall, cs grpc.ClientStream, skip, stateID uint64) {
+	rc := http.NewResponseController(w)
 	_, m := runtime.MarshalerForRequest(s.gwMux, r)
 	var buf bytes.Buffer
 	for {
@@ -363,8 +379,8 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, call streamCal
 		if seq == 0 && call.first == 1 {
 			seq = stateID // a watch's current state: as of the latest seq at the start
 		}
-		data, merr := m.Marshal(msg)
-		if merr != nil {
+		data, err := m.Marshal(msg)
+		if err != nil {
 			continue
 		}
 		if _, err := w.Write(appendSSE(buf.Bytes()[:0], "", seq, data)); err != nil || rc.Flush() != nil {
@@ -431,8 +447,7 @@ func pageOpen(c, first uint64) (*uint64, uint64) {
 		}
 		return &c, 0
 	}
-	n := c - 1
-	return &n, n
+	return resumeAfter(c - 1)
 }
 
 // pageMsg is one message (or the end) of a page's stream.
