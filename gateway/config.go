@@ -106,6 +106,11 @@ type Config struct {
 	// 10 s): dead or stalled consumers are found, NAT bindings kept
 	// alive. 0: DefaultWSPingInterval.
 	WSPingInterval time.Duration
+	// SSEKeepAlive: an idle Server-Sent Events stream gets a comment line
+	// this often, so proxies keep it open and a client that is gone is
+	// found by the write (Config.StreamWriteTimeout). 0:
+	// DefaultSSEKeepAlive.
+	SSEKeepAlive time.Duration
 
 	// ReadHeaderTimeout and IdleTimeout protect the HTTP listener against
 	// slowloris and idle connections. There is deliberately no WriteTimeout:
@@ -225,6 +230,9 @@ func (c *Config) setStreamDefaults() {
 	}
 	if c.WSPingInterval <= 0 {
 		c.WSPingInterval = DefaultWSPingInterval
+	}
+	if c.SSEKeepAlive <= 0 {
+		c.SSEKeepAlive = DefaultSSEKeepAlive
 	}
 	if c.GRPCKeepaliveTime <= 0 {
 		c.GRPCKeepaliveTime = DefaultGRPCKeepaliveTime

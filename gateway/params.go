@@ -112,6 +112,9 @@ const (
 	// DefaultWSPingInterval keeps NAT bindings alive and detects dead
 	// WebSocket consumers.
 	DefaultWSPingInterval = 20 * time.Second
+	// DefaultSSEKeepAlive is below the idle timeouts of common proxies
+	// (nginx proxy_read_timeout 60 s).
+	DefaultSSEKeepAlive = 15 * time.Second
 	// deadlineWriteBytes is the largest piece of a REST response written
 	// under one write deadline: a client must take 64 KiB per
 	// StreamWriteTimeout (about 2 KiB/s at 30 s), whatever the size of the

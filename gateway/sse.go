@@ -354,37 +354,70 @@ func sseCursor(r *http.Request) (*uint64, uint64, error) {
 }
 
 // pumpSSE writes every message of cs as an event until the stream ends
-// ("end" after EOF, "error" after a failure) or the client leaves.
+// ("end" after EOF, "error" after a failure) or the client leaves; an
+// idle stream gets a ": keepalive" comment every Config.SSEKeepAlive.
 func (s *Server) pumpSSE(ctx context.Context, w http.ResponseWriter, r *http.Request, call streamCall, cs grpc.ClientStream, skip, stateID uint64) {
 	rc := http.NewResponseController(w)
 	_, m := runtime.MarshalerForRequest(s.gwMux, r)
+	msgs := make(chan pageMsg, 1)
+	go recvAll(ctx, cs, call, msgs)
+	keepAlive := time.NewTicker(s.cfg.SSEKeepAlive)
+	defer keepAlive.Stop()
 	var buf bytes.Buffer
 	for {
-		msg := call.newMsg()
-		if err := cs.RecvMsg(msg); err != nil {
+		var pm pageMsg
+		select {
+		case <-ctx.Done():
+			return
+		case <-keepAlive.C:
+			if _, err := io.WriteString(w, ": keepalive\n\n"); err != nil || rc.Flush() != nil {
+				return // the client left or stalled past the write deadline
+			}
+			continue
+		case pm = <-msgs:
+		}
+		if pm.err != nil {
 			switch {
-			case errors.Is(err, io.EOF): // a watch after the terminal state
+			case errors.Is(pm.err, io.EOF): // a watch after the terminal state
 				_, _ = w.Write(appendSSE(buf.Bytes()[:0], "end", 0, []byte("{}")))
 			case ctx.Err() == nil:
-				body, _ := m.Marshal(status.Convert(shapeError(err)).Proto())
+				body, _ := m.Marshal(status.Convert(shapeError(pm.err)).Proto())
 				_, _ = w.Write(appendSSE(buf.Bytes()[:0], "error", 0, body))
 			}
 			_ = rc.Flush()
 			return
 		}
-		if call.skipped(msg, skip) {
+		if call.skipped(pm.msg, skip) {
 			continue
 		}
-		seq := call.seqOf(msg)
+		seq := call.seqOf(pm.msg)
 		if seq == 0 && call.first == 1 {
 			seq = stateID // a watch's current state: as of the latest seq at the start
 		}
-		data, err := m.Marshal(msg)
+		data, err := m.Marshal(pm.msg)
 		if err != nil {
 			continue
 		}
 		if _, err := w.Write(appendSSE(buf.Bytes()[:0], "", seq, data)); err != nil || rc.Flush() != nil {
 			return // the client left or stalled past the write deadline
+		}
+		keepAlive.Reset(s.cfg.SSEKeepAlive)
+	}
+}
+
+// recvAll receives the messages of cs into msgs until the stream ends
+// (its error, io.EOF included, is the last item) or ctx does.
+func recvAll(ctx context.Context, cs grpc.ClientStream, call streamCall, msgs chan<- pageMsg) {
+	for {
+		m := call.newMsg()
+		err := cs.RecvMsg(m)
+		select {
+		case msgs <- pageMsg{msg: m, err: err}:
+		case <-ctx.Done():
+			return
+		}
+		if err != nil {
+			return
 		}
 	}
 }
@@ -502,20 +535,7 @@ func (s *Server) servePageFrom(w http.ResponseWriter, r *http.Request, call stre
 		return
 	}
 	msgs := make(chan pageMsg, size)
-	go func() {
-		for {
-			m := call.newMsg()
-			err := cs.RecvMsg(m)
-			select {
-			case msgs <- pageMsg{msg: m, err: err}:
-			case <-ctx.Done():
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
+	go recvAll(ctx, cs, call, msgs)
 	got, done, err := collectPage(ctx, msgs, call, skip, wait, size)
 	if err != nil && len(got) == 0 {
 		s.httpError(w, r, err)

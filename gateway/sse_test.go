@@ -191,6 +191,7 @@ func readSSE(t *testing.T, sc *bufio.Scanner, n int) []sseEvent {
 	for len(out) < n && sc.Scan() {
 		line := sc.Text()
 		switch {
+		case line == "" && cur == sseEvent{}: // the end of a comment
 		case line == "":
 			out = append(out, cur)
 			cur = sseEvent{}
@@ -200,6 +201,7 @@ func readSSE(t *testing.T, sc *bufio.Scanner, n int) []sseEvent {
 			cur.id = strings.TrimPrefix(line, "id: ")
 		case strings.HasPrefix(line, "data: "):
 			cur.data += strings.TrimPrefix(line, "data: ")
+		case strings.HasPrefix(line, ":"): // a comment (keepalive)
 		default:
 			t.Errorf("SSE line %q is none of event, id, data or blank", line)
 		}
@@ -269,5 +271,41 @@ func TestServerSentEvents(t *testing.T) {
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil || resp.StatusCode != 400 ||
 		resp.Header.Get("Content-Type") != "application/json" || len(st.Details) == 0 || st.Details[0].Reason != gateway.ReasonFutureCursor {
 		t.Errorf("SSE future cursor: HTTP %d %q %+v, want 400 application/json FutureCursor", resp.StatusCode, resp.Header.Get("Content-Type"), st)
+	}
+}
+
+// TestSSEKeepAlive: an idle SSE stream gets a comment line every
+// Config.SSEKeepAlive (proxies keep it open; a gone client is found by the
+// write), and events still follow.
+func TestSSEKeepAlive(t *testing.T) {
+	h := start(t, func(c *gateway.Config) { c.SSEKeepAlive = 20 * time.Millisecond })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", h.base+"/v1/events:subscribe", nil) // live only: idle
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := h.http.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	comments := 0
+	for comments < 3 && sc.Scan() {
+		switch line := sc.Text(); {
+		case line == ": keepalive":
+			comments++
+		case line != "":
+			t.Fatalf("idle SSE stream sent %q, want only keepalive comments", line)
+		}
+	}
+	if comments < 3 {
+		t.Fatalf("idle SSE stream: %d keepalive comments before it ended (%v), want them every 20ms", comments, sc.Err())
+	}
+	for h.fake.log.waiting.Load() == 0 {
+		time.Sleep(time.Millisecond) // the subscription is live: it waits for the push
+	}
+	h.fake.log.live <- h.fake.log.event(21)
+	if evs := readSSE(t, sc, 1); len(evs) != 1 || evs[0].id != "21" {
+		t.Errorf("after keepalives: %+v, want event 21", evs)
 	}
 }

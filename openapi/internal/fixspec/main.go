@@ -213,7 +213,8 @@ const streamDescription = "The response form follows `Accept` (the response vari
 	"`done` is true when the stream has ended (a watched document reached a terminal state).\n" +
 	"- `text/event-stream`: **Server-Sent Events** (EventSource): each message is one event with `data:` its JSON and `id:` its seq; " +
 	"a reconnecting EventSource sends `Last-Event-ID` and resumes after that event. A failure after the stream started is a final `event: error` whose data is the google.rpc.Status; " +
-	"a stream that has ended (a watch after the terminal state) sends a final `event: end`, on which the client closes its EventSource (it would reconnect otherwise).\n" +
+	"a stream that has ended (a watch after the terminal state) sends a final `event: end`, on which the client closes its EventSource (it would reconnect otherwise). " +
+	"An idle stream gets a `: keepalive` comment every 15 s.\n" +
 	"- `application/x-ndjson` (also without Accept, or `*/*`): a stream of newline-delimited JSON, one `{\"result\": ...}` object per line; " +
 	"a failure after the stream started ends it with exactly one `{\"error\": Status}` line. `waitSeconds` and `pageSize` are ignored.\n\n" +
 	"A call refused before it starts (unknown document, FutureCursor, authentication, a bad parameter) answers its HTTP status with a google.rpc.Status in every form."
