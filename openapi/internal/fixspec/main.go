@@ -348,12 +348,12 @@ var errorDocs = map[string]map[string]string{
 	"DocumentService_UploadDocument":    {"400": "InvalidArgument: unknown or malformed query parameter.", "409": "AlreadyExists: requestId reused with a different body.", "413": "Body above the upload limit.", "429": "ResourceExhausted: tenant rate or queue limit."},
 	"DocumentService_GetDocument":       {"404": "NotFound: no such document for this tenant."},
 	"DocumentService_ListDocuments":     {"400": "InvalidArgument: bad pageToken or pageSize."},
-	"DocumentService_WatchDocument":     {"404": "NotFound: no such document for this tenant."},
+	"DocumentService_WatchDocument":     {"404": "NotFound: no such document for this tenant.", "400": "InvalidArgument: a bad cursor, waitSeconds, pageSize or Last-Event-ID; OutOfRange FutureCursor: a cursor beyond the latest seq."},
 	"DocumentService_GetDocumentResult": {"404": "NotFound: no such document for this tenant.", "400": "FailedPrecondition: the document has no result yet."},
 	"DocumentService_CancelDocument":    {"404": "NotFound: no such document for this tenant.", "400": "FailedPrecondition: the document is already terminal."},
 	"DocumentService_GetClaimCheck":     {"404": "NotFound: no such claim for this tenant."},
 	"DocumentService_RedeemClaimCheck":  {"404": "NotFound: no such claim for this tenant.", "400": "FailedPrecondition: reason CLAIM_ALREADY_REDEEMED or CLAIM_EXPIRED."},
-	"EventService_SubscribeEvents":      {"400": "OutOfRange: FutureCursor (cursor beyond the latest seq)."},
+	"EventService_SubscribeEvents":      {"400": "OutOfRange: FutureCursor (cursor beyond the latest seq); InvalidArgument: a bad kind, cursor, waitSeconds, pageSize or Last-Event-ID."},
 }
 
 func addErrors(paths obj) {
