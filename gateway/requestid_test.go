@@ -43,6 +43,11 @@ func TestRequestIDsEverywhere(t *testing.T) {
 			t.Errorf("GET %s: the gRPC call's log does not carry the answer's X-Request-Id %s", path, rid)
 		}
 	}
+	// The result download is served without a gRPC call: it logs itself.
+	if code, _, _ := h.do("GET", "/v1/documents/"+doc.GetId()+"/result", nil, "X-Request-Id", "rid-download"); code != 200 ||
+		!strings.Contains(h.logs.String(), `"msg":"result download"`) || !strings.Contains(h.logs.String(), `"request_id":"rid-download"`) {
+		t.Errorf("result download (HTTP %d): no log line with its request id", code)
+	}
 	if _, rh, _ := h.do("GET", "/v1/documents/"+doc.GetId(), nil, "X-Request-Id", "bad id with spaces"); rh.Get("X-Request-Id") == "bad id with spaces" {
 		t.Error("an invalid X-Request-Id was echoed")
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc/codes"
@@ -76,6 +77,11 @@ func (s *Server) handleResult(w http.ResponseWriter, r *http.Request) {
 	}
 	buf := make([]byte, resultCopyBytes)
 	var sent int64
+	start := time.Now()
+	defer func() { // also after abortResult's panic
+		s.log.Info("result download", "id", id, "tenant", string(tenant), "bytes", sent,
+			"duration", time.Since(start), "request_id", httpRequestID(r))
+	}()
 	for {
 		n, rerr := rc.Read(buf)
 		if n > 0 {
