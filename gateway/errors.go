@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -166,7 +167,10 @@ func shapeError(err error) error {
 	if st.Code() == codes.OK {
 		return err
 	}
-	msg := leakedPrefix.ReplaceAllString(st.Message(), "")
+	msg := st.Message()
+	if strings.Contains(msg, "rpc error: ") {
+		msg = leakedPrefix.ReplaceAllString(msg, "")
+	}
 	if msg == st.Message() && errorReason(err) != "" {
 		return st.Err()
 	}
