@@ -59,7 +59,14 @@ func (b *Bridge) Watch(ctx context.Context, t Tenant, id string, cursor uint64, 
 				return err
 			}
 			if len(evs) == 0 || evs[0].Seq > latest {
-				if err := send(&gatewayv1.WatchDocumentResponse{Document: doc}); err != nil {
+				// Nothing to replay: the document as it is, with the
+				// OutdatedCursor notice when the cursor's events were
+				// pruned (the answer then is not "nothing happened").
+				info, err := b.ev.Outdated(ctx, cursor)
+				if err != nil {
+					return err
+				}
+				if err := send(&gatewayv1.WatchDocumentResponse{Event: info, Document: doc}); err != nil {
 					return err
 				}
 				return errWatchDone

@@ -36,6 +36,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -196,16 +197,26 @@ func (l *Log) onCommit(recs []store.EventRecord) {
 // them on the tail, dropping any at or below the latest published seq.
 func (l *Log) publishLocked(items []*item) {
 	latest := l.tail.latestSeq()
+	out := items[:0] // in place, until a gap item must go in
+	cloned := false
 	n := 0
 	for _, it := range items {
 		if it.seq <= latest {
 			continue
 		}
+		if it.seq > latest+1 {
+			// Seqs are dense (Store): latest+1..it.seq-1 never reached us.
+			if !cloned {
+				out, cloned = slices.Clone(out), true
+			}
+			out = append(out, l.gapItem(latest+1, it.seq-1))
+		}
 		l.ret.Appended(it.seq, it.t, it.size)
-		items[n] = it
+		out = append(out, it)
+		latest = it.seq
 		n++
 	}
-	l.tail.publish(items[:n])
+	l.tail.publish(out)
 	if l.m != nil {
 		l.m.Appended.Add(float64(n))
 	}
