@@ -241,6 +241,9 @@ func (b *Bridge) localCommit(t Tenant, claimID string) redeemCommit {
 func (d *docRun) redeemedLocked(cr *claimRun, claimID string, stored *gatewayv1.ClaimCheck, msg string) {
 	cr.c = proto.Clone(stored).(*gatewayv1.ClaimCheck)
 	cr.c.DocumentId = d.id
+	if cr.evented {
+		return // committed with the redemption by the replica that redeemed it
+	}
 	d.addEvent(&gatewayv1.Event{Kind: kindClaim, ClaimId: claimID, ClaimAction: "redeemed", EntityId: cr.c.EntityId, ScopeId: cr.c.ScopeId, Message: msg})
 }
 

@@ -76,7 +76,9 @@ func (b *Bridge) Watch(ctx context.Context, t Tenant, id string, cursor uint64, 
 		return nil
 	}
 	err := b.ev.SubscribeDocument(ctx, string(t), "", id, cur, onStart, func(ev *gatewayv1.Event) error {
-		if cursor == 0 && ev.GetKind() != eventlog.KindInfo && ev.GetRev() <= lastRev {
+		if cursor == 0 && ev.GetKind() != eventlog.KindInfo && ev.GetRev() > 0 && ev.GetRev() <= lastRev {
+			// (rev 0: an event outside the document's revision chain, a
+			// claim redeemed through another replica, remoteclaims.go)
 			return nil // already part of the first update
 		}
 		doc, err := b.docAfter(ctx, t, id, asOf, ev)
