@@ -33,6 +33,10 @@ type Bridge struct {
 	holdTimer *time.Timer   // wakes the flusher for held documents (guarded by mu)
 	holdAt    time.Time
 	flushWG   sync.WaitGroup
+	// flushed is closed and replaced after every flush (guarded by mu):
+	// callers that answer only once a change is durable wait on it
+	// (waitDurable).
+	flushed chan struct{}
 
 	mu       sync.Mutex
 	closing  bool
@@ -82,7 +86,7 @@ func New(ctx context.Context, opts Options) (*Bridge, error) {
 	b := &Bridge{
 		opts: opts, log: opts.Logger, st: st, ev: ev, m: m, peers: peers,
 		ctx: bctx, cancel: cancel,
-		kickCh: make(chan struct{}, 1), flushCh: make(chan struct{}, 1), flushStop: make(chan struct{}),
+		kickCh: make(chan struct{}, 1), flushCh: make(chan struct{}, 1), flushStop: make(chan struct{}), flushed: make(chan struct{}),
 		docs: map[string]*docRun{}, sessions: map[*sessState]struct{}{},
 	}
 	b.flushWG.Add(1)
