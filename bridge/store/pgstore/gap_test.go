@@ -138,3 +138,41 @@ func TestReplayAcrossAnotherReplicasPrune(t *testing.T) {
 		t.Fatalf("after OutdatedCursor: got %s seq %d, want the oldest retained seq 8", ev.GetKind(), ev.GetSeq())
 	}
 }
+
+// TestPausedCommitDoesNotStallTheCluster: replica A is paused in the middle
+// of an event-writing commit, holding the counter row's lock. Replica B's
+// event-writing commit does not wait for A forever: the server ends A's
+// idle transaction (idle_in_transaction_session_timeout), which rolls
+// back, and B's commit gets the next seq with no hole.
+func TestPausedCommitDoesNotStallTheCluster(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	a, b := open(t, dsn), open(t, dsn)
+	commitN(t, b, 1)
+	ctx := context.Background()
+	held, err := a.HoldCounter(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Rollback(ctx)
+	done := make(chan error, 1)
+	var seqs []uint64
+	go func() {
+		res, err := b.Commit(ctx, &store.Batch{Events: []store.EventAppend{event("d", eventlog.KindStatus)}})
+		seqs = res.Seqs
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("B's commit still waits for the counter lock of A's idle transaction after 30 s")
+	}
+	if len(seqs) != 1 || seqs[0] != 2 {
+		t.Fatalf("B's commit got seqs %v, want [2] (A's transaction rolled back, no hole)", seqs)
+	}
+	if err := held.Commit(ctx); err == nil {
+		t.Fatal("A's idle transaction committed after the server should have ended it")
+	}
+}
