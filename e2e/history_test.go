@@ -870,6 +870,20 @@ func (r *histRig) checkSubscribers() map[uint64]histEvent {
 	return union
 }
 
+// histFacts is what the delivered events say, keyed for the database
+// checks.
+type histFacts struct {
+	docs   map[[2]string]bool // (document, state) of #document events
+	ents   map[histEnt]bool   // #status events
+	claims map[[2]string]bool // (claim, action) of #claim events
+}
+
+type histEnt struct {
+	doc           string
+	scope, entity uint32
+	status        string
+}
+
 // checkDatabase checks the database's final states against the events:
 // every document state, entity status (of the newest attempt) and claim
 // state has its event; every terminal state and every redemption an event
@@ -884,90 +898,91 @@ func (r *histRig) checkDatabase(union map[uint64]histEvent, last uint64) {
 	if missing > 0 {
 		r.violation("%d of the seqs 1..%d reached no subscriber on any replica (each is in the announced gaps of every one)", missing, last)
 	}
-	type docState struct{ doc, state string }
-	type entState struct {
-		doc           string
-		scope, entity uint32
-		status        string
-	}
-	type claimAct struct{ claim, action string }
-	docEv, entEv, claimEv := map[docState]bool{}, map[entState]bool{}, map[claimAct]bool{}
+	f := histFacts{docs: map[[2]string]bool{}, ents: map[histEnt]bool{}, claims: map[[2]string]bool{}}
 	for _, e := range union {
 		switch e.Kind {
 		case "#document":
-			docEv[docState{e.Doc, e.State}] = true
+			f.docs[[2]string{e.Doc, e.State}] = true
 		case "#status":
-			entEv[entState{e.Doc, e.ScopeID, e.EntityID, e.EntityStatus}] = true
+			f.ents[histEnt{e.Doc, e.ScopeID, e.EntityID, e.EntityStatus}] = true
 		case "#claim":
-			claimEv[claimAct{e.ClaimID, e.Action}] = true
+			f.claims[[2]string{e.ClaimID, e.Action}] = true
 		}
 	}
-	ctx := r.ctx
-	dbDocs := map[string]string{}
-	rows, err := r.db.Query(ctx, "SELECT id, state FROM documents")
+	docs, ents, claims := r.checkDocuments(f), r.checkEntities(f), r.checkClaims(f)
+	r.t.Logf("database: %d documents, %d entities (newest attempts), %d claims checked against the events", docs, ents, claims)
+}
+
+// scanRows runs q and calls row for every row's scanned values.
+func (r *histRig) scanRows(q string, dest []any, row func()) {
+	rows, err := r.db.Query(r.ctx, q)
 	if err != nil {
 		r.t.Fatal(err)
 	}
+	defer rows.Close()
 	for rows.Next() {
-		var id string
-		var st int32
-		if err := rows.Scan(&id, &st); err != nil {
+		if err := rows.Scan(dest...); err != nil {
 			r.t.Fatal(err)
 		}
-		dbDocs[id] = gatewayv1.State(st).String()
-		if !docEv[docState{id, dbDocs[id]}] && dbDocs[id] != "PENDING" {
-			r.violation("document %s is %s in the database, but no #document event says so", id, dbDocs[id])
-		}
+		row()
 	}
-	rows.Close()
-	for ds := range docEv {
-		if terminalState(ds.state) && dbDocs[ds.doc] != ds.state {
-			r.violation("an event says document %s became %s; the database has %q", ds.doc, ds.state, dbDocs[ds.doc])
-		}
-	}
-	rows, err = r.db.Query(ctx, `SELECT e.doc_id, e.scope_id, e.entity_id, e.status FROM entities e
-		JOIN (SELECT doc_id, max(attempt) AS a FROM entities GROUP BY doc_id) m ON e.doc_id = m.doc_id AND e.attempt = m.a`)
-	if err != nil {
+	if err := rows.Err(); err != nil {
 		r.t.Fatal(err)
 	}
-	ents := 0
-	for rows.Next() {
-		var doc string
-		var scope, ent int64
-		var st int32
-		if err := rows.Scan(&doc, &scope, &ent, &st); err != nil {
-			r.t.Fatal(err)
+}
+
+func (r *histRig) checkDocuments(f histFacts) int {
+	db := map[string]string{}
+	var id string
+	var st int32
+	r.scanRows("SELECT id, state FROM documents", []any{&id, &st}, func() {
+		state := gatewayv1.State(st).String()
+		db[id] = state
+		if state != "PENDING" && !f.docs[[2]string{id, state}] {
+			r.violation("document %s is %s in the database, but no #document event says so", id, state)
 		}
-		ents++
-		es := entState{doc, uint32(scope), uint32(ent), gatewayv1.EntityStatus(st).String()}
-		if !entEv[es] {
-			r.violation("entity %d (scope %d) of document %s is %s in the database, but no #status event says so", ent, scope, doc, es.status)
+	})
+	for ds := range f.docs {
+		if terminalState(ds[1]) && db[ds[0]] != ds[1] {
+			r.violation("an event says document %s became %s; the database has %q", ds[0], ds[1], db[ds[0]])
 		}
 	}
-	rows.Close()
-	dbClaims := map[string]string{}
-	rows, err = r.db.Query(ctx, "SELECT claim_id, state FROM claims")
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	for rows.Next() {
-		var id string
-		var st int32
-		if err := rows.Scan(&id, &st); err != nil {
-			r.t.Fatal(err)
-		}
+	return len(db)
+}
+
+func (r *histRig) checkEntities(f histFacts) int {
+	var doc string
+	var scope, ent int64
+	var st int32
+	n := 0
+	r.scanRows(`SELECT e.doc_id, e.scope_id, e.entity_id, e.status FROM entities e
+		JOIN (SELECT doc_id, max(attempt) AS a FROM entities GROUP BY doc_id) m ON e.doc_id = m.doc_id AND e.attempt = m.a`,
+		[]any{&doc, &scope, &ent, &st}, func() {
+			n++
+			es := histEnt{doc, uint32(scope), uint32(ent), gatewayv1.EntityStatus(st).String()}
+			if !f.ents[es] {
+				r.violation("entity %d (scope %d) of document %s is %s in the database, but no #status event says so", ent, scope, doc, es.status)
+			}
+		})
+	return n
+}
+
+func (r *histRig) checkClaims(f histFacts) int {
+	db := map[string]string{}
+	var id string
+	var st int32
+	r.scanRows("SELECT claim_id, state FROM claims", []any{&id, &st}, func() {
 		state := gatewayv1.ClaimCheck_ClaimState(st).String()
-		dbClaims[id] = state
+		db[id] = state
 		want := map[string]string{"ISSUED": "issued", "REDEEMED": "redeemed", "EXPIRED": "expired"}[state]
-		if want != "" && !claimEv[claimAct{id, want}] {
+		if want != "" && !f.claims[[2]string{id, want}] {
 			r.violation("claim %s is %s in the database, but no #claim %s event says so", id, state, want)
 		}
-	}
-	rows.Close()
-	for ca := range claimEv {
-		if ca.action == "redeemed" && dbClaims[ca.claim] != "REDEEMED" {
-			r.violation("an event says claim %s was redeemed; the database has %q", ca.claim, dbClaims[ca.claim])
+	})
+	for ca := range f.claims {
+		if ca[1] == "redeemed" && db[ca[0]] != "REDEEMED" {
+			r.violation("an event says claim %s was redeemed; the database has %q", ca[0], db[ca[0]])
 		}
 	}
-	r.t.Logf("database: %d documents, %d entities (newest attempts), %d claims checked against the events", len(dbDocs), ents, len(dbClaims))
+	return len(db)
 }
