@@ -95,10 +95,6 @@ type claimRun struct {
 	// durable: the store holds the claim (a flush committed it, or it was
 	// loaded at recovery); only then can it be redeemed there.
 	durable bool
-	// evented: another replica redeemed the claim and committed its
-	// #claim redeemed event with the redemption (redeemForOwner); this
-	// gateway, resuming the entity, does not write it again.
-	evented bool
 }
 
 // noSlot marks a claim whose entity is in a peer scope (nothing to resume).

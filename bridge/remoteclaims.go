@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"google.golang.org/protobuf/types/known/timestamppb"
-
 	"github.com/pipestream/gateway/bridge/store"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
@@ -45,34 +43,13 @@ func (b *Bridge) redeemForOwner(ctx context.Context, t Tenant, rec *store.ClaimR
 		return nil, b.settledRefusal(ctx, t, claimID,
 			fmt.Errorf("claim %s belongs to document %s, which is finished; nothing waits for it: %w", claimID, docID, ErrFailedPrecondition))
 	}
-	stored, err := b.commitRedeemWithEvent(ctx, t, rec.Claim, now)
+	stored, err := b.commitRedeem(ctx, t, docID, rec.Claim, now,
+		"redeemed through another gateway replica; the replica that drives the document resumes the entity")
 	if err != nil {
 		return nil, err
 	}
 	b.log.Info("bridge: claim redeemed for the replica that drives its document", "doc", docID, "claim", claimID)
 	return publicClaim(stored, time.Now()), nil
-}
-
-// commitRedeemWithEvent is commitRedeem for a redemption of a document
-// this gateway does not drive: the #claim redeemed event is committed in
-// the same transaction as the claim's REDEEMED state, so the event exists
-// even when the replica that drives the document is dead or paused and
-// never resumes the entity; that replica does not write it again
-// (resumeRedeemed). The event is not part of the document's revision chain
-// (rev 0): only the driving replica moves the document's rev.
-func (b *Bridge) commitRedeemWithEvent(ctx context.Context, t Tenant, c *gatewayv1.ClaimCheck, now time.Time) (*gatewayv1.ClaimCheck, error) {
-	ev := &gatewayv1.Event{Kind: kindClaim, Time: timestamppb.New(now), DocumentId: c.GetDocumentId(), ClaimId: c.GetClaimId(),
-		ClaimAction: "redeemed", EntityId: c.GetEntityId(), ScopeId: c.GetScopeId(),
-		Message: "redeemed through another gateway replica; the replica that drives the document resumes the entity"}
-	res, err := b.commit(ctx, &store.Batch{
-		Redeem: &store.RedeemClaim{Tenant: string(t), ClaimID: c.GetClaimId(), Now: now},
-		Events: []store.EventAppend{{Tenant: string(t), Event: ev}},
-	})
-	if err != nil {
-		return nil, mapStoreErr("claim "+c.GetClaimId(), err)
-	}
-	b.m.claims.WithLabelValues("redeemed").Inc()
-	return res.Claim, nil
 }
 
 // redeemedElsewhere is the store's ClaimNotifier hook: another replica
@@ -108,12 +85,11 @@ func (b *Bridge) resumeRedeemed(docID, claimID string) {
 	}
 	// Claimed for this resumption: a repeated notification finds it
 	// redeemed and stops above. Its event was committed with the
-	// redemption (commitRedeemWithEvent).
+	// redemption (commitRedeem).
 	cr.c.State = gatewayv1.ClaimCheck_REDEEMED
-	cr.evented = true
 	running := cr.att.current()
 	b.mu.Unlock()
-	commit := func(ctx context.Context) (*gatewayv1.ClaimCheck, error) {
+	commit := func(ctx context.Context, _ string) (*gatewayv1.ClaimCheck, error) {
 		rec, err := b.st.GetClaim(ctx, string(d.tenant), claimID)
 		if err != nil {
 			return nil, mapStoreErr("claim "+claimID, err)

@@ -175,10 +175,11 @@ func redeemedEvents(t *testing.T, st *pgstore.Store, docID, claim string) int {
 	return n
 }
 
-// A redemption committed through a replica that does not drive the
-// document writes its #claim redeemed event in the same transaction: with
-// the driving replica alive (it resumes the entity and does not write the
-// event again) and with it stopped (nobody else would write it).
+// A redemption writes its #claim redeemed event in the same transaction,
+// exactly once: through the replica that drives the document, and through
+// another one with the driving replica alive (it resumes the entity and
+// does not write the event again) and stopped (nobody else would write
+// it).
 func TestClaimRedeemedThroughNonOwnerHasItsEvent(t *testing.T) {
 	dsn := pgtest.NewDatabase(t)
 	p := startPeer(t)
@@ -186,8 +187,20 @@ func TestClaimRedeemedThroughNonOwnerHasItsEvent(t *testing.T) {
 	a := newBridge(t, stA, p.Addr().String(), p.CertPEM())
 	b := newBridge(t, stB, p.Addr().String(), p.CertPEM())
 
-	content := []byte("redeemed through B while A drives it")
+	// Through the owner: the event is committed with the redemption, not
+	// with a later flush of the document.
+	content := []byte("redeemed through A, which drives it")
 	docID, claim := submitDeferred(t, a, content)
+	if _, err := a.Redeem(context.Background(), "", claim); err != nil {
+		t.Fatal(err)
+	}
+	waitSucceeded(t, a, docID, content, 15*time.Second)
+	if n := redeemedEvents(t, stB, docID, claim); n != 1 {
+		t.Fatalf("through the owner: %d #claim redeemed events, want exactly 1", n)
+	}
+
+	content = []byte("redeemed through B while A drives it")
+	docID, claim = submitDeferred(t, a, content)
 	if _, err := b.Redeem(context.Background(), "", claim); err != nil {
 		t.Fatal(err)
 	}
