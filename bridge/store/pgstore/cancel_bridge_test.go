@@ -2,6 +2,7 @@ package pgstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -32,5 +33,24 @@ func TestCancelThenGetShowsCancelOnEveryReplica(t *testing.T) {
 				t.Fatalf("run %d: GetDocument on %s right after Cancel answered: %v %v, want CANCELLED", i, name, d.GetState(), err)
 			}
 		}
+	}
+}
+
+// A cancel through a replica that does not drive the document changes
+// nothing and says so with a retryable UNAVAILABLE, not the contradictory
+// "already RUNNING; only RUNNING documents can be cancelled".
+func TestCancelThroughNonOwnerIsRetryable(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	p := startPeer(t)
+	stA, stB := openLease(t, dsn, "A"), openLease(t, dsn, "B")
+	a := newBridge(t, stA, p.Addr().String(), p.CertPEM())
+	b := newBridge(t, stB, p.Addr().String(), p.CertPEM())
+	docID, _ := submitDeferred(t, a, []byte("cancelled through B"))
+	_, err := b.Cancel(context.Background(), "", docID)
+	if !errors.Is(err, bridge.ErrUnavailable) || errors.Is(err, bridge.ErrFailedPrecondition) {
+		t.Fatalf("Cancel through B: %v, want ErrUnavailable (retry)", err)
+	}
+	if d, err := b.GetDocument(context.Background(), "", docID, false); err != nil || d.GetState() != gatewayv1.State_RUNNING {
+		t.Fatalf("after the refused cancel: %v %v, want RUNNING", d.GetState(), err)
 	}
 }
