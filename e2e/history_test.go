@@ -22,8 +22,10 @@ import (
 	"github.com/coder/websocket"
 	"github.com/fxamacker/cbor/v2"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
@@ -444,8 +446,12 @@ func (r *histRig) followWS(g *gatewayProc, cursor uint64, add func(histObs)) err
 }
 
 // checkLeak records a violation when a client-facing error names the
-// database (its URL, user or address).
+// database (its URL, user or address), and counts the STORE_UNAVAILABLE
+// answers (the database restart).
 func (r *histRig) checkLeak(where string, b []byte) {
+	if bytes.Contains(b, []byte("STORE_UNAVAILABLE")) {
+		r.count("STORE_UNAVAILABLE answers")
+	}
 	for _, s := range r.secrets {
 		if bytes.Contains(b, []byte(s)) {
 			r.violation("%s names the database (%q): %.300s", where, s, b)
@@ -510,7 +516,11 @@ func (r *histRig) submit(rng *rand.Rand, content string, deferred bool) {
 		}
 		d, err := r.grpcOf(g).docs.SubmitDocument(ctx, req)
 		if err != nil {
-			r.checkLeak("SubmitDocument", []byte(err.Error()))
+			msg := err.Error()
+			if errorReasonOf(err) == "STORE_UNAVAILABLE" {
+				msg += " STORE_UNAVAILABLE"
+			}
+			r.checkLeak("SubmitDocument", []byte(msg))
 			r.count("submit refused")
 			return
 		}
@@ -985,4 +995,14 @@ func (r *histRig) checkClaims(f histFacts) int {
 		}
 	}
 	return len(db)
+}
+
+// errorReasonOf is the ErrorInfo reason of a gRPC error, or "".
+func errorReasonOf(err error) string {
+	for _, d := range status.Convert(err).Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info.GetReason()
+		}
+	}
+	return ""
 }
