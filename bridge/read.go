@@ -111,8 +111,7 @@ func (b *Bridge) Cancel(ctx context.Context, t Tenant, id string) (*gatewayv1.Do
 			state = d.rec.Doc.GetState()
 		}
 		if d == nil && b.shared() && !store.IsTerminal(state) {
-			return nil, fmt.Errorf("document %s is %s on another gateway replica, which alone can cancel it; nothing was changed: retry (through that replica, or once it is taken over): %w",
-				id, state, ErrUnavailable)
+			return b.cancelElsewhere(ctx, t, id) // remotecancel.go
 		}
 		return nil, fmt.Errorf("document %s is already %s; only PENDING or RUNNING documents can be cancelled: %w", id, state, ErrFailedPrecondition)
 	}

@@ -17,7 +17,8 @@ import (
 
 // TestCancelReadYourWrites (issue 24, read your writes): two replicas on
 // one PostgreSQL cluster. A deferred document (RUNNING until its claim is
-// redeemed) is cancelled through the replica that drives it, 20 times
+// redeemed), submitted through replica 0 which drives it, is cancelled
+// through replica 0 or replica 1 (which forwards the cancel), 20 times
 // over gRPC (CancelDocument, CancelOperation) and 20 over REST (:cancel on
 // the document and on the operation). Right after each answer, the next
 // read on the same connection and on the other replica shows the cancel:
@@ -44,18 +45,18 @@ func TestCancelReadYourWrites(t *testing.T) {
 	ctx := ctxT(t, 5*time.Minute)
 	stale := 0
 	for i := range 40 {
-		rest, viaOp := i%2 == 1, i%4 >= 2
+		rest, viaOp, via := i%2 == 1, i%4 >= 2, (i/4)%2
 		d := submitREST(t, gws[0], deferredDoc(fmt.Appendf(nil, "cancelled %d", i), 5*time.Minute, nil, nil))
 		awaitClaims(t, gws[0], d.GetId(), 1) // RUNNING at the peer, deferred
-		cancel(t, ctx, gws[0], cs[0].docs, cs[0].ops, d.GetId(), rest, viaOp)
+		cancel(t, ctx, gws[via], cs[via].docs, cs[via].ops, d.GetId(), rest, viaOp)
 		for k, g := range gws {
 			if got := readState(t, ctx, g, cs[k].docs, cs[k].ops, d.GetId(), rest, viaOp); got != "CANCELLED" {
 				stale++
-				t.Errorf("run %d (rest %v, operation %v): the read on replica %d right after the cancel answered shows %s", i, rest, viaOp, k, got)
+				t.Errorf("run %d (rest %v, operation %v, through replica %d): the read on replica %d right after the cancel answered shows %s", i, rest, viaOp, via, k, got)
 			}
 		}
 	}
-	t.Logf("40 cancels (20 gRPC, 20 REST; half through the operation): %d reads of 80 did not show the cancel", stale)
+	t.Logf("40 cancels (20 gRPC, 20 REST; half through the operation; half through the replica that does not drive the document): %d reads of 80 did not show the cancel", stale)
 }
 
 // cancel cancels document id through g (REST or gRPC, the document or its

@@ -36,21 +36,32 @@ func TestCancelThenGetShowsCancelOnEveryReplica(t *testing.T) {
 	}
 }
 
-// A cancel through a replica that does not drive the document changes
-// nothing and says so with a retryable UNAVAILABLE, not the contradictory
-// "already RUNNING; only RUNNING documents can be cancelled".
-func TestCancelThroughNonOwnerIsRetryable(t *testing.T) {
+// A cancel through a replica that does not drive the document is carried
+// to the one that does (NOTIFY pipestream_cancels) and answers once the
+// cancel is committed: the next GetDocument on either replica shows
+// CANCELLED, 10 times out of 10. A cancel of a finished document through
+// the other replica is FAILED_PRECONDITION.
+func TestCancelThroughNonOwner(t *testing.T) {
 	dsn := pgtest.NewDatabase(t)
 	p := startPeer(t)
 	stA, stB := openLease(t, dsn, "A"), openLease(t, dsn, "B")
 	a := newBridge(t, stA, p.Addr().String(), p.CertPEM())
 	b := newBridge(t, stB, p.Addr().String(), p.CertPEM())
-	docID, _ := submitDeferred(t, a, []byte("cancelled through B"))
-	_, err := b.Cancel(context.Background(), "", docID)
-	if !errors.Is(err, bridge.ErrUnavailable) || errors.Is(err, bridge.ErrFailedPrecondition) {
-		t.Fatalf("Cancel through B: %v, want ErrUnavailable (retry)", err)
+	ctx := context.Background()
+	var docID string
+	for i := range 10 {
+		docID, _ = submitDeferred(t, a, fmt.Appendf(nil, "cancelled through B %d", i))
+		c, err := b.Cancel(ctx, "", docID)
+		if err != nil || c.GetState() != gatewayv1.State_CANCELLED {
+			t.Fatalf("run %d: Cancel through B: %v %v, want CANCELLED", i, c.GetState(), err)
+		}
+		for name, r := range map[string]*bridge.Bridge{"A": a, "B": b} {
+			if d, err := r.GetDocument(ctx, "", docID, false); err != nil || d.GetState() != gatewayv1.State_CANCELLED {
+				t.Fatalf("run %d: GetDocument on %s right after B's cancel answered: %v %v", i, name, d.GetState(), err)
+			}
+		}
 	}
-	if d, err := b.GetDocument(context.Background(), "", docID, false); err != nil || d.GetState() != gatewayv1.State_RUNNING {
-		t.Fatalf("after the refused cancel: %v %v, want RUNNING", d.GetState(), err)
+	if _, err := b.Cancel(ctx, "", docID); !errors.Is(err, bridge.ErrFailedPrecondition) {
+		t.Fatalf("cancel of a cancelled document through B: %v, want ErrFailedPrecondition", err)
 	}
 }

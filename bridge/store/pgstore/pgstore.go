@@ -152,7 +152,8 @@ type Store struct {
 	listenCfg *pgx.ConnConfig
 	log       *slog.Logger
 	tail      tail
-	claims    claimNotes // redemptions by other replicas (claimnotify.go)
+	claims    claimNotes  // redemptions by other replicas (claimnotify.go)
+	cancels   cancelNotes // cancel requests of other replicas (cancelnotify.go)
 
 	mu     sync.RWMutex // guards closed against new calls
 	closed bool

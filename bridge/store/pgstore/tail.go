@@ -224,7 +224,7 @@ func (t *tail) listen(ctx context.Context, ready chan<- error) {
 func (t *tail) session(ctx context.Context, ready chan<- error) (listened bool, _ error) {
 	conn, err := pgx.ConnectConfig(ctx, t.s.listenCfg)
 	if err == nil {
-		_, err = conn.Exec(ctx, "LISTEN "+notifyChannel+"; LISTEN "+claimsChannel)
+		_, err = conn.Exec(ctx, "LISTEN "+notifyChannel+"; LISTEN "+claimsChannel+"; LISTEN "+cancelsChannel)
 	}
 	if err == nil {
 		err = t.catchUp(ctx, 0)
@@ -249,6 +249,10 @@ func (t *tail) session(ctx context.Context, ready chan<- error) (listened bool, 
 		}
 		if n.Channel == claimsChannel {
 			t.s.claimNotified(n.Payload)
+			continue
+		}
+		if n.Channel == cancelsChannel {
+			t.s.cancelNotified(n.Payload)
 			continue
 		}
 		seq, _ := strconv.ParseUint(n.Payload, 10, 64)
