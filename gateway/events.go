@@ -42,9 +42,18 @@ func (e *eventService) SubscribeEvents(req *gatewayv1.SubscribeEventsRequest, st
 	}
 	filter := bridge.EventFilter{Kinds: req.GetKinds(), DocumentID: req.GetDocumentId()}
 	var last uint64
+	replay := cursor != nil && *cursor > 0 // the cursor's own event may come first
 	err := e.s.cfg.Bridge.Events().Subscribe(ctx, TenantFromContext(ctx), e.s.clientKey(ctx), cursor, filter, func(ev *gatewayv1.Event) error {
-		if ev.GetSeq() > 0 {
-			last = ev.GetSeq()
+		if seq := ev.GetSeq(); seq > 0 {
+			if seq <= last {
+				// Never a repeated or reordered seq on the wire: the
+				// consumer's cursor rule (skip by seq) would lose events.
+				return status.Errorf(codes.Internal, "event seq %d after seq %d: the stream is out of order; subscribe again with cursor=%d", seq, last, last)
+			}
+			if replay && last == 0 && seq < *cursor {
+				return status.Errorf(codes.Internal, "event seq %d before the cursor %d; subscribe again with cursor=%d", seq, *cursor, *cursor)
+			}
+			last = seq
 		}
 		return stream.Send(ev)
 	})
