@@ -190,120 +190,135 @@ func TestConformanceCommand(t *testing.T) {
 	t.Parallel()
 	payload := interopPayload()
 	input := writePayload(t, payload)
+	t.Run("send to serve", func(t *testing.T) { testSendToServe(t, payload, input) })
+	t.Run("send to partner server", func(t *testing.T) { testSendToPartnerServer(t, payload, input) })
+	t.Run("partner client to serve", func(t *testing.T) { testPartnerClientToServe(t, payload) })
+	t.Run("partner client corrupted checksum", func(t *testing.T) { testPartnerClientCorrupted(t, payload) })
+	t.Run("bad flags", func(t *testing.T) { testSendBadFlags(t, input) })
+}
 
-	t.Run("send to serve", func(t *testing.T) {
-		pk := newConformancePKI(t)
-		for _, c := range []struct {
-			id     uint32
-			parent string
-		}{{100, "42"}, {101, ""}} {
-			s := startConformanceServe(t, pk)
-			args := []string{"--connect", s.addr, "--ca", pk.ca, "--server-name", "localhost",
-				"--entity-id", fmt.Sprint(c.id), "--input", input, "--content-type", "application/octet-stream"}
-			if c.parent != "" {
-				args = append(args, "--parent-id", c.parent)
-			}
-			code, stdout, stderr := runConformanceSend(t, args...)
-			if code != 0 {
-				t.Fatalf("send (entity %d): exit %d\nstdout: %s\nstderr: %s", c.id, code, stdout, stderr)
-			}
-			if want := fmt.Sprintf("SENT %d %d", c.id, len(payload)); !strings.Contains(stdout, want) {
-				t.Errorf("send stdout %q, want %q", stdout, want)
-			}
-			if code := s.exitCode(t); code != 0 {
-				t.Fatalf("serve --once: exit %d after a complete conversation, want 0", code)
-			}
-			checkStored(t, s, c.id, payload, c.parent)
-		}
-	})
-
-	t.Run("send to partner server", func(t *testing.T) {
-		srv := startD04Server(t)
-		code, stdout, stderr := runConformanceSend(t, "--connect", srv.addr, "--ca", srv.caPEM, "--server-name", "localhost",
-			"--entity-id", "102", "--parent-id", "42", "--input", input, "--content-type", "application/octet-stream")
-		_, errs, _ := srv.snapshot()
-		if code != 0 {
-			t.Fatalf("send against the reference server conversation: exit %d\nstdout: %s\nstderr: %s\npartner errors: %s", code, stdout, stderr, errorsText(errs))
-		}
-		if err := srv.wait(ctxT(t, 10*time.Second), "the partner's session", func() bool { return len(srv.sessions) == 1 }); err != nil {
-			t.Fatal(err)
-		}
-		sess, errs, conns := srv.snapshot()
-		s := sess[0]
-		e := s.entity
-		switch {
-		case conns != 1 || len(errs) != 0:
-			t.Errorf("partner: %d connections, errors %s; want one clean session", conns, errorsText(errs))
-		case s.pending != 102 || e.hdr.EntityID != 102:
-			t.Errorf("PENDING %d, entity %d; want 102", s.pending, e.hdr.EntityID)
-		case e.hdr.ParentID == nil || *e.hdr.ParentID != 42:
-			t.Errorf("parent-id %v, want 42", e.hdr.ParentID)
-		case !bytes.Equal(e.payload, payload):
-			t.Errorf("payload: %d octets, want the %d input octets", len(e.payload), len(payload))
-		case e.hdr.ContentType != "application/octet-stream":
-			t.Errorf("content-type %q", e.hdr.ContentType)
-		case s.checkpoint == nil || s.checkpoint.EntityID != 103 || s.cursor != 103:
-			t.Errorf("checkpoint %+v, cursor %d; want CHECKPOINT and cursor update for 103", s.checkpoint, s.cursor)
-		}
-		for _, k := range e.keys {
-			if !slices.Contains(d04HeaderMembers, k) {
-				t.Errorf("entity header member %q is not one of the reference's six", k)
-			}
-		}
-		if !capsEqual(s.clientCaps, referenceCaps()) {
-			t.Errorf("send offered %x, want the reference default %x", mustCBOR(s.clientCaps), mustCBOR(referenceCaps()))
-		}
-	})
-
-	t.Run("partner client to serve", func(t *testing.T) {
-		pk := newConformancePKI(t)
+// testSendToServe: our send against our serve --once, with and without a
+// parent-id.
+func testSendToServe(t *testing.T, payload []byte, input string) {
+	pk := newConformancePKI(t)
+	for _, c := range []struct {
+		id     uint32
+		parent string
+	}{{100, "42"}, {101, ""}} {
 		s := startConformanceServe(t, pk)
-		parent := uint32(42)
-		rep, err := runD04ClientFrame(ctxT(t, 30*time.Second), s.addr, pk.ca, 103, referenceEntity(103, &parent, payload, "application/octet-stream"))
-		if err != nil {
-			t.Fatalf("the reference client conversation against serve: %v (statuses %v)", err, rep.statuses)
+		args := []string{"--connect", s.addr, "--ca", pk.ca, "--server-name", "localhost",
+			"--entity-id", fmt.Sprint(c.id), "--input", input, "--content-type", "application/octet-stream"}
+		if c.parent != "" {
+			args = append(args, "--parent-id", c.parent)
 		}
-		if !capsEqual(rep.serverCaps, referenceCaps()) || rep.goaway != 103 || rep.ack.EntityID != 104 {
-			t.Errorf("serve answered CAPABILITIES %x (want %x), GOAWAY %d, CHECKPOINT ack %+v", mustCBOR(rep.serverCaps), mustCBOR(referenceCaps()), rep.goaway, rep.ack)
+		code, stdout, stderr := runConformanceSend(t, args...)
+		if code != 0 {
+			t.Fatalf("send (entity %d): exit %d\nstdout: %s\nstderr: %s", c.id, code, stdout, stderr)
+		}
+		if want := fmt.Sprintf("SENT %d %d", c.id, len(payload)); !strings.Contains(stdout, want) {
+			t.Errorf("send stdout %q, want %q", stdout, want)
 		}
 		if code := s.exitCode(t); code != 0 {
-			t.Fatalf("serve --once: exit %d, want 0", code)
+			t.Fatalf("serve --once: exit %d after a complete conversation, want 0", code)
 		}
-		checkStored(t, s, 103, payload, "42")
-	})
+		checkStored(t, s, c.id, payload, c.parent)
+	}
+}
 
-	t.Run("partner client corrupted checksum", func(t *testing.T) {
-		pk := newConformancePKI(t)
-		s := startConformanceServe(t, pk)
-		parent := uint32(42)
-		frame := referenceEntity(104, &parent, payload, "application/octet-stream")
-		frame[len(frame)-1] ^= 0xFF // the last payload octet: the header's SHA-256 no longer matches
-		_, err := runD04ClientFrame(ctxT(t, 30*time.Second), s.addr, pk.ca, 104, frame)
-		if code, remote := closeCode(err); code != errIntegrity || !remote {
-			t.Errorf("the client's conversation ended with %v, want the server's close with PIPESTREAM_INTEGRITY_ERROR (0x04)", err)
+// testSendToPartnerServer: our send against the reference server
+// conversation (strict decoders): the partner got the exact payload and
+// parent-id in a header of the reference's members, then the CHECKPOINT
+// and cursor update for ID+1.
+func testSendToPartnerServer(t *testing.T, payload []byte, input string) {
+	srv := startD04Server(t)
+	code, stdout, stderr := runConformanceSend(t, "--connect", srv.addr, "--ca", srv.caPEM, "--server-name", "localhost",
+		"--entity-id", "102", "--parent-id", "42", "--input", input, "--content-type", "application/octet-stream")
+	if _, errs, _ := srv.snapshot(); code != 0 {
+		t.Fatalf("send against the reference server conversation: exit %d\nstdout: %s\nstderr: %s\npartner errors: %s", code, stdout, stderr, errorsText(errs))
+	}
+	if err := srv.wait(ctxT(t, 10*time.Second), "the partner's session", func() bool { return len(srv.sessions) == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	sess, errs, conns := srv.snapshot()
+	s := sess[0]
+	e := s.entity
+	switch {
+	case conns != 1 || len(errs) != 0:
+		t.Errorf("partner: %d connections, errors %s; want one clean session", conns, errorsText(errs))
+	case s.pending != 102 || e.hdr.EntityID != 102:
+		t.Errorf("PENDING %d, entity %d; want 102", s.pending, e.hdr.EntityID)
+	case e.hdr.ParentID == nil || *e.hdr.ParentID != 42:
+		t.Errorf("parent-id %v, want 42", e.hdr.ParentID)
+	case !bytes.Equal(e.payload, payload):
+		t.Errorf("payload: %d octets, want the %d input octets", len(e.payload), len(payload))
+	case e.hdr.ContentType != "application/octet-stream":
+		t.Errorf("content-type %q", e.hdr.ContentType)
+	case s.checkpoint == nil || s.checkpoint.EntityID != 103 || s.cursor != 103:
+		t.Errorf("checkpoint %+v, cursor %d; want CHECKPOINT and cursor update for 103", s.checkpoint, s.cursor)
+	case !capsEqual(s.clientCaps, referenceCaps()):
+		t.Errorf("send offered %x, want the reference default %x", mustCBOR(s.clientCaps), mustCBOR(referenceCaps()))
+	}
+	for _, k := range e.keys {
+		if !slices.Contains(d04HeaderMembers, k) {
+			t.Errorf("entity header member %q is not one of the reference's six", k)
 		}
-		if code := s.exitCode(t); code != 1 {
-			t.Errorf("serve --once: exit %d after a refused entity, want 1", code)
-		}
-		if !s.p.logContains("PIPESTREAM_INTEGRITY_ERROR") {
-			t.Errorf("serve's stderr does not name PIPESTREAM_INTEGRITY_ERROR")
-		}
-		if got := s.files(); len(got) != 0 {
-			t.Errorf("output directory holds %v after a corrupted entity, want nothing (no ID.bin, no ID.parent, no partial file)", got)
-		}
-	})
+	}
+}
 
-	t.Run("bad flags", func(t *testing.T) {
-		for _, args := range [][]string{
-			{"--connect", "127.0.0.1:1", "--ca", input, "--input", input},                     // no --entity-id
-			{"--connect", "127.0.0.1:1", "--ca", input, "--input", input, "--entity-id", "0"}, // reserved
-			{"--connect", "127.0.0.1:1", "--ca", input, "--input", input, "--entity-id", "1", "--parent-id", "4294967295"},
-		} {
-			if code, _, stderr := runConformanceSend(t, args...); code != 2 || stderr == "" {
-				t.Errorf("send %v: exit %d (%q), want 2 with a message", args, code, stderr)
-			}
+// testPartnerClientToServe: the reference client conversation against our
+// serve --once, with parent-id 42.
+func testPartnerClientToServe(t *testing.T, payload []byte) {
+	pk := newConformancePKI(t)
+	s := startConformanceServe(t, pk)
+	parent := uint32(42)
+	rep, err := runD04ClientFrame(ctxT(t, 30*time.Second), s.addr, pk.ca, 103, referenceEntity(103, &parent, payload, "application/octet-stream"))
+	if err != nil {
+		t.Fatalf("the reference client conversation against serve: %v (statuses %v)", err, rep.statuses)
+	}
+	if !capsEqual(rep.serverCaps, referenceCaps()) || rep.goaway != 103 || rep.ack.EntityID != 104 {
+		t.Errorf("serve answered CAPABILITIES %x (want %x), GOAWAY %d, CHECKPOINT ack %+v", mustCBOR(rep.serverCaps), mustCBOR(referenceCaps()), rep.goaway, rep.ack)
+	}
+	if code := s.exitCode(t); code != 0 {
+		t.Fatalf("serve --once: exit %d, want 0", code)
+	}
+	checkStored(t, s, 103, payload, "42")
+}
+
+// testPartnerClientCorrupted: the reference client conversation with one
+// payload octet flipped: serve closes with 0x04, exits 1 naming the
+// error, and leaves the output directory empty.
+func testPartnerClientCorrupted(t *testing.T, payload []byte) {
+	pk := newConformancePKI(t)
+	s := startConformanceServe(t, pk)
+	parent := uint32(42)
+	frame := referenceEntity(104, &parent, payload, "application/octet-stream")
+	frame[len(frame)-1] ^= 0xFF // the last payload octet: the header's SHA-256 no longer matches
+	_, err := runD04ClientFrame(ctxT(t, 30*time.Second), s.addr, pk.ca, 104, frame)
+	if code, remote := closeCode(err); code != errIntegrity || !remote {
+		t.Errorf("the client's conversation ended with %v, want the server's close with PIPESTREAM_INTEGRITY_ERROR (0x04)", err)
+	}
+	if code := s.exitCode(t); code != 1 {
+		t.Errorf("serve --once: exit %d after a refused entity, want 1", code)
+	}
+	if !s.p.logContains("PIPESTREAM_INTEGRITY_ERROR") {
+		t.Errorf("serve's stderr does not name PIPESTREAM_INTEGRITY_ERROR")
+	}
+	if got := s.files(); len(got) != 0 {
+		t.Errorf("output directory holds %v after a corrupted entity, want nothing (no ID.bin, no ID.parent, no partial file)", got)
+	}
+}
+
+// testSendBadFlags: a missing or reserved ID is a usage error (exit 2).
+func testSendBadFlags(t *testing.T, input string) {
+	for _, args := range [][]string{
+		{"--connect", "127.0.0.1:1", "--ca", input, "--input", input},                     // no --entity-id
+		{"--connect", "127.0.0.1:1", "--ca", input, "--input", input, "--entity-id", "0"}, // reserved
+		{"--connect", "127.0.0.1:1", "--ca", input, "--input", input, "--entity-id", "1", "--parent-id", "4294967295"},
+	} {
+		if code, _, stderr := runConformanceSend(t, args...); code != 2 || stderr == "" {
+			t.Errorf("send %v: exit %d (%q), want 2 with a message", args, code, stderr)
 		}
-	})
+	}
 }
 
 // capsEqual compares two capabilities by their canonical CBOR.
