@@ -391,6 +391,50 @@ func TestServeRefusesBadEntity(t *testing.T) {
 	}
 }
 
+// TestServeGracefulEndWithoutGoAway: a client that closes with 0x00 right
+// after COMPLETE (no CHECKPOINT, cursor update or GOAWAY) ends the
+// conversation gracefully: the entity is stored and Serve --once returns
+// nil. A client that closes with an error code instead makes it fail,
+// though the entity, verified and COMPLETE, stays stored.
+func TestServeGracefulEndWithoutGoAway(t *testing.T) {
+	p := newPKI(t)
+	for _, c := range []struct {
+		code uint64
+		ok   bool
+	}{{0, true}, {uint64(wire.CodeInternalError), false}} {
+		s := startServe(t, p, true, nil)
+		b, _ := os.ReadFile(p.ca)
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(b)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		conn, err := quic.DialAddr(ctx, s.addr, &tls.Config{RootCAs: pool, ServerName: "localhost", NextProtos: []string{alpn}, MinVersion: tls.VersionTLS13}, quicConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctl, _ := conn.OpenStreamSync(ctx)
+		cl := newControl(ctl)
+		_ = cl.writeCapabilities(offer())
+		if f, err := cl.next("caps"); err != nil || f.Type != wire.FrameCapabilities {
+			t.Fatalf("server CAPABILITIES: %v %v", f.Type, err)
+		}
+		_ = cl.writeStatus(wire.StatusPending, 9)
+		us, _ := conn.OpenUniStreamSync(ctx)
+		_, _ = us.Write(entityFrame(9, nil, []byte("nine"), nil))
+		_ = us.Close()
+		for _, want := range []wire.Status{wire.StatusProcessing, wire.StatusComplete} {
+			if st, err := cl.status("status"); err != nil || st.Status != want {
+				t.Fatalf("got %v %v, want %s", st.Status, err, want)
+			}
+		}
+		_ = conn.CloseWithError(quic.ApplicationErrorCode(c.code), "bye")
+		cancel()
+		if err := s.wait(t); (err == nil) != c.ok {
+			t.Errorf("client closed with 0x%02X after COMPLETE: Serve returned %v, want success %v", c.code, err, c.ok)
+		}
+		assertOnly(t, s.out, "9.bin")
+	}
+}
+
 // TestServeWithoutOnceKeepsServing: a refused connection does not stop a
 // server without --once; the next client is served; ending the context
 // ends Serve with nil.

@@ -107,7 +107,7 @@ func newControl(s *quic.Stream) *control {
 func (c *control) next(what string) (wire.Frame, error) {
 	for {
 		f, err := c.cr.Next()
-		if err == io.EOF && c.eofOK {
+		if c.eofOK && (err == io.EOF || closedByPeerWithNoError(err)) {
 			return f, err
 		}
 		if err != nil {
@@ -133,6 +133,13 @@ func readErr(what string, err error) error {
 		return err
 	}
 	return perr(wire.CodeFrameError, "stream 0 ended while waiting for %s: %v", what, err)
+}
+
+// closedByPeerWithNoError reports whether err is the peer's
+// CONNECTION_CLOSE with PIPESTREAM_NO_ERROR (0x00).
+func closedByPeerWithNoError(err error) bool {
+	var ae *quic.ApplicationError
+	return errors.As(err, &ae) && ae.Remote && ae.ErrorCode == quic.ApplicationErrorCode(wire.CodeNoError)
 }
 
 func isHeartbeat(s *wire.StatusFrame) bool {

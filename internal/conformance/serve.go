@@ -326,8 +326,7 @@ func (sc *serverConn) finish(id uint32) error {
 // gracefulEnd maps the end of stream 0 or a 0x00 close by the client to
 // success.
 func gracefulEnd(err error) error {
-	var ae *quic.ApplicationError
-	if err == io.EOF || errors.As(err, &ae) && ae.Remote && ae.ErrorCode == quic.ApplicationErrorCode(wire.CodeNoError) {
+	if err == io.EOF || closedByPeerWithNoError(err) {
 		return nil
 	}
 	return err
