@@ -96,7 +96,7 @@ func TestNegotiatedAnswer(t *testing.T) {
 // it signed, as the reference's driver generates them.
 type pki struct{ ca, cert, key string }
 
-func newPKI(t *testing.T) pki {
+func newPKI(t testing.TB) pki {
 	t.Helper()
 	dir := t.TempDir()
 	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -479,5 +479,47 @@ func TestSendRefusals(t *testing.T) {
 		if err := Send(context.Background(), o); err == nil {
 			t.Errorf("%s: Send succeeded", name)
 		}
+	}
+}
+
+// BenchmarkSendServe: one entity per connection, Send against a Serve
+// without --once, as the matrix runs a pair (handshake, conversation,
+// payload verified into ID.bin). -benchmem shows that memory does not grow
+// with the payload: it is streamed, never held whole.
+func BenchmarkSendServe(b *testing.B) {
+	for _, size := range []int{4 << 10, 8 << 20} {
+		b.Run(itoa(size>>10)+"KiB", func(b *testing.B) {
+			p := newPKI(b)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			dir := b.TempDir()
+			ready := filepath.Join(dir, "ready")
+			done := make(chan error, 1)
+			go func() {
+				done <- Serve(ctx, ServeOptions{Bind: "127.0.0.1:0", CertFile: p.cert, KeyFile: p.key, OutputDir: filepath.Join(dir, "out"), ReadyFile: ready})
+			}()
+			var addr string
+			for addr == "" {
+				if bs, err := os.ReadFile(ready); err == nil && len(bs) > 0 {
+					addr = strings.TrimSpace(string(bs))
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			input := filepath.Join(dir, "payload.bin")
+			if err := os.WriteFile(input, bytes.Repeat([]byte("pipestream"), size/10+1)[:size], 0o600); err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				if err := Send(ctx, SendOptions{Connect: addr, CAFile: p.ca, ServerName: "localhost", EntityID: uint32(i%1000 + 1), InputFile: input}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			cancel()
+			<-done
+		})
 	}
 }
