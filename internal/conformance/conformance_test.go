@@ -461,6 +461,17 @@ func TestServeWithoutOnceKeepsServing(t *testing.T) {
 	}
 }
 
+// TestServeOnceStoppedEarly: a serve --once stopped before any client
+// came is not a success.
+func TestServeOnceStoppedEarly(t *testing.T) {
+	s := startServe(t, newPKI(t), true, nil)
+	s.cancel()
+	if err := s.wait(t); err == nil {
+		t.Error("Serve --once stopped before a connection returned nil, want an error")
+	}
+	assertOnly(t, s.out)
+}
+
 // TestSendRefusals: bad arguments are refused before any connection, and
 // a server that is not there is an error, not a hang.
 func TestSendRefusals(t *testing.T) {

@@ -64,7 +64,8 @@ func (o *ServeOptions) defaults() {
 // Serve listens on o.Bind and runs the reference server conversation on
 // each connection, one connection at a time (as the reference does). With
 // o.Once it returns after the first connection: nil when its entity was
-// stored and the conversation completed, else the refusal. Without it,
+// stored and the conversation completed, else the refusal (and an error
+// when ctx ends before any connection arrived). Without it,
 // a refused connection is logged and serving goes on until ctx ends (then
 // Serve returns nil).
 func Serve(ctx context.Context, o ServeOptions) error {
@@ -100,6 +101,9 @@ func acceptLoop(ctx context.Context, ln *quic.Listener, o *ServeOptions) error {
 	for {
 		conn, err := ln.Accept(ctx)
 		if err != nil {
+			if ctx.Err() != nil && o.Once {
+				return errors.New("stopped before a connection arrived (--once)")
+			}
 			if ctx.Err() != nil {
 				return nil
 			}
