@@ -534,3 +534,91 @@ func BenchmarkSendServe(b *testing.B) {
 		})
 	}
 }
+
+// rawStream0 dials addr, optionally completes the CAPABILITIES exchange,
+// writes b on stream 0 and returns how the server closed the connection.
+func rawStream0(t *testing.T, p pki, addr string, caps bool, b []byte) error {
+	t.Helper()
+	pem, _ := os.ReadFile(p.ca)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	conn, err := quic.DialAddr(ctx, addr, &tls.Config{RootCAs: pool, ServerName: "localhost", NextProtos: []string{alpn}, MinVersion: tls.VersionTLS13}, quicConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.CloseWithError(0, "")
+	ctl, _ := conn.OpenStreamSync(ctx)
+	c := newControl(ctl)
+	if caps {
+		_ = c.writeCapabilities(offer())
+		if f, err := c.next("caps"); err != nil || f.Type != wire.FrameCapabilities {
+			t.Fatalf("server CAPABILITIES: %v %v", f.Type, err)
+		}
+	}
+	_, _ = ctl.Write(b)
+	select {
+	case <-conn.Context().Done():
+		return context.Cause(conn.Context())
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// TestServeRefusesBadControl: stream 0 that breaks the conversation is
+// refused with the reference's code, from the declared length where there
+// is one (nothing read or allocated from it), and nothing is written.
+func TestServeRefusesBadControl(t *testing.T) {
+	p := newPKI(t)
+	d04 := func(f wire.StatusFrame) []byte { return wire.AppendDraft04(nil, f.Append(nil)) }
+	noL0 := func() []byte {
+		w, ka := uint64(1024), uint64(30_000)
+		b, _ := wire.CodecFor(wire.FormatCBOR).MarshalCapabilities(&wire.Capabilities{Layer0Core: false, MaxWindowSize: &w, KeepaliveTimeoutMs: &ka})
+		return wire.AppendVariable(nil, wire.FrameCapabilities, b)
+	}
+	d02Pending := wire.StatusFrame{Status: wire.StatusPending, EntityID: 7}
+	cases := []struct {
+		name string
+		caps bool
+		b    []byte
+		code wire.ErrorCode
+	}{
+		{"first frame not CAPABILITIES", false, d04(wire.StatusFrame{Status: wire.StatusPending, EntityID: 7}), wire.CodeFrameError},
+		{"CAPABILITIES declaring 16 MiB", false, []byte{byte(wire.FrameCapabilities), 0x01, 0, 0, 0}, wire.CodeEntityTooLarge},
+		{"layer0-core false", false, noL0(), wire.CodeLayerUnsupported},
+		{"draft-02 framed PENDING", true, d02Pending.Append(nil), wire.CodeEntityTooLarge},
+		{"PENDING with a scope", true, d04(wire.StatusFrame{Status: wire.StatusPending, EntityID: 7, ScopeID: 5}), wire.CodeLayerUnsupported},
+		{"COMPLETE instead of PENDING", true, d04(wire.StatusFrame{Status: wire.StatusComplete, EntityID: 7}), wire.CodeEntityInvalid},
+		{"Layer 2 status", true, d04(wire.StatusFrame{Status: wire.StatusAbandoned, EntityID: 7}), wire.CodeLayerUnsupported},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := startServe(t, p, true, nil)
+			cerr := rawStream0(t, p, s.addr, c.caps, c.b)
+			err := s.wait(t)
+			if wire.CodeOf(err) != c.code {
+				t.Errorf("Serve --once returned %v, want code %s", err, c.code)
+			}
+			if code, ok := closeCode(cerr); !ok || code != uint64(c.code) {
+				t.Errorf("the client saw %v, want a close with %s", cerr, c.code)
+			}
+			assertOnly(t, s.out)
+		})
+	}
+}
+
+// TestServeTimesOutSilentClient: a client that connects and says nothing
+// holds the server for --timeout, not forever.
+func TestServeTimesOutSilentClient(t *testing.T) {
+	p := newPKI(t)
+	s := startServe(t, p, true, func(o *ServeOptions) { o.Timeout = 300 * time.Millisecond })
+	cerr := rawStream0(t, p, s.addr, true, nil) // CAPABILITIES, then silence
+	if err := s.wait(t); err == nil {
+		t.Error("Serve --once returned nil for a silent client, want the timeout")
+	}
+	if code, ok := closeCode(cerr); !ok || code != uint64(wire.CodeInternalError) {
+		t.Errorf("the client saw %v, want a close with PIPESTREAM_INTERNAL_ERROR naming the timeout", cerr)
+	}
+	assertOnly(t, s.out)
+}
