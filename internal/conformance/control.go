@@ -1,7 +1,6 @@
 package conformance
 
 import (
-	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -227,13 +226,4 @@ func truncate(s string, n int) string {
 		return s[:n]
 	}
 	return s
-}
-
-// withDeadline applies ctx's deadline to a stream's reads and writes.
-func withDeadline(ctx context.Context, s interface {
-	SetReadDeadline(time.Time) error
-}) {
-	if dl, ok := ctx.Deadline(); ok {
-		_ = s.SetReadDeadline(dl)
-	}
 }

@@ -58,12 +58,14 @@ func Send(ctx context.Context, o SendOptions) error {
 	if err != nil {
 		return fmt.Errorf("connect to %s: %w", o.Connect, err)
 	}
-	stop := context.AfterFunc(ctx, func() {
-		closeWith(conn, perr(wire.CodeInternalError, "the conversation did not end within %v", o.Timeout))
-	})
+	expired := perr(wire.CodeInternalError, "the conversation did not end within %v (--timeout)", o.Timeout)
+	stop := context.AfterFunc(ctx, func() { closeWith(conn, expired) })
 	defer stop()
 	cc := &clientConn{conn: conn, o: &o}
 	if err := cc.run(ctx, in, size, sum); err != nil {
+		if ctx.Err() != nil {
+			err = expired
+		}
 		closeWith(conn, err)
 		return err
 	}
@@ -156,7 +158,6 @@ func (cc *clientConn) run(ctx context.Context, in io.Reader, size int64, sum []b
 	if err != nil {
 		return fmt.Errorf("open stream 0: %w", err)
 	}
-	withDeadline(ctx, ctl)
 	cc.c = newControl(ctl)
 	if err := cc.capabilities(); err != nil {
 		return err

@@ -127,13 +127,16 @@ func acceptLoop(ctx context.Context, ln *quic.Listener, o *ServeOptions) error {
 func handle(ctx context.Context, conn *quic.Conn, o *ServeOptions) (Received, error) {
 	cctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	// a timeout or shutdown unblocks every read and write of the conversation
-	stop := context.AfterFunc(cctx, func() {
-		closeWith(conn, perr(wire.CodeInternalError, "the conversation did not end within %v, or the server is shutting down", o.Timeout))
-	})
+	// a timeout or shutdown closes the connection, which unblocks every
+	// read and write of the conversation
+	expired := perr(wire.CodeInternalError, "the conversation did not end within %v (--timeout), or the server is shutting down", o.Timeout)
+	stop := context.AfterFunc(cctx, func() { closeWith(conn, expired) })
 	defer stop()
 	sc := &serverConn{conn: conn, o: o}
 	rec, err := sc.run(cctx)
+	if err != nil && cctx.Err() != nil {
+		err = expired
+	}
 	if err != nil {
 		closeWith(conn, err)
 		return rec, err
@@ -160,7 +163,6 @@ func (sc *serverConn) run(ctx context.Context) (Received, error) {
 	if err != nil {
 		return Received{}, perr(wire.CodeFrameError, "no stream 0 from the client: %v", err)
 	}
-	withDeadline(ctx, ctl)
 	sc.c = newControl(ctl)
 	if err := sc.capabilities(); err != nil {
 		return Received{}, err
@@ -232,7 +234,6 @@ func (sc *serverConn) receive(ctx context.Context, id uint32) (Received, string,
 	if err != nil {
 		return Received{}, "", perr(wire.CodeFrameError, "no entity stream for entity %d: %v", id, err)
 	}
-	withDeadline(ctx, us)
 	h, err := wire.ReadEntityHeader(us, wire.CodecFor(wire.FormatCBOR), maxEntityHeader)
 	if err != nil {
 		return Received{}, "", refuseStream(us, streamErr(err))
