@@ -31,10 +31,8 @@ const (
 	alpn             = "pipestream/1"
 )
 
-// ProtocolError is a refusal with the draft's error code; the connection is
-// closed with Code.
-type ProtocolError = wire.Error
-
+// perr is a refusal with the draft's error code (a *wire.Error); the
+// connection is closed with that code.
 func perr(code wire.ErrorCode, format string, a ...any) error {
 	return wire.Errorf(code, format, a...)
 }
