@@ -70,9 +70,10 @@ const (
 	// floor of the derived total cap.
 	connReserveFDs = 256
 	minMaxConns    = 64
-	// proxyStreamConns: the REST proxy's connections for streams (plus one
-	// for unary calls), each with MaxConcurrentStreams slots.
-	proxyStreamConns = 4
+	// proxyLaneIdle: a tenant's REST proxy connection for streams
+	// (pool.go) closes after this long without a call and redials on the
+	// next; its slots and windows are that tenant's alone.
+	proxyLaneIdle = 5 * time.Minute
 	// proxyStreamWindow and proxyConnWindow are the proxy connections'
 	// fixed HTTP/2 receive windows: a stream whose client stopped reading
 	// holds at most proxyStreamWindow in the proxy (BDP estimation, which
@@ -86,14 +87,18 @@ const (
 	// streams from the result file: what a stalled download costs besides
 	// the socket.
 	resultCopyBytes = 32 << 10
+	// DefaultMaxTicketsPerTenant: a console asks for one WebSocket ticket
+	// per connect and spends it within a second; 64 outstanding covers
+	// many tabs and retries.
+	DefaultMaxTicketsPerTenant = 64
 	// DefaultMaxClientIDsPerTenant bounds the X-Client-Id values one
 	// tenant can have tracked by the event log's retention at once; more
 	// are tracked by address instead. clientIDIdle frees an unused one.
 	DefaultMaxClientIDsPerTenant = 256
 	clientIDIdle                 = time.Hour
 	// DefaultMaxConcurrentStreams per HTTP/2 connection on the gRPC
-	// listener; the REST proxy's one connection shares it, so it sits well
-	// above tenants x subscribers of typical deployments.
+	// listener; each tenant's REST proxy lane has as many, well above a
+	// tenant's stream caps (subscribers + uploads + downloads).
 	DefaultMaxConcurrentStreams = 1024
 	// DefaultTokenPollInterval is how often the token file is checked for
 	// changes: quick enough that a revoked token stops working within seconds.

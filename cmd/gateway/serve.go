@@ -64,6 +64,7 @@ func runServe(args []string) int {
 	maxUploads := fs.Uint("max-uploads-per-tenant", "GATEWAY_MAX_UPLOADS_PER_TENANT", gateway.DefaultMaxUploadsPerTenant, "concurrent uploads per tenant (0: unlimited)")
 	maxSubs := fs.Uint("max-subscribers-per-tenant", "GATEWAY_MAX_SUBSCRIBERS_PER_TENANT", gateway.DefaultMaxSubscribersPerTenant, "concurrent event streams (subscribe, watch, WebSocket) per tenant (0: unlimited)")
 	maxDownloads := fs.Uint("max-downloads-per-tenant", "GATEWAY_MAX_DOWNLOADS_PER_TENANT", gateway.DefaultMaxDownloadsPerTenant, "concurrent result downloads (REST and gRPC) per tenant (0: unlimited)")
+	maxTickets := fs.Uint("max-tickets-per-tenant", "GATEWAY_MAX_TICKETS_PER_TENANT", gateway.DefaultMaxTicketsPerTenant, "outstanding WebSocket tickets per tenant (0: unlimited)")
 	maxClientIDs := fs.Uint("max-client-ids-per-tenant", "GATEWAY_MAX_CLIENT_IDS_PER_TENANT", gateway.DefaultMaxClientIDsPerTenant, "X-Client-Id values per tenant tracked for event retention at once; more are tracked by address (0: unbounded)")
 	uploadIdle := fs.Duration("upload-idle-timeout", "GATEWAY_UPLOAD_IDLE_TIMEOUT", gateway.DefaultUploadIdleTimeout, "cut an upload whose body sends nothing for this long")
 	wsPing := fs.Duration("ws-ping-interval", "GATEWAY_WS_PING_INTERVAL", gateway.DefaultWSPingInterval, "ping WebSocket subscribers this often; one that leaves a ping unanswered for half of it (at most 10s) is cut")
@@ -120,6 +121,7 @@ func runServe(args []string) int {
 		MaxSubscribersPerTenant: int(orUnlimited(float64(*maxSubs))),
 		MaxDownloadsPerTenant:   int(orUnlimited(float64(*maxDownloads))),
 		MaxClientIDsPerTenant:   int(orUnlimited(float64(*maxClientIDs))),
+		MaxTicketsPerTenant:     int(orUnlimited(float64(*maxTickets))),
 		UploadIdleTimeout:       *uploadIdle,
 		StreamWriteTimeout:      *streamWrite,
 		WSPingInterval:          *wsPing,
