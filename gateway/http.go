@@ -102,6 +102,8 @@ func incomingHeader(key string) (string, bool) {
 		return requestIDHeader, true
 	case "X-Client-Id":
 		return "x-client-id", true
+	case "Grpc-Metadata-" + textproto.CanonicalMIMEHeaderKey(admittedHeader):
+		return "", false // preAdmitted: only the server sets it
 	}
 	return runtime.DefaultHeaderMatcher(key)
 }

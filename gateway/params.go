@@ -158,6 +158,9 @@ const (
 	// resultSizeHeader is the GetDocumentResult response header with the
 	// result's total size in bytes (REST: Content-Length).
 	resultSizeHeader = "x-pipestream-result-size"
+	// admittedHeader marks a gRPC call the REST side admitted already
+	// (upload_http.go, preAdmitted); its value is Server.admitNonce.
+	admittedHeader = "x-pipestream-admitted"
 	// maxRequestIDLen bounds a client-supplied request id; longer ones are
 	// replaced, not trusted.
 	maxRequestIDLen = 128

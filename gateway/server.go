@@ -51,6 +51,9 @@ type Server struct {
 	// rest is the REST proxy's client: unary calls in-process through
 	// the interceptor chain, streams over conn (inproc.go).
 	rest *inprocConn
+	// admitNonce authenticates admittedHeader (preAdmitted): random per
+	// server, never sent to a client.
+	admitNonce string
 	// proxyConns holds the local addresses of conn's TCP connections: the
 	// gRPC listener sees them as peer addresses and leaves those streams'
 	// stuck-consumer bound to the HTTP side (stuck.go).
@@ -91,12 +94,13 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("gateway: register metrics: %w", err)
 	}
 	s := &Server{
-		cfg:       cfg,
-		log:       cfg.Logger,
-		metrics:   m,
-		limits:    newTenantLimits(&cfg),
-		serveErrs: make(chan error, 2),
-		stopPoll:  make(chan struct{}),
+		cfg:        cfg,
+		log:        cfg.Logger,
+		metrics:    m,
+		limits:     newTenantLimits(&cfg),
+		serveErrs:  make(chan error, 2),
+		stopPoll:   make(chan struct{}),
+		admitNonce: newRequestID() + newRequestID(),
 	}
 	s.streams, s.cancelStreams = context.WithCancel(context.Background())
 	s.uploadsCut, s.cutUploads = context.WithCancel(context.Background())
@@ -238,7 +242,7 @@ func (s *Server) Start() error {
 // http/1.1: h2 would need its own framing checks and gains nothing for
 // REST).
 func (s *Server) serveHTTP() error {
-	refusal := httpRefusal
+	refusal := httpRefusals(s.conns.perIP, s.conns.total)
 	if s.cfg.HTTPTLS != nil {
 		refusal = nil // the client expects a TLS handshake
 	}
