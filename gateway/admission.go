@@ -223,6 +223,7 @@ func (s *Server) admit(h http.Handler) http.Handler {
 			s.writeStatus(w, r, code, err)
 			return
 		}
+		s.attributeH2(r.Context(), tenant)
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tenantKey{}, tenant)))
 	})
 }

@@ -199,6 +199,7 @@ func (s *Server) identify(ctx context.Context, method string) (bridge.Tenant, er
 	if ci := callInfoFrom(ctx); ci != nil {
 		ci.tenant = tenant
 	}
+	s.attributeH2(ctx, tenant)
 	return tenant, nil
 }
 

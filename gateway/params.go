@@ -1,6 +1,10 @@
 package gateway
 
-import "time"
+import (
+	"time"
+
+	"github.com/pipestream/gateway/gateway/h2guard"
+)
 
 // Tunables. Each has one line of rationale; Config fields override the ones
 // that operators need to change.
@@ -167,4 +171,23 @@ const (
 
 	// errorDomain is the ErrorInfo domain of every error this API returns.
 	errorDomain = "pipestream.gateway.v1"
+)
+
+// HTTP/2 control-frame budgets (h2abuse.go, issue 22). A client cancels a
+// stream now and then (a closed tab, a cancelled watch), changes its
+// SETTINGS once or twice and pings for liveness every few seconds;
+// rapid reset (CVE-2023-44487) sends tens of thousands of resets a
+// second, settings and ping floods as many control frames. Above a
+// budget the connection gets GOAWAY ENHANCE_YOUR_CALM and is closed.
+var (
+	// h2ResetBudget: RST_STREAM per connection.
+	h2ResetBudget = h2guard.Budget{PerSecond: 50, Burst: 100}
+	// h2TenantResetBudget: RST_STREAM per tenant over all its
+	// connections, so more connections do not buy more resets.
+	h2TenantResetBudget = h2guard.Budget{PerSecond: 100, Burst: 200}
+	// h2SettingsBudget: SETTINGS (not ACKs) per connection.
+	h2SettingsBudget = h2guard.Budget{PerSecond: 2, Burst: 10}
+	// h2PingBudget: PING (not ACKs) per connection; grpc-go's BDP
+	// estimator pings once per window of received data.
+	h2PingBudget = h2guard.Budget{PerSecond: 20, Burst: 50}
 )

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/pipestream/gateway/bridge"
+	"github.com/pipestream/gateway/gateway/h2guard"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
 
@@ -58,6 +59,11 @@ type Server struct {
 	// gRPC listener sees them as peer addresses and leaves those streams'
 	// stuck-consumer bound to the HTTP side (stuck.go).
 	proxyConns sync.Map
+	// h2Conns maps the remote address of a gRPC connection to its
+	// h2guard.Conn, h2Tenants holds the per-tenant reset buckets
+	// (h2abuse.go).
+	h2Conns   sync.Map
+	h2Tenants *h2guard.Tenants
 
 	grpcLis, httpLis net.Listener
 
@@ -129,9 +135,12 @@ func New(cfg Config) (*Server, error) {
 		// grpcKeepaliveMinTime even without streams (idle CLI watchers).
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: cfg.GRPCKeepaliveTime, Timeout: cfg.GRPCKeepaliveTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: grpcKeepaliveMinTime, PermitWithoutStream: true}))
+	creds := insecure.NewCredentials()
 	if cfg.GRPCTLS != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.GRPCTLS)))
+		creds = credentials.NewTLS(cfg.GRPCTLS)
 	}
+	s.h2Tenants = h2guard.NewTenants(h2TenantResetBudget)
+	opts = append(opts, grpc.Creds(guardCreds{TransportCredentials: creds, s: s}))
 	s.grpc = grpc.NewServer(opts...)
 	s.rest = newInprocConn(s.unaryInterceptors(), cfg.MaxRecvMsgBytes, cfg.MaxSendMsgBytes)
 	s.register(&gatewayv1.DocumentService_ServiceDesc, &documentService{s: s})
@@ -247,6 +256,9 @@ func (s *Server) serveHTTP() error {
 		refusal = nil // the client expects a TLS handshake
 	}
 	lis := s.capped(s.httpLis, true, refusal)
+	if s.cfg.HTTPTLS == nil {
+		lis = s.guardHTTP2(lis) // h2c: HTTP/2 control-frame budgets
+	}
 	if s.cfg.HTTPTLS != nil {
 		tc := s.cfg.HTTPTLS.Clone()
 		tc.NextProtos = []string{"http/1.1"}
