@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"net"
 	"sync"
 
@@ -21,24 +22,30 @@ import (
 // proxy's own connections are exempt: their resets are the HTTP
 // clients' cancellations, which the HTTP side counts.
 
-func h2Limits() h2guard.Limits {
-	return h2guard.Limits{Resets: h2ResetBudget, Settings: h2SettingsBudget, Pings: h2PingBudget}
+// newH2Guard is the guard both listeners share (so a cooldown earned on
+// one applies on the other).
+func (s *Server) newH2Guard() *h2guard.Guard {
+	return &h2guard.Guard{
+		Limits:       h2guard.Limits{Resets: h2ResetBudget, Settings: h2SettingsBudget, Pings: h2PingBudget},
+		TenantResets: h2TenantResetBudget,
+		Cooldown:     h2AbuseCooldown,
+		OnCut:        s.h2Cut,
+	}
 }
 
-// h2Cut records a connection cut for HTTP/2 abuse.
-func (s *Server) h2Cut(listener string) func(reason string) {
-	return func(reason string) {
-		s.metrics.rejected.WithLabelValues("h2_" + reason).Inc()
-		s.log.Warn("HTTP/2 connection cut: control frames above their rate (GOAWAY ENHANCE_YOUR_CALM)",
-			"listener", listener, "frames", reason)
+// h2Cut records a connection cut for HTTP/2 abuse (or refused in
+// cooldown).
+func (s *Server) h2Cut(reason string) {
+	s.metrics.rejected.WithLabelValues("h2_" + reason).Inc()
+	if reason != "cooldown" {
+		s.log.Warn("HTTP/2 connection cut: control frames above their rate (GOAWAY ENHANCE_YOUR_CALM); its address and tenant cool down",
+			"frames", reason, "cooldown", h2AbuseCooldown)
 	}
 }
 
 // guardHTTP2 wraps the plaintext HTTP listener (h2c is detected by its
 // preface; HTTP/1 connections pass uncounted).
-func (s *Server) guardHTTP2(lis net.Listener) net.Listener {
-	return h2guard.Listener{Listener: lis, Limits: h2Limits(), OnCut: s.h2Cut("http")}
-}
+func (s *Server) guardHTTP2(lis net.Listener) net.Listener { return s.h2guard.Listener(lis) }
 
 // guardCreds guards the gRPC listener's connections after their
 // handshake (TLS or none), so frames are read in the clear.
@@ -48,11 +55,15 @@ type guardCreds struct {
 }
 
 func (g guardCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	if g.s.h2guard.Refuses(raw.RemoteAddr()) {
+		g.s.h2Cut("cooldown")
+		return nil, nil, errors.New("h2guard: this address is in cooldown after HTTP/2 abuse")
+	}
 	c, ai, err := g.TransportCredentials.ServerHandshake(raw)
 	if err != nil {
 		return c, ai, err
 	}
-	hc := h2guard.NewConn(c, h2Limits(), true, g.s.h2Cut("grpc"))
+	hc, _ := g.s.h2guard.Wrap(c, true)
 	hc.Exempt(func(a net.Addr) bool { _, ok := g.s.proxyConns.Load(a.String()); return ok })
 	key := raw.RemoteAddr().String()
 	g.s.h2Conns.Store(key, hc)
@@ -92,7 +103,7 @@ func (s *Server) attributeH2(ctx context.Context, tenant bridge.Tenant) {
 		}
 		hc = v.(*h2guard.Conn)
 	}
-	hc.Attribute(s.h2Tenants.Bucket(string(tenant)))
+	hc.Attribute(string(tenant))
 }
 
 // withH2Conn is http.Server.ConnContext's part for h2guard.

@@ -2,6 +2,9 @@ package gateway_test
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
+	"os"
 	"io"
 	"net"
 	"strings"
@@ -25,9 +28,12 @@ type h2Attacker struct {
 	next uint32
 }
 
-func dialH2(t *testing.T, addr string) *h2Attacker {
+// dialH2 connects from the loopback address ip (a cut puts the client's
+// address in cooldown, so each attacker has its own).
+func dialH2(t *testing.T, ip, addr string) *h2Attacker {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+	c, err := d.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,43 +73,71 @@ func (a *h2Attacker) request(path, token string, grpc bool) (uint32, error) {
 // goAway reads frames until a GOAWAY or the connection ends; it returns
 // the GOAWAY's error code and debug data, or an error.
 func (a *h2Attacker) goAway(within time.Duration) (http2.ErrCode, string, error) {
+	code, debug, _, err := a.goAwayFrame(within)
+	return code, debug, err
+}
+
+// goAwayFrame is goAway with the GOAWAY's last stream id.
+func (a *h2Attacker) goAwayFrame(within time.Duration) (http2.ErrCode, string, uint32, error) {
 	_ = a.c.SetReadDeadline(time.Now().Add(within))
 	for {
 		f, err := a.fr.ReadFrame()
 		if err != nil {
-			return 0, "", err
+			return 0, "", 0, err
 		}
 		if g, ok := f.(*http2.GoAwayFrame); ok {
-			return g.ErrCode, string(g.DebugData()), nil
+			return g.ErrCode, string(g.DebugData()), g.LastStreamID, nil
 		}
 	}
 }
 
+// closedAtOnce reports (nil) whether a connection from ip is closed by
+// the server before it answers the preface.
+func closedAtOnce(ip, addr string) error {
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		return nil // refused
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		return nil
+	}
+	n, err := c.Read(make([]byte, 64))
+	if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		return nil // EOF or reset
+	}
+	return fmt.Errorf("served: read %d bytes, %v", n, err)
+}
+
 // TestH2RapidResetCut: an authenticated client that sends HEADERS +
 // RST_STREAM pairs (rapid reset) on h2c or gRPC gets GOAWAY
-// ENHANCE_YOUR_CALM after its connection's reset budget, long before
-// 10,000 pairs (what the client wrote before it noticed includes what
-// the socket buffers took); a second connection of the same tenant too;
-// SETTINGS and PING floods are cut likewise.
-// Another tenant's requests succeed throughout.
+// ENHANCE_YOUR_CALM after its connection's reset budget (the GOAWAY's last
+// stream id shows how far the server read); SETTINGS and PING floods are
+// cut likewise.
+// After a cut, the address is in cooldown (a new connection from it is
+// closed at once) and so is the tenant (its next connection, from
+// another address, is cut at its first authenticated request). Another
+// tenant's requests succeed throughout.
 func TestH2RapidResetCut(t *testing.T) {
 	h := start(t, func(c *gateway.Config) {
-		c.Authenticator = gateway.StaticTokens{"tok-a": "acme", "tok-b": "globex"}
+		c.Authenticator = gateway.StaticTokens{"tok-a": "acme", "tok-b": "globex", "tok-c": "initech", "tok-d": "umbrella"}
 	})
-	flood := func(addr string, grpc bool, send func(a *h2Attacker) error) (int, http2.ErrCode, string, error) {
-		a := dialH2(t, addr)
+	flood := func(ip, addr string, send func(a *h2Attacker) error) (int, http2.ErrCode, string, uint32, error) {
+		a := dialH2(t, ip, addr)
 		sent := 0
 		for ; sent < 10000; sent++ {
 			if err := send(a); err != nil {
 				break
 			}
 		}
-		code, debug, err := a.goAway(5 * time.Second)
-		return sent, code, debug, err
+		code, debug, last, err := a.goAwayFrame(5 * time.Second)
+		return sent, code, debug, last, err
 	}
-	reset := func(path string, grpc bool) func(a *h2Attacker) error {
+	reset := func(tok, path string, grpc bool) func(a *h2Attacker) error {
 		return func(a *h2Attacker) error {
-			id, err := a.request(path, "tok-a", grpc)
+			id, err := a.request(path, tok, grpc)
 			if err != nil {
 				return err
 			}
@@ -111,30 +145,40 @@ func TestH2RapidResetCut(t *testing.T) {
 		}
 	}
 	cases := []struct {
-		name string
-		addr string
-		grpc bool
-		send func(a *h2Attacker) error
+		name, ip, addr string
+		send           func(a *h2Attacker) error
+		want           string
 	}{
-		{"h2c rapid reset", h.srv.HTTPAddr(), false, reset("/v1/documents", false)},
-		{"h2c rapid reset, second connection", h.srv.HTTPAddr(), false, reset("/v1/documents", false)},
-		{"gRPC rapid reset", h.srv.GRPCAddr(), true, reset("/pipestream.gateway.v1.DocumentService/ListDocuments", true)},
-		{"h2c settings flood", h.srv.HTTPAddr(), false, func(a *h2Attacker) error { return a.fr.WriteSettings() }},
-		{"gRPC ping flood", h.srv.GRPCAddr(), true, func(a *h2Attacker) error { return a.fr.WritePing(false, [8]byte{1}) }},
+		{"h2c rapid reset", "127.0.5.1", h.srv.HTTPAddr(), reset("tok-a", "/v1/documents", false), "rst_stream"},
+		{"the tenant's next connection, plain requests", "127.0.5.2", h.srv.HTTPAddr(), func(a *h2Attacker) error {
+			_, err := a.request("/v1/documents", "tok-a", false)
+			return err
+		}, "tenant_cooldown"},
+		{"gRPC rapid reset", "127.0.5.3", h.srv.GRPCAddr(), reset("tok-c", "/pipestream.gateway.v1.DocumentService/ListDocuments", true), "rst_stream"},
+		{"h2c settings flood", "127.0.5.4", h.srv.HTTPAddr(), func(a *h2Attacker) error { return a.fr.WriteSettings() }, "settings"},
+		{"gRPC ping flood", "127.0.5.5", h.srv.GRPCAddr(), func(a *h2Attacker) error { return a.fr.WritePing(false, [8]byte{1}) }, "ping"},
 	}
 	for _, tc := range cases {
-		sent, code, debug, err := flood(tc.addr, tc.grpc, tc.send)
+		sent, code, debug, last, err := flood(tc.ip, tc.addr, tc.send)
 		if err != nil {
 			t.Errorf("%s: no GOAWAY after %d frames: %v", tc.name, sent, err)
-		} else if code != http2.ErrCodeEnhanceYourCalm || !strings.Contains(debug, "h2guard") {
-			t.Errorf("%s: GOAWAY %v %q after %d frames, want ENHANCE_YOUR_CALM from h2guard", tc.name, code, debug, sent)
+		} else if code != http2.ErrCodeEnhanceYourCalm || !strings.Contains(debug, "h2guard") || !strings.Contains(debug, tc.want) {
+			t.Errorf("%s: GOAWAY %v %q after %d frames, want ENHANCE_YOUR_CALM from h2guard for %s", tc.name, code, debug, sent, tc.want)
 		}
-		if sent >= 10000 {
-			t.Errorf("%s: all %d frames written before the cut", tc.name, sent)
+		// The GOAWAY names the last stream the server saw: a reset flood
+		// is cut within its budget (100 per connection), not after
+		// thousands (the client's count includes what socket buffers took).
+		if tc.want == "rst_stream" && last > 2*1000 {
+			t.Errorf("%s: cut after stream %d, want within about 100 resets", tc.name, last)
 		}
-		t.Logf("%s: cut after %d frames written (GOAWAY %v %q)", tc.name, sent, code, debug)
+		t.Logf("%s: %d frames written, GOAWAY %v %q, last stream %d", tc.name, sent, code, debug, last)
 		if code, _, body := h.do("GET", "/v1/documents", nil, "Authorization", "Bearer tok-b"); code != 200 {
 			t.Errorf("after %s: bystander GET: HTTP %d %s", tc.name, code, body)
+		}
+		// The address cools down: a new connection from it is closed
+		// before it is served.
+		if err := closedAtOnce(tc.ip, tc.addr); err != nil {
+			t.Errorf("%s: a new connection from %s: %v, want it closed at once", tc.name, tc.ip, err)
 		}
 	}
 }

@@ -191,3 +191,10 @@ var (
 	// estimator pings once per window of received data.
 	h2PingBudget = h2guard.Budget{PerSecond: 20, Burst: 50}
 )
+
+// h2AbuseCooldown: after a cut, new connections from the client's
+// address are closed at accept and the connection's tenant has any
+// connection cut at its first authenticated request, for this long; an
+// abuser then costs an accept per connection, not a connection's worth
+// of streams. Clients behind the same address (NAT) wait it out too.
+const h2AbuseCooldown = 10 * time.Second

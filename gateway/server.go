@@ -60,10 +60,10 @@ type Server struct {
 	// stuck-consumer bound to the HTTP side (stuck.go).
 	proxyConns sync.Map
 	// h2Conns maps the remote address of a gRPC connection to its
-	// h2guard.Conn, h2Tenants holds the per-tenant reset buckets
+	// h2guard.Conn; h2guard is both listeners' HTTP/2 abuse guard
 	// (h2abuse.go).
-	h2Conns   sync.Map
-	h2Tenants *h2guard.Tenants
+	h2Conns sync.Map
+	h2guard *h2guard.Guard
 
 	grpcLis, httpLis net.Listener
 
@@ -139,7 +139,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.GRPCTLS != nil {
 		creds = credentials.NewTLS(cfg.GRPCTLS)
 	}
-	s.h2Tenants = h2guard.NewTenants(h2TenantResetBudget)
+	s.h2guard = s.newH2Guard()
 	opts = append(opts, grpc.Creds(guardCreds{TransportCredentials: creds, s: s}))
 	s.grpc = grpc.NewServer(opts...)
 	s.rest = newInprocConn(s.unaryInterceptors(), cfg.MaxRecvMsgBytes, cfg.MaxSendMsgBytes)

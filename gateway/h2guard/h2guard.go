@@ -4,9 +4,12 @@
 // reset, CVE-2023-44487), SETTINGS or PING frames faster than a token
 // bucket allows: a GOAWAY with ENHANCE_YOUR_CALM (RFC 9113 section 5.4.1)
 // when the server is not in the middle of writing a frame, then close.
-// Resets may also draw from a second bucket shared by every connection of
+// Resets also draw from a second bucket shared by every connection of
 // one tenant (Conn.Attribute), so opening more connections does not buy
-// more resets. Neither net/http's HTTP/2 server nor grpc-go rate-limits
+// more resets; and after a cut the client's address and the connection's
+// tenant are in cooldown: new connections from the address are closed at
+// once, and a connection is cut as soon as a request of the tenant
+// authenticates on it. Neither net/http's HTTP/2 server nor grpc-go rate-limits
 // these frames (they bound handler goroutines and queued control frames
 // only; grpc-go bounds pings with its keepalive policy).
 //
@@ -60,14 +63,153 @@ type Limits struct {
 	Resets, Settings, Pings Budget
 }
 
+// Guard is what the guarded connections of a server share: their
+// budgets, the per-tenant reset buckets and the cooldowns after a cut.
+type Guard struct {
+	Limits       Limits
+	TenantResets Budget
+	// Cooldown: after a cut, the client's address and the connection's
+	// tenant are refused for this long (0: no cooldown).
+	Cooldown time.Duration
+	// OnCut, if set, is told why a connection was cut (metrics, logs).
+	OnCut func(reason string)
+
+	mu      sync.Mutex
+	buckets map[string]*rate.Limiter // tenant -> resets
+	ips     map[string]time.Time     // address -> end of its cooldown
+	tenants map[string]time.Time     // tenant -> end of its cooldown
+}
+
+// maxCooldowns bounds the addresses and tenants in cooldown; expired
+// ones are pruned when it is reached, and above it no more are added.
+const maxCooldowns = 1 << 16
+
+// Wrap guards c. The client's preface decides whether it speaks HTTP/2
+// (an HTTP/1 connection passes untouched); h2 says the server speaks
+// HTTP/2 from its first octet (a gRPC listener, whose SETTINGS may go out
+// before the client's preface arrives), so its frames are followed from
+// the start. ok is false when c's address is in cooldown: close it.
+func (g *Guard) Wrap(c net.Conn, h2 bool) (gc *Conn, ok bool) {
+	ip := hostOf(c.RemoteAddr())
+	if g.cooling(g.ips, ip) {
+		return nil, false
+	}
+	l := g.Limits
+	gc = &Conn{Conn: c, g: g, ip: ip, resets: l.Resets.limiter(), settings: l.Settings.limiter(),
+		pings: l.Pings.limiter(), slot: make(chan struct{}, 1)}
+	gc.isH2.Store(h2)
+	return gc, true
+}
+
+func hostOf(a net.Addr) string {
+	if tcp, ok := a.(*net.TCPAddr); ok {
+		return tcp.IP.String()
+	}
+	host, _, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	return host
+}
+
+// Refuses reports whether connections from a's address are in cooldown.
+func (g *Guard) Refuses(a net.Addr) bool { return g.cooling(g.ips, hostOf(a)) }
+
+// cooling reports whether key is in cooldown in m.
+func (g *Guard) cooling(m map[string]time.Time, key string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	until, ok := m[key]
+	return ok && time.Now().Before(until)
+}
+
+// punish starts the cooldown of a cut connection's address and tenant
+// (an unauthenticated one has none).
+func (g *Guard) punish(ip, tenant string) {
+	if g.Cooldown <= 0 {
+		return
+	}
+	now := time.Now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ips == nil {
+		g.ips, g.tenants = map[string]time.Time{}, map[string]time.Time{}
+	}
+	if ip != "" {
+		g.coolLocked(g.ips, ip, now)
+	}
+	if tenant != "" { // "" is every caller of a server without tokens
+		g.coolLocked(g.tenants, tenant, now)
+	}
+}
+
+func (g *Guard) coolLocked(m map[string]time.Time, key string, now time.Time) {
+	if len(m) >= maxCooldowns {
+		for k, until := range m {
+			if !now.Before(until) {
+				delete(m, k)
+			}
+		}
+	}
+	if len(m) < maxCooldowns {
+		m[key] = now.Add(g.Cooldown)
+	}
+}
+
+// bucket returns tenant's reset bucket (nil: no per-tenant budget).
+func (g *Guard) bucket(tenant string) *rate.Limiter {
+	if g.TenantResets.Burst <= 0 {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.buckets == nil {
+		g.buckets = map[string]*rate.Limiter{}
+	}
+	l := g.buckets[tenant]
+	if l == nil {
+		l = g.TenantResets.limiter()
+		g.buckets[tenant] = l
+	}
+	return l
+}
+
+// Listener closes connections from addresses in cooldown at accept and
+// guards the others.
+func (g *Guard) Listener(l net.Listener) net.Listener { return guardListener{Listener: l, g: g} }
+
+type guardListener struct {
+	net.Listener
+	g *Guard
+}
+
+func (l guardListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		gc, ok := l.g.Wrap(c, false)
+		if !ok {
+			_ = c.Close()
+			if l.g.OnCut != nil {
+				l.g.OnCut("cooldown")
+			}
+			continue
+		}
+		return gc, nil
+	}
+}
+
 // Conn is a server connection under guard.
 type Conn struct {
 	net.Conn
-	// onCut, if set, is told why a connection was cut (metrics, logs).
-	onCut func(reason string)
+	g  *Guard
+	ip string
 
 	resets, settings, pings *rate.Limiter
 	tenantResets            atomic.Pointer[rate.Limiter]
+	tenant                  atomic.Pointer[string]
 
 	// exempt, if set, is asked once, at the first frame: an exempt
 	// connection (the REST proxy's own) is not counted.
@@ -76,12 +218,12 @@ type Conn struct {
 
 	// read side (the connection's one reader)
 	mode      int         // modeDetect, modeH2, modeOff
-	isH2      atomic.Bool // mode == modeH2, for the write side
+	isH2      atomic.Bool // the server's writes are HTTP/2 frames
 	preface   int         // preface octets matched so far
 	hdr       [frameHeaderLen]byte
 	hdrN      int
-	skip      int    // payload octets still to pass
-	lastID    uint32 // highest client stream id seen
+	skip      int           // payload octets still to pass
+	lastID    atomic.Uint32 // highest client stream id seen
 	cut       atomic.Bool
 	cutReason atomic.Value // string
 
@@ -100,23 +242,26 @@ const (
 	modeOff // HTTP/1: nothing to count
 )
 
-// NewConn guards c. The client's preface decides whether it speaks
-// HTTP/2 (an HTTP/1 connection passes untouched); h2 says the server
-// speaks HTTP/2 from its first octet (a gRPC listener, whose SETTINGS may
-// go out before the client's preface arrives), so its frames are
-// followed from the start.
-func NewConn(c net.Conn, lim Limits, h2 bool, onCut func(reason string)) *Conn {
-	g := &Conn{Conn: c, onCut: onCut, resets: lim.Resets.limiter(), settings: lim.Settings.limiter(),
-		pings: lim.Pings.limiter(), slot: make(chan struct{}, 1)}
-	g.isH2.Store(h2)
-	return g
-}
-
-// Attribute makes resets on c also draw from b, a bucket shared by the
-// connections of one tenant (the first authenticated request decides).
-func (c *Conn) Attribute(b *rate.Limiter) {
-	if b != nil {
-		c.tenantResets.CompareAndSwap(nil, b)
+// Attribute records the tenant of a request authenticated on c: its
+// resets then also draw from the tenant's bucket (the first tenant
+// decides), and a tenant in cooldown has the connection cut at once.
+func (c *Conn) Attribute(tenant string) {
+	if c.g.cooling(c.g.tenants, tenant) {
+		c.tenant.CompareAndSwap(nil, &tenant)
+		c.abort("tenant_cooldown")
+		return
+	}
+	if c.tenant.CompareAndSwap(nil, &tenant) {
+		if b := c.g.bucket(tenant); b != nil {
+			c.tenantResets.Store(b)
+		}
+		// A request that authenticates after its connection was cut (a
+		// rapid reset's streams start their handlers late) still puts
+		// its tenant in cooldown; abort, which may have run before, did
+		// not know the tenant.
+		if c.cut.Load() {
+			c.g.punish("", tenant)
+		}
 	}
 }
 
@@ -131,21 +276,25 @@ func (c *Conn) Read(p []byte) (int, error) {
 	}
 	n, err := c.Conn.Read(p)
 	if n > 0 && c.mode != modeOff {
-		if reason := c.scan(p[:n]); reason != "" {
+		if reason, rest := c.scan(p[:n]); reason != "" {
+			// The server still gets the frames before the offending one
+			// (their requests authenticate and name the tenant, which
+			// then cools down: Attribute); the next Read fails.
 			c.abort(reason)
-			return 0, ErrCut
+			return max(0, n-rest-frameHeaderLen), nil
 		}
 	}
 	return n, err
 }
 
 // scan follows the frame headers in b; it returns why the connection
-// must be cut, or "".
-func (c *Conn) scan(b []byte) string {
+// must be cut ("" if not) and how many octets of b follow the header of
+// the frame that decided it.
+func (c *Conn) scan(b []byte) (string, int) {
 	for len(b) > 0 {
 		switch {
 		case c.mode == modeOff:
-			return ""
+			return "", 0
 		case c.mode == modeDetect:
 			b = c.detect(b)
 		case c.skip > 0:
@@ -157,15 +306,15 @@ func (c *Conn) scan(b []byte) string {
 			c.hdrN += k
 			b = b[k:]
 			if c.hdrN < frameHeaderLen {
-				return ""
+				return "", 0
 			}
 			c.hdrN = 0
 			if reason := c.frame(); reason != "" {
-				return reason
+				return reason, len(b)
 			}
 		}
 	}
-	return ""
+	return "", 0
 }
 
 // detect matches the preface; a mismatch is HTTP/1.
@@ -190,8 +339,8 @@ func (c *Conn) frame() string {
 	typ, flags := c.hdr[3], c.hdr[4]
 	id := binary.BigEndian.Uint32(c.hdr[5:9]) & 0x7fffffff
 	c.skip = length
-	if id > c.lastID && id%2 == 1 {
-		c.lastID = id
+	if id > c.lastID.Load() && id%2 == 1 {
+		c.lastID.Store(id)
 	}
 	if !c.checked {
 		c.checked = true
@@ -222,25 +371,33 @@ func (c *Conn) frame() string {
 
 func allow(l *rate.Limiter) bool { return l == nil || l.Allow() }
 
-// abort cuts the connection: GOAWAY if the server is between frames and
-// not writing, then close.
+// abort cuts the connection: GOAWAY once the server is between frames
+// and not writing (waiting at most goAwayDeadline for its write to end),
+// then close.
 func (c *Conn) abort(reason string) {
 	if !c.cut.CompareAndSwap(false, true) {
 		return
 	}
 	c.cutReason.Store(reason)
-	if c.onCut != nil {
-		c.onCut(reason)
+	if c.g.OnCut != nil {
+		c.g.OnCut(reason)
 	}
+	tenant := ""
+	if t := c.tenant.Load(); t != nil {
+		tenant = *t
+	}
+	c.g.punish(c.ip, tenant)
+	t := time.NewTimer(goAwayDeadline)
+	defer t.Stop()
 	select {
-	case c.slot <- struct{}{}: // the server is not writing: a frame boundary is known
+	case c.slot <- struct{}{}: // the server is not writing (or finished its write): a frame boundary is known
 		if c.wHdrN == 0 && c.wSkip == 0 && !c.goAwayed {
 			c.goAwayed = true
 			_ = c.Conn.SetWriteDeadline(time.Now().Add(goAwayDeadline))
-			_, _ = c.Conn.Write(goAway(c.lastID, reason))
+			_, _ = c.Conn.Write(goAway(c.lastID.Load(), reason))
 		}
 		<-c.slot
-	default: // mid-write: no GOAWAY, which would land inside a frame
+	case <-t.C: // a write blocked on a slow client: no GOAWAY, which would land inside a frame
 	}
 	_ = c.Conn.Close()
 }
@@ -249,6 +406,9 @@ func (c *Conn) abort(reason string) {
 // debug data.
 func goAway(lastID uint32, reason string) []byte {
 	debug := "h2guard: too many " + reason + " frames"
+	if reason == "tenant_cooldown" {
+		debug = "h2guard: tenant_cooldown: this tenant's connection was cut for HTTP/2 abuse moments ago"
+	}
 	f := make([]byte, frameHeaderLen+8+len(debug))
 	n := 8 + len(debug)
 	f[0], f[1], f[2] = byte(n>>16), byte(n>>8), byte(n)
@@ -302,51 +462,3 @@ func (c *Conn) CutReason() string {
 // Exempt sets the check of a connection's remote address that exempts
 // it from counting (asked once, at its first frame). Call before use.
 func (c *Conn) Exempt(f func(remote net.Addr) bool) { c.exempt = f }
-
-// Listener guards every accepted connection.
-type Listener struct {
-	net.Listener
-	Limits Limits
-	// H2: connections speak HTTP/2 from the first octet (gRPC).
-	H2    bool
-	OnCut func(reason string)
-}
-
-// Accept wraps the next connection.
-func (l Listener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return NewConn(c, l.Limits, l.H2, l.OnCut), nil
-}
-
-// Tenants holds the per-tenant reset buckets.
-type Tenants struct {
-	budget Budget
-	mu     sync.Mutex
-	m      map[string]*rate.Limiter
-}
-
-// NewTenants makes per-tenant buckets of b (nil: no per-tenant bound).
-func NewTenants(b Budget) *Tenants {
-	if b.Burst <= 0 {
-		return nil
-	}
-	return &Tenants{budget: b, m: map[string]*rate.Limiter{}}
-}
-
-// Bucket returns tenant's bucket (nil on a nil Tenants).
-func (t *Tenants) Bucket(tenant string) *rate.Limiter {
-	if t == nil {
-		return nil
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	l := t.m[tenant]
-	if l == nil {
-		l = t.budget.limiter()
-		t.m[tenant] = l
-	}
-	return l
-}
