@@ -34,6 +34,8 @@ const Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
 // Frame types counted (RFC 9113 section 6).
 const (
+	frameData      = 0x0
+	frameHeaders   = 0x1
 	frameRSTStream = 0x3
 	frameSettings  = 0x4
 	framePing      = 0x6
@@ -230,6 +232,7 @@ type Conn struct {
 	// write side: the server's writes are serialized by the server; slot
 	// lets the GOAWAY of a cut take a turn without waiting (try-only).
 	slot     chan struct{}
+	sentData atomic.Bool // a HEADERS or DATA frame was written since the last client PING
 	wHdr     [frameHeaderLen]byte
 	wHdrN    int
 	wSkip    int
@@ -246,6 +249,9 @@ const (
 // resets then also draw from the tenant's bucket (the first tenant
 // decides), and a tenant in cooldown has the connection cut at once.
 func (c *Conn) Attribute(tenant string) {
+	if !c.isH2.Load() {
+		return // HTTP/1: nothing of this is counted
+	}
 	if c.g.cooling(c.g.tenants, tenant) {
 		c.tenant.CompareAndSwap(nil, &tenant)
 		c.abort("tenant_cooldown")
@@ -362,7 +368,11 @@ func (c *Conn) frame() string {
 			return "settings"
 		}
 	case framePing:
-		if flags&flagAck == 0 && !allow(c.pings) {
+		// A ping while the server sends responses is a client measuring
+		// the path (grpc-go's BDP estimator pings once per round trip of
+		// received data): only pings with no HEADERS or DATA written
+		// since the last one count, as grpc-go's keepalive policy does.
+		if flags&flagAck == 0 && !c.sentData.Swap(false) && !allow(c.pings) {
 			return "ping"
 		}
 	}
@@ -391,7 +401,7 @@ func (c *Conn) abort(reason string) {
 	defer t.Stop()
 	select {
 	case c.slot <- struct{}{}: // the server is not writing (or finished its write): a frame boundary is known
-		if c.wHdrN == 0 && c.wSkip == 0 && !c.goAwayed {
+		if c.isH2.Load() && c.wHdrN == 0 && c.wSkip == 0 && !c.goAwayed {
 			c.goAwayed = true
 			_ = c.Conn.SetWriteDeadline(time.Now().Add(goAwayDeadline))
 			_, _ = c.Conn.Write(goAway(c.lastID.Load(), reason))
@@ -449,6 +459,9 @@ func (c *Conn) follow(b []byte) {
 		if c.wHdrN == frameHeaderLen {
 			c.wHdrN = 0
 			c.wSkip = int(c.wHdr[0])<<16 | int(c.wHdr[1])<<8 | int(c.wHdr[2])
+			if t := c.wHdr[3]; t == frameData || t == frameHeaders {
+				c.sentData.Store(true)
+			}
 		}
 	}
 }
