@@ -70,14 +70,9 @@ func (a *h2Attacker) request(path, token string, grpc bool) (uint32, error) {
 	return id, a.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: a.hbuf.Bytes(), EndHeaders: true, EndStream: !grpc})
 }
 
-// goAway reads frames until a GOAWAY or the connection ends; it returns
-// the GOAWAY's error code and debug data, or an error.
-func (a *h2Attacker) goAway(within time.Duration) (http2.ErrCode, string, error) {
-	code, debug, _, err := a.goAwayFrame(within)
-	return code, debug, err
-}
-
-// goAwayFrame is goAway with the GOAWAY's last stream id.
+// goAwayFrame reads frames until a GOAWAY or the connection ends; it
+// returns the GOAWAY's error code, debug data and last stream id, or an
+// error.
 func (a *h2Attacker) goAwayFrame(within time.Duration) (http2.ErrCode, string, uint32, error) {
 	_ = a.c.SetReadDeadline(time.Now().Add(within))
 	for {

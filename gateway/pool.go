@@ -89,13 +89,6 @@ func (p *connPool) lane(ctx context.Context) (*grpc.ClientConn, error) {
 	return c, nil
 }
 
-// lanesOpen is the number of tenant lanes (tests).
-func (p *connPool) lanesOpen() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.lanes)
-}
-
 // Close closes every connection (outside the lock: closing writes a
 // GOAWAY).
 func (p *connPool) Close() error {
