@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"net"
 	"sync"
 
@@ -55,15 +54,14 @@ type guardCreds struct {
 }
 
 func (g guardCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	if g.s.h2guard.Refuses(raw.RemoteAddr()) {
-		g.s.h2Cut("cooldown")
-		return nil, nil, errors.New("h2guard: this address is in cooldown after HTTP/2 abuse")
-	}
 	c, ai, err := g.TransportCredentials.ServerHandshake(raw)
 	if err != nil {
 		return c, ai, err
 	}
-	hc, _ := g.s.h2guard.Wrap(c, true)
+	// An address in cooldown is cut at its first frame, not here: the
+	// REST proxy's own connections (exempt) are known only once their
+	// dial returned.
+	hc := g.s.h2guard.Wrap(c, true)
 	hc.Exempt(func(a net.Addr) bool { _, ok := g.s.proxyConns.Load(a.String()); return ok })
 	key := raw.RemoteAddr().String()
 	g.s.h2Conns.Store(key, hc)

@@ -90,17 +90,15 @@ const maxCooldowns = 1 << 16
 // (an HTTP/1 connection passes untouched); h2 says the server speaks
 // HTTP/2 from its first octet (a gRPC listener, whose SETTINGS may go out
 // before the client's preface arrives), so its frames are followed from
-// the start. ok is false when c's address is in cooldown: close it.
-func (g *Guard) Wrap(c net.Conn, h2 bool) (gc *Conn, ok bool) {
-	ip := hostOf(c.RemoteAddr())
-	if g.cooling(g.ips, ip) {
-		return nil, false
-	}
+// the start. A connection from an address in cooldown is cut at its
+// first frame unless it is exempt (Conn.Exempt); Listener refuses such
+// connections at accept already.
+func (g *Guard) Wrap(c net.Conn, h2 bool) *Conn {
 	l := g.Limits
-	gc = &Conn{Conn: c, g: g, ip: ip, resets: l.Resets.limiter(), settings: l.Settings.limiter(),
+	gc := &Conn{Conn: c, g: g, ip: hostOf(c.RemoteAddr()), resets: l.Resets.limiter(), settings: l.Settings.limiter(),
 		pings: l.Pings.limiter(), slot: make(chan struct{}, 1)}
 	gc.isH2.Store(h2)
-	return gc, true
+	return gc
 }
 
 func hostOf(a net.Addr) string {
@@ -191,15 +189,14 @@ func (l guardListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		gc, ok := l.g.Wrap(c, false)
-		if !ok {
+		if l.g.Refuses(c.RemoteAddr()) {
 			_ = c.Close()
 			if l.g.OnCut != nil {
 				l.g.OnCut("cooldown")
 			}
 			continue
 		}
-		return gc, nil
+		return l.g.Wrap(c, false), nil
 	}
 }
 
@@ -354,6 +351,9 @@ func (c *Conn) frame() string {
 			c.mode = modeOff // the rest of the connection passes uncounted
 			return ""
 		}
+		if c.g.cooling(c.g.ips, c.ip) {
+			return "cooldown"
+		}
 	}
 	switch typ {
 	case frameRSTStream:
@@ -416,8 +416,11 @@ func (c *Conn) abort(reason string) {
 // debug data.
 func goAway(lastID uint32, reason string) []byte {
 	debug := "h2guard: too many " + reason + " frames"
-	if reason == "tenant_cooldown" {
+	switch reason {
+	case "tenant_cooldown":
 		debug = "h2guard: tenant_cooldown: this tenant's connection was cut for HTTP/2 abuse moments ago"
+	case "cooldown":
+		debug = "h2guard: cooldown: a connection from this address was cut for HTTP/2 abuse moments ago"
 	}
 	f := make([]byte, frameHeaderLen+8+len(debug))
 	n := 8 + len(debug)

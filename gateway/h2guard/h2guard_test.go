@@ -49,10 +49,7 @@ func pipeConn(t *testing.T) (server, client net.Conn) {
 func TestScanAcrossReads(t *testing.T) {
 	server, client := pipeConn(t)
 	g := &Guard{Limits: Limits{Resets: Budget{PerSecond: 0.001, Burst: 10}}}
-	gc, ok := g.Wrap(server, false)
-	if !ok {
-		t.Fatal("a fresh address is in cooldown")
-	}
+	gc := g.Wrap(server, false)
 	var in bytes.Buffer
 	in.WriteString(Preface)
 	in.Write(frame(frameSettings, 0, 0, nil))
@@ -97,7 +94,7 @@ func TestScanAcrossReads(t *testing.T) {
 func TestHTTP1Untouched(t *testing.T) {
 	server, client := pipeConn(t)
 	g := &Guard{Limits: Limits{Resets: Budget{PerSecond: 0.001, Burst: 1}, Settings: Budget{PerSecond: 0.001, Burst: 1}}}
-	gc, _ := g.Wrap(server, false)
+	gc := g.Wrap(server, false)
 	req := "POST /v1/documents HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n" + string(bytes.Repeat(frame(frameRSTStream, 0, 1, []byte{0, 0, 0, 8}), 8))[:100]
 	go func() { _, _ = io.WriteString(client, req); client.(*net.TCPConn).CloseWrite() }()
 	got, err := io.ReadAll(gc)
@@ -115,7 +112,7 @@ func TestHTTP1Untouched(t *testing.T) {
 func TestCooldown(t *testing.T) {
 	g := &Guard{Limits: Limits{Settings: Budget{PerSecond: 0.001, Burst: 1}}, Cooldown: time.Minute}
 	server, client := pipeConn(t)
-	gc, _ := g.Wrap(server, false)
+	gc := g.Wrap(server, false)
 	go func() {
 		var b bytes.Buffer
 		b.WriteString(Preface)
