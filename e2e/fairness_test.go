@@ -37,7 +37,7 @@ const (
 	// the gateway, not its own limit.
 	fairProbeEvery = 20 * time.Millisecond
 	// fairPhase is how long the bystander is measured under each attack.
-	fairPhase = 4 * time.Second
+	fairPhase = 6 * time.Second
 	// rrBatchEvery paces a rapid-reset connection's batches of 1,000
 	// pairs.
 	rrBatchEvery = 44 * time.Millisecond
