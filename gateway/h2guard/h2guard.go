@@ -113,12 +113,18 @@ func hostOf(a net.Addr) string {
 }
 
 // Refuses reports whether connections from a's address are in cooldown.
-func (g *Guard) Refuses(a net.Addr) bool { return g.cooling(g.ips, hostOf(a)) }
+func (g *Guard) Refuses(a net.Addr) bool { return g.cooling(false, hostOf(a)) }
 
-// cooling reports whether key is in cooldown in m.
-func (g *Guard) cooling(m map[string]time.Time, key string) bool {
+// cooling reports whether key is in cooldown among the addresses
+// (tenant false) or the tenants; the maps are read under the lock (punish
+// creates them).
+func (g *Guard) cooling(tenant bool, key string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	m := g.ips
+	if tenant {
+		m = g.tenants
+	}
 	until, ok := m[key]
 	return ok && time.Now().Before(until)
 }
@@ -249,7 +255,7 @@ func (c *Conn) Attribute(tenant string) {
 	if !c.isH2.Load() {
 		return // HTTP/1: nothing of this is counted
 	}
-	if c.g.cooling(c.g.tenants, tenant) {
+	if c.g.cooling(true, tenant) {
 		c.tenant.CompareAndSwap(nil, &tenant)
 		c.abort("tenant_cooldown")
 		return
@@ -351,7 +357,7 @@ func (c *Conn) frame() string {
 			c.mode = modeOff // the rest of the connection passes uncounted
 			return ""
 		}
-		if c.g.cooling(c.g.ips, c.ip) {
+		if c.g.cooling(false, c.ip) {
 			return "cooldown"
 		}
 	}
