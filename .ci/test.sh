@@ -145,7 +145,7 @@ fuzz_all() {
 # or memory under attack (issue 11's targets); it runs alone, last. The
 # other three (browser; replicas and peers; the rest) run beside each
 # other and the full-size pass.
-E2E_QUIET='TestHostile|TestLoad|TestHTTPAdversary'
+E2E_QUIET='TestHostile|TestLoad|TestHTTPAdversary|TestFairness'
 E2E_BROWSER='TestConsole|TestDocsRender|TestGeneratedClient|TestBrowser|TestCrashSafety'
 E2E_SCALE='TestScaleOut|TestReadmeScaleOut|TestManyPeers|TestHistory|TestCancelReadYourWrites'
 e2e() { go test -count=1 -timeout 30m "$@" ./e2e/; }

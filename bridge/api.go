@@ -179,6 +179,11 @@ type Options struct {
 	// PeerWait bounds how long a document may wait for a peer session
 	// before it fails (default 5 minutes).
 	PeerWait time.Duration
+	// PeerIdleTimeout: a peer session that hears nothing from the peer,
+	// not even ACKs of the QUIC PINGs sent every third of it, for this
+	// long has lost its peer; its documents are re-dispatched (default
+	// quicpeer.DefaultIdleTimeout, 3 s; --peer-idle-timeout).
+	PeerIdleTimeout time.Duration
 	// InlineThreshold: documents up to this size with no split strategy are
 	// sent whole (default 1 MiB).
 	InlineThreshold int64

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pipestream/gateway/bridge/eventlog"
 	"github.com/pipestream/gateway/bridge/store"
+	"github.com/pipestream/gateway/quicpeer"
 )
 
 // Bridge implements Service over one or several PipeStream peers.
@@ -148,6 +149,12 @@ func (o *Options) fill() error {
 	}
 	if o.PeerWait == 0 {
 		o.PeerWait = defaultPeerWait
+	}
+	if o.PeerIdleTimeout < 0 {
+		return invalidf("Options.PeerIdleTimeout must not be negative")
+	}
+	if o.PeerIdleTimeout == 0 {
+		o.PeerIdleTimeout = quicpeer.DefaultIdleTimeout
 	}
 	return nil
 }
