@@ -49,6 +49,10 @@ type attempt struct {
 	// outliving thousands of documents holds none of them.
 	sessEnts []sessEnt
 
+	// answered: the entities (R, chunks) whose result the peer sent;
+	// a second one is refused (attribution.go).
+	answered map[entKey]bool
+
 	rootID       uint32
 	sendDone     bool // every stream of the document was sent
 	rootComplete bool

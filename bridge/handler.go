@@ -2,7 +2,6 @@ package bridge
 
 import (
 	"fmt"
-	"io"
 	"strconv"
 	"time"
 
@@ -438,6 +437,7 @@ func (b *Bridge) onSessionClosedLocked(ss *sessState, err error) {
 	}
 	b.retireLocked(ss)
 	delete(b.sessions, ss)
+	delete(b.ownNumbering, ss)
 	b.kick() // a draft-04 dial may wait for this session to end
 	reason := "peer session closed"
 	if err != nil {
@@ -517,22 +517,20 @@ func (b *Bridge) giveUpLocked(ss *sessState, d *docRun, id uint32) {
 // for the flush that commits the terminal state, a large one goes to the
 // result file (content.go).
 func (b *Bridge) onResult(ss *sessState, e *quicpeer.IncomingEntity) {
-	if b.onPlainResult(ss, e) {
-		return
-	}
 	h := e.Header
 	b.mu.Lock()
-	var a *attempt
-	if ref := ss.ents[entKey{scope: scopeOf(h), id: h.EntityID}]; ref != nil && ref.key == rootKey(ref.att.rootID) && ref.att.newest() {
-		a = ref.att
-	}
-	b.mu.Unlock()
-	role := h.Metadata[metaRole]
-	if a == nil || (role != roleResult && role != roleResultPart) {
-		b.log.Debug("bridge: discarding an entity stream that is no result of a running document", "entity", h.EntityID)
-		_, _ = io.Copy(io.Discard, e.Payload)
+	if !ss.profile {
+		b.mu.Unlock()
+		b.onPlainResult(ss, e)
 		return
 	}
+	a, r := attributeProfileLocked(ss, h)
+	b.mu.Unlock()
+	if a == nil {
+		b.refuseResult(ss, e, r)
+		return
+	}
+	role := h.Metadata[metaRole]
 	if role == roleResultPart {
 		b.onResultPart(a, e)
 		return

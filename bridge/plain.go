@@ -23,10 +23,10 @@ import (
 // (draft-02) is STATUS(R, DEHYDRATING) and plain chunk children, the last
 // one carrying total-chunks. A draft-04 peer gets every document whole, on
 // a connection of its own, with the six-member header. Results are the
-// entities the peer sends back that refer to the document's entities
-// (entity-id or parent-id): one for R is the whole result, ones for chunks
-// are rehydrated in chunk order; none gives SUCCEEDED with an absent
-// result.
+// entities the peer sends back, matched to the document's entities by the
+// attribution rules (attribution.go, profile 9.4: parent-id first): one
+// for R is the whole result, ones for chunks are rehydrated in chunk
+// order; none gives SUCCEEDED with an absent result.
 
 // plainPart is a chunk's result from a plain peer, spooled to a file.
 type plainPart struct {
@@ -192,30 +192,18 @@ func (b *Bridge) sendChunk(j *attempt, rootID uint32, c split.Chunk, total uint6
 	return nil
 }
 
-// plainTarget finds the document entity a plain peer's entity refers to:
-// its own entity-id, else its parent-id.
-func plainTarget(ss *sessState, h *wire.EntityHeader) *entRef {
-	if ref := ss.ents[entKey{scope: scopeOf(h), id: h.EntityID}]; ref != nil && ref.att.plain {
-		return ref
-	}
-	if h.ParentID != nil {
-		if ref := ss.ents[rootKey(*h.ParentID)]; ref != nil && ref.att.plain {
-			return ref
-		}
-	}
-	return nil
-}
-
-// onPlainResult takes an entity a plain peer sent for one of a plain
-// document's entities: R's result is the document's result; a chunk's is
-// spooled until the document is rehydrated. It reports false when the
-// entity is no result of a running plain document.
-func (b *Bridge) onPlainResult(ss *sessState, e *quicpeer.IncomingEntity) bool {
+// onPlainResult takes an entity a plain peer sent: matched by the
+// attribution rules (attribution.go, docs/profile.md 9.4) to one entity of
+// a running plain document of this session, R's result is the document's
+// result and a chunk's is spooled until the document is rehydrated;
+// anything else is refused (logged and counted).
+func (b *Bridge) onPlainResult(ss *sessState, e *quicpeer.IncomingEntity) {
 	b.mu.Lock()
-	ref := plainTarget(ss, e.Header)
-	if ref == nil || !ref.att.newest() {
+	ref, r := b.attributePlainLocked(ss, e.Header)
+	if ref == nil {
 		b.mu.Unlock()
-		return false
+		b.refuseResult(ss, e, r)
+		return
 	}
 	a, key := ref.att, ref.key
 	a.plainActive++
@@ -230,7 +218,6 @@ func (b *Bridge) onPlainResult(ss *sessState, e *quicpeer.IncomingEntity) bool {
 	} else {
 		b.storePlainPart(a, idx, e)
 	}
-	return true
 }
 
 // storePlainRootResult stores a whole result for R (as a profile result).
@@ -291,10 +278,7 @@ func (b *Bridge) storePlainPart(a *attempt, idx uint64, e *quicpeer.IncomingEnti
 	if a.plainParts == nil {
 		a.plainParts = map[uint64]plainPart{}
 	}
-	if old, ok := a.plainParts[idx]; ok {
-		_ = os.Remove(old.path) // a later result for the same chunk wins
-	}
-	a.plainParts[idx] = p
+	a.plainParts[idx] = p // attribution admits one result per chunk
 	if a.rootComplete {
 		b.maybeFinishLocked(d)
 	}
