@@ -74,6 +74,9 @@ type attempt struct {
 	plainParts  map[uint64]plainPart
 	plainSettle *time.Timer
 	plainActive int
+	// awaitingParts: the assembly waits for the results of completed
+	// chunks (awaitMissingPartsLocked).
+	awaitingParts bool
 }
 
 // idleAttempt stands for "no attempt runs" before d's first dispatch in

@@ -317,3 +317,48 @@ func TestProfileResultWithParentIDRefused(t *testing.T) {
 	sendResult(t, a.s, r, []byte("late"))
 	waitCounter(t, reg, refusedMetric, "reason", "unmatched", 1)
 }
+
+// A peer that returns chunk results returns one for every chunk it
+// completes: when one is missing once every chunk is COMPLETE, the gateway
+// does not assemble the others into the document's result (that would
+// drop the chunk's output) but waits; the late result completes it.
+func TestPlainMissingChunkResultAwaited(t *testing.T) {
+	p, b, _ := newPlainEnvReg(t)
+	content := bytes.Repeat([]byte("0123456789abcdef"), 3*1024) // 3 chunks of 16 KiB
+	req := &gatewayv1.SubmitDocumentRequest{Content: content, ContentType: "text/plain",
+		Split: &gatewayv1.SplitOptions{Strategy: gatewayv1.SplitStrategy_SPLIT_FIXED_BYTES, ChunkBytes: 16 << 10}}
+	d, err := b.Submit(context.Background(), "", req)
+	must(t, err)
+	chunks := make([]arrival, 3)
+	for range 3 {
+		a := p.next(t)
+		chunks[a.h.ChunkInfo.ChunkIndex] = a
+	}
+	root := *chunks[0].h.ParentID
+	part := func(i int) []byte { return bytes.ToUpper(content[i*16<<10 : (i+1)*16<<10]) }
+	for i, a := range chunks {
+		status(t, a.s, wire.StatusProcessing, a.h.EntityID, 0, 0)
+		if i != 1 {
+			sendNewResult(t, a.s, 0x7000_0000+uint32(i), a.h.EntityID, part(i))
+		}
+		status(t, a.s, wire.StatusComplete, a.h.EntityID, 0, 0)
+	}
+	// The gateway rehydrates R itself (the peer never reports it) ...
+	waitDoc(t, b, d.Id, func(doc *gatewayv1.Document) bool {
+		for _, e := range doc.Entities {
+			if e.EntityId == root && e.Status == gatewayv1.EntityStatus_ENTITY_STATUS_COMPLETE {
+				return true
+			}
+		}
+		return terminal(doc.State)
+	})
+	// ... and chunk 1's result, late, is still the document's.
+	sendNewResult(t, chunks[1].s, 0x7000_0001, chunks[1].h.EntityID, part(1))
+	doc := waitDoc(t, b, d.Id, docTerminal)
+	if doc.State != gatewayv1.State_SUCCEEDED {
+		t.Fatalf("state %s error %q", doc.State, doc.Error)
+	}
+	if got := readResult(t, b, d.Id); !bytes.Equal(got, bytes.ToUpper(content)) {
+		t.Fatalf("result: %d octets, want all %d in chunk order (a chunk's output was dropped)", len(got), len(content))
+	}
+}

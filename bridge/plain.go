@@ -435,6 +435,10 @@ func (b *Bridge) finishPlainLocked(d *docRun) bool {
 // into the document's result (off the lock), then finishes it.
 func (b *Bridge) assemblePlainLocked(d *docRun) {
 	a := d.att
+	if miss := a.completeChunksWithoutResult(); len(miss) > 0 {
+		b.awaitMissingPartsLocked(d, miss)
+		return
+	}
 	parts := a.plainParts
 	a.plainParts = nil
 	a.plainActive++ // the assembly is a result being read
@@ -481,4 +485,55 @@ func (b *Bridge) assemblePlainLocked(d *docRun) {
 		}
 		b.plainResultStoredLocked(d, storedResult{inline, spooled, n, d.rec.Doc.ContentType}, err, "assembling the chunk results failed")
 	}()
+}
+
+// completeChunksWithoutResult lists the chunk indexes that the peer
+// reported COMPLETE but returned no result for, when it returned results
+// for other chunks (a peer that returns chunk results returns one for
+// every chunk it completes; profile 9.4). Caller holds b.mu.
+func (a *attempt) completeChunksWithoutResult() []uint64 {
+	if len(a.plainParts) == 0 {
+		return nil
+	}
+	var miss []uint64
+	for k, e := range a.ents {
+		if k.scope != 0 || k.id == a.rootID || e.Status != gatewayv1.EntityStatus_ENTITY_STATUS_COMPLETE {
+			continue
+		}
+		if _, ok := a.plainParts[uint64(e.ChunkIndex)]; !ok {
+			miss = append(miss, uint64(e.ChunkIndex))
+		}
+	}
+	slices.Sort(miss)
+	return miss
+}
+
+// awaitMissingPartsLocked holds the assembly of d's chunk results while
+// chunks the peer completed have none: a result part that arrives
+// (storePlainPart) assembles the document; after resultFinishGrace the
+// attempt ends and the document is dispatched again (a result assembled
+// without them would silently lose those chunks' output).
+func (b *Bridge) awaitMissingPartsLocked(d *docRun, miss []uint64) {
+	a := d.att
+	if a.awaitingParts {
+		return
+	}
+	a.awaitingParts = true
+	b.log.Warn("bridge: the peer completed chunks without returning their results; waiting for them",
+		"doc", d.id, "peer", a.peerAddr(), "chunks", miss, "results", len(a.plainParts))
+	a.stopFinishTimer()
+	a.finishTimer = time.AfterFunc(resultFinishGrace, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if !a.current() || a.resultReady {
+			return
+		}
+		a.awaitingParts = false
+		if miss := a.completeChunksWithoutResult(); len(miss) > 0 {
+			b.abortAttemptLocked(d, fmt.Sprintf("the peer %s completed chunk(s) %v but returned no result for them within %v, while it returned results for %d other chunk(s)",
+				a.peerAddr(), miss, resultFinishGrace, len(a.plainParts)), true)
+			return
+		}
+		b.maybeFinishLocked(d)
+	})
 }
