@@ -362,3 +362,39 @@ func TestPlainMissingChunkResultAwaited(t *testing.T) {
 		t.Fatalf("result: %d octets, want all %d in chunk order (a chunk's output was dropped)", len(got), len(content))
 	}
 }
+
+// A plain document's root deferred by a plain peer is redeemed with what
+// it carried, the raw content (profile 9.1, 6), not the profile envelope;
+// the result of the redeemed entity is the document's.
+func TestPlainRedemptionCarriesRawContent(t *testing.T) {
+	p, b, _ := newPlainEnvReg(t)
+	ctx := context.Background()
+	req := wholeReq()
+	req.Content = []byte("deferred plain content")
+	d, err := b.Submit(ctx, "", req)
+	must(t, err)
+	a := p.next(t)
+	r := a.h.EntityID
+	status(t, a.s, wire.StatusProcessing, r, 0, 0)
+	ext := wire.AppendClaimCheckExt(nil, wire.ClaimCheckExtension{ClaimID: 91, ExpiryMicros: uint64(time.Now().Add(time.Hour).UnixMicro())})
+	must(t, a.s.SendStatus(wire.StatusFrame{Status: wire.StatusDeferred, EntityID: r, HasExt: true, Ext: ext}))
+	waitDoc(t, b, d.Id, func(d *gatewayv1.Document) bool { return len(d.ClaimChecks) == 1 })
+	redeemed := make(chan error, 1)
+	go func() { _, err := b.Redeem(ctx, "", "91"); redeemed <- err }()
+	red := p.next(t)
+	sum := sha256.Sum256(req.Content)
+	if red.h.EntityID != r || red.h.Metadata["pipestream.claim-id"] != "91" || red.h.PayloadLength != uint64(len(req.Content)) || !bytes.Equal(red.h.Checksum, sum[:]) {
+		t.Fatalf("redemption header %+v: want entity %d, claim 91 and the %d raw octets of the content", red.h, r, len(req.Content))
+	}
+	status(t, a.s, wire.StatusProcessing, r, 0, 0)
+	must(t, <-redeemed)
+	sendNewResult(t, a.s, 1, r, bytes.ToUpper(req.Content))
+	status(t, a.s, wire.StatusComplete, r, 0, 0)
+	doc := waitDoc(t, b, d.Id, docTerminal)
+	if doc.State != gatewayv1.State_SUCCEEDED {
+		t.Fatalf("state %s error %q", doc.State, doc.Error)
+	}
+	if got := readResult(t, b, d.Id); !bytes.Equal(got, bytes.ToUpper(req.Content)) {
+		t.Fatalf("result %q", got)
+	}
+}
