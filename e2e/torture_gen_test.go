@@ -46,6 +46,11 @@ type tDocPlan struct {
 	onTimeout   gatewayv1.CompletionPolicy_Action
 	maxRetries  uint32
 	cancelAfter time.Duration // 0: never cancelled
+	// deferred: the peer is asked to defer the document (a claim check);
+	// redeemAfter: when the client redeems the claim after it appears
+	// (0: never, the claim expires).
+	deferred    bool
+	redeemAfter time.Duration
 }
 
 // Fault kinds.
@@ -130,8 +135,15 @@ func genDoc(r *rand.Rand, n int, active time.Duration) tDocPlan {
 			gatewayv1.SplitStrategy_SPLIT_PARAGRAPHS}[r.IntN(3)]
 		d.chunkBytes = uint32([]int{256 << 10, 512 << 10, 1 << 20}[r.IntN(3)])
 	}
-	if r.IntN(10) == 0 {
+	whole := d.strategy == gatewayv1.SplitStrategy_SPLIT_NONE || (d.strategy == gatewayv1.SplitStrategy_SPLIT_STRATEGY_UNSPECIFIED && d.size <= 1<<20)
+	switch x := r.IntN(100); {
+	case x < 10:
 		d.cancelAfter = time.Duration(50+r.IntN(3000)) * time.Millisecond
+	case x < 25 && whole:
+		d.deferred = true
+		if r.IntN(4) != 0 {
+			d.redeemAfter = time.Duration(1+r.IntN(3000)) * time.Millisecond
+		}
 	}
 	return d
 }
@@ -167,6 +179,9 @@ type tDoc struct {
 	submitErr error
 	submitted time.Time
 	cancelled bool // the client asked to cancel
+	claimID   string
+	redeemed  bool  // the client's redemption was accepted
+	redeemErr error // why it was not
 	final     *gatewayv1.Document
 	result    []byte
 	resultErr error
@@ -191,6 +206,9 @@ func (c *tClient) submit(ctx context.Context, d *tDoc, wg *sync.WaitGroup) {
 		RequestId:        fmt.Sprintf("torture-%d", p.n),
 		Split:            &gatewayv1.SplitOptions{Strategy: p.strategy, ChunkBytes: p.chunkBytes, Processor: p.processor},
 		CompletionPolicy: &gatewayv1.CompletionPolicy{TimeoutMs: p.timeoutMs, OnTimeout: p.onTimeout, MaxRetries: p.maxRetries}}
+	if p.deferred {
+		req.Metadata = map[string]string{tortureDeferKey: "1"}
+	}
 	d.submitted = time.Now()
 	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	doc, err := c.docs.SubmitDocument(c.ctx(sctx), req)
@@ -200,6 +218,13 @@ func (c *tClient) submit(ctx context.Context, d *tDoc, wg *sync.WaitGroup) {
 		return
 	}
 	d.id = doc.GetId()
+	if p.redeemAfter > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.redeemLater(ctx, d)
+		}()
+	}
 	if p.cancelAfter == 0 {
 		return
 	}
@@ -253,4 +278,36 @@ func (c *tClient) fetch(ctx context.Context, d *tDoc) error {
 func newTDoc(p tDocPlan) *tDoc {
 	c := tortureContent(p)
 	return &tDoc{plan: p, content: c, sum: sha256.Sum256(c)}
+}
+
+// redeemLater waits for d's claim check, then redeems it after
+// plan.redeemAfter.
+func (c *tClient) redeemLater(ctx context.Context, d *tDoc) {
+	deadline := time.Now().Add(20 * time.Second)
+	for d.claimID == "" && time.Now().Before(deadline) {
+		gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		doc, err := c.docs.GetDocument(c.ctx(gctx), &gatewayv1.GetDocumentRequest{Id: d.id})
+		cancel()
+		if err == nil {
+			for _, cl := range doc.GetClaimChecks() {
+				if cl.GetState() == gatewayv1.ClaimCheck_ISSUED {
+					d.claimID = cl.GetClaimId()
+				}
+			}
+			if isTerminal(doc.GetState()) {
+				break
+			}
+		}
+		if d.claimID == "" {
+			sleepUntil(ctx, time.Now().Add(200*time.Millisecond))
+		}
+	}
+	if d.claimID == "" {
+		return
+	}
+	sleepUntil(ctx, time.Now().Add(d.plan.redeemAfter))
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, d.redeemErr = c.docs.RedeemClaimCheck(c.ctx(rctx), &gatewayv1.RedeemClaimCheckRequest{ClaimId: d.claimID})
+	d.redeemed = d.redeemErr == nil
 }

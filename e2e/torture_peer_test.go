@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -141,6 +143,7 @@ type tPeer struct {
 	conns   map[*quic.Conn]struct{}
 	nconn   int64
 	connAt  []time.Time // when each connection was accepted
+	claims  map[uint64]*tClaim
 	stopped bool
 }
 
@@ -150,7 +153,7 @@ func startTPeer(t testing.TB, idx int, beh tBehaviour, seed uint64, ledger *tLed
 	dir := t.TempDir()
 	cert, caPath := partnerCert(t, dir)
 	p := &tPeer{idx: idx, beh: beh, caPath: caPath, certDir: dir, ledger: ledger, t: t, cert: cert,
-		rng: rand.New(rand.NewPCG(seed, uint64(idx))), conns: map[*quic.Conn]struct{}{}}
+		rng: rand.New(rand.NewPCG(seed, uint64(idx))), conns: map[*quic.Conn]struct{}{}, claims: map[uint64]*tClaim{}}
 	if err := p.listen("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
@@ -316,10 +319,18 @@ func (p *tPeer) serveD02(conn *quic.Conn, n int64) {
 		closeFor(conn, err)
 		return
 	}
-	if err := c.write(varFrame(ftCaps, mustCBOR(plainCapsD02()))); err != nil {
+	caps := plainCapsD02()
+	caps.Layer1, caps.Layer2 = ptr(true), ptr(true) // Layer 2: claim checks (Layer 1 is its prerequisite)
+	if err := c.write(varFrame(ftCaps, mustCBOR(caps))); err != nil {
 		return
 	}
 	if p.beh == bCloseAtOnce {
+		// A heartbeat lets an auto-framing client settle at once; the
+		// session is up once the client's first frame after
+		// CAPABILITIES (its heartbeat) arrives: then it ends.
+		_ = c.write(encodeStatus(framingD02, connLevel, stUnspecified, nil))
+		_ = ctl.SetReadDeadline(time.Now().Add(time.Second))
+		_, _ = readFrameD02(ctl)
 		_ = conn.CloseWithError(errNoError, "torture: this peer closes every session at once")
 		return
 	}
@@ -377,6 +388,16 @@ func (c *tConn) entity(s *quic.ReceiveStream) {
 // answer processes one entity as the peer's behaviour says.
 func (c *tConn) answer(e gotEntity) error {
 	p, id := c.p, e.hdr.EntityID
+	if claim, ok := e.hdr.Metadata["pipestream.claim-id"]; ok && p.beh.answers() {
+		if !p.redeem(claim, id) {
+			return c.status(id, stFailed) // unknown, redeemed before, or expired
+		}
+	} else if e.hdr.Metadata[tortureDeferKey] == "1" && p.beh.answers() && e.hdr.ChunkInfo == nil {
+		if err := c.status(id, stProcessing); err != nil {
+			return err
+		}
+		return c.deferEntity(id)
+	}
 	if err := c.status(id, stProcessing); err != nil || p.beh == bStall {
 		return err
 	}
@@ -527,4 +548,70 @@ func (p *tPeer) connsSince(from time.Time) int {
 		}
 	}
 	return n
+}
+
+// ---- claim checks (Layer 2) ----
+
+// tortureDeferKey is the request metadata that asks a torture peer to
+// defer a whole document: DEFERRED with a claim check (draft-02 Section
+// 6.5.2), ABANDONED when it expires unredeemed. A redemption is an entity
+// whose metadata carries pipestream.claim-id (docs/profile.md 6 and 9.1:
+// the raw content again); the peer then processes that payload.
+const tortureDeferKey = "torture-defer"
+
+// tortureClaimTTL is how long a torture peer's claim checks live.
+const tortureClaimTTL = 8 * time.Second
+
+type tClaim struct {
+	entity   uint32
+	expiry   time.Time
+	redeemed bool
+}
+
+// deferEntity issues a claim check for entity id and abandons the entity
+// when the claim expires unredeemed.
+func (c *tConn) deferEntity(id uint32) error {
+	p := c.p
+	p.mu.Lock()
+	claim := p.rng.Uint64()
+	cl := &tClaim{entity: id, expiry: time.Now().Add(tortureClaimTTL)}
+	p.claims[claim] = cl
+	p.mu.Unlock()
+	full := make([]byte, 16, 36)
+	full[0] = ftStatus
+	full[1] = 1<<4 | stDeferred
+	full[2] = 0x80 // E: the claim check extension follows
+	binary.BigEndian.PutUint32(full[4:], id)
+	full = binary.BigEndian.AppendUint32(full, 16)
+	full = binary.BigEndian.AppendUint64(full, claim)
+	full = binary.BigEndian.AppendUint64(full, uint64(cl.expiry.UnixMicro()))
+	if err := c.write(full); err != nil {
+		return err
+	}
+	time.AfterFunc(tortureClaimTTL, func() {
+		p.mu.Lock()
+		expired := !cl.redeemed
+		cl.redeemed = true // an expired claim is never redeemed
+		p.mu.Unlock()
+		if expired {
+			_ = c.status(id, stAbandoned)
+		}
+	})
+	return nil
+}
+
+// redeem takes claim (decimal) for entity id once, before its expiry.
+func (p *tPeer) redeem(claim string, id uint32) bool {
+	n, err := strconv.ParseUint(claim, 10, 64)
+	if err != nil {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	cl := p.claims[n]
+	if cl == nil || cl.redeemed || time.Now().After(cl.expiry) {
+		return false
+	}
+	cl.redeemed = true
+	return true
 }

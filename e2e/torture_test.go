@@ -275,13 +275,25 @@ func (r *tortureRig) summary() string {
 			n["not accepted"]++
 		case d.final == nil:
 			n["unknown"]++
+		case d.plan.deferred && d.redeemed:
+			n["redeemed "+d.final.GetState().String()]++
 		case d.final.GetResultAbsent():
 			n[d.final.GetState().String()+" (no result)"]++
 		default:
 			n[d.final.GetState().String()]++
 		}
 	}
-	return fmt.Sprintf("%v", n)
+	got := map[int]int{}
+	r.ledger.mu.Lock()
+	for _, rc := range r.ledger.received {
+		got[rc.peer]++
+	}
+	r.ledger.mu.Unlock()
+	var peers []string
+	for i, p := range r.peers {
+		peers = append(peers, fmt.Sprintf("%d:%s %d conns %d entities", i, p.beh, p.connsSince(time.Time{}), got[i]))
+	}
+	return fmt.Sprintf("%v; peers [%s]", n, strings.Join(peers, ", "))
 }
 
 // tTokens are the tenants' bearer tokens and the --auth-tokens file.
