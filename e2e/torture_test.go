@@ -293,7 +293,27 @@ func (r *tortureRig) summary() string {
 	for i, p := range r.peers {
 		peers = append(peers, fmt.Sprintf("%d:%s %d conns %d entities", i, p.beh, p.connsSince(time.Time{}), got[i]))
 	}
-	return fmt.Sprintf("%v; peers [%s]", n, strings.Join(peers, ", "))
+	why := map[string]int{}
+	for _, d := range r.docs {
+		if d.final != nil && d.final.GetState() == gatewayv1.State_FAILED {
+			why[failureClass(d)]++
+		}
+	}
+	return fmt.Sprintf("%v; failed: %v; peers [%s]", n, why, strings.Join(peers, ", "))
+}
+
+// failureClass is a short name for why d FAILED, for the round summary.
+func failureClass(d *tDoc) string {
+	e := d.final.GetError()
+	for _, c := range []struct{ sub, name string }{
+		{"timed out", "timeout"}, {"abandoned", "claim expired or abandoned"}, {"gave up after", "dispatch attempts"},
+		{"peer-wait", "peer wait"}, {"completion policy", "policy"},
+	} {
+		if strings.Contains(e, c.sub) {
+			return c.name
+		}
+	}
+	return truncate(e, 60)
 }
 
 // tTokens are the tenants' bearer tokens and the --auth-tokens file.
