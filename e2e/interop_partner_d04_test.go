@@ -20,7 +20,8 @@ import (
 // lengths are exact, and any deviation closes the connection with the
 // reference's error code.
 //
-// Client: CAPABILITIES (six members) -> server CAPABILITIES -> heartbeat
+// Client: CAPABILITIES (six members) -> server CAPABILITIES, refused
+// (0x0D) when it exceeds the offer (validate_response) -> heartbeat
 // -> STATUS PENDING(id) -> entity stream -> STATUS PROCESSING, COMPLETE
 // (heartbeats skipped) -> CHECKPOINT request -> CHECKPOINT ACK echo ->
 // connection-level cursor update (id+1) -> GOAWAY(id) -> GOAWAY echo ->
@@ -158,8 +159,10 @@ func (c *d04Client) capabilities(ctx context.Context) error {
 	if fr.typ != ftCaps {
 		return perr(errFrame, "server did not answer capabilities (frame 0x%02X)", fr.typ)
 	}
-	c.rep.serverCaps, err = decodeCapsStrict(fr.f)
-	return err
+	if c.rep.serverCaps, err = decodeCapsStrict(fr.f); err != nil {
+		return err
+	}
+	return validateResponseD04(referenceCaps(), c.rep.serverCaps)
 }
 
 func (c *d04Client) sendEntity(ctx context.Context, id uint32, payload []byte, contentType string) error {

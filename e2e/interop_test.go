@@ -555,7 +555,9 @@ func peerUnavailable(t *testing.T, addr, caPEM string) {
 // TestInteropDraft04Client: the reference client conversation against
 // `gateway peer` (default framing auto): the whole conversation completes
 // on two connections, the server CAPABILITIES is the closed canonical
-// six-member map, and any entity the peer opens would pass the
+// six-member map holding the negotiated set (Layer 0 only, window 1024,
+// keepalive 30000: what the reference client offered, which its
+// validate_response requires), and any entity the peer opens would pass the
 // reference's decoder.
 func TestInteropDraft04Client(t *testing.T) {
 	t.Parallel()
@@ -577,6 +579,9 @@ func TestInteropDraft04Client(t *testing.T) {
 					}
 					t.Errorf("reference client conversation (entity %d, %d octets): %v; statuses received: %v%s", c.id, len(c.payload), err, rep.statuses, hint)
 					continue
+				}
+				if want := negotiateD04(referenceCaps(), referenceCaps()); capsText(rep.serverCaps) != capsText(want) {
+					t.Errorf("entity %d: the peer answered CAPABILITIES %s, want the negotiated set %s", c.id, capsText(rep.serverCaps), capsText(want))
 				}
 				if len(rep.resultErrs) > 0 {
 					t.Errorf("entity %d: the peer opened entities the reference decoder refuses: %v", c.id, rep.resultErrs)
