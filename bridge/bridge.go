@@ -281,6 +281,9 @@ func (b *Bridge) enqueueLocked(d *docRun) {
 	}
 	d.queued = true
 	d.queuedAt = time.Now()
+	if d.waitSince.IsZero() {
+		d.waitSince = d.queuedAt
+	}
 	b.queue = append(b.queue, d)
 	b.kick()
 }

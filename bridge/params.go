@@ -54,6 +54,11 @@ const (
 	// Redial backoff (profile 8): 100 ms doubling to 10 s, with jitter.
 	redialMin = 100 * time.Millisecond
 	redialMax = 10 * time.Second
+	// shortSession: a session that ends within this long of its handshake
+	// without the peer reporting on any document counts as a failed dial
+	// (backoff, the other framing under auto; profile 8): a peer that
+	// closes every session at once sees a few reconnects a second at most.
+	shortSession = 3 * time.Second
 
 	// maxConcurrentDispatch bounds documents being sent at once; each holds
 	// at most one chunk buffer, and more would only compete for the window.

@@ -275,6 +275,10 @@ type d04Server struct {
 	ln    *quic.Listener
 	addr  string
 	caPEM string
+	// noHeartbeat: the server sends no heartbeat after CAPABILITIES (the
+	// heartbeat is optional), so a client in auto framing cannot detect
+	// draft-04 from it.
+	noHeartbeat bool
 
 	mu       sync.Mutex
 	n        *notifier
@@ -284,12 +288,16 @@ type d04Server struct {
 }
 
 // startD04Server starts the reference server conversation on a free port.
-func startD04Server(t testing.TB) *d04Server {
+func startD04Server(t testing.TB) *d04Server { return startD04ServerWith(t, false) }
+
+// startD04ServerWith starts it, without the heartbeat after CAPABILITIES
+// when noHeartbeat is set.
+func startD04ServerWith(t testing.TB, noHeartbeat bool) *d04Server {
 	t.Helper()
 	cfg := quinnLikeConfig() // and the reference server's stream limits
 	cfg.MaxIncomingStreams, cfg.MaxIncomingUniStreams = 1, 128
 	ln, pemPath := listenPartnerConfig(t, cfg)
-	s := &d04Server{ln: ln, addr: ln.Addr().String(), caPEM: pemPath, n: newNotifier()}
+	s := &d04Server{ln: ln, addr: ln.Addr().String(), caPEM: pemPath, n: newNotifier(), noHeartbeat: noHeartbeat}
 	go s.serve()
 	return s
 }
@@ -304,7 +312,7 @@ func (s *d04Server) serve() {
 			return
 		}
 		s.record(func() { s.conns++ })
-		sess, err := s.handle(conn)
+		sess, err := s.handle(conn, s.noHeartbeat)
 		if err != nil {
 			closeFor(conn, err)
 			s.record(func() { s.errs = append(s.errs, err) })
@@ -326,15 +334,16 @@ func (s *d04Server) record(f func()) {
 }
 
 type d04ServerConn struct {
-	conn *quic.Conn
-	ctl  *quic.Stream
-	sess d04Session
+	conn        *quic.Conn
+	ctl         *quic.Stream
+	sess        d04Session
+	noHeartbeat bool
 }
 
-func (s *d04Server) handle(conn *quic.Conn) (d04Session, error) {
+func (s *d04Server) handle(conn *quic.Conn, noHeartbeat bool) (d04Session, error) {
 	ctx, cancel := context.WithTimeout(conn.Context(), 60*time.Second)
 	defer cancel()
-	sc := &d04ServerConn{conn: conn}
+	sc := &d04ServerConn{conn: conn, noHeartbeat: noHeartbeat}
 	if err := sc.capabilities(ctx); err != nil {
 		return sc.sess, err
 	}
@@ -367,6 +376,9 @@ func (sc *d04ServerConn) capabilities(ctx context.Context) error {
 	sc.sess.clientCaps = peer
 	if _, err := ctl.Write(varFrame(ftCaps, mustCBOR(negotiateD04(referenceCaps(), peer)))); err != nil {
 		return perr(errFrame, "%v", err)
+	}
+	if sc.noHeartbeat {
+		return nil
 	}
 	_, err = ctl.Write(encodeStatus(framingD04, connLevel, stUnspecified, nil))
 	return err
