@@ -146,6 +146,12 @@ func (o *Options) fill() error {
 	if o.PeerWait == 0 {
 		o.PeerWait = defaultPeerWait
 	}
+	if o.PeerDraft04Conns < 0 || o.PeerDraft04Conns > maxDraft04Conns {
+		return invalidf("Options.PeerDraft04Conns %d: use 1 to %d (0: the default %d)", o.PeerDraft04Conns, maxDraft04Conns, defaultDraft04Conns)
+	}
+	if o.PeerDraft04Conns == 0 {
+		o.PeerDraft04Conns = defaultDraft04Conns
+	}
 	return nil
 }
 

@@ -179,12 +179,13 @@ func (b *Bridge) connLoop(ctx context.Context, pc *peerConn) {
 			if ctx.Err() != nil {
 				return
 			}
-			if errors.Is(err, errShortSession) {
-				continue // judged and backed off by noteSessionEndLocked
+			if errors.Is(err, errShortSession) || errors.Is(err, errPeerBusy) {
+				continue // judged by noteSessionEndLocked; or a busy draft-04 peer
 			}
 			b.mu.Lock()
 			in := pc.backoffLocked()
 			b.mu.Unlock()
+			b.kick() // documents held for this peer go elsewhere
 			b.log.Warn("bridge: dial peer failed; retrying", "addr", pc.addr, "in", in, "err", err)
 			continue
 		}
@@ -205,8 +206,13 @@ func (b *Bridge) connLoop(ctx context.Context, pc *peerConn) {
 	}
 }
 
-// errShortSession: the session ended before dial returned it.
-var errShortSession = errors.New("session closed right after the handshake")
+// errShortSession: the session ended before dial returned it;
+// errPeerBusy: a draft-04 peer did not answer within dialTimeout while
+// another session to it is live.
+var (
+	errShortSession = errors.New("session closed right after the handshake")
+	errPeerBusy     = errors.New("the draft-04 peer is busy with another connection")
+)
 
 // waitBackoff holds pc's next dial until the backoff after its last
 // failure (a failed dial or a session that ended at once) has passed. It
@@ -311,6 +317,12 @@ func (b *Bridge) dial(ctx context.Context, pc *peerConn) (*sessState, error) {
 	})
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if err != nil && framing == quicpeer.FramingDraft04 && dctx.Err() != nil && ctx.Err() == nil && b.liveSessionsLocked(pc) > 0 {
+		// A draft-04 peer serving one connection at a time has not
+		// answered this one while another conversation runs: busy, not
+		// down.
+		return nil, fmt.Errorf("%w: %v", errPeerBusy, err)
+	}
 	b.noteDialLocked(pc, framing, err)
 	if err != nil {
 		return nil, err
@@ -330,15 +342,19 @@ func (b *Bridge) dial(ctx context.Context, pc *peerConn) (*sessState, error) {
 	return ss, nil
 }
 
-// waitForWork holds a draft-04 dial until a document is queued and the
-// previous draft-04 session to pc has ended: the reference peer serves one
-// connection at a time and one entity per connection, so an idle
-// connection would block it. Other framings dial at once. It returns
-// false when ctx ends.
+// waitForWork holds a draft-04 dial until a document is queued, the
+// previous session dialled to pc has been given its document, and fewer
+// than Options.PeerDraft04Conns sessions to pc are live: the reference
+// peer takes one entity per connection and serves connections one at a
+// time, so the next connection's handshake waits while the previous
+// conversation runs (and idle connections beyond the bound would only
+// queue at it). Other framings dial at once. It returns false when ctx
+// ends.
 func (b *Bridge) waitForWork(ctx context.Context, pc *peerConn) bool {
 	for {
 		b.mu.Lock()
-		ready := pc.framing != quicpeer.FramingDraft04 || (len(b.queue) > 0 && b.liveSessionsLocked(pc) == 0)
+		ready := pc.framing != quicpeer.FramingDraft04 ||
+			(len(b.queue) > 0 && pc.active == nil && b.liveSessionsLocked(pc) < b.opts.PeerDraft04Conns)
 		pc.dialing = ready // a peer nothing dials is idle, not connecting
 		b.mu.Unlock()
 		if ready {
@@ -368,20 +384,72 @@ func (b *Bridge) liveSessionsLocked(pc *peerConn) int {
 }
 
 // pickSessionLocked returns the session a new document goes to: that of
-// the least-loaded peer with a usable session (in-flight documents
-// relative to the negotiated window), ties broken round-robin so equal
-// peers share the work; nil when no peer has one (down, connecting, or
-// GOAWAY). placeLocked starts the attempt there.
+// the least-loaded healthy peer by its capacity (peerLoad: documents in
+// flight relative to the negotiated window, or to Options.PeerDraft04Conns
+// for a draft-04 peer, which takes one document per connection), ties
+// broken round-robin so equal peers share the work. A draft-04 peer that
+// answered before counts even while no connection to it is up: when it is
+// the least loaded, the document waits for its next connection (its
+// connection loop is woken) instead of going to a busier peer, so such a
+// peer gets its share. nil when no peer has room (down, connecting,
+// GOAWAY) or the pick is a draft-04 peer being dialled. placeLocked starts
+// the attempt there.
 func (b *Bridge) pickSessionLocked() *sessState {
-	var best *sessState
+	var best *peerConn
+	var bestSS *sessState
+	var bestLoad peerLoad
 	n := len(b.peers)
 	for i := range n {
-		ss := b.peers[(b.nextPeer+i)%n].usableLocked()
-		if ss != nil && (best == nil || lessLoaded(ss, best)) {
-			best = ss
+		pc := b.peers[(b.nextPeer+i)%n]
+		ss, load, ok := b.candidateLocked(pc)
+		if ok && (best == nil || load.less(bestLoad)) {
+			best, bestSS, bestLoad = pc, ss, load
 		}
 	}
-	return best
+	if best != nil && bestSS == nil {
+		select { // its connection loop dials for the document
+		case best.connKick <- struct{}{}:
+		default:
+		}
+	}
+	return bestSS
+}
+
+// peerLoad is a peer's documents in flight over its capacity.
+type peerLoad struct{ docs, capacity uint64 }
+
+// less compares docs/capacity without division.
+func (x peerLoad) less(y peerLoad) bool {
+	return x.docs*max(y.capacity, 1) < y.docs*max(x.capacity, 1)
+}
+
+// candidateLocked says whether pc can take a document now (ss, its load),
+// or soon (ss nil: a draft-04 peer that answered before, with room for
+// another connection, not backing off).
+func (b *Bridge) candidateLocked(pc *peerConn) (*sessState, peerLoad, bool) {
+	if ss := pc.usableLocked(); ss != nil {
+		c := uint64(max(ss.n.MaxWindow, 1))
+		if ss.draft04 {
+			c = uint64(b.opts.PeerDraft04Conns)
+		}
+		return ss, peerLoad{docs: uint64(b.peerDocsLocked(pc)), capacity: c}, true
+	}
+	live := b.liveSessionsLocked(pc)
+	if pc.framing != quicpeer.FramingDraft04 || !pc.ok || time.Now().Before(pc.retryAt) || live >= b.opts.PeerDraft04Conns {
+		return nil, peerLoad{}, false
+	}
+	return nil, peerLoad{docs: uint64(b.peerDocsLocked(pc)), capacity: uint64(b.opts.PeerDraft04Conns)}, true
+}
+
+// peerDocsLocked counts the documents in flight on pc's live sessions.
+func (b *Bridge) peerDocsLocked(pc *peerConn) int {
+	n := 0
+	for ss := range b.sessions {
+		if ss.pc == pc && !ss.closed {
+			n += len(ss.docs)
+		}
+	}
+	return n
 }
 
 // placeLocked starts d's next attempt on ss, the session placement picked,
@@ -390,13 +458,6 @@ func (b *Bridge) pickSessionLocked() *sessState {
 func (b *Bridge) placeLocked(d *docRun, ss *sessState) *attempt {
 	b.nextPeer = (ss.pc.idx + 1) % len(b.peers)
 	return b.newAttemptLocked(d, ss)
-}
-
-// lessLoaded reports whether session x carries less of its window than y:
-// docs(x)/window(x) < docs(y)/window(y), compared without division.
-func lessLoaded(x, y *sessState) bool {
-	wx, wy := uint64(max(x.n.MaxWindow, 1)), uint64(max(y.n.MaxWindow, 1))
-	return uint64(len(x.docs))*wy < uint64(len(y.docs))*wx
 }
 
 // retireLocked stops assigning on ss and wakes its peer's connection loop

@@ -63,6 +63,7 @@ func (h *handler) HandleGoAway(s *quicpeer.Session, f wire.GoAwayFrame) {
 }
 
 func (h *handler) HandleEntity(s *quicpeer.Session, e *quicpeer.IncomingEntity) {
+	h.b.notePeerEntity(h.ss)
 	h.b.onResult(h.ss, e)
 }
 

@@ -110,6 +110,18 @@ const (
 	// gateway waits this long for a result stream to start (or for the
 	// peer's own rehydration of a dehydrated document) before it decides.
 	plainSettleWait = time.Second
+	// plainSettleLearned: the settle wait toward a peer that has shown it
+	// returns no result (learnNoResultsAfter documents in a row ended with
+	// their result absent, and it never sent an entity): the reference
+	// draft-04 peer never does, and waiting a second per document for it
+	// capped such a peer at one document a second. Short, not zero: a
+	// result stream already on its way still gets read.
+	plainSettleLearned = 20 * time.Millisecond
+	learnNoResultsAfter = 3
+	// defaultDraft04Conns and maxDraft04Conns bound the connections open at
+	// once to one draft-04 peer (Options.PeerDraft04Conns).
+	defaultDraft04Conns = 4
+	maxDraft04Conns     = 64
 	// plainPartsDir (in the data dir) spools chunk results from a plain
 	// peer until the document is rehydrated.
 	plainPartsDir = "plain-parts"

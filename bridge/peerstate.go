@@ -101,6 +101,11 @@ type peerConn struct {
 	retryAt       time.Time
 	shortSessions int
 	dialing       bool // the connection loop is dialing (or backing off), not waiting for work
+	// sentEntity: the peer has sent an entity (a result) on some session;
+	// absentStreak counts its documents in a row that ended with their
+	// result absent (knownResultless).
+	sentEntity   bool
+	absentStreak int
 
 	active   *sessState    // the session new work goes to
 	sessWake chan struct{} // closed when the active session should be replaced
@@ -146,6 +151,21 @@ func (pc *peerConn) readyLocked() bool {
 	return pc.usableLocked() != nil || (pc.ok && pc.framing == quicpeer.FramingDraft04)
 }
 
+// knownResultless reports whether pc has shown it returns no results: it
+// never sent an entity and its last learnNoResultsAfter plain documents
+// ended with the result absent. Guarded by Bridge.mu.
+func (pc *peerConn) knownResultless() bool {
+	return !pc.sentEntity && pc.absentStreak >= learnNoResultsAfter
+}
+
+// notePeerEntity records that ss's peer sends entities (results): the
+// full settle wait applies to it from now on.
+func (b *Bridge) notePeerEntity(ss *sessState) {
+	b.mu.Lock()
+	ss.pc.sentEntity, ss.pc.absentStreak = true, 0
+	b.mu.Unlock()
+}
+
 // statusLocked is pc's PeerStatus.
 func (pc *peerConn) statusLocked() PeerStatus {
 	p := PeerStatus{Addr: pc.addr, State: "connecting", Framing: framingName(pc.framing), LastError: pc.lastErr,
@@ -171,7 +191,13 @@ func (b *Bridge) Peers() []PeerStatus {
 	defer b.mu.Unlock()
 	out := make([]PeerStatus, 0, len(b.peers))
 	for _, pc := range b.peers {
-		out = append(out, pc.statusLocked())
+		p := pc.statusLocked()
+		if n := b.peerDocsLocked(pc); p.State != "connected" && n > 0 {
+			// A draft-04 peer's connections each carry one document and
+			// are never its active session.
+			p.State, p.InFlight = "connected", n
+		}
+		out = append(out, p)
 	}
 	return out
 }
