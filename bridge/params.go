@@ -116,7 +116,7 @@ const (
 	// draft-04 peer never does, and waiting a second per document for it
 	// capped such a peer at one document a second. Short, not zero: a
 	// result stream already on its way still gets read.
-	plainSettleLearned = 20 * time.Millisecond
+	plainSettleLearned  = 20 * time.Millisecond
 	learnNoResultsAfter = 3
 	// defaultDraft04Conns and maxDraft04Conns bound the connections open at
 	// once to one draft-04 peer (Options.PeerDraft04Conns).
