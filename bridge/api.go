@@ -179,6 +179,12 @@ type Options struct {
 	// PeerWait bounds how long a document may wait for a peer session
 	// before it fails (default 5 minutes).
 	PeerWait time.Duration
+	// PeerDraft04Conns bounds the connections open at once to one draft-04
+	// peer (one document per connection, the reference conversation;
+	// default 4, --peer-draft04-conns). A peer that serves one connection at
+	// a time answers the next one's CAPABILITIES as soon as the previous
+	// conversation ends, so the handshakes overlap its work.
+	PeerDraft04Conns int
 	// InlineThreshold: documents up to this size with no split strategy are
 	// sent whole (default 1 MiB).
 	InlineThreshold int64

@@ -54,6 +54,7 @@ type attempt struct {
 	answered map[entKey]bool
 
 	rootID       uint32
+	carried      bool // the peer reported on one of its entities
 	sendDone     bool // every stream of the document was sent
 	rootComplete bool
 	rootFailures uint32

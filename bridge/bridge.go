@@ -149,6 +149,12 @@ func (o *Options) fill() error {
 	if o.PeerWait == 0 {
 		o.PeerWait = defaultPeerWait
 	}
+	if o.PeerDraft04Conns < 0 || o.PeerDraft04Conns > maxDraft04Conns {
+		return invalidf("Options.PeerDraft04Conns %d: use 1 to %d (0: the default %d)", o.PeerDraft04Conns, maxDraft04Conns, defaultDraft04Conns)
+	}
+	if o.PeerDraft04Conns == 0 {
+		o.PeerDraft04Conns = defaultDraft04Conns
+	}
 	return nil
 }
 
@@ -284,6 +290,9 @@ func (b *Bridge) enqueueLocked(d *docRun) {
 	}
 	d.queued = true
 	d.queuedAt = time.Now()
+	if d.waitSince.IsZero() {
+		d.waitSince = d.queuedAt
+	}
 	b.queue = append(b.queue, d)
 	b.kick()
 }

@@ -59,8 +59,10 @@ func ParseFraming(s string) (quicpeer.Framing, error) {
 // console).
 type PeerStatus struct {
 	Addr string `json:"addr"`
-	// State: connected, connecting (no session yet, no failure),
-	// idle (draft-04: a connection is opened per document), down.
+	// State: connected, connecting (dialing, no session yet, no failure),
+	// idle (nothing dials it: a draft-04 peer gets a connection per
+	// document, opened when one is queued), down (the last dial or session
+	// failed: LastError says why).
 	State     string `json:"state"`
 	Framing   string `json:"framing"`
 	Profile   bool   `json:"profile"`
@@ -69,6 +71,12 @@ type PeerStatus struct {
 	LastError string `json:"lastError,omitempty"`
 	// Since is when the last error happened (RFC 3339), if any.
 	Since string `json:"since,omitempty"`
+	// FramingWorked is the framing of the last session that carried work
+	// (auto framing keeps using it); empty before one did.
+	FramingWorked string `json:"framingWorked,omitempty"`
+	// ShortSessions counts sessions that ended right after the handshake
+	// (each counted as a failed dial, with backoff).
+	ShortSessions int `json:"shortSessions,omitempty"`
 }
 
 // peerConn is one peer of the bridge: where it is, how to reach it, and
@@ -85,6 +93,19 @@ type peerConn struct {
 	lastErr string
 	errAt   time.Time
 	ok      bool // the last dial succeeded
+	// worked is the framing of the last session that carried work ("" none
+	// yet); delay is the next backoff, retryAt when the next dial may go;
+	// shortSessions counts sessions that ended right after the handshake.
+	worked        string
+	delay         time.Duration
+	retryAt       time.Time
+	shortSessions int
+	dialing       bool // the connection loop is dialing (or backing off), not waiting for work
+	// sentEntity: the peer has sent an entity (a result) on some session;
+	// absentStreak counts its documents in a row that ended with their
+	// result absent (knownResultless).
+	sentEntity   bool
+	absentStreak int
 
 	active   *sessState    // the session new work goes to
 	sessWake chan struct{} // closed when the active session should be replaced
@@ -130,9 +151,25 @@ func (pc *peerConn) readyLocked() bool {
 	return pc.usableLocked() != nil || (pc.ok && pc.framing == quicpeer.FramingDraft04)
 }
 
+// knownResultless reports whether pc has shown it returns no results: it
+// never sent an entity and its last learnNoResultsAfter plain documents
+// ended with the result absent. Guarded by Bridge.mu.
+func (pc *peerConn) knownResultless() bool {
+	return !pc.sentEntity && pc.absentStreak >= learnNoResultsAfter
+}
+
+// notePeerEntity records that ss's peer sends entities (results): the
+// full settle wait applies to it from now on.
+func (b *Bridge) notePeerEntity(ss *sessState) {
+	b.mu.Lock()
+	ss.pc.sentEntity, ss.pc.absentStreak = true, 0
+	b.mu.Unlock()
+}
+
 // statusLocked is pc's PeerStatus.
 func (pc *peerConn) statusLocked() PeerStatus {
-	p := PeerStatus{Addr: pc.addr, State: "connecting", Framing: framingName(pc.framing), LastError: pc.lastErr}
+	p := PeerStatus{Addr: pc.addr, State: "connecting", Framing: framingName(pc.framing), LastError: pc.lastErr,
+		FramingWorked: pc.worked, ShortSessions: pc.shortSessions}
 	if !pc.errAt.IsZero() {
 		p.Since = pc.errAt.UTC().Format(time.RFC3339)
 	}
@@ -140,10 +177,10 @@ func (pc *peerConn) statusLocked() PeerStatus {
 	case ss != nil && !ss.closed:
 		p.State, p.Framing, p.Profile = "connected", ss.s.Framing().String(), ss.profile
 		p.InFlight, p.Window = len(ss.docs), ss.n.MaxWindow
-	case pc.ok && pc.framing == quicpeer.FramingDraft04:
-		p.State = "idle"
 	case pc.lastErr != "":
 		p.State = "down"
+	case (pc.ok && pc.framing == quicpeer.FramingDraft04) || !pc.dialing:
+		p.State = "idle" // nothing dials it: no work for a draft-04 peer
 	}
 	return p
 }
@@ -154,7 +191,13 @@ func (b *Bridge) Peers() []PeerStatus {
 	defer b.mu.Unlock()
 	out := make([]PeerStatus, 0, len(b.peers))
 	for _, pc := range b.peers {
-		out = append(out, pc.statusLocked())
+		p := pc.statusLocked()
+		if n := b.peerDocsLocked(pc); p.State != "connected" && n > 0 {
+			// A draft-04 peer's connections each carry one document and
+			// are never its active session.
+			p.State, p.InFlight = "connected", n
+		}
+		out = append(out, p)
 	}
 	return out
 }
@@ -175,7 +218,10 @@ func (b *Bridge) dialFraming(pc *peerConn) quicpeer.Framing {
 // know) switches the next dial to the other framing.
 func (b *Bridge) noteDialLocked(pc *peerConn, f quicpeer.Framing, err error) {
 	if err == nil {
-		pc.ok, pc.lastErr, pc.errAt = true, "", time.Time{}
+		// The last error stays until the session proves itself
+		// (proveSessionLocked): a peer that closes every session at once
+		// keeps showing why.
+		pc.ok = true
 		return
 	}
 	pc.ok = false
@@ -296,7 +342,7 @@ func (b *Bridge) superviseQueueLocked(now time.Time) {
 			d.addEvent(&gatewayv1.Event{Kind: kindDocument, State: d.rec.Doc.State, Message: why})
 			b.kickFlush()
 		}
-		if why != "" && now.Sub(d.queuedAt) > b.opts.PeerWait {
+		if why != "" && now.Sub(d.waitSince) > b.opts.PeerWait {
 			msg := fmt.Sprintf("no session to %s within %v (--peer-wait): %s", b.peerAddrs(), b.opts.PeerWait, why)
 			b.failWaitingLocked(d, msg)
 		}

@@ -317,7 +317,7 @@ func (b *Bridge) checkPlainChildrenLocked(d *docRun) {
 	if root == nil || root.Status != gatewayv1.EntityStatus_ENTITY_STATUS_DEHYDRATING {
 		return // the peer took R further: it rehydrates itself
 	}
-	b.armPlainSettleLocked(d, b.rehydratePlainLocked)
+	b.armPlainSettleLocked(d, b.rehydratePlainLocked, plainSettleWait)
 }
 
 // countPlainDone counts the terminal chunks of the attempt.
@@ -331,26 +331,38 @@ func (a *attempt) countPlainDone() int {
 	return n
 }
 
-// armPlainSettleLocked runs then (under the lock) after plainSettleWait,
-// unless the attempt ended; while result streams are being read it waits
-// another round.
-func (b *Bridge) armPlainSettleLocked(d *docRun, then func(*docRun)) {
+// armPlainSettleLocked runs then (under the lock) after wait, unless the
+// attempt ended; while result streams are being read it waits another
+// round of plainSettleWait.
+func (b *Bridge) armPlainSettleLocked(d *docRun, then func(*docRun), wait time.Duration) {
 	a := d.att
 	if a.plainSettle != nil {
 		a.plainSettle.Stop()
 	}
-	a.plainSettle = time.AfterFunc(plainSettleWait, func() {
+	a.plainSettle = time.AfterFunc(wait, func() {
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		if !a.newest() {
 			return
 		}
 		if a.plainActive > 0 {
-			b.armPlainSettleLocked(d, then)
+			b.armPlainSettleLocked(d, then, plainSettleWait)
 			return
 		}
 		then(d)
 	})
+}
+
+// resultSettleLocked is how long a plain document whose R is complete
+// waits for a result stream to start: plainSettleWait, or
+// plainSettleLearned toward a peer known to return none (learned per
+// peer: it never sent an entity, and its last learnNoResultsAfter
+// documents ended with the result absent).
+func (a *attempt) resultSettleLocked() time.Duration {
+	if a.ss != nil && a.ss.pc.knownResultless() {
+		return plainSettleLearned
+	}
+	return plainSettleWait
 }
 
 // rehydratePlainLocked ends R of a plain dehydrated document itself: the
@@ -407,7 +419,9 @@ func policyAccepts(cp *gatewayv1.CompletionPolicy, c, t int) bool {
 
 // finishPlainLocked decides a plain document whose R is complete but whose
 // result is not (yet) in: chunk results are assembled in chunk order; with
-// none, after plainSettleWait the document succeeds with its result absent.
+// none, after the settle wait (resultSettleLocked: plainSettleWait, or
+// shorter toward a peer known to return none) the document succeeds with
+// its result absent.
 // It reports whether it took over (the caller returns).
 func (b *Bridge) finishPlainLocked(d *docRun) bool {
 	a := d.att
@@ -425,9 +439,12 @@ func (b *Bridge) finishPlainLocked(d *docRun) bool {
 		}
 		d.att.resultReady = true
 		d.rec.Doc.ResultAbsent = true
+		if ss := d.att.ss; ss != nil {
+			ss.pc.absentStreak++
+		}
 		b.log.Info("bridge: the peer returned no result for a plain document", "doc", d.id, "peer", d.att.peerAddr())
 		b.maybeFinishLocked(d)
-	})
+	}, a.resultSettleLocked())
 	return true
 }
 

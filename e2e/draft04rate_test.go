@@ -1,0 +1,42 @@
+package e2e
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// TestLoadDraft04Peer (issue 20 item 7): 100 small documents onto a
+// draft-04 peer that serves one connection at a time (the reference server
+// conversation, one entity per connection) finish SUCCEEDED within 10 s
+// on the 2-core CI machine: the gateway keeps up to --peer-draft04-conns
+// connections open so the next handshakes overlap the running
+// conversation, and once the peer has shown it returns no result it no
+// longer waits a second per document for one. It runs in the quiet shard
+// (the TestLoad prefix) because it measures time.
+func TestLoadDraft04Peer(t *testing.T) {
+	const docs, target = 100, 10 * time.Second
+	s := startD04Server(t)
+	g := startInteropGateway(t, plainPeerArgs(s.addr, s.caPEM, "--peer-framing", "draft-04")...)
+	start := time.Now()
+	ids := make([]string, docs)
+	for i := range ids {
+		ids[i] = submitDoc(t, g, map[string]any{"content": b64([]byte(fmt.Sprintf("small document %d for a draft-04 peer\n", i))), "contentType": "text/plain"})
+	}
+	for _, id := range ids {
+		d := awaitTerminalDoc(t, g, id, 120*time.Second)
+		if d.str("state") != "SUCCEEDED" {
+			t.Errorf("document %s: %v", id, d)
+		}
+	}
+	took := time.Since(start)
+	sess, errs, conns := s.snapshot()
+	t.Logf("%d documents onto a draft-04 peer serving one connection at a time: %v (%.1f documents/s); server: %d connections, %d sessions, refused: %s",
+		docs, took.Round(time.Millisecond), float64(docs)/took.Seconds(), conns, len(sess), errorsText(errs))
+	if len(sess) != docs {
+		t.Errorf("the peer completed %d conversations, want %d", len(sess), docs)
+	}
+	if took > target {
+		t.Errorf("%d documents took %v, want under %v (issue 20 item 7)", docs, took, target)
+	}
+}
