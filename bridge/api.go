@@ -134,6 +134,10 @@ type PeerEndpoint struct {
 	// Framing toward this peer: FramingDraft02 or FramingDraft04; the
 	// zero value (FramingAuto) takes Options.PeerFraming.
 	Framing quicpeer.Framing
+	// CAFile, when set, is the file CAPEM was read from: it is read again
+	// before every dial (a peer restarted with a new certificate is
+	// reached without restarting the gateway) and by ReloadPeerCAs.
+	CAFile string
 }
 
 // Options configure a Bridge (validated in New; zero values take defaults).
@@ -158,6 +162,8 @@ type Options struct {
 	PeerCAPEM []byte
 	// PeerServerName overrides the TLS server name (default: host of PeerAddr).
 	PeerServerName string
+	// PeerCAFile is PeerEndpoint.CAFile of the single peer.
+	PeerCAFile string
 	// Peers are several PipeStream peers (docs/scale-out.md, "Many
 	// peers"): each gets its own connection, framing detection and health,
 	// and new documents go to the least-loaded healthy one. Empty: the one

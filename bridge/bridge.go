@@ -356,12 +356,12 @@ func fileExists(path string) bool {
 // peer of PeerAddr, PeerCAPEM and PeerServerName, or the list given.
 func (o *Options) fillPeers() error {
 	if len(o.Peers) > 0 {
-		if o.PeerAddr != "" || len(o.PeerCAPEM) > 0 || o.PeerServerName != "" {
+		if o.PeerAddr != "" || len(o.PeerCAPEM) > 0 || o.PeerServerName != "" || o.PeerCAFile != "" {
 			return invalidf("set Options.Peers or Options.PeerAddr/PeerCAPEM/PeerServerName, not both")
 		}
 		o.Peers = slices.Clone(o.Peers)
 	} else {
-		o.Peers = []PeerEndpoint{{Addr: o.PeerAddr, CAPEM: o.PeerCAPEM, ServerName: o.PeerServerName}}
+		o.Peers = []PeerEndpoint{{Addr: o.PeerAddr, CAPEM: o.PeerCAPEM, ServerName: o.PeerServerName, CAFile: o.PeerCAFile}}
 	}
 	seen := map[string]bool{}
 	for i, p := range o.Peers {

@@ -306,9 +306,15 @@ func (b *Bridge) dial(ctx context.Context, pc *peerConn) (*sessState, error) {
 		lastDehyd: map[uint32]parentRef{}, waiters: map[entKey]chan wire.Status{}}
 	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
-	framing := b.dialFraming(pc)
+	b.mu.Lock()
+	framing := pc.framing
+	if err := b.reloadCALocked(pc); err != nil {
+		b.log.Warn("bridge: dialing with the previous certificates", "err", err)
+	}
+	tc := pc.tls.Clone()
+	b.mu.Unlock()
 	s, err := quicpeer.Dial(dctx, pc.addr, quicpeer.Config{
-		TLS:     pc.tls.Clone(),
+		TLS:     tc,
 		Offer:   b.offer(),
 		Handler: &handler{b: b, ss: ss},
 		Logger:  b.log,

@@ -1,9 +1,12 @@
 package bridge
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -81,12 +84,16 @@ type PeerStatus struct {
 
 // peerConn is one peer of the bridge: where it is, how to reach it, and
 // what the bridge knows about it. Its own connection loop keeps one
-// active session to it (conn.go). addr and tls never change; every other
-// field is guarded by Bridge.mu.
+// active session to it (conn.go). addr, idx and ep never change; every
+// other field is guarded by Bridge.mu.
 type peerConn struct {
 	addr string
 	idx  int // position in Bridge.peers
-	tls  *tls.Config
+	ep   PeerEndpoint
+	// tls verifies the peer: built from ep.CAPEM, rebuilt when ep.CAFile
+	// holds other certificates (reloadCALocked).
+	tls   *tls.Config
+	caPEM []byte
 
 	mode    quicpeer.Framing // the configured framing (auto: detected)
 	framing quicpeer.Framing // what the next dial uses
@@ -129,7 +136,7 @@ func newPeers(o *Options, m *metrics) ([]*peerConn, error) {
 		if ep.Framing != quicpeer.FramingAuto {
 			mode = ep.Framing
 		}
-		out = append(out, &peerConn{addr: ep.Addr, idx: i, tls: tc, mode: mode, framing: mode,
+		out = append(out, &peerConn{addr: ep.Addr, idx: i, ep: ep, tls: tc, caPEM: ep.CAPEM, mode: mode, framing: mode,
 			connKick: make(chan struct{}, 1), connects: m.connects.WithLabelValues(ep.Addr),
 			aborted: m.aborted.WithLabelValues(ep.Addr)})
 	}
@@ -149,6 +156,52 @@ func (pc *peerConn) usableLocked() *sessState {
 // draft-04 peer answered (it gets a connection per document).
 func (pc *peerConn) readyLocked() bool {
 	return pc.usableLocked() != nil || (pc.ok && pc.framing == quicpeer.FramingDraft04)
+}
+
+// reloadCALocked reads pc's --peer-ca file again (when it has one) and,
+// if it holds other certificates than the ones in use, rebuilds the TLS
+// config that verifies the peer. An unreadable or empty file keeps the
+// previous config and is returned. Called before every dial and by
+// ReloadPeerCAs.
+func (b *Bridge) reloadCALocked(pc *peerConn) error {
+	if pc.ep.CAFile == "" {
+		return nil
+	}
+	pem, err := os.ReadFile(pc.ep.CAFile)
+	if err != nil {
+		return fmt.Errorf("re-read the CA file of the PipeStream peer %s: %w", pc.addr, err)
+	}
+	if bytes.Equal(pem, pc.caPEM) {
+		return nil
+	}
+	ep := pc.ep
+	ep.CAPEM = pem
+	tc, err := tlsConfig(&b.opts, ep)
+	if err != nil {
+		return fmt.Errorf("the CA file %s of the PipeStream peer %s: %w", pc.ep.CAFile, pc.addr, err)
+	}
+	pc.tls, pc.caPEM = tc, pem
+	b.log.Info("bridge: the peer's CA file changed; new dials verify with it", "addr", pc.addr, "file", pc.ep.CAFile)
+	return nil
+}
+
+// ReloadPeerCAs reads every peer's CA file again now (SIGHUP): a changed
+// one is used from the next dial, which goes at once (the backoff starts
+// over). It returns what could not be read; those peers keep their
+// previous certificates.
+func (b *Bridge) ReloadPeerCAs() error {
+	b.mu.Lock()
+	var errs []error
+	for _, pc := range b.peers {
+		if err := b.reloadCALocked(pc); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		pc.delay, pc.retryAt = redialMin, time.Time{}
+	}
+	b.mu.Unlock()
+	b.kick()
+	return errors.Join(errs...)
 }
 
 // knownResultless reports whether pc has shown it returns no results: it
@@ -203,14 +256,6 @@ func (b *Bridge) Peers() []PeerStatus {
 }
 
 func framingName(f quicpeer.Framing) string { return f.String() }
-
-// dialFraming is the framing of pc's next dial: the configured framing, or
-// under auto what the peer has shown.
-func (b *Bridge) dialFraming(pc *peerConn) quicpeer.Framing {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return pc.framing
-}
 
 // noteDialLocked records a dial's outcome. Under auto framing a refused
 // handshake (the peer closed the connection during the capability
