@@ -345,7 +345,7 @@ func (r *tortureRig) checkReceived(bySum map[[32]byte]*tDoc, bad func(string, ..
 //     with or without heartbeat and a peer back with a new certificate
 //     included.
 //  7. After the round, /healthz shows every such peer connected or idle.
-var tortureLiveness = flag.Bool("torture.liveness", false, "TestTorture: also check the liveness invariants 5-7 (docs/torture.md)")
+var tortureLiveness = flag.Bool("torture.liveness", true, "TestTorture: also check the liveness invariants 5-7 (docs/torture.md; -torture.liveness=false: safety only)")
 
 // maxReconnectsPerSecond is invariant 5's bound.
 const maxReconnectsPerSecond = 3

@@ -34,6 +34,7 @@ var (
 	tortureSeed     = flag.Uint64("torture.seed", 0, "TestTorture: run the one round of this seed (0: new seeds until -torture.duration)")
 	tortureDuration = flag.Duration("torture.duration", 75*time.Second, "TestTorture: start new rounds until this much time has passed")
 	tortureLog      = flag.String("torture.log", "", "TestTorture: append one line per round (seed, duration, outcome) to this file")
+	tortureKeepOn   = flag.Bool("torture.keepgoing", false, "TestTorture: start new rounds after a failed one (long runs)")
 )
 
 // tortureBehaviourPool is what the peers' behaviours are drawn from.
@@ -49,7 +50,7 @@ func TestTorture(t *testing.T) {
 		}
 		seeds++
 		ok := t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { runTortureRound(t, seed) })
-		if !ok || *tortureSeed != 0 || time.Since(start) >= *tortureDuration {
+		if (!ok && !*tortureKeepOn) || *tortureSeed != 0 || time.Since(start) >= *tortureDuration {
 			break
 		}
 	}
