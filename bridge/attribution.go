@@ -69,7 +69,7 @@ func (b *Bridge) attributePlainLocked(ss *sessState, h *wire.EntityHeader) (*ent
 	if ref == nil {
 		return nil, refused(refuseUnmatched, "entity-id %d names no live entity of this session and the entity has no parent-id", h.EntityID)
 	}
-	if b.ownNumbering[ss] {
+	if b.attribOf(ss).ownNumbering {
 		r := refused(refuseAmbiguous, "entity-id %d without parent-id: the peer numbers its own entities on this session, so the id is its own", h.EntityID)
 		r.doc = ref.att.d.id
 		return nil, r
@@ -103,13 +103,43 @@ func claimResultLocked(ref *entRef) (*entRef, refusal) {
 	return ref, refusal{}
 }
 
+// sessAttrib is what attribution learned about one session: whether its
+// peer numbers its own entities, and how many entities it refused (the
+// log line is written for the first refusalsLogged and then every
+// refusalsLogged-th, the metric counts every one).
+type sessAttrib struct {
+	ownNumbering bool
+	refused      int
+}
+
+// refusalsLogged bounds the WARN lines per session (see sessAttrib).
+const refusalsLogged = 20
+
+// attribOf is ss's attribution state, made on first use (a closed
+// session's is not kept: onSessionClosedLocked dropped it). Caller holds
+// b.mu.
+func (b *Bridge) attribOf(ss *sessState) *sessAttrib {
+	if ss.closed {
+		if st := b.attrib[ss]; st != nil {
+			return st
+		}
+		return &sessAttrib{} // not kept: nothing is taken after the close (its entities left the session)
+	}
+	if b.attrib == nil {
+		b.attrib = map[*sessState]*sessAttrib{}
+	}
+	st := b.attrib[ss]
+	if st == nil {
+		st = &sessAttrib{}
+		b.attrib[ss] = st
+	}
+	return st
+}
+
 // markOwnNumberingLocked records that the peer of ss sent an entity of its
 // own numbering (one with a parent-id).
 func (b *Bridge) markOwnNumberingLocked(ss *sessState) {
-	if b.ownNumbering == nil {
-		b.ownNumbering = map[*sessState]bool{}
-	}
-	b.ownNumbering[ss] = true
+	b.attribOf(ss).ownNumbering = true
 }
 
 // attributeProfileLocked matches an entity a profile peer sent: a result
@@ -149,7 +179,14 @@ func (b *Bridge) refuseResult(ss *sessState, e *quicpeer.IncomingEntity, r refus
 		parent = fmt.Sprint(*h.ParentID)
 	}
 	b.m.resultsRefused.WithLabelValues(r.reason).Inc()
-	b.log.Warn("bridge: refused an entity from the peer as a result (protocol event)", "peer", ss.pc.addr,
-		"reason", r.reason, "entity", h.EntityID, "parent", parent, "doc", r.doc, "detail", r.detail)
+	b.mu.Lock()
+	st := b.attribOf(ss)
+	st.refused++
+	n := st.refused
+	b.mu.Unlock()
+	if n <= refusalsLogged || n%refusalsLogged == 0 {
+		b.log.Warn("bridge: refused an entity from the peer as a result (protocol event)", "peer", ss.pc.addr,
+			"reason", r.reason, "entity", h.EntityID, "parent", parent, "doc", r.doc, "detail", r.detail, "refused_on_session", n)
+	}
 	_, _ = io.Copy(io.Discard, e.Payload)
 }

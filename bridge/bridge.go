@@ -41,10 +41,10 @@ type Bridge struct {
 	peers    []*peerConn        // in the configured order; fixed after New
 	nextPeer int                // where placement's round-robin tie-break starts
 	sessions map[*sessState]struct{}
-	// ownNumbering: sessions whose peer sent an entity of its own
-	// numbering (a parent-id), result attribution (attribution.go).
-	ownNumbering map[*sessState]bool
-	uploads      sync.WaitGroup
+	// attrib: what result attribution learned per session
+	// (attribution.go); dropped when the session closes.
+	attrib  map[*sessState]*sessAttrib
+	uploads sync.WaitGroup
 }
 
 var _ Service = (*Bridge)(nil)

@@ -443,7 +443,7 @@ func (b *Bridge) onSessionClosedLocked(ss *sessState, err error) {
 	}
 	b.retireLocked(ss)
 	delete(b.sessions, ss)
-	delete(b.ownNumbering, ss)
+	delete(b.attrib, ss)
 	b.kick() // a draft-04 dial may wait for this session to end
 	reason := fmt.Sprintf("the session to the PipeStream peer %s closed", ss.pc.addr)
 	if err != nil {
