@@ -1,11 +1,13 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
@@ -34,6 +36,9 @@ import (
 //     each of its documents, an unbroken revision chain whose #document
 //     events end in the final state, one terminal state, at the end; and
 //     no event of a document of another tenant.
+//  8. The gateway refuses no partner result as duplicate, ambiguous or of
+//     the wrong form (checkRefusals). (5-7 are the liveness invariants,
+//     checkLiveness.)
 
 // tEvents collects each tenant's event log from its start.
 type tEvents struct {
@@ -138,7 +143,33 @@ func (r *tortureRig) check() []string {
 	}
 	r.checkEvents(bad)
 	r.checkReceived(bySum, bad)
+	r.checkRefusals(bad)
 	return v
+}
+
+// checkRefusals: invariant 8. The partners send one result per entity,
+// always in their own form (own-ids always with parent-id, same-id never),
+// so the gateway refuses none of them as duplicate, ambiguous or of the
+// wrong form; unmatched is allowed (a result that arrives after its
+// document was cancelled, timed out or moved on). Read from /metrics.
+func (r *tortureRig) checkRefusals(bad func(string, ...any)) {
+	resp, err := http.Get(r.g.baseURL() + "/metrics")
+	if err != nil {
+		bad("/metrics: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), "pipestream_bridge_results_refused_total{reason=\"")
+		if !ok {
+			continue
+		}
+		reason, val, _ := strings.Cut(rest, "\"} ")
+		if n, _ := strconv.ParseFloat(val, 64); n > 0 && reason != "unmatched" {
+			bad("the gateway refused %v results of the partners as %s (pipestream_bridge_results_refused_total; see its log)", n, reason)
+		}
+	}
 }
 
 // noResultSums are the content sums of whole entities that a peer which

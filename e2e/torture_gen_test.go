@@ -58,6 +58,7 @@ const (
 	fKill        = "kill"          // the socket drops (no CONNECTION_CLOSE), back after down
 	fKillNewCert = "kill-new-cert" // as kill, back with a new certificate over --peer-ca
 	fGraceful    = "graceful"      // every connection closed with 0x00, the listener stays
+	fPause       = "pause"         // answers held for down (past timeoutMs at times), then sent late
 )
 
 type tFaultPlan struct {
@@ -109,7 +110,10 @@ func genPlan(seed uint64, pool []tBehaviour) tPlan {
 	for range nfaults {
 		f := tFaultPlan{at: time.Duration(r.Int64N(int64(p.active))), peer: r.IntN(npeers),
 			down: time.Duration(200+r.IntN(2500)) * time.Millisecond}
-		f.kind = []string{fKill, fKillNewCert, fGraceful}[r.IntN(3)]
+		f.kind = []string{fKill, fKillNewCert, fGraceful, fPause}[r.IntN(4)]
+		if f.kind == fPause {
+			f.down = time.Duration(1000+r.IntN(6000)) * time.Millisecond
+		}
 		p.faults = append(p.faults, f)
 	}
 	return p

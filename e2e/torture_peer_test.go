@@ -144,6 +144,7 @@ type tPeer struct {
 	nconn   int64
 	connAt  []time.Time // when each connection was accepted
 	claims  map[uint64]*tClaim
+	paused  time.Time // answers wait until then (the pause fault)
 	stopped bool
 }
 
@@ -401,6 +402,7 @@ func (c *tConn) answer(e gotEntity) error {
 	if err := c.status(id, stProcessing); err != nil || p.beh == bStall {
 		return err
 	}
+	p.waitPause()
 	if p.beh == bOutOfOrder {
 		time.Sleep(time.Duration(p.randIntN(400)) * time.Millisecond)
 	}
@@ -614,4 +616,21 @@ func (p *tPeer) redeem(claim string, id uint32) bool {
 	}
 	cl.redeemed = true
 	return true
+}
+
+// pause holds every answer of the peer (after PROCESSING) for d: a peer
+// that stalls for a while and then goes on, its late results included.
+func (p *tPeer) pause(d time.Duration) {
+	p.mu.Lock()
+	p.paused = time.Now().Add(d)
+	p.mu.Unlock()
+}
+
+func (p *tPeer) waitPause() {
+	p.mu.Lock()
+	until := p.paused
+	p.mu.Unlock()
+	if d := time.Until(until); d > 0 {
+		time.Sleep(d)
+	}
 }
