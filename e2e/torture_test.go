@@ -92,6 +92,12 @@ func runTortureRound(t *testing.T, seed uint64) {
 			}
 			t.Error(s)
 		}
+		if *tortureLog != "" { // keep the whole gateway log of a failed round beside the round log
+			keep := filepath.Join(filepath.Dir(*tortureLog), fmt.Sprintf("gateway-%d.log", seed))
+			if b, err := os.ReadFile(r.g.proc.logPath); err == nil && os.WriteFile(keep, b, 0o644) == nil {
+				t.Logf("the gateway's whole log: %s", keep)
+			}
+		}
 		r.ledger.mu.Lock()
 		if len(r.ledger.errs) > 0 {
 			t.Logf("the partners' own complaints: %s", strings.Join(r.ledger.errs, "; "))
