@@ -345,6 +345,15 @@ func (b *Bridge) dial(ctx context.Context, pc *peerConn) (*sessState, error) {
 	pc.active = ss
 	b.sessions[ss] = struct{}{}
 	pc.sessWake = make(chan struct{})
+	// A session still up after shortSession has proved the peer, work or
+	// not: its last error clears and the backoff starts over.
+	time.AfterFunc(shortSession, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if !ss.closed && !ss.proven {
+			b.proveSessionLocked(ss)
+		}
+	})
 	return ss, nil
 }
 
