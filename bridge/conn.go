@@ -245,7 +245,8 @@ func (pc *peerConn) backoffLocked() time.Duration {
 // reported on one of its entities) or lived shortSession proved the peer
 // and its framing: the backoff starts over and the framing is remembered.
 // One that ended sooner without carrying anything is a failed dial: the
-// last error names it, the next dial backs off, and under auto framing it
+// last error names it, the next dial backs off, and under auto framing,
+// when the peer closed it with an error (framingSuspect), the next dial
 // tries the other framing (a draft-04 peer closes a session whose framing
 // it cannot read, right after the handshake). It reports whether the
 // session failed.
@@ -267,7 +268,7 @@ func (b *Bridge) noteSessionEndLocked(ss *sessState, err error) bool {
 	in := pc.backoffLocked()
 	b.log.Warn("bridge: peer session ended right after it came up; backing off", "addr", pc.addr,
 		"framing", ss.s.Framing().String(), "lasted", ss.closedAt.Sub(ss.upAt), "in", in, "err", err)
-	if pc.mode == quicpeer.FramingAuto {
+	if pc.mode == quicpeer.FramingAuto && framingSuspect(ss, err) {
 		next := quicpeer.FramingDraft04
 		if ss.s.Framing() == wire.FramingDraft04 {
 			next = quicpeer.FramingAuto
@@ -278,6 +279,20 @@ func (b *Bridge) noteSessionEndLocked(ss *sessState, err error) bool {
 		}
 	}
 	return true
+}
+
+// framingSuspect reports whether a session that ended at once may have
+// ended over its framing: the peer closed it with an error code (a
+// draft-04 peer reading a draft-02 STATUS as a frame header closes with
+// 0x06 or 0x0D). Not when the peer selected the profile: this project's
+// peer answers in the client's framing. A clean close (a peer shutting
+// down) keeps the framing.
+func framingSuspect(ss *sessState, err error) bool {
+	if ss.n.Profile {
+		return false
+	}
+	var ce *quicpeer.CloseError
+	return errors.As(err, &ce) && ce.Remote && ce.Code != wire.CodeNoError
 }
 
 // proveSessionLocked records that ss carried work (or lived long enough):
@@ -345,6 +360,15 @@ func (b *Bridge) dial(ctx context.Context, pc *peerConn) (*sessState, error) {
 	pc.active = ss
 	b.sessions[ss] = struct{}{}
 	pc.sessWake = make(chan struct{})
+	// A session still up after shortSession has proved the peer, work or
+	// not: its last error clears and the backoff starts over.
+	time.AfterFunc(shortSession, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if !ss.closed && !ss.proven {
+			b.proveSessionLocked(ss)
+		}
+	})
 	return ss, nil
 }
 

@@ -328,6 +328,9 @@ func (b *Bridge) waitReasonLocked() string {
 
 // waitReasonLocked says why pc takes no work.
 func (pc *peerConn) waitReasonLocked() string {
+	if pc.lastErr == "" && !pc.dialing {
+		return fmt.Sprintf("waiting for a session to the PipeStream peer %s: idle (%s framing: dialled when a document is queued)", pc.addr, framingName(pc.framing))
+	}
 	if pc.lastErr == "" {
 		return fmt.Sprintf("waiting for a session to the PipeStream peer %s: connecting, no answer yet", pc.addr)
 	}

@@ -623,6 +623,49 @@ func TestInteropDraft04Server(t *testing.T) {
 	}
 }
 
+// TestInteropSlammingPeer (issue 20 items 4 and 5): `gateway serve` onto
+// a plain draft-02 peer that answers CAPABILITIES and closes every
+// session at once. The gateway backs off as for failed dials (the sixth
+// connection comes at least 50+100+200+400+800 ms after the first: a few
+// a second at most, not hundreds), /healthz and the document's waitReason
+// name the peer and its last failure, and after --peer-wait the document
+// FAILS with an error that names both, its dispatch attempts unspent.
+func TestInteropSlammingPeer(t *testing.T) {
+	t.Parallel()
+	p := startD02Peer(t, peerSlam)
+	g := startInteropGateway(t, plainPeerArgs(p.addr, p.caPEM, "--peer-wait", "4s")...)
+	id := submitDoc(t, g, map[string]any{"content": b64([]byte("held up by a peer that closes every session\n")), "contentType": "text/plain"})
+	ctx := ctxT(t, 60*time.Second)
+	if err := p.wait(ctx, "six connections", func() bool { return p.conns >= 6 }); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	span := p.connAt[5].Sub(p.connAt[0])
+	p.mu.Unlock()
+	if span < 1550*time.Millisecond {
+		t.Errorf("6 connections within %v: the gateway reconnects faster than its backoff allows", span)
+	}
+	const why = "this peer closes every session at once"
+	_, body, err := doJSON(context.Background(), "GET", g.baseURL()+"/healthz", nil, "")
+	if err != nil || !strings.Contains(string(body), why) || !strings.Contains(string(body), p.addr) {
+		t.Errorf("/healthz %s (%v): want the peer and its last failure %q", body, err, why)
+	}
+	d := pollDoc(t, g, id, 20*time.Second, "a waitReason naming the peer's last failure", func(d docMap) bool {
+		return strings.Contains(d.str("waitReason"), why) || terminalState(d.str("state"))
+	})
+	if w := d.str("waitReason"); !strings.Contains(w, p.addr) || !strings.Contains(w, why) {
+		t.Errorf("waitReason %q: want the peer %s and its last failure", w, p.addr)
+	}
+	d = awaitTerminalDoc(t, g, id, 60*time.Second)
+	if e := d.str("error"); d.str("state") != "FAILED" || !strings.Contains(e, p.addr) || !strings.Contains(e, why) || !strings.Contains(e, "--peer-wait") {
+		t.Errorf("document %s %q: want FAILED after --peer-wait naming the peer and its last failure", d.str("state"), e)
+	}
+	p.mu.Lock()
+	n := p.conns
+	p.mu.Unlock()
+	t.Logf("%d connections, the first six over %v; final error: %s", n, span.Round(time.Millisecond), d.str("error"))
+}
+
 // TestInteropDraft04NoHeartbeatAuto (issue 20 item 3): `gateway serve`
 // with auto framing onto a draft-04 peer that sends no heartbeat after
 // CAPABILITIES (it is optional): the first session settles on draft-02
