@@ -133,6 +133,7 @@ type tPeer struct {
 	certDir string
 	ledger  *tLedger
 	t       testing.TB
+	faultMu sync.Mutex // faults on one peer run one after another
 
 	mu      sync.Mutex
 	rng     *rand.Rand

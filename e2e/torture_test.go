@@ -219,6 +219,8 @@ func sleepUntil(ctx context.Context, at time.Time) {
 // inject applies fault f to its peer.
 func (r *tortureRig) inject(f tFaultPlan) {
 	p := r.peers[f.peer]
+	p.faultMu.Lock() // a kill that overlaps another on the same peer waits for its restart
+	defer p.faultMu.Unlock()
 	r.ledger.fault(f.peer, f.kind)
 	switch f.kind {
 	case fGraceful:
