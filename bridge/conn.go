@@ -372,8 +372,9 @@ func (b *Bridge) dial(ctx context.Context, pc *peerConn) (*sessState, error) {
 	return ss, nil
 }
 
-// waitForWork holds a draft-04 dial until a document is queued, the
-// previous session dialled to pc has been given its document, and fewer
+// waitForWork holds a draft-04 dial until a document is queued (or, for a
+// peer not known to answer, documents run elsewhere: probeDraft04Locked),
+// the previous session dialled to pc has been given its document, and fewer
 // than Options.PeerDraft04Conns sessions to pc are live: the reference
 // peer takes one entity per connection and serves connections one at a
 // time, so the next connection's handshake waits while the previous
@@ -384,7 +385,8 @@ func (b *Bridge) waitForWork(ctx context.Context, pc *peerConn) bool {
 	for {
 		b.mu.Lock()
 		ready := pc.framing != quicpeer.FramingDraft04 ||
-			(len(b.queue) > 0 && pc.active == nil && b.liveSessionsLocked(pc) < b.opts.PeerDraft04Conns)
+			(pc.active == nil && b.liveSessionsLocked(pc) < b.opts.PeerDraft04Conns &&
+				(len(b.queue) > 0 || b.probeDraft04Locked(pc)))
 		pc.dialing = ready // a peer nothing dials is idle, not connecting
 		b.mu.Unlock()
 		if ready {
@@ -400,6 +402,24 @@ func (b *Bridge) waitForWork(ctx context.Context, pc *peerConn) bool {
 		}
 		t.Stop()
 	}
+}
+
+// probeDraft04Locked reports whether a draft-04 peer not known to answer
+// (never dialled, or its last dial or session failed, backoff passed)
+// should be dialled while documents run on other peers, with none queued:
+// a draft-02 peer takes every queued document at once, so without this
+// the draft-04 peer would never be dialled again and never get its share
+// (placement counts it once it answered, candidateLocked).
+func (b *Bridge) probeDraft04Locked(pc *peerConn) bool {
+	if pc.ok || time.Now().Before(pc.retryAt) {
+		return false
+	}
+	for ss := range b.sessions {
+		if ss.pc != pc && !ss.closed && len(ss.docs) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // liveSessionsLocked counts the sessions to pc that have not ended.

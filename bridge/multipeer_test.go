@@ -474,3 +474,46 @@ func TestPeerCAFileReadAgainOnRedial(t *testing.T) {
 	}
 	run("the certificate kept")
 }
+
+// A draft-04 peer next to a draft-02 one gets documents that arrive one
+// at a time too: with nothing queued for long (the draft-02 peer takes
+// each at once) it is still dialled while documents run elsewhere, and
+// once it answered placement counts it.
+func TestManyPeersDraft04GetsTrickle(t *testing.T) {
+	a, b := newTestPeer(t), newTestPeer(t)
+	e := &env{t: t, dir: t.TempDir()}
+	e.opts = bridge.Options{DataDir: e.dir, Logger: quietLogger(), Peers: []bridge.PeerEndpoint{
+		{Addr: a.addr, CAPEM: a.cert, Framing: quicpeer.FramingDraft04}, {Addr: b.addr, CAPEM: b.cert, Framing: quicpeer.FramingDraft02}}}
+	e.startBridge()
+	t.Cleanup(func() { e.closeBridge() })
+	e.waitPeer(b.addr, "connected", connected)
+	// Deferred documents stay in flight on the draft-02 peer; the
+	// draft-04 peer is dialled meanwhile and takes the next ones.
+	// (The draft-04 peer, not dialled yet, is no candidate: the first
+	// document goes to the draft-02 peer, which defers it.)
+	_, c := e.submitDeferred([]byte("deferred on a draft-02 peer"))
+	claims := []string{c}
+	e.waitPeer(a.addr, "the draft-04 peer dialled while documents run elsewhere", func(p bridge.PeerStatus) bool {
+		v, _ := e.labeled("pipestream_bridge_session_connects_total", a.addr)
+		return v >= 1
+	})
+	ids := []string{}
+	for i := range 4 {
+		in := fmt.Appendf(nil, "trickle document %d", i)
+		id := e.submit(in, &gatewayv1.SubmitDocumentRequest{ContentType: "text/plain"}).Id
+		if got := e.wait(id, 30*time.Second); got.State != gatewayv1.State_SUCCEEDED || !bytes.Equal(e.result(id), in) {
+			t.Fatalf("document %s: %s %q", id, got.State, got.Error)
+		}
+		ids = append(ids, id)
+	}
+	va, _ := e.labeled("pipestream_bridge_session_connects_total", a.addr)
+	if va < 2 {
+		t.Errorf("the draft-04 peer had %v sessions for 4 documents arriving one at a time next to a busy draft-02 peer, want at least 2", va)
+	}
+	for _, c := range claims {
+		if _, err := e.b.Redeem(context.Background(), "", c); err != nil {
+			t.Fatalf("redeem %s: %v", c, err)
+		}
+	}
+	t.Logf("%v sessions to the draft-04 peer for %d documents", va, len(ids))
+}
