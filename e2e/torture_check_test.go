@@ -379,34 +379,6 @@ func (r *tortureRig) checkReceived(bySum map[[32]byte]*tDoc, bad func(string, ..
 //  7. After the round, /healthz shows every such peer connected or idle.
 var tortureLiveness = flag.Bool("torture.liveness", true, "TestTorture: also check the liveness invariants 5-7 (docs/torture.md; -torture.liveness=false: safety only)")
 
-// tortureKnownOpen lists liveness violations of open bugs, by behaviour:
-// invariants 6 and 7 are not applied to such a peer unless
-// -torture.strict, and the round logs that they were not. Delete an entry
-// when its bug is fixed (docs/torture.md, "What it found").
-var tortureKnownOpen = map[tBehaviour]string{
-	bD04NoHeartbeat: "after the first session fails and auto framing switches to draft-04, a draft-04 peer is dialled only while the queue holds a document (bridge/conn.go waitForWork) and placement skips it while it is down, so next to healthy draft-02 peers that drain the queue it is never dialled again (seed 1795768750003504461)",
-}
-
-var tortureStrict = flag.Bool("torture.strict", false, "TestTorture: apply invariants 6 and 7 also to behaviours with a known open bug (tortureKnownOpen)")
-
-// knownOpen says why invariants 6 and 7 skip peer p ("" = they do not):
-// a known open bug that shows only beside other peers.
-func (r *tortureRig) knownOpen(p *tPeer) string {
-	if *tortureStrict || len(r.peers) == 1 {
-		return ""
-	}
-	return tortureKnownOpen[p.beh]
-}
-
-// exempt reports whether invariants 6 and 7 skip peer i, and logs why.
-func (r *tortureRig) exempt(i int, p *tPeer) bool {
-	why := r.knownOpen(p)
-	if why != "" {
-		r.t.Logf("invariants 6 and 7 not applied to peer %d (%s): known open bug: %s", i, p.beh, why)
-	}
-	return why != ""
-}
-
 // maxReconnectsPerSecond is invariant 5's bound.
 const maxReconnectsPerSecond = 3
 
@@ -426,7 +398,7 @@ func (r *tortureRig) checkLiveness(began time.Time, bad func(string, ...any)) {
 			}
 			continue
 		}
-		if len(r.plan.docs) >= 20 && got[i] == 0 && !r.killed(i) && !r.exempt(i, p) {
+		if len(r.plan.docs) >= 20 && got[i] == 0 && !r.killed(i) {
 			bad("peer %d (%s): received no entity of the round's %d documents", i, p.beh, len(r.plan.docs))
 		}
 	}
@@ -462,7 +434,7 @@ func (r *tortureRig) checkHealth(bad func(string, ...any)) {
 		}
 		var wrong []string
 		for i, p := range r.peers {
-			if s := state[p.addr].State; p.beh != bCloseAtOnce && s != "connected" && s != "idle" && r.knownOpen(p) == "" {
+			if s := state[p.addr].State; p.beh != bCloseAtOnce && s != "connected" && s != "idle" {
 				wrong = append(wrong, fmt.Sprintf("peer %d (%s) is %q (last error %q)", i, p.beh, s, state[p.addr].LastError))
 			}
 		}
