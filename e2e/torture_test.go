@@ -37,11 +37,23 @@ var (
 	tortureKeepOn   = flag.Bool("torture.keepgoing", false, "TestTorture: start new rounds after a failed one (long runs)")
 )
 
+// tortureDeadlineMargin is what a round may still take after the last one
+// started (the longest bound of a document, tDocPlan.bound, is under 3
+// minutes), kept free before go test's -timeout.
+const tortureDeadlineMargin = 3 * time.Minute
+
 // tortureBehaviourPool is what the peers' behaviours are drawn from.
 var tortureBehaviourPool = []tBehaviour{bOwnIDs, bSameID, bOutOfOrder, bStall, bCloseAtOnce, bD04Heartbeat, bD04NoHeartbeat}
 
 func TestTorture(t *testing.T) {
 	start := time.Now()
+	budget := *tortureDuration
+	if dl, ok := t.Deadline(); ok && time.Until(dl)-tortureDeadlineMargin < budget {
+		// go test's -timeout (10m by default) would kill the binary
+		// mid-round: stop starting rounds in time.
+		budget = max(time.Until(dl)-tortureDeadlineMargin, time.Second)
+		t.Logf("torture: -torture.duration %v capped to %v by go test's -timeout (give -timeout 0 or more for the whole duration)", *tortureDuration, budget.Round(time.Second))
+	}
 	seeds := 0
 	for {
 		seed := *tortureSeed
@@ -51,7 +63,7 @@ func TestTorture(t *testing.T) {
 		seeds++
 		ok := t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { runTortureRound(t, seed) })
 		// A round takes 15-60 s: none starts in the last 20 s of the budget.
-		if (!ok && !*tortureKeepOn) || *tortureSeed != 0 || time.Since(start) >= *tortureDuration-20*time.Second {
+		if (!ok && !*tortureKeepOn) || *tortureSeed != 0 || time.Since(start) >= budget-20*time.Second {
 			break
 		}
 	}
