@@ -46,6 +46,8 @@ type Config struct {
 	// lowered to Limits; Offer.MaxScopeDepth pointing at 0 offers depth 0
 	// (no nested scope; Limits.MaxScopeDepth 0 means the default 7), while
 	// 0 for max-window-size or max-entities-per-scope means "use Limits".
+	// A client sends it; a server answers the negotiated set of it and the
+	// client's (wire.Answer), never more than the client offered.
 	Offer  wire.Capabilities
 	Limits Limits
 	// Handler receives what the peer sends. Required.

@@ -104,6 +104,9 @@ func clientHandshake(cfg *resolved, conn connection) (*Session, error) {
 	}
 	s := start(cfg, RoleClient, conn, ctrl, negotiate(offer, *peer))
 	s.settleClientFraming()
+	if err := s.validateAnswer(offer, peer); err != nil {
+		return nil, err
+	}
 	// A heartbeat after CAPABILITIES, as the reference client sends: it
 	// shows a FramingAuto server this client's framing at once.
 	_ = s.sendHeartbeat()

@@ -51,6 +51,7 @@ func runServe(args []string) int {
 	peerProfile := fs.String("peer-profile", "GATEWAY_PEER_PROFILE", "auto", "use this project's profile toward --peer: auto (when the peer answers its discovery member), on, or off (plain draft-02 entities; docs/profile.md 9)")
 	peerIdle := fs.Duration("peer-idle-timeout", "GATEWAY_PEER_IDLE_TIMEOUT", quicpeer.DefaultIdleTimeout, "a peer session that hears nothing from the peer (not even ACKs of the QUIC PINGs sent every third of this) for this long is lost: its documents are re-dispatched")
 	peerWait := fs.Duration("peer-wait", "GATEWAY_PEER_WAIT", 5*time.Minute, "how long a document may wait for a peer session before it fails")
+	peerD04Conns := fs.Int64("peer-draft04-conns", "GATEWAY_PEER_DRAFT04_CONNS", 4, "connections open at once to one draft-04 peer (one document each; 1-64): the next handshakes overlap the running conversation")
 	authTokens := fs.String("auth-tokens", "GATEWAY_AUTH_TOKENS", "", "file of \"sha256:<hex> <tenant>\" lines (see gateway hash-token); empty: no authentication, loopback only")
 	insecureNoAuth := fs.Bool("insecure-no-auth", "GATEWAY_INSECURE_NO_AUTH", false, "allow listening beyond loopback without --auth-tokens (only behind a proxy that authenticates)")
 	corsOrigins := fs.String("cors-origins", "GATEWAY_CORS_ORIGINS", "", "comma-separated web origins (scheme://host[:port]) whose pages may call the REST API and WebSocket (CORS); empty: same-origin only")
@@ -146,6 +147,7 @@ func runServe(args []string) int {
 		EventLog:         evOpts,
 		PeerWait:         *peerWait,
 		PeerIdleTimeout:  *peerIdle,
+		PeerDraft04Conns: int(min(max(*peerD04Conns, -1), 1<<20)), // the bridge checks the range
 	}
 	if err := peerModes(&bopts, *peerFramings, *peerProfile); err != nil {
 		return fail(os.Stderr, "serve", err)
