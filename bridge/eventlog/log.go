@@ -38,7 +38,6 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/pipestream/gateway/bridge/eventlog/internal/retention"
 	"github.com/pipestream/gateway/bridge/store"
@@ -261,7 +260,7 @@ func (l *Log) Window(ctx context.Context) (*gatewayv1.EventWindow, error) {
 	active := 0
 	cfg := l.ret.Config()
 	if cfg.Adaptive {
-		l.ret.Tracker().Each(l.opts.Now(), cfg.InactiveAfter, func(uint64, time.Time, bool) { active++ })
+		l.ret.Tracker().Each(l.opts.Now(), cfg.InactiveAfter, func(retention.ClientView) { active++ })
 	}
 	return &gatewayv1.EventWindow{
 		OldestSeq:      oldest,

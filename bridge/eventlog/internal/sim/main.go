@@ -32,6 +32,7 @@ type client struct {
 	class   string
 	cursor  uint64    // last seq processed (0 before the first visit)
 	nextAt  time.Time // next visit
+	lastAt  time.Time // last visit
 	visits  int
 	absence func(r *rand.Rand) time.Duration
 }
@@ -43,6 +44,7 @@ type policy struct {
 	peakBytes uint64
 	fallbacks map[string]int
 	visits    int
+	short     int // fallbacks of clients away less than the floor
 }
 
 func main() {
@@ -60,18 +62,26 @@ func main() {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	snapshot := uint64(*snapMB * (1 << 20))
 
-	adaptive, tcfg, err := eventlog.Options{}.RetentionConfig()
+	costModel, tcfg, err := eventlog.Options{}.RetentionConfig()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	draft, _, err := eventlog.Options{DisableCostModel: true}.RetentionConfig()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	draft.MinBytes = 0 // as before the floor: the snapshot cap won over MinAge
+	floor := costModel.MinAge
 	mk := func(name string, cfg retention.Config) *policy {
 		return &policy{name: name, r: retention.NewRetainer(cfg, tcfg, start, nil, nil), fallbacks: map[string]int{}}
 	}
 	policies := []*policy{
-		mk("adaptive (this log, defaults)", adaptive),
-		mk("count: newest 50 and <= 2 h (RRDP servers)", retention.Config{SnapshotCap: true, MaxEvents: 50, MaxAge: 2 * time.Hour}),
+		mk("cost model (this log, defaults)", costModel),
+		mk("adaptive, draft rules (before the cost model)", draft),
 		mk("time: 72 h (AT relays)", retention.Config{MaxAge: 72 * time.Hour}),
+		mk("count: newest 50 and <= 2 h (RRDP servers)", retention.Config{SnapshotCap: true, MaxEvents: 50, MaxAge: 2 * time.Hour}),
 		mk("size only (RFC 8182)", retention.Config{SnapshotCap: true}),
 	}
 
@@ -130,6 +140,9 @@ func main() {
 				oldest, _, _, _ := p.r.Window()
 				if c.visits > 0 && c.cursor < oldest {
 					p.fallbacks[c.class]++
+					if now.Sub(c.lastAt) < floor {
+						p.short++
+					}
 				}
 				cur := c.cursor
 				tc := p.r.Touch(c.key, &cur, now)
@@ -137,6 +150,7 @@ func main() {
 				p.r.Release(tc, now)
 			}
 			c.cursor = seq
+			c.lastAt = now
 			c.visits++
 			c.nextAt = now.Add(c.absence(rng))
 		}
@@ -151,13 +165,14 @@ func main() {
 
 	fmt.Printf("%d days, %d events (%.1f/min), snapshot %.0f MB, clients: %d pollers, %d bursty, %d long-absent, %d live; seed %d\n\n",
 		*days, seq, float64(seq)/float64(steps), *snapMB, *pollers, *bursty, *absent, *live, *seed)
-	fmt.Println("| policy | mean retained MB | peak retained MB | snapshot fallbacks (pollers / bursty / absent) | fallback rate | snapshot MB served |")
-	fmt.Println("|---|---:|---:|---|---:|---:|")
+	fmt.Printf("| policy | mean retained MB | x 72 h | peak retained MB | snapshot fallbacks (pollers / bursty / absent) | away < %s | fallback rate | snapshot MB served |\n", floor)
+	fmt.Println("|---|---:|---:|---:|---|---:|---:|---:|")
+	ref := policies[2].sumBytes // time: 72 h
 	for _, p := range policies {
 		total := p.fallbacks["poller"] + p.fallbacks["bursty"] + p.fallbacks["absent"]
-		fmt.Printf("| %s | %.1f | %.1f | %d (%d / %d / %d) | %.2f%% | %.0f |\n", p.name,
-			p.sumBytes/float64(steps)/(1<<20), float64(p.peakBytes)/(1<<20), total,
-			p.fallbacks["poller"], p.fallbacks["bursty"], p.fallbacks["absent"],
+		fmt.Printf("| %s | %.1f | %.3f | %.1f | %d (%d / %d / %d) | %d | %.2f%% | %.0f |\n", p.name,
+			p.sumBytes/float64(steps)/(1<<20), p.sumBytes/max(ref, 1), float64(p.peakBytes)/(1<<20), total,
+			p.fallbacks["poller"], p.fallbacks["bursty"], p.fallbacks["absent"], p.short,
 			100*float64(total)/float64(max(p.visits, 1)),
 			float64(total)*(*snapMB))
 	}
