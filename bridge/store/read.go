@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -470,75 +471,131 @@ func (s *Store) EventStats(ctx context.Context) (st EventStats, err error) {
 
 // SnapshotDocuments returns every document of tenant (without entities, with
 // digests and claims) and last_seq, read in one read transaction: the
-// snapshot reflects exactly the events up to seq.
+// snapshot reflects exactly the events up to seq. It holds the whole
+// snapshot in memory; SnapshotPages streams it.
 func (s *Store) SnapshotDocuments(ctx context.Context, tenant string) (seq uint64, docs []*DocumentRecord, err error) {
-	err = s.readTx(ctx, func(tx *sql.Tx) error {
+	err = s.SnapshotPages(ctx, tenant, 1000, func(sq uint64, page []*DocumentRecord) error {
+		seq = sq
+		docs = append(docs, page...)
+		return nil
+	})
+	return seq, docs, err
+}
+
+// SnapshotPages calls fn with last_seq and tenant's documents (without
+// entities, with digests and claims) in pages of at most page documents,
+// ordered by create time and id, all read in one read transaction: every
+// page reflects exactly the events up to seq. fn is called at least once
+// (with an empty page when tenant has no document); an error from fn ends
+// the read and is returned. Memory is one page, whatever the store's size.
+func (s *Store) SnapshotPages(ctx context.Context, tenant string, page int, fn func(seq uint64, docs []*DocumentRecord) error) error {
+	page = min(max(page, 1), 10000)
+	return s.readTx(ctx, func(tx *sql.Tx) error {
 		var last int64
 		if err := tx.QueryRowContext(ctx, "SELECT value FROM meta WHERE key = 'last_seq'").Scan(&last); err != nil {
 			return fmt.Errorf("store: snapshot: %w", err)
 		}
-		seq = uint64(last)
-		rows, err := tx.QueryContext(ctx, "SELECT "+docCols+" FROM documents WHERE tenant = ? ORDER BY create_time, id", tenant)
-		if err != nil {
-			return fmt.Errorf("store: snapshot: %w", err)
-		}
-		byID := map[string]*DocumentRecord{}
-		for rows.Next() {
-			rec, _, err := scanDoc(rows)
-			if err != nil {
-				rows.Close()
-				return err
-			}
-			docs = append(docs, rec)
-			byID[rec.Doc.GetId()] = rec
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		rows, err = tx.QueryContext(ctx, `SELECT g.doc_id, g.body FROM digests g JOIN documents d ON d.id = g.doc_id
-			WHERE d.tenant = ? AND g.attempt = (SELECT max(attempt) FROM digests WHERE doc_id = g.doc_id)
-			ORDER BY g.doc_id, g.scope_id, g.scope_instance`, tenant)
-		if err != nil {
-			return fmt.Errorf("store: snapshot digests: %w", err)
-		}
-		for rows.Next() {
-			var id string
-			var b []byte
-			if err := rows.Scan(&id, &b); err != nil {
-				rows.Close()
-				return err
-			}
-			d := new(gatewayv1.ScopeDigest)
-			if err := proto.Unmarshal(b, d); err != nil {
-				rows.Close()
-				return fmt.Errorf("store: decode digest of %s: %w", id, err)
-			}
-			if rec := byID[id]; rec != nil {
-				rec.Doc.Digests = append(rec.Doc.Digests, d)
-			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		rows, err = tx.QueryContext(ctx, "SELECT "+claimCols+" FROM claims WHERE tenant = ? ORDER BY create_time, claim_id", tenant)
-		if err != nil {
-			return fmt.Errorf("store: snapshot claims: %w", err)
-		}
-		defer rows.Close()
-		for rows.Next() {
-			c, err := scanClaim(rows)
+		var afterTime int64 = math.MinInt64
+		afterID := ""
+		for first := true; ; first = false {
+			docs, cts, err := snapshotPage(ctx, tx, tenant, afterTime, afterID, page)
 			if err != nil {
 				return err
 			}
-			if rec := byID[c.Claim.GetDocumentId()]; rec != nil {
-				rec.Doc.ClaimChecks = append(rec.Doc.ClaimChecks, c.Claim)
+			if len(docs) == 0 && !first {
+				return nil
 			}
+			if err := snapshotChildren(ctx, tx, tenant, docs); err != nil {
+				return err
+			}
+			if err := fn(uint64(last), docs); err != nil {
+				return err
+			}
+			if len(docs) < page {
+				return nil
+			}
+			afterTime, afterID = cts[len(cts)-1], docs[len(docs)-1].Doc.GetId()
 		}
-		return rows.Err()
 	})
-	return seq, docs, err
+}
+
+// snapshotPage reads the next page of tenant's documents after (afterTime,
+// afterID) in (create_time, id) order, with their raw create times.
+func snapshotPage(ctx context.Context, tx *sql.Tx, tenant string, afterTime int64, afterID string, page int) ([]*DocumentRecord, []int64, error) {
+	rows, err := tx.QueryContext(ctx, "SELECT "+docCols+` FROM documents
+		WHERE tenant = ? AND (create_time, id) > (?, ?)
+		ORDER BY create_time, id LIMIT ?`, tenant, afterTime, afterID, page)
+	if err != nil {
+		return nil, nil, fmt.Errorf("store: snapshot: %w", err)
+	}
+	defer rows.Close()
+	docs := make([]*DocumentRecord, 0, page)
+	cts := make([]int64, 0, page)
+	for rows.Next() {
+		rec, ct, err := scanDoc(rows)
+		if err != nil {
+			return nil, nil, err
+		}
+		docs, cts = append(docs, rec), append(cts, ct)
+	}
+	return docs, cts, rows.Err()
+}
+
+// snapshotChildren attaches the newest attempt's digests and the claims of
+// docs (one query each for the page).
+func snapshotChildren(ctx context.Context, tx *sql.Tx, tenant string, docs []*DocumentRecord) error {
+	if len(docs) == 0 {
+		return nil
+	}
+	byID := make(map[string]*DocumentRecord, len(docs))
+	ids := make([]any, 0, len(docs)+1)
+	ids = append(ids, tenant)
+	for _, d := range docs {
+		byID[d.Doc.GetId()] = d
+		ids = append(ids, d.Doc.GetId())
+	}
+	in := "?" + strings.Repeat(",?", len(docs)-1)
+	rows, err := tx.QueryContext(ctx, `SELECT g.doc_id, g.body FROM digests g JOIN documents d ON d.id = g.doc_id
+		WHERE d.tenant = ? AND g.doc_id IN (`+in+`) AND g.attempt = (SELECT max(attempt) FROM digests WHERE doc_id = g.doc_id)
+		ORDER BY g.doc_id, g.scope_id, g.scope_instance`, ids...)
+	if err != nil {
+		return fmt.Errorf("store: snapshot digests: %w", err)
+	}
+	for rows.Next() {
+		var id string
+		var b []byte
+		if err := rows.Scan(&id, &b); err != nil {
+			rows.Close()
+			return err
+		}
+		d := new(gatewayv1.ScopeDigest)
+		if err := proto.Unmarshal(b, d); err != nil {
+			rows.Close()
+			return fmt.Errorf("store: decode digest of %s: %w", id, err)
+		}
+		if rec := byID[id]; rec != nil {
+			rec.Doc.Digests = append(rec.Doc.Digests, d)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	rows, err = tx.QueryContext(ctx, "SELECT "+claimCols+" FROM claims WHERE tenant = ? AND doc_id IN ("+in+") ORDER BY create_time, claim_id", ids...)
+	if err != nil {
+		return fmt.Errorf("store: snapshot claims: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		c, err := scanClaim(rows)
+		if err != nil {
+			return err
+		}
+		if rec := byID[c.Claim.GetDocumentId()]; rec != nil {
+			rec.Doc.ClaimChecks = append(rec.Doc.ClaimChecks, c.Claim)
+		}
+	}
+	return rows.Err()
 }
 
 // SnapshotBytes is the encoded size of all documents (every tenant): the

@@ -49,6 +49,12 @@ type pool struct {
 	next   int
 	sorted []uint32
 	dirty  bool
+	// open are the current absences of the tracked disconnected clients
+	// (sorted, refreshed each pass): censored samples, at risk but not
+	// returned yet (Kaplan-Meier's risk set), so that clients still away
+	// count against a return that the completed absences alone would
+	// promise (early on, only the short absences have completed).
+	open []uint32
 }
 
 func (p *pool) add(sec uint32) {
@@ -74,7 +80,7 @@ func (p *pool) prepare() {
 // returnProb is P(back within (a, a+h] | away > a) over the pool; ok is
 // false when no pooled absence was that long (no evidence).
 func (p *pool) returnProb(a, ah uint32) (float64, bool) {
-	gt := len(p.sorted) - upper(p.sorted, a)
+	gt := len(p.sorted) - upper(p.sorted, a) + len(p.open) - upper(p.open, a)
 	if gt == 0 {
 		return 0, false
 	}

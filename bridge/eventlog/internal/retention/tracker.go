@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -277,6 +278,15 @@ func (t *Tracker) eachWithPool(now time.Time, inactiveAfter time.Duration, f fun
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.pool.prepare()
+	t.pool.open = t.pool.open[:0]
+	for c := t.lru.next; c != &t.lru; c = c.next {
+		if c.conns.Load() == 0 && c.Active(now, inactiveAfter) {
+			if a := now.Sub(time.Unix(0, c.last.Load())); a >= t.cfg.LongAbsence {
+				t.pool.open = append(t.pool.open, seconds(a))
+			}
+		}
+	}
+	slices.Sort(t.pool.open)
 	for c := t.lru.next; c != &t.lru; c = c.next {
 		if c.Active(now, inactiveAfter) {
 			f(ClientView{Pos: c.pos.Load(), Last: time.Unix(0, c.last.Load()), Connected: c.conns.Load() > 0, c: c}, &t.pool)
