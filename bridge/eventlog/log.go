@@ -288,6 +288,25 @@ func (l *Log) Snapshot(ctx context.Context, tenant string) (*gatewayv1.Snapshot,
 	return &gatewayv1.Snapshot{Seq: seq, Documents: docs}, nil
 }
 
+// StreamSnapshot calls fn with tenant's documents in pages of at most page
+// documents and the seq they are all consistent with (one store read
+// transaction; see Snapshot). fn is called at least once, with an empty
+// page when tenant has none; its error ends the stream and is returned.
+func (l *Log) StreamSnapshot(ctx context.Context, tenant string, page int, fn func(seq uint64, docs []*gatewayv1.Document) error) error {
+	var docs []*gatewayv1.Document
+	err := l.st.SnapshotPages(ctx, tenant, page, func(seq uint64, recs []*store.DocumentRecord) error {
+		docs = docs[:0]
+		for _, r := range recs {
+			docs = append(docs, r.Doc)
+		}
+		return fn(seq, docs)
+	})
+	if err != nil {
+		return fmt.Errorf("eventlog: snapshot: %w", err)
+	}
+	return nil
+}
+
 // Close stops the retention pass, removes the store hook and ends every
 // subscription with ErrClosed. It does not close the store. Idempotent.
 func (l *Log) Close() error {
