@@ -29,20 +29,30 @@ func TestRetentionFlags(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := eventlog.Options{InactiveAfter: 7 * 24 * time.Hour, SafetyMargin: 5, KeepNewest: 5, MinAge: time.Hour,
-			PruneInterval: time.Minute, TailEvents: 65536, TailBytes: 64 << 20}
+			MinBytes: 256 << 20, IndexBuckets: 16384, PruneInterval: time.Minute, TailEvents: 65536, TailBytes: 64 << 20}
 		if !reflect.DeepEqual(o, want) {
 			t.Fatalf("got %+v\nwant %+v", o, want)
 		}
 	})
 	t.Run("zeros", func(t *testing.T) {
 		o, err := parse(t, "--retention-adaptive=false", "--retention-safety-margin", "0", "--retention-keep-newest", "0",
-			"--retention-min-age", "0", "--retention-max-age", "72h", "--retention-max-bytes", "1GiB")
+			"--retain-min", "0", "--retain-min-bytes", "0", "--retention-cost-model=false", "--retention-max-age", "72h", "--retention-max-bytes", "1GiB")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !o.DisableAdaptive || !o.NoSafetyMargin || o.SafetyMargin != 0 || o.KeepNewest != 1 || o.MinAge != time.Nanosecond ||
+		if !o.DisableAdaptive || !o.NoSafetyMargin || o.SafetyMargin != 0 || o.KeepNewest != 1 || o.MinAge != time.Nanosecond || !o.NoMinBytes || !o.DisableCostModel ||
 			o.MaxAge != 72*time.Hour || o.MaxBytes != 1<<30 {
 			t.Fatalf("got %+v", o)
+		}
+	})
+	t.Run("retain-min", func(t *testing.T) {
+		o, err := parse(t, "--retain-min", "2h", "--retain-min-bytes", "1GiB")
+		if err != nil || o.MinAge != 2*time.Hour || o.MinBytes != 1<<30 {
+			t.Fatalf("got %+v, %v", o, err)
+		}
+		// The old name still works.
+		if o, err := parse(t, "--retention-min-age", "3h"); err != nil || o.MinAge != 3*time.Hour {
+			t.Fatalf("--retention-min-age 3h: got %+v, %v", o, err)
 		}
 	})
 	t.Run("env", func(t *testing.T) {
@@ -57,7 +67,7 @@ func TestRetentionFlags(t *testing.T) {
 		}
 	})
 	for _, bad := range [][]string{{"--retention-inactive-after", "0"}, {"--retention-prune-interval", "0"},
-		{"--event-tail-events", "0"}, {"--retention-min-age", "-1s"}} {
+		{"--event-tail-events", "0"}, {"--retain-min", "-1s"}, {"--retention-index-buckets", "2"}} {
 		if _, err := parse(t, bad...); err == nil || !strings.Contains(err.Error(), strings.TrimPrefix(bad[0], "--")) {
 			t.Errorf("%v: got %v, want an error naming the flag", bad, err)
 		}

@@ -16,7 +16,7 @@ type Retainer struct {
 	log     *slog.Logger
 	m       *Metrics
 
-	mu  sync.Mutex
+	mu      sync.Mutex
 	idx     Index
 	pos     []uint64 // scratch for Plan
 	dropped int      // clients the cost model let go in the last Plan

@@ -27,7 +27,7 @@ type Client struct {
 	last  atomic.Int64  // unix nanoseconds of the last request or delivery end
 	conns atomic.Int32  // open subscriptions; a connected client is active
 
-	prev, next *Client // LRU list, guarded by Tracker.mu
+	prev, next *Client  // LRU list, guarded by Tracker.mu
 	away       absences // its last long absences, guarded by Tracker.mu
 }
 
