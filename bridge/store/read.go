@@ -555,9 +555,10 @@ func snapshotChildren(ctx context.Context, tx *sql.Tx, tenant string, docs []*Do
 		ids = append(ids, d.Doc.GetId())
 	}
 	in := "?" + strings.Repeat(",?", len(docs)-1)
-	rows, err := tx.QueryContext(ctx, `SELECT g.doc_id, g.body FROM digests g JOIN documents d ON d.id = g.doc_id
-		WHERE d.tenant = ? AND g.doc_id IN (`+in+`) AND g.attempt = (SELECT max(attempt) FROM digests WHERE doc_id = g.doc_id)
-		ORDER BY g.doc_id, g.scope_id, g.scope_instance`, ids...)
+	// ids[0] is the tenant; the page's documents are all tenant's already.
+	rows, err := tx.QueryContext(ctx, `SELECT g.doc_id, g.body FROM digests g
+		WHERE g.doc_id IN (`+in+`) AND g.attempt = (SELECT max(attempt) FROM digests WHERE doc_id = g.doc_id)
+		ORDER BY g.doc_id, g.scope_id, g.scope_instance`, ids[1:]...)
 	if err != nil {
 		return fmt.Errorf("store: snapshot digests: %w", err)
 	}
