@@ -32,6 +32,7 @@ Example:
   gateway bench
   gateway bench --only bulk --bulk-bytes 1GiB
   gateway bench --only small,fanout --duration 10s --json
+  gateway bench --only snapshot --snapshot-docs 1000000
   gateway bench --store postgres://postgres@127.0.0.1:5432/bench --duration 5s`
 
 func runBench(args []string) int {
@@ -48,6 +49,7 @@ func runBench(args []string) int {
 	dur := fs.Duration("duration", "GATEWAY_BENCH_DURATION", bench.DefaultDuration, "length of each timed run (small, churn, control, fanout; every path and baseline)")
 	subs := fs.Uint("subscribers", "GATEWAY_BENCH_SUBSCRIBERS", bench.DefaultSubscribers, "WebSocket subscribers in the fanout phase")
 	rate := fs.Uint("fanout-docs", "GATEWAY_BENCH_FANOUT_DOCS", bench.DefaultFanoutDocs, "documents per second submitted in the fanout phase")
+	snapDocs := fs.Uint("snapshot-docs", "GATEWAY_BENCH_SNAPSHOT_DOCS", bench.DefaultSnapshotDocs, "documents the snapshot phase loads before it starts the gateway")
 	asJSON := fs.Bool("json", "GATEWAY_BENCH_JSON", false, "print JSON instead of the table")
 	pprofAddr := fs.String("pprof-addr", "GATEWAY_BENCH_PPROF_ADDR", "", "pass --pprof-addr to the started gateway (profile it while the bench runs)")
 	cpuProfile := fs.String("cpuprofile", "GATEWAY_BENCH_CPUPROFILE", "", "write a CPU profile of the bench process (baselines, churn, control) to this file")
@@ -66,7 +68,8 @@ func runBench(args []string) int {
 		Only: splitList(*only), Store: *store,
 		BulkBytes: *bulkBytes, SmallBytes: *smallBytes, EntityBytes: *entityBytes,
 		Concurrency: int(*conc), Duration: *dur, Subscribers: int(*subs), FanoutDocsPerSec: int(*rate),
-		Progress: os.Stderr,
+		SnapshotDocs: int(min(*snapDocs, 1<<30)),
+		Progress:     os.Stderr,
 	})
 	if err != nil {
 		if rep != nil && len(rep.Results) > 0 {

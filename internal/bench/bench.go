@@ -27,7 +27,10 @@ import (
 
 // Phases in the order they run.
 // "store" runs only with Options.Store and is the default phase then.
-var Phases = []string{"bulk", "small", "churn", "control", "fanout", "store"}
+var Phases = []string{"bulk", "small", "churn", "control", "fanout", "store", "snapshot"}
+
+// optIn are the phases that run only when named in Only.
+var optIn = []string{"store", "snapshot"}
 
 // Options configure a run. Zero values take the defaults in params.go.
 type Options struct {
@@ -58,6 +61,8 @@ type Options struct {
 	Duration                           time.Duration
 	Subscribers                        int
 	FanoutDocsPerSec                   int
+	// SnapshotDocs is how many documents the snapshot phase loads.
+	SnapshotDocs int
 
 	// Progress receives progress lines (default io.Discard).
 	Progress io.Writer
@@ -117,11 +122,14 @@ func (o *Options) setDefaults() error {
 	if o.FanoutDocsPerSec <= 0 {
 		o.FanoutDocsPerSec = DefaultFanoutDocs
 	}
+	if o.SnapshotDocs <= 0 {
+		o.SnapshotDocs = DefaultSnapshotDocs
+	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
 	if len(o.Only) == 0 {
-		o.Only = Phases[:len(Phases)-1]
+		o.Only = slices.DeleteFunc(slices.Clone(Phases), func(p string) bool { return slices.Contains(optIn, p) })
 		if o.Store != "" {
 			o.Only = []string{"store"}
 		}
@@ -240,6 +248,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			err = b.fanout(ctx)
 		case "store":
 			err = b.store(ctx)
+		case "snapshot":
+			err = b.snapshot(ctx)
 		}
 		if err != nil {
 			return r, fmt.Errorf("phase %s: %w", p, err)
