@@ -85,9 +85,9 @@ func TestStreamSnapshot(t *testing.T) {
 	}
 	checkChunks(t, "REST", chunks, n, 10)
 
-	st, _ = h.events.StreamSnapshot(ctx, &gatewayv1.StreamSnapshotRequest{PageSize: 5001})
+	st, _ = h.events.StreamSnapshot(ctx, &gatewayv1.StreamSnapshotRequest{PageSize: 10001})
 	if _, err := st.Recv(); status.Code(err) != codes.InvalidArgument {
-		t.Errorf("page_size 5001: %v, want InvalidArgument", err)
+		t.Errorf("page_size 10001: %v, want InvalidArgument", err)
 	}
 
 	// GetSnapshot: whole under the limit, refused past it.

@@ -34,6 +34,10 @@ func BenchmarkSnapshotLargeStore(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("SNAPSHOT_BENCH_DOCS")); err == nil && v > 0 {
 		n = v
 	}
+	page := 500
+	if v, err := strconv.Atoi(os.Getenv("SNAPSHOT_BENCH_PAGE")); err == nil && v > 0 {
+		page = v
+	}
 	dir := b.TempDir()
 	ctx := context.Background()
 	load := time.Now()
@@ -64,7 +68,7 @@ func BenchmarkSnapshotLargeStore(b *testing.B) {
 	b.ResetTimer()
 	var bytes, docs int64
 	for range b.N {
-		err := l.StreamSnapshot(ctx, "t", 500, func(seq uint64, page []*gatewayv1.Document) error {
+		err := l.StreamSnapshot(ctx, "t", page, func(seq uint64, page []*gatewayv1.Document) error {
 			c, err := proto.Marshal(&gatewayv1.SnapshotChunk{Seq: seq, Documents: page})
 			bytes += int64(len(c))
 			docs += int64(len(page))

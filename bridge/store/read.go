@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -485,9 +486,11 @@ func (s *Store) SnapshotDocuments(ctx context.Context, tenant string) (seq uint6
 // SnapshotPages calls fn with last_seq and tenant's documents (without
 // entities, with digests and claims) in pages of at most page documents,
 // ordered by create time and id, all read in one read transaction: every
-// page reflects exactly the events up to seq. fn is called at least once
-// (with an empty page when tenant has no document); an error from fn ends
-// the read and is returned. Memory is one page, whatever the store's size.
+// page reflects exactly the events up to seq. The records carry Tenant and
+// Doc only. fn is called at least once (with an empty page when tenant has
+// no document); an error from fn ends the read and is returned. Memory is
+// one page, whatever the store's size; the three statements are prepared
+// once per call (the page's ids are bound as one JSON array).
 func (s *Store) SnapshotPages(ctx context.Context, tenant string, page int, fn func(seq uint64, docs []*DocumentRecord) error) error {
 	page = min(max(page, 1), 10000)
 	return s.readTx(ctx, func(tx *sql.Tx) error {
@@ -495,17 +498,22 @@ func (s *Store) SnapshotPages(ctx context.Context, tenant string, page int, fn f
 		if err := tx.QueryRowContext(ctx, "SELECT value FROM meta WHERE key = 'last_seq'").Scan(&last); err != nil {
 			return fmt.Errorf("store: snapshot: %w", err)
 		}
+		q, err := prepareSnapshot(ctx, tx)
+		if err != nil {
+			return err
+		}
+		defer q.close()
 		var afterTime int64 = math.MinInt64
 		afterID := ""
 		for first := true; ; first = false {
-			docs, cts, err := snapshotPage(ctx, tx, tenant, afterTime, afterID, page)
+			docs, cts, err := q.page(ctx, tenant, afterTime, afterID, page)
 			if err != nil {
 				return err
 			}
 			if len(docs) == 0 && !first {
 				return nil
 			}
-			if err := snapshotChildren(ctx, tx, tenant, docs); err != nil {
+			if err := q.children(ctx, tenant, docs); err != nil {
 				return err
 			}
 			if err := fn(uint64(last), docs); err != nil {
@@ -519,12 +527,47 @@ func (s *Store) SnapshotPages(ctx context.Context, tenant string, page int, fn f
 	})
 }
 
-// snapshotPage reads the next page of tenant's documents after (afterTime,
+// snapshotStmts are SnapshotPages' statements, prepared on its transaction.
+type snapshotStmts struct {
+	docs, digests, claims *sql.Stmt
+}
+
+func prepareSnapshot(ctx context.Context, tx *sql.Tx) (*snapshotStmts, error) {
+	var q snapshotStmts
+	var err error
+	for _, p := range []struct {
+		st  **sql.Stmt
+		sql string
+	}{
+		{&q.docs, `SELECT id, create_time, body FROM documents
+			WHERE tenant = ? AND (create_time, id) > (?, ?) ORDER BY create_time, id LIMIT ?`},
+		{&q.digests, `SELECT g.doc_id, g.body FROM digests g
+			WHERE g.doc_id IN (SELECT value FROM json_each(?))
+			AND g.attempt = (SELECT max(attempt) FROM digests WHERE doc_id = g.doc_id)
+			ORDER BY g.doc_id, g.scope_id, g.scope_instance`},
+		{&q.claims, "SELECT " + claimCols + ` FROM claims
+			WHERE tenant = ? AND doc_id IN (SELECT value FROM json_each(?)) ORDER BY create_time, claim_id`},
+	} {
+		if *p.st, err = tx.PrepareContext(ctx, p.sql); err != nil {
+			q.close()
+			return nil, fmt.Errorf("store: snapshot: %w", err)
+		}
+	}
+	return &q, nil
+}
+
+func (q *snapshotStmts) close() {
+	for _, st := range []*sql.Stmt{q.docs, q.digests, q.claims} {
+		if st != nil {
+			st.Close()
+		}
+	}
+}
+
+// page reads the next page of tenant's documents after (afterTime,
 // afterID) in (create_time, id) order, with their raw create times.
-func snapshotPage(ctx context.Context, tx *sql.Tx, tenant string, afterTime int64, afterID string, page int) ([]*DocumentRecord, []int64, error) {
-	rows, err := tx.QueryContext(ctx, "SELECT "+docCols+` FROM documents
-		WHERE tenant = ? AND (create_time, id) > (?, ?)
-		ORDER BY create_time, id LIMIT ?`, tenant, afterTime, afterID, page)
+func (q *snapshotStmts) page(ctx context.Context, tenant string, afterTime int64, afterID string, page int) ([]*DocumentRecord, []int64, error) {
+	rows, err := q.docs.QueryContext(ctx, tenant, afterTime, afterID, page)
 	if err != nil {
 		return nil, nil, fmt.Errorf("store: snapshot: %w", err)
 	}
@@ -532,33 +575,40 @@ func snapshotPage(ctx context.Context, tx *sql.Tx, tenant string, afterTime int6
 	docs := make([]*DocumentRecord, 0, page)
 	cts := make([]int64, 0, page)
 	for rows.Next() {
-		rec, ct, err := scanDoc(rows)
-		if err != nil {
-			return nil, nil, err
+		var (
+			id   string
+			ct   int64
+			body []byte
+		)
+		if err := rows.Scan(&id, &ct, &body); err != nil {
+			return nil, nil, fmt.Errorf("store: snapshot: %w", err)
+		}
+		rec := &DocumentRecord{Tenant: tenant, Doc: new(gatewayv1.Document)}
+		if err := proto.Unmarshal(body, rec.Doc); err != nil {
+			return nil, nil, fmt.Errorf("store: decode document %s: %w", id, err)
 		}
 		docs, cts = append(docs, rec), append(cts, ct)
 	}
 	return docs, cts, rows.Err()
 }
 
-// snapshotChildren attaches the newest attempt's digests and the claims of
-// docs (one query each for the page).
-func snapshotChildren(ctx context.Context, tx *sql.Tx, tenant string, docs []*DocumentRecord) error {
+// children attaches the newest attempt's digests and the claims of docs
+// (one query each for the page).
+func (q *snapshotStmts) children(ctx context.Context, tenant string, docs []*DocumentRecord) error {
 	if len(docs) == 0 {
 		return nil
 	}
 	byID := make(map[string]*DocumentRecord, len(docs))
-	ids := make([]any, 0, len(docs)+1)
-	ids = append(ids, tenant)
+	ids := make([]string, 0, len(docs))
 	for _, d := range docs {
 		byID[d.Doc.GetId()] = d
 		ids = append(ids, d.Doc.GetId())
 	}
-	in := "?" + strings.Repeat(",?", len(docs)-1)
-	// ids[0] is the tenant; the page's documents are all tenant's already.
-	rows, err := tx.QueryContext(ctx, `SELECT g.doc_id, g.body FROM digests g
-		WHERE g.doc_id IN (`+in+`) AND g.attempt = (SELECT max(attempt) FROM digests WHERE doc_id = g.doc_id)
-		ORDER BY g.doc_id, g.scope_id, g.scope_instance`, ids[1:]...)
+	js, err := json.Marshal(ids)
+	if err != nil {
+		return err
+	}
+	rows, err := q.digests.QueryContext(ctx, string(js))
 	if err != nil {
 		return fmt.Errorf("store: snapshot digests: %w", err)
 	}
@@ -582,7 +632,7 @@ func snapshotChildren(ctx context.Context, tx *sql.Tx, tenant string, docs []*Do
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	rows, err = tx.QueryContext(ctx, "SELECT "+claimCols+" FROM claims WHERE tenant = ? AND doc_id IN ("+in+") ORDER BY create_time, claim_id", ids...)
+	rows, err = q.claims.QueryContext(ctx, tenant, string(js))
 	if err != nil {
 		return fmt.Errorf("store: snapshot claims: %w", err)
 	}

@@ -2376,7 +2376,7 @@ func (*GetSnapshotRequest) Descriptor() ([]byte, []int) {
 // Request of StreamSnapshot.
 type StreamSnapshotRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Documents per chunk: 1 to 5000; 0 = 500.
+	// Documents per chunk: 1 to 10000; 0 = 2000.
 	PageSize      uint32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
