@@ -38,6 +38,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/pipestream/gateway/bridge/eventlog/internal/retention"
 	"github.com/pipestream/gateway/bridge/store"
@@ -137,20 +138,9 @@ func New(ctx context.Context, st Store, opts Options) (*Log, error) {
 // the hook was installed: the hook delivers everything above it, the read
 // delivers what is retained below it, and the overlap is dropped by seq.
 func (l *Log) load(ctx context.Context, base uint64) error {
-	from, last := uint64(0), uint64(0)
-	for {
-		recs, err := l.st.ReadEvents(ctx, store.EventQuery{From: from, Limit: 4096, AllTenants: true})
-		if err != nil {
-			return fmt.Errorf("eventlog: load retained events: %w", err)
-		}
-		if len(recs) == 0 {
-			break
-		}
-		for i := range recs {
-			l.ret.Appended(recs[i].Seq, recs[i].Time, recs[i].Size())
-			last = recs[i].Seq
-		}
-		from = last + 1
+	last, err := l.loadIndex(ctx)
+	if err != nil {
+		return fmt.Errorf("eventlog: load retained events: %w", err)
 	}
 	l.pubMu.Lock()
 	defer l.pubMu.Unlock()
@@ -161,6 +151,38 @@ func (l *Log) load(ctx context.Context, base uint64) error {
 	l.pending, l.loading = nil, false
 	l.publishLocked(pend)
 	return nil
+}
+
+// EventMetaReader is implemented by stores that can list the retained
+// events' metadata without their bodies (both backends): start then reads
+// seq, time and size only.
+type EventMetaReader interface {
+	EachEventMeta(ctx context.Context, fn func(seq uint64, t time.Time, size int) error) error
+}
+
+// loadIndex feeds every retained event's metadata to the retention index
+// and returns the last seq read.
+func (l *Log) loadIndex(ctx context.Context) (last uint64, err error) {
+	if mr, ok := l.st.(EventMetaReader); ok {
+		err = mr.EachEventMeta(ctx, func(seq uint64, t time.Time, size int) error {
+			l.ret.Appended(seq, t, size)
+			last = seq
+			return nil
+		})
+		return last, err
+	}
+	from := uint64(0)
+	for {
+		recs, err := l.st.ReadEvents(ctx, store.EventQuery{From: from, Limit: 4096, AllTenants: true})
+		if err != nil || len(recs) == 0 {
+			return last, err
+		}
+		for i := range recs {
+			l.ret.Appended(recs[i].Seq, recs[i].Time, recs[i].Size())
+			last = recs[i].Seq
+		}
+		from = last + 1
+	}
 }
 
 // onCommit is the store's event hook: it runs on the store's writer

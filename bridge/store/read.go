@@ -660,3 +660,25 @@ func (s *Store) SnapshotBytes(ctx context.Context) (int64, error) {
 	}
 	return n, nil
 }
+
+// EachEventMeta calls fn with the seq, time and encoded size (the size
+// EventRecord.Size reports) of every retained event in ascending seq
+// order, without reading bodies into memory: the event log builds its
+// retention index from it at start. One query; an error from fn ends it.
+func (s *Store) EachEventMeta(ctx context.Context, fn func(seq uint64, t time.Time, size int) error) error {
+	rows, err := s.rdb.QueryContext(ctx, "SELECT seq, time, length(body) FROM events ORDER BY seq")
+	if err != nil {
+		return fmt.Errorf("store: read event metadata: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var seq, tm, size int64
+		if err := rows.Scan(&seq, &tm, &size); err != nil {
+			return fmt.Errorf("store: read event metadata: %w", err)
+		}
+		if err := fn(uint64(seq), fromNanos(tm), int(size)); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}

@@ -595,3 +595,29 @@ func (s *Store) SnapshotBytes(ctx context.Context) (int64, error) {
 	}
 	return n, nil
 }
+
+// EachEventMeta calls fn with the seq, time and encoded size of every
+// retained event in ascending seq order, without reading bodies (one
+// query; an error from fn ends it).
+func (s *Store) EachEventMeta(ctx context.Context, fn func(seq uint64, t time.Time, size int) error) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.wg.Done()
+	rows, err := s.pool.Query(ctx, "SELECT seq, time, octet_length(body) FROM events ORDER BY seq")
+	if err != nil {
+		return asUnavailable(fmt.Errorf("pgstore: read event metadata: %w", err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var seq, tm int64
+		var size int32
+		if err := rows.Scan(&seq, &tm, &size); err != nil {
+			return asUnavailable(fmt.Errorf("pgstore: read event metadata: %w", err))
+		}
+		if err := fn(uint64(seq), time.Unix(0, tm).UTC(), int(size)); err != nil {
+			return err
+		}
+	}
+	return asUnavailable(rows.Err())
+}
