@@ -63,6 +63,9 @@ type Options struct {
 	FanoutDocsPerSec                   int
 	// SnapshotDocs is how many documents the snapshot phase loads.
 	SnapshotDocs int
+	// SnapshotDir, when set, keeps the snapshot phase's store there: the
+	// first run loads it, later runs reuse it (start time without the load).
+	SnapshotDir string
 
 	// Progress receives progress lines (default io.Discard).
 	Progress io.Writer

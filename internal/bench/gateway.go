@@ -27,6 +27,7 @@ type gatewayProc struct {
 	grpcAddr, httpAddr, token string
 	cmd                       *exec.Cmd
 	dir                       string
+	keepDir                   bool // a --snapshot-dir: not removed at close
 	logPath                   string
 	args                      []string
 	exited                    chan struct{}
@@ -179,7 +180,7 @@ func (g *gatewayProc) close() {
 			<-g.exited
 		}
 	}
-	if g.dir != "" {
+	if g.dir != "" && !g.keepDir {
 		os.RemoveAll(g.dir)
 	}
 }

@@ -32,23 +32,33 @@ func (b *runner) snapshot(ctx context.Context) error {
 	if b.o.GRPCAddr != "" {
 		return errors.New("the snapshot phase loads its own store: run it without --grpc-addr/--http-addr")
 	}
-	dir, err := os.MkdirTemp("", "gateway-bench-snapshot-")
-	if err != nil {
-		return err
+	dir, keep := b.o.SnapshotDir, b.o.SnapshotDir != ""
+	if !keep {
+		var err error
+		if dir, err = os.MkdirTemp("", "gateway-bench-snapshot-"); err != nil {
+			return err
+		}
 	}
 	n := b.o.SnapshotDocs
-	b.progress("  loading %d documents", n)
-	t0 := time.Now()
-	if err := loadSnapshotDocs(ctx, filepath.Join(dir, "data"), n); err != nil {
-		os.RemoveAll(dir)
-		return err
+	if _, err := os.Stat(filepath.Join(dir, "data", "gateway.db")); keep && err == nil {
+		b.note("snapshot: reusing the store in %s (loaded by an earlier run with --snapshot-docs %d)", dir, n)
+	} else {
+		b.progress("  loading %d documents", n)
+		t0 := time.Now()
+		if err := loadSnapshotDocs(ctx, filepath.Join(dir, "data"), n); err != nil {
+			if !keep {
+				os.RemoveAll(dir)
+			}
+			return err
+		}
+		b.note("snapshot: loaded %d documents (one event each) into the SQLite store in %.1f s", n, time.Since(t0).Seconds())
 	}
-	b.note("snapshot: loaded %d documents (one event each) into the SQLite store in %.1f s", n, time.Since(t0).Seconds())
-	t0 = time.Now()
+	t0 := time.Now()
 	g, err := connectGatewayIn(ctx, b.o, dir)
 	if err != nil {
 		return err
 	}
+	g.keepDir = keep
 	defer g.close()
 	start := time.Since(t0)
 	b.add(Result{Phase: "snapshot", Path: "start (process to /healthz 200)", Unit: "s", Rate: start.Seconds(), Count: int64(n), Seconds: start.Seconds()})
