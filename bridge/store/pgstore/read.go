@@ -621,3 +621,31 @@ func (s *Store) EachEventMeta(ctx context.Context, fn func(seq uint64, t time.Ti
 	}
 	return asUnavailable(rows.Err())
 }
+
+// EachEventRange calls fn with a summary of the retained events of every
+// seq range [from + k*width, from + (k+1)*width) that holds any, in
+// ascending order (one aggregate query).
+func (s *Store) EachEventRange(ctx context.Context, from, to, width uint64, fn func(r store.EventRange) error) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.wg.Done()
+	width = max(width, 1)
+	rows, err := s.pool.Query(ctx, `SELECT min(seq), max(seq), count(*), min(time), max(time), sum(octet_length(body))::bigint
+		FROM events WHERE seq >= $1 AND seq <= $2 GROUP BY (seq - $1) / $3 ORDER BY 1`, int64(from), int64(min(to, uint64(math.MaxInt64))), int64(width))
+	if err != nil {
+		return asUnavailable(fmt.Errorf("pgstore: read event ranges: %w", err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var first, last, n, tmin, tmax, bytes int64
+		if err := rows.Scan(&first, &last, &n, &tmin, &tmax, &bytes); err != nil {
+			return asUnavailable(fmt.Errorf("pgstore: read event ranges: %w", err))
+		}
+		if err := fn(store.EventRange{First: uint64(first), Last: uint64(last), Count: uint64(n),
+			Oldest: time.Unix(0, tmin).UTC(), Newest: time.Unix(0, tmax).UTC(), Bytes: uint64(bytes)}); err != nil {
+			return err
+		}
+	}
+	return asUnavailable(rows.Err())
+}

@@ -92,4 +92,15 @@ func testEventMeta(t *testing.T, b Backend) {
 	if err != nil || i != len(recs) || len(recs) != 3 {
 		t.Fatalf("EachEventMeta: %d events, ReadEvents %d, %v; want 3", i, len(recs), err)
 	}
+	// Ranges of width 2 from seq 1: [1,3) holds none (pruned), [3,5)
+	// holds 3 and 4, [5,7) holds 5.
+	var got []store.EventRange
+	if err := s.EachEventRange(ctx, 1, 5, 2, func(r store.EventRange) error { got = append(got, r); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].First != 3 || got[0].Last != 4 || got[0].Count != 2 ||
+		got[0].Bytes != uint64(recs[0].Size()+recs[1].Size()) || !got[0].Oldest.Equal(recs[0].Time) || !got[0].Newest.Equal(recs[1].Time) ||
+		got[1].First != 5 || got[1].Last != 5 || got[1].Count != 1 {
+		t.Fatalf("EachEventRange = %+v", got)
+	}
 }

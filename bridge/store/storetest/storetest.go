@@ -34,6 +34,7 @@ type Store interface {
 	SnapshotDocuments(ctx context.Context, tenant string) (seq uint64, docs []*store.DocumentRecord, err error)
 	SnapshotPages(ctx context.Context, tenant string, page int, fn func(seq uint64, docs []*store.DocumentRecord) error) error
 	EachEventMeta(ctx context.Context, fn func(seq uint64, t time.Time, size int) error) error
+	EachEventRange(ctx context.Context, from, to, width uint64, fn func(r store.EventRange) error) error
 	SnapshotBytes(ctx context.Context) (int64, error)
 	WriterStats() store.WriterStats
 

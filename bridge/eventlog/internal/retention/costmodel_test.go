@@ -38,6 +38,25 @@ func TestIndexBoundedByBuckets(t *testing.T) {
 	}
 }
 
+// TestIndexAppendRange: a log loaded by ranges (the start of a large log)
+// answers like one appended event by event, to bucket granularity.
+func TestIndexAppendRange(t *testing.T) {
+	x := Index{MaxBuckets: 64}
+	for lo := uint64(1); lo <= 10000; lo += 500 {
+		x.AppendRange(lo, lo+499, 500, t0.Add(time.Duration(lo-1)*time.Minute), t0.Add(time.Duration(lo+498)*time.Minute), 5000)
+	}
+	x.Append(10001, t0.Add(10000*time.Minute), 10)
+	if x.Len() != 10001 || x.Bytes() != 100010 || x.Oldest() != 1 || x.Latest() != 10001 || x.Buckets() > 64 {
+		t.Fatalf("len %d bytes %d oldest %d latest %d buckets %d", x.Len(), x.Bytes(), x.Oldest(), x.Latest(), x.Buckets())
+	}
+	if f := x.FirstAtOrAfter(t0.Add(1234 * time.Minute)); f != 1001 { // seq 1235's range starts at 1001
+		t.Fatalf("FirstAtOrAfter = %d, want 1001", f)
+	}
+	if n, b, _, _ := x.PruneBefore(x.Floor(2600)); n != 2500 || b != 25000 || x.Oldest() != 2501 {
+		t.Fatalf("prune: %d events %d bytes, oldest %d", n, b, x.Oldest())
+	}
+}
+
 // costRetainer is a log of 1 KB a minute for ten days, a 2 MB snapshot
 // (about 33 hours of events) and the cost model on, floor 1 h.
 func costRetainer(t *testing.T, now time.Time) *Retainer {

@@ -89,6 +89,36 @@ func (x *Index) Append(seq uint64, t time.Time, size int) {
 	x.bs = append(x.bs, bucket{first: seq, last: seq, tmin: n, tmax: n, n: 1, cumN: x.totalN, cum: x.total})
 }
 
+// AppendRange records count events with seqs first..last (ascending after
+// Latest(), gaps allowed), times oldest..newest and bytes in total, as one
+// bucket: how a large log is loaded at start (store.EachEventRange) without
+// a row per event. Later buckets are at least count events wide, so the
+// bucket bound holds.
+func (x *Index) AppendRange(first, last, count uint64, oldest, newest time.Time, bytes uint64) {
+	if count == 0 || last < first {
+		return
+	}
+	if count == 1 {
+		x.Append(first, newest, int(min(bytes, 1<<62)))
+		return
+	}
+	tmin, tmax := oldest.UnixNano(), newest.UnixNano()
+	if x.Len() > 0 {
+		prev := x.bs[len(x.bs)-1]
+		if first <= prev.last {
+			return
+		}
+		tmin, tmax = max(tmin, prev.tmax), max(tmax, prev.tmax)
+	}
+	if x.Buckets() >= x.maxBuckets() {
+		x.merge()
+	}
+	x.total += bytes
+	x.totalN += count
+	x.width = max(x.width, count)
+	x.bs = append(x.bs, bucket{first: first, last: last, tmin: tmin, tmax: max(tmin, tmax), n: count, cumN: x.totalN, cum: x.total})
+}
+
 // merge halves the number of buckets by merging adjacent pairs (in place)
 // and doubles the width of new buckets.
 func (x *Index) merge() {

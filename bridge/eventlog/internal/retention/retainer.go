@@ -45,6 +45,14 @@ func (r *Retainer) Appended(seq uint64, t time.Time, size int) {
 	r.mu.Unlock()
 }
 
+// AppendedRange records a range of committed events as one index bucket
+// (Index.AppendRange), for loading a large log at start.
+func (r *Retainer) AppendedRange(first, last, count uint64, oldest, newest time.Time, bytes uint64) {
+	r.mu.Lock()
+	r.idx.AppendRange(first, last, count, oldest, newest, bytes)
+	r.mu.Unlock()
+}
+
 // Window is the retained range (0, 0 when empty), event count and bytes.
 func (r *Retainer) Window() (oldest, latest uint64, events int, bytes uint64) {
 	r.mu.Lock()
