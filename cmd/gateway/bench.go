@@ -51,6 +51,7 @@ func runBench(args []string) int {
 	rate := fs.Uint("fanout-docs", "GATEWAY_BENCH_FANOUT_DOCS", bench.DefaultFanoutDocs, "documents per second submitted in the fanout phase")
 	snapDocs := fs.Uint("snapshot-docs", "GATEWAY_BENCH_SNAPSHOT_DOCS", bench.DefaultSnapshotDocs, "documents the snapshot phase loads before it starts the gateway")
 	snapDir := fs.String("snapshot-dir", "GATEWAY_BENCH_SNAPSHOT_DIR", "", "keep the snapshot phase's store in this directory and reuse it in later runs (empty: a temporary one)")
+	jsDir := fs.String("jetstream-dir", "GATEWAY_BENCH_JETSTREAM_DIR", bench.DefaultJetStreamDir, "module of the durable-intake baseline (NATS JetStream, fsync before each ack) run with `go run` in the small phase; empty: skip it")
 	asJSON := fs.Bool("json", "GATEWAY_BENCH_JSON", false, "print JSON instead of the table")
 	pprofAddr := fs.String("pprof-addr", "GATEWAY_BENCH_PPROF_ADDR", "", "pass --pprof-addr to the started gateway (profile it while the bench runs)")
 	cpuProfile := fs.String("cpuprofile", "GATEWAY_BENCH_CPUPROFILE", "", "write a CPU profile of the bench process (baselines, churn, control) to this file")
@@ -70,7 +71,8 @@ func runBench(args []string) int {
 		BulkBytes: *bulkBytes, SmallBytes: *smallBytes, EntityBytes: *entityBytes,
 		Concurrency: int(*conc), Duration: *dur, Subscribers: int(*subs), FanoutDocsPerSec: int(*rate),
 		SnapshotDocs: int(min(*snapDocs, 1<<30)), SnapshotDir: *snapDir,
-		Progress: os.Stderr,
+		JetStreamDir: *jsDir,
+		Progress:     os.Stderr,
 	})
 	if err != nil {
 		if rep != nil && len(rep.Results) > 0 {

@@ -67,6 +67,11 @@ type Options struct {
 	// first run loads it, later runs reuse it (start time without the load).
 	SnapshotDir string
 
+	// JetStreamDir is the bench/jetstream module (the durable-intake
+	// baseline of the small phase: NATS JetStream on file storage, fsync
+	// before each ack); empty turns the baseline off.
+	JetStreamDir string
+
 	// Progress receives progress lines (default io.Discard).
 	Progress io.Writer
 }
