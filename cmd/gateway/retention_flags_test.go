@@ -10,19 +10,37 @@ import (
 	"github.com/pipestream/gateway/bridge/eventlog"
 )
 
+// parseRetentionFlags parses args with the retention flags only.
+func parseRetentionFlags(t *testing.T, args ...string) (eventlog.Options, error) {
+	t.Helper()
+	fs := newFlags("serve", "gateway serve", "help")
+	build := retentionFlags(fs)
+	if code, ok := fs.parse(args); !ok {
+		t.Fatalf("parse %v: exit %d", args, code)
+	}
+	return build()
+}
+
+// TestRetainMinFlags: the retention floor in time and bytes, and the old
+// flag name of its time.
+func TestRetainMinFlags(t *testing.T) {
+	o, err := parseRetentionFlags(t, "--retain-min", "2h", "--retain-min-bytes", "1GiB")
+	if err != nil || o.MinAge != 2*time.Hour || o.MinBytes != 1<<30 || o.NoMinBytes {
+		t.Fatalf("got %+v, %v", o, err)
+	}
+	if o, err := parseRetentionFlags(t, "--retention-min-age", "3h"); err != nil || o.MinAge != 3*time.Hour {
+		t.Fatalf("--retention-min-age 3h: got %+v, %v", o, err)
+	}
+	if o, err := parseRetentionFlags(t, "--retention-index-buckets", "64", "--retention-cost-model=false"); err != nil || o.IndexBuckets != 64 || !o.DisableCostModel {
+		t.Fatalf("index buckets and cost model: got %+v, %v", o, err)
+	}
+}
+
 // TestRetentionFlags: every retention threshold is a flag with the draft's
 // default and an environment variable (docs/retention.md, "Flags"), and the
 // command line's "0 = none/off" maps onto eventlog.Options.
 func TestRetentionFlags(t *testing.T) {
-	parse := func(t *testing.T, args ...string) (eventlog.Options, error) {
-		t.Helper()
-		fs := newFlags("serve", "gateway serve", "help")
-		build := retentionFlags(fs)
-		if code, ok := fs.parse(args); !ok {
-			t.Fatalf("parse %v: exit %d", args, code)
-		}
-		return build()
-	}
+	parse := parseRetentionFlags
 	t.Run("defaults", func(t *testing.T) {
 		o, err := parse(t)
 		if err != nil {
@@ -43,16 +61,6 @@ func TestRetentionFlags(t *testing.T) {
 		if !o.DisableAdaptive || !o.NoSafetyMargin || o.SafetyMargin != 0 || o.KeepNewest != 1 || o.MinAge != time.Nanosecond || !o.NoMinBytes || !o.DisableCostModel ||
 			o.MaxAge != 72*time.Hour || o.MaxBytes != 1<<30 {
 			t.Fatalf("got %+v", o)
-		}
-	})
-	t.Run("retain-min", func(t *testing.T) {
-		o, err := parse(t, "--retain-min", "2h", "--retain-min-bytes", "1GiB")
-		if err != nil || o.MinAge != 2*time.Hour || o.MinBytes != 1<<30 {
-			t.Fatalf("got %+v, %v", o, err)
-		}
-		// The old name still works.
-		if o, err := parse(t, "--retention-min-age", "3h"); err != nil || o.MinAge != 3*time.Hour {
-			t.Fatalf("--retention-min-age 3h: got %+v, %v", o, err)
 		}
 	})
 	t.Run("env", func(t *testing.T) {
