@@ -139,6 +139,7 @@ func (r *Retainer) Plan(now time.Time, snapshotBytes uint64, remote ...Remote) P
 		r.m.SnapshotBytes.Set(float64(snapshotBytes))
 		r.m.TrackedClients.Set(float64(r.tracker.Len()))
 		r.m.ActiveClients.Set(float64(p.Clients))
+		r.m.LetGoClients.Set(float64(p.LetGo))
 		r.m.BytesSaved.Set(float64(p.SizeOnlyRetainedBytes) - float64(p.RetainedBytes))
 	}
 	return p
@@ -205,7 +206,7 @@ func (r *Retainer) Applied(p Plan) (int, uint64) {
 		r.log.Info("event log pruned",
 			slog.Uint64("from_seq", first), slog.Uint64("to_seq", last),
 			slog.Int("events", n), slog.Uint64("bytes", b), slog.String("reason", p.Reason),
-			slog.Uint64("min_position", p.MinPosition), slog.Int("clients", p.Clients),
+			slog.Uint64("min_position", p.MinPosition), slog.Int("clients", p.Clients), slog.Int("let_go", p.LetGo),
 			slog.Int("retained_events", events), slog.Uint64("retained_bytes", bytes),
 			slog.Uint64("size_only_retained_bytes", p.SizeOnlyRetainedBytes))
 	}
