@@ -40,7 +40,7 @@ func runBench(args []string) int {
 	grpcAddr := fs.String("grpc-addr", "GATEWAY_BENCH_GRPC_ADDR", "", "gRPC address of a running gateway (with --http-addr; empty: start one)")
 	httpAddr := fs.String("http-addr", "GATEWAY_BENCH_HTTP_ADDR", "", "HTTP address of a running gateway (with --grpc-addr)")
 	token := fs.String("token", "GATEWAY_TOKEN", "", "bearer token for a running gateway")
-	only := fs.String("only", "GATEWAY_BENCH_ONLY", "", "comma list of phases to run, from "+strings.Join(bench.Phases, ",")+" (empty: all but store; with --store: store)")
+	only := fs.String("only", "GATEWAY_BENCH_ONLY", "", "comma list of phases to run, from "+strings.Join(bench.Phases, ",")+" (empty: all but store and snapshot; with --store: store)")
 	store := fs.String("store", "GATEWAY_BENCH_STORE", "", "postgres:// URL of a PostgreSQL server on this machine: run the store phase (small documents on SQLite, then on this database, CPU of the gateway plus the PostgreSQL server)")
 	bulkBytes := fs.Int64("bulk-bytes", "GATEWAY_BENCH_BULK_BYTES", bench.DefaultBulkBytes, "size of the bulk document")
 	smallBytes := fs.Int64("small-bytes", "GATEWAY_BENCH_SMALL_BYTES", bench.DefaultSmallBytes, "size of each small document")

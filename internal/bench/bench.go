@@ -47,7 +47,7 @@ type Options struct {
 	// CPUProfile, when set, writes a CPU profile of the bench process
 	// (baselines, churn and control phases run in it).
 	CPUProfile string
-	// Only lists the phases to run (default: all but store; with Store:
+	// Only lists the phases to run (default: all but store and snapshot; with Store:
 	// store alone).
 	Only []string
 	// Store is a postgres:// URL: the store phase compares the
