@@ -128,6 +128,25 @@ func TestPruneSafeguardsAndCaps(t *testing.T) {
 			t.Fatalf("got %+v, window %v: retained bytes must not exceed the snapshot", rep, w)
 		}
 	})
+	t.Run("floor beats the snapshot size", func(t *testing.T) {
+		// A small store (issue 24): 50 events outweigh the 200-byte
+		// snapshot, but they are minutes old: the floor (--retain-min,
+		// 1 h) keeps every one; two hours later they go (no client needs
+		// them).
+		e := open(t, t.TempDir(), eventlog.Options{})
+		e.createDoc("t", "d", 200)
+		e.appendN("t", 50, eventlog.KindStatus, "d")
+		e.clk.Advance(2 * time.Minute)
+		rep, _ := e.log.Prune(ctx)
+		w, _ := e.log.Window(ctx)
+		if rep.Removed != 0 || w.GetOldestSeq() != 1 || w.GetRetainedBytes() <= w.GetSnapshotBytes() {
+			t.Fatalf("2 minutes later: %+v, window %v; want all 50 events kept above the snapshot size", rep, w)
+		}
+		e.clk.Advance(2 * time.Hour)
+		if rep, _ := e.log.Prune(ctx); rep.Removed == 0 || rep.RetainedBytes > rep.SnapshotBytes {
+			t.Fatalf("2 hours later: %+v, want events pruned to within the snapshot size", rep)
+		}
+	})
 	t.Run("hard caps", func(t *testing.T) {
 		e := open(t, t.TempDir(), eventlog.Options{MaxAge: 10 * time.Minute, MaxBytes: 1 << 20})
 		e.createDoc("t", "d", 1<<16)
