@@ -87,6 +87,11 @@ type EventLog interface {
 	Subscribe(ctx context.Context, t Tenant, clientKey string, cursor *uint64, filter EventFilter, send func(*gatewayv1.Event) error) error
 	Window(ctx context.Context) (*gatewayv1.EventWindow, error)
 	Snapshot(ctx context.Context, t Tenant) (*gatewayv1.Snapshot, error)
+	// StreamSnapshot sends t's documents in chunks of at most pageSize
+	// (0: DefaultSnapshotPage) with the seq they are all consistent with
+	// (one store read transaction), then a final chunk with Last and
+	// TotalDocuments. Memory is one chunk whatever the store's size.
+	StreamSnapshot(ctx context.Context, t Tenant, pageSize int, send func(*gatewayv1.SnapshotChunk) error) error
 }
 
 // WithStartHook returns a context for EventLog.Subscribe and Service.Watch
