@@ -11,6 +11,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -24,6 +25,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-openapi/runtime"
 	httptransport "github.com/go-openapi/runtime/client"
 	"github.com/go-openapi/strfmt"
 
@@ -56,9 +58,10 @@ type report struct {
 }
 
 type driver struct {
-	ctx context.Context
-	api *client.Pipestream
-	rep *report
+	ctx    context.Context
+	api    *client.Pipestream
+	rep    *report
+	ndjson *ndjsonConsumer // StreamSnapshot only (NDJSON, no page form yet)
 }
 
 func main() {
@@ -72,10 +75,13 @@ func main() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	// The generated client as generated: no consumer or transport of our
-	// own; the streams are read as the JSON pages the spec declares first.
+	// The generated client as generated: watch and subscribe are read as
+	// the JSON pages the spec declares first, with no code of our own.
 	rt := httptransport.New(u.Host, "/", []string{u.Scheme})
-	d := &driver{ctx: ctx, api: client.New(rt, strfmt.Default),
+	nd := &ndjsonConsumer{}
+	// StreamSnapshot is NDJSON only; go-openapi has no consumer for it.
+	rt.Consumers["application/x-ndjson"] = nd
+	d := &driver{ctx: ctx, api: client.New(rt, strfmt.Default), ndjson: nd,
 		rep: &report{Input: []byte(input), Operations: map[string]string{}, Messages: map[string]int{}}}
 	for _, p := range strings.Split(*procs, ",") {
 		d.runProcessor(p)
@@ -328,6 +334,9 @@ func (d *driver) events() {
 	if err == nil && len(snap.Payload.Documents) == 0 {
 		d.fail("EventService_GetSnapshot", "snapshot lists no document")
 	}
+	if snap != nil && snap.Payload != nil {
+		d.streamSnapshot(len(snap.Payload.Documents))
+	}
 	d.subscribe()
 	tk, err := es.EventServiceCreateWebSocketTicket(event_service.NewEventServiceCreateWebSocketTicketParamsWithContext(d.ctx), nil)
 	d.record("EventService_CreateWebSocketTicket", err)
@@ -349,6 +358,28 @@ func (d *driver) events() {
 	if err := ws("not-a-number", nil); !errors.As(err, &bad) || bad.Payload == nil || bad.Payload.Code != 3 ||
 		bad.Payload.Error == "" || !strings.Contains(bad.Payload.Message, "cursor") {
 		d.fail("EventService_SubscribeEventsWebSocket", "bad cursor: %v, want a typed 400 with code 3, an error name and a message about the cursor", err)
+	}
+}
+
+// streamSnapshot reads StreamSnapshot's NDJSON chunks to the end (the
+// one stream without a page form: read with a registered consumer) and
+// checks the last chunk against GetSnapshot's document count.
+func (d *driver) streamSnapshot(docs int) {
+	const op = "EventService_StreamSnapshot"
+	d.ndjson.reset(0) // the snapshot stream ends by itself: read every chunk
+	ss, err := d.api.EventService.EventServiceStreamSnapshot(event_service.NewEventServiceStreamSnapshotParamsWithContext(d.ctx), nil)
+	d.record(op, err)
+	d.rep.Messages[op] += len(d.ndjson.lines)
+	if err != nil {
+		return
+	}
+	var last struct {
+		Last           bool   `json:"last"`
+		TotalDocuments string `json:"totalDocuments"`
+	}
+	b, _ := json.Marshal(ss.Payload.Result) // the generated model, whatever its field types
+	if json.Unmarshal(b, &last) != nil || !last.Last || last.TotalDocuments != fmt.Sprint(docs) {
+		d.fail(op, "last line %s is not the final chunk with GetSnapshot's %d documents", b, docs)
 	}
 }
 
@@ -419,6 +450,45 @@ func (d *driver) operations() {
 		d.fail("Operations_Console", "console page is not HTML")
 	}
 }
+
+// ndjsonConsumer reads an application/x-ndjson body: every line is a JSON
+// object; it keeps the lines and decodes the last one read into the
+// operation's response (the spec's schema of one line). With max > 0 it
+// stops after max lines (an open subscription never ends by itself).
+type ndjsonConsumer struct {
+	max   int
+	lines [][]byte
+}
+
+func (c *ndjsonConsumer) reset(max int) { c.max, c.lines = max, nil }
+
+// Consume implements runtime.Consumer.
+func (c *ndjsonConsumer) Consume(r io.Reader, v any) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		if !json.Valid(line) || line[0] != '{' {
+			return fmt.Errorf("NDJSON line %d is not a JSON object: %.200s", len(c.lines)+1, line)
+		}
+		c.lines = append(c.lines, append([]byte(nil), line...))
+		if c.max > 0 && len(c.lines) == c.max {
+			break
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	if len(c.lines) == 0 {
+		return errors.New("empty NDJSON stream")
+	}
+	return json.Unmarshal(c.lines[len(c.lines)-1], v)
+}
+
+var _ runtime.Consumer = (*ndjsonConsumer)(nil)
 
 // longRunning runs google.longrunning.Operations over documents: a finished
 // document is a done operation whose response is a ResultRef; a deferred

@@ -88,7 +88,7 @@ func fix(spec obj) error {
 		"/v1/documents/{id}:watch", "/v1/documents/{id}/result",
 		"/v1/documents/{id}:cancel", "/v1/claims/{claimId}",
 		"/v1/claims/{claimId}:redeem", "/v1/events:subscribe",
-		"/v1/events:window", "/v1/events:snapshot",
+		"/v1/events:window", "/v1/events:snapshot", "/v1/events:streamSnapshot",
 	} {
 		if _, ok := paths[p]; !ok {
 			return fmt.Errorf("generated spec lacks path %s: update openapi/internal/fixspec with the proto", p)
@@ -102,6 +102,10 @@ func fix(spec obj) error {
 	}
 	if err := markStream(op(paths, "/v1/events:subscribe", "get"), defs, "EventPage", "events", "Event", "events"); err != nil {
 		return fmt.Errorf("/v1/events:subscribe: %w", err)
+	}
+	// StreamSnapshot is NDJSON only (no SSE or page form yet).
+	if err := markNDJSON(op(paths, "/v1/events:streamSnapshot", "get")); err != nil {
+		return fmt.Errorf("/v1/events:streamSnapshot: %w", err)
 	}
 	fixResult(op(paths, "/v1/documents/{id}/result", "get"))
 	if err := addLongRunning(paths, defs); err != nil {
@@ -263,6 +267,38 @@ func markStream(o obj, defs obj, pageDef, listKey, item, what string) error {
 		obj{"name": "Last-Event-ID", "in": "header", "required": false, "type": "string", "format": "uint64",
 			"description": "Server-Sent Events: resume after this seq (an EventSource sends it when it reconnects); it takes precedence over cursor."},
 	)
+	return nil
+}
+
+// ndjsonDescription is the 200 response of the NDJSON streams.
+const ndjsonDescription = "A stream of newline-delimited JSON (Content-Type `application/x-ndjson`): one JSON object per line, " +
+	"`{\"result\": ...}` for each message. A failure after the stream started (HTTP 200 already sent) ends it with exactly one " +
+	"`{\"error\": Status}` line, the same google.rpc.Status as every error response; a line has either `result` or `error`, never both. " +
+	"A call refused before the stream starts (unknown document, FutureCursor, authentication) answers its HTTP status with a bare Status, " +
+	"like every other operation."
+
+// markNDJSON documents the server-streaming encoding (gateway/ndjson.go):
+// application/x-ndjson lines of {"result": message}, ended on failure by
+// one {"error": Status} line.
+func markNDJSON(o obj) error {
+	if o == nil {
+		return errors.New("operation missing")
+	}
+	resp, _ := o["responses"].(obj)
+	ok, _ := resp["200"].(obj)
+	if ok == nil {
+		return errors.New("no 200 response")
+	}
+	schema, _ := ok["schema"].(obj)
+	props, _ := schema["properties"].(obj)
+	if props["result"] == nil || props["error"] == nil {
+		return errors.New("200 schema is not grpc-gateway's {result, error} stream chunk")
+	}
+	schema["description"] = "One line of the stream: `result` for a message, or `error` once at the end of a failed stream."
+	ok["description"] = ndjsonDescription
+	o["produces"] = []any{"application/x-ndjson", "application/json"} // the stream; its error statuses
+	o["description"] = fmt.Sprint(o["description"]) + "\n\n" + ndjsonDescription
+	o["x-stream"] = "ndjson"
 	return nil
 }
 
