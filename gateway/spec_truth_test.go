@@ -393,6 +393,7 @@ func TestLiveAnswersMatchTheSpec(t *testing.T) {
 		{"POST", "/v1/claims/42:redeem", "/v1/claims/{claimId}:redeem", "{}", json},
 		{"GET", "/v1/events:window", "/v1/events:window", "", nil},
 		{"GET", "/v1/events:snapshot", "/v1/events:snapshot", "", nil},
+		{"GET", "/v1/events:streamSnapshot", "/v1/events:streamSnapshot", "", nil},
 		{"GET", "/v1/events:subscribe?cursor=18&waitSeconds=5", "/v1/events:subscribe", "", page},
 		{"POST", "/v1/events:ticket", "/v1/events:ticket", "", nil},
 		{"GET", "/v1/operations", "/v1/operations", "", nil},

@@ -124,7 +124,10 @@ func TestSpecREST(t *testing.T) {
 	if params["body"] != "body" {
 		t.Errorf("upload: raw body parameter missing")
 	}
-	for _, p := range []string{"/v1/documents/{id}:watch", "/v1/events:subscribe", "/v1/events:streamSnapshot"} {
+	if o := spec.Paths["/v1/events:streamSnapshot"]["get"]; o.Stream != "ndjson" || strings.Join(o.Produces, ",") != "application/x-ndjson,application/json" {
+		t.Errorf("streamSnapshot: x-stream %q produces %v, want an NDJSON stream producing application/x-ndjson (and JSON error statuses)", o.Stream, o.Produces)
+	}
+	for _, p := range []string{"/v1/documents/{id}:watch", "/v1/events:subscribe"} {
 		o := spec.Paths[p]["get"]
 		if o.Stream != "ndjson,sse" || strings.Join(o.Produces, ",") != "application/json,application/x-ndjson,text/event-stream" {
 			t.Errorf("%s: x-stream %q produces %v, want the JSON page first (generated clients read it), then NDJSON and Server-Sent Events", p, o.Stream, o.Produces)
