@@ -12,6 +12,7 @@ import (
 
 	"github.com/pipestream/gateway/bridge/eventlog"
 	"github.com/pipestream/gateway/bridge/store"
+	"github.com/pipestream/gateway/quicpeer"
 )
 
 // Bridge implements Service over one or several PipeStream peers.
@@ -44,7 +45,10 @@ type Bridge struct {
 	peers    []*peerConn        // in the configured order; fixed after New
 	nextPeer int                // where placement's round-robin tie-break starts
 	sessions map[*sessState]struct{}
-	uploads  sync.WaitGroup
+	// attrib: what result attribution learned per session
+	// (attribution.go); dropped when the session closes.
+	attrib  map[*sessState]*sessAttrib
+	uploads sync.WaitGroup
 }
 
 var _ Service = (*Bridge)(nil)
@@ -148,6 +152,18 @@ func (o *Options) fill() error {
 	}
 	if o.PeerWait == 0 {
 		o.PeerWait = defaultPeerWait
+	}
+	if o.PeerIdleTimeout < 0 {
+		return invalidf("Options.PeerIdleTimeout must not be negative")
+	}
+	if o.PeerIdleTimeout == 0 {
+		o.PeerIdleTimeout = quicpeer.DefaultIdleTimeout
+	}
+	if o.PeerDraft04Conns < 0 || o.PeerDraft04Conns > maxDraft04Conns {
+		return invalidf("Options.PeerDraft04Conns %d: use 1 to %d (0: the default %d)", o.PeerDraft04Conns, maxDraft04Conns, defaultDraft04Conns)
+	}
+	if o.PeerDraft04Conns == 0 {
+		o.PeerDraft04Conns = defaultDraft04Conns
 	}
 	return nil
 }
@@ -284,6 +300,9 @@ func (b *Bridge) enqueueLocked(d *docRun) {
 	}
 	d.queued = true
 	d.queuedAt = time.Now()
+	if d.waitSince.IsZero() {
+		d.waitSince = d.queuedAt
+	}
 	b.queue = append(b.queue, d)
 	b.kick()
 }
@@ -341,12 +360,12 @@ func (b *Bridge) claimSweeper(ctx context.Context) {
 // peer of PeerAddr, PeerCAPEM and PeerServerName, or the list given.
 func (o *Options) fillPeers() error {
 	if len(o.Peers) > 0 {
-		if o.PeerAddr != "" || len(o.PeerCAPEM) > 0 || o.PeerServerName != "" {
+		if o.PeerAddr != "" || len(o.PeerCAPEM) > 0 || o.PeerServerName != "" || o.PeerCAFile != "" {
 			return invalidf("set Options.Peers or Options.PeerAddr/PeerCAPEM/PeerServerName, not both")
 		}
 		o.Peers = slices.Clone(o.Peers)
 	} else {
-		o.Peers = []PeerEndpoint{{Addr: o.PeerAddr, CAPEM: o.PeerCAPEM, ServerName: o.PeerServerName}}
+		o.Peers = []PeerEndpoint{{Addr: o.PeerAddr, CAPEM: o.PeerCAPEM, ServerName: o.PeerServerName, CAFile: o.PeerCAFile}}
 	}
 	seen := map[string]bool{}
 	for i, p := range o.Peers {

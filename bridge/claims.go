@@ -303,6 +303,7 @@ func (b *Bridge) redeemRun(ctx context.Context, d *docRun, claimID, via string, 
 	ss := cr.att.ss
 	e := proto.Clone(cr.att.ents[cr.key]).(*gatewayv1.Entity)
 	isRoot := cr.key == rootKey(cr.att.rootID)
+	plain := cr.att.plain
 	b.mu.Unlock()
 
 	msg := ""
@@ -328,7 +329,7 @@ func (b *Bridge) redeemRun(ctx context.Context, d *docRun, claimID, via string, 
 		b.mu.Unlock()
 	}
 
-	if err := b.sendRedemption(ctx, d, ss, e, isRoot, claimID); err != nil {
+	if err := b.sendRedemption(ctx, d, ss, e, isRoot, plain, claimID); err != nil {
 		dropWaiter()
 		switch wire.CodeOf(err) {
 		case wire.CodeClaimExpired:
@@ -397,7 +398,9 @@ func (b *Bridge) rejectClaim(d *docRun, claimID string, st gatewayv1.ClaimCheck_
 // sendRedemption sends the deferred entity's original payload again with
 // pipestream.claim-id, reusing its entity ID on the session that saw the
 // DEFERRED status (profile 6), read from the spool or the inline content.
-func (b *Bridge) sendRedemption(ctx context.Context, d *docRun, ss *sessState, e *gatewayv1.Entity, isRoot bool, claimID string) error {
+// The payload is what the deferred entity carried: for a plain document's
+// root the raw content (profile 9.1), else the envelope.
+func (b *Bridge) sendRedemption(ctx context.Context, d *docRun, ss *sessState, e *gatewayv1.Entity, isRoot, plain bool, claimID string) error {
 	f, err := b.openContent(ctx, d)
 	if err != nil {
 		return fmt.Errorf("open spool: %w", err)
@@ -408,12 +411,15 @@ func (b *Bridge) sendRedemption(ctx context.Context, d *docRun, ss *sessState, e
 		if err != nil {
 			return err
 		}
+		md := d.plan.rootMetadata(true)
+		md[metaClaimID] = claimID
+		if plain {
+			return ss.s.SendEntity(ctx, b.rootHeader(d, e.EntityId, content, md), bytes.NewReader(content))
+		}
 		env, err := ss.codec.MarshalPipeDoc(b.envelope(d, e.EntityId, content))
 		if err != nil {
 			return err
 		}
-		md := d.plan.rootMetadata(true)
-		md[metaClaimID] = claimID
 		return ss.s.SendEntity(ctx, b.rootHeader(d, e.EntityId, env, md), bytes.NewReader(env))
 	}
 	if e.SizeBytes > maxChunkBytes {

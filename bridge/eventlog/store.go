@@ -77,6 +77,11 @@ type Store interface {
 	// consistently: the documents are exactly the state after the events
 	// up to seq and before any later one.
 	SnapshotDocuments(ctx context.Context, tenant string) (seq uint64, docs []*store.DocumentRecord, err error)
+	// SnapshotPages is SnapshotDocuments in pages of at most page
+	// documents, all read in one read transaction (every page reflects
+	// exactly the events up to seq): memory is one page, not the store.
+	// fn is called at least once; its error ends the read.
+	SnapshotPages(ctx context.Context, tenant string, page int, fn func(seq uint64, docs []*store.DocumentRecord) error) error
 	// SnapshotBytes is the encoded size of all documents of every tenant
 	// (the size of a full snapshot, the retention byte cap). May scan.
 	SnapshotBytes(ctx context.Context) (int64, error)

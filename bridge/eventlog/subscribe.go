@@ -167,7 +167,7 @@ func outdatedEvent(now time.Time, cursor, oldest uint64) *gatewayv1.Event {
 		Time: timestamppb.New(now),
 		Name: InfoOutdatedCursor,
 		Message: fmt.Sprintf("cursor %d is older than the oldest retained event %d: events were pruned; "+
-			"resync from the snapshot (GetSnapshot, GET /v1/events:snapshot) and resume from its seq; "+
+			"resync from the snapshot (StreamSnapshot, GET /v1/events:streamSnapshot) and resume from its seq; "+
 			"the whole retained window follows", cursor, oldest),
 	}
 }
