@@ -1,16 +1,27 @@
 #!/usr/bin/env bash
-# The test command (README): everything CI checks, fastest first.
+# The test command (README): installs what is missing (.ci/setup.sh), then
+# everything CI checks, fastest first.
 #   RACE=0 .ci/test.sh      skip the race detector
 #   FUZZTIME=30s .ci/test.sh longer fuzzing per target
+#   SETUP=0 .ci/test.sh     skip the set-up (install nothing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+start=$SECONDS
+# Go and the Go tools the set-up installs ($GOBIN: /usr/local/bin as root,
+# else $(go env GOPATH)/bin).
+[ -x /usr/local/go/bin/go ] && export PATH="/usr/local/go/bin:$PATH"
+export PATH="$PATH:$(go env GOPATH)/bin"
+if [ "${SETUP:-1}" != 0 ]; then
+  printf '\n=== set-up (%s)\n' "$(date -u +%H:%M:%S)"
+  ./.ci/setup.sh
+fi
 
 export QUIC_GO_DISABLE_RECEIVE_BUFFER_WARNING=true
 RACE="${RACE:-1}"
 FUZZTIME="${FUZZTIME:-5s}"
 
 step() { printf '\n=== %s (%s)\n' "$1" "$(date -u +%H:%M:%S)"; }
-start=$SECONDS
 
 step "gofmt"
 unformatted="$(gofmt -l $(git ls-files -co --exclude-standard '*.go' 2>/dev/null || find . -name '*.go' -not -path './.ci/node/*'))"
@@ -23,12 +34,12 @@ fi
 step "go vet"
 go vet ./...
 
+step "gofatal (no t.Fatal, t.FailNow, t.Skip or require on a goroutine the test started)"
+go run ./internal/lint/gofatal/cmd/gofatal ./...
+
 step "generation freshness (buf lint, buf generate, OpenAPI post-processing)"
-# The pinned CI tools (.ci/node: the prebuilt buf, the OpenAPI validator);
-# .ci/run installs them already. Without npm, gen.sh compiles buf instead.
-if [ ! -x .ci/node/node_modules/.bin/buf ] && command -v npm >/dev/null 2>&1; then
-  npm ci --prefix .ci/node --no-audit --no-fund
-fi
+# The pinned CI tools (.ci/node: the prebuilt buf, the OpenAPI validator)
+# come from the set-up. Without them, gen.sh compiles buf instead.
 .ci/check-gen.sh
 
 step "OpenAPI validation"

@@ -1,0 +1,203 @@
+// Package gofatal is a vet analyzer: a test must not end itself from a
+// goroutine other than the test's own. t.Fatal, t.FailNow, t.Skip (and
+// their variants, on *testing.T, *testing.B, *testing.F or testing.TB) and
+// testify's require call runtime.Goexit, which ends only the goroutine
+// they run on: called on a worker goroutine they leave the test running
+// with that worker gone, so a sender that feeds the workers blocks forever
+// (issue 23: e2e/scaleout_test.go hung 19 minutes when a tool was missing).
+// The testing package documents the rule: FailNow "must be called from the
+// goroutine running the test or benchmark function".
+//
+// The analyzer reports every such call reachable from a function started
+// with a go statement or handed to a Go method (sync.WaitGroup.Go,
+// errgroup.Group.Go): in a function literal's body, or in a function or
+// method of the same package that the started function calls, directly or
+// through other functions of the package. Report the failure instead (t.Error
+// and return, or collect errors and check them on the test's goroutine).
+package gofatal
+
+import (
+	"go/ast"
+	"go/types"
+	"strings"
+
+	"golang.org/x/tools/go/analysis"
+	"golang.org/x/tools/go/analysis/passes/inspect"
+	"golang.org/x/tools/go/ast/inspector"
+)
+
+// Analyzer reports FailNow-family calls on goroutines other than the test's.
+var Analyzer = &analysis.Analyzer{
+	Name:     "gofatal",
+	Doc:      "reports t.Fatal, t.FailNow, t.Skip and require calls that run on a goroutine the test started (they end only that goroutine)",
+	Requires: []*analysis.Analyzer{inspect.Analyzer},
+	Run:      run,
+}
+
+// failNow lists the testing methods that call runtime.Goexit.
+var failNow = map[string]bool{
+	"Fatal": true, "Fatalf": true, "FailNow": true,
+	"Skip": true, "Skipf": true, "SkipNow": true,
+}
+
+func run(pass *analysis.Pass) (any, error) {
+	decls := map[*types.Func]*ast.FuncDecl{}
+	for _, f := range pass.Files {
+		for _, d := range f.Decls {
+			if fd, ok := d.(*ast.FuncDecl); ok && fd.Body != nil {
+				if fn, ok := pass.TypesInfo.Defs[fd.Name].(*types.Func); ok {
+					decls[fn] = fd
+				}
+			}
+		}
+	}
+	c := &checker{pass: pass, decls: decls, memo: map[*types.Func]string{}}
+	ins := pass.ResultOf[inspect.Analyzer].(*inspector.Inspector)
+	ins.Preorder([]ast.Node{(*ast.GoStmt)(nil), (*ast.CallExpr)(nil)}, func(n ast.Node) {
+		switch n := n.(type) {
+		case *ast.GoStmt:
+			c.started(n.Call.Fun, n.Call)
+		case *ast.CallExpr:
+			if sel, ok := n.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "Go" && len(n.Args) == 1 && isMethod(pass, sel) {
+				c.started(n.Args[0], nil)
+			}
+		}
+	})
+	return nil, nil
+}
+
+// isMethod reports whether sel is a method call (not a package function).
+func isMethod(pass *analysis.Pass, sel *ast.SelectorExpr) bool {
+	s := pass.TypesInfo.Selections[sel]
+	return s != nil && s.Kind() == types.MethodVal
+}
+
+type checker struct {
+	pass  *analysis.Pass
+	decls map[*types.Func]*ast.FuncDecl
+	// memo: for a function of the package, the chain of calls by which it
+	// reaches a FailNow-family call ("" when it does not); a function being
+	// examined is marked "" first, which ends recursion.
+	memo map[*types.Func]string
+}
+
+// started checks fun, a function started on a new goroutine (call is the
+// go statement's call, nil for a Go method's argument).
+func (c *checker) started(fun ast.Expr, call *ast.CallExpr) {
+	fun = ast.Unparen(fun)
+	if lit, ok := fun.(*ast.FuncLit); ok {
+		c.inBody(lit.Body, "")
+		return
+	}
+	if fn := c.funcOf(fun); fn != nil {
+		if chain := c.reaches(fn); chain != "" {
+			pos := fun.Pos()
+			if call != nil {
+				pos = call.Pos()
+			}
+			c.pass.Reportf(pos, "%s runs on a new goroutine and calls %s, which ends only that goroutine: report with t.Error (or collect errors) and return", fn.Name(), chain)
+		}
+	}
+}
+
+// inBody reports each call in body (outside nested go statements) that
+// fails the test now, or reaches a function that does.
+func (c *checker) inBody(body *ast.BlockStmt, _ string) {
+	ast.Inspect(body, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.GoStmt:
+			return false // checked as a goroutine of its own
+		case *ast.CallExpr:
+			if name := c.failsNow(n); name != "" {
+				c.pass.Reportf(n.Pos(), "%s on a goroutine the test started ends only that goroutine, not the test: report with t.Error (or collect errors) and return", name)
+				return true
+			}
+			if fn := c.funcOf(n.Fun); fn != nil {
+				if chain := c.reaches(fn); chain != "" {
+					c.pass.Reportf(n.Pos(), "%s on a goroutine the test started calls %s, which ends only that goroutine: report with t.Error (or collect errors) and return", fn.Name(), chain)
+				}
+			}
+		}
+		return true
+	})
+}
+
+// reaches returns how fn reaches a FailNow-family call ("" if it does not).
+func (c *checker) reaches(fn *types.Func) string {
+	if chain, ok := c.memo[fn]; ok {
+		return chain
+	}
+	c.memo[fn] = ""
+	fd := c.decls[fn]
+	if fd == nil {
+		return ""
+	}
+	chain := ""
+	ast.Inspect(fd.Body, func(n ast.Node) bool {
+		if chain != "" {
+			return false
+		}
+		switch n := n.(type) {
+		case *ast.GoStmt:
+			return false
+		case *ast.CallExpr:
+			if name := c.failsNow(n); name != "" {
+				chain = name
+			} else if g := c.funcOf(n.Fun); g != nil && g != fn {
+				if sub := c.reaches(g); sub != "" {
+					chain = g.Name() + " -> " + sub
+				}
+			}
+		}
+		return true
+	})
+	c.memo[fn] = chain
+	return chain
+}
+
+// funcOf returns the function or method of this package that a call
+// expression's function denotes (nil otherwise).
+func (c *checker) funcOf(fun ast.Expr) *types.Func {
+	var id *ast.Ident
+	switch f := ast.Unparen(fun).(type) {
+	case *ast.Ident:
+		id = f
+	case *ast.SelectorExpr:
+		id = f.Sel
+	case *ast.IndexExpr: // generic instantiation f[T]
+		return c.funcOf(f.X)
+	case *ast.IndexListExpr:
+		return c.funcOf(f.X)
+	default:
+		return nil
+	}
+	fn, ok := c.pass.TypesInfo.Uses[id].(*types.Func)
+	if !ok {
+		return nil
+	}
+	fn = fn.Origin()
+	if _, ok := c.decls[fn]; !ok {
+		return nil
+	}
+	return fn
+}
+
+// failsNow names the call if it is a FailNow-family method of the testing
+// package's types or a function of testify's require package.
+func (c *checker) failsNow(call *ast.CallExpr) string {
+	sel, ok := ast.Unparen(call.Fun).(*ast.SelectorExpr)
+	if !ok {
+		return ""
+	}
+	fn, ok := c.pass.TypesInfo.Uses[sel.Sel].(*types.Func)
+	if !ok || fn.Pkg() == nil {
+		return ""
+	}
+	switch path := fn.Pkg().Path(); {
+	case path == "testing" && failNow[fn.Name()]:
+		return types.ExprString(sel)
+	case strings.HasSuffix(path, "github.com/stretchr/testify/require"):
+		return "require." + fn.Name()
+	}
+	return ""
+}
