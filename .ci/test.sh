@@ -155,7 +155,7 @@ fuzz_all() {
 # other and the full-size pass.
 E2E_QUIET='TestHostile|TestLoad|TestHTTPAdversary'
 E2E_BROWSER='TestConsole|TestDocsRender|TestGeneratedClient|TestBrowser|TestCrashSafety'
-E2E_SCALE='TestScaleOut|TestReadmeScaleOut|TestManyPeers'
+E2E_SCALE='TestScaleOut|TestReadmeScaleOut|TestReadmeOnPostgres|TestManyPeers'
 e2e() { go test -count=1 -timeout 30m "$@" ./e2e/; }
 
 step "go test (race, -short)"
