@@ -33,6 +33,9 @@ fi
 
 step "go vet"
 go vet ./...
+# bench/jetstream is its own module (gateway bench's durable-intake
+# baseline, kept out of the gateway's go.mod); TestBenchTiny runs it.
+(cd bench/jetstream && go vet ./...)
 
 step "gofatal (no t.Fatal, t.FailNow, t.Skip or require on a goroutine the test started)"
 go run ./internal/lint/gofatal/cmd/gofatal ./...
@@ -158,8 +161,30 @@ E2E_BROWSER='TestConsole|TestDocsRender|TestGeneratedClient|TestBrowser|TestCras
 E2E_SCALE='TestScaleOut|TestReadmeScaleOut|TestReadmeOnPostgres|TestManyPeers'
 e2e() { go test -count=1 -timeout 30m "$@" ./e2e/; }
 
-step "go test (race, -short)"
+# Static gates (issue 21): staticcheck with zero findings, and no function
+# above cyclomatic complexity 25 outside generated code. Both are pinned and
+# fetched through the module proxy by `go run`, so a fresh machine needs no
+# install step. They run beside the race pass.
+STATICCHECK=honnef.co/go/tools/cmd/staticcheck@v0.8.2
+GOCYCLO=github.com/fzipp/gocyclo/cmd/gocyclo@v0.6.0
+static_gates() {
+  echo "--- staticcheck ($STATICCHECK)"
+  go run "$STATICCHECK" ./... || { echo "staticcheck: fix the findings above" >&2; return 1; }
+  echo "--- gocyclo -over 25 ($GOCYCLO)"
+  local over
+  # shellcheck disable=SC2046
+  over="$(go run "$GOCYCLO" -over 25 $(git ls-files -co --exclude-standard '*.go' | grep -v '^gen/\|^\.ci/node/'))" || true
+  if [ -n "$over" ]; then
+    echo "gocyclo: these functions are above complexity 25; split them into named steps:" >&2
+    echo "$over" >&2
+    return 1
+  fi
+  echo "no function above 25"
+}
+
+step "go test (race, -short), staticcheck and gocyclo"
 job unit unit_first
+job static static_gates
 phase_end
 
 step "go test (full size), fuzz targets (${FUZZTIME} each), e2e shards (browser; replicas and peers; the rest), at once"

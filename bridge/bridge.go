@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -332,12 +331,6 @@ func (b *Bridge) claimSweeper(ctx context.Context) {
 			b.sweepClaims(ctx)
 		}
 	}
-}
-
-// fileExists reports whether path exists.
-func fileExists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
 }
 
 // fillPeers checks the peer options and makes Options.Peers whole: the one

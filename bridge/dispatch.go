@@ -75,7 +75,6 @@ type chunkSource interface {
 type spoolSource struct {
 	sp  *split.Splitter
 	buf []byte
-	d   *docRun
 }
 
 func (s *spoolSource) next(context.Context) (split.Chunk, error) {

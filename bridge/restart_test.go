@@ -13,15 +13,6 @@ func bigReq() *gatewayv1.SubmitDocumentRequest {
 	return &gatewayv1.SubmitDocumentRequest{Split: &gatewayv1.SplitOptions{Strategy: gatewayv1.SplitStrategy_SPLIT_FIXED_BYTES, ChunkBytes: 64 << 10}}
 }
 
-func rootAttempts(d *gatewayv1.Document) uint32 {
-	for _, e := range d.Entities {
-		if e.ParentId == 0 && e.ScopeId == 0 && e.ChunkIndex == 0 && e.ChunkOffset == 0 && e.Checksum == d.Checksum {
-			return max(e.Attempts, 0)
-		}
-	}
-	return 0
-}
-
 // A document accepted while no peer is reachable is durable and finishes
 // after a bridge restart once the peer is back.
 func TestBridgeRestartRecovers(t *testing.T) {

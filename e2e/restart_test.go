@@ -22,9 +22,8 @@ func TestRestartMidRun(t *testing.T) {
 	ctx := ctxT(t, 3*time.Minute)
 
 	type want struct {
-		result []byte                    // expected result bytes
-		states []gatewayv1.State         // acceptable terminal states
-		check  func(*gatewayv1.Document) // extra check, may be nil
+		result []byte            // expected result bytes
+		states []gatewayv1.State // acceptable terminal states
 	}
 	docs := map[string]want{}
 	succeeded := []gatewayv1.State{gatewayv1.State_SUCCEEDED}

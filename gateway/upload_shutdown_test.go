@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,9 +25,8 @@ import (
 // progress, as the real bridge's does.
 type drainingBridge struct {
 	*fakeBridge
-	wg       sync.WaitGroup
-	inFlight atomic.Int32
-	started  chan struct{} // one value per upload that started
+	wg      sync.WaitGroup
+	started chan struct{} // one value per upload that started
 }
 
 func (b *drainingBridge) Upload(ctx context.Context, t bridge.Tenant, o *gatewayv1.SubmitOptions, r io.Reader) (*gatewayv1.Document, error) {

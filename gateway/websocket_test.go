@@ -29,7 +29,7 @@ type wsFrame struct {
 // length-first canonical options reproduces the bytes).
 func decodeFrame(t *testing.T, msg []byte) wsFrame {
 	t.Helper()
-	dm, _ := cbor.DecOptions{DupMapKey: cbor.DupMapKeyEnforcedAPF, IntDec: cbor.IntDecConvertSigned}.DecMode()
+	dm, _ := cbor.DecOptions{DupMapKey: cbor.DupMapKeyEnforcedAPF, IntDec: cbor.IntDecConvertSignedOrFail}.DecMode()
 	var hdr, payload cbor.RawMessage
 	dec := dm.NewDecoder(bytes.NewReader(msg))
 	if err := dec.Decode(&hdr); err != nil {

@@ -19,7 +19,6 @@ type rawPeer struct {
 	conn *quic.Conn
 	ctrl *quic.Stream
 	cr   *wire.ControlReader
-	ln   *quic.Listener
 }
 
 func capsFrame(t testing.TB, c *wire.Capabilities) []byte {

@@ -48,6 +48,7 @@ func runBench(args []string) int {
 	dur := fs.Duration("duration", "GATEWAY_BENCH_DURATION", bench.DefaultDuration, "length of each timed run (small, churn, control, fanout; every path and baseline)")
 	subs := fs.Uint("subscribers", "GATEWAY_BENCH_SUBSCRIBERS", bench.DefaultSubscribers, "WebSocket subscribers in the fanout phase")
 	rate := fs.Uint("fanout-docs", "GATEWAY_BENCH_FANOUT_DOCS", bench.DefaultFanoutDocs, "documents per second submitted in the fanout phase")
+	jsDir := fs.String("jetstream-dir", "GATEWAY_BENCH_JETSTREAM_DIR", bench.DefaultJetStreamDir, "module of the durable-intake baseline (NATS JetStream, fsync before each ack) run with `go run` in the small phase; empty: skip it")
 	asJSON := fs.Bool("json", "GATEWAY_BENCH_JSON", false, "print JSON instead of the table")
 	pprofAddr := fs.String("pprof-addr", "GATEWAY_BENCH_PPROF_ADDR", "", "pass --pprof-addr to the started gateway (profile it while the bench runs)")
 	cpuProfile := fs.String("cpuprofile", "GATEWAY_BENCH_CPUPROFILE", "", "write a CPU profile of the bench process (baselines, churn, control) to this file")
@@ -66,7 +67,8 @@ func runBench(args []string) int {
 		Only: splitList(*only), Store: *store,
 		BulkBytes: *bulkBytes, SmallBytes: *smallBytes, EntityBytes: *entityBytes,
 		Concurrency: int(*conc), Duration: *dur, Subscribers: int(*subs), FanoutDocsPerSec: int(*rate),
-		Progress: os.Stderr,
+		JetStreamDir: *jsDir,
+		Progress:     os.Stderr,
 	})
 	if err != nil {
 		if rep != nil && len(rep.Results) > 0 {

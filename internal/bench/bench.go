@@ -59,6 +59,11 @@ type Options struct {
 	Subscribers                        int
 	FanoutDocsPerSec                   int
 
+	// JetStreamDir is the bench/jetstream module (the durable-intake
+	// baseline of the small phase: NATS JetStream on file storage, fsync
+	// before each ack); empty turns the baseline off.
+	JetStreamDir string
+
 	// Progress receives progress lines (default io.Discard).
 	Progress io.Writer
 }

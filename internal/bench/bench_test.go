@@ -51,12 +51,14 @@ func TestBenchTiny(t *testing.T) {
 		ServeCommand: []string{bin, "serve"},
 		BulkBytes:    4 << 20, Duration: 300 * time.Millisecond, Concurrency: 8,
 		Subscribers: 20, FanoutDocsPerSec: 20,
-		Progress: &progress,
+		JetStreamDir: "../../bench/jetstream",
+		Progress:     &progress,
 	})
 	if err != nil {
 		t.Fatalf("bench: %v\nprogress:\n%s", err, progress.String())
 	}
 	checkBenchResults(t, rep.Results)
+	checkJetStreamRatios(t, rep.Results)
 	checkBenchOutput(t, rep)
 }
 
@@ -72,7 +74,7 @@ func checkBenchResults(t *testing.T, results []bench.Result) {
 		}
 		byPhase[r.Phase] = append(byPhase[r.Phase], r)
 	}
-	want := map[string]int{"bulk": 5, "small": 3, "churn": 3, "control": 1, "fanout": 1, "store": 0}
+	want := map[string]int{"bulk": 5, "small": 5, "churn": 3, "control": 1, "fanout": 1, "store": 0}
 	for p, n := range want {
 		if len(byPhase[p]) != n {
 			t.Errorf("phase %s: %d results, want %d", p, len(byPhase[p]), n)
@@ -95,6 +97,37 @@ func checkBenchResults(t *testing.T, results []bench.Result) {
 	for _, r := range byPhase["small"] {
 		if r.P50ms <= 0 || r.P99ms < r.P50ms || r.P999ms < r.P99ms {
 			t.Errorf("small/%s: percentiles p50 %v p99 %v p99.9 %v", r.Path, r.P50ms, r.P99ms, r.P999ms)
+		}
+	}
+}
+
+// checkJetStreamRatios checks that the small phase ran both JetStream
+// baselines (fsync before each ack, and none) and that every gateway path
+// has its ratio against each (issue 25: the durable-intake baseline in
+// every run).
+func checkJetStreamRatios(t *testing.T, results []bench.Result) {
+	t.Helper()
+	var base []string
+	for _, r := range results {
+		if r.Phase == "small" && r.Baseline && strings.HasPrefix(r.Path, "JetStream") {
+			base = append(base, r.Path)
+		}
+	}
+	if len(base) != 2 {
+		t.Fatalf("JetStream baselines %q, want fsync-each and no-fsync", base)
+	}
+	for _, r := range results {
+		if r.Phase != "small" || r.Baseline {
+			continue
+		}
+		for _, b := range base {
+			found := false
+			for _, q := range r.Ratios {
+				found = found || (q.Baseline == b && q.X > 0)
+			}
+			if !found {
+				t.Errorf("small/%s: no ratio against %q (ratios %v)", r.Path, b, r.Ratios)
+			}
 		}
 	}
 }

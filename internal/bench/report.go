@@ -57,6 +57,10 @@ func short(baseline string) string {
 		return "quic-go"
 	case strings.HasPrefix(baseline, "bare grpc-go"):
 		return "grpc-go"
+	case strings.HasPrefix(baseline, "JetStream") && strings.HasSuffix(baseline, "fsync each"):
+		return "JetStream fsync"
+	case strings.HasPrefix(baseline, "JetStream"):
+		return "JetStream no fsync"
 	case strings.HasSuffix(baseline, ", SQLite"):
 		return "SQLite docs/s"
 	}

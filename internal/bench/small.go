@@ -38,6 +38,9 @@ func (b *runner) small(ctx context.Context) error {
 		return fmt.Errorf("grpc-go unary baseline: %w", err)
 	}
 	b.add(latResult("small", "bare grpc-go unary (plaintext)", true, lat, secs))
+	if err := b.jetStreamBaselines(ctx); err != nil {
+		return err
+	}
 
 	for _, path := range []string{"grpc", "rest"} {
 		b.progress("  gateway %s submit -> SUCCEEDED, %d in flight, %s", path, b.o.Concurrency, d)

@@ -200,9 +200,15 @@ func TestConcurrentMigration(t *testing.T) {
 	wg.Wait()
 	close(errs)
 	close(stores)
+	var opened []*pgstore.Store
 	for s := range stores {
-		defer s.Close()
+		opened = append(opened, s)
 	}
+	defer func() {
+		for _, s := range opened {
+			s.Close()
+		}
+	}()
 	for err := range errs {
 		t.Errorf("concurrent open: %v", err)
 	}
