@@ -2014,7 +2014,8 @@ type Event struct {
 	EntityStatus EntityStatus `protobuf:"varint,9,opt,name=entity_status,json=entityStatus,proto3,enum=pipestream.gateway.v1.EntityStatus" json:"entity_status,omitempty"`
 	// #document: the new document state.
 	State State `protobuf:"varint,10,opt,name=state,proto3,enum=pipestream.gateway.v1.State" json:"state,omitempty"`
-	// #claim: the claim and what happened ("issued", "redeemed", "expired").
+	// #claim: the claim and what happened ("issued", "redeemed", "expired",
+	// "rejected" by the peer, "cancelled" with its document).
 	ClaimId     string `protobuf:"bytes,11,opt,name=claim_id,json=claimId,proto3" json:"claim_id,omitempty"`
 	ClaimAction string `protobuf:"bytes,12,opt,name=claim_action,json=claimAction,proto3" json:"claim_action,omitempty"`
 	// #info: name ("OutdatedCursor") and message.
