@@ -59,6 +59,9 @@ export function documentsView({ setLive }) {
   }
   const reload = throttle(() => go(target), 500);
   const searchSoon = throttle(() => { state.tokens = ['']; go(0); }, 250);
+  // Live updates re-run a search at most every 2 s: it reads up to
+  // SEARCH_PAGES pages.
+  const research = throttle(() => { if (state.query) find(state.query); }, 2000);
 
   // find lists the documents whose display name or id contains q (case
   // insensitive), in the state filter, newest first: the document with id
@@ -141,6 +144,7 @@ export function documentsView({ setLive }) {
   const stream = new EventStream({
     kinds: ['#document'],
     onEvent: (kind, ev) => {
+      if (state.query) { research(); return; }
       const r = state.rows.get(ev.documentId);
       if (r && ev.state && (!state.filter || state.filter === ev.state)) {
         r.tr.dataset.state = ev.state;
@@ -166,7 +170,7 @@ export function documentsView({ setLive }) {
       pager),
     submitForm());
   go(0);
-  return { el, title: 'Documents', dispose: () => { stream.close(); reload.cancel(); searchSoon.cancel(); if (loading) loading.abort(); } };
+  return { el, title: 'Documents', dispose: () => { stream.close(); reload.cancel(); searchSoon.cancel(); research.cancel(); if (loading) loading.abort(); } };
 }
 
 function field(label, input, hint) {
