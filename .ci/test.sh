@@ -37,9 +37,6 @@ go vet ./...
 # baseline, kept out of the gateway's go.mod); TestBenchTiny runs it.
 (cd bench/jetstream && go vet ./...)
 
-step "gofatal (no t.Fatal, t.FailNow, t.Skip or require on a goroutine the test started)"
-go run ./internal/lint/gofatal/cmd/gofatal ./...
-
 step "generation freshness (buf lint, buf generate, OpenAPI post-processing)"
 # The pinned CI tools (.ci/node: the prebuilt buf, the OpenAPI validator)
 # come from the set-up. Without them, gen.sh compiles buf instead.
@@ -164,7 +161,9 @@ e2e() { go test -count=1 -timeout 30m "$@" ./e2e/; }
 # Static gates (issue 21): staticcheck with zero findings, and no function
 # above cyclomatic complexity 25 outside generated code. Both are pinned and
 # fetched through the module proxy by `go run`, so a fresh machine needs no
-# install step. They run beside the race pass.
+# install step. They run beside the race pass, with gofatal (issue 23,
+# internal/lint/gofatal): no t.Fatal, t.FailNow, t.Skip or require on a
+# goroutine a test started.
 STATICCHECK=honnef.co/go/tools/cmd/staticcheck@v0.8.2
 GOCYCLO=github.com/fzipp/gocyclo/cmd/gocyclo@v0.6.0
 static_gates() {
@@ -180,9 +179,12 @@ static_gates() {
     return 1
   fi
   echo "no function above 25"
+  echo "--- gofatal (internal/lint/gofatal)"
+  go run ./internal/lint/gofatal/cmd/gofatal ./... || { echo "gofatal: report from those goroutines with t.Error (or collect errors) and return" >&2; return 1; }
+  echo "no FailNow-family call on a goroutine a test started"
 }
 
-step "go test (race, -short), staticcheck and gocyclo"
+step "go test (race, -short), staticcheck, gocyclo and gofatal"
 job unit unit_first
 job static static_gates
 phase_end

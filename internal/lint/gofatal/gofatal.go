@@ -11,8 +11,9 @@
 // The analyzer reports every such call reachable from a function started
 // with a go statement or handed to a Go method (sync.WaitGroup.Go,
 // errgroup.Group.Go): in a function literal's body, or in a function or
-// method of the same package that the started function calls, directly or
-// through other functions of the package. Report the failure instead (t.Error
+// method that the started function calls, directly or through other
+// functions, in this package or in another analyzed one (a test helper
+// package: facts carry what its functions reach). Report the failure instead (t.Error
 // and return, or collect errors and check them on the test's goroutine).
 package gofatal
 
@@ -28,11 +29,21 @@ import (
 
 // Analyzer reports FailNow-family calls on goroutines other than the test's.
 var Analyzer = &analysis.Analyzer{
-	Name:     "gofatal",
-	Doc:      "reports t.Fatal, t.FailNow, t.Skip and require calls that run on a goroutine the test started (they end only that goroutine)",
-	Requires: []*analysis.Analyzer{inspect.Analyzer},
-	Run:      run,
+	Name:      "gofatal",
+	Doc:       "reports t.Fatal, t.FailNow, t.Skip and require calls that run on a goroutine the test started (they end only that goroutine)",
+	Requires:  []*analysis.Analyzer{inspect.Analyzer},
+	Run:       run,
+	FactTypes: []analysis.Fact{new(failsNowFact)},
 }
+
+// failsNowFact marks a function of an analyzed package that reaches a
+// FailNow-family call: Chain says how. Packages that import it (a test
+// helper package such as storetest) see it through the fact.
+type failsNowFact struct{ Chain string }
+
+func (*failsNowFact) AFact() {}
+
+func (f *failsNowFact) String() string { return "failsNow(" + f.Chain + ")" }
 
 // failNow lists the testing methods that call runtime.Goexit.
 var failNow = map[string]bool{
@@ -52,13 +63,18 @@ func run(pass *analysis.Pass) (any, error) {
 		}
 	}
 	c := &checker{pass: pass, decls: decls, memo: map[*types.Func]string{}}
+	for fn := range decls {
+		if chain := c.reaches(fn); chain != "" {
+			pass.ExportObjectFact(fn, &failsNowFact{Chain: chain})
+		}
+	}
 	ins := pass.ResultOf[inspect.Analyzer].(*inspector.Inspector)
 	ins.Preorder([]ast.Node{(*ast.GoStmt)(nil), (*ast.CallExpr)(nil)}, func(n ast.Node) {
 		switch n := n.(type) {
 		case *ast.GoStmt:
 			c.started(n.Call.Fun, n.Call)
 		case *ast.CallExpr:
-			if sel, ok := n.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "Go" && len(n.Args) == 1 && isMethod(pass, sel) {
+			if isGoMethod(pass, n) {
 				c.started(n.Args[0], nil)
 			}
 		}
@@ -66,8 +82,13 @@ func run(pass *analysis.Pass) (any, error) {
 	return nil, nil
 }
 
-// isMethod reports whether sel is a method call (not a package function).
-func isMethod(pass *analysis.Pass, sel *ast.SelectorExpr) bool {
+// isGoMethod reports whether call hands a function to a Go method
+// (sync.WaitGroup.Go, errgroup.Group.Go), which runs it on a new goroutine.
+func isGoMethod(pass *analysis.Pass, call *ast.CallExpr) bool {
+	sel, ok := call.Fun.(*ast.SelectorExpr)
+	if !ok || sel.Sel.Name != "Go" || len(call.Args) != 1 {
+		return false
+	}
 	s := pass.TypesInfo.Selections[sel]
 	return s != nil && s.Kind() == types.MethodVal
 }
@@ -86,7 +107,7 @@ type checker struct {
 func (c *checker) started(fun ast.Expr, call *ast.CallExpr) {
 	fun = ast.Unparen(fun)
 	if lit, ok := fun.(*ast.FuncLit); ok {
-		c.inBody(lit.Body, "")
+		c.inBody(lit.Body)
 		return
 	}
 	if fn := c.funcOf(fun); fn != nil {
@@ -102,12 +123,15 @@ func (c *checker) started(fun ast.Expr, call *ast.CallExpr) {
 
 // inBody reports each call in body (outside nested go statements) that
 // fails the test now, or reaches a function that does.
-func (c *checker) inBody(body *ast.BlockStmt, _ string) {
+func (c *checker) inBody(body *ast.BlockStmt) {
 	ast.Inspect(body, func(n ast.Node) bool {
 		switch n := n.(type) {
 		case *ast.GoStmt:
 			return false // checked as a goroutine of its own
 		case *ast.CallExpr:
+			if isGoMethod(c.pass, n) {
+				return false // likewise
+			}
 			if name := c.failsNow(n); name != "" {
 				c.pass.Reportf(n.Pos(), "%s on a goroutine the test started ends only that goroutine, not the test: report with t.Error (or collect errors) and return", name)
 				return true
@@ -130,6 +154,11 @@ func (c *checker) reaches(fn *types.Func) string {
 	c.memo[fn] = ""
 	fd := c.decls[fn]
 	if fd == nil {
+		var f failsNowFact
+		if c.pass.ImportObjectFact(fn, &f) {
+			c.memo[fn] = f.Chain
+			return f.Chain
+		}
 		return ""
 	}
 	chain := ""
@@ -141,6 +170,9 @@ func (c *checker) reaches(fn *types.Func) string {
 		case *ast.GoStmt:
 			return false
 		case *ast.CallExpr:
+			if isGoMethod(c.pass, n) {
+				return false
+			}
 			if name := c.failsNow(n); name != "" {
 				chain = name
 			} else if g := c.funcOf(n.Fun); g != nil && g != fn {
@@ -155,8 +187,9 @@ func (c *checker) reaches(fn *types.Func) string {
 	return chain
 }
 
-// funcOf returns the function or method of this package that a call
-// expression's function denotes (nil otherwise).
+// funcOf returns the function or method that a call expression's function
+// denotes, of this package or of another one (whose facts say whether it
+// fails the test now); nil otherwise.
 func (c *checker) funcOf(fun ast.Expr) *types.Func {
 	var id *ast.Ident
 	switch f := ast.Unparen(fun).(type) {
@@ -175,11 +208,7 @@ func (c *checker) funcOf(fun ast.Expr) *types.Func {
 	if !ok {
 		return nil
 	}
-	fn = fn.Origin()
-	if _, ok := c.decls[fn]; !ok {
-		return nil
-	}
-	return fn
+	return fn.Origin()
 }
 
 // failsNow names the call if it is a FailNow-family method of the testing

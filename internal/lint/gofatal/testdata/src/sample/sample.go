@@ -4,6 +4,7 @@ package sample
 
 import (
 	"errors"
+	"helper"
 	"sync"
 	"testing"
 )
@@ -11,19 +12,19 @@ import (
 type rig struct{ t *testing.T }
 
 // runJob ends the test from wherever it runs (the scaleout bug's shape).
-func (r *rig) runJob(j int) {
+func (r *rig) runJob(j int) { // want runJob:`failsNow\(r.t.Fatalf\)`
 	if j < 0 {
 		r.t.Fatalf("bad job %d", j)
 	}
 }
 
-func need(t testing.TB) string {
+func need(t testing.TB) string { // want need:`failsNow\(t.Fatal\)`
 	t.Helper()
 	t.Fatal("missing tool")
 	return ""
 }
 
-func through(t testing.TB) string { return need(t) } // two calls deep
+func through(t testing.TB) string { return need(t) } // want through:`failsNow\(need -> t.Fatal\)`
 
 func report(t *testing.T, err error) {
 	if err != nil {
@@ -31,9 +32,9 @@ func report(t *testing.T, err error) {
 	}
 }
 
-func worker(t *testing.T) { t.FailNow() }
+func worker(t *testing.T) { t.FailNow() } // want worker:`failsNow\(t.FailNow\)`
 
-func Workers(t *testing.T) {
+func Workers(t *testing.T) { // want Workers:`failsNow\(need -> t.Fatal\)`
 	r := &rig{t: t}
 	jobs := make(chan int)
 	var wg sync.WaitGroup
@@ -52,6 +53,12 @@ func Workers(t *testing.T) {
 		_ = through(t) // want `through on a goroutine the test started calls need -> t.Fatal`
 	}()
 	go worker(t) // want `worker runs on a new goroutine and calls t.FailNow`
+	go func() {
+		_ = t.TempDir() // want `TempDir on a goroutine the test started calls`
+	}()
+	go func() {
+		helper.Need(t) // want `Need on a goroutine the test started calls t.Fatal`
+	}()
 	go func() {
 		report(t, errors.New("x")) // fine: t.Error
 		go func() {
