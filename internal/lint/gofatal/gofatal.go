@@ -13,8 +13,10 @@
 // errgroup.Group.Go): in a function literal's body, or in a function or
 // method that the started function calls, directly or through other
 // functions, in this package or in another analyzed one (a test helper
-// package: facts carry what its functions reach). Report the failure instead (t.Error
-// and return, or collect errors and check them on the test's goroutine).
+// package: facts carry what its functions reach). Report the failure
+// instead (t.Error and return, or collect errors and check them on the
+// test's goroutine). Calls through function values and interfaces are not
+// followed.
 package gofatal
 
 import (
@@ -53,17 +55,19 @@ var failNow = map[string]bool{
 
 func run(pass *analysis.Pass) (any, error) {
 	decls := map[*types.Func]*ast.FuncDecl{}
+	var order []*types.Func // source order, so that reports do not vary
 	for _, f := range pass.Files {
 		for _, d := range f.Decls {
 			if fd, ok := d.(*ast.FuncDecl); ok && fd.Body != nil {
 				if fn, ok := pass.TypesInfo.Defs[fd.Name].(*types.Func); ok {
 					decls[fn] = fd
+					order = append(order, fn)
 				}
 			}
 		}
 	}
 	c := &checker{pass: pass, decls: decls, memo: map[*types.Func]string{}}
-	for fn := range decls {
+	for _, fn := range order {
 		if chain := c.reaches(fn); chain != "" {
 			pass.ExportObjectFact(fn, &failsNowFact{Chain: chain})
 		}
