@@ -110,6 +110,7 @@ export function documentsView({ setLive }) {
     status.textContent = (docs.length ? num(docs.length) + (docs.length === 1 ? ' document matches' : ' documents match') : 'No document matches')
       + ' "' + q + '"' + (state.filter ? ' in state ' + state.filter.toLowerCase().replace(/_/g, ' ') : '')
       + (more ? ' among the newest ' + num(scanned) + ' (search reads at most ' + num(SEARCH_PAGES * SEARCH_PAGE_SIZE) + '; an exact id is always found)' : '')
+      + (matches.size >= SEARCH_SHOWN ? '; the first ' + num(SEARCH_SHOWN) + ' are shown, type more to narrow it' : '')
       + '.';
   }
 
