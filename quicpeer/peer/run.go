@@ -497,8 +497,7 @@ func (g *engine) nested(e *entity, out *Output) (*Output, error) {
 
 // groupSubs joins consecutive sub-entities into at most n (n > 0), in
 // order, none split: each group but the last holds at least
-// ceil(total/n) bytes, so at most n groups are made. A sub-entity larger
-// than that is a group of its own.
+// ceil(total/n) bytes, so at most n groups are made.
 func groupSubs(subs [][]byte, n uint64) [][]byte {
 	total := 0
 	for _, s := range subs {
