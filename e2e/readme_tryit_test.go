@@ -51,7 +51,7 @@ func TestReadmeTryIt(t *testing.T) {
 	r.id = doc.Id
 	for _, c := range cmds[1:] {
 		if strings.Contains(c, "events:subscribe") {
-			if out := r.stream(c, 5*time.Second); !bytes.Contains(out, []byte(`"result"`)) {
+			if out := r.stream(c, 5*time.Second); !bytes.Contains(out, []byte(`"kind"`)) { // NDJSON or Server-Sent Events
 				t.Errorf("%s\nprinted %q within 5 s, want events", c, out)
 			}
 			continue
