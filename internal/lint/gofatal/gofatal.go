@@ -54,19 +54,20 @@ var failNow = map[string]bool{
 }
 
 func run(pass *analysis.Pass) (any, error) {
-	decls := map[*types.Func]*ast.FuncDecl{}
+	decls := map[types.Object]*ast.BlockStmt{}
 	var order []*types.Func // source order, so that reports do not vary
 	for _, f := range pass.Files {
 		for _, d := range f.Decls {
 			if fd, ok := d.(*ast.FuncDecl); ok && fd.Body != nil {
 				if fn, ok := pass.TypesInfo.Defs[fd.Name].(*types.Func); ok {
-					decls[fn] = fd
+					decls[fn] = fd.Body
 					order = append(order, fn)
 				}
 			}
 		}
+		closures(pass, f, decls)
 	}
-	c := &checker{pass: pass, decls: decls, memo: map[*types.Func]string{}}
+	c := &checker{pass: pass, decls: decls, memo: map[types.Object]string{}}
 	for _, fn := range order {
 		if chain := c.reaches(fn); chain != "" {
 			pass.ExportObjectFact(fn, &failsNowFact{Chain: chain})
@@ -86,6 +87,42 @@ func run(pass *analysis.Pass) (any, error) {
 	return nil, nil
 }
 
+// closures adds to decls the variables of f that are given a function
+// literal (fail := func() { t.Fatal(...) }; var f = func...): a call or a
+// go statement through the variable runs that literal. A variable given
+// several literals is known by its first.
+func closures(pass *analysis.Pass, f *ast.File, decls map[types.Object]*ast.BlockStmt) {
+	note := func(id *ast.Ident, rhs ast.Expr) {
+		lit, ok := ast.Unparen(rhs).(*ast.FuncLit)
+		if !ok || id.Name == "_" {
+			return
+		}
+		obj := pass.TypesInfo.ObjectOf(id)
+		if v, ok := obj.(*types.Var); ok && decls[v] == nil {
+			decls[v] = lit.Body
+		}
+	}
+	ast.Inspect(f, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.AssignStmt:
+			if len(n.Lhs) == len(n.Rhs) {
+				for i, l := range n.Lhs {
+					if id, ok := l.(*ast.Ident); ok {
+						note(id, n.Rhs[i])
+					}
+				}
+			}
+		case *ast.ValueSpec:
+			if len(n.Names) == len(n.Values) {
+				for i, id := range n.Names {
+					note(id, n.Values[i])
+				}
+			}
+		}
+		return true
+	})
+}
+
 // isGoMethod reports whether call hands a function to a Go method
 // (sync.WaitGroup.Go, errgroup.Group.Go), which runs it on a new goroutine.
 func isGoMethod(pass *analysis.Pass, call *ast.CallExpr) bool {
@@ -98,12 +135,15 @@ func isGoMethod(pass *analysis.Pass, call *ast.CallExpr) bool {
 }
 
 type checker struct {
-	pass  *analysis.Pass
-	decls map[*types.Func]*ast.FuncDecl
+	pass *analysis.Pass
+	// decls: the bodies of the package's functions and methods
+	// (*types.Func) and of its variables given a function literal
+	// (*types.Var).
+	decls map[types.Object]*ast.BlockStmt
 	// memo: for a function of the package, the chain of calls by which it
 	// reaches a FailNow-family call ("" when it does not); a function being
 	// examined is marked "" first, which ends recursion.
-	memo map[*types.Func]string
+	memo map[types.Object]string
 }
 
 // started checks fun, a function started on a new goroutine (call is the
@@ -151,22 +191,22 @@ func (c *checker) inBody(body *ast.BlockStmt) {
 }
 
 // reaches returns how fn reaches a FailNow-family call ("" if it does not).
-func (c *checker) reaches(fn *types.Func) string {
+func (c *checker) reaches(fn types.Object) string {
 	if chain, ok := c.memo[fn]; ok {
 		return chain
 	}
 	c.memo[fn] = ""
-	fd := c.decls[fn]
-	if fd == nil {
+	body := c.decls[fn]
+	if body == nil {
 		var f failsNowFact
-		if c.pass.ImportObjectFact(fn, &f) {
+		if _, ok := fn.(*types.Func); ok && c.pass.ImportObjectFact(fn, &f) {
 			c.memo[fn] = f.Chain
 			return f.Chain
 		}
 		return ""
 	}
 	chain := ""
-	ast.Inspect(fd.Body, func(n ast.Node) bool {
+	ast.Inspect(body, func(n ast.Node) bool {
 		if chain != "" {
 			return false
 		}
@@ -193,8 +233,9 @@ func (c *checker) reaches(fn *types.Func) string {
 
 // funcOf returns the function or method that a call expression's function
 // denotes, of this package or of another one (whose facts say whether it
-// fails the test now); nil otherwise.
-func (c *checker) funcOf(fun ast.Expr) *types.Func {
+// fails the test now), or the variable holding a function literal; nil
+// otherwise.
+func (c *checker) funcOf(fun ast.Expr) types.Object {
 	var id *ast.Ident
 	switch f := ast.Unparen(fun).(type) {
 	case *ast.Ident:
@@ -208,11 +249,15 @@ func (c *checker) funcOf(fun ast.Expr) *types.Func {
 	default:
 		return nil
 	}
-	fn, ok := c.pass.TypesInfo.Uses[id].(*types.Func)
-	if !ok {
-		return nil
+	switch obj := c.pass.TypesInfo.Uses[id].(type) {
+	case *types.Func:
+		return obj.Origin()
+	case *types.Var:
+		if c.decls[obj] != nil {
+			return obj
+		}
 	}
-	return fn.Origin()
+	return nil
 }
 
 // failsNow names the call if it is a FailNow-family method of the testing

@@ -34,7 +34,7 @@ func report(t *testing.T, err error) {
 
 func worker(t *testing.T) { t.FailNow() } // want worker:`failsNow\(t.FailNow\)`
 
-func Workers(t *testing.T) { // want Workers:`failsNow\(need -> t.Fatal\)`
+func Workers(t *testing.T) { // want Workers:`failsNow\(t.Fatal\)`
 	r := &rig{t: t}
 	jobs := make(chan int)
 	var wg sync.WaitGroup
@@ -65,10 +65,18 @@ func Workers(t *testing.T) { // want Workers:`failsNow\(need -> t.Fatal\)`
 			t.Fatal("nested") // want `t.Fatal on a goroutine the test started`
 		}()
 	}()
+	fail := func(msg string) { t.Fatal(msg) }
+	go fail("a closure started by name") // want `fail runs on a new goroutine and calls t.Fatal`
+	go func() {
+		fail("a closure called on a goroutine") // want `fail on a goroutine the test started calls t.Fatal`
+	}()
+	fine := func() { t.Error("fine") }
+	go fine()
 	// On the test's own goroutine every one of them is fine.
 	need(t)
 	r.runJob(1)
 	func() { t.Fatal("a closure called in place") }()
+	fail("on the test's goroutine")
 	close(jobs)
 	wg.Wait()
 }
