@@ -88,6 +88,11 @@ type EventLog interface {
 	Subscribe(ctx context.Context, t Tenant, clientKey string, cursor *uint64, filter EventFilter, send func(*gatewayv1.Event) error) error
 	Window(ctx context.Context) (*gatewayv1.EventWindow, error)
 	Snapshot(ctx context.Context, t Tenant) (*gatewayv1.Snapshot, error)
+	// StreamSnapshot sends t's documents in chunks of at most pageSize
+	// (0: DefaultSnapshotPage) with the seq they are all consistent with
+	// (one store read transaction), then a final chunk with Last and
+	// TotalDocuments. Memory is one chunk whatever the store's size.
+	StreamSnapshot(ctx context.Context, t Tenant, pageSize int, send func(*gatewayv1.SnapshotChunk) error) error
 }
 
 // WithStartHook returns a context for EventLog.Subscribe and Service.Watch
@@ -135,6 +140,10 @@ type PeerEndpoint struct {
 	// Framing toward this peer: FramingDraft02 or FramingDraft04; the
 	// zero value (FramingAuto) takes Options.PeerFraming.
 	Framing quicpeer.Framing
+	// CAFile, when set, is the file CAPEM was read from: it is read again
+	// before every dial (a peer restarted with a new certificate is
+	// reached without restarting the gateway) and by ReloadPeerCAs.
+	CAFile string
 }
 
 // Options configure a Bridge (validated in New; zero values take defaults).
@@ -159,6 +168,8 @@ type Options struct {
 	PeerCAPEM []byte
 	// PeerServerName overrides the TLS server name (default: host of PeerAddr).
 	PeerServerName string
+	// PeerCAFile is PeerEndpoint.CAFile of the single peer.
+	PeerCAFile string
 	// Peers are several PipeStream peers (docs/scale-out.md, "Many
 	// peers"): each gets its own connection, framing detection and health,
 	// and new documents go to the least-loaded healthy one. Empty: the one
@@ -180,6 +191,17 @@ type Options struct {
 	// PeerWait bounds how long a document may wait for a peer session
 	// before it fails (default 5 minutes).
 	PeerWait time.Duration
+	// PeerIdleTimeout: a peer session that hears nothing from the peer,
+	// not even ACKs of the QUIC PINGs sent every third of it, for this
+	// long has lost its peer; its documents are re-dispatched (default
+	// quicpeer.DefaultIdleTimeout, 3 s; --peer-idle-timeout).
+	PeerIdleTimeout time.Duration
+	// PeerDraft04Conns bounds the connections open at once to one draft-04
+	// peer (one document per connection, the reference conversation;
+	// default 4, --peer-draft04-conns). A peer that serves one connection at
+	// a time answers the next one's CAPABILITIES as soon as the previous
+	// conversation ends, so the handshakes overlap its work.
+	PeerDraft04Conns int
 	// InlineThreshold: documents up to this size with no split strategy are
 	// sent whole (default 1 MiB).
 	InlineThreshold int64

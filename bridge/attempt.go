@@ -49,7 +49,12 @@ type attempt struct {
 	// outliving thousands of documents holds none of them.
 	sessEnts []sessEnt
 
+	// answered: the entities (R, chunks) whose result the peer sent;
+	// a second one is refused (attribution.go).
+	answered map[entKey]bool
+
 	rootID       uint32
+	carried      bool // the peer reported on one of its entities
 	sendDone     bool // every stream of the document was sent
 	rootComplete bool
 	rootFailures uint32
@@ -70,6 +75,9 @@ type attempt struct {
 	plainParts  map[uint64]plainPart
 	plainSettle *time.Timer
 	plainActive int
+	// awaitingParts: the assembly waits for the results of completed
+	// chunks (awaitMissingPartsLocked).
+	awaitingParts bool
 }
 
 // idleAttempt stands for "no attempt runs" before d's first dispatch in

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pipestream/gateway/bridge/eventlog"
 	"github.com/pipestream/gateway/bridge/store"
+	"github.com/pipestream/gateway/quicpeer"
 )
 
 // Bridge implements Service over one or several PipeStream peers.
@@ -32,6 +33,10 @@ type Bridge struct {
 	holdTimer *time.Timer   // wakes the flusher for held documents (guarded by mu)
 	holdAt    time.Time
 	flushWG   sync.WaitGroup
+	// flushed is closed and replaced after every flush (guarded by mu):
+	// callers that answer only once a change is durable wait on it
+	// (waitDurable).
+	flushed chan struct{}
 
 	mu       sync.Mutex
 	closing  bool
@@ -40,7 +45,10 @@ type Bridge struct {
 	peers    []*peerConn        // in the configured order; fixed after New
 	nextPeer int                // where placement's round-robin tie-break starts
 	sessions map[*sessState]struct{}
-	uploads  sync.WaitGroup
+	// attrib: what result attribution learned per session
+	// (attribution.go); dropped when the session closes.
+	attrib  map[*sessState]*sessAttrib
+	uploads sync.WaitGroup
 }
 
 var _ Service = (*Bridge)(nil)
@@ -81,7 +89,7 @@ func New(ctx context.Context, opts Options) (*Bridge, error) {
 	b := &Bridge{
 		opts: opts, log: opts.Logger, st: st, ev: ev, m: m, peers: peers,
 		ctx: bctx, cancel: cancel,
-		kickCh: make(chan struct{}, 1), flushCh: make(chan struct{}, 1), flushStop: make(chan struct{}),
+		kickCh: make(chan struct{}, 1), flushCh: make(chan struct{}, 1), flushStop: make(chan struct{}), flushed: make(chan struct{}),
 		docs: map[string]*docRun{}, sessions: map[*sessState]struct{}{},
 	}
 	b.flushWG.Add(1)
@@ -144,6 +152,18 @@ func (o *Options) fill() error {
 	}
 	if o.PeerWait == 0 {
 		o.PeerWait = defaultPeerWait
+	}
+	if o.PeerIdleTimeout < 0 {
+		return invalidf("Options.PeerIdleTimeout must not be negative")
+	}
+	if o.PeerIdleTimeout == 0 {
+		o.PeerIdleTimeout = quicpeer.DefaultIdleTimeout
+	}
+	if o.PeerDraft04Conns < 0 || o.PeerDraft04Conns > maxDraft04Conns {
+		return invalidf("Options.PeerDraft04Conns %d: use 1 to %d (0: the default %d)", o.PeerDraft04Conns, maxDraft04Conns, defaultDraft04Conns)
+	}
+	if o.PeerDraft04Conns == 0 {
+		o.PeerDraft04Conns = defaultDraft04Conns
 	}
 	return nil
 }
@@ -280,6 +300,9 @@ func (b *Bridge) enqueueLocked(d *docRun) {
 	}
 	d.queued = true
 	d.queuedAt = time.Now()
+	if d.waitSince.IsZero() {
+		d.waitSince = d.queuedAt
+	}
 	b.queue = append(b.queue, d)
 	b.kick()
 }
@@ -337,12 +360,12 @@ func (b *Bridge) claimSweeper(ctx context.Context) {
 // peer of PeerAddr, PeerCAPEM and PeerServerName, or the list given.
 func (o *Options) fillPeers() error {
 	if len(o.Peers) > 0 {
-		if o.PeerAddr != "" || len(o.PeerCAPEM) > 0 || o.PeerServerName != "" {
+		if o.PeerAddr != "" || len(o.PeerCAPEM) > 0 || o.PeerServerName != "" || o.PeerCAFile != "" {
 			return invalidf("set Options.Peers or Options.PeerAddr/PeerCAPEM/PeerServerName, not both")
 		}
 		o.Peers = slices.Clone(o.Peers)
 	} else {
-		o.Peers = []PeerEndpoint{{Addr: o.PeerAddr, CAPEM: o.PeerCAPEM, ServerName: o.PeerServerName}}
+		o.Peers = []PeerEndpoint{{Addr: o.PeerAddr, CAPEM: o.PeerCAPEM, ServerName: o.PeerServerName, CAFile: o.PeerCAFile}}
 	}
 	seen := map[string]bool{}
 	for i, p := range o.Peers {

@@ -36,6 +36,11 @@ type sessState struct {
 	closed   bool
 	closedAt time.Time // when closed was set
 	closeErr string    // why the session ended ("" for a clean close)
+	upAt     time.Time // when the handshake completed
+	// proven: the session carried work (the peer reported on one of its
+	// documents' entities) or lived shortSession; one that ends sooner
+	// counts as a failed dial (noteSessionEndLocked).
+	proven bool
 	// profile: documents on this session use the profile (else plain
 	// entities, docs/profile.md 9); draft04: the session uses draft-04
 	// framing and carries one document (the reference conversation).
@@ -160,12 +165,13 @@ func (b *Bridge) offer() wire.Capabilities {
 
 // connLoop keeps one active session to pc: dial with backoff and jitter
 // (profile 8), and dial again when the active one ends or received GOAWAY.
-// Every peer has its own.
+// A session that ends right after it came up without carrying anything
+// counts as a failed dial (noteSessionEndLocked): the next dial waits for
+// the same backoff. Every peer has its own.
 func (b *Bridge) connLoop(ctx context.Context, pc *peerConn) {
 	defer b.wg.Done()
-	delay := redialMin
 	for ctx.Err() == nil {
-		if !b.waitForWork(ctx, pc) {
+		if !b.waitForWork(ctx, pc) || !b.waitBackoff(ctx, pc) {
 			return
 		}
 		ss, err := b.dial(ctx, pc)
@@ -173,16 +179,18 @@ func (b *Bridge) connLoop(ctx context.Context, pc *peerConn) {
 			if ctx.Err() != nil {
 				return
 			}
-			b.log.Warn("bridge: dial peer failed; retrying", "addr", pc.addr, "in", delay, "err", err)
-			if !sleep(ctx, jitter(delay)) {
-				return
+			if errors.Is(err, errShortSession) || errors.Is(err, errPeerBusy) {
+				continue // judged by noteSessionEndLocked; or a busy draft-04 peer
 			}
-			delay = min(delay*2, redialMax)
+			b.mu.Lock()
+			in := pc.backoffLocked()
+			b.mu.Unlock()
+			b.kick() // documents held for this peer go elsewhere
+			b.log.Warn("bridge: dial peer failed; retrying", "addr", pc.addr, "in", in, "err", err)
 			continue
 		}
-		delay = redialMin
 		pc.connects.Inc()
-		b.log.Info("bridge: peer session up", "addr", pc.addr, "session", ss.s.ID(),
+		b.log.Info("bridge: peer session up", "addr", pc.addr, "session", ss.s.ID(), "framing", ss.s.Framing().String(),
 			"format", ss.n.Format, "layer1", ss.n.Layer1, "layer2", ss.n.Layer2)
 		b.kick()
 		// Wait until this session ends or is told to go away.
@@ -198,23 +206,146 @@ func (b *Bridge) connLoop(ctx context.Context, pc *peerConn) {
 	}
 }
 
+// errShortSession: the session ended before dial returned it;
+// errPeerBusy: a draft-04 peer did not answer within dialTimeout while
+// another session to it is live.
+var (
+	errShortSession = errors.New("session closed right after the handshake")
+	errPeerBusy     = errors.New("the draft-04 peer is busy with another connection")
+)
+
+// waitBackoff holds pc's next dial until the backoff after its last
+// failure (a failed dial or a session that ended at once) has passed. It
+// returns false when ctx ends.
+func (b *Bridge) waitBackoff(ctx context.Context, pc *peerConn) bool {
+	b.mu.Lock()
+	d := time.Until(pc.retryAt)
+	b.mu.Unlock()
+	if d <= 0 {
+		return true
+	}
+	return sleep(ctx, d)
+}
+
+// backoffLocked records a failure of pc's dial or session: the next dial
+// waits the current delay with jitter, and the delay doubles up to
+// redialMax. It returns the wait.
+func (pc *peerConn) backoffLocked() time.Duration {
+	if pc.delay < redialMin {
+		pc.delay = redialMin
+	}
+	in := jitter(pc.delay)
+	pc.retryAt = time.Now().Add(in)
+	pc.delay = min(pc.delay*2, redialMax)
+	return in
+}
+
+// noteSessionEndLocked judges a session that ended (under Bridge.mu,
+// from onSessionClosedLocked). One that carried a document (the peer
+// reported on one of its entities) or lived shortSession proved the peer
+// and its framing: the backoff starts over and the framing is remembered.
+// One that ended sooner without carrying anything is a failed dial: the
+// last error names it, the next dial backs off, and under auto framing,
+// when the peer closed it with an error (framingSuspect), the next dial
+// tries the other framing (a draft-04 peer closes a session whose framing
+// it cannot read, right after the handshake). It reports whether the
+// session failed.
+func (b *Bridge) noteSessionEndLocked(ss *sessState, err error) bool {
+	pc := ss.pc
+	if ss.upAt.IsZero() {
+		return true // ended inside Dial: dial judges it once the session is known
+	}
+	if ss.proven || ss.closedAt.Sub(ss.upAt) >= shortSession {
+		b.proveSessionLocked(ss)
+		return false
+	}
+	why := "session closed right after the handshake"
+	if err != nil {
+		why = "session ended right after the handshake: " + err.Error()
+	}
+	pc.ok, pc.lastErr, pc.errAt = false, why, ss.closedAt
+	pc.shortSessions++
+	in := pc.backoffLocked()
+	b.log.Warn("bridge: peer session ended right after it came up; backing off", "addr", pc.addr,
+		"framing", ss.s.Framing().String(), "lasted", ss.closedAt.Sub(ss.upAt), "in", in, "err", err)
+	if pc.mode == quicpeer.FramingAuto && framingSuspect(ss, err) {
+		next := quicpeer.FramingDraft04
+		if ss.s.Framing() == wire.FramingDraft04 {
+			next = quicpeer.FramingAuto
+		}
+		if pc.framing != next {
+			b.log.Info("bridge: trying the other framing", "addr", pc.addr, "next", framingName(next))
+			pc.framing = next
+		}
+	}
+	return true
+}
+
+// framingSuspect reports whether a session that ended at once may have
+// ended over its framing: the peer closed it with an error code (a
+// draft-04 peer reading a draft-02 STATUS as a frame header closes with
+// 0x06 or 0x0D). Not when the peer selected the profile: this project's
+// peer answers in the client's framing. A clean close (a peer shutting
+// down) keeps the framing.
+func framingSuspect(ss *sessState, err error) bool {
+	if ss.n.Profile {
+		return false
+	}
+	var ce *quicpeer.CloseError
+	return errors.As(err, &ce) && ce.Remote && ce.Code != wire.CodeNoError
+}
+
+// proveSessionLocked records that ss carried work (or lived long enough):
+// the peer's backoff starts over, its last error is cleared, and the
+// framing ss uses is the one that worked (auto keeps using it).
+func (b *Bridge) proveSessionLocked(ss *sessState) {
+	pc := ss.pc
+	if !ss.proven {
+		ss.proven = true
+	}
+	pc.delay, pc.retryAt = redialMin, time.Time{}
+	pc.lastErr, pc.errAt = "", time.Time{}
+	f := quicpeer.FramingDraft02
+	if ss.s.Framing() == wire.FramingDraft04 {
+		f = quicpeer.FramingDraft04
+	}
+	pc.worked = f.String()
+	if pc.mode == quicpeer.FramingAuto {
+		pc.framing = f
+	}
+}
+
 // dial opens a session to pc and makes it pc's active one.
 func (b *Bridge) dial(ctx context.Context, pc *peerConn) (*sessState, error) {
 	ss := &sessState{pc: pc, ents: map[entKey]*entRef{}, scopes: map[uint32]*scopeOwner{}, docs: map[*docRun]struct{}{},
 		lastDehyd: map[uint32]parentRef{}, waiters: map[entKey]chan wire.Status{}}
 	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
-	framing := b.dialFraming(pc)
+	b.mu.Lock()
+	framing := pc.framing
+	if err := b.reloadCALocked(pc); err != nil {
+		b.log.Warn("bridge: dialing with the previous certificates", "err", err)
+	}
+	tc := pc.tls.Clone()
+	b.mu.Unlock()
 	s, err := quicpeer.Dial(dctx, pc.addr, quicpeer.Config{
-		TLS:     pc.tls.Clone(),
+		TLS:     tc,
 		Offer:   b.offer(),
 		Handler: &handler{b: b, ss: ss},
 		Logger:  b.log,
 		Framing: framing,
 		Profile: b.opts.PeerProfile != ProfileOff,
+		// Transport liveness: a dead peer is noticed within this.
+		IdleTimeout: b.opts.PeerIdleTimeout,
 	})
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if err != nil && framing == quicpeer.FramingDraft04 && dctx.Err() != nil && ctx.Err() == nil && b.liveSessionsLocked(pc) > 0 {
+		// A draft-04 peer serving one connection at a time has not
+		// answered this one while another conversation runs: busy, not
+		// down.
+		return nil, fmt.Errorf("%w: %v", errPeerBusy, err)
+	}
 	b.noteDialLocked(pc, framing, err)
 	if err != nil {
 		return nil, err
@@ -223,24 +354,42 @@ func (b *Bridge) dial(ctx context.Context, pc *peerConn) (*sessState, error) {
 	ss.n = s.Negotiated()
 	ss.codec = wire.CodecFor(ss.n.Format)
 	b.learnSessionLocked(ss)
+	ss.upAt = time.Now()
 	if ss.closed { // ended during the handshake callback window
-		return nil, fmt.Errorf("session closed right after the handshake: %v", s.Err())
+		b.noteSessionEndLocked(ss, s.Err())
+		return nil, fmt.Errorf("%w: %v", errShortSession, s.Err())
 	}
 	pc.active = ss
 	b.sessions[ss] = struct{}{}
 	pc.sessWake = make(chan struct{})
+	// A session still up after shortSession has proved the peer, work or
+	// not: its last error clears and the backoff starts over.
+	time.AfterFunc(shortSession, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if !ss.closed && !ss.proven {
+			b.proveSessionLocked(ss)
+		}
+	})
 	return ss, nil
 }
 
-// waitForWork holds a draft-04 dial until a document is queued and the
-// previous draft-04 session to pc has ended: the reference peer serves one
-// connection at a time and one entity per connection, so an idle
-// connection would block it. Other framings dial at once. It returns
-// false when ctx ends.
+// waitForWork holds a draft-04 dial until a document is queued (or, for a
+// peer not known to answer, documents run elsewhere: probeDraft04Locked),
+// the previous session dialled to pc has been given its document, and fewer
+// than Options.PeerDraft04Conns sessions to pc are live: the reference
+// peer takes one entity per connection and serves connections one at a
+// time, so the next connection's handshake waits while the previous
+// conversation runs (and idle connections beyond the bound would only
+// queue at it). Other framings dial at once. It returns false when ctx
+// ends.
 func (b *Bridge) waitForWork(ctx context.Context, pc *peerConn) bool {
 	for {
 		b.mu.Lock()
-		ready := pc.framing != quicpeer.FramingDraft04 || (len(b.queue) > 0 && b.liveSessionsLocked(pc) == 0)
+		ready := pc.framing != quicpeer.FramingDraft04 ||
+			(pc.active == nil && b.liveSessionsLocked(pc) < b.opts.PeerDraft04Conns &&
+				(len(b.queue) > 0 || b.probeDraft04Locked(pc)))
+		pc.dialing = ready // a peer nothing dials is idle, not connecting
 		b.mu.Unlock()
 		if ready {
 			return true
@@ -257,6 +406,24 @@ func (b *Bridge) waitForWork(ctx context.Context, pc *peerConn) bool {
 	}
 }
 
+// probeDraft04Locked reports whether a draft-04 peer not known to answer
+// (never dialled, or its last dial or session failed, backoff passed)
+// should be dialled while documents run on other peers, with none queued:
+// a draft-02 peer takes every queued document at once, so without this
+// the draft-04 peer would never be dialled again and never get its share
+// (placement counts it once it answered, candidateLocked).
+func (b *Bridge) probeDraft04Locked(pc *peerConn) bool {
+	if pc.ok || time.Now().Before(pc.retryAt) {
+		return false
+	}
+	for ss := range b.sessions {
+		if ss.pc != pc && !ss.closed && len(ss.docs) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // liveSessionsLocked counts the sessions to pc that have not ended.
 func (b *Bridge) liveSessionsLocked(pc *peerConn) int {
 	n := 0
@@ -269,20 +436,72 @@ func (b *Bridge) liveSessionsLocked(pc *peerConn) int {
 }
 
 // pickSessionLocked returns the session a new document goes to: that of
-// the least-loaded peer with a usable session (in-flight documents
-// relative to the negotiated window), ties broken round-robin so equal
-// peers share the work; nil when no peer has one (down, connecting, or
-// GOAWAY). placeLocked starts the attempt there.
+// the least-loaded healthy peer by its capacity (peerLoad: documents in
+// flight relative to the negotiated window, or to Options.PeerDraft04Conns
+// for a draft-04 peer, which takes one document per connection), ties
+// broken round-robin so equal peers share the work. A draft-04 peer that
+// answered before counts even while no connection to it is up: when it is
+// the least loaded, the document waits for its next connection (its
+// connection loop is woken) instead of going to a busier peer, so such a
+// peer gets its share. nil when no peer has room (down, connecting,
+// GOAWAY) or the pick is a draft-04 peer being dialled. placeLocked starts
+// the attempt there.
 func (b *Bridge) pickSessionLocked() *sessState {
-	var best *sessState
+	var best *peerConn
+	var bestSS *sessState
+	var bestLoad peerLoad
 	n := len(b.peers)
 	for i := range n {
-		ss := b.peers[(b.nextPeer+i)%n].usableLocked()
-		if ss != nil && (best == nil || lessLoaded(ss, best)) {
-			best = ss
+		pc := b.peers[(b.nextPeer+i)%n]
+		ss, load, ok := b.candidateLocked(pc)
+		if ok && (best == nil || load.less(bestLoad)) {
+			best, bestSS, bestLoad = pc, ss, load
 		}
 	}
-	return best
+	if best != nil && bestSS == nil {
+		select { // its connection loop dials for the document
+		case best.connKick <- struct{}{}:
+		default:
+		}
+	}
+	return bestSS
+}
+
+// peerLoad is a peer's documents in flight over its capacity.
+type peerLoad struct{ docs, capacity uint64 }
+
+// less compares docs/capacity without division.
+func (x peerLoad) less(y peerLoad) bool {
+	return x.docs*max(y.capacity, 1) < y.docs*max(x.capacity, 1)
+}
+
+// candidateLocked says whether pc can take a document now (ss, its load),
+// or soon (ss nil: a draft-04 peer that answered before, with room for
+// another connection, not backing off).
+func (b *Bridge) candidateLocked(pc *peerConn) (*sessState, peerLoad, bool) {
+	if ss := pc.usableLocked(); ss != nil {
+		c := uint64(max(ss.n.MaxWindow, 1))
+		if ss.draft04 {
+			c = uint64(b.opts.PeerDraft04Conns)
+		}
+		return ss, peerLoad{docs: uint64(b.peerDocsLocked(pc)), capacity: c}, true
+	}
+	live := b.liveSessionsLocked(pc)
+	if pc.framing != quicpeer.FramingDraft04 || !pc.ok || time.Now().Before(pc.retryAt) || live >= b.opts.PeerDraft04Conns {
+		return nil, peerLoad{}, false
+	}
+	return nil, peerLoad{docs: uint64(b.peerDocsLocked(pc)), capacity: uint64(b.opts.PeerDraft04Conns)}, true
+}
+
+// peerDocsLocked counts the documents in flight on pc's live sessions.
+func (b *Bridge) peerDocsLocked(pc *peerConn) int {
+	n := 0
+	for ss := range b.sessions {
+		if ss.pc == pc && !ss.closed {
+			n += len(ss.docs)
+		}
+	}
+	return n
 }
 
 // placeLocked starts d's next attempt on ss, the session placement picked,
@@ -291,13 +510,6 @@ func (b *Bridge) pickSessionLocked() *sessState {
 func (b *Bridge) placeLocked(d *docRun, ss *sessState) *attempt {
 	b.nextPeer = (ss.pc.idx + 1) % len(b.peers)
 	return b.newAttemptLocked(d, ss)
-}
-
-// lessLoaded reports whether session x carries less of its window than y:
-// docs(x)/window(x) < docs(y)/window(y), compared without division.
-func lessLoaded(x, y *sessState) bool {
-	wx, wy := uint64(max(x.n.MaxWindow, 1)), uint64(max(y.n.MaxWindow, 1))
-	return uint64(len(x.docs))*wy < uint64(len(y.docs))*wx
 }
 
 // retireLocked stops assigning on ss and wakes its peer's connection loop
@@ -330,14 +542,17 @@ func sleep(ctx context.Context, d time.Duration) bool {
 }
 
 // sessionGone reports whether err means the session ended (as opposed to a
-// problem of one stream).
+// problem of one stream): a CONNECTION_CLOSE error means it, even when the
+// session's own close is still being processed (HandleClose re-dispatches,
+// counting the attempt only if the session carried it).
 func sessionGone(ss *sessState, err error) bool {
 	select {
 	case <-ss.s.Done():
 		return true
 	default:
 	}
-	return errors.Is(err, net.ErrClosed)
+	var ce *quicpeer.CloseError
+	return errors.Is(err, net.ErrClosed) || errors.As(err, &ce)
 }
 
 // endDraft04Locked ends a draft-04 session whose document finished: GOAWAY

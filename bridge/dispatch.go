@@ -57,7 +57,7 @@ func (b *Bridge) runAttempt(j *attempt, src chunkSource) {
 		// HandleClose re-dispatches
 	default:
 		b.log.Warn("bridge: sending a document failed", "doc", j.d.id, "attempt", j.gen, "err", err)
-		b.abortAttemptLocked(j.d, "sending to the peer failed: "+err.Error(), true)
+		b.abortAttemptLocked(j.d, fmt.Sprintf("sending to the PipeStream peer %s failed: %v", j.peerAddr(), err), true)
 	}
 }
 

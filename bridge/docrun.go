@@ -43,6 +43,7 @@ type docRun struct {
 	committed    bool
 	committing   bool   // the Create batch is on its way: later changes follow it
 	persistedRev uint64 // the revision the store holds (the next update's PrevRev)
+	durableRev   uint64 // the highest revision a flush committed (waitDurable)
 
 	// claims are the document's claim checks of every attempt (a claim of
 	// an earlier attempt stays redeemable, profile 6).
@@ -58,6 +59,11 @@ type docRun struct {
 
 	queued   bool // in Bridge.queue
 	queuedAt time.Time
+	// waitSince: when d started waiting for a session that carries it
+	// (its first queueing since the peer last reported on it); --peer-wait
+	// counts from here, so attempts on sessions that end at once (not
+	// counted against MaxDispatchAttempts) cannot keep it waiting forever.
+	waitSince time.Time
 	// dropped: its lease is lost (lease.go); another replica drives it, and
 	// nothing of this process touches it any more.
 	dropped   bool

@@ -2,7 +2,6 @@ package bridge
 
 import (
 	"fmt"
-	"io"
 	"strconv"
 	"time"
 
@@ -63,6 +62,7 @@ func (h *handler) HandleGoAway(s *quicpeer.Session, f wire.GoAwayFrame) {
 }
 
 func (h *handler) HandleEntity(s *quicpeer.Session, e *quicpeer.IncomingEntity) {
+	h.b.notePeerEntity(h.ss)
 	h.b.onResult(h.ss, e)
 }
 
@@ -103,6 +103,10 @@ func (b *Bridge) onStatusLocked(ss *sessState, f wire.StatusFrame) {
 	if e == nil {
 		return
 	}
+	if !ss.proven {
+		b.proveSessionLocked(ss) // the peer reported on a document: the session carries work
+	}
+	a.carried, d.waitSince = true, time.Time{}
 	b.m.entityStatus.WithLabelValues(f.Status.String()).Inc()
 	prev := e.Status
 	e.Status = entityStatus(f.Status)
@@ -414,7 +418,7 @@ func (b *Bridge) resumeDurableLocked(d *docRun, claims map[string]bool) {
 		b.wg.Add(1)
 		go func() {
 			defer b.wg.Done()
-			if _, err := b.redeemRun(b.ctx, d, id, via, b.localCommit(d.tenant, id)); err != nil {
+			if _, err := b.redeemRun(b.ctx, d, id, via, b.localCommit(d, id)); err != nil {
 				b.log.Warn("bridge: resuming a re-deferred entity through an earlier claim failed", "doc", d.id, "claim", id, "via", via, "err", err)
 			}
 		}()
@@ -428,7 +432,8 @@ func (b *Bridge) onSessionClosedLocked(ss *sessState, err error) {
 	if err != nil {
 		ss.closeErr = err.Error()
 	}
-	if pc := ss.pc; (pc.active == ss || pc.active == nil) && !ss.draft04 {
+	failed := b.noteSessionEndLocked(ss, err)
+	if pc := ss.pc; !failed && (pc.active == ss || pc.active == nil) && !ss.draft04 {
 		// The peer is down until a new session is up (a draft-04 session
 		// ends after every document: its peer stays idle).
 		pc.ok, pc.lastErr, pc.errAt = false, "session lost: "+ss.closeErr, ss.closedAt
@@ -438,16 +443,20 @@ func (b *Bridge) onSessionClosedLocked(ss *sessState, err error) {
 	}
 	b.retireLocked(ss)
 	delete(b.sessions, ss)
+	delete(b.attrib, ss)
 	b.kick() // a draft-04 dial may wait for this session to end
-	reason := "peer session closed"
+	reason := fmt.Sprintf("the session to the PipeStream peer %s closed", ss.pc.addr)
 	if err != nil {
-		reason = "peer session lost: " + err.Error()
+		reason = fmt.Sprintf("the session to the PipeStream peer %s was lost: %v", ss.pc.addr, err)
 	}
 	if len(ss.docs) > 0 {
 		b.log.Warn("bridge: session ended with documents in flight; re-dispatching", "addr", ss.pc.addr, "docs", len(ss.docs), "err", err)
 	}
 	for d := range ss.docs {
-		b.abortAttemptLocked(d, reason, true)
+		// An attempt counts against MaxDispatchAttempts only when its
+		// session got to carry it (the peer reported on it); one that a
+		// session ending at once never reached is not the document's fault.
+		b.abortAttemptLocked(d, reason, d.att.carried)
 	}
 }
 
@@ -517,22 +526,20 @@ func (b *Bridge) giveUpLocked(ss *sessState, d *docRun, id uint32) {
 // for the flush that commits the terminal state, a large one goes to the
 // result file (content.go).
 func (b *Bridge) onResult(ss *sessState, e *quicpeer.IncomingEntity) {
-	if b.onPlainResult(ss, e) {
-		return
-	}
 	h := e.Header
 	b.mu.Lock()
-	var a *attempt
-	if ref := ss.ents[entKey{scope: scopeOf(h), id: h.EntityID}]; ref != nil && ref.key == rootKey(ref.att.rootID) && ref.att.newest() {
-		a = ref.att
-	}
-	b.mu.Unlock()
-	role := h.Metadata[metaRole]
-	if a == nil || (role != roleResult && role != roleResultPart) {
-		b.log.Debug("bridge: discarding an entity stream that is no result of a running document", "entity", h.EntityID)
-		_, _ = io.Copy(io.Discard, e.Payload)
+	if !ss.profile {
+		b.mu.Unlock()
+		b.onPlainResult(ss, e)
 		return
 	}
+	a, r := attributeProfileLocked(ss, h)
+	b.mu.Unlock()
+	if a == nil {
+		b.refuseResult(ss, e, r)
+		return
+	}
+	role := h.Metadata[metaRole]
 	if role == roleResultPart {
 		b.onResultPart(a, e)
 		return

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -388,4 +390,130 @@ func TestManyPeersFramingPerPeer(t *testing.T) {
 	if pa, pb := e.peerStatus(a.addr), e.peerStatus(b.addr); pa.Framing != "draft-04" || pb.Framing != "draft-02" || !pb.Profile {
 		t.Fatalf("peers %+v %+v: want a on draft-04, b on draft-02 with the profile", pa, pb)
 	}
+}
+
+// Issue 20 item 6: a draft-02 and a draft-04 peer configured together
+// share a burst of documents: placement weighs each by its capacity (the
+// draft-04 peer takes one document per connection, up to
+// PeerDraft04Conns at once), so the draft-04 peer gets its share though
+// the draft-02 peer could take everything, and it shows idle, not
+// connecting, while nothing dials it.
+func TestManyPeersDraft04GetsItsShare(t *testing.T) {
+	a, b := newTestPeer(t), newTestPeer(t)
+	e := &env{t: t, dir: t.TempDir()}
+	e.opts = bridge.Options{DataDir: e.dir, Logger: quietLogger(), Peers: []bridge.PeerEndpoint{
+		{Addr: a.addr, CAPEM: a.cert, Framing: quicpeer.FramingDraft04}, {Addr: b.addr, CAPEM: b.cert, Framing: quicpeer.FramingDraft02}}}
+	e.startBridge()
+	t.Cleanup(func() { e.closeBridge() })
+	e.waitPeer(b.addr, "connected", connected)
+	if st := e.peerStatus(a.addr); st.State != "idle" {
+		t.Errorf("draft-04 peer with nothing queued: state %q, want idle", st.State)
+	}
+	const n = 50
+	ins := map[string][]byte{}
+	for i := range n {
+		in := fmt.Appendf(nil, "document %d over a draft-04 and a draft-02 peer", i)
+		ins[e.submit(in, &gatewayv1.SubmitDocumentRequest{ContentType: "text/plain"}).Id] = in
+	}
+	for id, in := range ins {
+		if got := e.wait(id, 60*time.Second); got.State != gatewayv1.State_SUCCEEDED || !bytes.Equal(e.result(id), in) {
+			t.Fatalf("document %s: %s %q", id, got.State, got.Error)
+		}
+	}
+	va, _ := e.labeled("pipestream_bridge_session_connects_total", a.addr)
+	t.Logf("%d documents: %v sessions to the draft-04 peer (one per document)", n, va)
+	if va < 3 {
+		t.Errorf("the draft-04 peer had %v sessions for %d documents, want its share (at least 3)", va, n)
+	}
+}
+
+// Issue 20 item 6: a peer restarted with a new self-signed certificate is
+// reached without restarting the bridge: PeerEndpoint.CAFile is read again
+// before every dial (and by ReloadPeerCAs, on SIGHUP).
+func TestPeerCAFileReadAgainOnRedial(t *testing.T) {
+	a := newTestPeer(t)
+	caFile := filepath.Join(t.TempDir(), "peer-ca.pem")
+	if err := os.WriteFile(caFile, a.cert, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, dir: t.TempDir()}
+	e.opts = bridge.Options{DataDir: e.dir, Logger: quietLogger(), PeerAddr: a.addr, PeerCAPEM: a.cert, PeerCAFile: caFile}
+	e.startBridge()
+	t.Cleanup(func() { e.closeBridge() })
+	run := func(what string) {
+		t.Helper()
+		in := []byte("document for " + what)
+		id := e.submit(in, &gatewayv1.SubmitDocumentRequest{ContentType: "text/plain"}).Id
+		if got := e.wait(id, 30*time.Second); got.State != gatewayv1.State_SUCCEEDED || !bytes.Equal(e.result(id), in) {
+			t.Fatalf("%s: document %s: %s %q", what, id, got.State, got.Error)
+		}
+	}
+	run("the first certificate")
+	// The same address, a new data dir: a new self-signed certificate.
+	a.stop(0)
+	b := &testPeer{t: t, addr: a.addr, dir: t.TempDir()}
+	b.start()
+	t.Cleanup(func() { b.stop(5 * time.Second) })
+	if bytes.Equal(b.srv.CertPEM(), a.cert) {
+		t.Fatal("the restarted peer kept its certificate")
+	}
+	e.waitPeer(a.addr, "the TLS failure against the new certificate", func(p bridge.PeerStatus) bool {
+		return p.State == "down" && strings.Contains(p.LastError, "certificate")
+	})
+	if err := os.WriteFile(caFile, b.srv.CertPEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run("the new certificate") // the next re-dial reads the file again
+	// SIGHUP's reload: a file that cannot be read is reported, naming it;
+	// the peer keeps the certificates it has.
+	if err := os.Remove(caFile); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.b.ReloadPeerCAs(); err == nil || !strings.Contains(err.Error(), caFile) {
+		t.Errorf("ReloadPeerCAs with the file gone: %v, want an error naming %s", err, caFile)
+	}
+	run("the certificate kept")
+}
+
+// A draft-04 peer next to a draft-02 one gets documents that arrive one
+// at a time too: with nothing queued for long (the draft-02 peer takes
+// each at once) it is still dialled while documents run elsewhere, and
+// once it answered placement counts it.
+func TestManyPeersDraft04GetsTrickle(t *testing.T) {
+	a, b := newTestPeer(t), newTestPeer(t)
+	e := &env{t: t, dir: t.TempDir()}
+	e.opts = bridge.Options{DataDir: e.dir, Logger: quietLogger(), Peers: []bridge.PeerEndpoint{
+		{Addr: a.addr, CAPEM: a.cert, Framing: quicpeer.FramingDraft04}, {Addr: b.addr, CAPEM: b.cert, Framing: quicpeer.FramingDraft02}}}
+	e.startBridge()
+	t.Cleanup(func() { e.closeBridge() })
+	e.waitPeer(b.addr, "connected", connected)
+	// Deferred documents stay in flight on the draft-02 peer; the
+	// draft-04 peer is dialled meanwhile and takes the next ones.
+	// (The draft-04 peer, not dialled yet, is no candidate: the first
+	// document goes to the draft-02 peer, which defers it.)
+	_, c := e.submitDeferred([]byte("deferred on a draft-02 peer"))
+	claims := []string{c}
+	e.waitPeer(a.addr, "the draft-04 peer dialled while documents run elsewhere", func(p bridge.PeerStatus) bool {
+		v, _ := e.labeled("pipestream_bridge_session_connects_total", a.addr)
+		return v >= 1
+	})
+	ids := []string{}
+	for i := range 4 {
+		in := fmt.Appendf(nil, "trickle document %d", i)
+		id := e.submit(in, &gatewayv1.SubmitDocumentRequest{ContentType: "text/plain"}).Id
+		if got := e.wait(id, 30*time.Second); got.State != gatewayv1.State_SUCCEEDED || !bytes.Equal(e.result(id), in) {
+			t.Fatalf("document %s: %s %q", id, got.State, got.Error)
+		}
+		ids = append(ids, id)
+	}
+	va, _ := e.labeled("pipestream_bridge_session_connects_total", a.addr)
+	if va < 2 {
+		t.Errorf("the draft-04 peer had %v sessions for 4 documents arriving one at a time next to a busy draft-02 peer, want at least 2", va)
+	}
+	for _, c := range claims {
+		if _, err := e.b.Redeem(context.Background(), "", c); err != nil {
+			t.Fatalf("redeem %s: %v", c, err)
+		}
+	}
+	t.Logf("%v sessions to the draft-04 peer for %d documents", va, len(ids))
 }

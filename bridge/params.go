@@ -54,6 +54,11 @@ const (
 	// Redial backoff (profile 8): 100 ms doubling to 10 s, with jitter.
 	redialMin = 100 * time.Millisecond
 	redialMax = 10 * time.Second
+	// shortSession: a session that ends within this long of its handshake
+	// without the peer reporting on any document counts as a failed dial
+	// (backoff, the other framing under auto; profile 8): a peer that
+	// closes every session at once sees a few reconnects a second at most.
+	shortSession = 3 * time.Second
 
 	// maxConcurrentDispatch bounds documents being sent at once; each holds
 	// at most one chunk buffer, and more would only compete for the window.
@@ -63,6 +68,9 @@ const (
 	// flushInterval is the most a state change waits before its commit when
 	// changes keep arriving; commits are batched (group commit) meanwhile.
 	flushInterval = 2 * time.Millisecond
+	// durableWait bounds how long a change that answers only once it is
+	// durable (Cancel) waits for the flush that commits it.
+	durableWait = 10 * time.Second
 	// maxResultPartsAhead bounds how far a streamed result's part may
 	// arrive ahead of the next one to append (profile 4.3.1). The peer sends
 	// parts one after another, but their handlers start in any order (one
@@ -105,6 +113,18 @@ const (
 	// gateway waits this long for a result stream to start (or for the
 	// peer's own rehydration of a dehydrated document) before it decides.
 	plainSettleWait = time.Second
+	// plainSettleLearned: the settle wait toward a peer that has shown it
+	// returns no result (learnNoResultsAfter documents in a row ended with
+	// their result absent, and it never sent an entity): the reference
+	// draft-04 peer never does, and waiting a second per document for it
+	// capped such a peer at one document a second. Short, not zero: a
+	// result stream already on its way still gets read.
+	plainSettleLearned  = 20 * time.Millisecond
+	learnNoResultsAfter = 3
+	// defaultDraft04Conns and maxDraft04Conns bound the connections open at
+	// once to one draft-04 peer (Options.PeerDraft04Conns).
+	defaultDraft04Conns = 4
+	maxDraft04Conns     = 64
 	// plainPartsDir (in the data dir) spools chunk results from a plain
 	// peer until the document is rehydrated.
 	plainPartsDir = "plain-parts"

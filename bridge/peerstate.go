@@ -1,9 +1,12 @@
 package bridge
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -59,8 +62,10 @@ func ParseFraming(s string) (quicpeer.Framing, error) {
 // console).
 type PeerStatus struct {
 	Addr string `json:"addr"`
-	// State: connected, connecting (no session yet, no failure),
-	// idle (draft-04: a connection is opened per document), down.
+	// State: connected, connecting (dialing, no session yet, no failure),
+	// idle (nothing dials it: a draft-04 peer gets a connection per
+	// document, opened when one is queued), down (the last dial or session
+	// failed: LastError says why).
 	State     string `json:"state"`
 	Framing   string `json:"framing"`
 	Profile   bool   `json:"profile"`
@@ -69,22 +74,45 @@ type PeerStatus struct {
 	LastError string `json:"lastError,omitempty"`
 	// Since is when the last error happened (RFC 3339), if any.
 	Since string `json:"since,omitempty"`
+	// FramingWorked is the framing of the last session that carried work
+	// (auto framing keeps using it); empty before one did.
+	FramingWorked string `json:"framingWorked,omitempty"`
+	// ShortSessions counts sessions that ended right after the handshake
+	// (each counted as a failed dial, with backoff).
+	ShortSessions int `json:"shortSessions,omitempty"`
 }
 
 // peerConn is one peer of the bridge: where it is, how to reach it, and
 // what the bridge knows about it. Its own connection loop keeps one
-// active session to it (conn.go). addr and tls never change; every other
-// field is guarded by Bridge.mu.
+// active session to it (conn.go). addr, idx and ep never change; every
+// other field is guarded by Bridge.mu.
 type peerConn struct {
 	addr string
 	idx  int // position in Bridge.peers
-	tls  *tls.Config
+	ep   PeerEndpoint
+	// tls verifies the peer: built from ep.CAPEM, rebuilt when ep.CAFile
+	// holds other certificates (reloadCALocked).
+	tls   *tls.Config
+	caPEM []byte
 
 	mode    quicpeer.Framing // the configured framing (auto: detected)
 	framing quicpeer.Framing // what the next dial uses
 	lastErr string
 	errAt   time.Time
 	ok      bool // the last dial succeeded
+	// worked is the framing of the last session that carried work ("" none
+	// yet); delay is the next backoff, retryAt when the next dial may go;
+	// shortSessions counts sessions that ended right after the handshake.
+	worked        string
+	delay         time.Duration
+	retryAt       time.Time
+	shortSessions int
+	dialing       bool // the connection loop is dialing (or backing off), not waiting for work
+	// sentEntity: the peer has sent an entity (a result) on some session;
+	// absentStreak counts its documents in a row that ended with their
+	// result absent (knownResultless).
+	sentEntity   bool
+	absentStreak int
 
 	active   *sessState    // the session new work goes to
 	sessWake chan struct{} // closed when the active session should be replaced
@@ -108,7 +136,7 @@ func newPeers(o *Options, m *metrics) ([]*peerConn, error) {
 		if ep.Framing != quicpeer.FramingAuto {
 			mode = ep.Framing
 		}
-		out = append(out, &peerConn{addr: ep.Addr, idx: i, tls: tc, mode: mode, framing: mode,
+		out = append(out, &peerConn{addr: ep.Addr, idx: i, ep: ep, tls: tc, caPEM: ep.CAPEM, mode: mode, framing: mode,
 			connKick: make(chan struct{}, 1), connects: m.connects.WithLabelValues(ep.Addr),
 			aborted: m.aborted.WithLabelValues(ep.Addr)})
 	}
@@ -130,9 +158,71 @@ func (pc *peerConn) readyLocked() bool {
 	return pc.usableLocked() != nil || (pc.ok && pc.framing == quicpeer.FramingDraft04)
 }
 
+// reloadCALocked reads pc's --peer-ca file again (when it has one) and,
+// if it holds other certificates than the ones in use, rebuilds the TLS
+// config that verifies the peer. An unreadable or empty file keeps the
+// previous config and is returned. Called before every dial and by
+// ReloadPeerCAs.
+func (b *Bridge) reloadCALocked(pc *peerConn) error {
+	if pc.ep.CAFile == "" {
+		return nil
+	}
+	pem, err := os.ReadFile(pc.ep.CAFile)
+	if err != nil {
+		return fmt.Errorf("re-read the CA file of the PipeStream peer %s: %w", pc.addr, err)
+	}
+	if bytes.Equal(pem, pc.caPEM) {
+		return nil
+	}
+	ep := pc.ep
+	ep.CAPEM = pem
+	tc, err := tlsConfig(&b.opts, ep)
+	if err != nil {
+		return fmt.Errorf("the CA file %s of the PipeStream peer %s: %w", pc.ep.CAFile, pc.addr, err)
+	}
+	pc.tls, pc.caPEM = tc, pem
+	b.log.Info("bridge: the peer's CA file changed; new dials verify with it", "addr", pc.addr, "file", pc.ep.CAFile)
+	return nil
+}
+
+// ReloadPeerCAs reads every peer's CA file again now (SIGHUP): a changed
+// one is used from the next dial, which goes at once (the backoff starts
+// over). It returns what could not be read; those peers keep their
+// previous certificates.
+func (b *Bridge) ReloadPeerCAs() error {
+	b.mu.Lock()
+	var errs []error
+	for _, pc := range b.peers {
+		if err := b.reloadCALocked(pc); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		pc.delay, pc.retryAt = redialMin, time.Time{}
+	}
+	b.mu.Unlock()
+	b.kick()
+	return errors.Join(errs...)
+}
+
+// knownResultless reports whether pc has shown it returns no results: it
+// never sent an entity and its last learnNoResultsAfter plain documents
+// ended with the result absent. Guarded by Bridge.mu.
+func (pc *peerConn) knownResultless() bool {
+	return !pc.sentEntity && pc.absentStreak >= learnNoResultsAfter
+}
+
+// notePeerEntity records that ss's peer sends entities (results): the
+// full settle wait applies to it from now on.
+func (b *Bridge) notePeerEntity(ss *sessState) {
+	b.mu.Lock()
+	ss.pc.sentEntity, ss.pc.absentStreak = true, 0
+	b.mu.Unlock()
+}
+
 // statusLocked is pc's PeerStatus.
 func (pc *peerConn) statusLocked() PeerStatus {
-	p := PeerStatus{Addr: pc.addr, State: "connecting", Framing: framingName(pc.framing), LastError: pc.lastErr}
+	p := PeerStatus{Addr: pc.addr, State: "connecting", Framing: framingName(pc.framing), LastError: pc.lastErr,
+		FramingWorked: pc.worked, ShortSessions: pc.shortSessions}
 	if !pc.errAt.IsZero() {
 		p.Since = pc.errAt.UTC().Format(time.RFC3339)
 	}
@@ -140,10 +230,10 @@ func (pc *peerConn) statusLocked() PeerStatus {
 	case ss != nil && !ss.closed:
 		p.State, p.Framing, p.Profile = "connected", ss.s.Framing().String(), ss.profile
 		p.InFlight, p.Window = len(ss.docs), ss.n.MaxWindow
-	case pc.ok && pc.framing == quicpeer.FramingDraft04:
-		p.State = "idle"
 	case pc.lastErr != "":
 		p.State = "down"
+	case (pc.ok && pc.framing == quicpeer.FramingDraft04) || !pc.dialing:
+		p.State = "idle" // nothing dials it: no work for a draft-04 peer
 	}
 	return p
 }
@@ -154,20 +244,18 @@ func (b *Bridge) Peers() []PeerStatus {
 	defer b.mu.Unlock()
 	out := make([]PeerStatus, 0, len(b.peers))
 	for _, pc := range b.peers {
-		out = append(out, pc.statusLocked())
+		p := pc.statusLocked()
+		if n := b.peerDocsLocked(pc); p.State != "connected" && n > 0 {
+			// A draft-04 peer's connections each carry one document and
+			// are never its active session.
+			p.State, p.InFlight = "connected", n
+		}
+		out = append(out, p)
 	}
 	return out
 }
 
 func framingName(f quicpeer.Framing) string { return f.String() }
-
-// dialFraming is the framing of pc's next dial: the configured framing, or
-// under auto what the peer has shown.
-func (b *Bridge) dialFraming(pc *peerConn) quicpeer.Framing {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return pc.framing
-}
 
 // noteDialLocked records a dial's outcome. Under auto framing a refused
 // handshake (the peer closed the connection during the capability
@@ -175,7 +263,10 @@ func (b *Bridge) dialFraming(pc *peerConn) quicpeer.Framing {
 // know) switches the next dial to the other framing.
 func (b *Bridge) noteDialLocked(pc *peerConn, f quicpeer.Framing, err error) {
 	if err == nil {
-		pc.ok, pc.lastErr, pc.errAt = true, "", time.Time{}
+		// The last error stays until the session proves itself
+		// (proveSessionLocked): a peer that closes every session at once
+		// keeps showing why.
+		pc.ok = true
 		return
 	}
 	pc.ok = false
@@ -237,6 +328,9 @@ func (b *Bridge) waitReasonLocked() string {
 
 // waitReasonLocked says why pc takes no work.
 func (pc *peerConn) waitReasonLocked() string {
+	if pc.lastErr == "" && !pc.dialing {
+		return fmt.Sprintf("waiting for a session to the PipeStream peer %s: idle (%s framing: dialled when a document is queued)", pc.addr, framingName(pc.framing))
+	}
 	if pc.lastErr == "" {
 		return fmt.Sprintf("waiting for a session to the PipeStream peer %s: connecting, no answer yet", pc.addr)
 	}
@@ -296,7 +390,7 @@ func (b *Bridge) superviseQueueLocked(now time.Time) {
 			d.addEvent(&gatewayv1.Event{Kind: kindDocument, State: d.rec.Doc.State, Message: why})
 			b.kickFlush()
 		}
-		if why != "" && now.Sub(d.queuedAt) > b.opts.PeerWait {
+		if why != "" && now.Sub(d.waitSince) > b.opts.PeerWait {
 			msg := fmt.Sprintf("no session to %s within %v (--peer-wait): %s", b.peerAddrs(), b.opts.PeerWait, why)
 			b.failWaitingLocked(d, msg)
 		}

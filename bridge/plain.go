@@ -23,10 +23,10 @@ import (
 // (draft-02) is STATUS(R, DEHYDRATING) and plain chunk children, the last
 // one carrying total-chunks. A draft-04 peer gets every document whole, on
 // a connection of its own, with the six-member header. Results are the
-// entities the peer sends back that refer to the document's entities
-// (entity-id or parent-id): one for R is the whole result, ones for chunks
-// are rehydrated in chunk order; none gives SUCCEEDED with an absent
-// result.
+// entities the peer sends back, matched to the document's entities by the
+// attribution rules (attribution.go, profile 9.4: parent-id first): one
+// for R is the whole result, ones for chunks are rehydrated in chunk
+// order; none gives SUCCEEDED with an absent result.
 
 // plainPart is a chunk's result from a plain peer, spooled to a file.
 type plainPart struct {
@@ -192,30 +192,18 @@ func (b *Bridge) sendChunk(j *attempt, rootID uint32, c split.Chunk, total uint6
 	return nil
 }
 
-// plainTarget finds the document entity a plain peer's entity refers to:
-// its own entity-id, else its parent-id.
-func plainTarget(ss *sessState, h *wire.EntityHeader) *entRef {
-	if ref := ss.ents[entKey{scope: scopeOf(h), id: h.EntityID}]; ref != nil && ref.att.plain {
-		return ref
-	}
-	if h.ParentID != nil {
-		if ref := ss.ents[rootKey(*h.ParentID)]; ref != nil && ref.att.plain {
-			return ref
-		}
-	}
-	return nil
-}
-
-// onPlainResult takes an entity a plain peer sent for one of a plain
-// document's entities: R's result is the document's result; a chunk's is
-// spooled until the document is rehydrated. It reports false when the
-// entity is no result of a running plain document.
-func (b *Bridge) onPlainResult(ss *sessState, e *quicpeer.IncomingEntity) bool {
+// onPlainResult takes an entity a plain peer sent: matched by the
+// attribution rules (attribution.go, docs/profile.md 9.4) to one entity of
+// a running plain document of this session, R's result is the document's
+// result and a chunk's is spooled until the document is rehydrated;
+// anything else is refused (logged and counted).
+func (b *Bridge) onPlainResult(ss *sessState, e *quicpeer.IncomingEntity) {
 	b.mu.Lock()
-	ref := plainTarget(ss, e.Header)
-	if ref == nil || !ref.att.newest() {
+	ref, r := b.attributePlainLocked(ss, e.Header)
+	if ref == nil {
 		b.mu.Unlock()
-		return false
+		b.refuseResult(ss, e, r)
+		return
 	}
 	a, key := ref.att, ref.key
 	a.plainActive++
@@ -230,7 +218,6 @@ func (b *Bridge) onPlainResult(ss *sessState, e *quicpeer.IncomingEntity) bool {
 	} else {
 		b.storePlainPart(a, idx, e)
 	}
-	return true
 }
 
 // storePlainRootResult stores a whole result for R (as a profile result).
@@ -291,10 +278,7 @@ func (b *Bridge) storePlainPart(a *attempt, idx uint64, e *quicpeer.IncomingEnti
 	if a.plainParts == nil {
 		a.plainParts = map[uint64]plainPart{}
 	}
-	if old, ok := a.plainParts[idx]; ok {
-		_ = os.Remove(old.path) // a later result for the same chunk wins
-	}
-	a.plainParts[idx] = p
+	a.plainParts[idx] = p // attribution admits one result per chunk
 	if a.rootComplete {
 		b.maybeFinishLocked(d)
 	}
@@ -333,7 +317,7 @@ func (b *Bridge) checkPlainChildrenLocked(d *docRun) {
 	if root == nil || root.Status != gatewayv1.EntityStatus_ENTITY_STATUS_DEHYDRATING {
 		return // the peer took R further: it rehydrates itself
 	}
-	b.armPlainSettleLocked(d, b.rehydratePlainLocked)
+	b.armPlainSettleLocked(d, b.rehydratePlainLocked, plainSettleWait)
 }
 
 // countPlainDone counts the terminal chunks of the attempt.
@@ -347,26 +331,38 @@ func (a *attempt) countPlainDone() int {
 	return n
 }
 
-// armPlainSettleLocked runs then (under the lock) after plainSettleWait,
-// unless the attempt ended; while result streams are being read it waits
-// another round.
-func (b *Bridge) armPlainSettleLocked(d *docRun, then func(*docRun)) {
+// armPlainSettleLocked runs then (under the lock) after wait, unless the
+// attempt ended; while result streams are being read it waits another
+// round of plainSettleWait.
+func (b *Bridge) armPlainSettleLocked(d *docRun, then func(*docRun), wait time.Duration) {
 	a := d.att
 	if a.plainSettle != nil {
 		a.plainSettle.Stop()
 	}
-	a.plainSettle = time.AfterFunc(plainSettleWait, func() {
+	a.plainSettle = time.AfterFunc(wait, func() {
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		if !a.newest() {
 			return
 		}
 		if a.plainActive > 0 {
-			b.armPlainSettleLocked(d, then)
+			b.armPlainSettleLocked(d, then, plainSettleWait)
 			return
 		}
 		then(d)
 	})
+}
+
+// resultSettleLocked is how long a plain document whose R is complete
+// waits for a result stream to start: plainSettleWait, or
+// plainSettleLearned toward a peer known to return none (learned per
+// peer: it never sent an entity, and its last learnNoResultsAfter
+// documents ended with the result absent).
+func (a *attempt) resultSettleLocked() time.Duration {
+	if a.ss != nil && a.ss.pc.knownResultless() {
+		return plainSettleLearned
+	}
+	return plainSettleWait
 }
 
 // rehydratePlainLocked ends R of a plain dehydrated document itself: the
@@ -423,7 +419,9 @@ func policyAccepts(cp *gatewayv1.CompletionPolicy, c, t int) bool {
 
 // finishPlainLocked decides a plain document whose R is complete but whose
 // result is not (yet) in: chunk results are assembled in chunk order; with
-// none, after plainSettleWait the document succeeds with its result absent.
+// none, after the settle wait (resultSettleLocked: plainSettleWait, or
+// shorter toward a peer known to return none) the document succeeds with
+// its result absent.
 // It reports whether it took over (the caller returns).
 func (b *Bridge) finishPlainLocked(d *docRun) bool {
 	a := d.att
@@ -441,9 +439,12 @@ func (b *Bridge) finishPlainLocked(d *docRun) bool {
 		}
 		d.att.resultReady = true
 		d.rec.Doc.ResultAbsent = true
+		if ss := d.att.ss; ss != nil {
+			ss.pc.absentStreak++
+		}
 		b.log.Info("bridge: the peer returned no result for a plain document", "doc", d.id, "peer", d.att.peerAddr())
 		b.maybeFinishLocked(d)
-	})
+	}, a.resultSettleLocked())
 	return true
 }
 
@@ -451,6 +452,10 @@ func (b *Bridge) finishPlainLocked(d *docRun) bool {
 // into the document's result (off the lock), then finishes it.
 func (b *Bridge) assemblePlainLocked(d *docRun) {
 	a := d.att
+	if miss := a.completeChunksWithoutResult(); len(miss) > 0 {
+		b.awaitMissingPartsLocked(d, miss)
+		return
+	}
 	parts := a.plainParts
 	a.plainParts = nil
 	a.plainActive++ // the assembly is a result being read
@@ -497,4 +502,55 @@ func (b *Bridge) assemblePlainLocked(d *docRun) {
 		}
 		b.plainResultStoredLocked(d, storedResult{inline, spooled, n, d.rec.Doc.ContentType}, err, "assembling the chunk results failed")
 	}()
+}
+
+// completeChunksWithoutResult lists the chunk indexes that the peer
+// reported COMPLETE but returned no result for, when it returned results
+// for other chunks (a peer that returns chunk results returns one for
+// every chunk it completes; profile 9.4). Caller holds b.mu.
+func (a *attempt) completeChunksWithoutResult() []uint64 {
+	if len(a.plainParts) == 0 {
+		return nil
+	}
+	var miss []uint64
+	for k, e := range a.ents {
+		if k.scope != 0 || k.id == a.rootID || e.Status != gatewayv1.EntityStatus_ENTITY_STATUS_COMPLETE {
+			continue
+		}
+		if _, ok := a.plainParts[uint64(e.ChunkIndex)]; !ok {
+			miss = append(miss, uint64(e.ChunkIndex))
+		}
+	}
+	slices.Sort(miss)
+	return miss
+}
+
+// awaitMissingPartsLocked holds the assembly of d's chunk results while
+// chunks the peer completed have none: a result part that arrives
+// (storePlainPart) assembles the document; after resultFinishGrace the
+// attempt ends and the document is dispatched again (a result assembled
+// without them would silently lose those chunks' output).
+func (b *Bridge) awaitMissingPartsLocked(d *docRun, miss []uint64) {
+	a := d.att
+	if a.awaitingParts {
+		return
+	}
+	a.awaitingParts = true
+	b.log.Warn("bridge: the peer completed chunks without returning their results; waiting for them",
+		"doc", d.id, "peer", a.peerAddr(), "chunks", miss, "results", len(a.plainParts))
+	a.stopFinishTimer()
+	a.finishTimer = time.AfterFunc(resultFinishGrace, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if !a.current() || a.resultReady {
+			return
+		}
+		a.awaitingParts = false
+		if miss := a.completeChunksWithoutResult(); len(miss) > 0 {
+			b.abortAttemptLocked(d, fmt.Sprintf("the peer %s completed chunk(s) %v but returned no result for them within %v, while it returned results for %d other chunk(s)",
+				a.peerAddr(), miss, resultFinishGrace, len(a.plainParts)), true)
+			return
+		}
+		b.maybeFinishLocked(d)
+	})
 }

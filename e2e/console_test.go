@@ -650,7 +650,8 @@ func TestConsolePeers(t *testing.T) {
 	fake := []byte(`{"status":"SERVING","peers":[` +
 		`{"addr":"127.0.0.1:4433","state":"connected","framing":"draft-02","profile":true,"inFlight":3,"window":1024,"lastError":""},` +
 		`{"addr":"127.0.0.2:4433","state":"connecting","framing":"draft-04","profile":false,"inFlight":0,"window":512,"lastError":"dial: connection refused"},` +
-		`{"addr":"127.0.0.3:4433","state":"down","framing":"draft-02","profile":true,"inFlight":0,"window":0,"lastError":"idle timeout: no recent network activity"},` +
+		`{"addr":"127.0.0.3:4433","state":"down","framing":"draft-02","profile":true,"inFlight":0,"window":0,"lastError":"idle timeout: no recent network activity",` +
+		`"since":"2026-11-27T08:00:00Z","framingWorked":"draft-04","shortSessions":7},` +
 		`{"addr":"127.0.0.4:4433","state":"connected","framing":"draft-02","profile":true,"inFlight":2,"window":2147483646,"lastError":""}]}`)
 	ctx, cancel := context.WithTimeout(p.ctx, uiWait)
 	defer cancel()
@@ -675,8 +676,11 @@ func TestConsolePeers(t *testing.T) {
 			t.Errorf("peer row %q lacks %q", row, want)
 		}
 	}
-	if down := evalJS[string](p, `document.querySelector('[data-testid=peers] tr[data-state="down"]').textContent`); !strings.Contains(down, "idle timeout") {
-		t.Errorf("down peer row %q lacks its last error", down)
+	down := evalJS[string](p, `document.querySelector('[data-testid=peers] tr[data-state="down"]').textContent`)
+	for _, want := range []string{"idle timeout", "since", "7 sessions ended right after the handshake", "worked: draft-04"} {
+		if !strings.Contains(down, want) {
+			t.Errorf("down peer row %q lacks %q (its last error, since when, short sessions, the framing that worked)", down, want)
+		}
 	}
 	// A window of 2^31-2 (a peer that limits nothing) is unbounded, not a
 	// gauge of 2 / 2,147,483,646.
@@ -697,9 +701,12 @@ func TestConsolePeers(t *testing.T) {
 func TestConsoleLargeTree(t *testing.T) {
 	// The peer runs as its own process, stopped (SIGSTOP) from before the
 	// upload until the page is open, so the page sees the tree fill in no
-	// matter how fast the peer is.
+	// matter how fast the peer is. The pause is this test's instrument,
+	// not a fault: the gateway's peer idle timeout (3 s by default, which
+	// would take the stopped peer for dead and re-dispatch) is raised
+	// above the time the browser takes to open the page.
 	addr, cert, peer := startPeer(t)
-	g := startGateway(t, gwOpts{args: []string{"--peer", addr, "--peer-ca", cert}})
+	g := startGateway(t, gwOpts{args: []string{"--peer", addr, "--peer-ca", cert, "--peer-idle-timeout", "2m"}})
 	signalProc(t, peer, syscall.SIGSTOP)
 	resumed := false
 	defer func() {

@@ -413,6 +413,7 @@ const (
 	peerStall                         // PROCESSING, then nothing
 	peerRefuse                        // reads CAPABILITIES, closes the connection (0x0C) without answering
 	peerEchoSameID                    // as peerEcho, but the result entity reuses the input's entity-id (no parent-id)
+	peerSlam                          // answers CAPABILITIES, then closes the connection at once (0x01)
 )
 
 // peerResultBase is where the peer's own entity ids start: draft-02 does
@@ -429,7 +430,8 @@ type d02Peer struct {
 	mu          sync.Mutex
 	n           *notifier
 	conns       int
-	offered     [][]string // the CAPABILITIES keys each client offered
+	connAt      []time.Time // when each connection was accepted
+	offered     [][]string  // the CAPABILITIES keys each client offered
 	entities    []gotEntity
 	statusIn    []statusFrame
 	errs        []error
@@ -486,11 +488,15 @@ func (pc *d02PeerConn) status(id uint32, stat uint8) error {
 }
 
 func (p *d02Peer) handle(conn *quic.Conn) {
-	p.record(func() { p.conns++ })
+	p.record(func() { p.conns++; p.connAt = append(p.connAt, time.Now()) })
 	pc := &d02PeerConn{p: p, conn: conn}
 	if err := pc.handshake(); err != nil {
 		p.fail(fmt.Errorf("handshake: %w", err))
 		closeFor(conn, err)
+		return
+	}
+	if p.mode == peerSlam {
+		closeFor(conn, perr(errInternal, "this peer closes every session at once"))
 		return
 	}
 	go pc.readControl()

@@ -20,7 +20,8 @@ import (
 // lengths are exact, and any deviation closes the connection with the
 // reference's error code.
 //
-// Client: CAPABILITIES (six members) -> server CAPABILITIES -> heartbeat
+// Client: CAPABILITIES (six members) -> server CAPABILITIES, refused
+// (0x0D) when it exceeds the offer (validate_response) -> heartbeat
 // -> STATUS PENDING(id) -> entity stream -> STATUS PROCESSING, COMPLETE
 // (heartbeats skipped) -> CHECKPOINT request -> CHECKPOINT ACK echo ->
 // connection-level cursor update (id+1) -> GOAWAY(id) -> GOAWAY echo ->
@@ -158,8 +159,10 @@ func (c *d04Client) capabilities(ctx context.Context) error {
 	if fr.typ != ftCaps {
 		return perr(errFrame, "server did not answer capabilities (frame 0x%02X)", fr.typ)
 	}
-	c.rep.serverCaps, err = decodeCapsStrict(fr.f)
-	return err
+	if c.rep.serverCaps, err = decodeCapsStrict(fr.f); err != nil {
+		return err
+	}
+	return validateResponseD04(referenceCaps(), c.rep.serverCaps)
 }
 
 func (c *d04Client) sendEntity(ctx context.Context, id uint32, payload []byte, contentType string) error {
@@ -272,6 +275,10 @@ type d04Server struct {
 	ln    *quic.Listener
 	addr  string
 	caPEM string
+	// noHeartbeat: the server sends no heartbeat after CAPABILITIES (the
+	// heartbeat is optional), so a client in auto framing cannot detect
+	// draft-04 from it.
+	noHeartbeat bool
 
 	mu       sync.Mutex
 	n        *notifier
@@ -281,12 +288,16 @@ type d04Server struct {
 }
 
 // startD04Server starts the reference server conversation on a free port.
-func startD04Server(t testing.TB) *d04Server {
+func startD04Server(t testing.TB) *d04Server { return startD04ServerWith(t, false) }
+
+// startD04ServerWith starts it, without the heartbeat after CAPABILITIES
+// when noHeartbeat is set.
+func startD04ServerWith(t testing.TB, noHeartbeat bool) *d04Server {
 	t.Helper()
 	cfg := quinnLikeConfig() // and the reference server's stream limits
 	cfg.MaxIncomingStreams, cfg.MaxIncomingUniStreams = 1, 128
 	ln, pemPath := listenPartnerConfig(t, cfg)
-	s := &d04Server{ln: ln, addr: ln.Addr().String(), caPEM: pemPath, n: newNotifier()}
+	s := &d04Server{ln: ln, addr: ln.Addr().String(), caPEM: pemPath, n: newNotifier(), noHeartbeat: noHeartbeat}
 	go s.serve()
 	return s
 }
@@ -301,7 +312,7 @@ func (s *d04Server) serve() {
 			return
 		}
 		s.record(func() { s.conns++ })
-		sess, err := s.handle(conn)
+		sess, err := s.handle(conn, s.noHeartbeat)
 		if err != nil {
 			closeFor(conn, err)
 			s.record(func() { s.errs = append(s.errs, err) })
@@ -323,15 +334,16 @@ func (s *d04Server) record(f func()) {
 }
 
 type d04ServerConn struct {
-	conn *quic.Conn
-	ctl  *quic.Stream
-	sess d04Session
+	conn        *quic.Conn
+	ctl         *quic.Stream
+	sess        d04Session
+	noHeartbeat bool
 }
 
-func (s *d04Server) handle(conn *quic.Conn) (d04Session, error) {
+func (s *d04Server) handle(conn *quic.Conn, noHeartbeat bool) (d04Session, error) {
 	ctx, cancel := context.WithTimeout(conn.Context(), 60*time.Second)
 	defer cancel()
-	sc := &d04ServerConn{conn: conn}
+	sc := &d04ServerConn{conn: conn, noHeartbeat: noHeartbeat}
 	if err := sc.capabilities(ctx); err != nil {
 		return sc.sess, err
 	}
@@ -364,6 +376,9 @@ func (sc *d04ServerConn) capabilities(ctx context.Context) error {
 	sc.sess.clientCaps = peer
 	if _, err := ctl.Write(varFrame(ftCaps, mustCBOR(negotiateD04(referenceCaps(), peer)))); err != nil {
 		return perr(errFrame, "%v", err)
+	}
+	if sc.noHeartbeat {
+		return nil
 	}
 	_, err = ctl.Write(encodeStatus(framingD04, connLevel, stUnspecified, nil))
 	return err

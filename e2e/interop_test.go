@@ -5,9 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -555,7 +558,9 @@ func peerUnavailable(t *testing.T, addr, caPEM string) {
 // TestInteropDraft04Client: the reference client conversation against
 // `gateway peer` (default framing auto): the whole conversation completes
 // on two connections, the server CAPABILITIES is the closed canonical
-// six-member map, and any entity the peer opens would pass the
+// six-member map holding the negotiated set (Layer 0 only, window 1024,
+// keepalive 30000: what the reference client offered, which its
+// validate_response requires), and any entity the peer opens would pass the
 // reference's decoder.
 func TestInteropDraft04Client(t *testing.T) {
 	t.Parallel()
@@ -577,6 +582,9 @@ func TestInteropDraft04Client(t *testing.T) {
 					}
 					t.Errorf("reference client conversation (entity %d, %d octets): %v; statuses received: %v%s", c.id, len(c.payload), err, rep.statuses, hint)
 					continue
+				}
+				if want := negotiateD04(referenceCaps(), referenceCaps()); capsText(rep.serverCaps) != capsText(want) {
+					t.Errorf("entity %d: the peer answered CAPABILITIES %s, want the negotiated set %s", c.id, capsText(rep.serverCaps), capsText(want))
 				}
 				if len(rep.resultErrs) > 0 {
 					t.Errorf("entity %d: the peer opened entities the reference decoder refuses: %v", c.id, rep.resultErrs)
@@ -616,6 +624,124 @@ func TestInteropDraft04Server(t *testing.T) {
 			checkD04Sessions(t, s, docs, mode)
 		})
 	}
+}
+
+// TestInteropSlammingPeer (issue 20 items 4 and 5): `gateway serve` onto
+// a plain draft-02 peer that answers CAPABILITIES and closes every
+// session at once. The gateway backs off as for failed dials (the sixth
+// connection comes at least 50+100+200+400+800 ms after the first: a few
+// a second at most, not hundreds), /healthz and the document's waitReason
+// name the peer and its last failure, and after --peer-wait the document
+// FAILS with an error that names both, its dispatch attempts unspent.
+func TestInteropSlammingPeer(t *testing.T) {
+	t.Parallel()
+	p := startD02Peer(t, peerSlam)
+	g := startInteropGateway(t, plainPeerArgs(p.addr, p.caPEM, "--peer-wait", "4s")...)
+	id := submitDoc(t, g, map[string]any{"content": b64([]byte("held up by a peer that closes every session\n")), "contentType": "text/plain"})
+	ctx := ctxT(t, 60*time.Second)
+	if err := p.wait(ctx, "six connections", func() bool { return p.conns >= 6 }); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	span := p.connAt[5].Sub(p.connAt[0])
+	p.mu.Unlock()
+	if span < 1550*time.Millisecond {
+		t.Errorf("6 connections within %v: the gateway reconnects faster than its backoff allows", span)
+	}
+	const why = "this peer closes every session at once"
+	_, body, err := doJSON(context.Background(), "GET", g.baseURL()+"/healthz", nil, "")
+	if err != nil || !strings.Contains(string(body), why) || !strings.Contains(string(body), p.addr) {
+		t.Errorf("/healthz %s (%v): want the peer and its last failure %q", body, err, why)
+	}
+	d := pollDoc(t, g, id, 20*time.Second, "a waitReason naming the peer's last failure", func(d docMap) bool {
+		return strings.Contains(d.str("waitReason"), why) || terminalState(d.str("state"))
+	})
+	if w := d.str("waitReason"); !strings.Contains(w, p.addr) || !strings.Contains(w, why) {
+		t.Errorf("waitReason %q: want the peer %s and its last failure", w, p.addr)
+	}
+	d = awaitTerminalDoc(t, g, id, 60*time.Second)
+	if e := d.str("error"); d.str("state") != "FAILED" || !strings.Contains(e, p.addr) || !strings.Contains(e, why) || !strings.Contains(e, "--peer-wait") {
+		t.Errorf("document %s %q: want FAILED after --peer-wait naming the peer and its last failure", d.str("state"), e)
+	}
+	p.mu.Lock()
+	n := p.conns
+	p.mu.Unlock()
+	t.Logf("%d connections, the first six over %v; final error: %s", n, span.Round(time.Millisecond), d.str("error"))
+}
+
+// TestPeerNewCertificateSIGHUP (issue 20 item 6): `gateway peer`
+// restarted on the same address with a new self-signed certificate is
+// reached without restarting the gateway: once its --peer-ca file holds
+// the new certificate, SIGHUP (or the next re-dial) reads it again.
+func TestPeerNewCertificateSIGHUP(t *testing.T) {
+	t.Parallel()
+	addr, cert, p := startPeer(t)
+	caFile := filepath.Join(t.TempDir(), "peer-ca.pem")
+	copyFile := func(from string) {
+		t.Helper()
+		b, err := os.ReadFile(from)
+		if err == nil {
+			err = os.WriteFile(caFile, b, 0o600)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	copyFile(cert)
+	g := startInteropGateway(t, plainPeerArgs(addr, caFile)...)
+	run := func(what string) {
+		t.Helper()
+		id := submitDoc(t, g, map[string]any{"content": b64([]byte("document for " + what)), "contentType": "text/plain"})
+		if d := awaitTerminalDoc(t, g, id, 60*time.Second); d.str("state") != "SUCCEEDED" {
+			t.Fatalf("%s: %v", what, d)
+		}
+	}
+	run("the first certificate")
+	p.stop()
+	_, cert2, _ := startPeerAt(t, addr)
+	waitFor(t, "the gateway to refuse the new certificate", 30*time.Second, func() bool {
+		_, body, err := doJSON(context.Background(), "GET", g.baseURL()+"/healthz", nil, "")
+		return err == nil && strings.Contains(string(body), "certificate")
+	})
+	copyFile(cert2)
+	signalProc(t, g.proc, syscall.SIGHUP)
+	waitFor(t, "the gateway to log the reload", 10*time.Second, func() bool { return g.proc.logContains("--peer-ca files read again") })
+	run("the new certificate")
+}
+
+// TestInteropDraft04NoHeartbeatAuto (issue 20 item 3): `gateway serve`
+// with auto framing onto a draft-04 peer that sends no heartbeat after
+// CAPABILITIES (it is optional): the first session settles on draft-02
+// and the peer closes it at once; the next dial tries draft-04, both
+// documents SUCCEED with no attempt spent on the failed session, and
+// /healthz shows draft-04 as the framing that worked.
+func TestInteropDraft04NoHeartbeatAuto(t *testing.T) {
+	t.Parallel()
+	s := startD04ServerWith(t, true)
+	g := startInteropGateway(t, plainPeerArgs(s.addr, s.caPEM, "--peer-framing", "auto")...)
+	docs := [][]byte{[]byte("first document for a draft-04 peer without heartbeat\n"), []byte("second one\n")}
+	for _, content := range docs {
+		id := submitDoc(t, g, map[string]any{"content": b64(content), "contentType": "text/plain"})
+		d := awaitTerminalDoc(t, g, id, 90*time.Second)
+		if d.str("state") != "SUCCEEDED" || d["resultAbsent"] != true {
+			sess, errs, conns := s.snapshot()
+			t.Errorf("document: want SUCCEEDED with resultAbsent, got %v (server: %d connections, %d sessions, errors %s)", d, conns, len(sess), errorsText(errs))
+		}
+	}
+	var hz struct {
+		Peers []struct {
+			Addr, State, Framing, FramingWorked string
+		} `json:"peers"`
+	}
+	st, body, err := doJSON(context.Background(), "GET", g.baseURL()+"/healthz", nil, "")
+	if err != nil || json.Unmarshal(body, &hz) != nil || len(hz.Peers) != 1 {
+		t.Fatalf("/healthz: %d %s %v", st, body, err)
+	}
+	if p := hz.Peers[0]; p.FramingWorked != "draft-04" || p.Framing != "draft-04" {
+		t.Errorf("/healthz peer %+v: want draft-04 as the framing that worked and the one used", p)
+	}
+	_, errs, conns := s.snapshot()
+	t.Logf("reference server without heartbeat: %d connections, refused: %s; /healthz %s", conns, errorsText(errs), bytes.TrimSpace(body))
 }
 
 func checkD04Sessions(t *testing.T, s *d04Server, docs [][]byte, mode string) {

@@ -507,6 +507,51 @@ func negotiateD04(own, peer capsD04) capsD04 {
 		Keepalive: ptr(min(*own.Keepalive, *peer.Keepalive))}
 }
 
+// validateResponseD04 is the reference client's validate_response
+// (implementations/rust-quinn/src/lib.rs): the server's CAPABILITIES may
+// not exceed the client's offer (no layer not offered, Layer 2 only with
+// Layer 1, window 1..offered, keepalive at most offered, format CBOR);
+// anything else is PIPESTREAM_FRAME_ERROR (0x0D).
+func validateResponseD04(offer, answer capsD04) error {
+	switch {
+	case !*answer.Layer0,
+		*answer.Layer1 && !*offer.Layer1,
+		*answer.Layer2 && (!*offer.Layer2 || !*answer.Layer1),
+		answer.MaxWindow == nil || *answer.MaxWindow == 0 || *answer.MaxWindow > *offer.MaxWindow,
+		answer.Keepalive == nil || *answer.Keepalive > *offer.Keepalive,
+		answer.Format != nil && *answer.Format != 0:
+		return perr(errFrame, "server exceeded offered capabilities: offered %s, answered %s", capsText(offer), capsText(answer))
+	}
+	return nil
+}
+
+// capsText prints a capsD04 for messages.
+func capsText(c capsD04) string {
+	v := func(p any) string {
+		switch x := p.(type) {
+		case *bool:
+			if x != nil {
+				return fmt.Sprint(*x)
+			}
+		case *uint32:
+			if x != nil {
+				return fmt.Sprint(*x)
+			}
+		case *uint64:
+			if x != nil {
+				return fmt.Sprint(*x)
+			}
+		case *uint8:
+			if x != nil {
+				return fmt.Sprint(*x)
+			}
+		}
+		return "-"
+	}
+	return fmt.Sprintf("{layer0 %s layer1 %s layer2 %s window %s format %s keepalive %s}",
+		v(c.Layer0), v(c.Layer1), v(c.Layer2), v(c.MaxWindow), v(c.Format), v(c.Keepalive))
+}
+
 // decodeCapsLenient is draft-02's: any valid CBOR map, unknown members
 // ignored (and returned in keys), layer0-core must be true.
 func decodeCapsLenient(b []byte) (capsMsg, []string, error) {

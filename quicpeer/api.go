@@ -46,6 +46,8 @@ type Config struct {
 	// lowered to Limits; Offer.MaxScopeDepth pointing at 0 offers depth 0
 	// (no nested scope; Limits.MaxScopeDepth 0 means the default 7), while
 	// 0 for max-window-size or max-entities-per-scope means "use Limits".
+	// A client sends it; a server answers the negotiated set of it and the
+	// client's (wire.Answer), never more than the client offered.
 	Offer  wire.Capabilities
 	Limits Limits
 	// Handler receives what the peer sends. Required.
@@ -56,6 +58,14 @@ type Config struct {
 	Heartbeat bool
 	// HandshakeTimeout bounds QUIC handshake + capability exchange (default 10s).
 	HandshakeTimeout time.Duration
+	// IdleTimeout is a client session's QUIC idle timeout (transport
+	// liveness, Section 5.1.4): the session ends when the peer sent
+	// nothing, not even an ACK of the PINGs sent every IdleTimeout/3, for
+	// this long, so a peer killed without CONNECTION_CLOSE is noticed
+	// within it. 0: DefaultIdleTimeout (3 s); never above 3 x keepalive.
+	// QUIC takes the smaller of both ends' values, so the server side of
+	// the connection gets it too. Listeners ignore it.
+	IdleTimeout time.Duration
 	// StatelessResetKey, when set, makes a listening endpoint answer
 	// packets of connections it does not know with a QUIC stateless reset
 	// (RFC 9000 Section 10.3), and derives the reset tokens it hands out

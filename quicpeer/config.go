@@ -72,6 +72,9 @@ func resolve(cfg Config) (*resolved, error) {
 	if cfg.HandshakeTimeout <= 0 {
 		cfg.HandshakeTimeout = defaultHandshakeTimeout
 	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
 	cfg.Limits = cfg.Limits.withDefaults()
 	o := cfg.Offer
 	o.Layer0Core = true
@@ -130,14 +133,19 @@ func clientOffer(cfg *resolved) wire.Capabilities {
 }
 
 // serverReply is what a server answers to the client's CAPABILITIES c:
-// exactly the six Layer 0 members to a draft-04 client, or to any client
-// that sent only those when nothing is lost by it (a draft-04 client in
+// the negotiated set (wire.Answer: common layers only, the smaller window,
+// keepalive and limits), as the draft-04 reference server answers, so the
+// answer never exceeds the offer (the reference client refuses one that
+// does). It has exactly the six Layer 0 members for a draft-04 client, or
+// for any client that sent only those when nothing is lost by it (the
+// depth and per-scope limits are the draft defaults; a draft-04 client in
 // auto mode looks like that; a draft-02 client takes absent members as the
 // defaults).
 func serverReply(cfg *resolved, c *wire.Capabilities) wire.Capabilities {
-	six := wire.OnlyLayer0Members(c) && wire.Layer0Lossless(&cfg.offer)
+	a := wire.Answer(&cfg.offer, c)
+	six := wire.OnlyLayer0Members(c) && wire.Layer0Lossless(&a)
 	if cfg.Framing == FramingDraft04 || (cfg.Framing == FramingAuto && six) {
-		return wire.Layer0Only(cfg.offer)
+		return wire.Layer0Only(a)
 	}
-	return cfg.offer
+	return a
 }

@@ -210,3 +210,22 @@ func (s *Session) untrackedResultLocked(h *wire.EntityHeader) bool {
 	}
 	return !s.tr.ids.InFlight(h.EntityID) && !s.tr.stale(h.EntityID)
 }
+
+// validateAnswer refuses, under draft-04 framing (configured or detected),
+// a server CAPABILITIES above the client's offer, as the reference client
+// does (validate_response): the connection closes with
+// PIPESTREAM_FRAME_ERROR (0x0D) and Dial fails. Under draft-02 each end
+// sends its own capabilities and both take the minimum (Section 3.4), so
+// an answer above the offer is normal there.
+func (s *Session) validateAnswer(offer wire.Capabilities, answer *wire.Capabilities) error {
+	if s.Framing() != wire.FramingDraft04 {
+		return nil
+	}
+	err := wire.ValidateAnswer(&offer, answer)
+	if err == nil {
+		return nil
+	}
+	_ = s.CloseWithError(wire.CodeFrameError, err.Error())
+	<-s.done
+	return err
+}

@@ -216,3 +216,97 @@ func TestOfferMaxScopeDepthZero(t *testing.T) {
 		}
 	})
 }
+
+// The server's CAPABILITIES is the negotiated set in every framing mode
+// (the draft-04 reference server's answer): to a client that offers Layer
+// 0 only, window 1024 and keepalive 30000 it answers Layer 0 only, window
+// 1024, keepalive 30000, though the server itself offers every layer and
+// the largest window.
+func TestServerAnswersNegotiatedSet(t *testing.T) {
+	for _, mode := range []quicpeer.Framing{quicpeer.FramingAuto, quicpeer.FramingDraft02, quicpeer.FramingDraft04} {
+		t.Run(mode.String(), func(t *testing.T) {
+			cfg := baseConfig(t, cborMode, newRecorder(), true)
+			cfg.Framing = mode
+			cfg.Offer = wire.Capabilities{Layer0Core: true, Layer1Recursive: true, Layer2Resilience: true}
+			ln, err := quicpeer.Listen("127.0.0.1:0", cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			raw := dialRaw(t, ln.Addr().String(), nil)
+			f0 := wire.FormatCBOR
+			raw.write(capsFrame(t, &wire.Capabilities{Layer0Core: true, MaxWindowSize: u64(1024), KeepaliveTimeoutMs: u64(30000), SerializationFormat: &f0}))
+			f, err := raw.cr.Next()
+			if err != nil || f.Type != wire.FrameCapabilities {
+				t.Fatalf("server CAPABILITIES: %v (type %#x)", err, f.Type)
+			}
+			got, err := wire.CodecFor(wire.FormatCBOR).UnmarshalCapabilities(f.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Layer1Recursive || got.Layer2Resilience || got.MaxWindowSize == nil || *got.MaxWindowSize != 1024 ||
+				got.KeepaliveTimeoutMs == nil || *got.KeepaliveTimeoutMs != 30000 {
+				t.Errorf("answer %+v (window %v keepalive %v), want layer 0 only, window 1024, keepalive 30000", got, deref(got.MaxWindowSize), deref(got.KeepaliveTimeoutMs))
+			}
+			if err := wire.ValidateAnswer(&wire.Capabilities{Layer0Core: true, MaxWindowSize: u64(1024), KeepaliveTimeoutMs: u64(30000)}, got); err != nil {
+				t.Errorf("the reference's validate_response would refuse the answer: %v", err)
+			}
+		})
+	}
+}
+
+func deref(p *uint64) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+// A draft-04 client refuses a server CAPABILITIES above its offer, as the
+// reference's validate_response does: PIPESTREAM_FRAME_ERROR (0x0D) on the
+// connection and from Dial. A draft-02 client takes the minimum instead
+// (Section 3.4: each end sends its own capabilities).
+func TestClientRefusesAnswerAboveOffer(t *testing.T) {
+	for _, tc := range []struct {
+		mode   quicpeer.Framing
+		refuse bool
+	}{{quicpeer.FramingDraft04, true}, {quicpeer.FramingDraft02, false}} {
+		t.Run(tc.mode.String(), func(t *testing.T) {
+			addr, accept := listenRaw(t)
+			cfg := baseConfig(t, cborMode, newRecorder(), false)
+			cfg.Framing = tc.mode
+			cfg.Offer = wire.Capabilities{Layer0Core: true, MaxWindowSize: u64(1024)}
+			type dialed struct {
+				s   *quicpeer.Session
+				err error
+			}
+			dc := make(chan dialed, 1)
+			go func() {
+				s, err := quicpeer.Dial(context.Background(), addr, cfg)
+				dc <- dialed{s, err}
+			}()
+			srv := accept()
+			if f, err := srv.cr.Next(); err != nil || f.Type != wire.FrameCapabilities {
+				t.Fatalf("client's first frame: %v %v", f.Type, err)
+			}
+			srv.write(capsFrame(t, &wire.Capabilities{Layer0Core: true, Layer1Recursive: true, MaxWindowSize: u64(4096)}))
+			d := recv(t, dc, "dial")
+			if !tc.refuse {
+				if d.err != nil {
+					t.Fatalf("draft-02 client: %v", d.err)
+				}
+				defer d.s.CloseWithError(wire.CodeNoError, "done")
+				if n := d.s.Negotiated(); n.Layer1 || n.MaxWindow != 1024 {
+					t.Errorf("draft-02 client negotiated %+v, want layer 0 and window 1024", n)
+				}
+				return
+			}
+			if !isCode(d.err, wire.CodeFrameError) {
+				t.Fatalf("Dial: %v, want PIPESTREAM_FRAME_ERROR", d.err)
+			}
+			if code := srv.closeCode(); code != wire.CodeFrameError {
+				t.Errorf("connection closed with %#x, want 0x0D", code)
+			}
+		})
+	}
+}

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/pipestream/gateway/bridge"
@@ -88,7 +90,9 @@ func (cfg *Config) peerLists() (addrs, cas, names []string) {
 }
 
 // external fills the peer fields of cfg.Bridge from the external peers:
-// PeerAddr, PeerCAPEM and PeerServerName for one, Peers for several.
+// PeerAddr, PeerCAPEM, PeerServerName and PeerCAFile for one, Peers for
+// several. The bridge reads each --peer-ca file again before every dial
+// and on SIGHUP (reloadPeerCAsOnHUP).
 func (cfg *Config) external(specs []PeerSpec) error {
 	b := &cfg.Bridge
 	eps := make([]bridge.PeerEndpoint, 0, len(specs))
@@ -97,7 +101,7 @@ func (cfg *Config) external(specs []PeerSpec) error {
 		if err != nil {
 			return fmt.Errorf("read --peer-ca: %w", err)
 		}
-		ep := bridge.PeerEndpoint{Addr: s.Addr, CAPEM: pem, ServerName: s.ServerName}
+		ep := bridge.PeerEndpoint{Addr: s.Addr, CAPEM: pem, ServerName: s.ServerName, CAFile: s.CAFile}
 		if s.Framing != "" {
 			if ep.Framing, err = bridge.ParseFraming(s.Framing); err != nil {
 				return fmt.Errorf("--peer-framing of --peer %s: %w", s.Addr, err)
@@ -106,10 +110,10 @@ func (cfg *Config) external(specs []PeerSpec) error {
 		eps = append(eps, ep)
 	}
 	if len(eps) == 1 { // never a framing of its own (MatchFramings)
-		b.PeerAddr, b.PeerCAPEM, b.PeerServerName = eps[0].Addr, eps[0].CAPEM, eps[0].ServerName
+		b.PeerAddr, b.PeerCAPEM, b.PeerServerName, b.PeerCAFile = eps[0].Addr, eps[0].CAPEM, eps[0].ServerName, eps[0].CAFile
 		return nil
 	}
-	b.PeerAddr, b.PeerCAPEM, b.PeerServerName, b.Peers = "", nil, "", eps
+	b.PeerAddr, b.PeerCAPEM, b.PeerServerName, b.PeerCAFile, b.Peers = "", nil, "", "", eps
 	return nil
 }
 
@@ -195,4 +199,27 @@ func RunPeer(ctx context.Context, opts peer.Options) error {
 	sctx, cancel := context.WithTimeout(context.Background(), opts.DrainTimeout+5*time.Second)
 	defer cancel()
 	return srv.Shutdown(sctx)
+}
+
+// reloadPeerCAsOnHUP reads every --peer-ca file again on SIGHUP until ctx
+// ends (the bridge also reads them before every dial): a peer restarted
+// with a new certificate is reached without restarting the gateway.
+func reloadPeerCAsOnHUP(ctx context.Context, b *bridge.Bridge, log *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				if err := b.ReloadPeerCAs(); err != nil {
+					log.Warn("SIGHUP: a --peer-ca file could not be read again; that peer keeps its previous certificates", "error", err)
+				} else {
+					log.Info("SIGHUP: --peer-ca files read again")
+				}
+			}
+		}
+	}()
 }

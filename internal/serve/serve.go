@@ -118,6 +118,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	if cfg.Bridge.PeerCAFile != "" || len(cfg.Bridge.Peers) > 0 {
+		reloadPeerCAsOnHUP(ctx, b, log)
+	}
 	cfg.Gateway.Bridge, cfg.Gateway.Registry = b, reg
 	srv, err := gateway.New(cfg.Gateway)
 	if err != nil {

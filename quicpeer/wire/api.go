@@ -79,6 +79,8 @@ package wire
 //   func IsResolved(s Status, retriesLeft bool) bool                 // Section 9.1 cursor resolution
 //   func ValidateCapabilities(c *Capabilities) error                 // 0x0C layer0 false, 0x07 depth, 0x06 window
 //   func Negotiate(local, remote *Capabilities) Negotiated           // Section 3.4, profile 1
+//   func Answer(local, remote *Capabilities) Capabilities            // a server's CAPABILITIES: the negotiated set
+//   func ValidateAnswer(offer, answer *Capabilities) error           // 0x0D answer above the offer (draft-04 client)
 //   const MaxSafeWindow = 0x7FFFFFFE                                  // effective max/default window
 //   func NewIDSpace(maxWindow uint32) *IDSpace; NewIDSpaceAfter(maxWindow, lastAssigned uint32) *IDSpace
 //   (*IDSpace) Cursor, LastAssigned, Outstanding, MaxWindow, InFlight(id)

@@ -1,5 +1,7 @@
 package wire
 
+import "fmt"
+
 // Draft defaults for absent capabilities members (Section 3.4, 10.3).
 const (
 	DefaultMaxScopeDepth       = 7
@@ -105,4 +107,53 @@ func Layer0Lossless(c *Capabilities) bool {
 // a minimal draft-02 one may too).
 func OnlyLayer0Members(c *Capabilities) bool {
 	return c.MaxScopeDepth == nil && c.MaxEntitiesPerScope == nil
+}
+
+// Answer is the CAPABILITIES a server sends back to an offer: the
+// negotiated set (Negotiate of its own offer and the client's), so that
+// the answer never exceeds what the client offered (the draft-04
+// reference client refuses one that does, ValidateAnswer). A draft-02
+// client that takes the minimum of its offer and the answer computes the
+// same result. Layer0Only drops the depth and per-scope members for a
+// draft-04 client.
+func Answer(local, remote *Capabilities) Capabilities {
+	n := Negotiate(local, remote)
+	w, ka, f := uint64(n.MaxWindowSize), n.KeepaliveMs, n.Format
+	d, e := n.MaxScopeDepth, n.MaxEntitiesPerScope
+	return Capabilities{Layer0Core: true, Layer1Recursive: n.Layer1, Layer2Resilience: n.Layer2,
+		MaxWindowSize: &w, KeepaliveTimeoutMs: &ka, SerializationFormat: &f,
+		MaxScopeDepth: &d, MaxEntitiesPerScope: &e}
+}
+
+// ValidateAnswer is the draft-04 reference client's check of the server's
+// CAPABILITIES (validate_response): the answer may not exceed the offer.
+// A layer the client did not offer, Layer 2 without Layer 1, a window of 0
+// or above the offered one, a keepalive above the offered one, deeper
+// scopes or more entities per scope than offered (with Layer 1), or a
+// serialization format the client did not offer is PIPESTREAM_FRAME_ERROR
+// (0x0D), the reference's code.
+func ValidateAnswer(offer, answer *Capabilities) error {
+	why := ""
+	switch {
+	case !answer.Layer0Core:
+		why = "layer0-core is false"
+	case answer.Layer1Recursive && !offer.Layer1Recursive:
+		why = "layer1-recursive was not offered"
+	case answer.Layer2Resilience && (!offer.Layer2Resilience || !answer.Layer1Recursive):
+		why = "layer2-resilience was not offered or comes without layer1-recursive"
+	case answer.MaxWindowSize != nil && (*answer.MaxWindowSize == 0 || *answer.MaxWindowSize > orDefault(offer.MaxWindowSize, uint64(MaxSafeWindow))):
+		why = fmt.Sprintf("max-window-size %d is 0 or above the offered %d", *answer.MaxWindowSize, orDefault(offer.MaxWindowSize, uint64(MaxSafeWindow)))
+	case orDefault(answer.KeepaliveTimeoutMs, DefaultKeepaliveMs) > orDefault(offer.KeepaliveTimeoutMs, DefaultKeepaliveMs):
+		why = fmt.Sprintf("keepalive-timeout-ms %d is above the offered %d", orDefault(answer.KeepaliveTimeoutMs, DefaultKeepaliveMs), orDefault(offer.KeepaliveTimeoutMs, DefaultKeepaliveMs))
+	case answer.Layer1Recursive && orDefault(answer.MaxScopeDepth, DefaultMaxScopeDepth) > orDefault(offer.MaxScopeDepth, DefaultMaxScopeDepth):
+		why = "max-scope-depth is above the offered one"
+	case answer.Layer1Recursive && orDefault(answer.MaxEntitiesPerScope, DefaultMaxEntitiesPerScope) > orDefault(offer.MaxEntitiesPerScope, DefaultMaxEntitiesPerScope):
+		why = "max-entities-per-scope is above the offered one"
+	case fmtOf(answer) != FormatCBOR && fmtOf(answer) != fmtOf(offer):
+		why = fmt.Sprintf("serialization-format %d was not offered", fmtOf(answer))
+	}
+	if why == "" {
+		return nil
+	}
+	return Errorf(CodeFrameError, "the server's CAPABILITIES exceeds the offer: %s", why)
 }

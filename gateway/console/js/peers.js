@@ -63,10 +63,10 @@ export function peersView() {
         return h('tr', { dataset: { addr: p.addr || '', state: p.state || '' } },
           h('td.mono', p.addr || '?'),
           h('td', h('span.chip.st-peer-' + (p.state || 'unknown'), p.state || 'unknown')),
-          h('td', p.framing || '—'),
+          h('td', framingText(p)),
           h('td', p.profile === undefined ? '—' : p.profile ? 'yes' : 'no'),
           h('td.wide', { dataset: { testid: 'window-use' } }, windowUse(inFlight, win)),
-          h('td', p.lastError ? h('span.error', p.lastError) : h('span.muted', '—')));
+          h('td', lastErrorCell(p)));
       }))));
   }
 
@@ -83,6 +83,25 @@ function windowUse(inFlight, win) {
   if (win >= UNBOUNDED_WINDOW) return h('span', num(inFlight) + ' in flight · window unbounded');
   if (!win) return num(inFlight) + ' in flight';
   return gauge('', inFlight, win, num(inFlight) + ' / ' + num(win) + ' in flight');
+}
+
+// framingText: the framing in use, and the one that last carried work
+// when it differs (auto framing learns it per peer).
+function framingText(p) {
+  const f = p.framing || '—';
+  return p.framingWorked && p.framingWorked !== p.framing ? f + ' (worked: ' + p.framingWorked + ')' : f;
+}
+
+// lastErrorCell: the peer's last failure, since when, and how many of its
+// sessions ended right after the handshake (each counted as a failed dial).
+function lastErrorCell(p) {
+  const parts = [];
+  if (p.lastError) {
+    parts.push(h('span.error', { dataset: { testid: 'last-error' } }, p.lastError));
+    if (p.since) parts.push(h('span.muted', ' since ' + new Date(p.since).toLocaleString()));
+  }
+  if (p.shortSessions) parts.push(h('span.muted', { dataset: { testid: 'short-sessions' } }, ' · ' + num(p.shortSessions) + ' sessions ended right after the handshake'));
+  return parts.length ? parts : h('span.muted', '—');
 }
 
 function fact(k, v) {
