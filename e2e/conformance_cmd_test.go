@@ -194,6 +194,7 @@ func TestConformanceCommand(t *testing.T) {
 	t.Run("send to partner server", func(t *testing.T) { testSendToPartnerServer(t, payload, input) })
 	t.Run("partner client to serve", func(t *testing.T) { testPartnerClientToServe(t, payload) })
 	t.Run("partner client corrupted checksum", func(t *testing.T) { testPartnerClientCorrupted(t, payload) })
+	t.Run("send to gateway peer", func(t *testing.T) { testSendToGatewayPeer(t, input) })
 	t.Run("bad flags", func(t *testing.T) { testSendBadFlags(t, input) })
 }
 
@@ -378,4 +379,18 @@ func (c *d04Client) converseFrame(ctx context.Context, id uint32, frame []byte) 
 		c.rep.statuses = append(c.rep.statuses, st)
 	}
 	return c.finish(id)
+}
+
+// testSendToGatewayPeer: our send against `gateway peer` (default and
+// draft-04 framing): the peer answers the negotiated set (issue 20 item
+// 2), so the whole reference conversation completes.
+func testSendToGatewayPeer(t *testing.T, input string) {
+	for _, args := range [][]string{nil, {"--framing", "draft-04"}} {
+		addr, cert, _ := startPeer(t, args...)
+		code, stdout, stderr := runConformanceSend(t, "--connect", addr, "--ca", cert, "--server-name", "localhost",
+			"--entity-id", "7", "--parent-id", "42", "--input", input)
+		if code != 0 {
+			t.Errorf("send against gateway peer %v: exit %d\nstdout: %s\nstderr: %s", args, code, stdout, stderr)
+		}
+	}
 }
