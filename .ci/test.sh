@@ -1,16 +1,27 @@
 #!/usr/bin/env bash
-# The test command (README): everything CI checks, fastest first.
+# The test command (README): installs what is missing (.ci/setup.sh), then
+# everything CI checks, fastest first.
 #   RACE=0 .ci/test.sh      skip the race detector
 #   FUZZTIME=30s .ci/test.sh longer fuzzing per target
+#   SETUP=0 .ci/test.sh     skip the set-up (install nothing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+start=$SECONDS
+# Go and the Go tools the set-up installs ($GOBIN: /usr/local/bin as root,
+# else $(go env GOPATH)/bin).
+[ -x /usr/local/go/bin/go ] && export PATH="/usr/local/go/bin:$PATH"
+export PATH="$PATH:$(go env GOPATH)/bin"
+if [ "${SETUP:-1}" != 0 ]; then
+  printf '\n=== set-up (%s)\n' "$(date -u +%H:%M:%S)"
+  ./.ci/setup.sh
+fi
 
 export QUIC_GO_DISABLE_RECEIVE_BUFFER_WARNING=true
 RACE="${RACE:-1}"
 FUZZTIME="${FUZZTIME:-5s}"
 
 step() { printf '\n=== %s (%s)\n' "$1" "$(date -u +%H:%M:%S)"; }
-start=$SECONDS
 
 step "gofmt"
 unformatted="$(gofmt -l $(git ls-files -co --exclude-standard '*.go' 2>/dev/null || find . -name '*.go' -not -path './.ci/node/*'))"
@@ -27,11 +38,8 @@ go vet ./...
 (cd bench/jetstream && go vet ./...)
 
 step "generation freshness (buf lint, buf generate, OpenAPI post-processing)"
-# The pinned CI tools (.ci/node: the prebuilt buf, the OpenAPI validator);
-# .ci/run installs them already. Without npm, gen.sh compiles buf instead.
-if [ ! -x .ci/node/node_modules/.bin/buf ] && command -v npm >/dev/null 2>&1; then
-  npm ci --prefix .ci/node --no-audit --no-fund
-fi
+# The pinned CI tools (.ci/node: the prebuilt buf, the OpenAPI validator)
+# come from the set-up. Without them, gen.sh compiles buf instead.
 .ci/check-gen.sh
 
 step "OpenAPI validation"
@@ -148,13 +156,15 @@ fuzz_all() {
 # other and the full-size pass.
 E2E_QUIET='TestHostile|TestLoad|TestHTTPAdversary|TestFairness'
 E2E_BROWSER='TestConsole|TestDocsRender|TestGeneratedClient|TestBrowser|TestCrashSafety'
-E2E_SCALE='TestScaleOut|TestReadmeScaleOut|TestManyPeers|TestHistory|TestCancelReadYourWrites|TestTorture'
+E2E_SCALE='TestScaleOut|TestReadmeScaleOut|TestReadmeOnPostgres|TestManyPeers|TestHistory|TestCancelReadYourWrites|TestTorture'
 e2e() { go test -count=1 -timeout 30m "$@" ./e2e/; }
 
 # Static gates (issue 21): staticcheck with zero findings, and no function
 # above cyclomatic complexity 25 outside generated code. Both are pinned and
 # fetched through the module proxy by `go run`, so a fresh machine needs no
-# install step. They run beside the race pass.
+# install step. They run beside the race pass, with gofatal (issue 23,
+# internal/lint/gofatal): no t.Fatal, t.FailNow, t.Skip or require on a
+# goroutine a test started.
 STATICCHECK=honnef.co/go/tools/cmd/staticcheck@v0.8.2
 GOCYCLO=github.com/fzipp/gocyclo/cmd/gocyclo@v0.6.0
 static_gates() {
@@ -170,9 +180,12 @@ static_gates() {
     return 1
   fi
   echo "no function above 25"
+  echo "--- gofatal (internal/lint/gofatal)"
+  go run ./internal/lint/gofatal/cmd/gofatal ./... || { echo "gofatal: report from those goroutines with t.Error (or collect errors) and return" >&2; return 1; }
+  echo "no FailNow-family call on a goroutine a test started"
 }
 
-step "go test (race, -short), staticcheck and gocyclo"
+step "go test (race, -short), staticcheck, gocyclo and gofatal"
 job unit unit_first
 job static static_gates
 phase_end

@@ -32,6 +32,7 @@ var (
 	ErrFailedPrecondition = errorString("failed precondition")                     // codes.FailedPrecondition
 	ErrClaimRedeemed      = errorString("claim already redeemed")                  // codes.FailedPrecondition, reason CLAIM_ALREADY_REDEEMED
 	ErrClaimExpired       = errorString("claim expired")                           // codes.FailedPrecondition, reason CLAIM_EXPIRED
+	ErrClaimCancelled     = errorString("claim cancelled")                         // codes.FailedPrecondition, reason CLAIM_CANCELLED
 	ErrTooLarge           = errorString("too large")                               // codes.InvalidArgument / HTTP 413
 	ErrUnavailable        = errorString("unavailable")                             // codes.Unavailable (shutting down)
 	// ErrPeerUnavailable: the claim's entity waits at a peer whose session

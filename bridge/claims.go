@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -277,6 +279,8 @@ func (b *Bridge) redeemableClaim(ctx context.Context, t Tenant, claimID string, 
 	switch c := rec.Claim; {
 	case c.State == gatewayv1.ClaimCheck_REDEEMED:
 		return nil, mapStoreErr(what, store.ErrClaimRedeemed)
+	case c.State == gatewayv1.ClaimCheck_CANCELLED:
+		return nil, mapStoreErr(what, store.ErrClaimCancelled)
 	case c.State == gatewayv1.ClaimCheck_EXPIRED || (c.ExpireTime != nil && !now.Before(c.ExpireTime.AsTime())):
 		return nil, mapStoreErr(what, store.ErrClaimExpired)
 	}
@@ -440,6 +444,49 @@ func (b *Bridge) sendRedemption(ctx context.Context, d *docRun, ss *sessState, e
 		CompletionPolicy: d.plan.wirePolicy(),
 	}
 	return ss.s.SendEntity(ctx, h, bytes.NewReader(buf))
+}
+
+// closeClaimsLocked ends the open claims of d, which just became terminal:
+// nothing waits for their deferred entities any more, so each ISSUED claim
+// becomes CANCELLED (EXPIRED when its expiry has passed) with a #claim
+// event. The claim rows and events go to the store in the outbox batch
+// that carries the document's terminal update (one transaction); the
+// store keeps a claim that a redemption committed first (ClaimRecord).
+// Caller holds mu.
+func (b *Bridge) closeClaimsLocked(d *docRun) {
+	now := time.Now()
+	st := d.rec.Doc.GetState()
+	for _, id := range sortedClaimIDs(d.claims) {
+		cr := d.claims[id]
+		if cr.c.State != gatewayv1.ClaimCheck_ISSUED {
+			continue
+		}
+		state, action := gatewayv1.ClaimCheck_CANCELLED, "cancelled"
+		msg := fmt.Sprintf("document %s is %s; nothing waits for the deferred entity", d.id, st)
+		if exp := cr.c.ExpireTime; exp != nil && !now.Before(exp.AsTime()) {
+			state, action, msg = gatewayv1.ClaimCheck_EXPIRED, "expired", ""
+		}
+		cr.c.State = state
+		d.out.claims[id] = true
+		d.addEvent(&gatewayv1.Event{Kind: kindClaim, ClaimId: id, ClaimAction: action, EntityId: cr.c.EntityId, ScopeId: cr.c.ScopeId, Message: msg})
+		b.m.claims.WithLabelValues(action).Inc()
+	}
+}
+
+// sortedClaimIDs lists the ids of claims in ascending order (numeric ids
+// compare by length first), so that their events have a stable order.
+func sortedClaimIDs(claims map[string]*claimRun) []string {
+	ids := make([]string, 0, len(claims))
+	for id := range claims {
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, func(a, b string) int {
+		if len(a) != len(b) {
+			return len(a) - len(b)
+		}
+		return strings.Compare(a, b)
+	})
+	return ids
 }
 
 // sweepClaims marks ISSUED claims past their expiry EXPIRED.

@@ -260,6 +260,7 @@ func (b *Bridge) finishLocked(d *docRun, s gatewayv1.State, msg string) {
 		msg = "processing failed"
 	}
 	d.setState(s, msg)
+	b.closeClaimsLocked(d)
 	b.m.finished.WithLabelValues(s.String()).Inc()
 	b.m.running.Dec()
 	b.log.Info("bridge: document finished", "doc", d.id, "state", s, "error", msg)

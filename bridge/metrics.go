@@ -37,7 +37,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		aborted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pipestream_bridge_peer_attempts_aborted_total",
 			Help: "Dispatch attempts on the peer that ended without an outcome (session lost, GOAWAY before fully sent, send failure); the document is re-dispatched, to any peer."}, []string{"peer"}),
 		claims: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pipestream_bridge_claims_total",
-			Help: "Claim check events, by action (issued, redeemed, expired, rejected)."}, []string{"action"}),
+			Help: "Claim check events, by action (issued, redeemed, expired, rejected, cancelled with its document, peer_unavailable)."}, []string{"action"}),
 		digestMismatch: prometheus.NewCounter(prometheus.CounterOpts{Name: "pipestream_bridge_scope_digest_mismatch_total",
 			Help: "SCOPE_DIGEST frames whose Merkle root differed from the recomputed one."}),
 		resultParts: prometheus.NewCounter(prometheus.CounterOpts{Name: "pipestream_bridge_result_parts_total",

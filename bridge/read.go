@@ -24,6 +24,8 @@ func mapStoreErr(what string, err error) error {
 		return fmt.Errorf("the gateway is shutting down: %w", ErrUnavailable)
 	case errors.Is(err, store.ErrClaimRedeemed):
 		return fmt.Errorf("%s was already redeemed (a claim is redeemed exactly once): %w", what, ErrClaimRedeemed)
+	case errors.Is(err, store.ErrClaimCancelled):
+		return fmt.Errorf("%s was cancelled: its document ended before the claim was redeemed, so nothing waits for the deferred entity: %w", what, ErrClaimCancelled)
 	case errors.Is(err, store.ErrClaimExpired):
 		return fmt.Errorf("%s has expired; the deferred entity was abandoned: %w", what, ErrClaimExpired)
 	}

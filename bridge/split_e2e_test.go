@@ -125,3 +125,40 @@ func TestSentencesLayer1Digest(t *testing.T) {
 		}
 	})
 }
+
+// TestSentencesOneMiBChunks: 2 MiB of ordinary short sentences in 1 MiB
+// line-aligned chunks through sentences at depth 1 (issue 23 item 8: every
+// chunk FAILED with PIPESTREAM_ENTITY_TOO_LARGE, 1,000 sentences per chunk
+// at most): the document SUCCEEDS, every sentence on its own line in
+// order, each chunk nested in at most 1,000 verified sub-entities.
+func TestSentencesOneMiBChunks(t *testing.T) {
+	e := newEnv(t)
+	e.waitReady()
+	var content, want bytes.Buffer
+	for i := 0; content.Len() < 2<<20; i++ {
+		fmt.Fprintf(&content, "It is %d. Yes.", i)
+		fmt.Fprintf(&want, "It is %d.\nYes.\n", i)
+		if i%8 == 7 {
+			content.WriteByte('\n')
+		} else {
+			content.WriteByte(' ')
+		}
+	}
+	doc := e.submit(content.Bytes(), &gatewayv1.SubmitDocumentRequest{ContentType: "text/plain",
+		Split: &gatewayv1.SplitOptions{Strategy: gatewayv1.SplitStrategy_SPLIT_LINES, ChunkBytes: 1 << 20, Processor: "sentences", MaxDepth: 1}})
+	got := e.wait(doc.Id, 60*time.Second)
+	if got.State != gatewayv1.State_SUCCEEDED {
+		t.Fatalf("state %s error %q", got.State, got.Error)
+	}
+	if res := e.result(doc.Id); !bytes.Equal(res, want.Bytes()) {
+		t.Fatalf("result: %d bytes, want %d (every sentence on its line, in order)", len(res), want.Len())
+	}
+	if len(got.Digests) < 2 {
+		t.Fatalf("%d scope digests, want one per chunk (>= 2)", len(got.Digests))
+	}
+	for _, d := range got.Digests {
+		if !d.Verified || d.EntitiesProcessed == 0 || d.EntitiesProcessed > 1000 {
+			t.Fatalf("digest %v: want verified, 1 to 1,000 sub-entities", d)
+		}
+	}
+}

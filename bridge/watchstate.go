@@ -140,6 +140,8 @@ func (f *docAsOf) applyClaim(ev *gatewayv1.Event) {
 		c.RedeemTime = ev.GetTime()
 	case "expired":
 		c.State = gatewayv1.ClaimCheck_EXPIRED
+	case "cancelled":
+		c.State = gatewayv1.ClaimCheck_CANCELLED
 	}
 }
 

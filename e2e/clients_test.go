@@ -32,6 +32,17 @@ const clientTimeout = 2 * time.Minute // bound on any one client process
 // code (-1 when it could not run or was killed by the timeout).
 func run(t testing.TB, timeout time.Duration, stdin []byte, bin string, args ...string) (stdout, stderr []byte, code int) {
 	t.Helper()
+	stdout, stderr, code, err := runE(timeout, stdin, bin, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stdout, stderr, code
+}
+
+// runE is run for a goroutine the test started: it returns an error where
+// run fails the test (t.Fatal would end only that goroutine; see
+// internal/lint/gofatal).
+func runE(timeout time.Duration, stdin []byte, bin string, args ...string) (stdout, stderr []byte, code int, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
@@ -40,18 +51,17 @@ func run(t testing.TB, timeout time.Duration, stdin []byte, bin string, args ...
 	}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
+	err = cmd.Run()
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
-		return out.Bytes(), errb.Bytes(), 0
+		return out.Bytes(), errb.Bytes(), 0, nil
 	case ctx.Err() != nil:
-		return out.Bytes(), errb.Bytes(), -1
+		return out.Bytes(), errb.Bytes(), -1, nil
 	case errors.As(err, &ee):
-		return out.Bytes(), errb.Bytes(), ee.ExitCode()
+		return out.Bytes(), errb.Bytes(), ee.ExitCode(), nil
 	}
-	t.Fatalf("run %s: %v", bin, err)
-	return nil, nil, -1
+	return nil, nil, -1, fmt.Errorf("run %s: %w", bin, err)
 }
 
 // httpResp is what curl reported.
@@ -73,24 +83,41 @@ func (r httpResp) String() string {
 // --data-binary @-; extra are more curl arguments (headers, -N...).
 func curl(t testing.TB, method, url string, body []byte, extra ...string) httpResp {
 	t.Helper()
-	dir := t.TempDir()
+	r, err := curlE(need(t, toolCurl), method, url, body, extra...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// curlE is curl for a goroutine the test started (bin: the curl the test's
+// goroutine found with need): an error instead of failing the test.
+func curlE(bin, method, url string, body []byte, extra ...string) (httpResp, error) {
+	dir, err := os.MkdirTemp("", "e2e-curl-")
+	if err != nil {
+		return httpResp{}, err
+	}
+	defer os.RemoveAll(dir)
 	bodyFile, hdrFile := filepath.Join(dir, "body"), filepath.Join(dir, "headers")
 	args := []string{"-sS", "-X", method, "-o", bodyFile, "-D", hdrFile, "-w", "%{http_code}", "--max-time", "110"}
 	if body != nil {
 		args = append(args, "--data-binary", "@-")
 	}
 	args = append(append(args, extra...), url)
-	out, errb, code := run(t, clientTimeout, body, need(t, toolCurl), args...)
+	out, errb, code, err := runE(clientTimeout, body, bin, args...)
+	if err != nil {
+		return httpResp{}, err
+	}
 	if code != 0 {
-		t.Fatalf("curl %s %s: exit %d: %s", method, url, code, errb)
+		return httpResp{}, fmt.Errorf("curl %s %s: exit %d: %s", method, url, code, errb)
 	}
 	status, err := strconv.Atoi(strings.TrimSpace(string(out)))
 	if err != nil {
-		t.Fatalf("curl %s %s: status %q: %v", method, url, out, err)
+		return httpResp{}, fmt.Errorf("curl %s %s: status %q: %v", method, url, out, err)
 	}
 	b, _ := os.ReadFile(bodyFile)
 	h, _ := os.ReadFile(hdrFile)
-	return httpResp{status: status, body: b, headers: string(h)}
+	return httpResp{status: status, body: b, headers: string(h)}, nil
 }
 
 // curlJSON sends v (a string is sent verbatim, anything else is
@@ -98,6 +125,18 @@ func curl(t testing.TB, method, url string, body []byte, extra ...string) httpRe
 func curlJSON(t testing.TB, method, url string, v any) httpResp {
 	t.Helper()
 	return curl(t, method, url, curlJSONBody(t, v), "-H", "Content-Type: application/json")
+}
+
+// jsonOf encodes v, which must be a value json.Marshal encodes (maps of
+// strings, numbers and slices, structs of them): it panics otherwise, a bug
+// of the test. For goroutines the test started, where mustJSON's t.Fatal
+// would end only the goroutine.
+func jsonOf(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("jsonOf(%T): %v", v, err))
+	}
+	return b
 }
 
 // curlJSONBody encodes v as curlJSON does.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,6 +18,8 @@ import (
 	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+
+	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
 
 // The web console (/ui/) in headless Chromium, driven by chromedp over the
@@ -404,6 +407,111 @@ func TestConsoleRedeemClaim(t *testing.T) {
 	}
 }
 
+// TestConsoleSearch: the documents page finds documents by display name
+// (any part, any case) and by id, within the state filter, and says when
+// nothing matches.
+func TestConsoleSearch(t *testing.T) {
+	g := shared(t)
+	tag := uniq("Quarterly")
+	submit := func(name string) string {
+		t.Helper()
+		return submitREST(t, g, map[string]any{"content": b64([]byte("search test " + name)), "contentType": "text/plain", "displayName": name}).GetId()
+	}
+	a := submit(tag + " report.txt")
+	b := submit("notes " + strings.ToUpper(tag) + ".md")
+	other := submit(uniq("unrelated") + ".txt")
+	for _, id := range []string{a, b, other} {
+		awaitState(t, g, id, "finished", func(d *gatewayv1.Document) bool { return terminal(d.GetState()) })
+	}
+	p := openConsole(t, g.baseURL())
+	p.open("#/documents")
+	p.waitVisible("#doc-search")
+	rowIDs := `[...document.querySelectorAll('[data-testid=documents] tbody tr')].map(tr => tr.dataset.id).sort().join(' ')`
+	matches := `document.querySelector('[data-testid=list-status]').dataset.matches`
+	sorted := func(ids ...string) string { slices.Sort(ids); return strings.Join(ids, " ") }
+
+	p.set("doc-search", strings.ToLower(tag))
+	p.until("the two documents named with the tag, in any case", fmt.Sprintf(`%s === '2' && %s === %q`, matches, rowIDs, sorted(a, b)), uiWait)
+	if st := evalJS[string](p, `document.querySelector('[data-testid=list-status]').textContent`); !strings.Contains(st, "2 documents match") {
+		t.Errorf("search status %q, want it to say 2 documents match", st)
+	}
+	p.screenshot("console-search")
+	p.set("doc-search", other)
+	p.until("the document with that id", fmt.Sprintf(`%s === '1' && %s === %q`, matches, rowIDs, other), uiWait)
+	p.set("doc-search", b[4:12]) // part of an id
+	p.until("the document whose id contains it", fmt.Sprintf(`%s === '1' && %s === %q`, matches, rowIDs, b), uiWait)
+	p.set("state-filter", "FAILED")
+	p.until("nothing among the failed", `document.querySelector('[data-testid=list-status]').dataset.matches === '0' && /No document matches/.test(document.querySelector('[data-testid=list-status]').textContent)`, uiWait)
+	p.set("state-filter", "")
+	p.set("doc-search", "")
+	p.until("the plain list again, with its pager", `document.querySelector('[data-testid=page]').textContent === 'page 1' && document.querySelectorAll('[data-testid=documents] tbody tr').length > 0`, uiWait)
+}
+
+// TestConsoleClaimsCancelled: a document deferred on three chunks shows
+// its claims in one line each at 1280 px with a Redeem button each; once
+// the document is cancelled from its page, the claims turn CANCELLED, the
+// page offers no Redeem any more and says why, and the API refuses a
+// redemption with CLAIM_CANCELLED.
+func TestConsoleClaimsCancelled(t *testing.T) {
+	g := shared(t)
+	d := submitREST(t, g, deferredDoc([]byte("chunk zero\nchunk one!\nchunk two.\n"), 10*time.Minute,
+		map[string]any{"strategy": "SPLIT_LINES", "chunkBytes": 11}, map[string]string{"pipestream.fault-chunks": "0,1,2"}))
+	claims := awaitClaims(t, g, d.GetId(), 3).GetClaimChecks()
+	p := openConsole(t, g.baseURL())
+	p.open("#/documents/" + d.GetId())
+	p.until("a Redeem button per claim", `document.querySelectorAll('[data-testid=claims] [data-testid=redeem]').length === 3`, uiWait)
+	p.checkClaimsOneLine()
+	p.screenshot("console-claims")
+
+	p.click(`[data-testid=cancel]`)
+	p.waitVisible(`[data-testid=doc-state][data-state="CANCELLED"]`)
+	p.until("every claim CANCELLED", `(rows => rows.length === 3 && rows.every(tr => tr.dataset.state === 'CANCELLED'))([...document.querySelectorAll('[data-testid=claims] tbody tr')])`, uiWait)
+	if n := evalJS[int](p, `document.querySelectorAll('[data-testid=redeem]').length`); n != 0 {
+		t.Errorf("the page offers %d Redeem buttons for the claims of a cancelled document", n)
+	}
+	if note := evalJS[string](p, `document.querySelector('[data-testid=claim-note]').textContent`); !strings.Contains(note, "Cancelled") {
+		t.Errorf("claim note %q, want it to say the claim was cancelled", note)
+	}
+	p.until("the claims' cancellation in the timeline", `[...document.querySelectorAll('[data-testid=timeline] li[data-kind="#claim"]')].filter(li => li.textContent.includes('cancelled')).length === 3`, uiWait)
+	p.checkClaimsOneLine()
+	p.screenshot("console-claims-cancelled")
+	for _, c := range claims {
+		if got := getClaim(t, g, c.GetClaimId()); got.GetState() != gatewayv1.ClaimCheck_CANCELLED {
+			t.Errorf("claim %s of the cancelled document: %v, want CANCELLED", c.GetClaimId(), got.GetState())
+		}
+	}
+	r := curl(t, "POST", redeemURL(g, claims[0].GetClaimId()), []byte("{}"), "-H", "Content-Type: application/json")
+	if r.status != 400 || !strings.Contains(string(r.body), "CLAIM_CANCELLED") {
+		t.Errorf("redeeming a cancelled claim: %s, want 400 CLAIM_CANCELLED", r)
+	}
+}
+
+// checkClaimsOneLine fails when a cell of the claims table wraps into three
+// lines or more (the window is 1280 px wide).
+func (p *consolePage) checkClaimsOneLine() {
+	p.t.Helper()
+	type cell struct {
+		Text  string  `json:"text"`
+		Lines float64 `json:"lines"`
+	}
+	cells := evalJS[[]cell](p, `[...document.querySelectorAll('[data-testid=claims] td')].map(td => {
+		const cs = getComputedStyle(td);
+		const inner = td.clientHeight - parseFloat(cs.paddingTop) - parseFloat(cs.paddingBottom);
+		return {text: td.textContent, lines: inner / parseFloat(cs.lineHeight)};
+	})`)
+	if len(cells) == 0 {
+		p.fail("no claims table")
+	}
+	if w := evalJS[int](p, `window.innerWidth`); w > 1280 {
+		p.t.Errorf("the window is %d px wide, want at most 1280", w)
+	}
+	for _, c := range cells {
+		if c.Lines >= 2.5 {
+			p.t.Errorf("claims table cell %q is %.1f lines high at 1280 px, want at most 2", c.Text, c.Lines)
+		}
+	}
+}
+
 // TestConsoleNestedScopes: a Layer 1 document (sentences processor,
 // max depth 1) shows its sub-entities one level down in their own scopes
 // and every SCOPE_DIGEST marked verified, as the gateway recomputed it.
@@ -543,7 +651,8 @@ func TestConsolePeers(t *testing.T) {
 		`{"addr":"127.0.0.1:4433","state":"connected","framing":"draft-02","profile":true,"inFlight":3,"window":1024,"lastError":""},` +
 		`{"addr":"127.0.0.2:4433","state":"connecting","framing":"draft-04","profile":false,"inFlight":0,"window":512,"lastError":"dial: connection refused"},` +
 		`{"addr":"127.0.0.3:4433","state":"down","framing":"draft-02","profile":true,"inFlight":0,"window":0,"lastError":"idle timeout: no recent network activity",` +
-		`"since":"2026-11-27T08:00:00Z","framingWorked":"draft-04","shortSessions":7}]}`)
+		`"since":"2026-11-27T08:00:00Z","framingWorked":"draft-04","shortSessions":7},` +
+		`{"addr":"127.0.0.4:4433","state":"connected","framing":"draft-02","profile":true,"inFlight":2,"window":2147483646,"lastError":""}]}`)
 	ctx, cancel := context.WithTimeout(p.ctx, uiWait)
 	defer cancel()
 	paused := chromedp.Events(ctx, fetch.RequestPaused)
@@ -560,7 +669,7 @@ func TestConsolePeers(t *testing.T) {
 		}
 	}()
 	p.click(`.peers-view .panel-head button`)
-	p.until("three peers", `document.querySelectorAll('[data-testid=peers] tbody tr').length === 3`, uiWait)
+	p.until("four peers", `document.querySelectorAll('[data-testid=peers] tbody tr').length === 4`, uiWait)
 	row := evalJS[string](p, `document.querySelector('[data-testid=peers] tr[data-addr="127.0.0.1:4433"]').textContent`)
 	for _, want := range []string{"connected", "draft-02", "yes", "3 / 1,024 in flight"} {
 		if !strings.Contains(row, want) {
@@ -572,6 +681,15 @@ func TestConsolePeers(t *testing.T) {
 		if !strings.Contains(down, want) {
 			t.Errorf("down peer row %q lacks %q (its last error, since when, short sessions, the framing that worked)", down, want)
 		}
+	}
+	// A window of 2^31-2 (a peer that limits nothing) is unbounded, not a
+	// gauge of 2 / 2,147,483,646.
+	unb := evalJS[string](p, `document.querySelector('[data-testid=peers] tr[data-addr="127.0.0.4:4433"] [data-testid=window-use]').textContent`)
+	if !strings.Contains(unb, "2 in flight") || !strings.Contains(unb, "unbounded") || strings.Contains(unb, "2,147,483,646") {
+		t.Errorf("window use of an unbounded peer: %q, want \"2 in flight · window unbounded\"", unb)
+	}
+	if n := evalJS[int](p, `document.querySelectorAll('[data-testid=peers] tr[data-addr="127.0.0.4:4433"] .gauge').length`); n != 0 {
+		t.Errorf("an unbounded window is drawn as %d gauges, want none", n)
 	}
 	p.screenshot("console-peers")
 }

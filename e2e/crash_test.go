@@ -225,7 +225,7 @@ func (r *crashRun) submit(rng *rand.Rand, w, i int) (ack ackDoc, status int, bod
 	case 0, 1: // small inline
 		ack.input = []byte(fmt.Sprintf("writer %d doc %d %x", w, i, rng.Uint64()))
 		status, body, err = doJSON(ctx, "POST", gp.baseURL()+"/v1/documents",
-			mustJSON(r.t, map[string]any{"content": b64(ack.input), "contentType": "text/plain"}), "application/json")
+			jsonOf(map[string]any{"content": b64(ack.input), "contentType": "text/plain"}), "application/json")
 	case 2: // larger upload, dehydrated into 128 KiB chunks
 		ack.input = binaryData(256<<10+rng.IntN(768<<10), rng.Uint64())
 		status, body, err = doJSON(ctx, "POST", gp.baseURL()+"/v1/documents:upload?split.strategy=fixed_bytes&split.chunkBytes=131072",
@@ -233,7 +233,7 @@ func (r *crashRun) submit(rng *rand.Rand, w, i int) (ack ackDoc, status int, bod
 	case 3: // deferred: a claim check to redeem at the end
 		ack.input, ack.deferred = []byte(fmt.Sprintf("deferred %d/%d", w, i)), true
 		status, body, err = doJSON(ctx, "POST", gp.baseURL()+"/v1/documents",
-			mustJSON(r.t, deferredDoc(ack.input, 10*time.Minute, nil, nil)), "application/json")
+			jsonOf(deferredDoc(ack.input, 10*time.Minute, nil, nil)), "application/json")
 	}
 	return ack, status, body, err
 }

@@ -17,7 +17,7 @@ import (
 )
 
 // swaggerVersion is the go-swagger release that generates the client
-// (CI: .ci/run). v0.31 and older do not build with Go 1.26.
+// (.ci/setup.sh, run by .ci/test.sh). v0.31 and older do not build with Go 1.26.
 const swaggerVersion = "v0.36.7"
 
 var toolSwagger = tool{

@@ -822,10 +822,12 @@ type fullDiskRun struct {
 
 // upload posts the content, dehydrated into 1 MiB chunks: 200 and the id,
 // else the status and body.
+// upload answers status 0 and the error when the request fails: it runs
+// on goroutines the test started too (uploadWhileFilling).
 func (r *fullDiskRun) upload() (int, string, http.Header) {
 	resp, err := http.Post(r.g.baseURL()+"/v1/documents:upload?split.strategy=SPLIT_FIXED_BYTES&split.chunkBytes=1048576", "text/plain", bytes.NewReader(r.content))
 	if err != nil {
-		r.t.Fatal(err)
+		return 0, err.Error(), nil
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)

@@ -786,9 +786,19 @@ func strictHeaderErr(err error) error {
 // localhost and writes it as PEM (the gateway's --peer-ca) into dir.
 func partnerCert(t testing.TB, dir string) (tls.Certificate, string) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	c, path, err := partnerCertE(dir)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return c, path
+}
+
+// partnerCertE is partnerCert for a goroutine the test started: an error
+// instead of failing the test (internal/lint/gofatal).
+func partnerCertE(dir string) (tls.Certificate, string, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, "", err
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: "interop partner"},
@@ -799,13 +809,13 @@ func partnerCert(t testing.TB, dir string) (tls.Certificate, string) {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		t.Fatal(err)
+		return tls.Certificate{}, "", err
 	}
 	path := filepath.Join(dir, "partner-cert.pem")
 	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
-		t.Fatal(err)
+		return tls.Certificate{}, "", err
 	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, path
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, path, nil
 }
 
 func partnerQUICConfig() *quic.Config {

@@ -361,7 +361,7 @@ func (r *loadRun) post(url string, body []byte, ct string) (int, []byte, error) 
 
 // restSubmit submits one document over REST; true when the load is over.
 func (r *loadRun) restSubmit(i, n int) bool {
-	st, b, err := r.post(r.g.baseURL()+"/v1/documents", mustJSON(r.t, map[string]any{"content": b64([]byte(fmt.Sprintf("rest %d/%d", i, n))), "contentType": "text/plain"}), "application/json")
+	st, b, err := r.post(r.g.baseURL()+"/v1/documents", jsonOf(map[string]any{"content": b64([]byte(fmt.Sprintf("rest %d/%d", i, n))), "contentType": "text/plain"}), "application/json")
 	if r.over(err) {
 		return true
 	}
@@ -414,7 +414,7 @@ func (r *loadRun) submitAndWatch(docs gatewayv1.DocumentServiceClient, i, n int)
 // deferAndRedeem submits a deferred document, waits for its claim and
 // redeems it; true when the load is over.
 func (r *loadRun) deferAndRedeem(i, n int) bool {
-	st, b, err := r.post(r.g.baseURL()+"/v1/documents", mustJSON(r.t, deferredDoc([]byte(fmt.Sprintf("claim %d/%d", i, n)), 10*time.Minute, nil, nil)), "application/json")
+	st, b, err := r.post(r.g.baseURL()+"/v1/documents", jsonOf(deferredDoc([]byte(fmt.Sprintf("claim %d/%d", i, n)), 10*time.Minute, nil, nil)), "application/json")
 	if r.over(err) {
 		return true
 	}

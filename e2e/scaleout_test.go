@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -74,6 +75,8 @@ type scaleRig struct {
 	gws   []*gatewayProc
 	subs  []*seqSub
 	dir   string
+	// curlBin and grpcurlBin are the clients, found by submitAll.
+	curlBin, grpcurlBin string
 
 	mu       sync.Mutex
 	acked    []*scaleDoc
@@ -234,18 +237,34 @@ func scaleJobs(docs []*scaleDoc) []scaleJob {
 }
 
 // submitAll runs the jobs on scaleWorkers concurrent client processes.
+// The tools are found here, on the test's goroutine (need fails the test
+// when one is missing); a worker reports a client that cannot run with
+// t.Error and stops every worker and the sender, so that a missing tool or
+// a dead process ends the run at once instead of blocking the sender.
 func (r *scaleRig) submitAll(docs []*scaleDoc) {
+	r.curlBin, r.grpcurlBin = need(r.t, toolCurl), need(r.t, toolGrpcurl)
 	jobs := make(chan scaleJob)
+	stop := make(chan struct{})
+	var once sync.Once
 	var wg sync.WaitGroup
 	for range scaleWorkers {
 		wg.Go(func() {
 			for j := range jobs {
-				r.runJob(j)
+				if err := r.runJob(j); err != nil {
+					r.t.Error(err)
+					once.Do(func() { close(stop) })
+					return
+				}
 			}
 		})
 	}
+send:
 	for _, j := range scaleJobs(docs) {
-		jobs <- j
+		select {
+		case jobs <- j:
+		case <-stop:
+			break send
+		}
 	}
 	close(jobs)
 	wg.Wait()
@@ -261,37 +280,35 @@ func (r *scaleRig) live(i int) int {
 	return -1
 }
 
-func (r *scaleRig) runJob(j scaleJob) {
+// runJob submits one job on a worker goroutine; an error means a client
+// could not run at all (the submissions' answers are checked by ack).
+func (r *scaleRig) runJob(j scaleJob) error {
 	g := r.live(j[0].replica)
 	if g < 0 {
-		r.t.Error("no live replica")
-		return
+		return errors.New("no live replica")
 	}
 	for _, d := range j {
 		d.replica = g
 	}
 	if j[0].rest {
-		r.submitCurl(j, r.gws[g])
-		return
+		return r.submitCurl(j, r.gws[g])
 	}
-	r.submitGrpcurl(j[0], r.gws[g])
+	return r.submitGrpcurl(j[0], r.gws[g])
 }
 
 // submitCurl sends a batch of documents with one curl process: one
 // transfer per document (--next), each with its own output file and its
 // status on its own -w line.
-func (r *scaleRig) submitCurl(j scaleJob, g *gatewayProc) {
+func (r *scaleRig) submitCurl(j scaleJob, g *gatewayProc) error {
 	dir, err := os.MkdirTemp(r.dir, "curl-")
 	if err != nil {
-		r.t.Error(err)
-		return
+		return err
 	}
 	var args []string
 	for k, d := range j {
 		in, out := filepath.Join(dir, fmt.Sprintf("in%d", k)), filepath.Join(dir, fmt.Sprintf("out%d", k))
 		if err := os.WriteFile(in, d.body, 0o600); err != nil {
-			r.t.Error(err)
-			return
+			return err
 		}
 		url, ct := g.baseURL()+"/v1/documents", "application/json"
 		if d.upload {
@@ -303,20 +320,28 @@ func (r *scaleRig) submitCurl(j scaleJob, g *gatewayProc) {
 		args = append(args, "-sS", "--max-time", "60", "-X", "POST", "-H", "Content-Type: "+ct,
 			"--data-binary", "@"+in, "-o", out, "-w", "%{http_code}\n", url)
 	}
-	stdout, _, _ := run(r.t, clientTimeout, nil, need(r.t, toolCurl), args...)
+	stdout, _, _, err := runE(clientTimeout, nil, r.curlBin, args...)
+	if err != nil {
+		return err
+	}
 	codes := strings.Fields(string(stdout))
 	for k, d := range j {
 		body, _ := os.ReadFile(filepath.Join(dir, fmt.Sprintf("out%d", k)))
 		r.ack(d, k < len(codes) && codes[k] == "200", body, g)
 	}
+	return nil
 }
 
 // submitGrpcurl sends one document with grpcurl (SubmitDocument, the JSON
 // request on stdin).
-func (r *scaleRig) submitGrpcurl(d *scaleDoc, g *gatewayProc) {
-	stdout, _, code := run(r.t, clientTimeout, d.body, need(r.t, toolGrpcurl),
+func (r *scaleRig) submitGrpcurl(d *scaleDoc, g *gatewayProc) error {
+	stdout, _, code, err := runE(clientTimeout, d.body, r.grpcurlBin,
 		"-plaintext", "-max-time", "60", "-d", "@", g.grpcAddr, "pipestream.gateway.v1.DocumentService/SubmitDocument")
+	if err != nil {
+		return err
+	}
 	r.ack(d, code == 0, stdout, g)
+	return nil
 }
 
 // ack records an acknowledged document (a 200 / exit 0 with a document
@@ -532,8 +557,15 @@ func (r *scaleRig) redeemRace() {
 	claim := awaitClaims(t, sv[0], d.GetId(), 1).GetClaimChecks()[0].GetClaimId()
 	resps := make([]httpResp, scaleRedeems)
 	var wg sync.WaitGroup
+	curlBin := need(t, toolCurl)
 	for i := range scaleRedeems {
-		wg.Go(func() { resps[i] = curlJSON(t, "POST", redeemURL(sv[i%len(sv)], claim), "{}") })
+		wg.Go(func() {
+			r, err := curlE(curlBin, "POST", redeemURL(sv[i%len(sv)], claim), []byte("{}"), "-H", "Content-Type: application/json")
+			if err != nil {
+				t.Errorf("redemption %d: %v", i, err)
+			}
+			resps[i] = r
+		})
 	}
 	wg.Wait()
 	won, reasons := 0, map[string]int{}

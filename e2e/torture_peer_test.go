@@ -218,7 +218,10 @@ func (p *tPeer) kill() {
 // written over --peer-ca when newCert.
 func (p *tPeer) restart(newCert bool) error {
 	if newCert {
-		cert, _ := partnerCert(p.t, p.certDir)
+		cert, _, err := partnerCertE(p.certDir) // on the torture's fault goroutine
+		if err != nil {
+			return err
+		}
 		p.mu.Lock()
 		p.cert = cert
 		p.mu.Unlock()

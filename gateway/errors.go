@@ -22,8 +22,11 @@ import (
 const (
 	ReasonClaimAlreadyRedeemed = "CLAIM_ALREADY_REDEEMED"
 	ReasonClaimExpired         = "CLAIM_EXPIRED"
-	ReasonTooLarge             = "TOO_LARGE"
-	ReasonFailedPrecondition   = "FAILED_PRECONDITION"
+	// ReasonClaimCancelled: the claim's document ended (cancelled, failed
+	// or finished) while the claim was ISSUED.
+	ReasonClaimCancelled     = "CLAIM_CANCELLED"
+	ReasonTooLarge           = "TOO_LARGE"
+	ReasonFailedPrecondition = "FAILED_PRECONDITION"
 	// ReasonResultAbsent: the document SUCCEEDED without a result (a peer
 	// without the profile returned none).
 	ReasonResultAbsent = "RESULT_ABSENT"
@@ -92,6 +95,7 @@ var errorMapping = []struct {
 }{
 	{bridge.ErrClaimRedeemed, codes.FailedPrecondition, ReasonClaimAlreadyRedeemed},
 	{bridge.ErrClaimExpired, codes.FailedPrecondition, ReasonClaimExpired},
+	{bridge.ErrClaimCancelled, codes.FailedPrecondition, ReasonClaimCancelled},
 	{bridge.ErrFutureCursor, codes.OutOfRange, ReasonFutureCursor},
 	{bridge.ErrConsumerTooSlow, codes.ResourceExhausted, ReasonConsumerTooSlow},
 	{bridge.ErrResultAbsent, codes.NotFound, ReasonResultAbsent},

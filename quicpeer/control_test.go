@@ -102,8 +102,9 @@ func TestClientClosesOnUnknownFixedFrame(t *testing.T) {
 	addr, accept := listenRaw(t)
 	cr := newRecorder()
 	done := make(chan *quicpeer.Session, 1)
+	cfg := baseConfig(t, cborMode, cr, false)
 	go func() {
-		s, err := quicpeer.Dial(context.Background(), addr, baseConfig(t, cborMode, cr, false))
+		s, err := quicpeer.Dial(context.Background(), addr, cfg)
 		if err != nil {
 			t.Error(err)
 		}

@@ -112,8 +112,8 @@ func TestFirstCapabilitiesRejected(t *testing.T) {
 func TestClientRejectsUndecodableServerCapabilities(t *testing.T) {
 	addr, accept := listenRaw(t)
 	errc := make(chan error, 1)
+	cfg := baseConfig(t, cborMode, newRecorder(), false)
 	go func() {
-		cfg := baseConfig(t, cborMode, newRecorder(), false)
 		_, err := quicpeer.Dial(context.Background(), addr, cfg)
 		errc <- err
 	}()

@@ -5,7 +5,7 @@
 # cold module cache.
 #
 # buf itself: the prebuilt binary of the npm package @bufbuild/buf pinned in
-# .ci/node (installed by `npm ci --prefix .ci/node`, which .ci/run does) when
+# .ci/node (installed by `npm ci --prefix .ci/node`, which .ci/setup.sh does) when
 # it is there and its version is the go.mod one; otherwise `go tool buf`,
 # which compiles buf from source (about 100 s with a cold build cache).
 # BUF=/path/to/buf overrides both.

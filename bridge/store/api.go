@@ -101,6 +101,9 @@ var (
 	// ErrClaimRedeemed: the claim is not ISSUED any more (already redeemed,
 	// or marked EXPIRED).
 	ErrClaimRedeemed = errors.New("store: claim already redeemed")
+	// ErrClaimCancelled: the claim is CANCELLED (its document ended while
+	// the claim was ISSUED).
+	ErrClaimCancelled = errors.New("store: claim cancelled")
 	// ErrClaimExpired: the claim is ISSUED but its expire time has passed.
 	ErrClaimExpired = errors.New("store: claim expired")
 	// ErrBadPageToken: the page token was not produced by ListDocuments for
@@ -243,7 +246,9 @@ type DigestRecord struct {
 // ClaimRecord is one claim check. Claim.ClaimId (a decimal uint64) is the key;
 // Claim.Name is not stored (GetClaim leaves it empty; the bridge names it).
 // In a Batch it is an upsert; a claim id owned by another tenant fails the
-// batch with ErrConflict.
+// batch with ErrConflict. An upsert to CANCELLED changes the state only of
+// a stored claim that is still ISSUED: a redemption (or an expiry) that
+// committed first wins, and the stored state and redeem time stay.
 type ClaimRecord struct {
 	Tenant string
 	Claim  *gatewayv1.ClaimCheck
@@ -265,8 +270,8 @@ type ClaimChunk struct {
 
 // RedeemClaim is a conditional op: the claim must exist for Tenant, be
 // ISSUED, and expire after Now; it becomes REDEEMED with redeem_time = Now.
-// Otherwise the whole batch fails with ErrNotFound, ErrClaimRedeemed or
-// ErrClaimExpired. The claim after redemption is in CommitResult.Claim.
+// Otherwise the whole batch fails with ErrNotFound, ErrClaimRedeemed,
+// ErrClaimCancelled or ErrClaimExpired. The claim after redemption is in CommitResult.Claim.
 type RedeemClaim struct {
 	Tenant  string
 	ClaimID string

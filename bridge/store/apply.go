@@ -212,8 +212,8 @@ func (s *Store) applyClaim(ctx context.Context, c ClaimRecord) error {
 		(claim_id, tenant, doc_id, entity_id, scope_id, state, expire_time, create_time, redeem_time, chunk)
 		VALUES (?,?,?,?,?,?,?,?,?,?)
 		ON CONFLICT(claim_id) DO UPDATE SET doc_id=excluded.doc_id, entity_id=excluded.entity_id,
-		scope_id=excluded.scope_id, state=excluded.state, expire_time=excluded.expire_time,
-		create_time=excluded.create_time, redeem_time=excluded.redeem_time,
+		scope_id=excluded.scope_id, expire_time=excluded.expire_time, create_time=excluded.create_time,
+		`+ClaimStateUpsertSQL+`,
 		chunk=coalesce(excluded.chunk, claims.chunk)
 		WHERE claims.tenant = excluded.tenant`, x.GetClaimId(), c.Tenant, x.GetDocumentId(), x.GetEntityId(), x.GetScopeId(), int32(x.GetState()),
 		tsNanos(x.GetExpireTime()), tsNanos(x.GetCreateTime()), tsNanos(x.GetRedeemTime()), chunk)
@@ -239,6 +239,8 @@ func (s *Store) applyRedeem(ctx context.Context, rd *RedeemClaim) (*gatewayv1.Cl
 	case gatewayv1.ClaimCheck_ISSUED:
 	case gatewayv1.ClaimCheck_EXPIRED:
 		return nil, fmt.Errorf("%w: claim %s", ErrClaimExpired, rd.ClaimID)
+	case gatewayv1.ClaimCheck_CANCELLED:
+		return nil, fmt.Errorf("%w: claim %s", ErrClaimCancelled, rd.ClaimID)
 	default:
 		return nil, fmt.Errorf("%w: claim %s", ErrClaimRedeemed, rd.ClaimID)
 	}
@@ -291,3 +293,11 @@ func (s *Store) applyPayload(ctx context.Context, p PayloadRecord) error {
 	}
 	return nil
 }
+
+// ClaimStateUpsertSQL is the SET clause for state and redeem_time of a
+// claim upsert (ON CONFLICT ... DO UPDATE), shared by the backends: an
+// upsert to CANCELLED (4) leaves a stored claim that is no longer ISSUED (1)
+// as it is, so that a redemption committed first is never overwritten by
+// the cancellation of its document (ClaimRecord).
+const ClaimStateUpsertSQL = `state = CASE WHEN excluded.state = 4 AND claims.state <> 1 THEN claims.state ELSE excluded.state END,
+		redeem_time = CASE WHEN excluded.state = 4 AND claims.state <> 1 THEN claims.redeem_time ELSE excluded.redeem_time END`

@@ -8,7 +8,8 @@ import (
 
 const redeemHelp = `Redeem a claim check issued for a DEFERRED entity: the peer resumes the
 entity, exactly once. Prints the claim as JSON. A replayed claim fails with
-FailedPrecondition CLAIM_ALREADY_REDEEMED, an expired one with CLAIM_EXPIRED.
+FailedPrecondition CLAIM_ALREADY_REDEEMED, an expired one with CLAIM_EXPIRED,
+one whose document ended first (CANCELLED) with CLAIM_CANCELLED.
 
 Example:
   gateway redeem 1234567890123456789`

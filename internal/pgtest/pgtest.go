@@ -25,7 +25,7 @@
 //
 //	apt-get update && apt-get install -y postgresql
 //
-// .ci/run installs it on a fresh CI machine when initdb is missing.
+// .ci/setup.sh (run by .ci/test.sh) installs it when initdb is missing.
 //
 // PostgreSQL refuses to run as root. When the test runs as root, pgtest
 // chowns the cluster directory to the `postgres` user (created by the Debian

@@ -268,7 +268,8 @@ func TestGatewayCancel(t *testing.T) {
 func TestRunStopsOnCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- peer.Run(ctx, peer.Options{DataDir: t.TempDir(), Logger: testLogger(t)}) }()
+	opts := peer.Options{DataDir: t.TempDir(), Logger: testLogger(t)}
+	go func() { done <- peer.Run(ctx, opts) }()
 	time.Sleep(50 * time.Millisecond)
 	cancel()
 	select {

@@ -1,8 +1,10 @@
 package peer
 
 import (
+	"bytes"
 	"context"
 	"io"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -58,5 +60,50 @@ func TestChildBeyondMaxEntitiesPerScope(t *testing.T) {
 	defer sink.mu.Unlock()
 	if len(sink.statuses) != 1 || sink.statuses[0].EntityID != 13 || sink.statuses[0].Status != wire.StatusFailed {
 		t.Errorf("statuses reported: %v, want one FAILED for entity 13", sink.statuses)
+	}
+}
+
+// groupSubs keeps every byte in order, never splits a sub-entity, and
+// makes at most n groups, each but the last at least ceil(total/n) bytes.
+func TestGroupSubs(t *testing.T) {
+	cases := []struct {
+		subs []string
+		n    uint64
+	}{
+		{[]string{"a\n", "b\n", "c\n", "d\n", "e\n"}, 2},
+		{[]string{"a\n", "b\n", "c\n"}, 3},
+		{[]string{"a\n", "b\n", "c\n"}, 1},
+		{[]string{"long sentence here\n", "b\n", "c\n", "d\n"}, 3},
+		{[]string{"", "", ""}, 2},
+	}
+	for _, tc := range cases {
+		subs := make([][]byte, len(tc.subs))
+		total := 0
+		for i, s := range tc.subs {
+			subs[i] = []byte(s)
+			total += len(s)
+		}
+		got := groupSubs(subs, tc.n)
+		if uint64(len(got)) > tc.n || len(got) == 0 {
+			t.Errorf("%q into %d: %d groups", tc.subs, tc.n, len(got))
+		}
+		if j, w := string(bytes.Join(got, nil)), strings.Join(tc.subs, ""); j != w {
+			t.Errorf("%q into %d: joined %q, want %q", tc.subs, tc.n, j, w)
+		}
+		target := max(1, (total+int(tc.n)-1)/int(tc.n))
+		k := 0 // every group ends on a sub-entity boundary
+		for gi, g := range got {
+			rest := string(g)
+			for rest != "" && k < len(tc.subs) {
+				if !strings.HasPrefix(rest, tc.subs[k]) {
+					t.Fatalf("%q into %d: group %d %q splits sub-entity %q", tc.subs, tc.n, gi, g, tc.subs[k])
+				}
+				rest = rest[len(tc.subs[k]):]
+				k++
+			}
+			if gi < len(got)-1 && len(g) < target {
+				t.Errorf("%q into %d: group %d has %d bytes, want at least %d", tc.subs, tc.n, gi, len(g), target)
+			}
+		}
 	}
 }

@@ -176,14 +176,50 @@ func TestSentencesWithoutLayer1(t *testing.T) {
 	}
 }
 
-// Amplification: more sub-entities than the children-per-MB ratio allows
-// fail the entity instead of nesting.
-func TestSentencesAmplificationLimit(t *testing.T) {
+// Amplification: more sentences than the children-per-MB ratio allows
+// are grouped, whole and in order, into as many sub-entities as it allows
+// (issue 23 item 8): the entity nests and completes instead of failing.
+func TestSentencesAmplificationGroups(t *testing.T) {
 	srv := startPeer(t, peer.Options{Limits: quicpeerLimits(2)})
 	c := dial(t, srv, wire.FormatCBOR, nil)
-	id := c.sendWhole(t, "A. B. C. D.", map[string]string{peer.MetaProcessor: "sentences"}, nil)
-	c.rec.waitStatus(t, id, wire.StatusFailed)
-	if len(c.rec.digests) != 0 {
-		t.Fatal("scope digest sent for a rejected dehydration")
+	id := c.sendWhole(t, "A. B. C. D. E.", map[string]string{peer.MetaProcessor: "sentences"}, nil)
+	res := c.rec.waitResult(t, id)
+	c.rec.waitStatus(t, id, wire.StatusComplete)
+	if string(res.data) != "A.\nB.\nC.\nD.\nE.\n" {
+		t.Fatalf("result %q, want every sentence on its line in order", res.data)
+	}
+	c.rec.mu.Lock()
+	defer c.rec.mu.Unlock()
+	if len(c.rec.digests) != 1 || c.rec.digests[0].Processed != 2 || c.rec.digests[0].Succeeded != 2 {
+		t.Fatalf("digests %+v, want one scope of 2 sub-entities (2 children per MB)", c.rec.digests)
+	}
+}
+
+// A 1 MiB document of short sentences (about 100,000) with the default
+// limits: it nests into at most 1,000 sub-entities (the children-per-MB
+// ratio), each whole sentences of about 1 KiB, and its result is every
+// sentence on its own line. Before issue 23 it FAILED with
+// PIPESTREAM_ENTITY_TOO_LARGE.
+func TestSentencesScaleWithInput(t *testing.T) {
+	srv := startPeer(t, peer.Options{})
+	c := dial(t, srv, wire.FormatCBOR, nil)
+	var text, want strings.Builder
+	for i := 0; text.Len() < 1<<20-64; i++ {
+		fmt.Fprintf(&text, "Go %d. ", i%1000)
+		fmt.Fprintf(&want, "Go %d.\n", i%1000)
+	}
+	id := c.sendWhole(t, text.String(), map[string]string{peer.MetaProcessor: "sentences"}, nil)
+	res := c.rec.waitResult(t, id)
+	c.rec.waitStatus(t, id, wire.StatusComplete)
+	if string(res.data) != want.String() {
+		t.Fatalf("result: %d bytes, want %d (every sentence on its line, in order)", len(res.data), want.Len())
+	}
+	c.rec.mu.Lock()
+	defer c.rec.mu.Unlock()
+	if len(c.rec.digests) != 1 {
+		t.Fatalf("%d scope digests, want 1", len(c.rec.digests))
+	}
+	if n := c.rec.digests[0].Processed; n < 900 || n > 1000 {
+		t.Fatalf("the scope has %d sub-entities, want at most 1,000 (1,000 children per MB) and close to it", n)
 	}
 }

@@ -69,6 +69,11 @@ type Output struct {
 	// Dehydrate asks the peer to split the entity into these sub-entities
 	// in a new scope (docs/profile.md 6). The peer processes each as a leaf
 	// whose output is the bytes as given, then calls Rehydrate on them.
+	// More than the scope may hold (max-entities-per-scope, the
+	// children-per-MB ratio) fails the entity with
+	// PIPESTREAM_ENTITY_TOO_LARGE, unless the processor is a Concatenator:
+	// then consecutive sub-entities are joined, whole and in order, into as
+	// many as allowed.
 	Dehydrate [][]byte
 	Yield     *YieldRequest
 	Defer     *DeferRequest

@@ -432,9 +432,22 @@ func (g *engine) nested(e *entity, out *Output) (*Output, error) {
 	if depth > g.neg.maxDepth || depth > wire.MaxScopeDepth {
 		return nil, wire.Errorf(wire.CodeDepthExceeded, "entity %d: nesting at depth %d exceeds max-scope-depth %d", e.id, depth, g.neg.maxDepth)
 	}
-	if n := uint64(len(subs)); n > g.neg.maxPerScope || n > g.allowedChildren(uint64(len(e.payload))) || n >= uint64(wire.IDModulus) {
-		return nil, wire.Errorf(wire.CodeEntityTooLarge, "entity %d: %d sub-entities exceed max-entities-per-scope %d or %d children per MB",
-			e.id, n, g.neg.maxPerScope, g.lim.childrenPerMB)
+	allowed := min(g.neg.maxPerScope, g.allowedChildren(uint64(len(e.payload))), uint64(wire.IDModulus)-1)
+	if n := uint64(len(subs)); n > allowed {
+		if _, ok := e.proc.(Concatenator); !ok || allowed == 0 {
+			return nil, wire.Errorf(wire.CodeEntityTooLarge, "entity %d: %d sub-entities exceed max-entities-per-scope %d or %d children per MB",
+				e.id, n, g.neg.maxPerScope, g.lim.childrenPerMB)
+		}
+		// A Concatenator's result is its sub-entities' bytes in order:
+		// consecutive ones joined into one sub-entity give the same result,
+		// so the entity splits into at most allowed larger sub-entities
+		// instead of failing (docs/profile.md 6).
+		subs = groupSubs(subs, allowed)
+		leaves = leaves[:len(subs)]
+		for i, s := range subs {
+			leaves[i] = &Output{Data: s, ContentType: out.ContentType}
+		}
+		g.log.Debug("sub-entities grouped", "entity", e.id, "sub_entities", n, "groups", len(subs))
 	}
 	scope, ok := g.allocScope()
 	if !ok {
@@ -480,6 +493,30 @@ func (g *engine) nested(e *entity, out *Output) (*Output, error) {
 		return nil, errSessionGone
 	}
 	return merge()
+}
+
+// groupSubs joins consecutive sub-entities into at most n (n > 0), in
+// order, none split: each group but the last holds at least
+// ceil(total/n) bytes, so at most n groups are made.
+func groupSubs(subs [][]byte, n uint64) [][]byte {
+	total := 0
+	for _, s := range subs {
+		total += len(s)
+	}
+	target := max(1, (uint64(total)+n-1)/n)
+	out := make([][]byte, 0, min(n, uint64(len(subs))))
+	var cur []byte
+	for _, s := range subs {
+		cur = append(cur, s...)
+		if uint64(len(cur)) >= target {
+			out = append(out, cur)
+			cur = nil
+		}
+	}
+	if len(cur) > 0 || len(out) == 0 {
+		out = append(out, cur)
+	}
+	return out
 }
 
 // allocScope returns an unused peer scope ID (sequential from 1, profile 2).

@@ -372,7 +372,9 @@ func splitSentences(b []byte) (out []string, endsMid bool) {
 
 // Sentences is a Layer 1 splitter: it dehydrates text into one sub-entity
 // per sentence in a new scope (when Layer 1 is on and the depth budget
-// allows), and its result is one sentence per line. Without Layer 1, or when
+// allows; beyond the amplification limit the peer groups whole sentences
+// into larger sub-entities, docs/profile.md 6), and its result is one
+// sentence per line. Without Layer 1, or when
 // nesting deeper is not allowed, it returns the same text flat.
 type Sentences struct{}
 

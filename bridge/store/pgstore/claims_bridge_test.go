@@ -231,3 +231,41 @@ func TestClaimRedeemedThroughNonOwnerHasItsEvent(t *testing.T) {
 		t.Fatalf("owner stopped: %d #claim redeemed events after B took the document over, want exactly 1", n)
 	}
 }
+
+// A document cancelled through the replica that drives it takes its open
+// claim with it on PostgreSQL too (issue 23 item 6): the first read through
+// the other replica that shows the document CANCELLED shows the claim
+// CANCELLED (one transaction), and a redemption through either replica is
+// refused with ErrClaimCancelled.
+func TestClaimCancelledWithItsDocumentAcrossReplicas(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	p := startPeer(t)
+	stA, stB := openLease(t, dsn, "A"), openLease(t, dsn, "B")
+	a := newBridge(t, stA, p.Addr().String(), p.CertPEM())
+	b := newBridge(t, stB, p.Addr().String(), p.CertPEM())
+	ctx := context.Background()
+	docID, claim := submitDeferred(t, a, []byte("cancelled with its claim"))
+	if _, err := a.Cancel(ctx, "", docID); err != nil {
+		t.Fatalf("Cancel through A: %v", err)
+	}
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		d, err := b.GetDocument(ctx, "", docID, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.State == gatewayv1.State_CANCELLED {
+			if len(d.ClaimChecks) != 1 || d.ClaimChecks[0].State != gatewayv1.ClaimCheck_CANCELLED {
+				t.Fatalf("B's first read of the CANCELLED document shows its claims %v; want the claim CANCELLED in the same commit", d.ClaimChecks)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("document %s through B: %s, want CANCELLED", docID, d.State)
+		}
+	}
+	for name, via := range map[string]*bridge.Bridge{"A": a, "B": b} {
+		if _, err := via.Redeem(ctx, "", claim); !errors.Is(err, bridge.ErrClaimCancelled) {
+			t.Errorf("redeem the cancelled document's claim through %s: %v, want ErrClaimCancelled", name, err)
+		}
+	}
+}

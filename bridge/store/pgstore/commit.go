@@ -242,6 +242,8 @@ func applyRedeem(ctx context.Context, tx pgx.Tx, rd *store.RedeemClaim) (*gatewa
 		return nil, fmt.Errorf("pgstore: redeem claim %s: %w", rd.ClaimID, err)
 	case gatewayv1.ClaimCheck_ClaimState(state) == gatewayv1.ClaimCheck_EXPIRED:
 		return nil, fmt.Errorf("%w: claim %s", store.ErrClaimExpired, rd.ClaimID)
+	case gatewayv1.ClaimCheck_ClaimState(state) == gatewayv1.ClaimCheck_CANCELLED:
+		return nil, fmt.Errorf("%w: claim %s", store.ErrClaimCancelled, rd.ClaimID)
 	case gatewayv1.ClaimCheck_ClaimState(state) != gatewayv1.ClaimCheck_ISSUED:
 		return nil, fmt.Errorf("%w: claim %s", store.ErrClaimRedeemed, rd.ClaimID)
 	}

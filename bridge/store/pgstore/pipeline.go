@@ -38,8 +38,8 @@ const (
 		(claim_id, tenant, doc_id, entity_id, scope_id, state, expire_time, create_time, redeem_time, chunk)
 		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10)
 		ON CONFLICT (claim_id) DO UPDATE SET doc_id=excluded.doc_id, entity_id=excluded.entity_id,
-		scope_id=excluded.scope_id, state=excluded.state, expire_time=excluded.expire_time,
-		create_time=excluded.create_time, redeem_time=excluded.redeem_time,
+		scope_id=excluded.scope_id, expire_time=excluded.expire_time, create_time=excluded.create_time,
+		` + store.ClaimStateUpsertSQL + `,
 		chunk=coalesce(excluded.chunk, claims.chunk)
 		WHERE claims.tenant = excluded.tenant`
 	upsertPayloadSQL = `INSERT INTO payloads (doc_id, kind, body) VALUES ($1,$2,$3)

@@ -106,6 +106,55 @@ func testClaimErrors(t *testing.T, b Backend) {
 	}
 }
 
+// testClaimsCancelled: a document that ends cancels its open claims in the
+// transaction of its own update (one batch: the document, the claims, the
+// events); a CANCELLED claim refuses redemption with ErrClaimCancelled; and
+// a cancellation never overwrites a claim redeemed (or expired) first.
+func testClaimsCancelled(t *testing.T, b Backend) {
+	s, _ := open(t, b)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	mustCommit(t, s, &store.Batch{Create: newDoc("t", "d1", base), Claims: []store.ClaimRecord{
+		issued("t", "d1", "11", now.Add(time.Hour)), issued("t", "d1", "12", now.Add(time.Hour)), issued("t", "d1", "13", now.Add(time.Hour))}})
+	redeemed := mustCommit(t, s, &store.Batch{Redeem: &store.RedeemClaim{Tenant: "t", ClaimID: "12", Now: now}}).Claim
+	expired := issued("t", "d1", "13", now.Add(time.Hour))
+	expired.Claim.State = gatewayv1.ClaimCheck_EXPIRED
+	mustCommit(t, s, &store.Batch{Claims: []store.ClaimRecord{expired}})
+
+	// The document's end: its update, every claim it knew as ISSUED moved
+	// to CANCELLED (12 and 13 are stale in the caller's view), one event.
+	doc := newDoc("t", "d1", base)
+	doc.Doc.State, doc.Doc.Rev = gatewayv1.State_CANCELLED, 2
+	var cancels []store.ClaimRecord
+	for _, id := range []string{"11", "12", "13"} {
+		c := issued("t", "d1", id, now.Add(time.Hour))
+		c.Claim.State = gatewayv1.ClaimCheck_CANCELLED
+		cancels = append(cancels, c)
+	}
+	mustCommit(t, s, &store.Batch{Updates: []store.DocumentUpdate{{Record: doc, PrevRev: 1}}, Claims: cancels,
+		Events: []store.EventAppend{{Tenant: "t", Event: newEvent("#claim", "d1", 2)}}})
+	want := map[string]gatewayv1.ClaimCheck_ClaimState{"11": gatewayv1.ClaimCheck_CANCELLED,
+		"12": gatewayv1.ClaimCheck_REDEEMED, "13": gatewayv1.ClaimCheck_EXPIRED}
+	for id, st := range want {
+		c, err := s.GetClaim(ctx, "t", id)
+		if err != nil || c.Claim.GetState() != st {
+			t.Fatalf("claim %s after its document's cancellation: %v, %v; want %v", id, c, err, st)
+		}
+	}
+	if c, _ := s.GetClaim(ctx, "t", "12"); !c.Claim.GetRedeemTime().AsTime().Equal(redeemed.GetRedeemTime().AsTime()) {
+		t.Fatalf("the cancellation changed the redeem time of claim 12: %v, want %v", c.Claim.GetRedeemTime(), redeemed.GetRedeemTime())
+	}
+	_, err := s.Commit(ctx, &store.Batch{Redeem: &store.RedeemClaim{Tenant: "t", ClaimID: "11", Now: now},
+		Events: []store.EventAppend{{Tenant: "t", Event: newEvent("#claim", "d1", 3)}}})
+	wantErr(t, "redeeming a cancelled claim", err, store.ErrClaimCancelled)
+	if s.LastSeq() != 1 {
+		t.Fatalf("the refused redemption appended an event: LastSeq %d, want 1", s.LastSeq())
+	}
+	if exp, err := s.ListIssuedClaims(ctx, now.Add(2*time.Hour)); err != nil || len(exp) != 0 {
+		t.Fatalf("ListIssuedClaims after the cancellation = %v, %v; want none", exp, err)
+	}
+}
+
 // testIdempotency: a create repeating (tenant, request id) with the same
 // body hash applies nothing and names the first document; with another hash
 // it is ErrConflict; concurrent repeats create one document.

@@ -81,6 +81,7 @@ func Run(t *testing.T, b Backend) {
 		{"Retention", testRetention},
 		{"ClaimsRedeemedOnce", testClaimsRedeemedOnce},
 		{"ClaimErrors", testClaimErrors},
+		{"ClaimsCancelled", testClaimsCancelled},
 		{"Idempotency", testIdempotency},
 		{"InlinePayloads", testInlinePayloads},
 		{"StreamedPayloads", testStreamedPayloads},

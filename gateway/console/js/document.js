@@ -31,9 +31,8 @@ export function documentView(id, { setLive }) {
     head,
     failure,
     h('div.panel', h('div.panel-head', h('h2', 'Entities'), h('span.muted', 'live from #status events')), summary, tree.viewport, digests),
-    h('div.cols',
-      h('div.panel', h('div.panel-head', h('h2', 'Claim checks')), claims),
-      h('div.panel', h('div.panel-head', h('h2', 'Result')), result)),
+    h('div.panel', h('div.panel-head', h('h2', 'Claim checks')), claims),
+    h('div.panel', h('div.panel-head', h('h2', 'Result')), result),
     h('div.panel', h('div.panel-head', h('h2', 'Timeline'), h('label.inline', showStatus, ' entity statuses')), timelineList, timelineNote));
   showStatus.addEventListener('change', () => renderTimeline());
 
@@ -116,13 +115,25 @@ export function documentView(id, { setLive }) {
   }
 
   function renderClaims() {
-    const list = doc.claimChecks || [];
+    const list = [...(doc.claimChecks || [])].sort((a, b) => (a.scopeId || 0) - (b.scopeId || 0) || a.entityId - b.entityId || a.claimId.localeCompare(b.claimId));
     if (!list.length) {
       clear(claims, h('p.muted', 'No claim checks: none of this document\'s entities was DEFERRED.'));
       return;
     }
-    clear(claims, h('table.list', h('thead', h('tr', ['Claim', 'Entity', 'State', 'Expires', ''].map((t) => h('th', t)))),
+    clear(claims, h('table.list.claims-table', h('thead', h('tr', ['Claim', 'Entity', 'State', 'Expires', ''].map((t) => h('th', t)))),
       h('tbody', list.map(claimRow))));
+  }
+
+  // notRedeemable says why claim c cannot be redeemed now ('' when it can):
+  // only an ISSUED claim of a running document, before its expiry.
+  function notRedeemable(c) {
+    if (c.state === 'CANCELLED') return 'Cancelled: the document ended before the claim was redeemed.';
+    if (c.state === 'EXPIRED') return 'Expired: the claim can no longer be redeemed.';
+    if (c.state === 'REDEEMED') return 'Redeemed' + (c.redeemTime ? ' at ' + time(c.redeemTime) : '') + '.';
+    if (c.state !== 'ISSUED') return '';
+    if (TERMINAL.has(doc.state)) return 'The document is ' + doc.state.toLowerCase().replace(/_/g, ' ') + ': nothing waits for this claim.';
+    if (c.expireTime && new Date(c.expireTime) <= new Date()) return 'Expired: the claim can no longer be redeemed.';
+    return '';
   }
 
   function claimRow(c) {
@@ -137,7 +148,16 @@ export function documentView(id, { setLive }) {
       const o = outcomes.get(c.claimId);
       show(o.cls, o.result, o.text);
     }
-    const btn = h('button.primary', { type: 'button', disabled: c.state !== 'ISSUED', dataset: { testid: 'redeem', claim: c.claimId } }, 'Redeem');
+    const cells = [h('td.mono', c.claimId), h('td', 'entity ' + c.entityId + ' · scope ' + (c.scopeId || 0)),
+      h('td', chip(c.state)), h('td.muted', time(c.expireTime))];
+    // Redeem is offered only for a claim that can be redeemed; otherwise
+    // the row says why (or keeps this page's last outcome for it).
+    const why = notRedeemable(c);
+    if (why) {
+      return h('tr', { dataset: { claim: c.claimId, state: c.state } }, cells,
+        h('td', outcomes.has(c.claimId) ? outcome : h('span.muted', { dataset: { testid: 'claim-note' } }, why)));
+    }
+    const btn = h('button.primary', { type: 'button', dataset: { testid: 'redeem', claim: c.claimId } }, 'Redeem');
     btn.addEventListener('click', async () => {
       btn.disabled = true;
       show('', 'PENDING', 'redeeming…');
@@ -147,12 +167,11 @@ export function documentView(id, { setLive }) {
         schedule();
       } catch (e) {
         show('error', e.reason || 'ERROR', e.reason === 'CLAIM_ALREADY_REDEEMED' ? 'Already redeemed: a claim resumes its entity exactly once.'
-          : e.reason === 'CLAIM_EXPIRED' ? 'Expired: the claim can no longer be redeemed.' : explain(e));
+          : e.reason === 'CLAIM_EXPIRED' ? 'Expired: the claim can no longer be redeemed.'
+            : e.reason === 'CLAIM_CANCELLED' ? 'Cancelled: the document ended before the claim was redeemed.' : explain(e));
       }
     });
-    return h('tr', { dataset: { claim: c.claimId, state: c.state } },
-      h('td.mono', c.claimId), h('td', 'entity ' + c.entityId + ' · scope ' + (c.scopeId || 0)),
-      h('td', chip(c.state)), h('td.muted', time(c.expireTime)), h('td', btn, ' ', outcome));
+    return h('tr', { dataset: { claim: c.claimId, state: c.state } }, cells, h('td', btn, ' ', outcome));
   }
 
   function renderResult() {

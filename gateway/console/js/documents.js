@@ -1,24 +1,36 @@
-// Documents: the tenant's documents with live states, a state filter and
-// pages; a form that submits text or uploads a file.
+// Documents: the tenant's documents with live states, a state filter,
+// search by name or id, and pages; a form that submits text or uploads a
+// file.
 import { api, EventStream, explain, upload } from './api.js';
 import { bytes, chip, clear, DOC_STATES, h, num, throttle, time } from './util.js';
 
 const PAGE_SIZES = [10, 20, 50, 100];
+// Search reads the newest documents in pages of SEARCH_PAGE_SIZE (the
+// API's largest), at most SEARCH_PAGES of them, and shows the first
+// SEARCH_SHOWN matches; an exact document id is always found.
+const SEARCH_PAGE_SIZE = 1000;
+const SEARCH_PAGES = 10;
+const SEARCH_SHOWN = 100;
 
 export function documentsView({ setLive }) {
   const state = {
     filter: sessionStorage.getItem('pipestream.console.filter') || '',
     size: Number(sessionStorage.getItem('pipestream.console.pagesize')) || 20,
     tokens: [''], page: 0, rows: new Map(),
+    query: sessionStorage.getItem('pipestream.console.search') || '',
   };
   const tbody = h('tbody');
   const status = h('p.muted.list-status', { dataset: { testid: 'list-status' } });
   const prev = h('button', { id: 'page-newer', type: 'button', disabled: true, on: { click: () => go(state.page - 1) } }, '← Newer');
   const next = h('button', { id: 'page-older', type: 'button', disabled: true, on: { click: () => go(state.page + 1) } }, 'Older →');
   const pageNo = h('span.muted', { dataset: { testid: 'page' } });
+  const pager = h('div.pager', prev, pageNo, next);
   const filter = h('select', { id: 'state-filter', on: { change: () => { state.filter = filter.value; sessionStorage.setItem('pipestream.console.filter', state.filter); state.tokens = ['']; go(0); } } },
     h('option', { value: '' }, 'all states'),
     DOC_STATES.map((s) => h('option', { value: s, selected: s === state.filter }, s.replace(/_/g, ' ').toLowerCase())));
+
+  const search = h('input', { id: 'doc-search', type: 'search', placeholder: 'name or id', value: state.query, autocomplete: 'off',
+    on: { input: () => { state.query = search.value.trim(); sessionStorage.setItem('pipestream.console.search', state.query); searchSoon(); } } });
 
   const size = h('select', { id: 'page-size', on: { change: () => { state.size = Number(size.value); sessionStorage.setItem('pipestream.console.pagesize', size.value); state.tokens = ['']; go(0); } } },
     PAGE_SIZES.map((n) => h('option', { value: String(n), selected: n === state.size }, String(n))));
@@ -26,6 +38,7 @@ export function documentsView({ setLive }) {
   let loading = null;
   let target = 0; // the page shown, or being loaded: a live reload must not undo a click on Older/Newer
   async function go(page) {
+    if (state.query) return find(state.query);
     if (loading) loading.abort();
     target = page;
     loading = new AbortController();
@@ -45,12 +58,69 @@ export function documentsView({ setLive }) {
     }
   }
   const reload = throttle(() => go(target), 500);
+  const searchSoon = throttle(() => { state.tokens = ['']; go(0); }, 250);
+  // Live updates re-run a search at most every 2 s: it reads up to
+  // SEARCH_PAGES pages.
+  const research = throttle(() => { if (state.query) find(state.query); }, 2000);
+
+  // find lists the documents whose display name or id contains q (case
+  // insensitive), in the state filter, newest first: the document with id
+  // q itself, then matches among the newest SEARCH_PAGES pages.
+  async function find(q) {
+    if (loading) loading.abort();
+    loading = new AbortController();
+    const signal = loading.signal;
+    const needle = q.toLowerCase();
+    const matches = new Map();
+    let scanned = 0;
+    let more = false;
+    try {
+      try {
+        const d = await api('/v1/documents/' + encodeURIComponent(q), { signal });
+        if (!state.filter || d.state === state.filter) matches.set(d.id, d);
+      } catch (e) {
+        if (e.name === 'AbortError') throw e;
+        if (e.status !== 404 && e.status !== 400) throw e; // not an id
+      }
+      let token = '';
+      for (let page = 0; page < SEARCH_PAGES && matches.size < SEARCH_SHOWN; page++) {
+        const p = new URLSearchParams({ pageSize: SEARCH_PAGE_SIZE });
+        if (token) p.set('pageToken', token);
+        if (state.filter) p.set('state', state.filter);
+        const resp = await api('/v1/documents?' + p, { signal });
+        for (const d of resp.documents || []) {
+          scanned++;
+          if ((d.displayName || '').toLowerCase().includes(needle) || d.id.toLowerCase().includes(needle)) matches.set(d.id, d);
+        }
+        token = resp.nextPageToken || '';
+        if (!token) break;
+      }
+      more = !!token;
+    } catch (e) {
+      if (e.name === 'AbortError') return;
+      clear(tbody);
+      status.className = 'error list-status';
+      status.textContent = explain(e);
+      return;
+    }
+    const docs = [...matches.values()].slice(0, SEARCH_SHOWN);
+    render(docs);
+    pager.hidden = true; // matches are one list
+    status.dataset.matches = String(docs.length);
+    status.textContent = (docs.length ? num(docs.length) + (docs.length === 1 ? ' document matches' : ' documents match') : 'No document matches')
+      + ' "' + q + '"' + (state.filter ? ' in state ' + state.filter.toLowerCase().replace(/_/g, ' ') : '')
+      + (more ? ' among the newest ' + num(scanned) + ' (search reads at most ' + num(SEARCH_PAGES * SEARCH_PAGE_SIZE) + '; an exact id is always found)' : '')
+      + (matches.size >= SEARCH_SHOWN ? '; the first ' + num(SEARCH_SHOWN) + ' are shown, type more to narrow it' : '')
+      + '.';
+  }
 
   function render(docs) {
     state.rows.clear();
+    delete status.dataset.matches;
     clear(tbody, docs.map(row));
     status.className = 'muted list-status';
     status.textContent = docs.length ? '' : (state.filter ? 'No documents in this state.' : 'No documents yet: submit one below.');
+    pager.hidden = false;
     prev.disabled = state.page === 0;
     next.disabled = !state.tokens[state.page + 1];
     pageNo.textContent = 'page ' + (state.page + 1);
@@ -75,6 +145,7 @@ export function documentsView({ setLive }) {
   const stream = new EventStream({
     kinds: ['#document'],
     onEvent: (kind, ev) => {
+      if (state.query) { research(); return; }
       const r = state.rows.get(ev.documentId);
       if (r && ev.state && (!state.filter || state.filter === ev.state)) {
         r.tr.dataset.state = ev.state;
@@ -92,15 +163,15 @@ export function documentsView({ setLive }) {
 
   const el = h('section.documents',
     h('div.panel',
-      h('div.panel-head', h('h2', 'Documents'), h('div.inline', h('label.inline', 'State ', filter), h('label.inline', 'Per page ', size))),
+      h('div.panel-head', h('h2', 'Documents'), h('div.inline', h('label.inline', 'Search ', search), h('label.inline', 'State ', filter), h('label.inline', 'Per page ', size))),
       h('table.list', { dataset: { testid: 'documents' } },
         h('thead', h('tr', ['Document', 'State', 'Size', 'Entities done', 'Processor', 'Created'].map((t) => h('th', t)))),
         tbody),
       status,
-      h('div.pager', prev, pageNo, next)),
+      pager),
     submitForm());
   go(0);
-  return { el, title: 'Documents', dispose: () => { stream.close(); reload.cancel(); if (loading) loading.abort(); } };
+  return { el, title: 'Documents', dispose: () => { stream.close(); reload.cancel(); searchSoon.cancel(); research.cancel(); if (loading) loading.abort(); } };
 }
 
 function field(label, input, hint) {

@@ -4,6 +4,10 @@ import { clear, gauge, h, num } from './util.js';
 import { fetchMetrics, sum } from './metrics.js';
 
 const REFRESH_MS = 3000;
+// UNBOUNDED_WINDOW: a window this large (draft-02's largest, 2^31, less the
+// two IDs a peer never hands out) limits nothing in practice: it is shown
+// as "unbounded", not as a gauge that never moves.
+const UNBOUNDED_WINDOW = 2 ** 31 - 2;
 
 export function peersView() {
   const health = h('div.health', { dataset: { testid: 'health' } });
@@ -61,7 +65,7 @@ export function peersView() {
           h('td', h('span.chip.st-peer-' + (p.state || 'unknown'), p.state || 'unknown')),
           h('td', framingText(p)),
           h('td', p.profile === undefined ? '—' : p.profile ? 'yes' : 'no'),
-          h('td.wide', win ? gauge('', inFlight, win, num(inFlight) + ' / ' + num(win) + ' in flight') : num(inFlight) + ' in flight'),
+          h('td.wide', { dataset: { testid: 'window-use' } }, windowUse(inFlight, win)),
           h('td', lastErrorCell(p)));
       }))));
   }
@@ -71,6 +75,14 @@ export function peersView() {
     h('div.panel', h('div.panel-head', h('h2', 'Peers'), h('button', { type: 'button', on: { click: refresh } }, 'Refresh')), table));
   refresh();
   return { el, title: 'Peers', dispose: () => { stopped = true; clearTimeout(timer); } };
+}
+
+// windowUse shows in-flight entities against the peer's window: a gauge,
+// or the count alone when the window is unknown (0) or unbounded.
+function windowUse(inFlight, win) {
+  if (win >= UNBOUNDED_WINDOW) return h('span', num(inFlight) + ' in flight · window unbounded');
+  if (!win) return num(inFlight) + ' in flight';
+  return gauge('', inFlight, win, num(inFlight) + ' / ' + num(win) + ' in flight');
 }
 
 // framingText: the framing in use, and the one that last carried work

@@ -388,7 +388,7 @@ var errorDocs = map[string]map[string]string{
 	"DocumentService_GetDocumentResult": {"404": "NotFound: no such document for this tenant.", "400": "FailedPrecondition: the document has no result yet."},
 	"DocumentService_CancelDocument":    {"404": "NotFound: no such document for this tenant.", "400": "FailedPrecondition: the document is already terminal."},
 	"DocumentService_GetClaimCheck":     {"404": "NotFound: no such claim for this tenant."},
-	"DocumentService_RedeemClaimCheck":  {"404": "NotFound: no such claim for this tenant.", "400": "FailedPrecondition: reason CLAIM_ALREADY_REDEEMED or CLAIM_EXPIRED."},
+	"DocumentService_RedeemClaimCheck":  {"404": "NotFound: no such claim for this tenant.", "400": "FailedPrecondition: reason CLAIM_ALREADY_REDEEMED, CLAIM_EXPIRED or CLAIM_CANCELLED (the claim's document ended first)."},
 	"EventService_SubscribeEvents":      {"400": "OutOfRange: FutureCursor (cursor beyond the latest seq); InvalidArgument: a bad kind, cursor, waitSeconds, pageSize or Last-Event-ID."},
 }
 

@@ -353,6 +353,10 @@ const (
 	ClaimCheck_ISSUED                  ClaimCheck_ClaimState = 1
 	ClaimCheck_REDEEMED                ClaimCheck_ClaimState = 2
 	ClaimCheck_EXPIRED                 ClaimCheck_ClaimState = 3
+	// The claim's document ended (cancelled, failed or finished) while the
+	// claim was ISSUED: nothing waits for the deferred entity any more, so
+	// the claim can no longer be redeemed.
+	ClaimCheck_CANCELLED ClaimCheck_ClaimState = 4
 )
 
 // Enum value maps for ClaimCheck_ClaimState.
@@ -362,12 +366,14 @@ var (
 		1: "ISSUED",
 		2: "REDEEMED",
 		3: "EXPIRED",
+		4: "CANCELLED",
 	}
 	ClaimCheck_ClaimState_value = map[string]int32{
 		"CLAIM_STATE_UNSPECIFIED": 0,
 		"ISSUED":                  1,
 		"REDEEMED":                2,
 		"EXPIRED":                 3,
+		"CANCELLED":               4,
 	}
 )
 
@@ -2008,7 +2014,8 @@ type Event struct {
 	EntityStatus EntityStatus `protobuf:"varint,9,opt,name=entity_status,json=entityStatus,proto3,enum=pipestream.gateway.v1.EntityStatus" json:"entity_status,omitempty"`
 	// #document: the new document state.
 	State State `protobuf:"varint,10,opt,name=state,proto3,enum=pipestream.gateway.v1.State" json:"state,omitempty"`
-	// #claim: the claim and what happened ("issued", "redeemed", "expired").
+	// #claim: the claim and what happened ("issued", "redeemed", "expired",
+	// "rejected" by the peer, "cancelled" with its document).
 	ClaimId     string `protobuf:"bytes,11,opt,name=claim_id,json=claimId,proto3" json:"claim_id,omitempty"`
 	ClaimAction string `protobuf:"bytes,12,opt,name=claim_action,json=claimAction,proto3" json:"claim_action,omitempty"`
 	// #info: name ("OutdatedCursor") and message.
@@ -2742,7 +2749,7 @@ const file_pipestream_gateway_v1_gateway_proto_rawDesc = "" +
 	"\x11entities_deferred\x18\x05 \x01(\x04R\x10entitiesDeferred\x12\x1f\n" +
 	"\vmerkle_root\x18\x06 \x01(\tR\n" +
 	"merkleRoot\x12\x1a\n" +
-	"\bverified\x18\a \x01(\bR\bverified\"\xcb\x05\n" +
+	"\bverified\x18\a \x01(\bR\bverified\"\xda\x05\n" +
 	"\n" +
 	"ClaimCheck\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
@@ -2757,14 +2764,15 @@ const file_pipestream_gateway_v1_gateway_proto_rawDesc = "" +
 	"\vcreate_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vredeem_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"redeemTime\"P\n" +
+	"redeemTime\"_\n" +
 	"\n" +
 	"ClaimState\x12\x1b\n" +
 	"\x17CLAIM_STATE_UNSPECIFIED\x10\x00\x12\n" +
 	"\n" +
 	"\x06ISSUED\x10\x01\x12\f\n" +
 	"\bREDEEMED\x10\x02\x12\v\n" +
-	"\aEXPIRED\x10\x03:\xe7\x01\x92A\xe3\x012\xe0\x01{\"name\": \"claims/1311768467294899695\", \"claimId\": \"1311768467294899695\", \"documentId\": \"d-7f3a9c2e\", \"entityId\": 4, \"scopeId\": 0, \"state\": \"ISSUED\", \"expireTime\": \"2026-01-16T10:00:00Z\", \"createTime\": \"2026-01-15T10:00:03Z\"}\"\x8d\r\n" +
+	"\aEXPIRED\x10\x03\x12\r\n" +
+	"\tCANCELLED\x10\x04:\xe7\x01\x92A\xe3\x012\xe0\x01{\"name\": \"claims/1311768467294899695\", \"claimId\": \"1311768467294899695\", \"documentId\": \"d-7f3a9c2e\", \"entityId\": 4, \"scopeId\": 0, \"state\": \"ISSUED\", \"expireTime\": \"2026-01-16T10:00:00Z\", \"createTime\": \"2026-01-15T10:00:03Z\"}\"\x8d\r\n" +
 	"\bDocument\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x13\n" +
 	"\x02id\x18\x02 \x01(\tB\x03\xe0A\x03R\x02id\x122\n" +
