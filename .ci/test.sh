@@ -146,9 +146,9 @@ fuzz_all() {
 # other three (browser; replicas and peers, with the torture test's
 # -torture.duration of rounds, 75 s by default; the rest) run beside each
 # other and the full-size pass.
-E2E_QUIET='TestHostile|TestLoad|TestHTTPAdversary'
+E2E_QUIET='TestHostile|TestLoad|TestHTTPAdversary|TestFairness'
 E2E_BROWSER='TestConsole|TestDocsRender|TestGeneratedClient|TestBrowser|TestCrashSafety'
-E2E_SCALE='TestScaleOut|TestReadmeScaleOut|TestManyPeers|TestTorture'
+E2E_SCALE='TestScaleOut|TestReadmeScaleOut|TestManyPeers|TestHistory|TestCancelReadYourWrites|TestTorture'
 e2e() { go test -count=1 -timeout 30m "$@" ./e2e/; }
 
 # Static gates (issue 21): staticcheck with zero findings, and no function

@@ -87,6 +87,11 @@ type EventLog interface {
 	Subscribe(ctx context.Context, t Tenant, clientKey string, cursor *uint64, filter EventFilter, send func(*gatewayv1.Event) error) error
 	Window(ctx context.Context) (*gatewayv1.EventWindow, error)
 	Snapshot(ctx context.Context, t Tenant) (*gatewayv1.Snapshot, error)
+	// StreamSnapshot sends t's documents in chunks of at most pageSize
+	// (0: DefaultSnapshotPage) with the seq they are all consistent with
+	// (one store read transaction), then a final chunk with Last and
+	// TotalDocuments. Memory is one chunk whatever the store's size.
+	StreamSnapshot(ctx context.Context, t Tenant, pageSize int, send func(*gatewayv1.SnapshotChunk) error) error
 }
 
 // WithStartHook returns a context for EventLog.Subscribe and Service.Watch
@@ -185,6 +190,11 @@ type Options struct {
 	// PeerWait bounds how long a document may wait for a peer session
 	// before it fails (default 5 minutes).
 	PeerWait time.Duration
+	// PeerIdleTimeout: a peer session that hears nothing from the peer,
+	// not even ACKs of the QUIC PINGs sent every third of it, for this
+	// long has lost its peer; its documents are re-dispatched (default
+	// quicpeer.DefaultIdleTimeout, 3 s; --peer-idle-timeout).
+	PeerIdleTimeout time.Duration
 	// PeerDraft04Conns bounds the connections open at once to one draft-04
 	// peer (one document per connection, the reference conversation;
 	// default 4, --peer-draft04-conns). A peer that serves one connection at

@@ -140,9 +140,9 @@ func TestPipelinedUploadRevsContiguous(t *testing.T) {
 	if len(evs) < 3 || evs[0].Kind != "#document" || evs[0].Since != 0 {
 		t.Fatalf("first events %v: want the #document creation with since 0", evs[:min(len(evs), 3)])
 	}
-	for i := 1; i < len(evs); i++ {
-		if evs[i].Since != evs[i-1].Rev || evs[i].Rev != evs[i].Since+1 {
-			t.Fatalf("event %d (%s rev %d since %d) after rev %d: revisions not contiguous", i, evs[i].Kind, evs[i].Rev, evs[i].Since, evs[i-1].Rev)
+	for i, p := range chained(t, evs) {
+		if i > 0 && (p[1].Since != p[0].Rev || p[1].Rev != p[1].Since+1) {
+			t.Fatalf("%s rev %d since %d after rev %d: revisions not contiguous", p[1].Kind, p[1].Rev, p[1].Since, p[0].Rev)
 		}
 	}
 }

@@ -4,6 +4,9 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/pipestream/gateway/quicpeer"
+	"github.com/pipestream/gateway/quicpeer/wire"
 )
 
 // The backoff after a failed dial or a session that ended at once
@@ -40,4 +43,28 @@ func TestBackoffDoublesWithJitterToCap(t *testing.T) {
 		}
 		t.Logf("%d dials in the first 10 s of failures", dials)
 	})
+}
+
+// A session that ended at once switches an auto peer's framing only when
+// the peer closed it with an error code and is not this project's peer
+// (which answers in the client's framing); a clean close keeps it.
+func TestFramingSuspect(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		profile bool
+		err     error
+		want    bool
+	}{
+		{"draft-04 peer reading a draft-02 STATUS", false, &quicpeer.CloseError{Code: wire.CodeEntityTooLarge, Remote: true}, true},
+		{"frame error", false, &quicpeer.CloseError{Code: wire.CodeFrameError, Remote: true}, true},
+		{"clean close", false, &quicpeer.CloseError{Code: wire.CodeNoError, Remote: true}, false},
+		{"closed locally", false, &quicpeer.CloseError{Code: wire.CodeFrameError}, false},
+		{"no error", false, nil, false},
+		{"this project's peer", true, &quicpeer.CloseError{Code: wire.CodeFrameError, Remote: true}, false},
+	} {
+		ss := &sessState{n: quicpeer.Negotiated{Profile: tc.profile}}
+		if got := framingSuspect(ss, tc.err); got != tc.want {
+			t.Errorf("%s: framingSuspect = %v, want %v", tc.name, got, tc.want)
+		}
+	}
 }

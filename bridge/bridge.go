@@ -12,6 +12,7 @@ import (
 
 	"github.com/pipestream/gateway/bridge/eventlog"
 	"github.com/pipestream/gateway/bridge/store"
+	"github.com/pipestream/gateway/quicpeer"
 )
 
 // Bridge implements Service over one or several PipeStream peers.
@@ -32,6 +33,10 @@ type Bridge struct {
 	holdTimer *time.Timer   // wakes the flusher for held documents (guarded by mu)
 	holdAt    time.Time
 	flushWG   sync.WaitGroup
+	// flushed is closed and replaced after every flush (guarded by mu):
+	// callers that answer only once a change is durable wait on it
+	// (waitDurable).
+	flushed chan struct{}
 
 	mu       sync.Mutex
 	closing  bool
@@ -84,7 +89,7 @@ func New(ctx context.Context, opts Options) (*Bridge, error) {
 	b := &Bridge{
 		opts: opts, log: opts.Logger, st: st, ev: ev, m: m, peers: peers,
 		ctx: bctx, cancel: cancel,
-		kickCh: make(chan struct{}, 1), flushCh: make(chan struct{}, 1), flushStop: make(chan struct{}),
+		kickCh: make(chan struct{}, 1), flushCh: make(chan struct{}, 1), flushStop: make(chan struct{}), flushed: make(chan struct{}),
 		docs: map[string]*docRun{}, sessions: map[*sessState]struct{}{},
 	}
 	b.flushWG.Add(1)
@@ -147,6 +152,12 @@ func (o *Options) fill() error {
 	}
 	if o.PeerWait == 0 {
 		o.PeerWait = defaultPeerWait
+	}
+	if o.PeerIdleTimeout < 0 {
+		return invalidf("Options.PeerIdleTimeout must not be negative")
+	}
+	if o.PeerIdleTimeout == 0 {
+		o.PeerIdleTimeout = quicpeer.DefaultIdleTimeout
 	}
 	if o.PeerDraft04Conns < 0 || o.PeerDraft04Conns > maxDraft04Conns {
 		return invalidf("Options.PeerDraft04Conns %d: use 1 to %d (0: the default %d)", o.PeerDraft04Conns, maxDraft04Conns, defaultDraft04Conns)

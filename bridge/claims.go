@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/pipestream/gateway/bridge/store"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
@@ -84,7 +85,9 @@ func (b *Bridge) Redeem(ctx context.Context, t Tenant, claimID string) (*gateway
 	if err != nil {
 		return nil, b.settledRefusal(ctx, t, claimID, err)
 	}
-	commit := func(ctx context.Context) (*gatewayv1.ClaimCheck, error) { return b.commitRedeem(ctx, t, claimID, now) }
+	commit := func(ctx context.Context, msg string) (*gatewayv1.ClaimCheck, error) {
+		return b.commitRedeem(ctx, t, rec.Claim.DocumentId, rec.Claim, now, msg)
+	}
 	if running {
 		return b.redeemRun(ctx, d, claimID, "", commit)
 	}
@@ -103,11 +106,11 @@ func (b *Bridge) settledRefusal(ctx context.Context, t Tenant, claimID string, r
 	return refusal
 }
 
-// redeemCommit makes a redemption durable and returns the claim as
-// stored: commitRedeem for a redemption through this gateway, a read of
-// the committed claim for one another replica committed
-// (remoteclaims.go).
-type redeemCommit func(ctx context.Context) (*gatewayv1.ClaimCheck, error)
+// redeemCommit makes a redemption durable, with its #claim redeemed event
+// (msg says how), and returns the claim as stored: commitRedeem for a
+// redemption through this gateway, a read of the committed claim for one
+// another replica committed with its event (remoteclaims.go).
+type redeemCommit func(ctx context.Context, msg string) (*gatewayv1.ClaimCheck, error)
 
 // claimToRedeemLocked finds the running document of claim claimID and the
 // claim there, or says why it cannot be redeemed. Caller holds mu.
@@ -164,9 +167,9 @@ func (b *Bridge) issuerGoneLocked(d *docRun, cr *claimRun, claimID string) error
 func (b *Bridge) redeemEarlier(ctx context.Context, d *docRun, cr *claimRun, claimID string, commit redeemCommit) (*gatewayv1.ClaimCheck, error) {
 	b.mu.Lock()
 	cur := d.currentClaimLocked(cr.slot, claimID)
-	from := cr.att.gen
+	msg := fmt.Sprintf("issued to dispatch attempt %d; resumes the entity of attempt %d", cr.att.gen, d.att.gen)
 	b.mu.Unlock()
-	stored, err := commit(ctx)
+	stored, err := commit(ctx, msg)
 	if err != nil {
 		return nil, err
 	}
@@ -177,10 +180,8 @@ func (b *Bridge) redeemEarlier(ctx context.Context, d *docRun, cr *claimRun, cla
 		// now, and preRedeem would never be consumed.
 		cur = d.currentClaimLocked(cr.slot, claimID)
 	}
-	msg := fmt.Sprintf("issued to dispatch attempt %d; resumes the entity of attempt %d", from, d.att.gen)
 	switch {
-	case cur == "":
-		msg += " once the peer defers it again"
+	case cur == "": // resumed once the peer defers it again
 		d.preRedeem[cr.slot] = claimID
 	case !d.claims[cur].durable:
 		// The store redeems only what it holds: resume through the new
@@ -191,13 +192,13 @@ func (b *Bridge) redeemEarlier(ctx context.Context, d *docRun, cr *claimRun, cla
 		d.resumeVia[cur] = claimID
 		cur = ""
 	}
-	d.redeemedLocked(cr, claimID, stored, msg)
+	d.redeemedLocked(cr, stored)
 	d.out.claims[claimID] = true
 	out := publicClaim(cr.c, time.Now())
 	b.kickFlush()
 	b.mu.Unlock()
 	if cur != "" {
-		if _, err := b.redeemRun(ctx, d, cur, claimID, b.localCommit(d.tenant, cur)); err != nil {
+		if _, err := b.redeemRun(ctx, d, cur, claimID, b.localCommit(d, cur)); err != nil {
 			return nil, fmt.Errorf("claim %s is redeemed, but resuming the entity through the current claim %s failed: %w", claimID, cur, err)
 		}
 	}
@@ -216,12 +217,23 @@ func (d *docRun) currentClaimLocked(slot int64, except string) string {
 	return cur
 }
 
-// commitRedeem moves claim claimID from ISSUED to REDEEMED in the store,
-// exactly once (a replay fails with ErrClaimRedeemed), and returns the
-// claim as stored. Every redemption, of a current claim or of an earlier
-// attempt's, goes through it, then through redeemedLocked.
-func (b *Bridge) commitRedeem(ctx context.Context, t Tenant, claimID string, now time.Time) (*gatewayv1.ClaimCheck, error) {
-	res, err := b.commit(ctx, &store.Batch{Redeem: &store.RedeemClaim{Tenant: string(t), ClaimID: claimID, Now: now}})
+// commitRedeem moves claim c (of document docID) from ISSUED to REDEEMED
+// in the store, exactly once (a replay fails with ErrClaimRedeemed), with
+// its #claim redeemed event (msg says how) in the same transaction, and
+// returns the claim as stored. Every redemption goes through it, whichever
+// replica commits it and whether the replica that drives the document is
+// alive: a state change is never committed without its event. The event
+// is outside the document's revision chain (rev 0): a replica that does
+// not drive the document cannot move its rev, and the replica that does
+// need not (redeemedLocked).
+func (b *Bridge) commitRedeem(ctx context.Context, t Tenant, docID string, c *gatewayv1.ClaimCheck, now time.Time, msg string) (*gatewayv1.ClaimCheck, error) {
+	claimID := c.GetClaimId()
+	ev := &gatewayv1.Event{Kind: kindClaim, Time: timestamppb.New(now), DocumentId: docID, ClaimId: claimID,
+		ClaimAction: "redeemed", EntityId: c.GetEntityId(), ScopeId: c.GetScopeId(), Message: msg}
+	res, err := b.commit(ctx, &store.Batch{
+		Redeem: &store.RedeemClaim{Tenant: string(t), ClaimID: claimID, Now: now},
+		Events: []store.EventAppend{{Tenant: string(t), Event: ev}},
+	})
 	if err != nil {
 		return nil, mapStoreErr("claim "+claimID, err)
 	}
@@ -229,19 +241,29 @@ func (b *Bridge) commitRedeem(ctx context.Context, t Tenant, claimID string, now
 	return res.Claim, nil
 }
 
-// localCommit is the redeemCommit of a redemption through this gateway.
-func (b *Bridge) localCommit(t Tenant, claimID string) redeemCommit {
-	return func(ctx context.Context) (*gatewayv1.ClaimCheck, error) {
-		return b.commitRedeem(ctx, t, claimID, time.Now())
+// localCommit is the redeemCommit of a redemption through this gateway
+// of claim claimID of d.
+func (b *Bridge) localCommit(d *docRun, claimID string) redeemCommit {
+	return func(ctx context.Context, msg string) (*gatewayv1.ClaimCheck, error) {
+		b.mu.Lock()
+		var c *gatewayv1.ClaimCheck
+		if cr := d.claims[claimID]; cr != nil {
+			c = proto.Clone(cr.c).(*gatewayv1.ClaimCheck)
+		}
+		b.mu.Unlock()
+		if c == nil {
+			return nil, fmt.Errorf("claim %s of document %s is no longer known here; retry: %w", claimID, d.id, ErrUnavailable)
+		}
+		c.ClaimId = claimID
+		return b.commitRedeem(ctx, d.tenant, d.id, c, time.Now(), msg)
 	}
 }
 
-// redeemedLocked records a redemption the store committed (stored) on cr
-// and as the #claim "redeemed" event (msg says how). Caller holds mu.
-func (d *docRun) redeemedLocked(cr *claimRun, claimID string, stored *gatewayv1.ClaimCheck, msg string) {
+// redeemedLocked records on cr a redemption the store committed (stored)
+// with its event (commitRedeem). Caller holds mu.
+func (d *docRun) redeemedLocked(cr *claimRun, stored *gatewayv1.ClaimCheck) {
 	cr.c = proto.Clone(stored).(*gatewayv1.ClaimCheck)
 	cr.c.DocumentId = d.id
-	d.addEvent(&gatewayv1.Event{Kind: kindClaim, ClaimId: claimID, ClaimAction: "redeemed", EntityId: cr.c.EntityId, ScopeId: cr.c.ScopeId, Message: msg})
 }
 
 // redeemableClaim loads a claim and refuses one already redeemed or
@@ -284,18 +306,18 @@ func (b *Bridge) redeemRun(ctx context.Context, d *docRun, claimID, via string, 
 	plain := cr.att.plain
 	b.mu.Unlock()
 
-	stored, err := commit(ctx)
+	msg := ""
+	if via != "" {
+		msg = "redeemed through claim " + via + " of an earlier dispatch attempt"
+	}
+	stored, err := commit(ctx, msg)
 	if err != nil {
 		return nil, err
 	}
 	sk := entKey{id: e.EntityId}
 	w := make(chan wire.Status, 1)
 	b.mu.Lock()
-	msg := ""
-	if via != "" {
-		msg = "redeemed through claim " + via + " of an earlier dispatch attempt"
-	}
-	d.redeemedLocked(cr, claimID, stored, msg)
+	d.redeemedLocked(cr, stored)
 	ss.waiters[sk] = w
 	b.kickFlush()
 	b.mu.Unlock()

@@ -335,6 +335,8 @@ func (b *Bridge) dial(ctx context.Context, pc *peerConn) (*sessState, error) {
 		Logger:  b.log,
 		Framing: framing,
 		Profile: b.opts.PeerProfile != ProfileOff,
+		// Transport liveness: a dead peer is noticed within this.
+		IdleTimeout: b.opts.PeerIdleTimeout,
 	})
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -43,6 +43,7 @@ type docRun struct {
 	committed    bool
 	committing   bool   // the Create batch is on its way: later changes follow it
 	persistedRev uint64 // the revision the store holds (the next update's PrevRev)
+	durableRev   uint64 // the highest revision a flush committed (waitDurable)
 
 	// claims are the document's claim checks of every attempt (a claim of
 	// an earlier attempt stays redeemable, profile 6).

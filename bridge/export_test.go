@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"context"
 	"sync/atomic"
 	"time"
 
@@ -58,4 +59,12 @@ func (b *Bridge) SessionHeld() (ents, dehyd int) {
 		dehyd += len(ss.dehyd) + len(ss.lastDehyd)
 	}
 	return ents, dehyd
+}
+
+// PruneStoreBelow deletes the events below seq in the store directly, as
+// another replica sharing the store would (this bridge's event log does
+// not learn of it).
+func (b *Bridge) PruneStoreBelow(ctx context.Context, seq uint64) error {
+	_, err := b.st.PruneEvents(ctx, seq)
+	return err
 }

@@ -418,7 +418,7 @@ func (b *Bridge) resumeDurableLocked(d *docRun, claims map[string]bool) {
 		b.wg.Add(1)
 		go func() {
 			defer b.wg.Done()
-			if _, err := b.redeemRun(b.ctx, d, id, via, b.localCommit(d.tenant, id)); err != nil {
+			if _, err := b.redeemRun(b.ctx, d, id, via, b.localCommit(d, id)); err != nil {
 				b.log.Warn("bridge: resuming a re-deferred entity through an earlier claim failed", "doc", d.id, "claim", id, "via", via, "err", err)
 			}
 		}()

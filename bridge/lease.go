@@ -45,6 +45,9 @@ func (b *Bridge) listRecoverable(ctx context.Context) ([]*recoverable, error) {
 	if n, ok := b.st.(ClaimNotifier); ok {
 		n.SetClaimRedeemedHook(b.redeemedElsewhere)
 	}
+	if f, ok := b.st.(CancelForwarder); ok {
+		f.SetCancelRequestedHook(b.cancelRequested)
+	}
 	recs, err := l.AcquireLeases(ctx, leaseAcquireBatch)
 	return wrapRecs(recs), err
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pipestream/gateway/bridge"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
+	"github.com/pipestream/gateway/quicpeer"
 	"github.com/pipestream/gateway/quicpeer/peer"
 )
 
@@ -105,5 +106,52 @@ func benchWait(b *testing.B, br *bridge.Bridge, id string) {
 			b.Fatalf("document %s: %s %q", id, d.State, d.Error)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// BenchmarkDraft04Conns submits b.N small documents at once to one
+// in-process peer under draft-04 framing (one document per connection;
+// this peer serves connections concurrently) with PeerDraft04Conns 1 (the
+// baseline: one connection at a time) and 4 (the default): docs/s of each.
+//
+//	go test -run '^$' -bench BenchmarkDraft04Conns -benchtime 200x ./bridge/
+func BenchmarkDraft04Conns(b *testing.B) {
+	for _, conns := range []int{1, 4} {
+		b.Run(fmt.Sprintf("conns=%d", conns), func(b *testing.B) {
+			off := peer.DefaultOffer(false)
+			p, err := peer.Start(peer.Options{ListenAddr: "127.0.0.1:0", DataDir: b.TempDir(), Logger: quietLogger(), Offer: &off})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				_ = p.Shutdown(ctx)
+			})
+			br, err := bridge.New(context.Background(), bridge.Options{DataDir: b.TempDir(), Logger: quietLogger(), PeerDraft04Conns: conns,
+				Peers: []bridge.PeerEndpoint{{Addr: p.Addr().String(), CAPEM: p.CertPEM(), Framing: quicpeer.FramingDraft04}}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				_ = br.Close(ctx)
+			})
+			ctx := context.Background()
+			b.ResetTimer()
+			ids := make([]string, 0, b.N)
+			for i := range b.N {
+				d, err := br.Submit(ctx, "", &gatewayv1.SubmitDocumentRequest{Content: fmt.Appendf(nil, "small draft-04 document %d\n", i), ContentType: "text/plain"})
+				if err != nil {
+					b.Fatal(err)
+				}
+				ids = append(ids, d.Id)
+			}
+			for _, id := range ids {
+				benchWait(b, br, id)
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "docs/s")
+		})
 	}
 }

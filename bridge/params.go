@@ -68,6 +68,9 @@ const (
 	// flushInterval is the most a state change waits before its commit when
 	// changes keep arriving; commits are batched (group commit) meanwhile.
 	flushInterval = 2 * time.Millisecond
+	// durableWait bounds how long a change that answers only once it is
+	// durable (Cancel) waits for the flush that commits it.
+	durableWait = 10 * time.Second
 	// maxResultPartsAhead bounds how far a streamed result's part may
 	// arrive ahead of the next one to append (profile 4.3.1). The peer sends
 	// parts one after another, but their handlers start in any order (one

@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/pipestream/gateway/bridge/store"
@@ -42,6 +43,7 @@ func (d *docRun) takeChangesLocked(batch *store.Batch) outbox {
 type docFlush struct {
 	d       *docRun
 	prevRev uint64
+	rev     uint64 // the revision the flush writes
 	took    outbox
 	final   bool
 }
@@ -61,6 +63,7 @@ func (b *Bridge) flush(all bool) {
 	defer func() { runDetach(b, detach) }() // after the unlock below
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	defer b.flushDoneLocked()
 	if err != nil {
 		if !b.leaseLostInFlush(took, err) {
 			b.putBackLocked(took, err)
@@ -102,7 +105,7 @@ func (b *Bridge) takeFlushLocked(all bool, now time.Time) (*store.Batch, []docFl
 func (d *docRun) takeFlushLocked(batch *store.Batch) docFlush {
 	rec := d.snapshot()
 	batch.Updates = append(batch.Updates, store.DocumentUpdate{Record: rec, PrevRev: d.persistedRev})
-	t := docFlush{d: d, prevRev: d.persistedRev, final: d.terminal()}
+	t := docFlush{d: d, prevRev: d.persistedRev, rev: rec.Doc.Rev, final: d.terminal()}
 	t.took = d.takeChangesLocked(batch)
 	if d.inline && t.final {
 		batch.Payloads = append(batch.Payloads, store.PayloadRecord{DocID: d.id, Kind: store.PayloadContent})
@@ -130,6 +133,7 @@ func (b *Bridge) putBackLocked(took []docFlush, err error) {
 // GOAWAY drain (returned, to run without mu), and a finished document
 // whose terminal state is durable is forgotten with its spool file.
 func (b *Bridge) flushedLocked(t docFlush) []detachReq {
+	t.d.durableRev = max(t.d.durableRev, t.rev)
 	var detach []detachReq
 	if len(t.took.claims) > 0 {
 		for id := range t.took.claims {
@@ -269,4 +273,35 @@ func (b *Bridge) sessionWaitsOnlyOnClaims(ss *sessState) bool {
 		}
 	}
 	return true
+}
+
+// flushDoneLocked wakes the callers waiting for a flush (waitDurable).
+// Caller holds mu.
+func (b *Bridge) flushDoneLocked() {
+	close(b.flushed)
+	b.flushed = make(chan struct{})
+}
+
+// waitDurable returns once a flush committed d at rev or later (every
+// replica's reads show it then), or fails with ErrUnavailable after
+// durableWait or when ctx ends first.
+func (b *Bridge) waitDurable(ctx context.Context, d *docRun, rev uint64) error {
+	ctx, cancel := context.WithTimeout(ctx, durableWait)
+	defer cancel()
+	for {
+		b.mu.Lock()
+		if d.durableRev >= rev {
+			b.mu.Unlock()
+			return nil
+		}
+		wake := b.flushed
+		b.kickFlush()
+		b.mu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return fmt.Errorf("document %s is changed on this gateway, but the store has not confirmed the change (%v); reads may show the earlier state until it does: %w",
+				d.id, ctx.Err(), ErrUnavailable)
+		}
+	}
 }

@@ -110,6 +110,9 @@ func (b *Bridge) Cancel(ctx context.Context, t Tenant, id string) (*gatewayv1.Do
 		if d != nil {
 			state = d.rec.Doc.GetState()
 		}
+		if d == nil && b.shared() && !store.IsTerminal(state) {
+			return b.cancelElsewhere(ctx, t, id) // remotecancel.go
+		}
 		return nil, fmt.Errorf("document %s is already %s; only PENDING or RUNNING documents can be cancelled: %w", id, state, ErrFailedPrecondition)
 	}
 	if ss, a := d.sess(), d.att; ss != nil && !ss.closed {
@@ -124,7 +127,13 @@ func (b *Bridge) Cancel(ctx context.Context, t Tenant, id string) (*gatewayv1.Do
 		}
 	}
 	b.finishLocked(d, gatewayv1.State_CANCELLED, "cancelled by the client")
-	out := b.publicDoc(d.snapshot())
+	snap := d.snapshot()
+	out := b.publicDoc(snap)
 	b.mu.Unlock()
+	// Read your writes: answer once the cancel is durable, so that the
+	// next GetDocument or GetOperation, on any replica, shows it.
+	if err := b.waitDurable(ctx, d, snap.Doc.GetRev()); err != nil {
+		return nil, err
+	}
 	return out, nil
 }

@@ -43,7 +43,8 @@ func (b *Bridge) redeemForOwner(ctx context.Context, t Tenant, rec *store.ClaimR
 		return nil, b.settledRefusal(ctx, t, claimID,
 			fmt.Errorf("claim %s belongs to document %s, which is finished; nothing waits for it: %w", claimID, docID, ErrFailedPrecondition))
 	}
-	stored, err := b.commitRedeem(ctx, t, claimID, now)
+	stored, err := b.commitRedeem(ctx, t, docID, rec.Claim, now,
+		"redeemed through another gateway replica; the replica that drives the document resumes the entity")
 	if err != nil {
 		return nil, err
 	}
@@ -83,11 +84,12 @@ func (b *Bridge) resumeRedeemed(docID, claimID string) {
 		return
 	}
 	// Claimed for this resumption: a repeated notification finds it
-	// redeemed and stops above.
+	// redeemed and stops above. Its event was committed with the
+	// redemption (commitRedeem).
 	cr.c.State = gatewayv1.ClaimCheck_REDEEMED
 	running := cr.att.current()
 	b.mu.Unlock()
-	commit := func(ctx context.Context) (*gatewayv1.ClaimCheck, error) {
+	commit := func(ctx context.Context, _ string) (*gatewayv1.ClaimCheck, error) {
 		rec, err := b.st.GetClaim(ctx, string(d.tenant), claimID)
 		if err != nil {
 			return nil, mapStoreErr("claim "+claimID, err)

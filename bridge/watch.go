@@ -53,23 +53,14 @@ func (b *Bridge) Watch(ctx context.Context, t Tenant, id string, cursor uint64, 
 			return nil
 		}
 		if terminal {
-			// Replay what is left from the cursor, then stop.
-			evs, err := b.st.ReadEvents(ctx, store.EventQuery{From: cursor, Limit: 1, Tenant: string(t), DocID: id})
-			if err != nil {
-				return err
-			}
-			if len(evs) == 0 || evs[0].Seq > latest {
-				if err := send(&gatewayv1.WatchDocumentResponse{Document: doc}); err != nil {
-					return err
-				}
-				return errWatchDone
-			}
-			stopAt = latest
+			stopAt, err = b.watchFinished(ctx, t, id, cursor, latest, doc, send)
 		}
-		return nil
+		return err
 	}
 	err := b.ev.SubscribeDocument(ctx, string(t), "", id, cur, onStart, func(ev *gatewayv1.Event) error {
-		if cursor == 0 && ev.GetKind() != eventlog.KindInfo && ev.GetRev() <= lastRev {
+		if cursor == 0 && ev.GetKind() != eventlog.KindInfo && ev.GetRev() > 0 && ev.GetRev() <= lastRev {
+			// (rev 0: an event outside the document's revision chain, a
+			// claim redeemed through another replica, remoteclaims.go)
 			return nil // already part of the first update
 		}
 		doc, err := b.docAfter(ctx, t, id, asOf, ev)
@@ -88,6 +79,31 @@ func (b *Bridge) Watch(ctx context.Context, t Tenant, id string, cursor uint64, 
 		return nil
 	}
 	return b.mapEventErr(err, cursor)
+}
+
+// watchFinished starts a watch from cursor of a finished document: the
+// events left from the cursor are replayed and the watch stops at latest
+// (returned). With nothing to replay it sends the document as it is, with
+// the OutdatedCursor notice when the cursor's events were pruned (the
+// answer then is not "nothing happened"), and ends the watch
+// (errWatchDone).
+func (b *Bridge) watchFinished(ctx context.Context, t Tenant, id string, cursor, latest uint64, doc *gatewayv1.Document,
+	send func(*gatewayv1.WatchDocumentResponse) error) (uint64, error) {
+	evs, err := b.st.ReadEvents(ctx, store.EventQuery{From: cursor, Limit: 1, Tenant: string(t), DocID: id})
+	if err != nil {
+		return 0, err
+	}
+	if len(evs) > 0 && evs[0].Seq <= latest {
+		return latest, nil
+	}
+	info, err := b.ev.Outdated(ctx, cursor)
+	if err != nil {
+		return 0, err
+	}
+	if err := send(&gatewayv1.WatchDocumentResponse{Event: info, Document: doc}); err != nil {
+		return 0, err
+	}
+	return 0, errWatchDone
 }
 
 // docAfter returns the document after ev: the stored one for live

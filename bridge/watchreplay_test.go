@@ -177,3 +177,40 @@ func TestWatchReplayCountsLayer1(t *testing.T) {
 		t.Fatalf("counts after the last #status event (rev %d): %v; the stored document has %v", lastStatus.Event.Rev, got, want)
 	}
 }
+
+// TestWatchFinishedDocumentFromPrunedCursor: every event of a finished
+// document was pruned; a watch from a cursor among them answers the
+// document with the #info OutdatedCursor notice, not an update whose event
+// is null (which reads as "nothing happened since the cursor").
+func TestWatchFinishedDocumentFromPrunedCursor(t *testing.T) {
+	e := newEnv(t)
+	e.waitReady()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	doc := e.submit([]byte("pruned"), nil)
+	if final := e.wait(doc.Id, 10*time.Second); final.State != gatewayv1.State_SUCCEEDED {
+		t.Fatalf("document %s", final.State)
+	}
+	other := e.submit([]byte("later"), nil) // events after doc's
+	e.wait(other.Id, 10*time.Second)
+	w, err := e.b.Events().Window(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.b.PruneStoreBelow(ctx, w.GetLatestSeq()); err != nil {
+		t.Fatal(err)
+	}
+	var ups []*gatewayv1.WatchDocumentResponse
+	if err := e.b.Watch(ctx, "", doc.Id, 1, func(u *gatewayv1.WatchDocumentResponse) error { ups = append(ups, u); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(ups) != 1 {
+		t.Fatalf("%d updates, want 1", len(ups))
+	}
+	if ev := ups[0].GetEvent(); ev.GetKind() != "#info" || ev.GetName() != "OutdatedCursor" {
+		t.Fatalf("the update's event is %v, want #info OutdatedCursor", ev)
+	}
+	if ups[0].GetDocument().GetState() != gatewayv1.State_SUCCEEDED {
+		t.Fatalf("the update's document is %s, want SUCCEEDED", ups[0].GetDocument().GetState())
+	}
+}

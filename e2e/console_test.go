@@ -583,9 +583,12 @@ func TestConsolePeers(t *testing.T) {
 func TestConsoleLargeTree(t *testing.T) {
 	// The peer runs as its own process, stopped (SIGSTOP) from before the
 	// upload until the page is open, so the page sees the tree fill in no
-	// matter how fast the peer is.
+	// matter how fast the peer is. The pause is this test's instrument,
+	// not a fault: the gateway's peer idle timeout (3 s by default, which
+	// would take the stopped peer for dead and re-dispatch) is raised
+	// above the time the browser takes to open the page.
 	addr, cert, peer := startPeer(t)
-	g := startGateway(t, gwOpts{args: []string{"--peer", addr, "--peer-ca", cert}})
+	g := startGateway(t, gwOpts{args: []string{"--peer", addr, "--peer-ca", cert, "--peer-idle-timeout", "2m"}})
 	signalProc(t, peer, syscall.SIGSTOP)
 	resumed := false
 	defer func() {

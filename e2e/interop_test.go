@@ -5,9 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -664,6 +667,46 @@ func TestInteropSlammingPeer(t *testing.T) {
 	n := p.conns
 	p.mu.Unlock()
 	t.Logf("%d connections, the first six over %v; final error: %s", n, span.Round(time.Millisecond), d.str("error"))
+}
+
+// TestPeerNewCertificateSIGHUP (issue 20 item 6): `gateway peer`
+// restarted on the same address with a new self-signed certificate is
+// reached without restarting the gateway: once its --peer-ca file holds
+// the new certificate, SIGHUP (or the next re-dial) reads it again.
+func TestPeerNewCertificateSIGHUP(t *testing.T) {
+	t.Parallel()
+	addr, cert, p := startPeer(t)
+	caFile := filepath.Join(t.TempDir(), "peer-ca.pem")
+	copyFile := func(from string) {
+		t.Helper()
+		b, err := os.ReadFile(from)
+		if err == nil {
+			err = os.WriteFile(caFile, b, 0o600)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	copyFile(cert)
+	g := startInteropGateway(t, plainPeerArgs(addr, caFile)...)
+	run := func(what string) {
+		t.Helper()
+		id := submitDoc(t, g, map[string]any{"content": b64([]byte("document for " + what)), "contentType": "text/plain"})
+		if d := awaitTerminalDoc(t, g, id, 60*time.Second); d.str("state") != "SUCCEEDED" {
+			t.Fatalf("%s: %v", what, d)
+		}
+	}
+	run("the first certificate")
+	p.stop()
+	_, cert2, _ := startPeerAt(t, addr)
+	waitFor(t, "the gateway to refuse the new certificate", 30*time.Second, func() bool {
+		_, body, err := doJSON(context.Background(), "GET", g.baseURL()+"/healthz", nil, "")
+		return err == nil && strings.Contains(string(body), "certificate")
+	})
+	copyFile(cert2)
+	signalProc(t, g.proc, syscall.SIGHUP)
+	waitFor(t, "the gateway to log the reload", 10*time.Second, func() bool { return g.proc.logContains("--peer-ca files read again") })
+	run("the new certificate")
 }
 
 // TestInteropDraft04NoHeartbeatAuto (issue 20 item 3): `gateway serve`

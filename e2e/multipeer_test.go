@@ -14,8 +14,9 @@ import (
 // --peer B --peer-ca certA --peer-ca certB` over two `gateway peer`
 // processes. Peer A is SIGKILLed mid-run: every document still succeeds
 // with its own bytes as the result (the ones in flight at A run again on
-// B once the gateway sees A's session gone: QUIC's idle timeout, at most
-// 15 s toward a silent peer), /healthz lists both peers with A down, and
+// B once the gateway sees A's session gone: QUIC's idle timeout,
+// --peer-idle-timeout, 3 s by default; TestFairness asserts the 5 s
+// re-dispatch), /healthz lists both peers with A down, and
 // /metrics has the per-peer series.
 
 // healthPeer is one peer of /healthz.

@@ -15,8 +15,14 @@ import (
 // returns its address and the certificate file to pin.
 func startPeer(t testing.TB, extra ...string) (addr, cert string, p *proc) {
 	t.Helper()
+	return startPeerAt(t, freeUDPAddr(t), extra...)
+}
+
+// startPeerAt starts `gateway peer` on addr with a data dir (and so a
+// self-signed certificate) of its own.
+func startPeerAt(t testing.TB, addr string, extra ...string) (_, cert string, p *proc) {
+	t.Helper()
 	dir := t.TempDir()
-	addr = freeUDPAddr(t)
 	args := append([]string{"peer", "--listen", addr, "--data-dir", dir}, extra...)
 	p = startProc(t, "peer", t.TempDir(), args...)
 	t.Cleanup(p.stop)

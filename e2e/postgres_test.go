@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -17,6 +18,14 @@ import (
 // the install command. The package imports nothing of the project for it
 // (docs/architecture.md, Layers): the script is a tool like curl.
 func startPostgres(t testing.TB) string {
+	t.Helper()
+	dsn, _ := startPostgresDir(t)
+	return dsn
+}
+
+// startPostgresDir is startPostgres that also returns the cluster's
+// directory (for restartPostgres).
+func startPostgresDir(t testing.TB) (dsn, pgDir string) {
 	t.Helper()
 	script := filepath.Join(filepath.Dir(goEnv("GOMOD")), "scripts", "pg-throwaway.sh")
 	dir := t.TempDir()
@@ -43,5 +52,27 @@ func startPostgres(t testing.TB) string {
 	if err != nil {
 		t.Fatalf("scripts/pg-throwaway.sh (PostgreSQL for this test): %v\n%s", err, errb.String())
 	}
-	return strings.TrimSpace(out.String())
+	return strings.TrimSpace(out.String()), pg
+}
+
+// restartPostgres restarts the cluster startPostgresDir started in dir
+// (pg_ctl restart -m fast: every session is cut, as in an operator's
+// restart; the server comes back on the same port and options).
+func restartPostgres(t testing.TB, dir string) {
+	t.Helper()
+	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pg_ctl")
+	pgctl := "pg_ctl"
+	if len(bins) > 0 {
+		slices.Sort(bins)
+		pgctl = bins[len(bins)-1]
+	}
+	// -l: the new server writes to its log file, not to our pipe (which
+	// it would hold open for its whole life).
+	args := []string{pgctl, "-D", filepath.Join(dir, "data"), "-l", filepath.Join(dir, "postgres.log"), "-m", "fast", "-w", "-t", "60", "restart"}
+	if os.Geteuid() == 0 {
+		args = append([]string{"runuser", "-u", "postgres", "--"}, args...)
+	}
+	if b, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+		t.Fatalf("restart PostgreSQL (%v): %v\n%s", args, err, b)
+	}
 }

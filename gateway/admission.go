@@ -13,9 +13,12 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/pipestream/gateway/bridge"
 )
@@ -77,16 +80,44 @@ func (l *connLimiter) open() int {
 	return l.count
 }
 
-// capListener applies a connLimiter to a listener; refusal, if set, is
-// written to a refused connection before it is closed.
+// capListener applies a connLimiter to a listener; refusal, if set,
+// gives what is written to a connection refused for a reason ("total",
+// "per_ip") before it is closed.
 type capListener struct {
 	net.Listener
 	lim     *connLimiter
 	perIP   bool
-	refusal []byte
+	refusal func(why string) []byte
 }
 
-var httpRefusal = []byte("HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: 57\r\n\r\ntoo many connections from this address or in total; retry")
+// ReasonTooManyConnections is the ErrorInfo reason of a connection
+// refused at accept for a connection cap.
+const ReasonTooManyConnections = "TOO_MANY_CONNECTIONS"
+
+// httpRefusals are the HTTP listener's answers to a connection above a
+// cap: 503 with Retry-After and a JSON google.rpc.Status body with
+// ErrorInfo TOO_MANY_CONNECTIONS and RetryInfo, naming the flag, as every
+// limit answers (issue 22). Built once: accept writes them as they are.
+func httpRefusals(perIP, total int) func(string) []byte {
+	build := func(msg string) []byte {
+		st := status.New(codes.Unavailable, msg)
+		if d, err := st.WithDetails(
+			&errdetails.ErrorInfo{Reason: ReasonTooManyConnections, Domain: errorDomain},
+			&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Second)}); err == nil {
+			st = d
+		}
+		body, _ := protojson.Marshal(st.Proto())
+		return fmt.Appendf(nil, "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	}
+	byIP := build(fmt.Sprintf("too many connections from this address (limit %d, --max-conns-per-ip); close idle ones or retry", perIP))
+	all := build(fmt.Sprintf("too many connections to the gateway in total (limit %d, --max-conns); retry", total))
+	return func(why string) []byte {
+		if why == "per_ip" {
+			return byIP
+		}
+		return all
+	}
+}
 
 func (l capListener) Accept() (net.Conn, error) {
 	for {
@@ -101,7 +132,7 @@ func (l capListener) Accept() (net.Conn, error) {
 		if why := l.lim.take(ip); why != "" {
 			if l.refusal != nil {
 				_ = c.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
-				_, _ = c.Write(l.refusal)
+				_, _ = c.Write(l.refusal(why))
 			}
 			_ = c.Close()
 			if l.lim.onCut != nil {
@@ -125,7 +156,7 @@ func (c *cappedConn) Close() error {
 
 // capped wraps lis with the server's connection caps (per IP as well if
 // perIP).
-func (s *Server) capped(lis net.Listener, perIP bool, refusal []byte) net.Listener {
+func (s *Server) capped(lis net.Listener, perIP bool, refusal func(string) []byte) net.Listener {
 	if s.conns.perIP <= 0 && s.conns.total <= 0 {
 		return lis
 	}
@@ -192,6 +223,7 @@ func (s *Server) admit(h http.Handler) http.Handler {
 			s.writeStatus(w, r, code, err)
 			return
 		}
+		s.attributeH2(r.Context(), tenant)
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tenantKey{}, tenant)))
 	})
 }

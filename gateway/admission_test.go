@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -212,5 +213,69 @@ func TestUploadAdmissionBeforeBody(t *testing.T) {
 	}
 	if resp.StatusCode != 429 || !strings.Contains(body, "TOO_MANY_UPLOADS") || resp.Header.Get("Retry-After") == "" || !resp.Close {
 		t.Errorf("second upload of the tenant: HTTP %d %s, want 429 TOO_MANY_UPLOADS with Retry-After and Connection: close", resp.StatusCode, body)
+	}
+}
+
+// TestUploadAdmissionDecidedOnce: 40 uploads of one tenant arrive at once,
+// each declaring a body and sending none of it (limit 4): admission is
+// taken, not peeked, before the body, so exactly 4 are admitted (they
+// wait for their bodies) and the other 36 get 429 TOO_MANY_UPLOADS with
+// Retry-After and the flag's name within a second, none of them after
+// waiting for a body (issue 22: 57 of 100 used to pass a peek together,
+// then wait 10 s and answer 408).
+func TestUploadAdmissionDecidedOnce(t *testing.T) {
+	const n, limit = 40, 4
+	h := start(t, func(c *gateway.Config) { c.MaxUploadsPerTenant = limit })
+	addr := h.srv.HTTPAddr()
+	type answer struct {
+		code int
+		body string
+		hdr  http.Header
+		took time.Duration
+	}
+	answers := make(chan answer, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for range n {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			sent := time.Now()
+			fmt.Fprintf(c, "POST /v1/documents:upload HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\nContent-Length: 1000000\r\n\r\n")
+			_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				answers <- answer{took: time.Since(sent)} // admitted: waiting for its body
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			answers <- answer{code: resp.StatusCode, body: string(b), hdr: resp.Header, took: time.Since(sent)}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(answers)
+	admitted, refused := 0, 0
+	for a := range answers {
+		switch a.code {
+		case 0:
+			admitted++
+		case 429:
+			refused++
+			if a.took > time.Second || a.hdr.Get("Retry-After") == "" || !strings.Contains(a.body, "TOO_MANY_UPLOADS") || !strings.Contains(a.body, "--max-uploads-per-tenant") {
+				t.Errorf("refused upload after %v, Retry-After %q: %s; want within 1 s with Retry-After, TOO_MANY_UPLOADS and the flag", a.took, a.hdr.Get("Retry-After"), a.body)
+			}
+		default:
+			t.Errorf("upload answered %d after %v: %s; want 429 or no answer (waiting for its body)", a.code, a.took, a.body)
+		}
+	}
+	if admitted != limit || refused != n-limit {
+		t.Errorf("%d admitted, %d refused; want %d and %d", admitted, refused, limit, n-limit)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/coder/websocket"
@@ -237,6 +238,25 @@ func (s *Server) wsAcceptOptions() *websocket.AcceptOptions {
 		return nil
 	}
 	return &websocket.AcceptOptions{OriginPatterns: s.cfg.CORSOrigins}
+}
+
+// wsOriginAllowed is the Origin rule of the WebSocket handshake
+// (websocket.Accept with wsAcceptOptions): no Origin (not a browser),
+// this gateway's own host, or a --cors-origins origin. withTickets checks
+// it before it spends a ticket.
+func (s *Server) wsOriginAllowed(r *http.Request) bool {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return true
+	}
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" {
+		return false
+	}
+	if strings.EqualFold(u.Host, r.Host) {
+		return true
+	}
+	return slices.Contains(s.cfg.CORSOrigins, strings.ToLower(u.Scheme+"://"+u.Host))
 }
 
 // ErrorInfo reasons of the browser protections.

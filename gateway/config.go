@@ -57,9 +57,10 @@ type Config struct {
 	// MaxJSONBodyBytes caps every other REST request body (413).
 	MaxJSONBodyBytes int64
 	// MaxConcurrentStreams per HTTP/2 connection on the gRPC listener
-	// (0: DefaultMaxConcurrentStreams). The REST proxy, the upload route and
-	// the WebSocket route share one connection to the gRPC listener, so this
-	// also bounds concurrent REST calls in total (later ones wait).
+	// (0: DefaultMaxConcurrentStreams). REST unary calls run in-process;
+	// the REST streams (watch, subscribe, upload, WebSocket) of one tenant
+	// share that tenant's own connection to the gRPC listener, so this
+	// bounds one tenant's concurrent REST streams (pool.go).
 	MaxConcurrentStreams uint32
 
 	// RateLimit is each tenant's sustained request rate per second over
@@ -79,6 +80,10 @@ type Config struct {
 	// TOO_MANY_DOWNLOADS, Retry-After 1). 0 takes the default; negative
 	// disables the cap.
 	MaxDownloadsPerTenant int
+	// MaxTicketsPerTenant caps a tenant's outstanding WebSocket tickets
+	// (429 TOO_MANY_TICKETS with Retry-After above it; ticket.go). 0 takes
+	// the default; negative disables the cap.
+	MaxTicketsPerTenant int
 	// MaxClientIDsPerTenant bounds the X-Client-Id values of one tenant
 	// tracked by the event log's retention at once (others are tracked by
 	// address). 0 takes the default; negative: no bound.
@@ -250,6 +255,9 @@ func (c *Config) setAdmissionDefaults() {
 	}
 	if c.MaxDownloadsPerTenant == 0 {
 		c.MaxDownloadsPerTenant = DefaultMaxDownloadsPerTenant
+	}
+	if c.MaxTicketsPerTenant == 0 {
+		c.MaxTicketsPerTenant = DefaultMaxTicketsPerTenant
 	}
 	if c.MaxClientIDsPerTenant == 0 {
 		c.MaxClientIDsPerTenant = DefaultMaxClientIDsPerTenant

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -25,6 +26,10 @@ const (
 	// ReasonPeerUnavailable: a claim's entity waits at a peer that is
 	// gone and the document runs nowhere else yet (docs/scale-out.md).
 	ReasonPeerUnavailable = "PEER_UNAVAILABLE"
+	// ReasonStoreUnavailable: the database (pgstore) is restarting or out
+	// of reach; the call did not complete; retry. The message names no
+	// database URL, user, host or port (storeUnavailableMessage).
+	ReasonStoreUnavailable = "STORE_UNAVAILABLE"
 	// ReasonFutureCursor and ReasonConsumerTooSlow use the AT sync draft's
 	// error names verbatim (draft-holmgren-at-synchronization-00, Error Frames).
 	ReasonFutureCursor    = "FutureCursor"
@@ -49,7 +54,7 @@ var errorMapping = []struct {
 	{bridge.ErrFailedPrecondition, codes.FailedPrecondition, ReasonFailedPrecondition},
 	// The database is restarting or unreachable (pgstore): nothing was
 	// accepted; retry (docs/scale-out.md, Failures).
-	{store.ErrUnavailable, codes.Unavailable, ""},
+	{store.ErrUnavailable, codes.Unavailable, ReasonStoreUnavailable},
 	{bridge.ErrTooLarge, codes.InvalidArgument, ReasonTooLarge},
 	{bridge.ErrPeerUnavailable, codes.Unavailable, ReasonPeerUnavailable},
 	{bridge.ErrUnavailable, codes.Unavailable, ""},
@@ -68,6 +73,11 @@ func toStatus(err error) error {
 	}
 	if st, ok := diskStatus(err); ok {
 		return st
+	}
+	if storeUnreachable(err) {
+		// The driver's error names the database's address and user: it
+		// stays in the server's log, never in an answer.
+		return statusError(codes.Unavailable, ReasonStoreUnavailable, storeUnavailableMessage)
 	}
 	for _, m := range errorMapping {
 		if errors.Is(err, m.err) {
@@ -107,4 +117,15 @@ func errorReason(err error) string {
 		}
 	}
 	return ""
+}
+
+// storeUnavailableMessage is the whole message of a STORE_UNAVAILABLE error.
+const storeUnavailableMessage = "the gateway's database is restarting or out of reach; this call did not complete: retry in a few seconds"
+
+// storeUnreachable reports whether err means the database could not be
+// reached: store.ErrUnavailable, or a driver's connection error that a
+// store path returned without classifying it (its text names the
+// database's user, host and port, pgconn's "failed to connect to").
+func storeUnreachable(err error) bool {
+	return errors.Is(err, store.ErrUnavailable) || strings.Contains(err.Error(), "failed to connect to `")
 }

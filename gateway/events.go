@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/pipestream/gateway/bridge"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
@@ -42,9 +45,18 @@ func (e *eventService) SubscribeEvents(req *gatewayv1.SubscribeEventsRequest, st
 	}
 	filter := bridge.EventFilter{Kinds: req.GetKinds(), DocumentID: req.GetDocumentId()}
 	var last uint64
+	replay := cursor != nil && *cursor > 0 // the cursor's own event may come first
 	err := e.s.cfg.Bridge.Events().Subscribe(ctx, TenantFromContext(ctx), e.s.clientKey(ctx), cursor, filter, func(ev *gatewayv1.Event) error {
-		if ev.GetSeq() > 0 {
-			last = ev.GetSeq()
+		if seq := ev.GetSeq(); seq > 0 {
+			if seq <= last {
+				// Never a repeated or reordered seq on the wire: the
+				// consumer's cursor rule (skip by seq) would lose events.
+				return status.Errorf(codes.Internal, "event seq %d after seq %d: the stream is out of order; subscribe again with cursor=%d", seq, last, last)
+			}
+			if replay && last == 0 && seq < *cursor {
+				return status.Errorf(codes.Internal, "event seq %d before the cursor %d; subscribe again with cursor=%d", seq, *cursor, *cursor)
+			}
+			last = seq
 		}
 		return stream.Send(ev)
 	})
@@ -62,9 +74,60 @@ func (e *eventService) GetEventWindow(ctx context.Context, _ *gatewayv1.GetEvent
 	return w, toStatus(err)
 }
 
+// GetSnapshot answers the whole snapshot in one message, for small stores:
+// past maxUnarySnapshotBytes (encoded) it stops reading and fails with
+// ResourceExhausted, reason SNAPSHOT_TOO_LARGE, naming StreamSnapshot
+// (docs/retention.md, "Snapshot"). It reads through the same paged store
+// read as StreamSnapshot, so it never holds more than the limit plus a page.
 func (e *eventService) GetSnapshot(ctx context.Context, _ *gatewayv1.GetSnapshotRequest) (*gatewayv1.Snapshot, error) {
-	snap, err := e.s.cfg.Bridge.Events().Snapshot(ctx, TenantFromContext(ctx))
-	return snap, toStatus(err)
+	snap := &gatewayv1.Snapshot{}
+	size := 0
+	err := e.s.cfg.Bridge.Events().StreamSnapshot(ctx, TenantFromContext(ctx), 0, func(c *gatewayv1.SnapshotChunk) error {
+		snap.Seq = c.GetSeq()
+		for _, d := range c.GetDocuments() {
+			size += proto.Size(d) + 8
+		}
+		if size > maxUnarySnapshotBytes {
+			return errSnapshotTooLarge
+		}
+		snap.Documents = append(snap.Documents, c.GetDocuments()...)
+		return nil
+	})
+	if errors.Is(err, errSnapshotTooLarge) {
+		return nil, statusError(codes.ResourceExhausted, ReasonSnapshotTooLarge, fmt.Sprintf(
+			"the snapshot has more than %d MiB of documents, the limit of one GetSnapshot message: stream it with StreamSnapshot (GET /v1/events:streamSnapshot), which has no size limit",
+			maxUnarySnapshotBytes>>20))
+	}
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return snap, nil
+}
+
+// errSnapshotTooLarge ends GetSnapshot's read past maxUnarySnapshotBytes.
+var errSnapshotTooLarge = errors.New("snapshot too large for one message")
+
+// ReasonSnapshotTooLarge is GetSnapshot's ErrorInfo reason past
+// maxUnarySnapshotBytes.
+const ReasonSnapshotTooLarge = "SNAPSHOT_TOO_LARGE"
+
+// maxUnarySnapshotBytes bounds GetSnapshot: 16 MiB of encoded documents,
+// well under the 64 MiB gRPC message limit that the JSON rendering and
+// proxy would otherwise hit first.
+var maxUnarySnapshotBytes = 16 << 20
+
+// StreamSnapshot streams the snapshot in chunks of page_size documents, all
+// consistent with the seq every chunk carries, then a final chunk with last
+// and total_documents. A stream that ends without the final chunk is
+// incomplete.
+func (e *eventService) StreamSnapshot(req *gatewayv1.StreamSnapshotRequest, stream grpc.ServerStreamingServer[gatewayv1.SnapshotChunk]) error {
+	ctx, cancel := e.s.streamContext(stream.Context())
+	defer cancel()
+	err := e.s.cfg.Bridge.Events().StreamSnapshot(ctx, TenantFromContext(ctx), int(min(req.GetPageSize(), 1<<20)), stream.Send)
+	if err != nil && e.s.shuttingDown() {
+		return status.Error(codes.Unavailable, "server is shutting down: stream the snapshot again later")
+	}
+	return toStatus(err)
 }
 
 // startedHeaders returns ctx with a bridge start hook that sends the

@@ -7,3 +7,11 @@ import "google.golang.org/grpc"
 func UTF8Interceptors() (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
 	return utf8Unary, utf8Stream
 }
+
+// SetMaxUnarySnapshotBytes lowers GetSnapshot's one-message limit for a
+// test and returns a function that restores it.
+func SetMaxUnarySnapshotBytes(n int) func() {
+	old := maxUnarySnapshotBytes
+	maxUnarySnapshotBytes = n
+	return func() { maxUnarySnapshotBytes = old }
+}

@@ -133,14 +133,17 @@ func TestResultContentTypeSafety(t *testing.T) {
 	}
 }
 
-// TestUnaryNotBehindStreams: with every HTTP/2 stream slot of the REST
-// proxy's stream connections taken by NDJSON subscriptions (4
-// connections x MaxConcurrentStreams 2), a REST GET still answers at once:
-// unary calls have their own connection.
+// TestUnaryNotBehindStreams: with every HTTP/2 stream slot of tenant
+// acme's REST proxy lane taken by NDJSON subscriptions
+// (MaxConcurrentStreams 2), acme's and globex's REST GETs answer at once
+// (unary calls run in-process, on no connection), and globex still
+// subscribes at once: each tenant's streams have their own lane (issue
+// 22). Before, every tenant's calls shared the proxy's connections.
 func TestUnaryNotBehindStreams(t *testing.T) {
 	h := start(t, func(c *gateway.Config) {
 		c.MaxConcurrentStreams = 2
 		c.MaxSubscribersPerTenant = -1
+		c.Authenticator = gateway.StaticTokens{"tok-a": "acme", "tok-b": "globex"}
 	})
 	doc := h.fake.add(0, 1)
 	var conns []net.Conn
@@ -149,21 +152,37 @@ func TestUnaryNotBehindStreams(t *testing.T) {
 			c.Close()
 		}
 	}()
-	for i := range 8 {
+	subscribe := func(tok string) error {
 		c, err := net.Dial("tcp", h.srv.HTTPAddr())
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		conns = append(conns, c)
-		c.SetDeadline(time.Now().Add(10 * time.Second))
-		fmt.Fprintf(c, "GET /v1/events:subscribe HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-		if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil || resp.StatusCode != 200 {
-			t.Fatalf("subscription %d: %v %v", i, resp, err)
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprintf(c, "GET /v1/events:subscribe HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n\r\n", tok)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return err
+		}
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("HTTP %d", resp.StatusCode)
+		}
+		return nil
+	}
+	for i := range 2 {
+		if err := subscribe("tok-a"); err != nil {
+			t.Fatalf("acme subscription %d: %v", i, err)
+		}
+	}
+	for _, tok := range []string{"tok-a", "tok-b"} {
+		start := time.Now()
+		code, _, body := h.do("GET", "/v1/documents/"+doc.Id, nil, "Authorization", "Bearer "+tok)
+		if took := time.Since(start); code != 404 && code != 200 || took > time.Second {
+			t.Errorf("%s: GET with acme's stream slots taken: HTTP %d after %v %s, want an answer at once", tok, code, took, body)
 		}
 	}
 	start := time.Now()
-	code, _, body := h.do("GET", "/v1/documents/"+doc.Id, nil)
-	if took := time.Since(start); code != 200 || took > time.Second {
-		t.Errorf("GET with every stream slot taken: HTTP %d after %v %s, want 200 at once", code, took, body)
+	if err := subscribe("tok-b"); err != nil || time.Since(start) > time.Second {
+		t.Errorf("globex subscription with acme's lane full: %v after %v, want 200 at once", err, time.Since(start))
 	}
 }

@@ -283,3 +283,7 @@ func (l *fakeLog) Window(context.Context) (*gatewayv1.EventWindow, error) {
 func (l *fakeLog) Snapshot(context.Context, bridge.Tenant) (*gatewayv1.Snapshot, error) {
 	return &gatewayv1.Snapshot{Seq: l.latest}, nil
 }
+
+func (l *fakeLog) StreamSnapshot(_ context.Context, _ bridge.Tenant, _ int, send func(*gatewayv1.SnapshotChunk) error) error {
+	return send(&gatewayv1.SnapshotChunk{Seq: l.latest, Last: true})
+}

@@ -59,10 +59,10 @@ func (s *Server) httpHandler() (http.Handler, error) {
 		runtime.WithRoutingErrorHandler(s.routingErrorHandler(routes)),
 	)
 	ctx := context.Background()
-	if err := gatewayv1.RegisterDocumentServiceHandlerClient(ctx, s.gwMux, gatewayv1.NewDocumentServiceClient(s.conn)); err != nil {
+	if err := gatewayv1.RegisterDocumentServiceHandlerClient(ctx, s.gwMux, gatewayv1.NewDocumentServiceClient(s.rest)); err != nil {
 		return nil, fmt.Errorf("gateway: register REST handlers: %w", err)
 	}
-	if err := gatewayv1.RegisterEventServiceHandlerClient(ctx, s.gwMux, gatewayv1.NewEventServiceClient(s.conn)); err != nil {
+	if err := gatewayv1.RegisterEventServiceHandlerClient(ctx, s.gwMux, gatewayv1.NewEventServiceClient(s.rest)); err != nil {
 		return nil, fmt.Errorf("gateway: register REST handlers: %w", err)
 	}
 	if err := s.registerOperationsREST(s.gwMux); err != nil {
@@ -72,7 +72,7 @@ func (s *Server) httpHandler() (http.Handler, error) {
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/documents:upload", withErrorHeaders(http.HandlerFunc(s.handleUpload)))
 	mux.Handle("GET /v1/documents/{id}/result", withErrorHeaders(http.HandlerFunc(s.handleResult)))
-	tickets := newTicketStore()
+	tickets := newTicketStore(s.cfg.MaxTicketsPerTenant)
 	mux.HandleFunc("POST /v1/events:ticket", s.handleTicket(tickets))
 	mux.HandleFunc("GET /v1/events/ws", s.withTickets(tickets, s.handleEventsWS))
 	mux.Handle("GET /ui", consoleHandler())
@@ -102,6 +102,8 @@ func incomingHeader(key string) (string, bool) {
 		return requestIDHeader, true
 	case "X-Client-Id":
 		return "x-client-id", true
+	case "Grpc-Metadata-" + textproto.CanonicalMIMEHeaderKey(admittedHeader):
+		return "", false // preAdmitted: only the server sets it
 	}
 	return runtime.DefaultHeaderMatcher(key)
 }

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"crypto/rand"
+	"crypto/subtle"
 	"encoding/hex"
 	"log/slog"
 	"runtime/debug"
@@ -171,6 +172,19 @@ func (s *Server) logStream(srv any, ss grpc.ServerStream, info *grpc.StreamServe
 // authenticate runs the Authenticator, then Config.Limiter and the
 // per-tenant rate limit. Health and reflection skip all of it.
 func (s *Server) authenticate(ctx context.Context, method string) (bridge.Tenant, error) {
+	tenant, err := s.identify(ctx, method)
+	if err != nil || skipAuth(method) {
+		return tenant, err
+	}
+	if err := s.admitTenant(ctx, tenant, method); err != nil {
+		return "", err
+	}
+	return tenant, nil
+}
+
+// identify runs the Authenticator only and records the tenant in the
+// call info.
+func (s *Server) identify(ctx context.Context, method string) (bridge.Tenant, error) {
 	if skipAuth(method) {
 		return "", nil
 	}
@@ -185,9 +199,7 @@ func (s *Server) authenticate(ctx context.Context, method string) (bridge.Tenant
 	if ci := callInfoFrom(ctx); ci != nil {
 		ci.tenant = tenant
 	}
-	if err := s.admitTenant(ctx, tenant, method); err != nil {
-		return "", err
-	}
+	s.attributeH2(ctx, tenant)
 	return tenant, nil
 }
 
@@ -210,6 +222,21 @@ func (s *Server) admitTenant(ctx context.Context, tenant bridge.Tenant, method s
 	return nil
 }
 
+// preAdmitted reports whether a call was admitted by the REST side: it
+// carries admittedHeader with this server's random admitNonce and came
+// over the REST proxy's own connection (fromProxy). A REST client cannot
+// forge it: incomingHeader never forwards the header, and the nonce is
+// never sent to a client.
+func (s *Server) preAdmitted(ctx context.Context) bool {
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, v := range md.Get(admittedHeader) {
+		if subtle.ConstantTimeCompare([]byte(v), []byte(s.admitNonce)) == 1 {
+			return s.fromProxy(ctx)
+		}
+	}
+	return false
+}
+
 func (s *Server) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 	if _, err := s.authenticate(ctx, info.FullMethod); err != nil {
 		if md := retryAfterMD(err); md != nil {
@@ -221,8 +248,16 @@ func (s *Server) authUnary(ctx context.Context, req any, info *grpc.UnaryServerI
 }
 
 // authStream also holds a per-tenant concurrency slot for uploads and
-// event streams while the handler runs.
+// event streams while the handler runs. A call the REST side admitted
+// already (preAdmitted: the upload route took its rate token and slot
+// before reading the body) is authenticated only.
 func (s *Server) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if s.preAdmitted(ss.Context()) {
+		if _, err := s.identify(ss.Context(), info.FullMethod); err != nil {
+			return err
+		}
+		return h(srv, ss)
+	}
 	tenant, err := s.authenticate(ss.Context(), info.FullMethod)
 	if err == nil && !skipAuth(info.FullMethod) {
 		var release func()

@@ -90,31 +90,7 @@ func (l *tenantLimits) allow(t bridge.Tenant) error {
 		d = time.Second
 	}
 	return limitError(ReasonRateLimited, d, fmt.Sprintf(
-		"rate limit exceeded for this tenant (%g requests/s, burst %d); retry after %s", float64(l.rate), l.burst, roundUp(d)))
-}
-
-// wouldRefuse reports, without taking anything, the error allow and
-// acquire would give a call of fullMethod by tenant now: the HTTP routes
-// check it before they read a body, so a tenant over its limits is not
-// read from. The interceptors still decide (this is a peek, racy by
-// design: a call it lets through may still be refused).
-func (l *tenantLimits) wouldRefuse(fullMethod string, t bridge.Tenant) error {
-	if l.rate != 0 {
-		l.mu.Lock()
-		lim := l.limiters[t]
-		l.mu.Unlock()
-		if lim != nil && lim.Tokens() < 1 {
-			d := time.Duration((1 - lim.Tokens()) / float64(l.rate) * float64(time.Second))
-			return limitError(ReasonRateLimited, d, fmt.Sprintf(
-				"rate limit exceeded for this tenant (%g requests/s, burst %d); retry after %s", float64(l.rate), l.burst, roundUp(d)))
-		}
-	}
-	release, err := l.acquire(fullMethod, t)
-	if err != nil {
-		return err
-	}
-	release()
-	return nil
+		"rate limit exceeded for this tenant (%g requests/s, burst %d: --rate-limit, --rate-burst); retry after %s", float64(l.rate), l.burst, roundUp(d)))
 }
 
 // acquire counts one concurrent call of kind (uploads or event streams)
@@ -122,14 +98,14 @@ func (l *tenantLimits) wouldRefuse(fullMethod string, t bridge.Tenant) error {
 func (l *tenantLimits) acquire(fullMethod string, t bridge.Tenant) (release func(), err error) {
 	var m map[bridge.Tenant]int
 	var max int
-	var reason, what string
+	var reason, what, flag string
 	switch fullMethod {
 	case uploadMethod:
-		m, max, reason, what = l.uploads, l.maxUploads, ReasonTooManyUploads, "uploads"
+		m, max, reason, what, flag = l.uploads, l.maxUploads, ReasonTooManyUploads, "uploads", "--max-uploads-per-tenant"
 	case subscribeMethod, watchMethod:
-		m, max, reason, what = l.subs, l.maxSubs, ReasonTooManyStreams, "event streams (subscribe, watch, WebSocket)"
+		m, max, reason, what, flag = l.subs, l.maxSubs, ReasonTooManyStreams, "event streams (subscribe, watch, WebSocket, operation waits)", "--max-subscribers-per-tenant"
 	case resultMethod:
-		m, max, reason, what = l.results, l.maxResults, ReasonTooManyResults, "result downloads"
+		m, max, reason, what, flag = l.results, l.maxResults, ReasonTooManyResults, "result downloads", "--max-downloads-per-tenant"
 	default:
 		return func() {}, nil
 	}
@@ -140,7 +116,7 @@ func (l *tenantLimits) acquire(fullMethod string, t bridge.Tenant) (release func
 	defer l.mu.Unlock()
 	if m[t] >= max {
 		return nil, limitError(reason, time.Second, fmt.Sprintf(
-			"too many concurrent %s for this tenant (limit %d); retry later", what, max))
+			"too many concurrent %s for this tenant (limit %d, %s); retry when one ends", what, max, flag))
 	}
 	m[t]++
 	var once sync.Once

@@ -106,8 +106,8 @@ func TestConcurrentUploadsPerTenant(t *testing.T) {
 		return err
 	}
 	err = upload("tok-acme")
-	if status.Code(err) != codes.ResourceExhausted || status.Convert(err).Message() != "too many concurrent uploads for this tenant (limit 1); retry later" {
-		t.Errorf("second concurrent upload: %v, want ResourceExhausted \"too many concurrent uploads for this tenant (limit 1); retry later\"", err)
+	if status.Code(err) != codes.ResourceExhausted || status.Convert(err).Message() != "too many concurrent uploads for this tenant (limit 1, --max-uploads-per-tenant); retry when one ends" {
+		t.Errorf("second concurrent upload: %v, want ResourceExhausted \"too many concurrent uploads for this tenant (limit 1, --max-uploads-per-tenant); retry when one ends\"", err)
 	}
 	if retryInfo(err) == nil {
 		t.Error("no RetryInfo on the concurrency refusal")
@@ -147,7 +147,7 @@ func TestSubscribersPerTenant(t *testing.T) {
 	if err == nil {
 		_, err = s2.Recv()
 	}
-	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "too many concurrent event streams") || !strings.Contains(err.Error(), "(limit 1)") {
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "too many concurrent event streams") || !strings.Contains(err.Error(), "(limit 1, --max-subscribers-per-tenant)") {
 		t.Errorf("second subscription: %v, want ResourceExhausted naming the limit", err)
 	}
 	doc := h.fake.add(gatewayv1.State_RUNNING, 1)

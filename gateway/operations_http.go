@@ -26,7 +26,7 @@ const lroService = "/google.longrunning.Operations/"
 
 // registerOperationsREST adds the operation routes to the REST mux.
 func (s *Server) registerOperationsREST(mux *runtime.ServeMux) error {
-	c := longrunningpb.NewOperationsClient(s.conn)
+	c := longrunningpb.NewOperationsClient(s.rest)
 	routes := []struct {
 		method, pattern, rpc string
 		call                 func(context.Context, *http.Request, map[string]string, runtime.Marshaler) (proto.Message, error)

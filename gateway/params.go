@@ -1,6 +1,10 @@
 package gateway
 
-import "time"
+import (
+	"time"
+
+	"github.com/pipestream/gateway/gateway/h2guard"
+)
 
 // Tunables. Each has one line of rationale; Config fields override the ones
 // that operators need to change.
@@ -70,9 +74,10 @@ const (
 	// floor of the derived total cap.
 	connReserveFDs = 256
 	minMaxConns    = 64
-	// proxyStreamConns: the REST proxy's connections for streams (plus one
-	// for unary calls), each with MaxConcurrentStreams slots.
-	proxyStreamConns = 4
+	// proxyLaneIdle: a tenant's REST proxy connection for streams
+	// (pool.go) closes after this long without a call and redials on the
+	// next; its slots and windows are that tenant's alone.
+	proxyLaneIdle = 5 * time.Minute
 	// proxyStreamWindow and proxyConnWindow are the proxy connections'
 	// fixed HTTP/2 receive windows: a stream whose client stopped reading
 	// holds at most proxyStreamWindow in the proxy (BDP estimation, which
@@ -86,14 +91,18 @@ const (
 	// streams from the result file: what a stalled download costs besides
 	// the socket.
 	resultCopyBytes = 32 << 10
+	// DefaultMaxTicketsPerTenant: a console asks for one WebSocket ticket
+	// per connect and spends it within a second; 64 outstanding covers
+	// many tabs and retries.
+	DefaultMaxTicketsPerTenant = 64
 	// DefaultMaxClientIDsPerTenant bounds the X-Client-Id values one
 	// tenant can have tracked by the event log's retention at once; more
 	// are tracked by address instead. clientIDIdle frees an unused one.
 	DefaultMaxClientIDsPerTenant = 256
 	clientIDIdle                 = time.Hour
 	// DefaultMaxConcurrentStreams per HTTP/2 connection on the gRPC
-	// listener; the REST proxy's one connection shares it, so it sits well
-	// above tenants x subscribers of typical deployments.
+	// listener; each tenant's REST proxy lane has as many, well above a
+	// tenant's stream caps (subscribers + uploads + downloads).
 	DefaultMaxConcurrentStreams = 1024
 	// DefaultTokenPollInterval is how often the token file is checked for
 	// changes: quick enough that a revoked token stops working within seconds.
@@ -153,6 +162,9 @@ const (
 	// resultSizeHeader is the GetDocumentResult response header with the
 	// result's total size in bytes (REST: Content-Length).
 	resultSizeHeader = "x-pipestream-result-size"
+	// admittedHeader marks a gRPC call the REST side admitted already
+	// (upload_http.go, preAdmitted); its value is Server.admitNonce.
+	admittedHeader = "x-pipestream-admitted"
 	// maxRequestIDLen bounds a client-supplied request id; longer ones are
 	// replaced, not trusted.
 	maxRequestIDLen = 128
@@ -160,3 +172,29 @@ const (
 	// errorDomain is the ErrorInfo domain of every error this API returns.
 	errorDomain = "pipestream.gateway.v1"
 )
+
+// HTTP/2 control-frame budgets (h2abuse.go, issue 22). A client cancels a
+// stream now and then (a closed tab, a cancelled watch), changes its
+// SETTINGS once or twice and pings for liveness every few seconds;
+// rapid reset (CVE-2023-44487) sends tens of thousands of resets a
+// second, settings and ping floods as many control frames. Above a
+// budget the connection gets GOAWAY ENHANCE_YOUR_CALM and is closed.
+var (
+	// h2ResetBudget: RST_STREAM per connection.
+	h2ResetBudget = h2guard.Budget{PerSecond: 50, Burst: 100}
+	// h2TenantResetBudget: RST_STREAM per tenant over all its
+	// connections, so more connections do not buy more resets.
+	h2TenantResetBudget = h2guard.Budget{PerSecond: 100, Burst: 200}
+	// h2SettingsBudget: SETTINGS (not ACKs) per connection.
+	h2SettingsBudget = h2guard.Budget{PerSecond: 2, Burst: 10}
+	// h2PingBudget: PING (not ACKs) per connection; grpc-go's BDP
+	// estimator pings once per window of received data.
+	h2PingBudget = h2guard.Budget{PerSecond: 20, Burst: 50}
+)
+
+// h2AbuseCooldown: after a cut, new connections from the client's
+// address are closed at accept and the connection's tenant has any
+// connection cut at its first authenticated request, for this long; an
+// abuser then costs an accept per connection, not a connection's worth
+// of streams. Clients behind the same address (NAT) wait it out too.
+const h2AbuseCooldown = 10 * time.Second

@@ -21,8 +21,11 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/pipestream/gateway/bridge"
+	"github.com/pipestream/gateway/gateway/h2guard"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
 
@@ -45,11 +48,22 @@ type Server struct {
 	health *health.Server
 	gwMux  *runtime.ServeMux
 	http   *http.Server
-	conn   *connPool // REST proxy -> gRPC listener (pool.go)
+	conn   *connPool // REST proxy streams -> gRPC listener, a lane per tenant (pool.go)
+	// rest is the REST proxy's client: unary calls in-process through
+	// the interceptor chain, streams over conn (inproc.go).
+	rest *inprocConn
+	// admitNonce authenticates admittedHeader (preAdmitted): random per
+	// server, never sent to a client.
+	admitNonce string
 	// proxyConns holds the local addresses of conn's TCP connections: the
 	// gRPC listener sees them as peer addresses and leaves those streams'
 	// stuck-consumer bound to the HTTP side (stuck.go).
 	proxyConns sync.Map
+	// h2Conns maps the remote address of a gRPC connection to its
+	// h2guard.Conn; h2guard is both listeners' HTTP/2 abuse guard
+	// (h2abuse.go).
+	h2Conns sync.Map
+	h2guard *h2guard.Guard
 
 	grpcLis, httpLis net.Listener
 
@@ -86,12 +100,13 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("gateway: register metrics: %w", err)
 	}
 	s := &Server{
-		cfg:       cfg,
-		log:       cfg.Logger,
-		metrics:   m,
-		limits:    newTenantLimits(&cfg),
-		serveErrs: make(chan error, 2),
-		stopPoll:  make(chan struct{}),
+		cfg:        cfg,
+		log:        cfg.Logger,
+		metrics:    m,
+		limits:     newTenantLimits(&cfg),
+		serveErrs:  make(chan error, 2),
+		stopPoll:   make(chan struct{}),
+		admitNonce: newRequestID() + newRequestID(),
 	}
 	s.streams, s.cancelStreams = context.WithCancel(context.Background())
 	s.uploadsCut, s.cutUploads = context.WithCancel(context.Background())
@@ -120,13 +135,17 @@ func New(cfg Config) (*Server, error) {
 		// grpcKeepaliveMinTime even without streams (idle CLI watchers).
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: cfg.GRPCKeepaliveTime, Timeout: cfg.GRPCKeepaliveTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: grpcKeepaliveMinTime, PermitWithoutStream: true}))
+	creds := insecure.NewCredentials()
 	if cfg.GRPCTLS != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.GRPCTLS)))
+		creds = credentials.NewTLS(cfg.GRPCTLS)
 	}
+	s.h2guard = s.newH2Guard()
+	opts = append(opts, grpc.Creds(guardCreds{TransportCredentials: creds, s: s}))
 	s.grpc = grpc.NewServer(opts...)
-	gatewayv1.RegisterDocumentServiceServer(s.grpc, &documentService{s: s})
-	gatewayv1.RegisterEventServiceServer(s.grpc, &eventService{s: s})
-	longrunningpb.RegisterOperationsServer(s.grpc, &operationsService{s: s})
+	s.rest = newInprocConn(s.unaryInterceptors(), cfg.MaxRecvMsgBytes, cfg.MaxSendMsgBytes)
+	s.register(&gatewayv1.DocumentService_ServiceDesc, &documentService{s: s})
+	s.register(&gatewayv1.EventService_ServiceDesc, &eventService{s: s})
+	s.register(&longrunningpb.Operations_ServiceDesc, &operationsService{s: s})
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
@@ -157,7 +176,7 @@ func (s *Server) Start() error {
 	if s.cfg.InternalDialTLS != nil {
 		creds = credentials.NewTLS(s.cfg.InternalDialTLS)
 	}
-	s.conn, err = newConnPool(dialTarget(s.grpcLis.Addr()), proxyStreamConns,
+	s.conn, err = newConnPool(dialTarget(s.grpcLis.Addr()), s.streamTenant,
 		grpc.WithTransportCredentials(creds),
 		grpc.WithContextDialer(s.dialProxyConn),
 		grpc.WithInitialWindowSize(proxyStreamWindow),
@@ -170,6 +189,7 @@ func (s *Server) Start() error {
 		s.httpLis.Close()
 		return fmt.Errorf("gateway: dial own gRPC listener: %w", err)
 	}
+	s.rest.streams = s.conn
 	handler, err := s.httpHandler()
 	if err != nil {
 		s.conn.Close()
@@ -231,11 +251,14 @@ func (s *Server) Start() error {
 // http/1.1: h2 would need its own framing checks and gains nothing for
 // REST).
 func (s *Server) serveHTTP() error {
-	refusal := httpRefusal
+	refusal := httpRefusals(s.conns.perIP, s.conns.total)
 	if s.cfg.HTTPTLS != nil {
 		refusal = nil // the client expects a TLS handshake
 	}
 	lis := s.capped(s.httpLis, true, refusal)
+	if s.cfg.HTTPTLS == nil {
+		lis = s.guardHTTP2(lis) // h2c: HTTP/2 control-frame budgets
+	}
 	if s.cfg.HTTPTLS != nil {
 		tc := s.cfg.HTTPTLS.Clone()
 		tc.NextProtos = []string{"http/1.1"}
@@ -366,6 +389,27 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.log.Info("gateway stopped", "took", time.Since(start).Round(time.Millisecond))
 	})
 	return errors.Join(errs...)
+}
+
+// register registers a service on the gRPC server and for the REST
+// proxy's in-process calls.
+func (s *Server) register(desc *grpc.ServiceDesc, impl any) {
+	s.grpc.RegisterService(desc, impl)
+	s.rest.register(desc, impl)
+}
+
+// streamTenant is the tenant whose proxy lane carries a stream: the one
+// the HTTP side authenticated (admit), else the one the call's bearer
+// token maps to (the WebSocket route authenticates in the gRPC call);
+// false when neither is known, and the call will fail authentication.
+func (s *Server) streamTenant(ctx context.Context) (bridge.Tenant, bool) {
+	if t, ok := tenantFrom(ctx); ok {
+		return t, true
+	}
+	md, _ := metadata.FromOutgoingContext(ctx)
+	in := metadata.NewIncomingContext(ctx, md)
+	t, err := s.cfg.Authenticator.Authenticate(in, bearerToken(in))
+	return t, err == nil
 }
 
 // setHealth mirrors bridge.Ready() into grpc.health.v1 for the server ("")

@@ -448,7 +448,7 @@ type guardKey struct{}
 // (http.Server.ConnContext).
 func guardContext(ctx context.Context, c net.Conn) context.Context {
 	if g, ok := c.(*guardConn); ok {
-		return context.WithValue(ctx, guardKey{}, g)
+		return withH2Conn(context.WithValue(ctx, guardKey{}, g), g.Conn)
 	}
 	return ctx
 }

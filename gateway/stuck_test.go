@@ -212,8 +212,9 @@ func TestGRPCStuckConsumerIsCut(t *testing.T) {
 // remains. The client then finds a cut chunked body (no terminating chunk).
 func TestNDJSONStuckConsumerIsCut(t *testing.T) {
 	h := startBigLog(t)
-	// Warm up the REST proxy's gRPC connection (its goroutines stay).
-	if code, _, body := h.do("GET", "/v1/events:window", nil); code != 200 {
+	// Warm up the tenant's REST proxy lane, a gRPC connection whose
+	// goroutines stay: a watch of an unknown document ends at once.
+	if code, _, body := h.do("GET", "/v1/documents/nope:watch", nil); code != 404 {
 		t.Fatalf("HTTP %d: %s", code, body)
 	}
 	h.http.CloseIdleConnections()

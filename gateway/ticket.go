@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -35,17 +36,22 @@ import (
 // answers 401 before the upgrade. Without tokens (loopback mode) the
 // ticket works the same for the single tenant "".
 //
-// Tickets live in memory only; at most maxTickets are outstanding (429
-// above that). The store keeps SHA-256 of each ticket, not the ticket.
+// Tickets live in memory only; each tenant has at most
+// Config.MaxTicketsPerTenant outstanding (--max-tickets-per-tenant; 429
+// TOO_MANY_TICKETS with Retry-After until its oldest expires above that).
+// There is no server-wide cap that tenants share: a tenant at its cap
+// holds its own tickets only, and the tenant set is bounded by the
+// configured tokens, as the other per-tenant limits are (issue 22). The
+// store keeps SHA-256 of each ticket, not the ticket.
 
+const ticketTTL = 30 * time.Second
+
+// Error reasons of tickets: an unknown, used or expired WebSocket
+// ticket; a tenant at its outstanding-ticket cap.
 const (
-	ticketTTL  = 30 * time.Second
-	maxTickets = 10000
+	ReasonInvalidTicket  = "INVALID_TICKET"
+	ReasonTooManyTickets = "TOO_MANY_TICKETS"
 )
-
-// ReasonInvalidTicket is the ErrorInfo reason for an unknown, used or
-// expired WebSocket ticket.
-const ReasonInvalidTicket = "INVALID_TICKET"
 
 type ticket struct {
 	tenant  bridge.Tenant
@@ -53,33 +59,46 @@ type ticket struct {
 	expires time.Time
 }
 
-// ticketStore holds the outstanding tickets.
+// ticketStore holds the outstanding tickets, and per tenant the keys of
+// its own (at most perTenant each).
 type ticketStore struct {
-	mu      sync.Mutex
-	tickets map[[sha256.Size]byte]ticket
+	perTenant int // <= 0: no cap
+
+	mu       sync.Mutex
+	tickets  map[[sha256.Size]byte]ticket
+	byTenant map[bridge.Tenant]map[[sha256.Size]byte]time.Time
 }
 
-func newTicketStore() *ticketStore {
-	return &ticketStore{tickets: map[[sha256.Size]byte]ticket{}}
+func newTicketStore(perTenant int) *ticketStore {
+	return &ticketStore{perTenant: perTenant, tickets: map[[sha256.Size]byte]ticket{},
+		byTenant: map[bridge.Tenant]map[[sha256.Size]byte]time.Time{}}
 }
 
-var errTooManyTickets = status.Error(codes.ResourceExhausted, "too many outstanding WebSocket tickets; use one before asking for more")
-
-// issue returns a new ticket for tenant, authenticated by token.
+// issue returns a new ticket for tenant, authenticated by token, or
+// TOO_MANY_TICKETS when tenant has perTenant outstanding.
 func (ts *ticketStore) issue(tenant bridge.Tenant, token string) (string, error) {
 	var raw [32]byte
 	_, _ = rand.Read(raw[:]) // crypto/rand never fails on supported platforms
 	id := base64.RawURLEncoding.EncodeToString(raw[:])
+	key := sha256.Sum256([]byte(id))
 	now := time.Now()
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	if len(ts.tickets) >= maxTickets {
-		ts.pruneLocked(now)
-		if len(ts.tickets) >= maxTickets {
-			return "", errTooManyTickets
+	mine := ts.byTenant[tenant]
+	if ts.perTenant > 0 && len(mine) >= ts.perTenant {
+		oldest := ts.pruneLocked(tenant, now)
+		if len(ts.byTenant[tenant]) >= ts.perTenant {
+			return "", limitError(ReasonTooManyTickets, oldest.Sub(now), fmt.Sprintf(
+				"this tenant has %d outstanding WebSocket tickets, its limit (--max-tickets-per-tenant); use one, or retry when the oldest expires in %s",
+				ts.perTenant, roundUp(oldest.Sub(now))))
 		}
 	}
-	ts.tickets[sha256.Sum256([]byte(id))] = ticket{tenant: tenant, token: token, expires: now.Add(ticketTTL)}
+	if ts.byTenant[tenant] == nil {
+		ts.byTenant[tenant] = map[[sha256.Size]byte]time.Time{}
+	}
+	exp := now.Add(ticketTTL)
+	ts.tickets[key] = ticket{tenant: tenant, token: token, expires: exp}
+	ts.byTenant[tenant][key] = exp
 	return id, nil
 }
 
@@ -91,19 +110,42 @@ func (ts *ticketStore) redeem(id string) (ticket, bool) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	t, ok := ts.tickets[key]
-	delete(ts.tickets, key)
+	if ok {
+		ts.forgetLocked(t.tenant, key)
+	}
 	if !ok || !now.Before(t.expires) {
 		return ticket{}, false
 	}
 	return t, true
 }
 
-func (ts *ticketStore) pruneLocked(now time.Time) {
-	for k, t := range ts.tickets {
-		if !now.Before(t.expires) {
-			delete(ts.tickets, k)
+func (ts *ticketStore) forgetLocked(tenant bridge.Tenant, key [sha256.Size]byte) {
+	delete(ts.tickets, key)
+	if mine := ts.byTenant[tenant]; mine != nil {
+		delete(mine, key)
+		if len(mine) == 0 {
+			delete(ts.byTenant, tenant)
 		}
 	}
+}
+
+// pruneLocked drops tenant's expired tickets and returns when its oldest
+// remaining one expires (now when none remains).
+func (ts *ticketStore) pruneLocked(tenant bridge.Tenant, now time.Time) time.Time {
+	oldest := time.Time{}
+	for k, exp := range ts.byTenant[tenant] {
+		if !now.Before(exp) {
+			ts.forgetLocked(tenant, k)
+			continue
+		}
+		if oldest.IsZero() || exp.Before(oldest) {
+			oldest = exp
+		}
+	}
+	if oldest.IsZero() {
+		return now
+	}
+	return oldest
 }
 
 // outstanding is the number of stored tickets (tests).
@@ -141,8 +183,15 @@ func (s *Server) handleTicket(ts *ticketStore) http.HandlerFunc {
 func (s *Server) withTickets(ts *ticketStore, next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
-		if !q.Has("ticket") {
-			next(w, r)
+		if !q.Has("ticket") || !wsHandshake(r) {
+			next(w, r) // a request that is no handshake is answered 426 without spending the ticket
+			return
+		}
+		if !s.wsOriginAllowed(r) {
+			// Refused before the ticket is looked at: a page of a foreign
+			// origin cannot spend (or probe) another page's ticket.
+			preUpgradeError(w, http.StatusForbidden, status.Error(codes.PermissionDenied, wsRejectMessage(http.StatusForbidden,
+				fmt.Errorf("request Origin %q is not authorized for Host %q", r.Header.Get("Origin"), r.Host))))
 			return
 		}
 		t, ok := ts.redeem(q.Get("ticket"))

@@ -178,3 +178,22 @@ func TestWebSocketTicketRevalidated(t *testing.T) {
 		t.Errorf("ticket of a removed token: HTTP %d %q, want 401 %s", code, name, gateway.ReasonInvalidTicket)
 	}
 }
+
+// TestWebSocketTicketForeignOrigin: a handshake with a ticket from a page
+// of a foreign origin is refused 403 before the ticket is looked at, so
+// the ticket still opens the socket from the gateway's own page (issue
+// 22: the refused handshake used to spend it).
+func TestWebSocketTicketForeignOrigin(t *testing.T) {
+	h := start(t, nil)
+	_, tk := getTicket(t, h)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, resp, err := websocket.Dial(ctx, "ws://"+h.srv.HTTPAddr()+"/v1/events/ws?ticket="+tk, &websocket.DialOptions{
+		HTTPClient: h.http, HTTPHeader: http.Header{"Origin": {"https://evil.example"}}})
+	if err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("handshake from a foreign origin: %v %v, want 403", resp, err)
+	}
+	if _, code, name := dialTicket(t, h, "?ticket="+tk); code != http.StatusSwitchingProtocols {
+		t.Errorf("the same ticket afterwards: HTTP %d %q, want 101: the refused handshake must not spend it", code, name)
+	}
+}

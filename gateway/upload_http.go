@@ -38,20 +38,26 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
 		s.writeStatus(w, r, http.StatusRequestEntityTooLarge, tooLarge(limit))
 		return
 	}
-	// Admission before the body: a tenant at its upload cap or out of
-	// rate gets its 429 now, not after a chunk of the body was read; the
-	// disk check likewise. The connection is closed, not drained.
+	// Admission before the body, decided here once (issue 22): the
+	// tenant's rate token and upload slot are taken now, atomically, and
+	// held until the handler returns; the gRPC call below is marked
+	// admitted (preAdmitted) so the interceptor does not take them again.
+	// A refused upload gets its 429 (or 503 DISK_FULL) with Retry-After
+	// before one byte of its body is read; the connection is closed, not
+	// drained.
 	tenant, _ := tenantFrom(r.Context())
-	if err := s.limits.wouldRefuse(uploadMethod, tenant); err != nil {
-		w.Header().Set("Connection", "close")
-		runtime.HTTPError(r.Context(), s.gwMux, outbound, w, r, err)
-		return
-	}
 	if err := s.admitDocument(); err != nil {
 		w.Header().Set("Connection", "close")
 		runtime.HTTPError(r.Context(), s.gwMux, outbound, w, r, err)
 		return
 	}
+	release, err := s.admitCall(r.Context(), tenant, uploadMethod)
+	if err != nil {
+		w.Header().Set("Connection", "close")
+		runtime.HTTPError(r.Context(), s.gwMux, outbound, w, r, err)
+		return
+	}
+	defer release()
 
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
@@ -60,6 +66,7 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
 		runtime.HTTPError(r.Context(), s.gwMux, outbound, w, r, err)
 		return
 	}
+	ctx = metadata.AppendToOutgoingContext(ctx, admittedHeader, s.admitNonce)
 	var header, trailer metadata.MD
 	stream, err := gatewayv1.NewDocumentServiceClient(s.conn).UploadDocument(ctx, grpc.Header(&header), grpc.Trailer(&trailer))
 	if err != nil {

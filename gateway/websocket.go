@@ -172,8 +172,13 @@ func (s *Server) pumpWSEvents(ctx context.Context, c *websocket.Conn, stream gat
 		}
 		frame, err = appendEventFrame(frame[:0], ev)
 		if err != nil {
-			s.log.Warn("dropping oversized WebSocket event frame", "seq", ev.GetSeq(), "error", err)
-			continue
+			// Never a silent gap: the consumer is told which seq it misses.
+			s.log.Warn("WebSocket event frame could not be encoded; sending an #info notice in its place", "seq", ev.GetSeq(), "error", err)
+			frame, err = appendEventFrame(frame[:0], unframableEvent(ev))
+			if err != nil {
+				s.closeWithErrorFrame(c, codes.Internal.String(), "event "+strconv.FormatUint(ev.GetSeq(), 10)+" could not be framed")
+				return
+			}
 		}
 		wctx, wcancel := context.WithTimeout(ctx, s.cfg.StreamWriteTimeout)
 		err = c.Write(wctx, websocket.MessageBinary, frame)
@@ -343,3 +348,12 @@ func (w *wsRejectWriter) Write(p []byte) (int, error) {
 
 // Unwrap lets websocket.Accept reach the connection to hijack.
 func (w *wsRejectWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// unframableEvent is the #info OutdatedCursor notice sent in place of an
+// event that could not be framed: the stream skips its seq, and says so.
+func unframableEvent(ev *gatewayv1.Event) *gatewayv1.Event {
+	seq := strconv.FormatUint(ev.GetSeq(), 10)
+	return &gatewayv1.Event{Kind: "#info", Name: "OutdatedCursor", Time: ev.GetTime(), DocumentId: ev.GetDocumentId(),
+		Message: "event " + seq + " could not be encoded for this WebSocket stream and is skipped; read it with " +
+			"GET /v1/events:subscribe?cursor=" + seq + " or resync the document from GetDocument"}
+}

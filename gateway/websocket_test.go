@@ -182,3 +182,28 @@ func TestWebSocketPreUpgradeErrors(t *testing.T) {
 		t.Errorf("HTTP %d %s, want 400 JSON {error, message} about the cursor", code, b)
 	}
 }
+
+// TestWebSocketUnframableEventIsAnnounced: an event whose frame would
+// exceed the AT sync draft's 5 MB limit is not dropped silently: the
+// consumer gets an #info OutdatedCursor frame naming its seq in its place,
+// then the next event.
+func TestWebSocketUnframableEventIsAnnounced(t *testing.T) {
+	h := start(t, nil)
+	c := dialWS(t, h, "")
+	waitFor(t, 5*time.Second, "the subscription to wait for live events", func() bool { return h.fake.log.waiting.Load() == 1 })
+	big := h.fake.log.event(21)
+	big.Message = strings.Repeat("x", 5_100_000)
+	h.fake.log.live <- big
+	h.fake.log.live <- h.fake.log.event(22)
+	f, err := readFrame(t, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, _ := f.Payload["message"].(string)
+	if f.Op != 1 || f.T != "#info" || f.Payload["name"] != "OutdatedCursor" || !strings.Contains(msg, "event 21 ") {
+		t.Fatalf("first frame %v %.200v, want #info OutdatedCursor naming event 21", f.Header, f.Payload)
+	}
+	if f, err = readFrame(t, c); err != nil || f.Payload["seq"] != int64(22) {
+		t.Fatalf("after the notice: %.200v %v, want seq 22", f.Payload, err)
+	}
+}

@@ -65,6 +65,7 @@ func TestSpecPaths(t *testing.T) {
 		"/v1/events/ws":               {"get"},
 		"/v1/events:window":           {"get"},
 		"/v1/events:snapshot":         {"get"},
+		"/v1/events:streamSnapshot":   {"get"},
 		"/healthz":                    {"get"},
 		"/metrics":                    {"get"},
 		"/openapi.json":               {"get"},
@@ -123,7 +124,7 @@ func TestSpecREST(t *testing.T) {
 	if params["body"] != "body" {
 		t.Errorf("upload: raw body parameter missing")
 	}
-	for _, p := range []string{"/v1/documents/{id}:watch", "/v1/events:subscribe"} {
+	for _, p := range []string{"/v1/documents/{id}:watch", "/v1/events:subscribe", "/v1/events:streamSnapshot"} {
 		o := spec.Paths[p]["get"]
 		if o.Stream != "ndjson" || strings.Join(o.Produces, ",") != "application/x-ndjson,application/json" {
 			t.Errorf("%s: x-stream %q produces %v, want an NDJSON stream producing application/x-ndjson (and JSON error statuses)", p, o.Stream, o.Produces)

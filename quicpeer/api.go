@@ -58,6 +58,14 @@ type Config struct {
 	Heartbeat bool
 	// HandshakeTimeout bounds QUIC handshake + capability exchange (default 10s).
 	HandshakeTimeout time.Duration
+	// IdleTimeout is a client session's QUIC idle timeout (transport
+	// liveness, Section 5.1.4): the session ends when the peer sent
+	// nothing, not even an ACK of the PINGs sent every IdleTimeout/3, for
+	// this long, so a peer killed without CONNECTION_CLOSE is noticed
+	// within it. 0: DefaultIdleTimeout (3 s); never above 3 x keepalive.
+	// QUIC takes the smaller of both ends' values, so the server side of
+	// the connection gets it too. Listeners ignore it.
+	IdleTimeout time.Duration
 	// StatelessResetKey, when set, makes a listening endpoint answer
 	// packets of connections it does not know with a QUIC stateless reset
 	// (RFC 9000 Section 10.3), and derives the reset tokens it hands out

@@ -72,6 +72,9 @@ func resolve(cfg Config) (*resolved, error) {
 	if cfg.HandshakeTimeout <= 0 {
 		cfg.HandshakeTimeout = defaultHandshakeTimeout
 	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
 	cfg.Limits = cfg.Limits.withDefaults()
 	o := cfg.Offer
 	o.Layer0Core = true

@@ -112,6 +112,9 @@ func (s *Session) GoAway(ctx context.Context) error {
 		}
 	}
 	s.mu.Unlock()
+	if s.draft04EchoWithin(ctx, goawayLinger) {
+		return s.CloseWithError(wire.CodeNoError, "draft-04 conversation complete")
+	}
 	// CONNECTION_CLOSE discards stream data the peer has not received yet
 	// (the last statuses and result streams): linger until the peer closes,
 	// goawayLinger passes, or ctx ends.
@@ -124,6 +127,29 @@ func (s *Session) GoAway(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	return s.CloseWithError(wire.CodeNoError, "graceful shutdown")
+}
+
+// draft04EchoWithin waits, on a draft-04 client, up to d for the server's
+// GOAWAY echo, the last frame of the reference conversation: the server
+// has then read everything this client sent, and the client needs
+// nothing more from it, so the connection can close at once instead of
+// lingering (a peer that serves one connection at a time takes the next
+// one sooner). It reports whether the echo arrived; other sessions do
+// not wait.
+func (s *Session) draft04EchoWithin(ctx context.Context, d time.Duration) bool {
+	if s.role != RoleClient || s.framing.Load() != framingIs04 {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for !s.goawayRecv {
+		if s.waitLocked(ctx) != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // SetDetached excludes (on = true) or re-includes an entity that has no

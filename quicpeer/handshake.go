@@ -21,14 +21,15 @@ import (
 // stream beyond stream 0, and liveness from the offered keepalive
 // (Section 5.1.4: transport-native liveness first; MaxIdleTimeout is
 // 3 x keepalive, the QUIC PING period half the keepalive; the client caps
-// them at clientIdleTimeout and clientProbePeriod, docs/profile.md 1).
+// them at Config.IdleTimeout and a third of it, docs/profile.md 1).
 func quicConfig(cfg *resolved, role Role) *quic.Config {
 	ka := defaultKeepaliveDuration(cfg.offer)
 	bidi := int64(1) // the server accepts stream 0 only
 	idle, ping := idleFactor*ka, ka/2
 	if role == RoleClient {
 		bidi = -1 // the server opens no bidirectional stream
-		idle, ping = min(idle, clientIdleTimeout), min(ping, clientProbePeriod)
+		idle = min(idle, cfg.IdleTimeout)
+		ping = min(ping, idle/probesPerIdle)
 	}
 	return &quic.Config{
 		HandshakeIdleTimeout:  cfg.HandshakeTimeout,

@@ -2,6 +2,13 @@ package quicpeer
 
 import "time"
 
+// DefaultIdleTimeout is a client session's QUIC idle timeout when
+// Config.IdleTimeout is 0: a peer killed without CONNECTION_CLOSE (kill
+// -9, a lost host) is noticed within 3 s and its documents re-dispatched
+// (issue 22), while three PINGs a second apart leave room for a lost
+// packet or two on a live path.
+const DefaultIdleTimeout = 3 * time.Second
+
 // Tunables of the session layer, each with the reason for its value. Limits
 // that the draft names (Section 10.3) default to the draft's values.
 const (
@@ -62,17 +69,14 @@ const (
 	// copyBufferSize is the pooled buffer for streaming entity payloads: large
 	// enough to amortize stream-write overhead, small enough to pool per stream.
 	copyBufferSize = 64 << 10
-	// clientProbePeriod caps the client's QUIC PING period (otherwise half
-	// the keepalive, 15 s by default) and clientIdleTimeout its QUIC idle
-	// timeout (otherwise 3 x keepalive, 90 s): the gateway notices a peer
-	// that died or restarted without CONNECTION_CLOSE within 15 s even
-	// when it has nothing to send (a bare PING is too small to draw a
-	// stateless reset, RFC 9000 10.3), while a live but quiet peer ACKs the
-	// PINGs. Transport liveness only (Section 5.1.4); stream-0 silence is
-	// still judged by 3 x keepalive. QUIC uses the smaller idle timeout of
-	// both ends, so the peer's side of the connection gets 15 s too.
-	clientProbePeriod = 5 * time.Second
-	clientIdleTimeout = 3 * clientProbePeriod
+	// probesPerIdle: a client sends a QUIC PING every IdleTimeout /
+	// probesPerIdle (otherwise half the keepalive, 15 s by default), so a
+	// live but quiet peer ACKs several before the idle timeout while a
+	// dead one is noticed within Config.IdleTimeout even when the gateway
+	// has nothing to send (a bare PING is too small to draw a stateless
+	// reset, RFC 9000 10.3). Transport liveness only (Section 5.1.4);
+	// stream-0 silence is still judged by 3 x keepalive.
+	probesPerIdle = 3
 	// serverConnIDLen is the length of the connection IDs a listener
 	// issues (quic-go's default is 4): quic-go answers only packets longer
 	// than 42 octets with a stateless reset, and 4 more octets in every

@@ -36,6 +36,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -119,9 +120,9 @@ func New(ctx context.Context, st Store, opts Options) (*Log, error) {
 		st.SetEventHook(nil)
 		return nil, err
 	}
-	if _, err := l.measureSnapshot(ctx); err != nil {
-		o.Logger.Warn("eventlog: snapshot size", "err", err)
-	}
+	// The snapshot size (an O(documents) scan) is measured by the first
+	// retention pass, in the background, or by the first Window: not here,
+	// where it would add seconds to a large store's start.
 	if !o.DisablePruner {
 		l.wg.Add(1)
 		go l.pruner()
@@ -138,20 +139,9 @@ func New(ctx context.Context, st Store, opts Options) (*Log, error) {
 // the hook was installed: the hook delivers everything above it, the read
 // delivers what is retained below it, and the overlap is dropped by seq.
 func (l *Log) load(ctx context.Context, base uint64) error {
-	from, last := uint64(0), uint64(0)
-	for {
-		recs, err := l.st.ReadEvents(ctx, store.EventQuery{From: from, Limit: 4096, AllTenants: true})
-		if err != nil {
-			return fmt.Errorf("eventlog: load retained events: %w", err)
-		}
-		if len(recs) == 0 {
-			break
-		}
-		for i := range recs {
-			l.ret.Appended(recs[i].Seq, recs[i].Time, recs[i].Size())
-			last = recs[i].Seq
-		}
-		from = last + 1
+	last, err := l.loadIndex(ctx)
+	if err != nil {
+		return fmt.Errorf("eventlog: load retained events: %w", err)
 	}
 	l.pubMu.Lock()
 	defer l.pubMu.Unlock()
@@ -162,6 +152,63 @@ func (l *Log) load(ctx context.Context, base uint64) error {
 	l.pending, l.loading = nil, false
 	l.publishLocked(pend)
 	return nil
+}
+
+// EventMetaReader is implemented by stores that can list the retained
+// events' metadata without their bodies (both backends): start then reads
+// seq, time and size only.
+type EventMetaReader interface {
+	EachEventMeta(ctx context.Context, fn func(seq uint64, t time.Time, size int) error) error
+}
+
+// EventRangeReader is implemented by stores that summarize the retained
+// events by seq range (both backends): a large log then loads in at most
+// IndexBuckets/2 summaries, aggregated by the database.
+type EventRangeReader interface {
+	EachEventRange(ctx context.Context, from, to, width uint64, fn func(r store.EventRange) error) error
+}
+
+// loadIndex feeds every retained event's metadata to the retention index
+// and returns the last seq read: by seq range when more events are
+// retained than half the index's buckets (the index would merge them into
+// buckets anyway), else event by event.
+func (l *Log) loadIndex(ctx context.Context) (last uint64, err error) {
+	if rr, ok := l.st.(EventRangeReader); ok {
+		st, err := l.st.EventStats(ctx)
+		if err != nil {
+			return 0, err
+		}
+		half := uint64(max(l.opts.IndexBuckets/2, 1))
+		if st.Count > half {
+			width := (st.LatestSeq - st.OldestSeq + half) / half
+			err = rr.EachEventRange(ctx, st.OldestSeq, st.LatestSeq, width, func(r store.EventRange) error {
+				l.ret.AppendedRange(r.First, r.Last, r.Count, r.Oldest, r.Newest, r.Bytes)
+				last = r.Last
+				return nil
+			})
+			return last, err
+		}
+	}
+	if mr, ok := l.st.(EventMetaReader); ok {
+		err = mr.EachEventMeta(ctx, func(seq uint64, t time.Time, size int) error {
+			l.ret.Appended(seq, t, size)
+			last = seq
+			return nil
+		})
+		return last, err
+	}
+	from := uint64(0)
+	for {
+		recs, err := l.st.ReadEvents(ctx, store.EventQuery{From: from, Limit: 4096, AllTenants: true})
+		if err != nil || len(recs) == 0 {
+			return last, err
+		}
+		for i := range recs {
+			l.ret.Appended(recs[i].Seq, recs[i].Time, recs[i].Size())
+			last = recs[i].Seq
+		}
+		from = last + 1
+	}
 }
 
 // onCommit is the store's event hook: it runs on the store's writer
@@ -196,16 +243,26 @@ func (l *Log) onCommit(recs []store.EventRecord) {
 // them on the tail, dropping any at or below the latest published seq.
 func (l *Log) publishLocked(items []*item) {
 	latest := l.tail.latestSeq()
+	out := items[:0] // in place, until a gap item must go in
+	cloned := false
 	n := 0
 	for _, it := range items {
 		if it.seq <= latest {
 			continue
 		}
+		if it.seq > latest+1 {
+			// Seqs are dense (Store): latest+1..it.seq-1 never reached us.
+			if !cloned {
+				out, cloned = slices.Clone(out), true
+			}
+			out = append(out, l.gapItem(latest+1, it.seq-1))
+		}
 		l.ret.Appended(it.seq, it.t, it.size)
-		items[n] = it
+		out = append(out, it)
+		latest = it.seq
 		n++
 	}
-	l.tail.publish(items[:n])
+	l.tail.publish(out)
 	if l.m != nil {
 		l.m.Appended.Add(float64(n))
 	}
@@ -261,7 +318,7 @@ func (l *Log) Window(ctx context.Context) (*gatewayv1.EventWindow, error) {
 	active := 0
 	cfg := l.ret.Config()
 	if cfg.Adaptive {
-		l.ret.Tracker().Each(l.opts.Now(), cfg.InactiveAfter, func(uint64, time.Time, bool) { active++ })
+		l.ret.Tracker().Each(l.opts.Now(), cfg.InactiveAfter, func(retention.ClientView) { active++ })
 	}
 	return &gatewayv1.EventWindow{
 		OldestSeq:      oldest,
@@ -287,6 +344,25 @@ func (l *Log) Snapshot(ctx context.Context, tenant string) (*gatewayv1.Snapshot,
 		docs[i] = r.Doc
 	}
 	return &gatewayv1.Snapshot{Seq: seq, Documents: docs}, nil
+}
+
+// StreamSnapshot calls fn with tenant's documents in pages of at most page
+// documents and the seq they are all consistent with (one store read
+// transaction; see Snapshot). fn is called at least once, with an empty
+// page when tenant has none; its error ends the stream and is returned.
+func (l *Log) StreamSnapshot(ctx context.Context, tenant string, page int, fn func(seq uint64, docs []*gatewayv1.Document) error) error {
+	var docs []*gatewayv1.Document
+	err := l.st.SnapshotPages(ctx, tenant, page, func(seq uint64, recs []*store.DocumentRecord) error {
+		docs = docs[:0]
+		for _, r := range recs {
+			docs = append(docs, r.Doc)
+		}
+		return fn(seq, docs)
+	})
+	if err != nil {
+		return fmt.Errorf("eventlog: snapshot: %w", err)
+	}
+	return nil
 }
 
 // Close stops the retention pass, removes the store hook and ends every

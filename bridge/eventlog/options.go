@@ -32,8 +32,18 @@ type Options struct {
 	NoSafetyMargin bool
 	// KeepNewest: the newest N events are never pruned by the adaptive rule.
 	KeepNewest int
-	// MinAge: events younger than this are never pruned by the adaptive rule.
-	MinAge time.Duration
+	// DisableCostModel counts every active client's position as the draft
+	// does, whatever its delta costs (docs/retention.md, "Cost model").
+	DisableCostModel bool
+	// MinAge and MinBytes are the retention floor (--retain-min,
+	// --retain-min-bytes): events younger than MinAge are never pruned, not
+	// even by the snapshot-size cap, as long as they total at most MinBytes
+	// (set NoMinBytes for no byte bound). Only MaxAge and MaxBytes go below.
+	MinAge     time.Duration
+	MinBytes   int64
+	NoMinBytes bool
+	// IndexBuckets bounds the retention index's memory (56 bytes a bucket).
+	IndexBuckets int
 	// PositionMaxAge: positions whose event is older than this are ignored
 	// (default: InactiveAfter, see DefaultPositionMaxAge).
 	PositionMaxAge time.Duration
@@ -72,7 +82,7 @@ type Options struct {
 // negative reports whether any count, size or duration is negative.
 func (o Options) negative() bool {
 	return o.TailEvents < 0 || o.TailBytes < 0 || o.ReplayPage < 0 || o.InactiveAfter < 0 || o.KeepNewest < 0 ||
-		o.MinAge < 0 || o.PositionMaxAge < 0 || o.MaxAge < 0 || o.MaxBytes < 0 || o.SaltRotation < 0 ||
+		o.MinAge < 0 || o.MinBytes < 0 || o.IndexBuckets < 0 || o.PositionMaxAge < 0 || o.MaxAge < 0 || o.MaxBytes < 0 || o.SaltRotation < 0 ||
 		o.MaxTrackedClients < 0 || o.NewClientsPerSecond < 0 || o.NewClientsBurst < 0 ||
 		o.PruneInterval < 0 || o.PruneEveryEvents < 0 || o.PositionShareInterval < 0
 }
@@ -105,6 +115,10 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	def(&o.KeepNewest, DefaultKeepNewest)
 	defDur(&o.MinAge, DefaultMinAge)
+	if o.MinBytes == 0 && !o.NoMinBytes {
+		o.MinBytes = DefaultMinBytes
+	}
+	def(&o.IndexBuckets, DefaultIndexBuckets)
 	defDur(&o.PositionMaxAge, o.InactiveAfter) // DefaultPositionMaxAge with the default
 	defDur(&o.SaltRotation, DefaultSaltRotation)
 	def(&o.MaxTrackedClients, DefaultMaxTrackedClients)
@@ -135,8 +149,11 @@ func (o Options) RetentionConfig() (retention.Config, retention.TrackerConfig, e
 			Adaptive:       !o.DisableAdaptive,
 			InactiveAfter:  o.InactiveAfter,
 			SafetyMargin:   o.SafetyMargin,
+			CostModel:      !o.DisableAdaptive && !o.DisableCostModel,
 			KeepNewest:     o.KeepNewest,
 			MinAge:         o.MinAge,
+			MinBytes:       uint64(o.MinBytes),
+			IndexBuckets:   o.IndexBuckets,
 			PositionMaxAge: o.PositionMaxAge,
 			SnapshotCap:    true,
 			MaxAge:         o.MaxAge,
@@ -149,5 +166,6 @@ func (o Options) RetentionConfig() (retention.Config, retention.TrackerConfig, e
 			MaxClients:          o.MaxTrackedClients,
 			NewClientsPerSecond: o.NewClientsPerSecond,
 			NewClientsBurst:     o.NewClientsBurst,
+			LongAbsence:         o.MinAge,
 		}, nil
 }

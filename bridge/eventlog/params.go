@@ -37,6 +37,15 @@ const (
 	// (rpki-client's default interval) that is not tracked yet (new, evicted
 	// or re-salted).
 	DefaultMinAge = time.Hour
+	// DefaultMinBytes bounds the floor: an hour of a very busy log could be
+	// gigabytes; beyond 256 MiB the floor is the newest 256 MiB of events
+	// (and the snapshot-size cap applies again below it).
+	DefaultMinBytes = 256 << 20
+	// DefaultIndexBuckets bounds the retention index: 16,384 buckets of 56
+	// bytes (under 1 MiB) whatever the number of retained events; exact
+	// while fewer events than buckets are retained, rounded to bucket
+	// boundaries (keeping more) beyond.
+	DefaultIndexBuckets = 16384
 	// DefaultPositionMaxAge: a position whose event is older than the
 	// inactivity threshold stops counting, so a client that keeps asking for
 	// an old cursor cannot pin the log (section 6, Denial of Service). It

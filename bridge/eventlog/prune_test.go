@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pipestream/gateway/bridge/eventlog"
+	"github.com/pipestream/gateway/bridge/store"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
 
@@ -125,6 +126,25 @@ func TestPruneSafeguardsAndCaps(t *testing.T) {
 		w, _ := e.log.Window(ctx)
 		if rep.Reason != "snapshot_size" || w.GetRetainedBytes() > w.GetSnapshotBytes() || w.GetRetainedEvents() == 0 {
 			t.Fatalf("got %+v, window %v: retained bytes must not exceed the snapshot", rep, w)
+		}
+	})
+	t.Run("floor beats the snapshot size", func(t *testing.T) {
+		// A small store (issue 24): 50 events outweigh the 200-byte
+		// snapshot, but they are minutes old: the floor (--retain-min,
+		// 1 h) keeps every one; two hours later they go (no client needs
+		// them).
+		e := open(t, t.TempDir(), eventlog.Options{})
+		e.createDoc("t", "d", 200)
+		e.appendN("t", 50, eventlog.KindStatus, "d")
+		e.clk.Advance(2 * time.Minute)
+		rep, _ := e.log.Prune(ctx)
+		w, _ := e.log.Window(ctx)
+		if rep.Removed != 0 || w.GetOldestSeq() != 1 || w.GetRetainedBytes() <= w.GetSnapshotBytes() {
+			t.Fatalf("2 minutes later: %+v, window %v; want all 50 events kept above the snapshot size", rep, w)
+		}
+		e.clk.Advance(2 * time.Hour)
+		if rep, _ := e.log.Prune(ctx); rep.Removed == 0 || rep.RetainedBytes > rep.SnapshotBytes {
+			t.Fatalf("2 hours later: %+v, want events pruned to within the snapshot size", rep)
 		}
 	})
 	t.Run("hard caps", func(t *testing.T) {
@@ -268,4 +288,39 @@ func TestWindowSnapshotBytesFresh(t *testing.T) {
 			t.Fatalf("snapshotBytes still %d %v after a second document (want >= %d)", got, refresh, 4096+8192)
 		}
 	})
+}
+
+// TestReopenLargeLogLoadsRanges: a log with more retained events than half
+// the index's buckets is loaded at start in seq ranges (EachEventRange);
+// the window is exact, the index stays within its buckets, and pruning
+// after the reopen still works (to the ranges' boundaries).
+func TestReopenLargeLogLoadsRanges(t *testing.T) {
+	dir := t.TempDir()
+	e := open(t, dir, eventlog.Options{IndexBuckets: 8})
+	e.createDoc("t", "d", 1<<16) // a snapshot larger than the log: the size cap does not bind
+	e.appendN("t", 40, eventlog.KindStatus, "d")
+	e.close()
+	e = open(t, dir, eventlog.Options{IndexBuckets: 8})
+	w, _ := e.log.Window(context.Background())
+	if w.GetOldestSeq() != 1 || w.GetLatestSeq() != 40 || w.GetRetainedEvents() != 40 {
+		t.Fatalf("window after reopen %v, want 1..40, 40 events", w)
+	}
+	if got := e.appendN("t", 2, eventlog.KindStatus, "d"); !eq(got, []uint64{41, 42}) {
+		t.Fatalf("seqs after reopen %v", got)
+	}
+	// Past the floor, no client: keep from 42 - margin 5 = 37, rounded down
+	// to its range's start (ranges of 10: 31).
+	e.clk.Advance(2 * time.Hour)
+	rep, err := e.log.Prune(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, _ = e.log.Window(context.Background())
+	if rep.Removed != 30 || rep.KeepFrom != 31 || w.GetOldestSeq() != 31 || w.GetLatestSeq() != 42 {
+		t.Fatalf("prune after reopen: %+v, window %v; want 1..30 removed", rep, w)
+	}
+	evs, err := e.st.ReadEvents(context.Background(), store.EventQuery{AllTenants: true, Limit: 100})
+	if err != nil || len(evs) == 0 || evs[0].Seq != w.GetOldestSeq() || uint64(len(evs)) != w.GetRetainedEvents() {
+		t.Fatalf("store holds %d events from %v; window %v", len(evs), evs[0].Seq, w)
+	}
 }

@@ -32,7 +32,7 @@ func (l *Log) sharePositions(ctx context.Context) ([]retention.Remote, error) {
 	if !ok || !l.ret.Config().Adaptive {
 		return nil, nil
 	}
-	lowest, n := l.ret.Counting(l.opts.Now())
+	lowest, n := l.ret.Counting(l.opts.Now(), l.knownSnapshotBytes())
 	others, err := ps.SharePositions(ctx, store.RetentionPositions{Min: lowest, Clients: n}, l.positionTTL())
 	if err != nil {
 		return nil, fmt.Errorf("eventlog: share retention positions: %w", err)

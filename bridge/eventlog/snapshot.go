@@ -2,6 +2,7 @@ package eventlog
 
 import (
 	"context"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,7 +13,8 @@ import (
 // committed transactions at the time of the scan: documents and digests
 // change only in commits, so an unchanged count means an unchanged size.
 type snapshotSize struct {
-	bytes atomic.Int64 // last measured size; read without the lock
+	bytes    atomic.Int64 // last measured size; read without the lock
+	measured atomic.Bool  // bytes holds a measurement
 
 	mu   sync.Mutex // held while measuring
 	txns uint64     // store transactions committed when the last scan started
@@ -49,6 +51,16 @@ func (l *Log) snapshotBytes(ctx context.Context) int64 {
 	return c.bytes.Load()
 }
 
+// knownSnapshotBytes is the last measured snapshot size, or the largest
+// value when none was measured yet (the cost model then keeps every
+// client: an unknown snapshot is not a cheap one).
+func (l *Log) knownSnapshotBytes() uint64 {
+	if !l.snap.measured.Load() {
+		return math.MaxUint64
+	}
+	return uint64(max(l.snap.bytes.Load(), 0))
+}
+
 // measureSnapshot scans the snapshot size now (the retention pass).
 func (l *Log) measureSnapshot(ctx context.Context) (int64, error) {
 	l.snap.mu.Lock()
@@ -65,6 +77,7 @@ func (l *Log) measureSnapshotLocked(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	c.bytes.Store(max(sb, 0))
+	c.measured.Store(true)
 	c.txns, c.at, c.cost, c.ok = txns, time.Now(), time.Since(start), true
 	return max(sb, 0), nil
 }

@@ -19,7 +19,9 @@ import (
 // are strictly increasing in commit order, are below store.MaxSeq
 // (store.ErrSeqExhausted beyond it), and are never reused: not after
 // PruneEvents removed every event, not after a crash (kill -9) and reopen.
-// The seqs of one batch are consecutive.
+// The seqs of one batch are consecutive, and seqs are dense: every seq up
+// to LastSeq belongs to a committed event (a failed commit takes none), so
+// a seq the hook never delivers is a gap (gap.go).
 type Store interface {
 	// Commit applies b atomically (store.Batch documents its ops, their
 	// order and their preconditions) and returns once it is durable: a
@@ -48,8 +50,11 @@ type Store interface {
 	// assigned seqs, fn is called once with its events in ascending seq
 	// order, after the commit is durable and before any of its Commit
 	// callers return. Calls are never concurrent and their seqs ascend
-	// across calls: no committed event is skipped or repeated. fn owns the
-	// slice; it must not block and must not call Commit.
+	// across calls: no committed event is repeated, and none is skipped
+	// except events another process sharing the store pruned before this
+	// one could read them (the next call then starts above the gap, which
+	// the log announces to its subscribers, gap.go). fn owns the slice; it
+	// must not block and must not call Commit.
 	SetEventHook(fn func([]store.EventRecord))
 	// LastSeq is the highest seq committed so far (0 before the first
 	// event), also after a reopen and after pruning; it never decreases.
@@ -72,6 +77,11 @@ type Store interface {
 	// consistently: the documents are exactly the state after the events
 	// up to seq and before any later one.
 	SnapshotDocuments(ctx context.Context, tenant string) (seq uint64, docs []*store.DocumentRecord, err error)
+	// SnapshotPages is SnapshotDocuments in pages of at most page
+	// documents, all read in one read transaction (every page reflects
+	// exactly the events up to seq): memory is one page, not the store.
+	// fn is called at least once; its error ends the read.
+	SnapshotPages(ctx context.Context, tenant string, page int, fn func(seq uint64, docs []*store.DocumentRecord) error) error
 	// SnapshotBytes is the encoded size of all documents of every tenant
 	// (the size of a full snapshot, the retention byte cap). May scan.
 	SnapshotBytes(ctx context.Context) (int64, error)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -155,14 +156,20 @@ func (sub *subscriber) outdated(cursor, oldest uint64) error {
 		sub.l.m.OutdatedCursor.Inc()
 	}
 	sub.next, sub.info = oldest, true
-	return sub.send(&gatewayv1.Event{
+	return sub.send(outdatedEvent(sub.l.opts.Now(), cursor, oldest))
+}
+
+// outdatedEvent is the #info OutdatedCursor event for a cursor older than
+// the oldest retained seq.
+func outdatedEvent(now time.Time, cursor, oldest uint64) *gatewayv1.Event {
+	return &gatewayv1.Event{
 		Kind: KindInfo,
-		Time: timestamppb.New(sub.l.opts.Now()),
+		Time: timestamppb.New(now),
 		Name: InfoOutdatedCursor,
 		Message: fmt.Sprintf("cursor %d is older than the oldest retained event %d: events were pruned; "+
-			"resync from the snapshot (GetSnapshot, GET /v1/events:snapshot) and resume from its seq; "+
+			"resync from the snapshot (StreamSnapshot, GET /v1/events:streamSnapshot) and resume from its seq; "+
 			"the whole retained window follows", cursor, oldest),
-	})
+	}
 }
 
 func (sub *subscriber) run(ctx context.Context) error {
@@ -206,6 +213,13 @@ func (sub *subscriber) run(ctx context.Context) error {
 func (sub *subscriber) deliver(items []*item) error {
 	for i, it := range items {
 		items[i] = nil
+		if it.gapTo > 0 {
+			if err := sub.sendGap(it.seq, it.gapTo); err != nil {
+				clear(items[i+1:])
+				return err
+			}
+			continue
+		}
 		sub.next = it.seq + 1
 		if !sub.s.Filter.match(sub.s.Tenant, it) {
 			continue
@@ -235,6 +249,17 @@ func (sub *subscriber) replayPage(ctx context.Context) error {
 	l.pubMu.Lock()
 	oldest := l.oldestLocked()
 	l.pubMu.Unlock()
+	if len(recs) == 0 || recs[0].Seq != sub.next {
+		// The page may start late because events were filtered out or
+		// because they were pruned, by this replica (the floor above) or
+		// by another sharing the store: the store's oldest seq after the
+		// read tells (prunes only raise it).
+		so, err := l.storeOldest(ctx)
+		if err != nil {
+			return fmt.Errorf("eventlog: replay from %d: %w", sub.next, err)
+		}
+		oldest = max(oldest, so)
+	}
 	if oldest > sub.next {
 		if sub.sent {
 			if l.m != nil {

@@ -17,6 +17,19 @@ type item struct {
 	size   int
 	t      time.Time
 	ev     *gatewayv1.Event
+	// gapTo > 0 marks a gap item: the seqs seq..gapTo were committed but
+	// never reached this log (another replica pruned them before this
+	// one's store delivered them, gap.go). ev is nil; every subscriber is
+	// told (#info OutdatedCursor) whatever its filter.
+	gapTo uint64
+}
+
+// last is the highest seq the item stands for.
+func (it *item) last() uint64 {
+	if it.gapTo > 0 {
+		return it.gapTo
+	}
+	return it.seq
 }
 
 // tail is the shared in-memory ring of the most recent events, bounded by
@@ -58,7 +71,7 @@ func (t *tail) publish(items []*item) {
 		t.buf[t.end&t.mask] = it
 		t.end++
 		t.bytes += int64(it.size)
-		t.latest = it.seq
+		t.latest = it.last()
 	}
 	for t.bytes > t.maxBytes && t.end-t.start > 1 {
 		t.evictLocked()
@@ -98,13 +111,15 @@ func (t *tail) read(next, hint uint64, dst []*item) (n int, pos uint64, res read
 	if t.start == t.end || next < t.buf[t.start&t.mask].seq {
 		return 0, 0, readBehind, nil
 	}
+	// Positions are found by each item's last seq: a gap item that covers
+	// next is the one to read (it announces the gap), not the event after it.
 	p := hint
-	if p < t.start || p >= t.end || t.buf[p&t.mask].seq < next ||
-		(p > t.start && t.buf[(p-1)&t.mask].seq >= next) {
+	if p < t.start || p >= t.end || t.buf[p&t.mask].last() < next ||
+		(p > t.start && t.buf[(p-1)&t.mask].last() >= next) {
 		lo, hi := t.start, t.end
 		for lo < hi {
 			m := lo + (hi-lo)/2
-			if t.buf[m&t.mask].seq < next {
+			if t.buf[m&t.mask].last() < next {
 				lo = m + 1
 			} else {
 				hi = m

@@ -457,3 +457,12 @@ type WriterStats struct {
 	// COMMIT and savepoints), for measuring the writer's cost per batch.
 	Statements uint64
 }
+
+// EventRange summarizes the retained events of one seq range
+// (EachEventRange).
+type EventRange struct {
+	First, Last    uint64
+	Count          uint64
+	Oldest, Newest time.Time
+	Bytes          uint64
+}

@@ -5,8 +5,10 @@ import (
 	"database/sql"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -470,75 +472,181 @@ func (s *Store) EventStats(ctx context.Context) (st EventStats, err error) {
 
 // SnapshotDocuments returns every document of tenant (without entities, with
 // digests and claims) and last_seq, read in one read transaction: the
-// snapshot reflects exactly the events up to seq.
+// snapshot reflects exactly the events up to seq. It holds the whole
+// snapshot in memory; SnapshotPages streams it.
 func (s *Store) SnapshotDocuments(ctx context.Context, tenant string) (seq uint64, docs []*DocumentRecord, err error) {
-	err = s.readTx(ctx, func(tx *sql.Tx) error {
+	err = s.SnapshotPages(ctx, tenant, 1000, func(sq uint64, page []*DocumentRecord) error {
+		seq = sq
+		docs = append(docs, page...)
+		return nil
+	})
+	return seq, docs, err
+}
+
+// SnapshotPages calls fn with last_seq and tenant's documents (without
+// entities, with digests and claims) in pages of at most page documents,
+// ordered by create time and id, all read in one read transaction: every
+// page reflects exactly the events up to seq. The records carry Tenant and
+// Doc only. fn is called at least once (with an empty page when tenant has
+// no document); an error from fn ends the read and is returned. Memory is
+// one page, whatever the store's size; the three statements are prepared
+// once per call (the page's ids are bound as one JSON array).
+func (s *Store) SnapshotPages(ctx context.Context, tenant string, page int, fn func(seq uint64, docs []*DocumentRecord) error) error {
+	page = min(max(page, 1), 10000)
+	return s.readTx(ctx, func(tx *sql.Tx) error {
 		var last int64
 		if err := tx.QueryRowContext(ctx, "SELECT value FROM meta WHERE key = 'last_seq'").Scan(&last); err != nil {
 			return fmt.Errorf("store: snapshot: %w", err)
 		}
-		seq = uint64(last)
-		rows, err := tx.QueryContext(ctx, "SELECT "+docCols+" FROM documents WHERE tenant = ? ORDER BY create_time, id", tenant)
+		q, err := prepareSnapshot(ctx, tx)
 		if err != nil {
-			return fmt.Errorf("store: snapshot: %w", err)
-		}
-		byID := map[string]*DocumentRecord{}
-		for rows.Next() {
-			rec, _, err := scanDoc(rows)
-			if err != nil {
-				rows.Close()
-				return err
-			}
-			docs = append(docs, rec)
-			byID[rec.Doc.GetId()] = rec
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
 			return err
 		}
-		rows, err = tx.QueryContext(ctx, `SELECT g.doc_id, g.body FROM digests g JOIN documents d ON d.id = g.doc_id
-			WHERE d.tenant = ? AND g.attempt = (SELECT max(attempt) FROM digests WHERE doc_id = g.doc_id)
-			ORDER BY g.doc_id, g.scope_id, g.scope_instance`, tenant)
-		if err != nil {
-			return fmt.Errorf("store: snapshot digests: %w", err)
-		}
-		for rows.Next() {
-			var id string
-			var b []byte
-			if err := rows.Scan(&id, &b); err != nil {
-				rows.Close()
-				return err
-			}
-			d := new(gatewayv1.ScopeDigest)
-			if err := proto.Unmarshal(b, d); err != nil {
-				rows.Close()
-				return fmt.Errorf("store: decode digest of %s: %w", id, err)
-			}
-			if rec := byID[id]; rec != nil {
-				rec.Doc.Digests = append(rec.Doc.Digests, d)
-			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		rows, err = tx.QueryContext(ctx, "SELECT "+claimCols+" FROM claims WHERE tenant = ? ORDER BY create_time, claim_id", tenant)
-		if err != nil {
-			return fmt.Errorf("store: snapshot claims: %w", err)
-		}
-		defer rows.Close()
-		for rows.Next() {
-			c, err := scanClaim(rows)
+		defer q.close()
+		var afterTime int64 = math.MinInt64
+		afterID := ""
+		for first := true; ; first = false {
+			docs, cts, err := q.page(ctx, tenant, afterTime, afterID, page)
 			if err != nil {
 				return err
 			}
-			if rec := byID[c.Claim.GetDocumentId()]; rec != nil {
-				rec.Doc.ClaimChecks = append(rec.Doc.ClaimChecks, c.Claim)
+			if len(docs) == 0 && !first {
+				return nil
 			}
+			if err := q.children(ctx, tenant, docs); err != nil {
+				return err
+			}
+			if err := fn(uint64(last), docs); err != nil {
+				return err
+			}
+			if len(docs) < page {
+				return nil
+			}
+			afterTime, afterID = cts[len(cts)-1], docs[len(docs)-1].Doc.GetId()
 		}
-		return rows.Err()
 	})
-	return seq, docs, err
+}
+
+// snapshotStmts are SnapshotPages' statements, prepared on its transaction.
+type snapshotStmts struct {
+	docs, digests, claims *sql.Stmt
+}
+
+func prepareSnapshot(ctx context.Context, tx *sql.Tx) (*snapshotStmts, error) {
+	var q snapshotStmts
+	var err error
+	for _, p := range []struct {
+		st  **sql.Stmt
+		sql string
+	}{
+		{&q.docs, `SELECT id, create_time, body FROM documents
+			WHERE tenant = ? AND (create_time, id) > (?, ?) ORDER BY create_time, id LIMIT ?`},
+		{&q.digests, `SELECT g.doc_id, g.body FROM digests g
+			WHERE g.doc_id IN (SELECT value FROM json_each(?))
+			AND g.attempt = (SELECT max(attempt) FROM digests WHERE doc_id = g.doc_id)
+			ORDER BY g.doc_id, g.scope_id, g.scope_instance`},
+		{&q.claims, "SELECT " + claimCols + ` FROM claims
+			WHERE tenant = ? AND doc_id IN (SELECT value FROM json_each(?)) ORDER BY create_time, claim_id`},
+	} {
+		if *p.st, err = tx.PrepareContext(ctx, p.sql); err != nil {
+			q.close()
+			return nil, fmt.Errorf("store: snapshot: %w", err)
+		}
+	}
+	return &q, nil
+}
+
+func (q *snapshotStmts) close() {
+	for _, st := range []*sql.Stmt{q.docs, q.digests, q.claims} {
+		if st != nil {
+			st.Close()
+		}
+	}
+}
+
+// page reads the next page of tenant's documents after (afterTime,
+// afterID) in (create_time, id) order, with their raw create times.
+func (q *snapshotStmts) page(ctx context.Context, tenant string, afterTime int64, afterID string, page int) ([]*DocumentRecord, []int64, error) {
+	rows, err := q.docs.QueryContext(ctx, tenant, afterTime, afterID, page)
+	if err != nil {
+		return nil, nil, fmt.Errorf("store: snapshot: %w", err)
+	}
+	defer rows.Close()
+	docs := make([]*DocumentRecord, 0, page)
+	cts := make([]int64, 0, page)
+	for rows.Next() {
+		var (
+			id   string
+			ct   int64
+			body []byte
+		)
+		if err := rows.Scan(&id, &ct, &body); err != nil {
+			return nil, nil, fmt.Errorf("store: snapshot: %w", err)
+		}
+		rec := &DocumentRecord{Tenant: tenant, Doc: new(gatewayv1.Document)}
+		if err := proto.Unmarshal(body, rec.Doc); err != nil {
+			return nil, nil, fmt.Errorf("store: decode document %s: %w", id, err)
+		}
+		docs, cts = append(docs, rec), append(cts, ct)
+	}
+	return docs, cts, rows.Err()
+}
+
+// children attaches the newest attempt's digests and the claims of docs
+// (one query each for the page).
+func (q *snapshotStmts) children(ctx context.Context, tenant string, docs []*DocumentRecord) error {
+	if len(docs) == 0 {
+		return nil
+	}
+	byID := make(map[string]*DocumentRecord, len(docs))
+	ids := make([]string, 0, len(docs))
+	for _, d := range docs {
+		byID[d.Doc.GetId()] = d
+		ids = append(ids, d.Doc.GetId())
+	}
+	js, err := json.Marshal(ids)
+	if err != nil {
+		return err
+	}
+	rows, err := q.digests.QueryContext(ctx, string(js))
+	if err != nil {
+		return fmt.Errorf("store: snapshot digests: %w", err)
+	}
+	for rows.Next() {
+		var id string
+		var b []byte
+		if err := rows.Scan(&id, &b); err != nil {
+			rows.Close()
+			return err
+		}
+		d := new(gatewayv1.ScopeDigest)
+		if err := proto.Unmarshal(b, d); err != nil {
+			rows.Close()
+			return fmt.Errorf("store: decode digest of %s: %w", id, err)
+		}
+		if rec := byID[id]; rec != nil {
+			rec.Doc.Digests = append(rec.Doc.Digests, d)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	rows, err = q.claims.QueryContext(ctx, tenant, string(js))
+	if err != nil {
+		return fmt.Errorf("store: snapshot claims: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		c, err := scanClaim(rows)
+		if err != nil {
+			return err
+		}
+		if rec := byID[c.Claim.GetDocumentId()]; rec != nil {
+			rec.Doc.ClaimChecks = append(rec.Doc.ClaimChecks, c.Claim)
+		}
+	}
+	return rows.Err()
 }
 
 // SnapshotBytes is the encoded size of all documents (every tenant): the
@@ -551,4 +659,61 @@ func (s *Store) SnapshotBytes(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("store: snapshot bytes: %w", err)
 	}
 	return n, nil
+}
+
+// EachEventMeta calls fn with the seq, time and encoded size (the size
+// EventRecord.Size reports) of every retained event in ascending seq
+// order, without reading bodies into memory: the event log builds its
+// retention index from it at start. One query; an error from fn ends it.
+func (s *Store) EachEventMeta(ctx context.Context, fn func(seq uint64, t time.Time, size int) error) error {
+	rows, err := s.rdb.QueryContext(ctx, "SELECT seq, time, length(body) FROM events ORDER BY seq")
+	if err != nil {
+		return fmt.Errorf("store: read event metadata: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var seq, tm, size int64
+		if err := rows.Scan(&seq, &tm, &size); err != nil {
+			return fmt.Errorf("store: read event metadata: %w", err)
+		}
+		if err := fn(uint64(seq), fromNanos(tm), int(size)); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// EachEventRange calls fn with a summary of the retained events of every
+// seq range [from + k*width, from + (k+1)*width) that holds any, in
+// ascending order: first and last seq, count, oldest and newest time and
+// encoded bytes. One prepared range query per range: the rows are
+// aggregated inside SQLite (about 5x cheaper than EachEventMeta's row per
+// event), so the event log's start reads a large log in ranges.
+func (s *Store) EachEventRange(ctx context.Context, from, to, width uint64, fn func(r EventRange) error) error {
+	if width == 0 {
+		width = 1
+	}
+	st, err := s.rdb.PrepareContext(ctx, `SELECT min(seq), max(seq), count(*), min(time), max(time), sum(length(body))
+		FROM events WHERE seq >= ? AND seq < ?`)
+	if err != nil {
+		return fmt.Errorf("store: read event ranges: %w", err)
+	}
+	defer st.Close()
+	for lo := from; lo <= to; lo += width {
+		var first, last, n, tmin, tmax, bytes sql.NullInt64
+		if err := st.QueryRowContext(ctx, int64(lo), int64(min(lo+width, MaxSeq))).Scan(&first, &last, &n, &tmin, &tmax, &bytes); err != nil {
+			return fmt.Errorf("store: read event ranges: %w", err)
+		}
+		if n.Int64 == 0 {
+			continue
+		}
+		if err := fn(EventRange{First: uint64(first.Int64), Last: uint64(last.Int64), Count: uint64(n.Int64),
+			Oldest: fromNanos(tmin.Int64), Newest: fromNanos(tmax.Int64), Bytes: uint64(bytes.Int64)}); err != nil {
+			return err
+		}
+		if lo+width < lo { // overflow
+			break
+		}
+	}
+	return nil
 }

@@ -32,6 +32,7 @@ Example:
   gateway bench
   gateway bench --only bulk --bulk-bytes 1GiB
   gateway bench --only small,fanout --duration 10s --json
+  gateway bench --only snapshot --snapshot-docs 1000000
   gateway bench --store postgres://postgres@127.0.0.1:5432/bench --duration 5s`
 
 func runBench(args []string) int {
@@ -39,7 +40,7 @@ func runBench(args []string) int {
 	grpcAddr := fs.String("grpc-addr", "GATEWAY_BENCH_GRPC_ADDR", "", "gRPC address of a running gateway (with --http-addr; empty: start one)")
 	httpAddr := fs.String("http-addr", "GATEWAY_BENCH_HTTP_ADDR", "", "HTTP address of a running gateway (with --grpc-addr)")
 	token := fs.String("token", "GATEWAY_TOKEN", "", "bearer token for a running gateway")
-	only := fs.String("only", "GATEWAY_BENCH_ONLY", "", "comma list of phases to run, from "+strings.Join(bench.Phases, ",")+" (empty: all but store; with --store: store)")
+	only := fs.String("only", "GATEWAY_BENCH_ONLY", "", "comma list of phases to run, from "+strings.Join(bench.Phases, ",")+" (empty: all but store and snapshot; with --store: store)")
 	store := fs.String("store", "GATEWAY_BENCH_STORE", "", "postgres:// URL of a PostgreSQL server on this machine: run the store phase (small documents on SQLite, then on this database, CPU of the gateway plus the PostgreSQL server)")
 	bulkBytes := fs.Int64("bulk-bytes", "GATEWAY_BENCH_BULK_BYTES", bench.DefaultBulkBytes, "size of the bulk document")
 	smallBytes := fs.Int64("small-bytes", "GATEWAY_BENCH_SMALL_BYTES", bench.DefaultSmallBytes, "size of each small document")
@@ -48,6 +49,8 @@ func runBench(args []string) int {
 	dur := fs.Duration("duration", "GATEWAY_BENCH_DURATION", bench.DefaultDuration, "length of each timed run (small, churn, control, fanout; every path and baseline)")
 	subs := fs.Uint("subscribers", "GATEWAY_BENCH_SUBSCRIBERS", bench.DefaultSubscribers, "WebSocket subscribers in the fanout phase")
 	rate := fs.Uint("fanout-docs", "GATEWAY_BENCH_FANOUT_DOCS", bench.DefaultFanoutDocs, "documents per second submitted in the fanout phase")
+	snapDocs := fs.Uint("snapshot-docs", "GATEWAY_BENCH_SNAPSHOT_DOCS", bench.DefaultSnapshotDocs, "documents the snapshot phase loads before it starts the gateway")
+	snapDir := fs.String("snapshot-dir", "GATEWAY_BENCH_SNAPSHOT_DIR", "", "keep the snapshot phase's store in this directory and reuse it in later runs (empty: a temporary one)")
 	jsDir := fs.String("jetstream-dir", "GATEWAY_BENCH_JETSTREAM_DIR", bench.DefaultJetStreamDir, "module of the durable-intake baseline (NATS JetStream, fsync before each ack) run with `go run` in the small phase; empty: skip it")
 	asJSON := fs.Bool("json", "GATEWAY_BENCH_JSON", false, "print JSON instead of the table")
 	pprofAddr := fs.String("pprof-addr", "GATEWAY_BENCH_PPROF_ADDR", "", "pass --pprof-addr to the started gateway (profile it while the bench runs)")
@@ -67,6 +70,7 @@ func runBench(args []string) int {
 		Only: splitList(*only), Store: *store,
 		BulkBytes: *bulkBytes, SmallBytes: *smallBytes, EntityBytes: *entityBytes,
 		Concurrency: int(*conc), Duration: *dur, Subscribers: int(*subs), FanoutDocsPerSec: int(*rate),
+		SnapshotDocs: int(min(*snapDocs, 1<<30)), SnapshotDir: *snapDir,
 		JetStreamDir: *jsDir,
 		Progress:     os.Stderr,
 	})

@@ -30,6 +30,7 @@ func verbs() []verb {
 		{"redeem", "redeem a claim check", runRedeem},
 		{"hash-token", "print the --auth-tokens line for a bearer token (read from stdin)", runHashToken},
 		{"bench", "measure the gateway against bare quic-go/grpc-go baselines", runBench},
+		{"conformance", "serve or send one entity as the reference suite's Layer 0 matrix expects", runConformance},
 	}
 }
 
@@ -62,7 +63,7 @@ func dispatch(args []string) int {
 func usage(w io.Writer) {
 	fmt.Fprintf(w, "gateway: PipeStream gateway (gRPC + REST + WebSocket in front of PipeStream peers over QUIC)\n\nUsage:\n  gateway [serve] [flags]\n  gateway <command> [flags] [args]\n  gateway version\n\nCommands:\n")
 	for _, v := range verbs() {
-		fmt.Fprintf(w, "  %-10s %s\n", v.name, v.summary)
+		fmt.Fprintf(w, "  %-12s %s\n", v.name, v.summary)
 	}
 	fmt.Fprintf(w, "\nRun 'gateway <command> --help' for a command's flags. Every flag can also be set\nwith the environment variable shown next to it (flags win).\n")
 }

@@ -21,8 +21,16 @@ func retentionFlags(fs *flagSet) func() (eventlog.Options, error) {
 		"events kept below the lowest active client position (draft 4.1 safety margin)")
 	keepNewest := fs.Uint("retention-keep-newest", "GATEWAY_RETENTION_KEEP_NEWEST", eventlog.DefaultKeepNewest,
 		"the newest N events are never pruned by the adaptive rule (draft 3.3; the newest event is always kept)")
-	minAge := fs.Duration("retention-min-age", "GATEWAY_RETENTION_MIN_AGE", eventlog.DefaultMinAge,
-		"events younger than this are never pruned by the adaptive rule (draft 3.3; 0: none)")
+	minAge := fs.Duration("retain-min", "GATEWAY_RETAIN_MIN", eventlog.DefaultMinAge,
+		"retention floor: events younger than this are never pruned, not even by the snapshot-size cap, up to --retain-min-bytes (only --retention-max-age/--retention-max-bytes go below; 0: none)")
+	oldMinAge := fs.Duration("retention-min-age", "GATEWAY_RETENTION_MIN_AGE", 0,
+		"deprecated name of --retain-min (used when set above 0)")
+	minBytes := fs.Int64("retain-min-bytes", "GATEWAY_RETAIN_MIN_BYTES", eventlog.DefaultMinBytes,
+		"byte bound of the retention floor: beyond it the floor is the newest this many bytes of events (0: no bound)")
+	costModel := fs.Bool("retention-cost-model", "GATEWAY_RETENTION_COST_MODEL", true,
+		"a disconnected client holds events back only while its delta costs fewer bytes than the snapshot fallback its expected return saves (docs/retention.md); false: every active client counts (the draft)")
+	buckets := fs.Uint("retention-index-buckets", "GATEWAY_RETENTION_INDEX_BUCKETS", eventlog.DefaultIndexBuckets,
+		"memory bound of the retention index (56 bytes a bucket, whatever the number of retained events)")
 	maxAge := fs.Duration("retention-max-age", "GATEWAY_RETENTION_MAX_AGE", 0,
 		"hard cap: prune events older than this whoever needs them (0: off)")
 	maxBytes := fs.Int64("retention-max-bytes", "GATEWAY_RETENTION_MAX_BYTES", 0,
@@ -37,8 +45,12 @@ func retentionFlags(fs *flagSet) func() (eventlog.Options, error) {
 		switch {
 		case *inactive <= 0:
 			return eventlog.Options{}, fmt.Errorf("--retention-inactive-after must be positive, got %v", *inactive)
-		case *minAge < 0 || *maxAge < 0:
-			return eventlog.Options{}, fmt.Errorf("--retention-min-age and --retention-max-age must not be negative")
+		case *minAge < 0 || *oldMinAge < 0 || *maxAge < 0:
+			return eventlog.Options{}, fmt.Errorf("--retain-min (--retention-min-age) and --retention-max-age must not be negative")
+		case *minBytes < 0:
+			return eventlog.Options{}, fmt.Errorf("--retain-min-bytes must not be negative, got %d", *minBytes)
+		case *buckets < 4:
+			return eventlog.Options{}, fmt.Errorf("--retention-index-buckets must be at least 4, got %d", *buckets)
 		case *interval <= 0:
 			return eventlog.Options{}, fmt.Errorf("--retention-prune-interval must be positive, got %v", *interval)
 		case *tailEvents == 0 || *tailBytes == 0:
@@ -51,13 +63,20 @@ func retentionFlags(fs *flagSet) func() (eventlog.Options, error) {
 			NoSafetyMargin:  *margin == 0,
 			// The newest event is always kept, so 1 is the same as 0 (whose
 			// Options meaning is "default").
-			KeepNewest:    max(int(min(*keepNewest, 1<<30)), 1),
-			MinAge:        *minAge,
-			MaxAge:        *maxAge,
-			MaxBytes:      *maxBytes,
-			PruneInterval: *interval,
-			TailEvents:    int(min(*tailEvents, 1<<30)),
-			TailBytes:     *tailBytes,
+			KeepNewest:       max(int(min(*keepNewest, 1<<30)), 1),
+			MinAge:           *minAge,
+			MinBytes:         *minBytes,
+			NoMinBytes:       *minBytes == 0,
+			IndexBuckets:     int(min(*buckets, 1<<24)),
+			DisableCostModel: !*costModel,
+			MaxAge:           *maxAge,
+			MaxBytes:         *maxBytes,
+			PruneInterval:    *interval,
+			TailEvents:       int(min(*tailEvents, 1<<30)),
+			TailBytes:        *tailBytes,
+		}
+		if *oldMinAge > 0 {
+			o.MinAge = *oldMinAge
 		}
 		if o.MinAge == 0 {
 			o.MinAge = time.Nanosecond // "none"; Options' zero means the default

@@ -10,6 +10,7 @@ import (
 	"github.com/pipestream/gateway/bridge"
 	"github.com/pipestream/gateway/gateway"
 	"github.com/pipestream/gateway/internal/serve"
+	"github.com/pipestream/gateway/quicpeer"
 )
 
 const serveHelp = `Run the gateway: gRPC on --grpc-addr, REST/WebSocket/docs/metrics on
@@ -48,6 +49,7 @@ func runServe(args []string) int {
 	preferPB := fs.Bool("prefer-protobuf", "GATEWAY_PREFER_PROTOBUF", false, "offer the Protobuf serialization format (CBOR otherwise)")
 	peerFramings := fs.Strings("peer-framing", "GATEWAY_PEER_FRAMING", "control-stream framing toward --peer: auto (the default: draft-02, and draft-04 when the peer refuses the draft-02 handshake or shows draft-04), draft-02 or draft-04 (the reference suite: one document per connection); once for every peer, or once per --peer in the same order")
 	peerProfile := fs.String("peer-profile", "GATEWAY_PEER_PROFILE", "auto", "use this project's profile toward --peer: auto (when the peer answers its discovery member), on, or off (plain draft-02 entities; docs/profile.md 9)")
+	peerIdle := fs.Duration("peer-idle-timeout", "GATEWAY_PEER_IDLE_TIMEOUT", quicpeer.DefaultIdleTimeout, "a peer session that hears nothing from the peer (not even ACKs of the QUIC PINGs sent every third of this) for this long is lost: its documents are re-dispatched")
 	peerWait := fs.Duration("peer-wait", "GATEWAY_PEER_WAIT", 5*time.Minute, "how long a document may wait for a peer session before it fails")
 	peerD04Conns := fs.Int64("peer-draft04-conns", "GATEWAY_PEER_DRAFT04_CONNS", 4, "connections open at once to one draft-04 peer (one document each; 1-64): the next handshakes overlap the running conversation")
 	authTokens := fs.String("auth-tokens", "GATEWAY_AUTH_TOKENS", "", "file of \"sha256:<hex> <tenant>\" lines (see gateway hash-token); empty: no authentication, loopback only")
@@ -65,6 +67,7 @@ func runServe(args []string) int {
 	maxUploads := fs.Uint("max-uploads-per-tenant", "GATEWAY_MAX_UPLOADS_PER_TENANT", gateway.DefaultMaxUploadsPerTenant, "concurrent uploads per tenant (0: unlimited)")
 	maxSubs := fs.Uint("max-subscribers-per-tenant", "GATEWAY_MAX_SUBSCRIBERS_PER_TENANT", gateway.DefaultMaxSubscribersPerTenant, "concurrent event streams (subscribe, watch, WebSocket) per tenant (0: unlimited)")
 	maxDownloads := fs.Uint("max-downloads-per-tenant", "GATEWAY_MAX_DOWNLOADS_PER_TENANT", gateway.DefaultMaxDownloadsPerTenant, "concurrent result downloads (REST and gRPC) per tenant (0: unlimited)")
+	maxTickets := fs.Uint("max-tickets-per-tenant", "GATEWAY_MAX_TICKETS_PER_TENANT", gateway.DefaultMaxTicketsPerTenant, "outstanding WebSocket tickets per tenant (0: unlimited)")
 	maxClientIDs := fs.Uint("max-client-ids-per-tenant", "GATEWAY_MAX_CLIENT_IDS_PER_TENANT", gateway.DefaultMaxClientIDsPerTenant, "X-Client-Id values per tenant tracked for event retention at once; more are tracked by address (0: unbounded)")
 	uploadIdle := fs.Duration("upload-idle-timeout", "GATEWAY_UPLOAD_IDLE_TIMEOUT", gateway.DefaultUploadIdleTimeout, "cut an upload whose body sends nothing for this long")
 	wsPing := fs.Duration("ws-ping-interval", "GATEWAY_WS_PING_INTERVAL", gateway.DefaultWSPingInterval, "ping WebSocket subscribers this often; one that leaves a ping unanswered for half of it (at most 10s) is cut")
@@ -121,6 +124,7 @@ func runServe(args []string) int {
 		MaxSubscribersPerTenant: int(orUnlimited(float64(*maxSubs))),
 		MaxDownloadsPerTenant:   int(orUnlimited(float64(*maxDownloads))),
 		MaxClientIDsPerTenant:   int(orUnlimited(float64(*maxClientIDs))),
+		MaxTicketsPerTenant:     int(orUnlimited(float64(*maxTickets))),
 		UploadIdleTimeout:       *uploadIdle,
 		StreamWriteTimeout:      *streamWrite,
 		WSPingInterval:          *wsPing,
@@ -142,6 +146,7 @@ func runServe(args []string) int {
 		MaxDocumentBytes: *maxUpload,
 		EventLog:         evOpts,
 		PeerWait:         *peerWait,
+		PeerIdleTimeout:  *peerIdle,
 		PeerDraft04Conns: int(min(max(*peerD04Conns, -1), 1<<20)), // the bridge checks the range
 	}
 	if err := peerModes(&bopts, *peerFramings, *peerProfile); err != nil {

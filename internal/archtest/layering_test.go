@@ -30,6 +30,9 @@ var rules = []rule{
 	{from: "bridge", allow: []string{"quicpeer", "gen/", "internal/pgtest", "internal/cputime"}},
 	{from: "gateway", allow: []string{"bridge", "gen/", "openapi"}},
 	{from: "e2e", allow: []string{"gen/"}},
+	// internal/conformance: the reference suite's command contract, on
+	// the wire codec only.
+	{from: "internal/conformance", allow: []string{"quicpeer"}},
 }
 
 type pkg struct {
@@ -116,6 +119,8 @@ func TestRulesCatchViolations(t *testing.T) {
 		{"openapi", "bridge", false},
 		{"bridge/store/pgstore", "internal/pgtest", true},
 		{"quicpeer", "internal/pgtest", false},
+		{"internal/conformance", "quicpeer/wire", true},
+		{"internal/conformance", "bridge", false},
 	}
 	for _, c := range cases {
 		r, ok := ruleFor(c.from)

@@ -27,7 +27,10 @@ import (
 
 // Phases in the order they run.
 // "store" runs only with Options.Store and is the default phase then.
-var Phases = []string{"bulk", "small", "churn", "control", "fanout", "store"}
+var Phases = []string{"bulk", "small", "churn", "control", "fanout", "store", "snapshot"}
+
+// optIn are the phases that run only when named in Only.
+var optIn = []string{"store", "snapshot"}
 
 // Options configure a run. Zero values take the defaults in params.go.
 type Options struct {
@@ -44,7 +47,7 @@ type Options struct {
 	// CPUProfile, when set, writes a CPU profile of the bench process
 	// (baselines, churn and control phases run in it).
 	CPUProfile string
-	// Only lists the phases to run (default: all but store; with Store:
+	// Only lists the phases to run (default: all but store and snapshot; with Store:
 	// store alone).
 	Only []string
 	// Store is a postgres:// URL: the store phase compares the
@@ -58,6 +61,11 @@ type Options struct {
 	Duration                           time.Duration
 	Subscribers                        int
 	FanoutDocsPerSec                   int
+	// SnapshotDocs is how many documents the snapshot phase loads.
+	SnapshotDocs int
+	// SnapshotDir, when set, keeps the snapshot phase's store there: the
+	// first run loads it, later runs reuse it (start time without the load).
+	SnapshotDir string
 
 	// JetStreamDir is the bench/jetstream module (the durable-intake
 	// baseline of the small phase: NATS JetStream on file storage, fsync
@@ -122,11 +130,14 @@ func (o *Options) setDefaults() error {
 	if o.FanoutDocsPerSec <= 0 {
 		o.FanoutDocsPerSec = DefaultFanoutDocs
 	}
+	if o.SnapshotDocs <= 0 {
+		o.SnapshotDocs = DefaultSnapshotDocs
+	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
 	if len(o.Only) == 0 {
-		o.Only = Phases[:len(Phases)-1]
+		o.Only = slices.DeleteFunc(slices.Clone(Phases), func(p string) bool { return slices.Contains(optIn, p) })
 		if o.Store != "" {
 			o.Only = []string{"store"}
 		}
@@ -245,6 +256,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			err = b.fanout(ctx)
 		case "store":
 			err = b.store(ctx)
+		case "snapshot":
+			err = b.snapshot(ctx)
 		}
 		if err != nil {
 			return r, fmt.Errorf("phase %s: %w", p, err)

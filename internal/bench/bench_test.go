@@ -259,3 +259,33 @@ func checkStoreOutput(t *testing.T, rep *bench.Report) {
 		}
 	}
 }
+
+// TestBenchSnapshotTiny runs the snapshot phase on 3,000 documents: it
+// loads them, starts the gateway on them and streams the whole snapshot
+// over REST and gRPC (each path checks that the last chunk carries the
+// total); every figure is positive.
+func TestBenchSnapshotTiny(t *testing.T) {
+	bin := buildGateway(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var progress bytes.Buffer
+	rep, err := bench.Run(ctx, bench.Options{ServeCommand: []string{bin, "serve"}, Only: []string{"snapshot"},
+		SnapshotDocs: 3000, Progress: &progress})
+	if err != nil {
+		t.Fatalf("bench: %v\nprogress:\n%s", err, progress.String())
+	}
+	want := map[string]string{"start (process to /healthz 200)": "s", "idle RSS": "MiB",
+		"REST NDJSON GET /v1/events:streamSnapshot": "MB/s", "gRPC StreamSnapshot": "MB/s"}
+	for _, r := range rep.Results {
+		if u, ok := want[r.Path]; !ok || r.Unit != u || r.Rate <= 0 {
+			t.Errorf("result %+v: unexpected, or not a positive %s", r, u)
+		}
+		delete(want, r.Path)
+	}
+	if len(want) > 0 {
+		t.Errorf("missing results: %v", want)
+	}
+	if _, err := bench.Run(ctx, bench.Options{Only: []string{"snapshot"}, GRPCAddr: "127.0.0.1:1", HTTPAddr: "127.0.0.1:2"}); err == nil {
+		t.Error("the snapshot phase against a running gateway: nil error, want one (it loads its own store)")
+	}
+}

@@ -27,6 +27,7 @@ type gatewayProc struct {
 	grpcAddr, httpAddr, token string
 	cmd                       *exec.Cmd
 	dir                       string
+	keepDir                   bool // a --snapshot-dir: not removed at close
 	logPath                   string
 	args                      []string
 	exited                    chan struct{}
@@ -46,7 +47,13 @@ type gatewayProc struct {
 //
 // extra flags are appended to a started gateway's serve command.
 func connectGateway(ctx context.Context, o Options, extra ...string) (*gatewayProc, error) {
-	g := &gatewayProc{grpcAddr: o.GRPCAddr, httpAddr: o.HTTPAddr, token: o.Token}
+	return connectGatewayIn(ctx, o, "", extra...)
+}
+
+// connectGatewayIn is connectGateway with the started gateway's data in
+// dir/data (dir is removed at close; "": a new temporary dir).
+func connectGatewayIn(ctx context.Context, o Options, dir string, extra ...string) (*gatewayProc, error) {
+	g := &gatewayProc{grpcAddr: o.GRPCAddr, httpAddr: o.HTTPAddr, token: o.Token, dir: dir}
 	if g.grpcAddr == "" {
 		if err := g.start(ctx, o, extra); err != nil {
 			g.close()
@@ -71,11 +78,14 @@ func connectGateway(ctx context.Context, o Options, extra ...string) (*gatewayPr
 }
 
 func (g *gatewayProc) start(ctx context.Context, o Options, extra []string) error {
-	dir, err := os.MkdirTemp("", "gateway-bench-")
-	if err != nil {
-		return err
+	dir := g.dir // preset: a data dir the phase filled (snapshot)
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "gateway-bench-"); err != nil {
+			return err
+		}
+		g.dir = dir
 	}
-	g.dir = dir
 	ga, err := freePort()
 	if err != nil {
 		return err
@@ -170,7 +180,7 @@ func (g *gatewayProc) close() {
 			<-g.exited
 		}
 	}
-	if g.dir != "" {
+	if g.dir != "" && !g.keepDir {
 		os.RemoveAll(g.dir)
 	}
 }

@@ -28,6 +28,9 @@ const (
 	// make ~45 events/s, ~45,000 deliveries/s to 1,000 subscribers, about
 	// what 2 cores deliver today.
 	DefaultFanoutDocs = 20
+	// DefaultSnapshotDocs: issue 24's large store, a million small
+	// documents, for the snapshot phase.
+	DefaultSnapshotDocs = 1_000_000
 
 	// chunkBytes is the write/message size of every upload path and both
 	// bulk baselines: the gateway's own REST-to-gRPC chunk (256 KiB).

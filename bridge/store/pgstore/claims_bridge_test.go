@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/pipestream/gateway/bridge"
+	"github.com/pipestream/gateway/bridge/store"
+	"github.com/pipestream/gateway/bridge/store/pgstore"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 	"github.com/pipestream/gateway/internal/pgtest"
 )
@@ -150,5 +152,82 @@ func TestClaimRedeemedBeforeTakeoverResumes(t *testing.T) {
 	}
 	if n := len(d.ClaimChecks); n != 2 || d.ClaimChecks[0].State != gatewayv1.ClaimCheck_REDEEMED || d.ClaimChecks[1].State != gatewayv1.ClaimCheck_REDEEMED {
 		t.Fatalf("claims after the takeover: %v, want the first and B's new one, both REDEEMED", d.ClaimChecks)
+	}
+}
+
+// redeemedEvents counts the #claim redeemed events of claim in the store.
+func redeemedEvents(t *testing.T, st *pgstore.Store, docID, claim string) int {
+	t.Helper()
+	recs, err := st.ReadEvents(context.Background(), store.EventQuery{Tenant: "", DocID: docID, Kinds: []string{"#claim"}, Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for i := range recs {
+		ev, err := recs[i].Decode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.GetClaimId() == claim && ev.GetClaimAction() == "redeemed" {
+			n++
+		}
+	}
+	return n
+}
+
+// A redemption writes its #claim redeemed event in the same transaction,
+// exactly once: through the replica that drives the document, and through
+// another one with the driving replica alive (it resumes the entity and
+// does not write the event again) and stopped (nobody else would write
+// it).
+func TestClaimRedeemedThroughNonOwnerHasItsEvent(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	p := startPeer(t)
+	stA, stB := openLease(t, dsn, "A"), openLease(t, dsn, "B")
+	a := newBridge(t, stA, p.Addr().String(), p.CertPEM())
+	b := newBridge(t, stB, p.Addr().String(), p.CertPEM())
+
+	// Through the owner: the event is committed with the redemption, not
+	// with a later flush of the document.
+	content := []byte("redeemed through A, which drives it")
+	docID, claim := submitDeferred(t, a, content)
+	if _, err := a.Redeem(context.Background(), "", claim); err != nil {
+		t.Fatal(err)
+	}
+	waitSucceeded(t, a, docID, content, 15*time.Second)
+	if n := redeemedEvents(t, stB, docID, claim); n != 1 {
+		t.Fatalf("through the owner: %d #claim redeemed events, want exactly 1", n)
+	}
+
+	content = []byte("redeemed through B while A drives it")
+	docID, claim = submitDeferred(t, a, content)
+	if _, err := b.Redeem(context.Background(), "", claim); err != nil {
+		t.Fatal(err)
+	}
+	if n := redeemedEvents(t, stB, docID, claim); n != 1 {
+		t.Fatalf("owner alive: %d #claim redeemed events right after B's redemption answered, want 1 (committed with it)", n)
+	}
+	waitSucceeded(t, a, docID, content, 15*time.Second)
+	if n := redeemedEvents(t, stB, docID, claim); n != 1 {
+		t.Fatalf("owner alive: %d #claim redeemed events after A resumed the entity, want exactly 1", n)
+	}
+
+	content = []byte("redeemed through B while A is stopped")
+	docID, claim = submitDeferred(t, a, content)
+	stA.StopRenewing()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Redeem(context.Background(), "", claim); err != nil {
+		t.Fatal(err)
+	}
+	if n := redeemedEvents(t, stB, docID, claim); n != 1 {
+		t.Fatalf("owner stopped: %d #claim redeemed events, want 1 (the database says REDEEMED)", n)
+	}
+	waitSucceeded(t, b, docID, content, testLease.LeaseDuration+2*time.Second+10*time.Second)
+	if n := redeemedEvents(t, stB, docID, claim); n != 1 {
+		t.Fatalf("owner stopped: %d #claim redeemed events after B took the document over, want exactly 1", n)
 	}
 }

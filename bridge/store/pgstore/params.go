@@ -33,6 +33,16 @@ const (
 // does before delivering its own (tail.go).
 const catchUpTimeout = 30 * time.Second
 
+// idleInTxTimeout is the server's idle_in_transaction_session_timeout
+// for the pool's sessions: a replica paused (SIGSTOP, a VM freeze) in the
+// middle of an event-writing commit holds the counter row's lock, which
+// every replica's event-writing commit and prune waits for; the server
+// ends that session after this long, its transaction rolls back (seqs
+// with it: no hole), and the cluster goes on. The store's transactions
+// never wait for a client in between statements, so a healthy one is
+// never this idle. A store URL that sets the parameter keeps its value.
+const idleInTxTimeout = 5 * time.Second
+
 // rollbackTimeout bounds the ROLLBACK of a failed pipelined commit (it
 // runs also when the Commit's ctx has ended).
 const rollbackTimeout = 10 * time.Second

@@ -84,6 +84,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -151,7 +152,8 @@ type Store struct {
 	listenCfg *pgx.ConnConfig
 	log       *slog.Logger
 	tail      tail
-	claims    claimNotes // redemptions by other replicas (claimnotify.go)
+	claims    claimNotes  // redemptions by other replicas (claimnotify.go)
+	cancels   cancelNotes // cancel requests of other replicas (cancelnotify.go)
 
 	mu     sync.RWMutex // guards closed against new calls
 	closed bool
@@ -198,6 +200,9 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		cfg.MaxConns = opts.MaxConns
 	case !strings.Contains(url, "pool_max_conns="):
 		cfg.MaxConns = defaultMaxConns
+	}
+	if _, ok := cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !ok {
+		cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(idleInTxTimeout.Milliseconds(), 10)
 	}
 	s := &Store{listenCfg: cfg.ConnConfig.Copy(), log: opts.Logger, done: make(chan struct{})}
 	s.tail.s = s

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -460,25 +461,71 @@ func (s *Store) EventStats(ctx context.Context) (st store.EventStats, err error)
 
 // SnapshotDocuments returns every document of tenant (without entities,
 // with digests and claims) and last_seq, read in one REPEATABLE READ
-// transaction: the snapshot reflects exactly the events up to seq.
+// transaction: the snapshot reflects exactly the events up to seq. It
+// holds the whole snapshot in memory; SnapshotPages streams it.
 func (s *Store) SnapshotDocuments(ctx context.Context, tenant string) (seq uint64, docs []*store.DocumentRecord, err error) {
+	err = s.SnapshotPages(ctx, tenant, 1000, func(sq uint64, page []*store.DocumentRecord) error {
+		seq = sq
+		docs = append(docs, page...)
+		return nil
+	})
+	return seq, docs, err
+}
+
+// SnapshotPages calls fn with last_seq and tenant's documents (without
+// entities, with digests and claims) in pages of at most page documents,
+// ordered by create time and id, all read in one REPEATABLE READ
+// transaction: every page reflects exactly the events up to seq. fn is
+// called at least once (with an empty page when tenant has no document);
+// an error from fn ends the read and is returned.
+func (s *Store) SnapshotPages(ctx context.Context, tenant string, page int, fn func(seq uint64, docs []*store.DocumentRecord) error) error {
 	if err := s.enter(); err != nil {
-		return 0, nil, err
+		return err
 	}
 	defer s.wg.Done()
-	err = s.readTx(ctx, func(tx pgx.Tx) error {
+	page = min(max(page, 1), 10000)
+	return s.readTx(ctx, func(tx pgx.Tx) error {
 		var last int64
 		if err := tx.QueryRow(ctx, "SELECT last_seq FROM meta WHERE id = 1").Scan(&last); err != nil {
 			return fmt.Errorf("pgstore: snapshot: %w", err)
 		}
-		seq = uint64(last)
-		docs, err = collect(ctx, tx, "snapshot", scanDocOnly, "SELECT "+docCols+" FROM documents WHERE tenant = $1 ORDER BY create_time, id", tenant)
-		if err != nil {
-			return err
+		var afterTime int64 = math.MinInt64
+		afterID := ""
+		for first := true; ; first = false {
+			docs, err := collect(ctx, tx, "snapshot", scanDocTime, "SELECT "+docCols+` FROM documents
+				WHERE tenant = $1 AND (create_time, id) > ($2, $3) ORDER BY create_time, id LIMIT $4`, tenant, afterTime, afterID, page)
+			if err != nil {
+				return err
+			}
+			if len(docs) == 0 && !first {
+				return nil
+			}
+			recs := make([]*store.DocumentRecord, len(docs))
+			for i, d := range docs {
+				recs[i] = d.rec
+			}
+			if err := snapshotChildren(ctx, tx, tenant, recs); err != nil {
+				return err
+			}
+			if err := fn(uint64(last), recs); err != nil {
+				return err
+			}
+			if len(docs) < page {
+				return nil
+			}
+			afterTime, afterID = docs[len(docs)-1].ct, recs[len(recs)-1].Doc.GetId()
 		}
-		return snapshotChildren(ctx, tx, tenant, docs)
 	})
-	return seq, docs, err
+}
+
+type docTime struct {
+	rec *store.DocumentRecord
+	ct  int64
+}
+
+func scanDocTime(row pgx.Row) (docTime, error) {
+	rec, ct, err := scanDoc(row)
+	return docTime{rec, ct}, err
 }
 
 type docDigest struct {
@@ -499,14 +546,21 @@ func scanDocDigest(row pgx.Row) (docDigest, error) {
 	return x, nil
 }
 
+// snapshotChildren attaches the newest attempt's digests and the claims of
+// docs (one query each for the page).
 func snapshotChildren(ctx context.Context, tx pgx.Tx, tenant string, docs []*store.DocumentRecord) error {
+	if len(docs) == 0 {
+		return nil
+	}
 	byID := make(map[string]*store.DocumentRecord, len(docs))
+	ids := make([]string, 0, len(docs))
 	for _, d := range docs {
 		byID[d.Doc.GetId()] = d
+		ids = append(ids, d.Doc.GetId())
 	}
 	digests, err := collect(ctx, tx, "snapshot digests", scanDocDigest, `SELECT g.doc_id, g.body FROM digests g JOIN documents d ON d.id = g.doc_id
-		WHERE d.tenant = $1 AND g.attempt = (SELECT max(attempt) FROM digests WHERE doc_id = g.doc_id)
-		ORDER BY g.doc_id, g.scope_id, g.scope_instance`, tenant)
+		WHERE d.tenant = $1 AND g.doc_id = ANY($2) AND g.attempt = (SELECT max(attempt) FROM digests WHERE doc_id = g.doc_id)
+		ORDER BY g.doc_id, g.scope_id, g.scope_instance`, tenant, ids)
 	if err != nil {
 		return err
 	}
@@ -515,7 +569,7 @@ func snapshotChildren(ctx context.Context, tx pgx.Tx, tenant string, docs []*sto
 			rec.Doc.Digests = append(rec.Doc.Digests, x.d)
 		}
 	}
-	claims, err := collect(ctx, tx, "snapshot claims", scanClaim, "SELECT "+claimCols+" FROM claims WHERE tenant = $1 ORDER BY create_time, claim_id", tenant)
+	claims, err := collect(ctx, tx, "snapshot claims", scanClaim, "SELECT "+claimCols+" FROM claims WHERE tenant = $1 AND doc_id = ANY($2) ORDER BY create_time, claim_id", tenant, ids)
 	if err != nil {
 		return err
 	}
@@ -540,4 +594,58 @@ func (s *Store) SnapshotBytes(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("pgstore: snapshot bytes: %w", err)
 	}
 	return n, nil
+}
+
+// EachEventMeta calls fn with the seq, time and encoded size of every
+// retained event in ascending seq order, without reading bodies (one
+// query; an error from fn ends it).
+func (s *Store) EachEventMeta(ctx context.Context, fn func(seq uint64, t time.Time, size int) error) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.wg.Done()
+	rows, err := s.pool.Query(ctx, "SELECT seq, time, octet_length(body) FROM events ORDER BY seq")
+	if err != nil {
+		return asUnavailable(fmt.Errorf("pgstore: read event metadata: %w", err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var seq, tm int64
+		var size int32
+		if err := rows.Scan(&seq, &tm, &size); err != nil {
+			return asUnavailable(fmt.Errorf("pgstore: read event metadata: %w", err))
+		}
+		if err := fn(uint64(seq), time.Unix(0, tm).UTC(), int(size)); err != nil {
+			return err
+		}
+	}
+	return asUnavailable(rows.Err())
+}
+
+// EachEventRange calls fn with a summary of the retained events of every
+// seq range [from + k*width, from + (k+1)*width) that holds any, in
+// ascending order (one aggregate query).
+func (s *Store) EachEventRange(ctx context.Context, from, to, width uint64, fn func(r store.EventRange) error) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.wg.Done()
+	width = max(width, 1)
+	rows, err := s.pool.Query(ctx, `SELECT min(seq), max(seq), count(*), min(time), max(time), sum(octet_length(body))::bigint
+		FROM events WHERE seq >= $1 AND seq <= $2 GROUP BY (seq - $1) / $3 ORDER BY 1`, int64(from), int64(min(to, uint64(math.MaxInt64))), int64(width))
+	if err != nil {
+		return asUnavailable(fmt.Errorf("pgstore: read event ranges: %w", err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var first, last, n, tmin, tmax, bytes int64
+		if err := rows.Scan(&first, &last, &n, &tmin, &tmax, &bytes); err != nil {
+			return asUnavailable(fmt.Errorf("pgstore: read event ranges: %w", err))
+		}
+		if err := fn(store.EventRange{First: uint64(first), Last: uint64(last), Count: uint64(n),
+			Oldest: time.Unix(0, tmin).UTC(), Newest: time.Unix(0, tmax).UTC(), Bytes: uint64(bytes)}); err != nil {
+			return err
+		}
+	}
+	return asUnavailable(rows.Err())
 }

@@ -28,6 +28,7 @@ type tail struct {
 	reported atomic.Uint64
 	hook     atomic.Pointer[func([]store.EventRecord)]
 	reads    atomic.Uint64 // catch-up queries run (tests, metrics)
+	gaps     atomic.Uint64 // catch-ups that found seqs pruned before they were read
 }
 
 // SetEventHook installs fn (nil removes it). fn is called with committed
@@ -167,14 +168,30 @@ func (t *tail) catchUpLocked(ctx context.Context, upTo uint64) error {
 				evs = evs[:len(evs)-1]
 			}
 		}
+		if len(evs) > 0 && evs[0].Seq != from {
+			t.pruned(from, evs[0].Seq-1)
+		}
 		t.publish(evs)
 		if len(evs) < maxEventLimit {
 			if upTo > 0 && t.delivered.Load() < upTo {
-				t.delivered.Store(upTo) // the rest was pruned meanwhile
+				// The rest was pruned meanwhile: the hook's next call
+				// starts above it, and the log announces the gap.
+				t.pruned(t.delivered.Load()+1, upTo)
+				t.delivered.Store(upTo)
 			}
 			return nil
 		}
 	}
+}
+
+// pruned records that the committed seqs from..to were deleted (another
+// replica's prune) before this replica read them. They cannot be
+// delivered; seqs are dense, so the hook's next call, which starts above
+// them, tells the event log of the gap (eventlog.Store, SetEventHook).
+func (t *tail) pruned(from, to uint64) {
+	t.gaps.Add(1)
+	t.s.log.Warn("pgstore: events were pruned before this replica read them; the event log announces the gap to its subscribers",
+		"from", from, "to", to)
 }
 
 // listen holds a dedicated connection on LISTEN and catches up on every
@@ -207,7 +224,7 @@ func (t *tail) listen(ctx context.Context, ready chan<- error) {
 func (t *tail) session(ctx context.Context, ready chan<- error) (listened bool, _ error) {
 	conn, err := pgx.ConnectConfig(ctx, t.s.listenCfg)
 	if err == nil {
-		_, err = conn.Exec(ctx, "LISTEN "+notifyChannel+"; LISTEN "+claimsChannel)
+		_, err = conn.Exec(ctx, "LISTEN "+notifyChannel+"; LISTEN "+claimsChannel+"; LISTEN "+cancelsChannel)
 	}
 	if err == nil {
 		err = t.catchUp(ctx, 0)
@@ -232,6 +249,10 @@ func (t *tail) session(ctx context.Context, ready chan<- error) (listened bool, 
 		}
 		if n.Channel == claimsChannel {
 			t.s.claimNotified(n.Payload)
+			continue
+		}
+		if n.Channel == cancelsChannel {
+			t.s.cancelNotified(n.Payload)
 			continue
 		}
 		seq, _ := strconv.ParseUint(n.Payload, 10, 64)

@@ -32,6 +32,9 @@ type Store interface {
 	ReadEvents(ctx context.Context, q store.EventQuery) ([]store.EventRecord, error)
 	EventStats(ctx context.Context) (store.EventStats, error)
 	SnapshotDocuments(ctx context.Context, tenant string) (seq uint64, docs []*store.DocumentRecord, err error)
+	SnapshotPages(ctx context.Context, tenant string, page int, fn func(seq uint64, docs []*store.DocumentRecord) error) error
+	EachEventMeta(ctx context.Context, fn func(seq uint64, t time.Time, size int) error) error
+	EachEventRange(ctx context.Context, from, to, width uint64, fn func(r store.EventRange) error) error
 	SnapshotBytes(ctx context.Context) (int64, error)
 	WriterStats() store.WriterStats
 
@@ -83,6 +86,8 @@ func Run(t *testing.T, b Backend) {
 		{"StreamedPayloads", testStreamedPayloads},
 		{"LargePayload", testLargePayload},
 		{"Snapshot", testSnapshot},
+		{"SnapshotPages", testSnapshotPages},
+		{"EventMeta", testEventMeta},
 		{"CloseRefuses", testCloseRefuses},
 		{"CrashRecovery", testCrashRecovery},
 	}

@@ -314,6 +314,20 @@ func (d *driver) events() {
 	if err == nil && len(snap.Payload.Documents) == 0 {
 		d.fail("EventService_GetSnapshot", "snapshot lists no document")
 	}
+	d.ndjson.reset(0) // the snapshot stream ends by itself: read every chunk
+	ss, err := es.EventServiceStreamSnapshot(event_service.NewEventServiceStreamSnapshotParamsWithContext(d.ctx), nil)
+	d.record("EventService_StreamSnapshot", err)
+	d.rep.Lines["EventService_StreamSnapshot"] += len(d.ndjson.lines)
+	if err == nil && snap != nil {
+		var last struct {
+			Last           bool   `json:"last"`
+			TotalDocuments string `json:"totalDocuments"`
+		}
+		b, _ := json.Marshal(ss.Payload.Result) // the generated model, whatever its field types
+		if json.Unmarshal(b, &last) != nil || !last.Last || last.TotalDocuments != fmt.Sprint(len(snap.Payload.Documents)) {
+			d.fail("EventService_StreamSnapshot", "last line %s is not the final chunk with GetSnapshot's %d documents", b, len(snap.Payload.Documents))
+		}
+	}
 	d.ndjson.reset(3) // the subscription stays open: read three events, then close
 	cursor := "0"
 	sub, err := es.EventServiceSubscribeEvents(event_service.NewEventServiceSubscribeEventsParamsWithContext(d.ctx).WithCursor(&cursor), nil)

@@ -88,7 +88,7 @@ func fix(spec obj) error {
 		"/v1/documents/{id}:watch", "/v1/documents/{id}/result",
 		"/v1/documents/{id}:cancel", "/v1/claims/{claimId}",
 		"/v1/claims/{claimId}:redeem", "/v1/events:subscribe",
-		"/v1/events:window", "/v1/events:snapshot",
+		"/v1/events:window", "/v1/events:snapshot", "/v1/events:streamSnapshot",
 	} {
 		if _, ok := paths[p]; !ok {
 			return fmt.Errorf("generated spec lacks path %s: update openapi/internal/fixspec with the proto", p)
@@ -97,7 +97,7 @@ func fix(spec obj) error {
 	if err := fixUpload(paths, defs); err != nil {
 		return err
 	}
-	for _, p := range []string{"/v1/documents/{id}:watch", "/v1/events:subscribe"} {
+	for _, p := range []string{"/v1/documents/{id}:watch", "/v1/events:subscribe", "/v1/events:streamSnapshot"} {
 		if err := markNDJSON(op(paths, p, "get")); err != nil {
 			return fmt.Errorf("%s: %w", p, err)
 		}

@@ -12,6 +12,7 @@ type Metrics struct {
 	SnapshotBytes   prometheus.Gauge
 	TrackedClients  prometheus.Gauge
 	ActiveClients   prometheus.Gauge
+	LetGoClients    prometheus.Gauge
 	ClientLag       prometheus.Histogram
 	PrunedEvents    *prometheus.CounterVec
 	PrunedBytes     *prometheus.CounterVec
@@ -38,6 +39,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		SnapshotBytes:  g("snapshot_bytes", "Size of a full snapshot, the cap on retained bytes."),
 		TrackedClients: g("tracked_clients", "Anonymized clients in the retention tracker."),
 		ActiveClients:  g("active_clients", "Tracked clients that counted in the last retention pass."),
+		LetGoClients:   g("cost_model_let_go_clients", "Active clients the cost model did not count in the last retention pass: their delta cost more than the snapshot fallback it was expected to save."),
 		ClientLag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: ns, Subsystem: sub, Name: "client_lag_events",
 			Help:    "Latest seq minus each active client's position, sampled at every retention pass.",
@@ -54,7 +56,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		for _, col := range []prometheus.Collector{m.RetainedBytes, m.RetainedEvents, m.BytesSaved, m.SnapshotBytes,
-			m.TrackedClients, m.ActiveClients, m.ClientLag, m.PrunedEvents, m.PrunedBytes, m.OutdatedCursor,
+			m.TrackedClients, m.ActiveClients, m.LetGoClients, m.ClientLag, m.PrunedEvents, m.PrunedBytes, m.OutdatedCursor,
 			m.ConsumerTooSlow, m.Subscribers, m.Appended} {
 			// A second Log on the same registry (tests) keeps its metrics
 			// unregistered rather than failing.

@@ -15,10 +15,19 @@ type Config struct {
 	InactiveAfter time.Duration
 	// SafetyMargin is subtracted from the minimum client position.
 	SafetyMargin uint64
+	// CostModel: a disconnected client's position counts only while its
+	// delta costs fewer bytes than the snapshot fallbacks it is expected to
+	// save (costmodel.go, docs/retention.md "Cost model").
+	CostModel bool
 	// KeepNewest: never prune the newest N events (draft safeguard).
 	KeepNewest int
-	// MinAge: never prune events younger than this (draft safeguard).
-	MinAge time.Duration
+	// MinAge is the retention floor (--retain-min): events younger than
+	// this are never pruned, not even by the snapshot-size cap, as long as
+	// they total at most MinBytes (0: no byte bound). Only the operator's
+	// hard caps (MaxAge, MaxBytes, MaxEvents) go below it. It applies with
+	// or without Adaptive.
+	MinAge   time.Duration
+	MinBytes uint64
 	// PositionMaxAge: a client position whose event is older than this does
 	// not count (a stuck or hostile client cannot pin the log).
 	PositionMaxAge time.Duration
@@ -29,13 +38,15 @@ type Config struct {
 	MaxAge    time.Duration
 	MaxBytes  uint64
 	MaxEvents int
+	// IndexBuckets bounds the index's memory (0: DefaultIndexBuckets).
+	IndexBuckets int
 }
 
 // Reasons name the rule that decided a plan's boundary.
 const (
 	ReasonMinPosition = "min_position" // lowest active client position minus margin
 	ReasonKeepNewest  = "keep_newest"  // newest-N safeguard held the boundary back
-	ReasonMinAge      = "min_age"      // minimum-age safeguard held it back
+	ReasonMinAge      = "min_age"      // the floor (--retain-min) held it back
 	ReasonPositionNil = "no_adaptive"  // size-only: nothing below the caps
 	ReasonSnapshot    = "snapshot_size"
 	ReasonMaxAge      = "max_age"
@@ -49,6 +60,7 @@ type Plan struct {
 	Reason      string
 	MinPosition uint64 // min_serial before the margin (draft 3.2); 0 without Adaptive
 	Clients     int    // active clients that counted
+	LetGo       int    // active clients the cost model did not count
 	Prune       int    // events to drop
 	PruneBytes  uint64
 	// RetainedBytes after the plan, and what RFC 8182's size-only policy
@@ -85,22 +97,22 @@ func Compute(cfg Config, idx *Index, positions []uint64, now time.Time, snapshot
 		if n := idx.NthNewest(cfg.KeepNewest); n < keep {
 			keep, p.Reason = n, ReasonKeepNewest
 		}
-		if cfg.MinAge > 0 {
-			if y := idx.FirstAtOrAfter(now.Add(-cfg.MinAge)); y < keep {
-				keep, p.Reason = y, ReasonMinAge
-			}
-		}
 		if keep < oldest {
 			keep = oldest
 		}
 	}
 	sizeOnly := oldest
+	floor := floorSeq(cfg, idx, now)
 	caps := func(keep uint64, reason string) (uint64, string) {
-		// Draft 3.4 / RFC 8182 3.3.2: never more than the snapshot.
+		// Draft 3.4 / RFC 8182 3.3.2: never more than the snapshot...
 		if cfg.SnapshotCap {
 			if s := idx.SeqKeepingBytes(snapshotBytes); s > keep {
 				keep, reason = s, ReasonSnapshot
 			}
+		}
+		// ... except the floor, which only the hard caps go below.
+		if floor < keep {
+			keep, reason = floor, ReasonMinAge
 		}
 		if cfg.MaxAge > 0 {
 			if s := idx.FirstAtOrAfter(now.Add(-cfg.MaxAge)); s > keep {
@@ -120,7 +132,7 @@ func Compute(cfg Config, idx *Index, positions []uint64, now time.Time, snapshot
 		if keep > latest { // at least one event stays
 			keep = latest
 		}
-		return keep, reason
+		return idx.Floor(keep), reason // never inside a bucket
 	}
 	keep, p.Reason = caps(keep, p.Reason)
 	sizeOnly, _ = caps(sizeOnly, "")
@@ -130,6 +142,19 @@ func Compute(cfg Config, idx *Index, positions []uint64, now time.Time, snapshot
 	p.RetainedBytes = idx.BytesFrom(keep)
 	p.SizeOnlyRetainedBytes = idx.BytesFrom(sizeOnly)
 	return p
+}
+
+// floorSeq is the retention floor: the first seq younger than MinAge, raised
+// until the floor holds at most MinBytes. Latest()+1 without a floor.
+func floorSeq(cfg Config, idx *Index, now time.Time) uint64 {
+	if cfg.MinAge <= 0 {
+		return idx.Latest() + 1
+	}
+	f := idx.FirstAtOrAfter(now.Add(-cfg.MinAge))
+	if cfg.MinBytes > 0 {
+		f = max(f, idx.SeqKeepingBytes(cfg.MinBytes))
+	}
+	return f
 }
 
 // sat is a - b, floored at 0.

@@ -172,7 +172,7 @@ func TestIndex(t *testing.T) {
 			x.PruneBefore(s - 10)
 		}
 	}
-	if cap(x.ents) > 4096 {
-		t.Fatalf("index backing array %d entries for %d retained", cap(x.ents), x.Len())
+	if cap(x.bs) > 4096 {
+		t.Fatalf("index backing array %d entries for %d retained", cap(x.bs), x.Len())
 	}
 }

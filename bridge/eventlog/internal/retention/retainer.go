@@ -16,9 +16,10 @@ type Retainer struct {
 	log     *slog.Logger
 	m       *Metrics
 
-	mu  sync.Mutex
-	idx Index
-	pos []uint64 // scratch for Plan
+	mu      sync.Mutex
+	idx     Index
+	pos     []uint64 // scratch for Plan
+	dropped int      // clients the cost model let go in the last Plan
 }
 
 // NewRetainer builds a Retainer. log and m may be nil.
@@ -26,7 +27,9 @@ func NewRetainer(cfg Config, tcfg TrackerConfig, now time.Time, log *slog.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Retainer{cfg: cfg, tracker: NewTracker(tcfg, now), log: log, m: m}
+	r := &Retainer{cfg: cfg, tracker: NewTracker(tcfg, now), log: log, m: m}
+	r.idx.MaxBuckets = cfg.IndexBuckets
+	return r
 }
 
 // Config returns the policy.
@@ -39,6 +42,14 @@ func (r *Retainer) Tracker() *Tracker { return r.tracker }
 func (r *Retainer) Appended(seq uint64, t time.Time, size int) {
 	r.mu.Lock()
 	r.idx.Append(seq, t, size)
+	r.mu.Unlock()
+}
+
+// AppendedRange records a range of committed events as one index bucket
+// (Index.AppendRange), for loading a large log at start.
+func (r *Retainer) AppendedRange(first, last, count uint64, oldest, newest time.Time, bytes uint64) {
+	r.mu.Lock()
+	r.idx.AppendRange(first, last, count, oldest, newest, bytes)
 	r.mu.Unlock()
 }
 
@@ -82,14 +93,14 @@ type Remote struct {
 // Counting expires inactive clients and returns the lowest position of
 // the clients that count at now (the rule of Plan) and how many count:
 // what this log shares with the other logs of its store.
-func (r *Retainer) Counting(now time.Time) (lowest uint64, n int) {
+func (r *Retainer) Counting(now time.Time, snapshotBytes uint64) (lowest uint64, n int) {
 	if !r.cfg.Adaptive {
 		return 0, 0
 	}
 	r.tracker.Expire(now, r.cfg.InactiveAfter)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.countingLocked(now, false)
+	r.countingLocked(now, snapshotBytes, false)
 	for i, p := range r.pos {
 		if i == 0 || p < lowest {
 			lowest = p
@@ -110,7 +121,8 @@ func (r *Retainer) Plan(now time.Time, snapshotBytes uint64, remote ...Remote) P
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.countingLocked(now, true)
+	r.dropped = 0
+	r.countingLocked(now, snapshotBytes, true)
 	clients := len(r.pos)
 	for _, x := range remote {
 		if r.cfg.Adaptive && x.Clients > 0 && r.countsLocked(x.Min, now) {
@@ -122,10 +134,12 @@ func (r *Retainer) Plan(now time.Time, snapshotBytes uint64, remote ...Remote) P
 	if p.Clients > 0 {
 		p.Clients = clients
 	}
+	p.LetGo = r.dropped
 	if r.m != nil {
 		r.m.SnapshotBytes.Set(float64(snapshotBytes))
 		r.m.TrackedClients.Set(float64(r.tracker.Len()))
 		r.m.ActiveClients.Set(float64(p.Clients))
+		r.m.LetGoClients.Set(float64(p.LetGo))
 		r.m.BytesSaved.Set(float64(p.SizeOnlyRetainedBytes) - float64(p.RetainedBytes))
 	}
 	return p
@@ -133,20 +147,28 @@ func (r *Retainer) Plan(now time.Time, snapshotBytes uint64, remote ...Remote) P
 
 // countingLocked sets r.pos to the positions of the local clients that
 // count at now (observe: record their lag in the metrics, once per
-// pass). Caller holds r.mu.
-func (r *Retainer) countingLocked(now time.Time, observe bool) {
+// pass). With the cost model, a disconnected client counts only while its
+// delta is worth keeping (costmodel.go). Caller holds r.mu.
+func (r *Retainer) countingLocked(now time.Time, snapshotBytes uint64, observe bool) {
 	r.pos = r.pos[:0]
 	if !r.cfg.Adaptive {
 		return
 	}
 	latest := r.idx.Latest()
-	r.tracker.Each(now, r.cfg.InactiveAfter, func(pos uint64, _ time.Time, _ bool) {
-		if observe && r.m != nil && latest >= pos {
-			r.m.ClientLag.Observe(float64(latest - pos))
+	in := costInputs{now: now, snapshot: snapshotBytes, rate: r.rateLocked(now), long: r.cfg.MinAge}
+	r.tracker.eachWithPool(now, r.cfg.InactiveAfter, func(v ClientView, p *pool) {
+		if observe && r.m != nil && latest >= v.Pos {
+			r.m.ClientLag.Observe(float64(latest - v.Pos))
 		}
-		if r.countsLocked(pos, now) {
-			r.pos = append(r.pos, pos)
+		if !r.countsLocked(v.Pos, now) {
+			return
 		}
+		in.pool = p
+		if r.cfg.CostModel && !r.keepFor(v, in) {
+			r.dropped++
+			return
+		}
+		r.pos = append(r.pos, v.Pos)
 	})
 }
 
@@ -184,7 +206,7 @@ func (r *Retainer) Applied(p Plan) (int, uint64) {
 		r.log.Info("event log pruned",
 			slog.Uint64("from_seq", first), slog.Uint64("to_seq", last),
 			slog.Int("events", n), slog.Uint64("bytes", b), slog.String("reason", p.Reason),
-			slog.Uint64("min_position", p.MinPosition), slog.Int("clients", p.Clients),
+			slog.Uint64("min_position", p.MinPosition), slog.Int("clients", p.Clients), slog.Int("let_go", p.LetGo),
 			slog.Int("retained_events", events), slog.Uint64("retained_bytes", bytes),
 			slog.Uint64("size_only_retained_bytes", p.SizeOnlyRetainedBytes))
 	}

@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,7 +27,8 @@ type Client struct {
 	last  atomic.Int64  // unix nanoseconds of the last request or delivery end
 	conns atomic.Int32  // open subscriptions; a connected client is active
 
-	prev, next *Client // LRU list, guarded by Tracker.mu
+	prev, next *Client  // LRU list, guarded by Tracker.mu
+	away       absences // its last long absences, guarded by Tracker.mu
 }
 
 // Deliver records that seq was delivered to the client (its new position).
@@ -61,6 +63,10 @@ type TrackerConfig struct {
 	// back pruning.
 	NewClientsPerSecond float64
 	NewClientsBurst     int
+	// LongAbsence: absences (last disconnect to next request) at least
+	// this long are recorded for the cost model (costmodel.go); shorter
+	// ones are covered by the retention floor. 0: one minute.
+	LongAbsence time.Duration
 }
 
 // Tracker records each client's position under an anonymized id. Safe for
@@ -77,6 +83,7 @@ type Tracker struct {
 	evictions  uint64
 	rateDrops  uint64
 	rekeyCount uint64
+	pool       pool // every client's long absences and expiries
 }
 
 // NewTracker returns an empty tracker whose first salt is drawn now.
@@ -185,6 +192,7 @@ func (t *Tracker) Touch(clientKey string, pos uint64, now time.Time) *Client {
 		t.clients[id] = c
 	} else {
 		t.unlinkLocked(c)
+		t.recordAbsenceLocked(c, now)
 	}
 	t.pushFrontLocked(c)
 	c.pos.Store(pos)
@@ -236,6 +244,7 @@ func (t *Tracker) Expire(now time.Time, inactiveAfter time.Duration) int {
 		if !c.Active(now, inactiveAfter) {
 			t.unlinkLocked(c)
 			delete(t.clients, c.id)
+			t.pool.add(neverReturned) // censored: away longer than inactiveAfter
 			n++
 		}
 		c = p // no early stop: a connected client's place in the LRU is stale
@@ -243,14 +252,44 @@ func (t *Tracker) Expire(now time.Time, inactiveAfter time.Duration) int {
 	return n
 }
 
+// ClientView is what Each shows of one client.
+type ClientView struct {
+	Pos       uint64
+	Last      time.Time
+	Connected bool
+	c         *Client
+}
+
 // Each calls f for every tracked client that is active at now, under the
 // tracker lock (f must not call back into the tracker).
-func (t *Tracker) Each(now time.Time, inactiveAfter time.Duration, f func(pos uint64, last time.Time, connected bool)) {
+func (t *Tracker) Each(now time.Time, inactiveAfter time.Duration, f func(ClientView)) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for c := t.lru.next; c != &t.lru; c = c.next {
 		if c.Active(now, inactiveAfter) {
-			f(c.pos.Load(), time.Unix(0, c.last.Load()), c.conns.Load() > 0)
+			f(ClientView{Pos: c.pos.Load(), Last: time.Unix(0, c.last.Load()), Connected: c.conns.Load() > 0, c: c})
+		}
+	}
+}
+
+// eachWithPool is Each with the pooled absences, sorted, under the same
+// lock (the cost model reads both).
+func (t *Tracker) eachWithPool(now time.Time, inactiveAfter time.Duration, f func(ClientView, *pool)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.pool.prepare()
+	t.pool.open = t.pool.open[:0]
+	for c := t.lru.next; c != &t.lru; c = c.next {
+		if c.conns.Load() == 0 && c.Active(now, inactiveAfter) {
+			if a := now.Sub(time.Unix(0, c.last.Load())); a >= t.cfg.LongAbsence {
+				t.pool.open = append(t.pool.open, seconds(a))
+			}
+		}
+	}
+	slices.Sort(t.pool.open)
+	for c := t.lru.next; c != &t.lru; c = c.next {
+		if c.Active(now, inactiveAfter) {
+			f(ClientView{Pos: c.pos.Load(), Last: time.Unix(0, c.last.Load()), Connected: c.conns.Load() > 0, c: c}, &t.pool)
 		}
 	}
 }

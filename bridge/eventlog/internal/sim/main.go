@@ -32,6 +32,7 @@ type client struct {
 	class   string
 	cursor  uint64    // last seq processed (0 before the first visit)
 	nextAt  time.Time // next visit
+	lastAt  time.Time // last visit
 	visits  int
 	absence func(r *rand.Rand) time.Duration
 }
@@ -43,35 +44,68 @@ type policy struct {
 	peakBytes uint64
 	fallbacks map[string]int
 	visits    int
+	short     int // fallbacks of clients away less than the floor
+}
+
+// params are the simulation's inputs (the flags).
+type params struct {
+	days                          int
+	seed                          uint64
+	rate, snapMB                  float64
+	pollers, bursty, absent, live int
 }
 
 func main() {
-	days := flag.Int("days", 30, "simulated days")
-	seed := flag.Uint64("seed", 1, "random seed")
-	rate := flag.Float64("rate", 20, "mean events per minute")
-	snapMB := flag.Float64("snapshot-mb", 40, "size of a full snapshot in MB")
-	pollers := flag.Int("pollers", 200, "regular pollers (every 10 min +- 2)")
-	bursty := flag.Int("bursty", 50, "bursty clients (online bursts, absences exp. mean 6 h, max 2 days)")
-	absent := flag.Int("absent", 20, "long-absent clients (away 3-14 days)")
-	live := flag.Int("live", 10, "always-connected subscribers")
+	var p params
+	flag.IntVar(&p.days, "days", 30, "simulated days")
+	flag.Uint64Var(&p.seed, "seed", 1, "random seed")
+	flag.Float64Var(&p.rate, "rate", 20, "mean events per minute")
+	flag.Float64Var(&p.snapMB, "snapshot-mb", 40, "size of a full snapshot in MB")
+	flag.IntVar(&p.pollers, "pollers", 200, "regular pollers (every 10 min +- 2)")
+	flag.IntVar(&p.bursty, "bursty", 50, "bursty clients (online bursts, absences exp. mean 6 h, max 2 days)")
+	flag.IntVar(&p.absent, "absent", 20, "long-absent clients (away 3-14 days)")
+	flag.IntVar(&p.live, "live", 10, "always-connected subscribers")
 	flag.Parse()
-
-	rng := rand.New(rand.NewPCG(*seed, *seed^0x9e3779b97f4a7c15))
-	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	snapshot := uint64(*snapMB * (1 << 20))
-
-	adaptive, tcfg, err := eventlog.Options{}.RetentionConfig()
+	r, err := simulate(p)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	r.print(p)
+}
+
+// result is one simulation's outcome.
+type result struct {
+	policies []*policy // cost model, draft rules, 72 h, count, size only
+	events   uint64
+	steps    int
+	floor    time.Duration
+}
+
+// simulate runs every policy over the same generated workload.
+func simulate(in params) (*result, error) {
+	rng := rand.New(rand.NewPCG(in.seed, in.seed^0x9e3779b97f4a7c15))
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	snapshot := uint64(in.snapMB * (1 << 20))
+
+	costModel, tcfg, err := eventlog.Options{}.RetentionConfig()
+	if err != nil {
+		return nil, err
+	}
+	draft, _, err := eventlog.Options{DisableCostModel: true}.RetentionConfig()
+	if err != nil {
+		return nil, err
+	}
+	draft.MinBytes = 0 // as before the floor: the snapshot cap won over MinAge
+	floor := costModel.MinAge
 	mk := func(name string, cfg retention.Config) *policy {
 		return &policy{name: name, r: retention.NewRetainer(cfg, tcfg, start, nil, nil), fallbacks: map[string]int{}}
 	}
 	policies := []*policy{
-		mk("adaptive (this log, defaults)", adaptive),
-		mk("count: newest 50 and <= 2 h (RRDP servers)", retention.Config{SnapshotCap: true, MaxEvents: 50, MaxAge: 2 * time.Hour}),
+		mk("cost model (this log, defaults)", costModel),
+		mk("adaptive, draft rules (before the cost model)", draft),
 		mk("time: 72 h (AT relays)", retention.Config{MaxAge: 72 * time.Hour}),
+		mk("count: newest 50 and <= 2 h (RRDP servers)", retention.Config{SnapshotCap: true, MaxEvents: 50, MaxAge: 2 * time.Hour}),
 		mk("size only (RFC 8182)", retention.Config{SnapshotCap: true}),
 	}
 
@@ -82,33 +116,33 @@ func main() {
 				nextAt: start.Add(first()), absence: absence})
 		}
 	}
-	add(*pollers, "poller", func() time.Duration { return time.Duration(rng.IntN(10)) * time.Minute },
+	add(in.pollers, "poller", func() time.Duration { return time.Duration(rng.IntN(10)) * time.Minute },
 		func(r *rand.Rand) time.Duration { return time.Duration(8+r.IntN(5)) * time.Minute })
-	add(*bursty, "bursty", func() time.Duration { return time.Duration(rng.IntN(600)) * time.Minute },
+	add(in.bursty, "bursty", func() time.Duration { return time.Duration(rng.IntN(600)) * time.Minute },
 		func(r *rand.Rand) time.Duration {
 			if r.IntN(4) > 0 { // within a burst: back in a few minutes
 				return time.Duration(1+r.IntN(5)) * time.Minute
 			}
 			return min(time.Duration(r.ExpFloat64()*float64(6*time.Hour)), 48*time.Hour)
 		})
-	add(*absent, "absent", func() time.Duration { return time.Duration(rng.IntN(14*24*60)) * time.Minute },
+	add(in.absent, "absent", func() time.Duration { return time.Duration(rng.IntN(14*24*60)) * time.Minute },
 		func(r *rand.Rand) time.Duration { return time.Duration(3*24*60+r.IntN(11*24*60)) * time.Minute })
 
 	var seq uint64
 	var liveClients [][]*retention.Client // per policy
 	for _, p := range policies {
 		var cs []*retention.Client
-		for i := range *live {
+		for i := range in.live {
 			cs = append(cs, p.r.Touch(fmt.Sprintf("live-%d", i), nil, start))
 		}
 		liveClients = append(liveClients, cs)
 	}
-	steps := *days * 24 * 60
+	steps := in.days * 24 * 60
 	for step := range steps {
 		now := start.Add(time.Duration(step) * time.Minute)
 		// Diurnal rate: 0.4x at night to 1.6x at midday.
 		hour := float64(now.Hour()) + float64(now.Minute())/60
-		lambda := *rate * (1 + 0.6*math.Sin((hour-6)/24*2*math.Pi))
+		lambda := in.rate * (1 + 0.6*math.Sin((hour-6)/24*2*math.Pi))
 		for range poisson(rng, lambda) {
 			seq++
 			size := 150 + rng.IntN(500)
@@ -130,6 +164,9 @@ func main() {
 				oldest, _, _, _ := p.r.Window()
 				if c.visits > 0 && c.cursor < oldest {
 					p.fallbacks[c.class]++
+					if now.Sub(c.lastAt) < floor {
+						p.short++
+					}
 				}
 				cur := c.cursor
 				tc := p.r.Touch(c.key, &cur, now)
@@ -137,6 +174,7 @@ func main() {
 				p.r.Release(tc, now)
 			}
 			c.cursor = seq
+			c.lastAt = now
 			c.visits++
 			c.nextAt = now.Add(c.absence(rng))
 		}
@@ -149,17 +187,24 @@ func main() {
 		}
 	}
 
+	return &result{policies: policies, events: seq, steps: steps, floor: floor}, nil
+}
+
+// print writes the table.
+func (r *result) print(in params) {
+	seq, steps, floor, policies := r.events, r.steps, r.floor, r.policies
 	fmt.Printf("%d days, %d events (%.1f/min), snapshot %.0f MB, clients: %d pollers, %d bursty, %d long-absent, %d live; seed %d\n\n",
-		*days, seq, float64(seq)/float64(steps), *snapMB, *pollers, *bursty, *absent, *live, *seed)
-	fmt.Println("| policy | mean retained MB | peak retained MB | snapshot fallbacks (pollers / bursty / absent) | fallback rate | snapshot MB served |")
-	fmt.Println("|---|---:|---:|---|---:|---:|")
+		in.days, seq, float64(seq)/float64(steps), in.snapMB, in.pollers, in.bursty, in.absent, in.live, in.seed)
+	fmt.Printf("| policy | mean retained MB | x 72 h | peak retained MB | snapshot fallbacks (pollers / bursty / absent) | away < %s | fallback rate | snapshot MB served |\n", floor)
+	fmt.Println("|---|---:|---:|---:|---|---:|---:|---:|")
+	ref := policies[2].sumBytes // time: 72 h
 	for _, p := range policies {
 		total := p.fallbacks["poller"] + p.fallbacks["bursty"] + p.fallbacks["absent"]
-		fmt.Printf("| %s | %.1f | %.1f | %d (%d / %d / %d) | %.2f%% | %.0f |\n", p.name,
-			p.sumBytes/float64(steps)/(1<<20), float64(p.peakBytes)/(1<<20), total,
-			p.fallbacks["poller"], p.fallbacks["bursty"], p.fallbacks["absent"],
+		fmt.Printf("| %s | %.1f | %.3f | %.1f | %d (%d / %d / %d) | %d | %.2f%% | %.0f |\n", p.name,
+			p.sumBytes/float64(steps)/(1<<20), p.sumBytes/max(ref, 1), float64(p.peakBytes)/(1<<20), total,
+			p.fallbacks["poller"], p.fallbacks["bursty"], p.fallbacks["absent"], p.short,
 			100*float64(total)/float64(max(p.visits, 1)),
-			float64(total)*(*snapMB))
+			float64(total)*(in.snapMB))
 	}
 }
 

@@ -2373,6 +2373,127 @@ func (*GetSnapshotRequest) Descriptor() ([]byte, []int) {
 	return file_pipestream_gateway_v1_gateway_proto_rawDescGZIP(), []int{23}
 }
 
+// Request of StreamSnapshot.
+type StreamSnapshotRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Documents per chunk: 1 to 10000; 0 = 2000.
+	PageSize      uint32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamSnapshotRequest) Reset() {
+	*x = StreamSnapshotRequest{}
+	mi := &file_pipestream_gateway_v1_gateway_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamSnapshotRequest) ProtoMessage() {}
+
+func (x *StreamSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pipestream_gateway_v1_gateway_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*StreamSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_pipestream_gateway_v1_gateway_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *StreamSnapshotRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+// One chunk of a streamed snapshot.
+type SnapshotChunk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The snapshot reflects every event up to and including this seq (the
+	// same in every chunk of one stream).
+	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// The next documents, in create-time order.
+	Documents []*Document `protobuf:"bytes,2,rep,name=documents,proto3" json:"documents,omitempty"`
+	// True on the final chunk (which may carry no documents): the snapshot is
+	// complete.
+	Last bool `protobuf:"varint,3,opt,name=last,proto3" json:"last,omitempty"`
+	// Set on the final chunk: how many documents the stream carried.
+	TotalDocuments uint64 `protobuf:"varint,4,opt,name=total_documents,json=totalDocuments,proto3" json:"total_documents,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *SnapshotChunk) Reset() {
+	*x = SnapshotChunk{}
+	mi := &file_pipestream_gateway_v1_gateway_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotChunk) ProtoMessage() {}
+
+func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_pipestream_gateway_v1_gateway_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
+func (*SnapshotChunk) Descriptor() ([]byte, []int) {
+	return file_pipestream_gateway_v1_gateway_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *SnapshotChunk) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *SnapshotChunk) GetDocuments() []*Document {
+	if x != nil {
+		return x.Documents
+	}
+	return nil
+}
+
+func (x *SnapshotChunk) GetLast() bool {
+	if x != nil {
+		return x.Last
+	}
+	return false
+}
+
+func (x *SnapshotChunk) GetTotalDocuments() uint64 {
+	if x != nil {
+		return x.TotalDocuments
+	}
+	return 0
+}
+
 // The state of every document at one seq.
 type Snapshot struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2385,7 +2506,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_pipestream_gateway_v1_gateway_proto_msgTypes[24]
+	mi := &file_pipestream_gateway_v1_gateway_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2397,7 +2518,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_pipestream_gateway_v1_gateway_proto_msgTypes[24]
+	mi := &file_pipestream_gateway_v1_gateway_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2410,7 +2531,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_pipestream_gateway_v1_gateway_proto_rawDescGZIP(), []int{24}
+	return file_pipestream_gateway_v1_gateway_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Snapshot) GetSeq() uint64 {
@@ -2451,7 +2572,7 @@ type ResultRef struct {
 
 func (x *ResultRef) Reset() {
 	*x = ResultRef{}
-	mi := &file_pipestream_gateway_v1_gateway_proto_msgTypes[25]
+	mi := &file_pipestream_gateway_v1_gateway_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2463,7 +2584,7 @@ func (x *ResultRef) String() string {
 func (*ResultRef) ProtoMessage() {}
 
 func (x *ResultRef) ProtoReflect() protoreflect.Message {
-	mi := &file_pipestream_gateway_v1_gateway_proto_msgTypes[25]
+	mi := &file_pipestream_gateway_v1_gateway_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2476,7 +2597,7 @@ func (x *ResultRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultRef.ProtoReflect.Descriptor instead.
 func (*ResultRef) Descriptor() ([]byte, []int) {
-	return file_pipestream_gateway_v1_gateway_proto_rawDescGZIP(), []int{25}
+	return file_pipestream_gateway_v1_gateway_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ResultRef) GetDocumentId() string {
@@ -2736,7 +2857,14 @@ const file_pipestream_gateway_v1_gateway_proto_rawDesc = "" +
 	"\x0eretained_bytes\x18\x04 \x01(\x04R\rretainedBytes\x12%\n" +
 	"\x0esnapshot_bytes\x18\x05 \x01(\x04R\rsnapshotBytes\x12%\n" +
 	"\x0eactive_clients\x18\x06 \x01(\rR\ractiveClients\"\x14\n" +
-	"\x12GetSnapshotRequest\"[\n" +
+	"\x12GetSnapshotRequest\"4\n" +
+	"\x15StreamSnapshotRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\rR\bpageSize\"\x9d\x01\n" +
+	"\rSnapshotChunk\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12=\n" +
+	"\tdocuments\x18\x02 \x03(\v2\x1f.pipestream.gateway.v1.DocumentR\tdocuments\x12\x12\n" +
+	"\x04last\x18\x03 \x01(\bR\x04last\x12'\n" +
+	"\x0ftotal_documents\x18\x04 \x01(\x04R\x0etotalDocuments\"[\n" +
 	"\bSnapshot\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12=\n" +
 	"\tdocuments\x18\x02 \x03(\v2\x1f.pipestream.gateway.v1.DocumentR\tdocuments\"\xdf\x01\n" +
@@ -2813,17 +2941,23 @@ const file_pipestream_gateway_v1_gateway_proto_rawDesc = "" +
 	"\x10RedeemClaimCheck\x12..pipestream.gateway.v1.RedeemClaimCheckRequest\x1a!.pipestream.gateway.v1.ClaimCheck\"\x88\x05\x92A\xdd\x04\x12\x14Redeem a claim check\x1a\xf9\x01Resumes the deferred entity, exactly once. Errors: NotFound (HTTP 404) for an unknown claim; FailedPrecondition (HTTP 400) with ErrorInfo reason CLAIM_ALREADY_REDEEMED for a replay and CLAIM_EXPIRED past the expiry. The body is an empty JSON object.J\xc8\x02\n" +
 	"\x03200\x12\xc0\x02\n" +
 	"\x1eThe claim check, now REDEEMED.\"\x9d\x02\n" +
-	"\x10application/json\x12\x88\x02{\"name\": \"claims/1311768467294899695\", \"claimId\": \"1311768467294899695\", \"documentId\": \"d-7f3a9c2e\", \"entityId\": 4, \"scopeId\": 0, \"state\": \"REDEEMED\", \"expireTime\": \"2026-01-16T10:00:00Z\", \"createTime\": \"2026-01-15T10:00:03Z\", \"redeemTime\": \"2026-01-15T11:00:00Z\"}\x82\xd3\xe4\x93\x02!:\x01*\"\x1c/v1/claims/{claim_id}:redeem2\xcb\x13\n" +
+	"\x10application/json\x12\x88\x02{\"name\": \"claims/1311768467294899695\", \"claimId\": \"1311768467294899695\", \"documentId\": \"d-7f3a9c2e\", \"entityId\": 4, \"scopeId\": 0, \"state\": \"REDEEMED\", \"expireTime\": \"2026-01-16T10:00:00Z\", \"createTime\": \"2026-01-15T10:00:03Z\", \"redeemTime\": \"2026-01-15T11:00:00Z\"}\x82\xd3\xe4\x93\x02!:\x01*\"\x1c/v1/claims/{claim_id}:redeem2\x8a\x1c\n" +
 	"\fEventService\x12\x9f\x06\n" +
 	"\x0fSubscribeEvents\x12-.pipestream.gateway.v1.SubscribeEventsRequest\x1a\x1c.pipestream.gateway.v1.Event\"\xbc\x05\x92A\x9c\x05\x12#Subscribe to the event log (stream)\x1a\xf4\x04Follows the sequenced event log with the AT synchronization draft's cursor rules: no `cursor` = live events only; a cursor inside the retained window = replay from it (inclusive), then live; older than the window = an `#info` OutdatedCursor event, then the whole window; `cursor=0` = the whole window; a cursor beyond the latest seq = FutureCursor error (OutOfRange, HTTP 400). Over REST the response is newline-delimited JSON, one `{\"result\": Event}` object per line. Consumers that fall too far behind get ConsumerTooSlow and are disconnected. The same log is available as binary CBOR frames over WebSocket at `/v1/events/ws`.\x82\xd3\xe4\x93\x02\x16\x12\x14/v1/events:subscribe0\x01\x12\xcb\x04\n" +
 	"\x0eGetEventWindow\x12,.pipestream.gateway.v1.GetEventWindowRequest\x1a\".pipestream.gateway.v1.EventWindow\"\xe6\x03\x92A\xc9\x03\x12\x1dGet the retained event window\x1a\xe2\x01Reports the retained window of the event log, like an RRDP notification file: oldest and latest retained seq, retained events and bytes, the size of a full snapshot (the cap on retained bytes) and the number of active clients.J\xc2\x01\n" +
 	"\x03200\x12\xba\x01\n" +
 	"\x14The retained window.\"\xa1\x01\n" +
-	"\x10application/json\x12\x8c\x01{\"oldestSeq\": \"1200\", \"latestSeq\": \"1587\", \"retainedEvents\": \"388\", \"retainedBytes\": \"61440\", \"snapshotBytes\": \"262144\", \"activeClients\": 3}\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/events:window\x12\xca\b\n" +
-	"\vGetSnapshot\x12).pipestream.gateway.v1.GetSnapshotRequest\x1a\x1f.pipestream.gateway.v1.Snapshot\"\xee\a\x92A\xcf\a\x12\x19Get a full-state snapshot\x1a\xe6\x01Returns the current state of every document of the caller together with the event seq the snapshot is consistent with. Resync after an OutdatedCursor event or a rev gap: load the snapshot, then subscribe with `cursor` = `seq` + 1.J\xc8\x05\n" +
+	"\x10application/json\x12\x8c\x01{\"oldestSeq\": \"1200\", \"latestSeq\": \"1587\", \"retainedEvents\": \"388\", \"retainedBytes\": \"61440\", \"snapshotBytes\": \"262144\", \"activeClients\": 3}\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/events:window\x12\xa7\n" +
+	"\n" +
+	"\vGetSnapshot\x12).pipestream.gateway.v1.GetSnapshotRequest\x1a\x1f.pipestream.gateway.v1.Snapshot\"\xcb\t\x92A\xac\t\x12\x19Get a full-state snapshot\x1a\xc3\x03Returns the current state of every document of the caller together with the event seq the snapshot is consistent with, in one message: for small stores only. A snapshot larger than 16 MiB (encoded) fails with RESOURCE_EXHAUSTED and the reason SNAPSHOT_TOO_LARGE; use StreamSnapshot (GET /v1/events:streamSnapshot), which has no size limit. Resync after an OutdatedCursor event or a rev gap: load the snapshot, then subscribe with `cursor` = `seq` + 1.J\xc8\x05\n" +
 	"\x03200\x12\xc0\x05\n" +
 	"\rThe snapshot.\"\xae\x05\n" +
-	"\x10application/json\x12\x99\x05{\"seq\": \"1587\", \"documents\": [{\"name\": \"documents/d-7f3a9c2e\", \"id\": \"d-7f3a9c2e\", \"state\": \"RUNNING\", \"contentType\": \"text/plain\", \"displayName\": \"report.txt\", \"sizeBytes\": \"5242880\", \"checksum\": \"2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae\", \"requestId\": \"upload-2026-0001\", \"split\": {\"strategy\": \"SPLIT_LINES\", \"chunkBytes\": 1048576, \"processor\": \"textstats\"}, \"completionPolicy\": {\"mode\": \"STRICT\", \"maxRetries\": 3, \"retryDelayMs\": 500, \"timeoutMs\": 30000}, \"metadata\": {\"source\": \"crm\"}, \"entityCounts\": {\"total\": 6, \"processing\": 2, \"complete\": 4}, \"rev\": \"9\", \"createTime\": \"2026-01-15T10:00:00Z\", \"updateTime\": \"2026-01-15T10:00:02Z\"}]}\x82\xd3\xe4\x93\x02\x15\x12\x13/v1/events:snapshotB\xa7\x06\x92A\xe0\x05\x12\xed\x03\n" +
+	"\x10application/json\x12\x99\x05{\"seq\": \"1587\", \"documents\": [{\"name\": \"documents/d-7f3a9c2e\", \"id\": \"d-7f3a9c2e\", \"state\": \"RUNNING\", \"contentType\": \"text/plain\", \"displayName\": \"report.txt\", \"sizeBytes\": \"5242880\", \"checksum\": \"2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae\", \"requestId\": \"upload-2026-0001\", \"split\": {\"strategy\": \"SPLIT_LINES\", \"chunkBytes\": 1048576, \"processor\": \"textstats\"}, \"completionPolicy\": {\"mode\": \"STRICT\", \"maxRetries\": 3, \"retryDelayMs\": 500, \"timeoutMs\": 30000}, \"metadata\": {\"source\": \"crm\"}, \"entityCounts\": {\"total\": 6, \"processing\": 2, \"complete\": 4}, \"rev\": \"9\", \"createTime\": \"2026-01-15T10:00:00Z\", \"updateTime\": \"2026-01-15T10:00:02Z\"}]}\x82\xd3\xe4\x93\x02\x15\x12\x13/v1/events:snapshot\x12\xdf\x06\n" +
+	"\x0eStreamSnapshot\x12,.pipestream.gateway.v1.StreamSnapshotRequest\x1a$.pipestream.gateway.v1.SnapshotChunk\"\xf6\x05\x92A\xd1\x05\x12\x1cStream a full-state snapshot\x1a\xaa\x03Streams the current state of every document of the caller in chunks (NDJSON over REST: one `{\"result\": chunk}` line per chunk), all consistent with one event seq, carried by every chunk. The last chunk has `last` = true and `totalDocuments`; a stream that ends without it is incomplete (resume by streaming again). Resync after an OutdatedCursor event or a rev gap: load the snapshot, then subscribe with `cursor` = `seq` + 1.J\x83\x02\n" +
+	"\x03200\x12\xfb\x01\n" +
+	"\x1cA stream of snapshot chunks.\"\xda\x01\n" +
+	"\x14application/x-ndjson\x12\xc1\x01{\"result\": {\"seq\": \"1587\", \"documents\": [{\"name\": \"documents/d-7f3a9c2e\", \"id\": \"d-7f3a9c2e\", \"state\": \"RUNNING\", \"rev\": \"9\"}]}}\n" +
+	"{\"result\": {\"seq\": \"1587\", \"last\": true, \"totalDocuments\": \"1\"}}\x82\xd3\xe4\x93\x02\x1b\x12\x19/v1/events:streamSnapshot0\x01B\xa7\x06\x92A\xe0\x05\x12\xed\x03\n" +
 	"\x16PipeStream Gateway API\x12\xce\x03Submit documents to PipeStream peers (draft-krickert-pipestream-02) over plain gRPC or REST, follow their processing, fetch results and redeem claim checks, and follow the sequenced event log. Errors are google.rpc.Status objects; gRPC codes map to HTTP statuses as grpc-gateway maps them (InvalidArgument, FailedPrecondition and OutOfRange 400, Unauthenticated 401, PermissionDenied 403, NotFound 404, AlreadyExists 409, ResourceExhausted 429, Unavailable 503).2\x02v1*\x02\x01\x022\x10application/json:\x10application/jsonZ\xb7\x01\n" +
 	"\xb4\x01\n" +
 	"\x06bearer\x12\xa9\x01\b\x02\x12\x93\x01Bearer token mapped to a tenant: `Authorization: Bearer <token>`. A server started without tokens listens on loopback only and does not require it.\x1a\rAuthorization \x02b\f\n" +
@@ -2844,7 +2978,7 @@ func file_pipestream_gateway_v1_gateway_proto_rawDescGZIP() []byte {
 }
 
 var file_pipestream_gateway_v1_gateway_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_pipestream_gateway_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_pipestream_gateway_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_pipestream_gateway_v1_gateway_proto_goTypes = []any{
 	(State)(0),                       // 0: pipestream.gateway.v1.State
 	(EntityStatus)(0),                // 1: pipestream.gateway.v1.EntityStatus
@@ -2876,13 +3010,15 @@ var file_pipestream_gateway_v1_gateway_proto_goTypes = []any{
 	(*GetEventWindowRequest)(nil),    // 27: pipestream.gateway.v1.GetEventWindowRequest
 	(*EventWindow)(nil),              // 28: pipestream.gateway.v1.EventWindow
 	(*GetSnapshotRequest)(nil),       // 29: pipestream.gateway.v1.GetSnapshotRequest
-	(*Snapshot)(nil),                 // 30: pipestream.gateway.v1.Snapshot
-	(*ResultRef)(nil),                // 31: pipestream.gateway.v1.ResultRef
-	nil,                              // 32: pipestream.gateway.v1.SubmitOptions.MetadataEntry
-	nil,                              // 33: pipestream.gateway.v1.SubmitDocumentRequest.MetadataEntry
-	nil,                              // 34: pipestream.gateway.v1.Document.MetadataEntry
-	(*timestamppb.Timestamp)(nil),    // 35: google.protobuf.Timestamp
-	(*httpbody.HttpBody)(nil),        // 36: google.api.HttpBody
+	(*StreamSnapshotRequest)(nil),    // 30: pipestream.gateway.v1.StreamSnapshotRequest
+	(*SnapshotChunk)(nil),            // 31: pipestream.gateway.v1.SnapshotChunk
+	(*Snapshot)(nil),                 // 32: pipestream.gateway.v1.Snapshot
+	(*ResultRef)(nil),                // 33: pipestream.gateway.v1.ResultRef
+	nil,                              // 34: pipestream.gateway.v1.SubmitOptions.MetadataEntry
+	nil,                              // 35: pipestream.gateway.v1.SubmitDocumentRequest.MetadataEntry
+	nil,                              // 36: pipestream.gateway.v1.Document.MetadataEntry
+	(*timestamppb.Timestamp)(nil),    // 37: google.protobuf.Timestamp
+	(*httpbody.HttpBody)(nil),        // 38: google.api.HttpBody
 }
 var file_pipestream_gateway_v1_gateway_proto_depIdxs = []int32{
 	2,  // 0: pipestream.gateway.v1.SplitOptions.strategy:type_name -> pipestream.gateway.v1.SplitStrategy
@@ -2891,65 +3027,68 @@ var file_pipestream_gateway_v1_gateway_proto_depIdxs = []int32{
 	4,  // 3: pipestream.gateway.v1.CompletionPolicy.on_failure:type_name -> pipestream.gateway.v1.CompletionPolicy.Action
 	6,  // 4: pipestream.gateway.v1.SubmitOptions.split:type_name -> pipestream.gateway.v1.SplitOptions
 	7,  // 5: pipestream.gateway.v1.SubmitOptions.completion_policy:type_name -> pipestream.gateway.v1.CompletionPolicy
-	32, // 6: pipestream.gateway.v1.SubmitOptions.metadata:type_name -> pipestream.gateway.v1.SubmitOptions.MetadataEntry
+	34, // 6: pipestream.gateway.v1.SubmitOptions.metadata:type_name -> pipestream.gateway.v1.SubmitOptions.MetadataEntry
 	6,  // 7: pipestream.gateway.v1.SubmitDocumentRequest.split:type_name -> pipestream.gateway.v1.SplitOptions
 	7,  // 8: pipestream.gateway.v1.SubmitDocumentRequest.completion_policy:type_name -> pipestream.gateway.v1.CompletionPolicy
-	33, // 9: pipestream.gateway.v1.SubmitDocumentRequest.metadata:type_name -> pipestream.gateway.v1.SubmitDocumentRequest.MetadataEntry
+	35, // 9: pipestream.gateway.v1.SubmitDocumentRequest.metadata:type_name -> pipestream.gateway.v1.SubmitDocumentRequest.MetadataEntry
 	8,  // 10: pipestream.gateway.v1.UploadDocumentRequest.options:type_name -> pipestream.gateway.v1.SubmitOptions
 	1,  // 11: pipestream.gateway.v1.Entity.status:type_name -> pipestream.gateway.v1.EntityStatus
 	5,  // 12: pipestream.gateway.v1.ClaimCheck.state:type_name -> pipestream.gateway.v1.ClaimCheck.ClaimState
-	35, // 13: pipestream.gateway.v1.ClaimCheck.expire_time:type_name -> google.protobuf.Timestamp
-	35, // 14: pipestream.gateway.v1.ClaimCheck.create_time:type_name -> google.protobuf.Timestamp
-	35, // 15: pipestream.gateway.v1.ClaimCheck.redeem_time:type_name -> google.protobuf.Timestamp
+	37, // 13: pipestream.gateway.v1.ClaimCheck.expire_time:type_name -> google.protobuf.Timestamp
+	37, // 14: pipestream.gateway.v1.ClaimCheck.create_time:type_name -> google.protobuf.Timestamp
+	37, // 15: pipestream.gateway.v1.ClaimCheck.redeem_time:type_name -> google.protobuf.Timestamp
 	0,  // 16: pipestream.gateway.v1.Document.state:type_name -> pipestream.gateway.v1.State
 	6,  // 17: pipestream.gateway.v1.Document.split:type_name -> pipestream.gateway.v1.SplitOptions
 	7,  // 18: pipestream.gateway.v1.Document.completion_policy:type_name -> pipestream.gateway.v1.CompletionPolicy
-	34, // 19: pipestream.gateway.v1.Document.metadata:type_name -> pipestream.gateway.v1.Document.MetadataEntry
+	36, // 19: pipestream.gateway.v1.Document.metadata:type_name -> pipestream.gateway.v1.Document.MetadataEntry
 	11, // 20: pipestream.gateway.v1.Document.entity_counts:type_name -> pipestream.gateway.v1.EntityCounts
 	12, // 21: pipestream.gateway.v1.Document.entities:type_name -> pipestream.gateway.v1.Entity
 	13, // 22: pipestream.gateway.v1.Document.digests:type_name -> pipestream.gateway.v1.ScopeDigest
 	14, // 23: pipestream.gateway.v1.Document.claim_checks:type_name -> pipestream.gateway.v1.ClaimCheck
-	35, // 24: pipestream.gateway.v1.Document.create_time:type_name -> google.protobuf.Timestamp
-	35, // 25: pipestream.gateway.v1.Document.update_time:type_name -> google.protobuf.Timestamp
-	35, // 26: pipestream.gateway.v1.Document.finish_time:type_name -> google.protobuf.Timestamp
+	37, // 24: pipestream.gateway.v1.Document.create_time:type_name -> google.protobuf.Timestamp
+	37, // 25: pipestream.gateway.v1.Document.update_time:type_name -> google.protobuf.Timestamp
+	37, // 26: pipestream.gateway.v1.Document.finish_time:type_name -> google.protobuf.Timestamp
 	0,  // 27: pipestream.gateway.v1.ListDocumentsRequest.state:type_name -> pipestream.gateway.v1.State
 	15, // 28: pipestream.gateway.v1.ListDocumentsResponse.documents:type_name -> pipestream.gateway.v1.Document
 	25, // 29: pipestream.gateway.v1.WatchDocumentResponse.event:type_name -> pipestream.gateway.v1.Event
 	15, // 30: pipestream.gateway.v1.WatchDocumentResponse.document:type_name -> pipestream.gateway.v1.Document
-	35, // 31: pipestream.gateway.v1.Event.time:type_name -> google.protobuf.Timestamp
+	37, // 31: pipestream.gateway.v1.Event.time:type_name -> google.protobuf.Timestamp
 	1,  // 32: pipestream.gateway.v1.Event.entity_status:type_name -> pipestream.gateway.v1.EntityStatus
 	0,  // 33: pipestream.gateway.v1.Event.state:type_name -> pipestream.gateway.v1.State
-	15, // 34: pipestream.gateway.v1.Snapshot.documents:type_name -> pipestream.gateway.v1.Document
-	0,  // 35: pipestream.gateway.v1.ResultRef.state:type_name -> pipestream.gateway.v1.State
-	9,  // 36: pipestream.gateway.v1.DocumentService.SubmitDocument:input_type -> pipestream.gateway.v1.SubmitDocumentRequest
-	10, // 37: pipestream.gateway.v1.DocumentService.UploadDocument:input_type -> pipestream.gateway.v1.UploadDocumentRequest
-	16, // 38: pipestream.gateway.v1.DocumentService.GetDocument:input_type -> pipestream.gateway.v1.GetDocumentRequest
-	17, // 39: pipestream.gateway.v1.DocumentService.ListDocuments:input_type -> pipestream.gateway.v1.ListDocumentsRequest
-	19, // 40: pipestream.gateway.v1.DocumentService.WatchDocument:input_type -> pipestream.gateway.v1.WatchDocumentRequest
-	21, // 41: pipestream.gateway.v1.DocumentService.GetDocumentResult:input_type -> pipestream.gateway.v1.GetDocumentResultRequest
-	22, // 42: pipestream.gateway.v1.DocumentService.CancelDocument:input_type -> pipestream.gateway.v1.CancelDocumentRequest
-	23, // 43: pipestream.gateway.v1.DocumentService.GetClaimCheck:input_type -> pipestream.gateway.v1.GetClaimCheckRequest
-	24, // 44: pipestream.gateway.v1.DocumentService.RedeemClaimCheck:input_type -> pipestream.gateway.v1.RedeemClaimCheckRequest
-	26, // 45: pipestream.gateway.v1.EventService.SubscribeEvents:input_type -> pipestream.gateway.v1.SubscribeEventsRequest
-	27, // 46: pipestream.gateway.v1.EventService.GetEventWindow:input_type -> pipestream.gateway.v1.GetEventWindowRequest
-	29, // 47: pipestream.gateway.v1.EventService.GetSnapshot:input_type -> pipestream.gateway.v1.GetSnapshotRequest
-	15, // 48: pipestream.gateway.v1.DocumentService.SubmitDocument:output_type -> pipestream.gateway.v1.Document
-	15, // 49: pipestream.gateway.v1.DocumentService.UploadDocument:output_type -> pipestream.gateway.v1.Document
-	15, // 50: pipestream.gateway.v1.DocumentService.GetDocument:output_type -> pipestream.gateway.v1.Document
-	18, // 51: pipestream.gateway.v1.DocumentService.ListDocuments:output_type -> pipestream.gateway.v1.ListDocumentsResponse
-	20, // 52: pipestream.gateway.v1.DocumentService.WatchDocument:output_type -> pipestream.gateway.v1.WatchDocumentResponse
-	36, // 53: pipestream.gateway.v1.DocumentService.GetDocumentResult:output_type -> google.api.HttpBody
-	15, // 54: pipestream.gateway.v1.DocumentService.CancelDocument:output_type -> pipestream.gateway.v1.Document
-	14, // 55: pipestream.gateway.v1.DocumentService.GetClaimCheck:output_type -> pipestream.gateway.v1.ClaimCheck
-	14, // 56: pipestream.gateway.v1.DocumentService.RedeemClaimCheck:output_type -> pipestream.gateway.v1.ClaimCheck
-	25, // 57: pipestream.gateway.v1.EventService.SubscribeEvents:output_type -> pipestream.gateway.v1.Event
-	28, // 58: pipestream.gateway.v1.EventService.GetEventWindow:output_type -> pipestream.gateway.v1.EventWindow
-	30, // 59: pipestream.gateway.v1.EventService.GetSnapshot:output_type -> pipestream.gateway.v1.Snapshot
-	48, // [48:60] is the sub-list for method output_type
-	36, // [36:48] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	15, // 34: pipestream.gateway.v1.SnapshotChunk.documents:type_name -> pipestream.gateway.v1.Document
+	15, // 35: pipestream.gateway.v1.Snapshot.documents:type_name -> pipestream.gateway.v1.Document
+	0,  // 36: pipestream.gateway.v1.ResultRef.state:type_name -> pipestream.gateway.v1.State
+	9,  // 37: pipestream.gateway.v1.DocumentService.SubmitDocument:input_type -> pipestream.gateway.v1.SubmitDocumentRequest
+	10, // 38: pipestream.gateway.v1.DocumentService.UploadDocument:input_type -> pipestream.gateway.v1.UploadDocumentRequest
+	16, // 39: pipestream.gateway.v1.DocumentService.GetDocument:input_type -> pipestream.gateway.v1.GetDocumentRequest
+	17, // 40: pipestream.gateway.v1.DocumentService.ListDocuments:input_type -> pipestream.gateway.v1.ListDocumentsRequest
+	19, // 41: pipestream.gateway.v1.DocumentService.WatchDocument:input_type -> pipestream.gateway.v1.WatchDocumentRequest
+	21, // 42: pipestream.gateway.v1.DocumentService.GetDocumentResult:input_type -> pipestream.gateway.v1.GetDocumentResultRequest
+	22, // 43: pipestream.gateway.v1.DocumentService.CancelDocument:input_type -> pipestream.gateway.v1.CancelDocumentRequest
+	23, // 44: pipestream.gateway.v1.DocumentService.GetClaimCheck:input_type -> pipestream.gateway.v1.GetClaimCheckRequest
+	24, // 45: pipestream.gateway.v1.DocumentService.RedeemClaimCheck:input_type -> pipestream.gateway.v1.RedeemClaimCheckRequest
+	26, // 46: pipestream.gateway.v1.EventService.SubscribeEvents:input_type -> pipestream.gateway.v1.SubscribeEventsRequest
+	27, // 47: pipestream.gateway.v1.EventService.GetEventWindow:input_type -> pipestream.gateway.v1.GetEventWindowRequest
+	29, // 48: pipestream.gateway.v1.EventService.GetSnapshot:input_type -> pipestream.gateway.v1.GetSnapshotRequest
+	30, // 49: pipestream.gateway.v1.EventService.StreamSnapshot:input_type -> pipestream.gateway.v1.StreamSnapshotRequest
+	15, // 50: pipestream.gateway.v1.DocumentService.SubmitDocument:output_type -> pipestream.gateway.v1.Document
+	15, // 51: pipestream.gateway.v1.DocumentService.UploadDocument:output_type -> pipestream.gateway.v1.Document
+	15, // 52: pipestream.gateway.v1.DocumentService.GetDocument:output_type -> pipestream.gateway.v1.Document
+	18, // 53: pipestream.gateway.v1.DocumentService.ListDocuments:output_type -> pipestream.gateway.v1.ListDocumentsResponse
+	20, // 54: pipestream.gateway.v1.DocumentService.WatchDocument:output_type -> pipestream.gateway.v1.WatchDocumentResponse
+	38, // 55: pipestream.gateway.v1.DocumentService.GetDocumentResult:output_type -> google.api.HttpBody
+	15, // 56: pipestream.gateway.v1.DocumentService.CancelDocument:output_type -> pipestream.gateway.v1.Document
+	14, // 57: pipestream.gateway.v1.DocumentService.GetClaimCheck:output_type -> pipestream.gateway.v1.ClaimCheck
+	14, // 58: pipestream.gateway.v1.DocumentService.RedeemClaimCheck:output_type -> pipestream.gateway.v1.ClaimCheck
+	25, // 59: pipestream.gateway.v1.EventService.SubscribeEvents:output_type -> pipestream.gateway.v1.Event
+	28, // 60: pipestream.gateway.v1.EventService.GetEventWindow:output_type -> pipestream.gateway.v1.EventWindow
+	32, // 61: pipestream.gateway.v1.EventService.GetSnapshot:output_type -> pipestream.gateway.v1.Snapshot
+	31, // 62: pipestream.gateway.v1.EventService.StreamSnapshot:output_type -> pipestream.gateway.v1.SnapshotChunk
+	50, // [50:63] is the sub-list for method output_type
+	37, // [37:50] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_pipestream_gateway_v1_gateway_proto_init() }
@@ -2964,7 +3103,7 @@ func file_pipestream_gateway_v1_gateway_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pipestream_gateway_v1_gateway_proto_rawDesc), len(file_pipestream_gateway_v1_gateway_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   29,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -477,6 +477,7 @@ const (
 	EventService_SubscribeEvents_FullMethodName = "/pipestream.gateway.v1.EventService/SubscribeEvents"
 	EventService_GetEventWindow_FullMethodName  = "/pipestream.gateway.v1.EventService/GetEventWindow"
 	EventService_GetSnapshot_FullMethodName     = "/pipestream.gateway.v1.EventService/GetSnapshot"
+	EventService_StreamSnapshot_FullMethodName  = "/pipestream.gateway.v1.EventService/StreamSnapshot"
 )
 
 // EventServiceClient is the client API for EventService service.
@@ -497,6 +498,10 @@ type EventServiceClient interface {
 	// the snapshot is consistent with, for resync after OutdatedCursor or a
 	// rev gap.
 	GetSnapshot(ctx context.Context, in *GetSnapshotRequest, opts ...grpc.CallOption) (*Snapshot, error)
+	// Stream the current state of every document, in chunks, together with
+	// the event seq the snapshot is consistent with (read in one store
+	// transaction): the resync path after OutdatedCursor at any store size.
+	StreamSnapshot(ctx context.Context, in *StreamSnapshotRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotChunk], error)
 }
 
 type eventServiceClient struct {
@@ -546,6 +551,25 @@ func (c *eventServiceClient) GetSnapshot(ctx context.Context, in *GetSnapshotReq
 	return out, nil
 }
 
+func (c *eventServiceClient) StreamSnapshot(ctx context.Context, in *StreamSnapshotRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &EventService_ServiceDesc.Streams[1], EventService_StreamSnapshot_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[StreamSnapshotRequest, SnapshotChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type EventService_StreamSnapshotClient = grpc.ServerStreamingClient[SnapshotChunk]
+
 // EventServiceServer is the server API for EventService service.
 // All implementations must embed UnimplementedEventServiceServer
 // for forward compatibility.
@@ -564,6 +588,10 @@ type EventServiceServer interface {
 	// the snapshot is consistent with, for resync after OutdatedCursor or a
 	// rev gap.
 	GetSnapshot(context.Context, *GetSnapshotRequest) (*Snapshot, error)
+	// Stream the current state of every document, in chunks, together with
+	// the event seq the snapshot is consistent with (read in one store
+	// transaction): the resync path after OutdatedCursor at any store size.
+	StreamSnapshot(*StreamSnapshotRequest, grpc.ServerStreamingServer[SnapshotChunk]) error
 	mustEmbedUnimplementedEventServiceServer()
 }
 
@@ -582,6 +610,9 @@ func (UnimplementedEventServiceServer) GetEventWindow(context.Context, *GetEvent
 }
 func (UnimplementedEventServiceServer) GetSnapshot(context.Context, *GetSnapshotRequest) (*Snapshot, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetSnapshot not implemented")
+}
+func (UnimplementedEventServiceServer) StreamSnapshot(*StreamSnapshotRequest, grpc.ServerStreamingServer[SnapshotChunk]) error {
+	return status.Error(codes.Unimplemented, "method StreamSnapshot not implemented")
 }
 func (UnimplementedEventServiceServer) mustEmbedUnimplementedEventServiceServer() {}
 func (UnimplementedEventServiceServer) testEmbeddedByValue()                      {}
@@ -651,6 +682,17 @@ func _EventService_GetSnapshot_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _EventService_StreamSnapshot_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(StreamSnapshotRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(EventServiceServer).StreamSnapshot(m, &grpc.GenericServerStream[StreamSnapshotRequest, SnapshotChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type EventService_StreamSnapshotServer = grpc.ServerStreamingServer[SnapshotChunk]
+
 // EventService_ServiceDesc is the grpc.ServiceDesc for EventService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -671,6 +713,11 @@ var EventService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "SubscribeEvents",
 			Handler:       _EventService_SubscribeEvents_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "StreamSnapshot",
+			Handler:       _EventService_StreamSnapshot_Handler,
 			ServerStreams: true,
 		},
 	},

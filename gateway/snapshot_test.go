@@ -1,0 +1,139 @@
+package gateway_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/pipestream/gateway/bridge"
+	"github.com/pipestream/gateway/gateway"
+	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
+)
+
+// TestStreamSnapshot streams a real bridge's snapshot (SQLite store) over
+// gRPC and over REST (NDJSON) in chunks smaller than the store: every
+// document arrives exactly once, every chunk names the same seq, the final
+// chunk says last with the count, and GetSnapshot past its one-message
+// limit fails with SNAPSHOT_TOO_LARGE naming StreamSnapshot instead of
+// sending one huge message.
+func TestStreamSnapshot(t *testing.T) {
+	b, err := bridge.New(context.Background(), bridge.Options{
+		DataDir: t.TempDir(), PeerAddr: "127.0.0.1:9", PeerCAPEM: selfSignedPEM(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, func(c *gateway.Config) { c.Bridge = b })
+	const n = 23
+	for i := range n {
+		body := fmt.Sprintf(`{"content":"aGVsbG8=","contentType":"text/plain","displayName":"d%d.txt"}`, i)
+		if code, _, resp := h.do("POST", "/v1/documents", strings.NewReader(body)); code != 200 {
+			t.Fatalf("submit %d: HTTP %d %s", i, code, resp)
+		}
+	}
+	ctx := context.Background()
+
+	// gRPC, 5 documents a chunk: 5 chunks of documents and the final one.
+	st, err := h.events.StreamSnapshot(ctx, &gatewayv1.StreamSnapshotRequest{PageSize: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chunks []*gatewayv1.SnapshotChunk
+	for {
+		c, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		chunks = append(chunks, c)
+	}
+	checkChunks(t, "gRPC", chunks, n, 5)
+
+	// REST: one {"result": chunk} line per chunk.
+	code, _, body := h.do("GET", "/v1/events:streamSnapshot?pageSize=10", nil)
+	if code != 200 {
+		t.Fatalf("GET /v1/events:streamSnapshot: HTTP %d %s", code, body)
+	}
+	chunks = chunks[:0]
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var line struct {
+			Result json.RawMessage
+			Error  json.RawMessage
+		}
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil || line.Error != nil {
+			t.Fatalf("NDJSON line %s: %v", sc.Bytes(), err)
+		}
+		c := new(gatewayv1.SnapshotChunk)
+		if err := protojson.Unmarshal(line.Result, c); err != nil {
+			t.Fatalf("chunk %s: %v", line.Result, err)
+		}
+		chunks = append(chunks, c)
+	}
+	checkChunks(t, "REST", chunks, n, 10)
+
+	st, _ = h.events.StreamSnapshot(ctx, &gatewayv1.StreamSnapshotRequest{PageSize: 10001})
+	if _, err := st.Recv(); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("page_size 10001: %v, want InvalidArgument", err)
+	}
+
+	// GetSnapshot: whole under the limit, refused past it.
+	snap, err := h.events.GetSnapshot(ctx, &gatewayv1.GetSnapshotRequest{})
+	if err != nil || len(snap.GetDocuments()) != n || snap.GetSeq() != chunks[0].GetSeq() {
+		t.Fatalf("GetSnapshot = %d documents at seq %d, %v; want %d at %d", len(snap.GetDocuments()), snap.GetSeq(), err, n, chunks[0].GetSeq())
+	}
+	defer gateway.SetMaxUnarySnapshotBytes(1000)()
+	_, err = h.events.GetSnapshot(ctx, &gatewayv1.GetSnapshotRequest{})
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(status.Convert(err).Message(), "StreamSnapshot") {
+		t.Fatalf("GetSnapshot past the limit: %v, want ResourceExhausted naming StreamSnapshot", err)
+	}
+	code, _, body = h.do("GET", "/v1/events:snapshot", nil)
+	if code != 429 || decodeStatus(t, body).reason() != gateway.ReasonSnapshotTooLarge {
+		t.Errorf("GET /v1/events:snapshot past the limit: HTTP %d %s, want 429 SNAPSHOT_TOO_LARGE", code, body)
+	}
+}
+
+func checkChunks(t *testing.T, via string, chunks []*gatewayv1.SnapshotChunk, n, page int) {
+	t.Helper()
+	if len(chunks) == 0 {
+		t.Fatalf("%s: no chunk", via)
+	}
+	seen := map[string]bool{}
+	seq := chunks[0].GetSeq()
+	for i, c := range chunks {
+		if c.GetSeq() != seq || seq == 0 {
+			t.Errorf("%s: chunk %d has seq %d, the first %d", via, i, c.GetSeq(), seq)
+		}
+		if len(c.GetDocuments()) > page {
+			t.Errorf("%s: chunk %d has %d documents, page %d", via, i, len(c.GetDocuments()), page)
+		}
+		if c.GetLast() != (i == len(chunks)-1) {
+			t.Errorf("%s: chunk %d of %d: last = %v", via, i, len(chunks), c.GetLast())
+		}
+		for _, d := range c.GetDocuments() {
+			if seen[d.GetId()] || d.GetName() != "documents/"+d.GetId() {
+				t.Errorf("%s: document %s (name %q) twice or misnamed", via, d.GetId(), d.GetName())
+			}
+			seen[d.GetId()] = true
+		}
+	}
+	if len(seen) != n || chunks[len(chunks)-1].GetTotalDocuments() != uint64(n) {
+		t.Errorf("%s: %d documents, total %d; want %d", via, len(seen), chunks[len(chunks)-1].GetTotalDocuments(), n)
+	}
+	if want := (n+page-1)/page + 1; len(chunks) != want {
+		t.Errorf("%s: %d chunks, want %d", via, len(chunks), want)
+	}
+}
