@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -121,10 +122,35 @@ func TestEventPagesFollowTheLog(t *testing.T) {
 		t.Errorf("page without cursor: nextCursor %s, want %s (after the latest seq)", p.NextCursor, cursor)
 	}
 	// A waiting page takes what arrives.
-	got := make(chan page, 1)
-	go func() { got <- h.page("/v1/events:subscribe?waitSeconds=30&cursor=" + cursor) }()
+	type pageOrErr struct {
+		p   page
+		err error
+	}
+	got := make(chan pageOrErr, 1)
+	go func() { // no t.Fatal here (gofatal): the result goes back on got
+		var r pageOrErr
+		req, err := http.NewRequest("GET", h.base+"/v1/events:subscribe?waitSeconds=30&cursor="+cursor, nil)
+		if err == nil {
+			req.Header.Set("Accept", "application/json")
+			var resp *http.Response
+			if resp, err = h.http.Do(req); err == nil {
+				defer resp.Body.Close()
+				if resp.StatusCode != 200 {
+					err = fmt.Errorf("HTTP %d", resp.StatusCode)
+				} else {
+					err = json.NewDecoder(resp.Body).Decode(&r.p)
+				}
+			}
+		}
+		r.err = err
+		got <- r
+	}()
 	h.submitText()
-	p = <-got
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("waiting page: %v", r.err)
+	}
+	p = r.p
 	if len(p.Events) == 0 || p.Events[0].Seq != cursor {
 		t.Errorf("waiting page: %+v, want the new events from seq %s", p, cursor)
 	}

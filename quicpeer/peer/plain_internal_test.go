@@ -44,12 +44,19 @@ func (c *orderConn) SendStatus(f wire.StatusFrame) error {
 	return nil
 }
 
+// SendEntity logs the result stream when it starts (its header is on the
+// wire once SendEntity is called, as on a real session): the engine sends
+// COMPLETE after the start of the stream, not after its end, so logging at
+// the end raced with COMPLETE. The bytes are kept once read.
 func (c *orderConn) SendEntity(_ context.Context, h *wire.EntityHeader, r io.Reader) error {
+	c.log(fmt.Sprintf("RESULT %d", h.EntityID), nil)
 	data, err := io.ReadAll(r)
 	if err != nil {
 		return err
 	}
-	c.log(fmt.Sprintf("RESULT %d", h.EntityID), func() { c.results[h.EntityID] = sentResult{h: h, data: data} })
+	c.mu.Lock()
+	c.results[h.EntityID] = sentResult{h: h, data: data}
+	c.mu.Unlock()
 	return nil
 }
 
