@@ -495,8 +495,8 @@ func (c *tConn) sameIDChunk(e gotEntity, out []byte) error {
 func (p *tPeer) serveD04(conn *quic.Conn, n int64) {
 	ctx, cancel := context.WithTimeout(conn.Context(), 30*time.Second)
 	defer cancel()
-	sc := &d04ServerConn{conn: conn}
-	err := p.d04Capabilities(ctx, sc)
+	sc := &d04ServerConn{conn: conn, noHeartbeat: p.beh != bD04Heartbeat}
+	err := sc.capabilities(ctx)
 	if err == nil {
 		err = sc.entity(ctx)
 	}
@@ -513,34 +513,6 @@ func (p *tPeer) serveD04(conn *quic.Conn, n int64) {
 	case <-conn.Context().Done():
 	case <-time.After(5 * time.Second):
 	}
-}
-
-func (p *tPeer) d04Capabilities(ctx context.Context, sc *d04ServerConn) error {
-	if p.beh == bD04Heartbeat {
-		return sc.capabilities(ctx)
-	}
-	ctl, err := sc.conn.AcceptStream(ctx)
-	if err != nil {
-		return perr(errFrame, "PIPESTREAM_CONTROL_RESET: %v", err)
-	}
-	sc.ctl = ctl
-	if dl, ok := ctx.Deadline(); ok {
-		_ = ctl.SetReadDeadline(dl)
-	}
-	fr, err := readControlD04(ctl)
-	if err != nil {
-		return err
-	}
-	if fr.typ != ftCaps {
-		return perr(errFrame, "first frame must be CAPABILITIES")
-	}
-	peer, err := decodeCapsStrict(fr.f)
-	if err != nil {
-		return err
-	}
-	sc.sess.clientCaps = peer
-	_, err = ctl.Write(varFrame(ftCaps, mustCBOR(negotiateD04(referenceCaps(), peer))))
-	return err
 }
 
 // connsSince counts the connections accepted at or after from.
