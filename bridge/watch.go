@@ -29,7 +29,7 @@ func (b *Bridge) Watch(ctx context.Context, t Tenant, id string, cursor uint64, 
 	}
 	var lastRev, stopAt uint64
 	var asOf *docAsOf
-	onStart := func(latest uint64) error {
+	onStart := func(uint64) error {
 		SubscriptionStarted(ctx)
 		doc, err := b.GetDocument(ctx, t, id, false)
 		if err != nil {
@@ -53,7 +53,7 @@ func (b *Bridge) Watch(ctx context.Context, t Tenant, id string, cursor uint64, 
 			return nil
 		}
 		if terminal {
-			stopAt, err = b.watchFinished(ctx, t, id, cursor, latest, doc, send)
+			stopAt, err = b.watchFinished(ctx, t, id, cursor, doc, send)
 		}
 		return err
 	}
@@ -82,19 +82,20 @@ func (b *Bridge) Watch(ctx context.Context, t Tenant, id string, cursor uint64, 
 }
 
 // watchFinished starts a watch from cursor of a finished document: the
-// events left from the cursor are replayed and the watch stops at latest
-// (returned). With nothing to replay it sends the document as it is, with
-// the OutdatedCursor notice when the cursor's events were pruned (the
-// answer then is not "nothing happened"), and ends the watch
-// (errWatchDone).
-func (b *Bridge) watchFinished(ctx context.Context, t Tenant, id string, cursor, latest uint64, doc *gatewayv1.Document,
+// document's events from the cursor are replayed, and the watch stops at the
+// newest of them (returned). Some of them may be committed but not yet on
+// the log's tail (published after the subscription started: the stored
+// document is terminal before the tail has its terminal event), so the
+// stop is the store's newest event of the document, not the tail's latest
+// seq: those events come live, with their seqs, as a resumed client needs
+// them. With nothing to replay it sends the document as it is, with the
+// OutdatedCursor notice when the cursor's events were pruned (the answer
+// then is not "nothing happened"), and ends the watch (errWatchDone).
+func (b *Bridge) watchFinished(ctx context.Context, t Tenant, id string, cursor uint64, doc *gatewayv1.Document,
 	send func(*gatewayv1.WatchDocumentResponse) error) (uint64, error) {
-	evs, err := b.st.ReadEvents(ctx, store.EventQuery{From: cursor, Limit: 1, Tenant: string(t), DocID: id})
-	if err != nil {
-		return 0, err
-	}
-	if len(evs) > 0 && evs[0].Seq <= latest {
-		return latest, nil
+	last, err := b.newestEventFrom(ctx, t, id, cursor)
+	if err != nil || last > 0 {
+		return last, err
 	}
 	info, err := b.ev.Outdated(ctx, cursor)
 	if err != nil {
@@ -104,6 +105,23 @@ func (b *Bridge) watchFinished(ctx context.Context, t Tenant, id string, cursor,
 		return 0, err
 	}
 	return 0, errWatchDone
+}
+
+// newestEventFrom returns the seq of the document's newest stored event at
+// or after from (0: none).
+func (b *Bridge) newestEventFrom(ctx context.Context, t Tenant, id string, from uint64) (uint64, error) {
+	var last uint64
+	for {
+		evs, err := b.st.ReadEvents(ctx, store.EventQuery{From: from, Tenant: string(t), DocID: id})
+		if err != nil {
+			return 0, mapStoreErr("events of document "+id, err)
+		}
+		if len(evs) == 0 {
+			return last, nil
+		}
+		last = evs[len(evs)-1].Seq
+		from = last + 1
+	}
 }
 
 // docAfter returns the document after ev: the stored one for live
