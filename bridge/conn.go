@@ -45,6 +45,9 @@ type sessState struct {
 	// entities, docs/profile.md 9); draft04: the session uses draft-04
 	// framing and carries one document (the reference conversation).
 	profile, draft04 bool
+	// ctl: stream-0 frames decided under Bridge.mu, written after it
+	// (ctrlout.go). Its own mutex.
+	ctl ctrlOut
 }
 
 // entRef maps a session entity to its document entity: the attempt it
@@ -337,6 +340,9 @@ func (b *Bridge) dial(ctx context.Context, pc *peerConn) (*sessState, error) {
 		Profile: b.opts.PeerProfile != ProfileOff,
 		// Transport liveness: a dead peer is noticed within this.
 		IdleTimeout: b.opts.PeerIdleTimeout,
+		// A peer that stops reading stream 0 ends its session after this
+		// (0: quicpeer's default); tests lengthen it (export_test.go).
+		Limits: quicpeer.Limits{ControlWriteTimeout: controlWriteTimeout},
 	})
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -18,6 +18,15 @@ func SetRedeemAckTimeout(d time.Duration) (restore func()) {
 	return func() { redeemAckTimeout = old }
 }
 
+// SetControlWriteTimeout sets the stream-0 write deadline of sessions
+// dialed from now on (quicpeer.Limits.ControlWriteTimeout); call the
+// returned func to restore it.
+func SetControlWriteTimeout(d time.Duration) (restore func()) {
+	old := controlWriteTimeout
+	controlWriteTimeout = d
+	return func() { controlWriteTimeout = old }
+}
+
 // HoldCreateCommit makes every Upload wait, before it builds its Create
 // batch, until cond holds for the uncommitted document (checked under the
 // bridge's lock every 5 ms, at most timeout): peer statuses of pipelined

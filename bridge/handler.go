@@ -511,15 +511,14 @@ func (b *Bridge) sendCancelLocked(ss *sessState, d *docRun) {
 }
 
 // giveUpLocked tells the peer the gateway gave up on root-scope entity id
-// of d: ABANDONED with Layer 2, else FAILED (profile 7).
+// of d: ABANDONED with Layer 2, else FAILED (profile 7). The frame is
+// written after the caller releases the lock (ctrlout.go).
 func (b *Bridge) giveUpLocked(ss *sessState, d *docRun, id uint32) {
 	st := wire.StatusFailed
 	if ss.n.Layer2 {
 		st = wire.StatusAbandoned
 	}
-	if err := ss.s.SendStatus(wire.StatusFrame{Status: st, EntityID: id}); err != nil {
-		b.log.Debug("bridge: could not tell the peer the gateway gave up on an entity", "doc", d.id, "entity", id, "err", err)
-	}
+	b.sendStatusLocked(ss, d.id, wire.StatusFrame{Status: st, EntityID: id})
 }
 
 // onResult receives a result stream (profile 4.3): a small result is kept

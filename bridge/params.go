@@ -147,3 +147,10 @@ const drainPollInterval = 50 * time.Millisecond
 // store was unavailable (a database restart) is retried after this long,
 // so an outage costs one attempt a second per document, not a busy loop.
 const storeRetryDelay = time.Second
+
+// controlWriteTimeout bounds one stream-0 write on the bridge's sessions
+// (quicpeer.Limits.ControlWriteTimeout; 0: quicpeer's default, 10 s): a
+// peer that stops reading its control stream loses its session after it,
+// and its documents are dispatched again. A variable so tests can change
+// it.
+var controlWriteTimeout time.Duration

@@ -381,11 +381,10 @@ func (b *Bridge) rehydratePlainLocked(d *docRun) {
 	if !ok {
 		out = wire.StatusFailed
 	}
-	if ss := d.sess(); ss != nil && !ss.closed {
+	if ss := d.sess(); ss != nil {
+		// Written after the lock is released, in this order (ctrlout.go).
 		for _, st := range []wire.Status{wire.StatusRehydrating, out} {
-			if err := ss.s.SendStatus(wire.StatusFrame{Status: st, EntityID: a.rootID}); err != nil {
-				b.log.Debug("bridge: reporting R of a plain document", "doc", d.id, "status", st, "err", err)
-			}
+			b.sendStatusLocked(ss, d.id, wire.StatusFrame{Status: st, EntityID: a.rootID})
 		}
 	}
 	root.Status = entityStatus(out)

@@ -109,6 +109,14 @@ type Limits struct {
 	// PIPESTREAM_INTERNAL_ERROR (0x01) and a reason naming the limit.
 	// Ignored by Dial. Added for the adversary tests (additive).
 	MaxConnections int
+	// ControlWriteTimeout bounds one write on stream 0 (default 10 s): a
+	// peer that stops reading its control stream fills its flow-control
+	// window, and a write that cannot complete within this ends the
+	// session with PIPESTREAM_IDLE_TIMEOUT (0x02; a partly written frame
+	// cannot be taken back), so no caller (a Handler callback, the
+	// gateway's document code) waits on such a peer longer than this.
+	// Added for issue 21 (additive).
+	ControlWriteTimeout time.Duration
 }
 
 // Negotiated is the outcome of the capability exchange (Section 3.4).

@@ -48,6 +48,9 @@ func (l Limits) withDefaults() Limits {
 	if l.MaxConnections <= 0 {
 		l.MaxConnections = defaultMaxConnections
 	}
+	if l.ControlWriteTimeout <= 0 {
+		l.ControlWriteTimeout = defaultControlWriteTimeout
+	}
 	return l
 }
 

@@ -51,6 +51,11 @@ const (
 	// old session drains); 256 leaves ample room and bounds what a flood
 	// of handshakes can pin.
 	defaultMaxConnections = 256
+	// defaultControlWriteTimeout bounds one stream-0 write (Limits.
+	// ControlWriteTimeout): frames are at most a few KiB, so on a working
+	// path a write completes within round trips; one that waits 10 s for
+	// flow-control credit has a peer that stopped reading stream 0.
+	defaultControlWriteTimeout = 10 * time.Second
 	// defaultHandshakeTimeout bounds QUIC handshake plus CAPABILITIES exchange.
 	defaultHandshakeTimeout = 10 * time.Second
 	// maxCapabilitiesBytes caps the first CAPABILITIES body: the structure has

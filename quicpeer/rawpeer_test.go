@@ -59,7 +59,13 @@ func dialRaw(t *testing.T, addr string, caps *wire.Capabilities) *rawPeer {
 // function waits for it and its stream 0.
 func listenRaw(t *testing.T) (addr string, accept func() *rawPeer) {
 	t.Helper()
-	ln, err := quic.ListenAddr("127.0.0.1:0", serverTLS(t), &quic.Config{MaxIdleTimeout: waitFor})
+	return listenRawConfig(t, &quic.Config{MaxIdleTimeout: waitFor})
+}
+
+// listenRawConfig is listenRaw with the listener's QUIC configuration.
+func listenRawConfig(t *testing.T, qc *quic.Config) (addr string, accept func() *rawPeer) {
+	t.Helper()
+	ln, err := quic.ListenAddr("127.0.0.1:0", serverTLS(t), qc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -244,7 +246,14 @@ func (s *Session) writeLocked() error {
 			out = s.wbuf04
 		}
 	}
+	_ = s.ctrl.SetWriteDeadline(time.Now().Add(s.cfg.Limits.ControlWriteTimeout))
 	if _, err := s.ctrl.Write(out); err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// The peer stopped reading stream 0; a partly written frame
+			// cannot be taken back, so the session ends.
+			err = localErr(wire.CodeIdleTimeout, "a stream-0 write waited %v for the peer to read its control stream", s.cfg.Limits.ControlWriteTimeout)
+			s.closeFor(err)
+		}
 		return err
 	}
 	s.lastSent.Store(time.Now().UnixNano())

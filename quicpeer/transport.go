@@ -52,6 +52,9 @@ type receiveStream interface {
 type stream interface {
 	sendStream
 	receiveStream
+	// SetWriteDeadline makes a pending and later Writes fail with an
+	// error that wraps os.ErrDeadlineExceeded once t passes (zero: none).
+	SetWriteDeadline(t time.Time) error
 }
 
 type quicConn struct{ c *quic.Conn }
@@ -114,6 +117,9 @@ func (q quicStream) CancelRead(code wire.ErrorCode)  { q.s.CancelRead(quic.Strea
 func (q quicStream) StreamID() int64                 { return int64(q.s.StreamID()) }
 func (q quicStream) SetReadDeadline(t time.Time) error {
 	return q.s.SetReadDeadline(t)
+}
+func (q quicStream) SetWriteDeadline(t time.Time) error {
+	return q.s.SetWriteDeadline(t)
 }
 
 type quicSend struct{ s *quic.SendStream }
