@@ -65,12 +65,12 @@ type attempt struct {
 	// is arriving.
 	rstream *resultStream
 
-	// plain: the attempt sends plain entities (docs/profile.md 9);
-	// plainTotal is its chunk count once all were sent (0 before, and for
+	// mode: how the attempt talks to its peer (mode.go; its session's).
+	mode peerMode
+	// Plain modes (docs/profile.md 9): plainTotal is its chunk count once all were sent (0 before, and for
 	// a document sent whole), plainParts holds the chunk results a plain
 	// peer returned (spooled), plainSettle waits for a result or the peer's
 	// rehydration, plainActive counts result streams being read.
-	plain       bool
 	plainTotal  int
 	plainParts  map[uint64]plainPart
 	plainSettle *time.Timer
@@ -84,7 +84,7 @@ type attempt struct {
 // this process; gen is the newest generation the store knows (0 for a new
 // document, the previous process's after a restart).
 func idleAttempt(d *docRun, gen uint32) *attempt {
-	return &attempt{d: d, gen: gen, ended: true, ents: map[entKey]*gatewayv1.Entity{},
+	return &attempt{d: d, gen: gen, ended: true, mode: profileMode{}, ents: map[entKey]*gatewayv1.Entity{},
 		digests: map[scopeKey]*gatewayv1.ScopeDigest{}, scopeUses: map[uint32]uint32{}}
 }
 
@@ -97,17 +97,12 @@ func (b *Bridge) newAttemptLocked(d *docRun, ss *sessState) *attempt {
 	ctx, cancel := context.WithCancel(b.ctx)
 	a := &attempt{d: d, ss: ss, gen: prev.gen + 1, ctx: ctx, stop: cancel,
 		ents: map[entKey]*gatewayv1.Entity{}, digests: map[scopeKey]*gatewayv1.ScopeDigest{},
-		scopeUses: map[uint32]uint32{}, entSince: map[entKey]time.Time{}, plain: !ss.profile}
+		scopeUses: map[uint32]uint32{}, entSince: map[entKey]time.Time{}, mode: ss.mode}
 	d.att = a
 	d.rec.DispatchAttempts++
 	ss.docs[d] = struct{}{}
 	d.rec.Doc.WaitReason = ""
-	if ss.draft04 {
-		// One document per draft-04 connection (the reference
-		// conversation): the next one dials anew.
-		ss.goaway = true
-		b.retireLocked(ss)
-	}
+	ss.mode.placedLocked(b, ss)
 	d.out.markDirty(time.Now())
 	return a
 }

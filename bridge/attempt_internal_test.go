@@ -21,7 +21,7 @@ func TestNewAttemptIsWholeAndReplacesTheOld(t *testing.T) {
 	if d.sess() != nil || d.att.current() {
 		t.Fatalf("a new document runs no attempt: sess %v, current %v", d.sess(), d.att.current())
 	}
-	ss := &sessState{docs: map[*docRun]struct{}{}, profile: true}
+	ss := &sessState{docs: map[*docRun]struct{}{}, mode: profileMode{}}
 	first := b.newAttemptLocked(d, ss)
 	if !first.current() || d.sess() != ss || first.gen != 1 {
 		t.Fatalf("first attempt: current %v, sess ok %v, gen %d; want true, true, 1", first.current(), d.sess() == ss, first.gen)

@@ -5,7 +5,6 @@ import (
 	"io"
 
 	"github.com/pipestream/gateway/quicpeer"
-	"github.com/pipestream/gateway/quicpeer/wire"
 )
 
 // Result attribution (docs/profile.md 9.4): which live entity of this
@@ -17,6 +16,11 @@ import (
 // most one entity of one attempt of this session, through sessState.ents
 // only: a result can reach no document but the one whose entity it
 // answers, whatever its tenant.
+//
+// The rules themselves are each mode's (peerMode.attributeLocked): plain
+// draft-02 and draft-04 peers in mode_plain.go (plainMode.attributeLocked,
+// parent-id first), profile peers in mode_profile.go
+// (profileMode.attributeLocked). This file holds what they share.
 
 // Why an entity the peer sent was not taken as a result (the reason label
 // of pipestream_bridge_results_refused_total).
@@ -35,46 +39,6 @@ type refusal struct {
 
 func refused(reason, format string, a ...any) refusal {
 	return refusal{reason: reason, detail: fmt.Sprintf(format, a...)}
-}
-
-// attributePlainLocked matches an entity a plain peer sent (docs/profile.md
-// 9.4):
-//
-//  1. Only root-scope entities: the gateway sends no other.
-//  2. With a parent-id, the entity is a new one of the peer's (its
-//     entity-id is the peer's numbering and is never compared): it answers
-//     the live entity whose id is the parent-id, or nothing. The session
-//     then counts as one whose peer numbers its own entities.
-//  3. Without a parent-id, the entity-id must name a live entity of this
-//     session, and the peer must not have numbered an entity of its own on
-//     this session (then its entity-ids are its own, and the match would
-//     be a coincidence of numbering).
-//  4. An entity answered once is answered: a second result for it is
-//     refused (the first one stands).
-//
-// Caller holds b.mu.
-func (b *Bridge) attributePlainLocked(ss *sessState, h *wire.EntityHeader) (*entRef, refusal) {
-	if sc := scopeOf(h); sc != 0 {
-		return nil, refused(refuseUnmatched, "entity %d is in scope %d; the gateway sends root-scope entities only", h.EntityID, sc)
-	}
-	if h.ParentID != nil {
-		b.markOwnNumberingLocked(ss)
-		ref := liveRef(ss, *h.ParentID)
-		if ref == nil {
-			return nil, refused(refuseUnmatched, "parent-id %d names no live entity of this session", *h.ParentID)
-		}
-		return claimResultLocked(ref)
-	}
-	ref := liveRef(ss, h.EntityID)
-	if ref == nil {
-		return nil, refused(refuseUnmatched, "entity-id %d names no live entity of this session and the entity has no parent-id", h.EntityID)
-	}
-	if b.attribOf(ss).ownNumbering {
-		r := refused(refuseAmbiguous, "entity-id %d without parent-id: the peer numbers its own entities on this session, so the id is its own", h.EntityID)
-		r.doc = ref.att.d.id
-		return nil, r
-	}
-	return claimResultLocked(ref)
 }
 
 // liveRef is the root-scope entity id of this session's running
@@ -134,40 +98,6 @@ func (b *Bridge) attribOf(ss *sessState) *sessAttrib {
 		b.attrib[ss] = st
 	}
 	return st
-}
-
-// markOwnNumberingLocked records that the peer of ss sent an entity of its
-// own numbering (one with a parent-id).
-func (b *Bridge) markOwnNumberingLocked(ss *sessState) {
-	b.attribOf(ss).ownNumbering = true
-}
-
-// attributeProfileLocked matches an entity a profile peer sent: a result
-// (role result) or result part (role result-part) of R has exactly the
-// form of profile 4.3: entity-id R, root scope, no parent-id. A second
-// whole result or summary for R is refused; parts are checked by the
-// result stream (4.3.1). Caller holds b.mu.
-func attributeProfileLocked(ss *sessState, h *wire.EntityHeader) (*attempt, refusal) {
-	role := h.Metadata[metaRole]
-	switch {
-	case role != roleResult && role != roleResultPart:
-		return nil, refused(refuseForm, "entity %d carries no %s of a result", h.EntityID, metaRole)
-	case h.ParentID != nil:
-		return nil, refused(refuseForm, "entity %d carries parent-id %d; a result of the profile names its document's root by entity-id only", h.EntityID, *h.ParentID)
-	case scopeOf(h) != 0:
-		return nil, refused(refuseForm, "entity %d is in scope %d; results are root-scope entities", h.EntityID, scopeOf(h))
-	}
-	ref := liveRef(ss, h.EntityID)
-	if ref == nil || ref.key != rootKey(ref.att.rootID) {
-		return nil, refused(refuseUnmatched, "entity-id %d names no running document's root on this session", h.EntityID)
-	}
-	if role == roleResultPart {
-		return ref.att, refusal{}
-	}
-	if _, r := claimResultLocked(ref); r.reason != "" {
-		return nil, r
-	}
-	return ref.att, refusal{}
 }
 
 // refuseResult discards an entity that is no result the gateway takes: a

@@ -307,7 +307,7 @@ func (b *Bridge) redeemRun(ctx context.Context, d *docRun, claimID, via string, 
 	ss := cr.att.ss
 	e := proto.Clone(cr.att.ents[cr.key]).(*gatewayv1.Entity)
 	isRoot := cr.key == rootKey(cr.att.rootID)
-	plain := cr.att.plain
+	mode := cr.att.mode
 	b.mu.Unlock()
 
 	msg := ""
@@ -333,7 +333,7 @@ func (b *Bridge) redeemRun(ctx context.Context, d *docRun, claimID, via string, 
 		b.mu.Unlock()
 	}
 
-	if err := b.sendRedemption(ctx, d, ss, e, isRoot, plain, claimID); err != nil {
+	if err := b.sendRedemption(ctx, d, ss, e, isRoot, mode, claimID); err != nil {
 		dropWaiter()
 		switch wire.CodeOf(err) {
 		case wire.CodeClaimExpired:
@@ -404,7 +404,7 @@ func (b *Bridge) rejectClaim(d *docRun, claimID string, st gatewayv1.ClaimCheck_
 // DEFERRED status (profile 6), read from the spool or the inline content.
 // The payload is what the deferred entity carried: for a plain document's
 // root the raw content (profile 9.1), else the envelope.
-func (b *Bridge) sendRedemption(ctx context.Context, d *docRun, ss *sessState, e *gatewayv1.Entity, isRoot, plain bool, claimID string) error {
+func (b *Bridge) sendRedemption(ctx context.Context, d *docRun, ss *sessState, e *gatewayv1.Entity, isRoot bool, mode peerMode, claimID string) error {
 	f, err := b.openContent(ctx, d)
 	if err != nil {
 		return fmt.Errorf("open spool: %w", err)
@@ -417,14 +417,11 @@ func (b *Bridge) sendRedemption(ctx context.Context, d *docRun, ss *sessState, e
 		}
 		md := d.plan.rootMetadata(true)
 		md[metaClaimID] = claimID
-		if plain {
-			return ss.s.SendEntity(ctx, b.rootHeader(d, e.EntityId, content, md), bytes.NewReader(content))
-		}
-		env, err := ss.codec.MarshalPipeDoc(b.envelope(d, e.EntityId, content))
+		payload, err := mode.rootPayload(b, ss, d, e.EntityId, content)
 		if err != nil {
 			return err
 		}
-		return ss.s.SendEntity(ctx, b.rootHeader(d, e.EntityId, env, md), bytes.NewReader(env))
+		return ss.s.SendEntity(ctx, b.rootHeader(d, e.EntityId, payload, md), bytes.NewReader(payload))
 	}
 	if e.SizeBytes > maxChunkBytes {
 		return fmt.Errorf("chunk of %d bytes exceeds the chunk limit", e.SizeBytes)

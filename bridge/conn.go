@@ -37,14 +37,13 @@ type sessState struct {
 	closedAt time.Time // when closed was set
 	closeErr string    // why the session ended ("" for a clean close)
 	upAt     time.Time // when the handshake completed
+	// mode: how its documents talk to the peer (mode.go), chosen when the
+	// handshake completed (plain until then: nothing is placed on it).
+	mode peerMode
 	// proven: the session carried work (the peer reported on one of its
 	// documents' entities) or lived shortSession; one that ends sooner
 	// counts as a failed dial (noteSessionEndLocked).
 	proven bool
-	// profile: documents on this session use the profile (else plain
-	// entities, docs/profile.md 9); draft04: the session uses draft-04
-	// framing and carries one document (the reference conversation).
-	profile, draft04 bool
 	// ctl: stream-0 frames decided under Bridge.mu, written after it
 	// (ctrlout.go). Its own mutex.
 	ctl ctrlOut
@@ -320,7 +319,7 @@ func (b *Bridge) proveSessionLocked(ss *sessState) {
 
 // dial opens a session to pc and makes it pc's active one.
 func (b *Bridge) dial(ctx context.Context, pc *peerConn) (*sessState, error) {
-	ss := &sessState{pc: pc, ents: map[entKey]*entRef{}, scopes: map[uint32]*scopeOwner{}, docs: map[*docRun]struct{}{},
+	ss := &sessState{pc: pc, ents: map[entKey]*entRef{}, scopes: map[uint32]*scopeOwner{}, docs: map[*docRun]struct{}{}, mode: plainMode{},
 		lastDehyd: map[uint32]parentRef{}, waiters: map[entKey]chan wire.Status{}}
 	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
@@ -486,11 +485,7 @@ func (x peerLoad) less(y peerLoad) bool {
 // another connection, not backing off).
 func (b *Bridge) candidateLocked(pc *peerConn) (*sessState, peerLoad, bool) {
 	if ss := pc.usableLocked(); ss != nil {
-		c := uint64(max(ss.n.MaxWindow, 1))
-		if ss.draft04 {
-			c = uint64(b.opts.PeerDraft04Conns)
-		}
-		return ss, peerLoad{docs: uint64(b.peerDocsLocked(pc)), capacity: c}, true
+		return ss, peerLoad{docs: uint64(b.peerDocsLocked(pc)), capacity: ss.mode.capacity(b, ss)}, true
 	}
 	live := b.liveSessionsLocked(pc)
 	if pc.framing != quicpeer.FramingDraft04 || !pc.ok || time.Now().Before(pc.retryAt) || live >= b.opts.PeerDraft04Conns {

@@ -89,12 +89,14 @@ func (s *spoolSource) summary(context.Context) (int64, [32]byte, uint64, error) 
 	return int64(s.sp.BytesRead()), s.sp.Sum(), s.sp.Count(), nil
 }
 
-// sendDocument performs one attempt (profile 4.1 / 4.2).
+// sendDocument performs one attempt, as its mode sends (mode.go).
 func (b *Bridge) sendDocument(j *attempt, src chunkSource) error {
+	return j.mode.send(b, j, src)
+}
+
+// sendProfile performs one attempt of the profile (4.1 / 4.2).
+func (b *Bridge) sendProfile(j *attempt, src chunkSource) error {
 	d, ss, ctx := j.d, j.ss, j.ctx
-	if j.plain {
-		return b.sendPlain(j)
-	}
 	// The chunk count is known up front for a spooled document; a
 	// pipelined upload learns its size only at the commit (d.size is
 	// written then, under mu), so its chunks go without it.
@@ -250,9 +252,7 @@ func (b *Bridge) finishLocked(d *docRun, s gatewayv1.State, msg string) {
 	a.stopSending()
 	if ss := d.sess(); ss != nil {
 		delete(ss.docs, d)
-		if ss.draft04 && len(ss.docs) == 0 {
-			b.endDraft04Locked(ss)
-		}
+		ss.mode.docLeftLocked(b, ss)
 	}
 	releaseSessLocked(a)
 	a.dropPlainLocked()

@@ -123,8 +123,8 @@ func (b *Bridge) onStatusLocked(ss *sessState, f wire.StatusFrame) {
 	if ref.key.scope == 0 {
 		a.entSince[ref.key] = time.Now()
 	}
-	if a.plain && ref.key != rootKey(a.rootID) {
-		b.checkPlainChildrenLocked(d)
+	if ref.key != rootKey(a.rootID) {
+		a.mode.childChangedLocked(b, d)
 	}
 	if f.Status == wire.StatusDehydrating && prev != e.Status {
 		p := parentRef{att: a, key: ref.key, depth: f.Depth}
@@ -282,7 +282,7 @@ func (b *Bridge) maybeFinishLocked(d *docRun) {
 		return
 	}
 	if !a.resultReady {
-		if b.finishPlainLocked(d) {
+		if a.mode.awaitResultLocked(b, d) {
 			return
 		}
 		b.armFinishTimerLocked(d, resultFinishGrace, "the peer reported COMPLETE but sent no result stream")
@@ -433,7 +433,7 @@ func (b *Bridge) onSessionClosedLocked(ss *sessState, err error) {
 		ss.closeErr = err.Error()
 	}
 	failed := b.noteSessionEndLocked(ss, err)
-	if pc := ss.pc; !failed && (pc.active == ss || pc.active == nil) && !ss.draft04 {
+	if pc := ss.pc; !failed && (pc.active == ss || pc.active == nil) && ss.mode.endMeansPeerDown() {
 		// The peer is down until a new session is up (a draft-04 session
 		// ends after every document: its peer stays idle).
 		pc.ok, pc.lastErr, pc.errAt = false, "session lost: "+ss.closeErr, ss.closedAt
@@ -521,33 +521,26 @@ func (b *Bridge) giveUpLocked(ss *sessState, d *docRun, id uint32) {
 	b.sendStatusLocked(ss, d.id, wire.StatusFrame{Status: st, EntityID: id})
 }
 
-// onResult receives a result stream (profile 4.3): a small result is kept
-// for the flush that commits the terminal state, a large one goes to the
-// result file (content.go).
+// onResult receives an entity the peer sent: its session's mode
+// attributes it (peerMode.attributeLocked: mode_plain.go, mode_profile.go)
+// and reads it as a result, or it is refused (logged and counted).
 func (b *Bridge) onResult(ss *sessState, e *quicpeer.IncomingEntity) {
-	h := e.Header
 	b.mu.Lock()
-	if !ss.profile {
-		b.mu.Unlock()
-		b.onPlainResult(ss, e)
-		return
-	}
-	a, r := attributeProfileLocked(ss, h)
+	mode := ss.mode
+	ref, r := mode.attributeLocked(b, ss, e.Header)
 	b.mu.Unlock()
-	if a == nil {
+	if ref == nil {
 		b.refuseResult(ss, e, r)
 		return
 	}
-	role := h.Metadata[metaRole]
-	if role == roleResultPart {
-		b.onResultPart(a, e)
-		return
-	}
-	if _, streamed := h.Metadata[metaResultParts]; streamed {
-		b.onResultSummary(a, e)
-		return
-	}
-	d := a.d
+	mode.takeResult(b, ref, e)
+}
+
+// onWholeResult reads a whole result of a's document (profile 4.3): a
+// small result is kept for the flush that commits the terminal state, a
+// large one goes to the result file (content.go).
+func (b *Bridge) onWholeResult(a *attempt, e *quicpeer.IncomingEntity) {
+	h, d := e.Header, a.d
 	inline, spooled, n, err := b.readResult(d.id, e.Payload, h.PayloadLength, b.diskRetryFor(d))
 	b.m.bytesOut.Add(float64(n))
 	b.mu.Lock()

@@ -118,9 +118,7 @@ func (b *Bridge) dropLocked(d *docRun, why string) {
 		if !ss.closed {
 			b.sendCancelLocked(ss, d)
 		}
-		if ss.draft04 && len(ss.docs) == 0 {
-			b.endDraft04Locked(ss)
-		}
+		ss.mode.docLeftLocked(b, ss)
 	}
 	releaseSessLocked(a)
 	a.stopSending()

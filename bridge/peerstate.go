@@ -14,7 +14,6 @@ import (
 
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 	"github.com/pipestream/gateway/quicpeer"
-	"github.com/pipestream/gateway/quicpeer/wire"
 )
 
 // ProfileMode says whether documents use this project's profile toward the
@@ -228,7 +227,7 @@ func (pc *peerConn) statusLocked() PeerStatus {
 	}
 	switch ss := pc.active; {
 	case ss != nil && !ss.closed:
-		p.State, p.Framing, p.Profile = "connected", ss.s.Framing().String(), ss.profile
+		p.State, p.Framing, p.Profile = "connected", ss.s.Framing().String(), ss.mode.name() == modeProfile
 		p.InFlight, p.Window = len(ss.docs), ss.n.MaxWindow
 	case pc.lastErr != "":
 		p.State = "down"
@@ -282,22 +281,10 @@ func (b *Bridge) noteDialLocked(pc *peerConn, f quicpeer.Framing, err error) {
 	pc.framing = next
 }
 
-// learnSessionLocked takes what a new session shows: its framing (a
-// draft-04 server detected on receipt) is kept for the next dials to its
-// peer, and the profile is used only on draft-02 with the peer's consent
-// (or when told to).
+// learnSessionLocked takes what a new session shows: its mode
+// (chooseMode, mode.go).
 func (b *Bridge) learnSessionLocked(ss *sessState) {
-	draft04 := ss.s.Framing() == wire.FramingDraft04
-	if draft04 && ss.pc.mode == quicpeer.FramingAuto {
-		ss.pc.framing = quicpeer.FramingDraft04
-	}
-	ss.draft04 = draft04
-	switch b.opts.PeerProfile {
-	case ProfileOn:
-		ss.profile = !draft04
-	case ProfileAuto:
-		ss.profile = !draft04 && ss.n.Profile
-	}
+	ss.mode = b.chooseMode(ss)
 }
 
 // anyPeerReadyLocked reports whether some peer takes work.

@@ -31,7 +31,7 @@ func (b *Bridge) startPipe(d *docRun) *pipe {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	ss := b.pickSessionLocked()
-	if ss == nil || b.closing || !ss.profile {
+	if ss == nil || b.closing || !ss.mode.pipelined() {
 		return nil // plain documents are sent from the spool (docs/profile.md 9)
 	}
 	d.uploading = true

@@ -24,7 +24,8 @@ import (
 // one carrying total-chunks. A draft-04 peer gets every document whole, on
 // a connection of its own, with the six-member header. Results are the
 // entities the peer sends back, matched to the document's entities by the
-// attribution rules (attribution.go, profile 9.4: parent-id first): one
+// attribution rules (plainMode.attributeLocked in mode_plain.go, profile
+// 9.4: parent-id first): one
 // for R is the whole result, ones for chunks are rehydrated in chunk
 // order; none gives SUCCEEDED with an absent result.
 
@@ -47,22 +48,23 @@ func (a *attempt) dropPlainLocked() {
 	}
 }
 
-// sendPlain performs one plain attempt from the spool or inline content.
-func (b *Bridge) sendPlain(j *attempt) error {
-	d := j.d
+// sendPlain performs one plain attempt from the spool or inline content:
+// as chunks, or whole (with the profile's metadata and the completion
+// policy in the header when meta, draft-02; without, draft-04).
+func (b *Bridge) sendPlain(j *attempt, chunks, meta bool) error {
 	f, ok := b.openAttemptContent(j)
 	if !ok {
 		return nil
 	}
 	defer f.Close()
-	if j.ss.draft04 || d.plan.whole(d.size, b.opts.InlineThreshold) {
-		return b.sendPlainWhole(j, f)
+	if chunks {
+		return b.sendPlainChunks(j, f)
 	}
-	return b.sendPlainChunks(j, f)
+	return b.sendPlainWhole(j, f, meta)
 }
 
 // sendPlainWhole sends the content as one plain root entity, streamed.
-func (b *Bridge) sendPlainWhole(j *attempt, f contentReader) error {
+func (b *Bridge) sendPlainWhole(j *attempt, f contentReader, meta bool) error {
 	d, ss := j.d, j.ss
 	id, err := ss.s.AssignID(j.ctx)
 	if err != nil {
@@ -77,7 +79,7 @@ func (b *Bridge) sendPlainWhole(j *attempt, f contentReader) error {
 	b.mu.Unlock()
 	h := &wire.EntityHeader{EntityID: id, Layer: 0, ContentType: d.rec.Doc.ContentType,
 		PayloadLength: uint64(d.size), Checksum: append([]byte(nil), d.sum[:]...)}
-	if !ss.draft04 {
+	if meta {
 		h.Metadata, h.CompletionPolicy = d.plan.rootMetadata(false), d.plan.wirePolicy()
 	}
 	return ss.s.SendEntity(j.ctx, h, io.NewSectionReader(f, 0, d.size))
@@ -192,21 +194,14 @@ func (b *Bridge) sendChunk(j *attempt, rootID uint32, c split.Chunk, total uint6
 	return nil
 }
 
-// onPlainResult takes an entity a plain peer sent: matched by the
-// attribution rules (attribution.go, docs/profile.md 9.4) to one entity of
-// a running plain document of this session, R's result is the document's
-// result and a chunk's is spooled until the document is rehydrated;
-// anything else is refused (logged and counted).
-func (b *Bridge) onPlainResult(ss *sessState, e *quicpeer.IncomingEntity) {
+// onPlainResult reads an entity a plain peer sent, which attribution
+// matched to ref (plainMode.attributeLocked, docs/profile.md 9.4; it
+// counts as being read from there, plainActive): R's result is the
+// document's result and a chunk's is spooled until the document is
+// rehydrated.
+func (b *Bridge) onPlainResult(ref *entRef, e *quicpeer.IncomingEntity) {
 	b.mu.Lock()
-	ref, r := b.attributePlainLocked(ss, e.Header)
-	if ref == nil {
-		b.mu.Unlock()
-		b.refuseResult(ss, e, r)
-		return
-	}
 	a, key := ref.att, ref.key
-	a.plainActive++
 	isRoot := key == rootKey(a.rootID)
 	var idx uint64
 	if ent := a.ents[key]; ent != nil {
@@ -307,7 +302,7 @@ func spoolPart(dir, docID string, r io.Reader) (plainPart, error) {
 // rehydrates itself (rehydratePlainLocked).
 func (b *Bridge) checkPlainChildrenLocked(d *docRun) {
 	a := d.att
-	if !a.plain || a.plainTotal == 0 || d.terminal() || a.rootComplete {
+	if a.plainTotal == 0 || d.terminal() || a.rootComplete {
 		return
 	}
 	if a.countPlainDone() < a.plainTotal {
@@ -424,7 +419,7 @@ func policyAccepts(cp *gatewayv1.CompletionPolicy, c, t int) bool {
 // It reports whether it took over (the caller returns).
 func (b *Bridge) finishPlainLocked(d *docRun) bool {
 	a := d.att
-	if !a.plain || a.resultReady || a.resultErr != "" {
+	if a.resultReady || a.resultErr != "" {
 		return false
 	}
 	if len(a.plainParts) > 0 && a.plainActive == 0 {

@@ -41,13 +41,10 @@ func (d *docRun) overdue(now time.Time) (entKey, *gatewayv1.Entity, bool) {
 	if ms := d.plan.opts.GetCompletionPolicy().GetTimeoutMs(); ms > 0 {
 		limit = time.Duration(ms) * time.Millisecond
 	}
-	grace := timeoutGrace
-	if a.plain {
-		grace = 0 // the gateway is the only one enforcing it
-	}
+	grace := a.mode.timeoutGrace()
 	for k, since := range a.entSince {
 		e := a.ents[k]
-		if e == nil || !timedStatus(e.Status, a.plain) {
+		if e == nil || !timedStatus(e.Status, a.mode.timesRehydration()) {
 			continue
 		}
 		l := limit
@@ -64,13 +61,13 @@ func (d *docRun) overdue(now time.Time) (entKey, *gatewayv1.Entity, bool) {
 // timedStatus: statuses of an entity being worked on. A profile peer's
 // rehydration (streaming the result) is not bounded by timeout-ms (profile
 // 5); a plain peer's is.
-func timedStatus(s gatewayv1.EntityStatus, plain bool) bool {
+func timedStatus(s gatewayv1.EntityStatus, rehydration bool) bool {
 	switch s {
 	case gatewayv1.EntityStatus_ENTITY_STATUS_PENDING, gatewayv1.EntityStatus_ENTITY_STATUS_PROCESSING,
 		gatewayv1.EntityStatus_ENTITY_STATUS_RETRYING:
 		return true
 	case gatewayv1.EntityStatus_ENTITY_STATUS_REHYDRATING:
-		return plain
+		return rehydration
 	}
 	return false
 }
@@ -102,9 +99,7 @@ func (b *Bridge) timeoutLocked(d *docRun, k entKey, e *gatewayv1.Entity) {
 	delete(a.entSince, k)
 	switch {
 	case cp.GetOnTimeout() == gatewayv1.CompletionPolicy_SKIP && k != rootKey(a.rootID):
-		if a.plain {
-			b.checkPlainChildrenLocked(d)
-		}
+		a.mode.childChangedLocked(b, d)
 	case cp.GetOnTimeout() == gatewayv1.CompletionPolicy_RETRY:
 		b.abortAttemptLocked(d, msg, true)
 	default:

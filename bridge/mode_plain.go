@@ -1,0 +1,131 @@
+package bridge
+
+import (
+	"time"
+
+	"github.com/pipestream/gateway/quicpeer"
+	"github.com/pipestream/gateway/quicpeer/wire"
+)
+
+// plainMode: plain draft-02 (docs/profile.md 9); its machinery (sending,
+// result parts, the gateway's own rehydration) is in plain.go. See
+// peerMode.
+type plainMode struct{}
+
+var _ peerMode = plainMode{}
+
+func (plainMode) name() string    { return modePlain }
+func (plainMode) pipelined() bool { return false }
+
+// send: one root entity whose payload is the content, or (a larger one)
+// STATUS(R, DEHYDRATING) and plain chunk children.
+func (plainMode) send(b *Bridge, j *attempt, _ chunkSource) error {
+	return b.sendPlain(j, !j.d.plan.whole(j.d.size, b.opts.InlineThreshold), true)
+}
+
+// attributeLocked matches an entity a plain peer sent (docs/profile.md
+// 9.4):
+//
+//  1. Only root-scope entities: the gateway sends no other.
+//  2. With a parent-id, the entity is a new one of the peer's (its
+//     entity-id is the peer's numbering and is never compared): it answers
+//     the live entity whose id is the parent-id, or nothing. The session
+//     then counts as one whose peer numbers its own entities.
+//  3. Without a parent-id, the entity-id must name a live entity of this
+//     session, and the peer must not have numbered an entity of its own on
+//     this session (then its entity-ids are its own, and the match would
+//     be a coincidence of numbering).
+//  4. An entity answered once is answered: a second result for it is
+//     refused (the first one stands).
+//
+// A taken result counts as being read (plainActive) from here on, so the
+// settle timers wait for it.
+func (plainMode) attributeLocked(b *Bridge, ss *sessState, h *wire.EntityHeader) (*entRef, refusal) {
+	ref, r := attributePlain(b, ss, h)
+	if ref != nil {
+		ref.att.plainActive++
+	}
+	return ref, r
+}
+
+func attributePlain(b *Bridge, ss *sessState, h *wire.EntityHeader) (*entRef, refusal) {
+	if sc := scopeOf(h); sc != 0 {
+		return nil, refused(refuseUnmatched, "entity %d is in scope %d; the gateway sends root-scope entities only", h.EntityID, sc)
+	}
+	if h.ParentID != nil {
+		b.attribOf(ss).ownNumbering = true
+		ref := liveRef(ss, *h.ParentID)
+		if ref == nil {
+			return nil, refused(refuseUnmatched, "parent-id %d names no live entity of this session", *h.ParentID)
+		}
+		return claimResultLocked(ref)
+	}
+	ref := liveRef(ss, h.EntityID)
+	if ref == nil {
+		return nil, refused(refuseUnmatched, "entity-id %d names no live entity of this session and the entity has no parent-id", h.EntityID)
+	}
+	if b.attribOf(ss).ownNumbering {
+		r := refused(refuseAmbiguous, "entity-id %d without parent-id: the peer numbers its own entities on this session, so the id is its own", h.EntityID)
+		r.doc = ref.att.d.id
+		return nil, r
+	}
+	return claimResultLocked(ref)
+}
+
+// takeResult: R's result is the document's result; a chunk's is spooled
+// until the document is rehydrated.
+func (plainMode) takeResult(b *Bridge, ref *entRef, e *quicpeer.IncomingEntity) {
+	b.onPlainResult(ref, e)
+}
+
+func (plainMode) childChangedLocked(b *Bridge, d *docRun)     { b.checkPlainChildrenLocked(d) }
+func (plainMode) awaitResultLocked(b *Bridge, d *docRun) bool { return b.finishPlainLocked(d) }
+
+// timeoutGrace: none, the gateway is the only one enforcing it.
+func (plainMode) timeoutGrace() time.Duration { return 0 }
+func (plainMode) timesRehydration() bool      { return true }
+
+func (plainMode) rootPayload(_ *Bridge, _ *sessState, _ *docRun, _ uint32, content []byte) ([]byte, error) {
+	return content, nil
+}
+
+func (plainMode) placedLocked(*Bridge, *sessState)  {}
+func (plainMode) docLeftLocked(*Bridge, *sessState) {}
+func (plainMode) capacity(_ *Bridge, ss *sessState) uint64 {
+	return uint64(max(ss.n.MaxWindow, 1))
+}
+func (plainMode) endMeansPeerDown() bool { return true }
+
+// draft04Mode: plainMode on a draft-04 connection (docs/profile.md 1.2):
+// every document whole with the six-member header (no metadata, no
+// completion policy), one document per connection (the reference
+// conversation: the next one dials anew), so a session's end says nothing
+// about its peer. See peerMode.
+type draft04Mode struct{ plainMode }
+
+var _ peerMode = draft04Mode{}
+
+func (draft04Mode) name() string { return modeDraft04 }
+
+func (draft04Mode) send(b *Bridge, j *attempt, _ chunkSource) error {
+	return b.sendPlain(j, false, false)
+}
+
+// placedLocked: the session takes no other document.
+func (draft04Mode) placedLocked(b *Bridge, ss *sessState) {
+	ss.goaway = true
+	b.retireLocked(ss)
+}
+
+// docLeftLocked: the conversation ends with its document (GOAWAY, the
+// peer's echo, close).
+func (draft04Mode) docLeftLocked(b *Bridge, ss *sessState) {
+	if len(ss.docs) == 0 {
+		b.endDraft04Locked(ss)
+	}
+}
+
+// capacity: one document per connection, Options.PeerDraft04Conns
+// connections at once.
+func (draft04Mode) capacity(b *Bridge, _ *sessState) uint64 { return uint64(b.opts.PeerDraft04Conns) }
+func (draft04Mode) endMeansPeerDown() bool                  { return false }
