@@ -293,9 +293,13 @@ func (b *Bridge) redeemableClaim(ctx context.Context, t Tenant, claimID string, 
 // (PROCESSING or later: accepted; FAILED or ABANDONED: refused), or the
 // stream abort with PIPESTREAM_CLAIM_EXPIRED / _CLAIM_NOT_FOUND. A peer
 // that refuses after the payload was fully written only aborts the stream,
-// which quic-go does not report once the stream was closed (FIN): silence
-// for redeemAckTimeout counts as a refusal. A refusal is recorded on the
-// claim (event with a message), the entity and the document.
+// which quic-go does not report once the stream was closed (FIN). A peer
+// that has not answered within redeemAckTimeout (slow, or one such
+// refusal) leaves the redemption pending: Redeem returns the claim as the
+// store holds it (REDEEMED) and the answer is awaited and recorded later
+// (redeemPending); silence is never recorded as a refusal. A refusal is
+// recorded on the claim (event with a message), the entity and the
+// document.
 func (b *Bridge) redeemRun(ctx context.Context, d *docRun, claimID, via string, commit redeemCommit) (*gatewayv1.ClaimCheck, error) {
 	what := "claim " + claimID
 	b.mu.Lock()
@@ -350,30 +354,115 @@ func (b *Bridge) redeemRun(ctx context.Context, d *docRun, claimID, via string, 
 	defer t.Stop()
 	select {
 	case st := <-w:
-		switch st {
-		case wire.StatusFailed:
-			b.rejectClaim(d, claimID, gatewayv1.ClaimCheck_REDEEMED, "rejected", "the peer refused the redemption (FAILED for the redeemed entity)")
-			return nil, fmt.Errorf("the peer refused %s (FAILED for the redeemed entity): %w", what, ErrFailedPrecondition)
-		case wire.StatusAbandoned:
-			b.rejectClaim(d, claimID, gatewayv1.ClaimCheck_EXPIRED, "expired", "the peer abandoned the deferred entity: its claim expired before the redemption")
-			return nil, fmt.Errorf("the peer abandoned the entity of %s: the claim expired at the peer: %w", what, ErrClaimExpired)
+		if err := b.redeemAnswered(d, claimID, st); err != nil {
+			return nil, err
 		}
 	case <-t.C:
-		dropWaiter()
-		why := fmt.Sprintf("the peer did not acknowledge the redemption within %v: it refused the claim (PIPESTREAM_CLAIM_NOT_FOUND or _EXPIRED after the payload was sent) or is overloaded", redeemAckTimeout)
-		b.rejectClaim(d, claimID, gatewayv1.ClaimCheck_REDEEMED, "rejected", why)
-		return nil, fmt.Errorf("%s: %s: %w", what, why, ErrFailedPrecondition)
+		// The peer has not answered yet: the redemption stays pending and
+		// the peer decides it (redeemPending), never this timer.
+		b.redeemPending(d, cr, claimID, ss, sk, w)
 	case <-ss.s.Done():
 		dropWaiter()
-		return nil, fmt.Errorf("%s: the peer session ended before the peer acknowledged the redemption; the document is re-dispatched: %w", what, ErrUnavailable)
+		b.carryRedemption(d, cr, claimID)
+		return nil, fmt.Errorf("%s: the peer session ended before the peer acknowledged the redemption; the document is re-dispatched and the redemption resumes the entity through the new attempt's claim: %w", what, ErrUnavailable)
 	case <-ctx.Done():
-		dropWaiter()
+		// The caller left; the peer's answer is still recorded.
+		b.redeemPending(d, cr, claimID, ss, sk, w)
 		return nil, ctx.Err()
 	}
 	b.mu.Lock()
 	out := publicClaim(cr.c, time.Now())
 	b.mu.Unlock()
 	return out, nil
+}
+
+// redeemAnswered records the peer's answer st (the redeemed entity's next
+// status) to the redemption of claimID: FAILED is a refusal, ABANDONED an
+// expiry at the peer, anything else an acceptance (nil).
+func (b *Bridge) redeemAnswered(d *docRun, claimID string, st wire.Status) error {
+	what := "claim " + claimID
+	switch st {
+	case wire.StatusFailed:
+		b.rejectClaim(d, claimID, gatewayv1.ClaimCheck_REDEEMED, "rejected", "the peer refused the redemption (FAILED for the redeemed entity)")
+		return fmt.Errorf("the peer refused %s (FAILED for the redeemed entity): %w", what, ErrFailedPrecondition)
+	case wire.StatusAbandoned:
+		b.rejectClaim(d, claimID, gatewayv1.ClaimCheck_EXPIRED, "expired", "the peer abandoned the deferred entity: its claim expired before the redemption")
+		return fmt.Errorf("the peer abandoned the entity of %s: the claim expired at the peer: %w", what, ErrClaimExpired)
+	}
+	return nil
+}
+
+// redeemPending keeps waiting, off the caller, for the peer's answer to
+// the redemption of claimID (issue 21 item 4: a claim is decided by the
+// peer, not by a timer). Meanwhile the document's wait reason says that
+// the redemption is pending (with a #document event, as for any wait
+// reason); the answer clears it and is recorded (redeemAnswered). When the
+// session ends first, the redemption is carried to the next attempt
+// (carryRedemption): it resumes the entity through the claim the peer
+// issues there. When the attempt ends otherwise (the document finished or
+// was dropped), nothing is recorded.
+func (b *Bridge) redeemPending(d *docRun, cr *claimRun, claimID string, ss *sessState, sk entKey, w chan wire.Status) {
+	a := cr.att
+	why := fmt.Sprintf("claim %s is redeemed and its entity was sent to the PipeStream peer %s at %s; waiting for the peer's answer to the redemption",
+		claimID, ss.pc.addr, time.Now().UTC().Format(time.RFC3339))
+	b.mu.Lock()
+	if a.current() {
+		d.setWaitReason(why)
+		b.kickFlush()
+	}
+	b.mu.Unlock()
+	b.log.Info("bridge: the peer has not answered a redemption yet; it stays pending", "doc", d.id, "claim", claimID, "peer", ss.pc.addr)
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		var st wire.Status
+		answered, lost := false, false
+		select {
+		case st = <-w:
+			answered = true
+		case <-ss.s.Done():
+			lost = true
+		case <-a.ctx.Done():
+		case <-b.ctx.Done():
+		}
+		b.mu.Lock()
+		if ss.waiters[sk] == w {
+			delete(ss.waiters, sk)
+		}
+		if d.rec.Doc.WaitReason == why {
+			if d.terminal() {
+				d.rec.Doc.WaitReason = "" // the terminal state's event clears it
+			} else {
+				d.setWaitReason("")
+			}
+			b.kickFlush()
+		}
+		b.mu.Unlock()
+		switch {
+		case answered:
+			if err := b.redeemAnswered(d, claimID, st); err != nil {
+				b.log.Warn("bridge: the peer answered a pending redemption with a refusal", "doc", d.id, "claim", claimID, "err", err)
+			}
+		case lost:
+			b.carryRedemption(d, cr, claimID)
+		}
+	}()
+}
+
+// carryRedemption carries a redemption the peer did not answer before its
+// session ended to d's next attempt: when the peer defers the same chunk
+// (or root) again, the entity is resumed through the new claim
+// (preRedeem, onDeferredLocked), as for a claim of an earlier attempt.
+func (b *Bridge) carryRedemption(d *docRun, cr *claimRun, claimID string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if d.terminal() || d.dropped || cr.slot == noSlot || cr.key.scope != 0 {
+		return
+	}
+	if d.preRedeem == nil {
+		d.preRedeem = map[int64]string{}
+	}
+	d.preRedeem[cr.slot] = claimID
 }
 
 // rejectClaim records the peer's refusal of a redemption on the claim (state

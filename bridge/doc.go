@@ -54,6 +54,14 @@
 // of an earlier attempt stays redeemable through the current attempt's
 // claim for the same chunk (claims.go).
 //
+// # Peer modes
+//
+// What differs between a profile peer, a plain draft-02 peer and a
+// draft-04 peer (how an attempt sends, which entity a result answers, how
+// the document finishes) is its session's peerMode (mode.go): profileMode
+// (mode_profile.go), plainMode and draft04Mode (mode_plain.go). Result
+// attribution lives in each mode's attributeLocked, one place per mode.
+//
 // # Commits
 //
 // Every change to a document bumps its revision and adds an event to its
@@ -61,7 +69,9 @@
 // The Create batch (submit.go) and the background flusher (persist.go)
 // take the outbox through one path (takeChangesLocked); a failed flush
 // puts what it took back in front of newer changes. The Bridge's mutex
-// guards all of this; the store's fsync never runs under it.
+// guards all of this; the store's fsync never runs under it, and neither
+// does a network write: a stream-0 frame decided under it is queued on the
+// session's control outbox (ctrlout.go) and written after it.
 //
 // See docs/architecture.md for the layers and the life of a document.
 package bridge

@@ -231,3 +231,14 @@ func parsePrivate(b []byte) uint32 {
 	}
 	return uint32(v)
 }
+
+// setWaitReason sets why d waits ("" once it no longer does), with the
+// #document event that carries the reason into the event log (as
+// superviseQueueLocked does). Caller holds Bridge.mu.
+func (d *docRun) setWaitReason(why string) {
+	if d.rec.Doc.WaitReason == why {
+		return
+	}
+	d.rec.Doc.WaitReason = why
+	d.addEvent(&gatewayv1.Event{Kind: kindDocument, State: d.rec.Doc.State, Message: why})
+}

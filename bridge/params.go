@@ -130,12 +130,12 @@ const (
 	plainPartsDir = "plain-parts"
 )
 
-// redeemAckTimeout: after sending a redemption the bridge waits this long
-// for the peer's next status of the redeemed entity; a peer that refuses a
-// claim after the whole payload was written only aborts the stream, which
-// the sender no longer observes, so silence counts as a refusal. The peer
-// answers PROCESSING once the payload is in (milliseconds; the payload
-// budget may delay it under load). A variable so tests can shorten it.
+// redeemAckTimeout: after sending a redemption, Redeem waits this long for
+// the peer's next status of the redeemed entity before it returns with
+// the redemption pending (the document's wait reason says so, and the
+// answer is recorded when it comes: redeemPending). The peer answers
+// PROCESSING once the payload is in (milliseconds; the payload budget may
+// delay it under load). A variable so tests can shorten it.
 var redeemAckTimeout = 10 * time.Second
 
 // drainPollInterval: during Close, how often the bridge checks whether a

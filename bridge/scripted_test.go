@@ -13,6 +13,7 @@ import (
 	"encoding/pem"
 	"io"
 	"math/big"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -321,34 +322,32 @@ func TestLayer1BarrierAttributionAndScopeReuse(t *testing.T) {
 
 // A peer that refuses a redemption after the whole payload arrived only
 // aborts the stream; the sender has closed it already, so SendEntity
-// returns nil. The bridge waits for the redeemed entity's status and
-// records the refusal on the claim, entity and document.
-func TestRedeemRefusedAfterPayloadWritten(t *testing.T) {
+// returns nil and the gateway hears nothing. Silence is no refusal (issue
+// 21 item 4): Redeem returns the claim REDEEMED with the redemption
+// pending, the document's wait reason says so, and nothing is recorded
+// until the peer answers. Here it answers FAILED for the entity: that
+// refusal is recorded on the claim, entity and document, and the wait
+// reason clears.
+func TestRedeemUnansweredStaysPendingUntilThePeerRefuses(t *testing.T) {
 	defer bridge.SetRedeemAckTimeout(300 * time.Millisecond)()
-	p, b := newScriptedEnv(t, false)
+	p, b, d, a := deferredScripted(t, wire.CodeClaimNotFound)
 	ctx := context.Background()
-	req := wholeReq()
-	req.Content = []byte("deferred")
-	d, err := b.Submit(ctx, "", req)
-	must(t, err)
-	a := p.next(t)
-	const claim = "77"
-	p.mu.Lock()
-	p.abortCode[claim] = wire.CodeClaimNotFound
-	p.mu.Unlock()
-	status(t, a.s, wire.StatusProcessing, a.h.EntityID, 0, 0)
-	ext := wire.AppendClaimCheckExt(nil, wire.ClaimCheckExtension{ClaimID: 77, ExpiryMicros: uint64(time.Now().Add(time.Hour).UnixMicro())})
-	must(t, a.s.SendStatus(wire.StatusFrame{Status: wire.StatusDeferred, EntityID: a.h.EntityID, HasExt: true, Ext: ext}))
-	waitDoc(t, b, d.Id, func(d *gatewayv1.Document) bool { return len(d.ClaimChecks) == 1 })
-
-	_, err = b.Redeem(ctx, "", claim)
-	wantErr(t, err, bridge.ErrFailedPrecondition)
-	if r := p.next(t); r.h.Metadata["pipestream.claim-id"] != claim || r.h.EntityID != a.h.EntityID {
+	c, err := b.Redeem(ctx, "", "77")
+	if err != nil || c.State != gatewayv1.ClaimCheck_REDEEMED {
+		t.Fatalf("Redeem of a claim the peer has not answered: %v %v, want the claim REDEEMED and pending", c, err)
+	}
+	if r := p.next(t); r.h.Metadata["pipestream.claim-id"] != "77" || r.h.EntityID != a.h.EntityID {
 		t.Fatalf("redemption stream %v", r.h)
 	}
-	got := waitDoc(t, b, d.Id, func(d *gatewayv1.Document) bool { return d.Error != "" })
-	if !contains(got.Error, "did not acknowledge the redemption") || got.ClaimChecks[0].State != gatewayv1.ClaimCheck_REDEEMED {
-		t.Fatalf("document error %q claim %v", got.Error, got.ClaimChecks[0])
+	got := waitDoc(t, b, d.Id, func(d *gatewayv1.Document) bool { return d.WaitReason != "" })
+	if !contains(got.WaitReason, "waiting for the peer's answer") || got.Error != "" || got.ClaimChecks[0].State != gatewayv1.ClaimCheck_REDEEMED {
+		t.Fatalf("pending redemption: wait reason %q error %q claim %v", got.WaitReason, got.Error, got.ClaimChecks[0])
+	}
+	// The peer decides: FAILED for the redeemed entity.
+	status(t, a.s, wire.StatusFailed, a.h.EntityID, 0, 0)
+	got = waitDoc(t, b, d.Id, func(d *gatewayv1.Document) bool { return contains(d.Error, "the peer refused the redemption") })
+	if got.WaitReason != "" {
+		t.Fatalf("wait reason %q after the peer answered", got.WaitReason)
 	}
 	var msg string
 	for _, e := range got.Entities {
@@ -359,17 +358,69 @@ func TestRedeemRefusedAfterPayloadWritten(t *testing.T) {
 	if !contains(msg, "claim 77") {
 		t.Fatalf("deferred entity message %q, want the refusal", msg)
 	}
-	var rejected bool
+	var actions []string
 	err = b.Events().Subscribe(ctxTimeout(t, 2*time.Second), "", "k", new(uint64), bridge.EventFilter{DocumentID: d.Id}, func(ev *gatewayv1.Event) error {
-		if ev.Kind == "#claim" && ev.ClaimAction == "rejected" && contains(ev.Message, "did not acknowledge") {
-			rejected = true
-			return io.EOF
+		if ev.Kind == "#claim" {
+			actions = append(actions, ev.ClaimAction)
+			if ev.ClaimAction == "rejected" {
+				if !contains(ev.Message, "FAILED for the redeemed entity") {
+					t.Errorf("#claim rejected event %q, want the peer's FAILED", ev.Message)
+				}
+				return io.EOF
+			}
 		}
 		return nil
 	})
-	if !rejected {
-		t.Fatalf("no #claim rejected event (%v)", err)
+	if !slices.Equal(actions, []string{"issued", "redeemed", "rejected"}) {
+		t.Fatalf("#claim events %v (%v), want issued, redeemed, then the peer's rejection", actions, err)
 	}
+}
+
+// A slow peer acknowledges a redemption only after Redeem stopped waiting:
+// the claim is never recorded as refused, the pending wait reason clears
+// when PROCESSING arrives, and the document goes on.
+func TestRedeemSlowPeerIsNotARefusal(t *testing.T) {
+	defer bridge.SetRedeemAckTimeout(300 * time.Millisecond)()
+	p, b, d, a := deferredScripted(t, 0)
+	c, err := b.Redeem(context.Background(), "", "77")
+	if err != nil || c.State != gatewayv1.ClaimCheck_REDEEMED {
+		t.Fatalf("Redeem: %v %v", c, err)
+	}
+	p.next(t) // the redemption stream, read; the peer says nothing yet
+	waitDoc(t, b, d.Id, func(d *gatewayv1.Document) bool { return contains(d.WaitReason, "waiting for the peer's answer") })
+	status(t, a.s, wire.StatusProcessing, a.h.EntityID, 0, 0)
+	got := waitDoc(t, b, d.Id, func(d *gatewayv1.Document) bool { return d.WaitReason == "" })
+	if got.Error != "" || got.ClaimChecks[0].State != gatewayv1.ClaimCheck_REDEEMED || terminal(got.State) {
+		t.Fatalf("after a late acknowledgement: state %s error %q claim %v", got.State, got.Error, got.ClaimChecks[0])
+	}
+	for _, e := range got.Entities {
+		if e.EntityId == a.h.EntityID && e.Status != gatewayv1.EntityStatus_ENTITY_STATUS_PROCESSING {
+			t.Fatalf("redeemed entity %v, want PROCESSING", e)
+		}
+	}
+}
+
+// deferredScripted submits a whole document that the scripted peer defers
+// with claim 77; abort (non-zero) makes the peer abort the redemption
+// stream with that code after reading its payload.
+func deferredScripted(t *testing.T, abort wire.ErrorCode) (*scripted, *bridge.Bridge, *gatewayv1.Document, arrival) {
+	t.Helper()
+	p, b := newScriptedEnv(t, false)
+	req := wholeReq()
+	req.Content = []byte("deferred")
+	d, err := b.Submit(context.Background(), "", req)
+	must(t, err)
+	a := p.next(t)
+	if abort != 0 {
+		p.mu.Lock()
+		p.abortCode["77"] = abort
+		p.mu.Unlock()
+	}
+	status(t, a.s, wire.StatusProcessing, a.h.EntityID, 0, 0)
+	ext := wire.AppendClaimCheckExt(nil, wire.ClaimCheckExtension{ClaimID: 77, ExpiryMicros: uint64(time.Now().Add(time.Hour).UnixMicro())})
+	must(t, a.s.SendStatus(wire.StatusFrame{Status: wire.StatusDeferred, EntityID: a.h.EntityID, HasExt: true, Ext: ext}))
+	waitDoc(t, b, d.Id, func(d *gatewayv1.Document) bool { return len(d.ClaimChecks) == 1 })
+	return p, b, d, a
 }
 
 func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
