@@ -303,21 +303,7 @@ func TestDeafPeerStallsNoOtherDocument(t *testing.T) {
 		later = append(later, submit(fmt.Sprintf("3.%02d", i)))
 	}
 	e.settleAt(deaf.addr, good.addr, later)
-	done := 0
-	for _, id := range later {
-		d, err := e.b.GetDocument(context.Background(), "", id, false)
-		must(t, err)
-		if !terminal(d.State) {
-			continue // placed on the deaf peer
-		}
-		if d.State != gatewayv1.State_SUCCEEDED || d.ResultAbsent {
-			t.Fatalf("document %s at the good peer: %s (result absent %v) %q", id, d.State, d.ResultAbsent, d.Error)
-		}
-		if got := e.result(id); !bytes.Equal(got, ins[id]) {
-			t.Fatalf("result of %s: %d bytes, want %d", id, len(got), len(ins[id]))
-		}
-		done++
-	}
+	done := e.completedWithResults(later, ins)
 	if done == 0 {
 		t.Fatal("no document completed at the good peer")
 	}
@@ -346,6 +332,29 @@ func TestDeafPeerStallsNoOtherDocument(t *testing.T) {
 		}
 	}
 	t.Logf("%d of 8 later documents completed at the good peer while the deaf peer did not read; %d octets reached its stream 0 (credit %d)", done, n, deafWindow)
+}
+
+// completedWithResults checks the documents of ids that finished (the
+// others wait on the deaf peer): each SUCCEEDED with its own bytes as the
+// result. It returns how many finished.
+func (e *env) completedWithResults(ids []string, ins map[string][]byte) int {
+	e.t.Helper()
+	done := 0
+	for _, id := range ids {
+		d, err := e.b.GetDocument(context.Background(), "", id, false)
+		must(e.t, err)
+		if !terminal(d.State) {
+			continue // placed on the deaf peer
+		}
+		if d.State != gatewayv1.State_SUCCEEDED || d.ResultAbsent {
+			e.t.Fatalf("document %s at the good peer: %s (result absent %v) %q", id, d.State, d.ResultAbsent, d.Error)
+		}
+		if got := e.result(id); !bytes.Equal(got, ins[id]) {
+			e.t.Fatalf("result of %s: %d bytes, want %d", id, len(got), len(ins[id]))
+		}
+		done++
+	}
+	return done
 }
 
 // terminalWithin polls the document until it is terminal; unlike wait it
