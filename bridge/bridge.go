@@ -308,16 +308,10 @@ func (b *Bridge) enqueueLocked(d *docRun) {
 }
 
 // dispatchLoop starts attempts for queued documents while a session is up,
-// at most maxConcurrentDispatch at a time.
+// at most maxConcurrentDispatch at a time per peer (candidateLocked).
 func (b *Bridge) dispatchLoop(ctx context.Context) {
 	defer b.wg.Done()
-	sem := make(chan struct{}, maxConcurrentDispatch)
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case sem <- struct{}{}:
-		}
 		var job *attempt
 		for job == nil {
 			b.mu.Lock()
@@ -335,7 +329,6 @@ func (b *Bridge) dispatchLoop(ctx context.Context) {
 		b.wg.Add(1)
 		go func() {
 			defer b.wg.Done()
-			defer func() { <-sem }()
 			b.runAttempt(job, nil)
 		}()
 	}

@@ -484,6 +484,9 @@ func (x peerLoad) less(y peerLoad) bool {
 // or soon (ss nil: a draft-04 peer that answered before, with room for
 // another connection, not backing off).
 func (b *Bridge) candidateLocked(pc *peerConn) (*sessState, peerLoad, bool) {
+	if pc.sending >= maxConcurrentDispatch {
+		return nil, peerLoad{}, false // its sendings must finish first
+	}
 	if ss := pc.usableLocked(); ss != nil {
 		return ss, peerLoad{docs: uint64(b.peerDocsLocked(pc)), capacity: ss.mode.capacity(b, ss)}, true
 	}
@@ -510,6 +513,7 @@ func (b *Bridge) peerDocsLocked(pc *peerConn) int {
 // peer.
 func (b *Bridge) placeLocked(d *docRun, ss *sessState) *attempt {
 	b.nextPeer = (ss.pc.idx + 1) % len(b.peers)
+	ss.pc.sending++ // until runAttempt returns
 	return b.newAttemptLocked(d, ss)
 }
 

@@ -217,8 +217,12 @@ func (p *deafPeer) listen(ctx context.Context) (int, error) {
 //     so some writes wait. Every one of the 64 documents still completes
 //     (the gateway decides it; the statuses wait in the session's queue).
 //     A write under the lock would have stopped the whole bridge here.
-//  3. The other peer comes up: documents placed on it complete, while any
-//     placed on the deaf peer wait for it.
+//  3. With the other peer still down, more documents go to the deaf peer:
+//     their DEHYDRATING cannot be written, so as many sendings as one peer
+//     may run at once (MaxConcurrentDispatch) wait on it, the rest are
+//     queued. The other peer comes up: the queued documents and every one
+//     submitted then complete there (the deaf peer's waiting sendings hold
+//     up no other peer's).
 //  4. The deaf peer reads again: everything queued for it arrives, far
 //     more octets than its credit, and every document completes.
 func TestDeafPeerStallsNoOtherDocument(t *testing.T) {
@@ -237,6 +241,15 @@ func TestDeafPeerStallsNoOtherDocument(t *testing.T) {
 	})
 	e.waitPeer(deaf.addr, "connected", connected)
 	<-deaf.first
+	// Registered after the bridge's cleanup, so run before it: a failing
+	// test leaves writes to the deaf peer waiting, which the bridge's
+	// Close would wait for.
+	t.Cleanup(func() {
+		deaf.mu.Lock()
+		ctl := deaf.ctl
+		deaf.mu.Unlock()
+		go func() { _, _ = io.Copy(io.Discard, ctl) }()
+	})
 	// A wedged bridge would hang the test's own calls: on failure, the
 	// deaf peer reads again so that the cleanup can close the bridge.
 	unwedge := func() {
@@ -296,16 +309,26 @@ func TestDeafPeerStallsNoOtherDocument(t *testing.T) {
 		t.Fatalf("the deaf peer's session ended (%+v): the test means to show documents complete while writes to it wait", p)
 	}
 	// 3.
-	good.start()
-	e.waitPeer(good.addr, "connected", connected)
 	var later []string
-	for i := range 8 {
+	for i := range bridge.MaxConcurrentDispatch + 2 {
 		later = append(later, submit(fmt.Sprintf("3.%02d", i)))
 	}
+	deadline = time.Now().Add(60 * time.Second)
+	for e.peerStatus(deaf.addr).InFlight < bridge.MaxConcurrentDispatch {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d documents in flight at the deaf peer, want %d sendings stuck there", e.peerStatus(deaf.addr).InFlight, bridge.MaxConcurrentDispatch)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	good.start()
+	e.waitPeer(good.addr, "connected", connected)
+	for i := range 8 {
+		later = append(later, submit(fmt.Sprintf("3.%02d", 10+i)))
+	}
 	e.settleAt(deaf.addr, good.addr, later)
-	done := e.completedWithResults(later, ins)
-	if done == 0 {
-		t.Fatal("no document completed at the good peer")
+	if done := e.completedWithResults(later, ins); done != len(later)-bridge.MaxConcurrentDispatch {
+		t.Fatalf("%d of %d documents completed at the good peer, want all but the %d whose sending waits on the deaf peer",
+			done, len(later), bridge.MaxConcurrentDispatch)
 	}
 	// 4.
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -331,7 +354,7 @@ func TestDeafPeerStallsNoOtherDocument(t *testing.T) {
 			t.Fatalf("document %s after the deaf peer read again: %s %q", id, d.State, d.Error)
 		}
 	}
-	t.Logf("%d of 8 later documents completed at the good peer while the deaf peer did not read; %d octets reached its stream 0 (credit %d)", done, n, deafWindow)
+	t.Logf("%d octets reached the deaf peer's stream 0 (credit %d)", n, deafWindow)
 }
 
 // completedWithResults checks the documents of ids that finished (the

@@ -45,6 +45,11 @@ func (b *Bridge) runAttempt(j *attempt, src chunkSource) {
 	err := b.sendDocument(j, src)
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	j.ss.pc.sending--
+	select { // the peer may take another document
+	case b.kickCh <- struct{}{}:
+	default:
+	}
 	if !j.current() {
 		return
 	}

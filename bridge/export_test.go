@@ -18,6 +18,9 @@ func SetRedeemAckTimeout(d time.Duration) (restore func()) {
 	return func() { redeemAckTimeout = old }
 }
 
+// MaxConcurrentDispatch is how many sendings one peer runs at once.
+const MaxConcurrentDispatch = maxConcurrentDispatch
+
 // SetControlWriteTimeout sets the stream-0 write deadline of sessions
 // dialed from now on (quicpeer.Limits.ControlWriteTimeout); call the
 // returned func to restore it.

@@ -60,8 +60,11 @@ const (
 	// closes every session at once sees a few reconnects a second at most.
 	shortSession = 3 * time.Second
 
-	// maxConcurrentDispatch bounds documents being sent at once; each holds
-	// at most one chunk buffer, and more would only compete for the window.
+	// maxConcurrentDispatch bounds documents being sent at once to one
+	// peer; each holds at most one chunk buffer, and more would only
+	// compete for the window. Per peer, so that sendings waiting on one
+	// peer (one that stopped reading its stream 0 holds them until the
+	// stream-0 write deadline) never hold up another's.
 	maxConcurrentDispatch = 8
 	// dialTimeout bounds one dial attempt (QUIC handshake + CAPABILITIES).
 	dialTimeout = 10 * time.Second

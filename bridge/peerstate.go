@@ -113,6 +113,9 @@ type peerConn struct {
 	sentEntity   bool
 	absentStreak int
 
+	// sending: attempts placed on this peer whose sending has not
+	// returned yet (runAttempt), at most maxConcurrentDispatch.
+	sending  int
 	active   *sessState    // the session new work goes to
 	sessWake chan struct{} // closed when the active session should be replaced
 	connKick chan struct{} // wakes the connection loop waiting for work (draft-04)
