@@ -53,6 +53,9 @@ type attempt struct {
 	// a second one is refused (attribution.go).
 	answered map[entKey]bool
 
+	// dispatched: the dispatcher started it (counted in its peer's
+	// sending until its sending returns); a pipelined upload's is not.
+	dispatched   bool
 	rootID       uint32
 	carried      bool // the peer reported on one of its entities
 	sendDone     bool // every stream of the document was sent

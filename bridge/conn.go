@@ -450,15 +450,17 @@ func (b *Bridge) liveSessionsLocked(pc *peerConn) int {
 // connection loop is woken) instead of going to a busier peer, so such a
 // peer gets its share. nil when no peer has room (down, connecting,
 // GOAWAY) or the pick is a draft-04 peer being dialled. placeLocked starts
-// the attempt there.
-func (b *Bridge) pickSessionLocked() *sessState {
+// the attempt there. For the dispatcher (dispatch), a peer running
+// maxConcurrentDispatch sendings already is skipped; a pipelined upload
+// is not counted there (its client sets its pace).
+func (b *Bridge) pickSessionLocked(dispatch bool) *sessState {
 	var best *peerConn
 	var bestSS *sessState
 	var bestLoad peerLoad
 	n := len(b.peers)
 	for i := range n {
 		pc := b.peers[(b.nextPeer+i)%n]
-		ss, load, ok := b.candidateLocked(pc)
+		ss, load, ok := b.candidateLocked(pc, dispatch)
 		if ok && (best == nil || load.less(bestLoad)) {
 			best, bestSS, bestLoad = pc, ss, load
 		}
@@ -483,8 +485,8 @@ func (x peerLoad) less(y peerLoad) bool {
 // candidateLocked says whether pc can take a document now (ss, its load),
 // or soon (ss nil: a draft-04 peer that answered before, with room for
 // another connection, not backing off).
-func (b *Bridge) candidateLocked(pc *peerConn) (*sessState, peerLoad, bool) {
-	if pc.sending >= maxConcurrentDispatch {
+func (b *Bridge) candidateLocked(pc *peerConn, dispatch bool) (*sessState, peerLoad, bool) {
+	if dispatch && pc.sending >= maxConcurrentDispatch {
 		return nil, peerLoad{}, false // its sendings must finish first
 	}
 	if ss := pc.usableLocked(); ss != nil {
@@ -513,7 +515,6 @@ func (b *Bridge) peerDocsLocked(pc *peerConn) int {
 // peer.
 func (b *Bridge) placeLocked(d *docRun, ss *sessState) *attempt {
 	b.nextPeer = (ss.pc.idx + 1) % len(b.peers)
-	ss.pc.sending++ // until runAttempt returns
 	return b.newAttemptLocked(d, ss)
 }
 

@@ -23,7 +23,7 @@ func (b *Bridge) startAttemptLocked() *attempt {
 	if b.closing {
 		return nil
 	}
-	ss := b.pickSessionLocked()
+	ss := b.pickSessionLocked(true)
 	if ss == nil {
 		return nil
 	}
@@ -34,7 +34,10 @@ func (b *Bridge) startAttemptLocked() *attempt {
 		if d.terminal() || d.sess() != nil {
 			continue
 		}
-		return b.placeLocked(d, ss)
+		j := b.placeLocked(d, ss)
+		j.dispatched = true
+		ss.pc.sending++ // until runAttempt returns
+		return j
 	}
 	return nil
 }
@@ -45,10 +48,12 @@ func (b *Bridge) runAttempt(j *attempt, src chunkSource) {
 	err := b.sendDocument(j, src)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	j.ss.pc.sending--
-	select { // the peer may take another document
-	case b.kickCh <- struct{}{}:
-	default:
+	if j.dispatched {
+		j.ss.pc.sending--
+		select { // the peer may take another document
+		case b.kickCh <- struct{}{}:
+		default:
+		}
 	}
 	if !j.current() {
 		return

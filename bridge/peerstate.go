@@ -113,8 +113,8 @@ type peerConn struct {
 	sentEntity   bool
 	absentStreak int
 
-	// sending: attempts placed on this peer whose sending has not
-	// returned yet (runAttempt), at most maxConcurrentDispatch.
+	// sending: attempts the dispatcher placed on this peer whose sending
+	// has not returned yet (runAttempt), at most maxConcurrentDispatch.
 	sending  int
 	active   *sessState    // the session new work goes to
 	sessWake chan struct{} // closed when the active session should be replaced

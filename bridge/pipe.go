@@ -30,7 +30,7 @@ type pipeSummary struct {
 func (b *Bridge) startPipe(d *docRun) *pipe {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	ss := b.pickSessionLocked()
+	ss := b.pickSessionLocked(false)
 	if ss == nil || b.closing || !ss.mode.pipelined() {
 		return nil // plain documents are sent from the spool (docs/profile.md 9)
 	}
