@@ -6,13 +6,14 @@ import (
 
 	"github.com/pipestream/gateway/bridge/eventlog"
 	"github.com/pipestream/gateway/bridge/store"
+	"github.com/pipestream/gateway/bridge/store/sqlite"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
 
 // Store is what the bridge needs of the durable store: the event log's
 // part (commits, events; eventlog.Store, whose contract applies), reads by
 // tenant, the claim and recovery scans, and the streamed payloads. The
-// SQLite backend (*store.Store, the default, opened in Options.DataDir)
+// SQLite backend (*sqlite.Store, the default, opened in Options.DataDir)
 // implements it; Options.Store plugs in another, which runs the
 // backend-neutral suite in bridge/store/storetest.
 //
@@ -83,4 +84,4 @@ type Store interface {
 	Close() error
 }
 
-var _ Store = (*store.Store)(nil)
+var _ Store = (*sqlite.Store)(nil)

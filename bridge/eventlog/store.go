@@ -8,7 +8,7 @@ import (
 
 // Store is what the event log needs of the durable store: it commits
 // batches, learns of committed events in seq order, replays and prunes
-// them. The SQLite backend (*store.Store) implements it; a second backend
+// them. The SQLite backend (bridge/store/sqlite) implements it; a second backend
 // implements it from this contract, and bridge/store/storetest checks it.
 // Safe for concurrent use. After the backend's Close, Commit and
 // PruneEvents answer an error wrapping store.ErrClosed (reads fail too,
@@ -90,5 +90,3 @@ type Store interface {
 	// that changed a document. The other counters may stay 0.
 	WriterStats() store.WriterStats
 }
-
-var _ Store = (*store.Store)(nil)
