@@ -339,3 +339,10 @@ func mapErr(what string, err error) error {
 	}
 	return fmt.Errorf("pgstore: %s: %w", what, err)
 }
+
+// The PostgreSQL backend implements the neutral interfaces (bridge/store).
+var (
+	_ store.Store            = (*Store)(nil)
+	_ store.EventMetaReader  = (*Store)(nil)
+	_ store.EventRangeReader = (*Store)(nil)
+)

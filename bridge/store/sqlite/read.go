@@ -3,20 +3,18 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/base64"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/pipestream/gateway/bridge/store"
+	"github.com/pipestream/gateway/bridge/store/internal/pagetoken"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
 
@@ -236,38 +234,6 @@ func (s *Store) GetPayload(ctx context.Context, tenant, docID string, kind store
 	return body, nil
 }
 
-// Page token: base64url(version | state (1 byte) | create_time (8 bytes BE) | id).
-const pageTokenVersion = 1
-
-func encodePageToken(state gatewayv1.State, ct int64, id string) string {
-	b := make([]byte, 0, 10+len(id))
-	b = append(b, pageTokenVersion, byte(state))
-	b = binary.BigEndian.AppendUint64(b, uint64(ct))
-	b = append(b, id...)
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-func decodePageToken(tok string, state gatewayv1.State) (int64, string, error) {
-	if len(tok) > base64.RawURLEncoding.EncodedLen(10+maxDocIDLen) {
-		return 0, "", fmt.Errorf("%w: too long", store.ErrBadPageToken)
-	}
-	b, err := base64.RawURLEncoding.DecodeString(tok)
-	if err != nil {
-		return 0, "", fmt.Errorf("%w: not base64url", store.ErrBadPageToken)
-	}
-	if len(b) < 11 || b[0] != pageTokenVersion {
-		return 0, "", fmt.Errorf("%w: malformed; pass next_page_token back unchanged", store.ErrBadPageToken)
-	}
-	if b[1] != byte(state) {
-		return 0, "", fmt.Errorf("%w: issued for another state filter; restart paging without a token", store.ErrBadPageToken)
-	}
-	id := string(b[10:])
-	if !utf8.ValidString(id) {
-		return 0, "", fmt.Errorf("%w: malformed", store.ErrBadPageToken)
-	}
-	return int64(binary.BigEndian.Uint64(b[2:10])), id, nil
-}
-
 // ListDocuments returns one page of tenant's documents ordered by
 // create_time descending, then id descending (stable keyset pagination: rows
 // created during paging never make a page repeat or skip an older row). next
@@ -292,7 +258,7 @@ func (s *Store) ListDocuments(ctx context.Context, tenant string, lq store.ListQ
 		args = append(args, int32(lq.State))
 	}
 	if lq.PageToken != "" {
-		ct, id, err := decodePageToken(lq.PageToken, lq.State)
+		ct, id, err := pagetoken.Decode(lq.PageToken, lq.State, maxDocIDLen)
 		if err != nil {
 			return nil, "", err
 		}
@@ -317,7 +283,7 @@ func (s *Store) ListDocuments(ctx context.Context, tenant string, lq store.ListQ
 			return nil, "", err
 		}
 		if len(out) == size {
-			return out, encodePageToken(lq.State, lastCT, out[len(out)-1].Doc.GetId()), rows.Err()
+			return out, pagetoken.Encode(lq.State, lastCT, out[len(out)-1].Doc.GetId()), rows.Err()
 		}
 		out = append(out, rec)
 		lastCT = ct

@@ -266,3 +266,10 @@ func fromNanos(n int64) time.Time {
 	}
 	return time.Unix(0, n).UTC()
 }
+
+// The SQLite backend implements the neutral interfaces (bridge/store).
+var (
+	_ store.Store            = (*Store)(nil)
+	_ store.EventMetaReader  = (*Store)(nil)
+	_ store.EventRangeReader = (*Store)(nil)
+)
