@@ -3,9 +3,11 @@ package peer_test
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -268,9 +270,17 @@ func TestGatewayCancel(t *testing.T) {
 func TestRunStopsOnCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	opts := peer.Options{DataDir: t.TempDir(), Logger: testLogger(t)}
+	listening := make(chan struct{})
+	sig := &logSignal{msg: "peer listening", ch: listening}
+	opts := peer.Options{DataDir: t.TempDir(), Logger: slog.New(signalHandler{Handler: testLogger(t).Handler(), sig: sig})}
 	go func() { done <- peer.Run(ctx, opts) }()
-	time.Sleep(50 * time.Millisecond)
+	select {
+	case <-listening: // Start returned: Run now waits for ctx
+	case err := <-done:
+		t.Fatalf("Run returned %v before listening", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the peer did not log that it listens")
+	}
 	cancel()
 	select {
 	case err := <-done:
@@ -286,4 +296,38 @@ func TestRunStopsOnCancel(t *testing.T) {
 	if _, err := peer.Start(peer.Options{DataDir: t.TempDir(), CertFile: "x.pem"}); err == nil {
 		t.Fatal("--cert without --key accepted")
 	}
+}
+
+// logSignal is closed the first time a record with message msg is logged.
+type logSignal struct {
+	msg  string
+	ch   chan struct{}
+	once sync.Once
+}
+
+// signalHandler passes records on to Handler and, whatever the level,
+// fires sig; loggers derived with With and WithGroup keep the signal.
+type signalHandler struct {
+	slog.Handler
+	sig *logSignal
+}
+
+func (h signalHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h signalHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == h.sig.msg {
+		h.sig.once.Do(func() { close(h.sig.ch) })
+	}
+	if !h.Handler.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h signalHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return signalHandler{Handler: h.Handler.WithAttrs(as), sig: h.sig}
+}
+
+func (h signalHandler) WithGroup(name string) slog.Handler {
+	return signalHandler{Handler: h.Handler.WithGroup(name), sig: h.sig}
 }
