@@ -7,13 +7,13 @@ import (
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
 
-// EventStore is what the event log (bridge/eventlog) needs of the durable store: it commits
-// batches, learns of committed events in seq order, replays and prunes
-// them. Both backends (bridge/store/sqlite, bridge/store/pgstore) implement it;
-// bridge/store/storetest checks it.
+// EventStore is what the event log (bridge/eventlog) needs of the durable
+// store: it commits batches, learns of committed events in seq order,
+// replays and prunes them. Both backends (bridge/store/sqlite,
+// bridge/store/pgstore) implement it; bridge/store/storetest checks it.
 // Safe for concurrent use. After the backend's Close, Commit and
-// PruneEvents answer an error wrapping ErrClosed (reads fail too,
-// with an error of the backend's).
+// PruneEvents answer an error wrapping ErrClosed (reads fail too, with an
+// error of the backend's).
 //
 // Event seq rules (docs/architecture.md, the event log): every event of a
 // committed Batch gets a seq in the commit's transaction; seqs start at 1,
@@ -22,7 +22,7 @@ import (
 // PruneEvents removed every event, not after a crash (kill -9) and reopen.
 // The seqs of one batch are consecutive, and seqs are dense: every seq up
 // to LastSeq belongs to a committed event (a failed commit takes none), so
-// a seq the hook never delivers is a gap (gap.go).
+// a seq the hook never delivers is a gap (bridge/eventlog/gap.go).
 type EventStore interface {
 	// Commit applies b atomically (Batch documents its ops, their
 	// order and their preconditions) and returns once it is durable: a
@@ -54,7 +54,7 @@ type EventStore interface {
 	// across calls: no committed event is repeated, and none is skipped
 	// except events another process sharing the store pruned before this
 	// one could read them (the next call then starts above the gap, which
-	// the log announces to its subscribers, gap.go). fn owns the slice; it
+	// the log announces to its subscribers, bridge/eventlog/gap.go). fn owns the slice; it
 	// must not block and must not call Commit.
 	SetEventHook(fn func([]EventRecord))
 	// LastSeq is the highest seq committed so far (0 before the first
@@ -163,15 +163,17 @@ type Store interface {
 }
 
 // EventMetaReader is implemented by stores that can list the retained
-// events' metadata without their bodies (both backends): start then reads
-// seq, time and size only.
+// events' metadata without their bodies (both backends): the event log's
+// start then reads seq, time and size only. Optional for a backend (the
+// log checks for it); storetest requires it.
 type EventMetaReader interface {
 	EachEventMeta(ctx context.Context, fn func(seq uint64, t time.Time, size int) error) error
 }
 
 // EventRangeReader is implemented by stores that summarize the retained
 // events by seq range (both backends): a large log then loads in at most
-// IndexBuckets/2 summaries, aggregated by the database.
+// eventlog.Options.IndexBuckets/2 summaries, aggregated by the database.
+// Optional like EventMetaReader; storetest requires it.
 type EventRangeReader interface {
 	EachEventRange(ctx context.Context, from, to, width uint64, fn func(r EventRange) error) error
 }

@@ -19,8 +19,8 @@ import (
 )
 
 // Store is the SQLite backend of the durable store (package doc). Safe for
-// concurrent use. It implements the consumer-side interfaces bridge.Store and
-// eventlog.Store, whose doc comments are the contract; storetest checks it.
+// concurrent use. It implements store.Store (and so store.EventStore), whose
+// doc comments are the contract; storetest checks it.
 type Store struct {
 	dir  string
 	opts Options

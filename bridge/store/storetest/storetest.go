@@ -1,7 +1,8 @@
 // Package storetest is the backend-neutral conformance suite of the durable
 // store: every backend (bridge/store/sqlite, bridge/store/pgstore) runs Run from
 // its own test, so that the bridge and the event log can rely on the
-// contract of bridge.Store and eventlog.Store whatever the backend.
+// contract of store.Store and store.EventStore (bridge.Store and
+// eventlog.Store are those) whatever the backend.
 //
 // The suite uses only the interface: documents (create, get, list and
 // pagination, tenant isolation, revisions), entities by attempt, events and
