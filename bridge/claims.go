@@ -397,10 +397,10 @@ func (b *Bridge) redeemAnswered(d *docRun, claimID string, st wire.Status) error
 // peer, not by a timer). Meanwhile the document's wait reason says that
 // the redemption is pending (with a #document event, as for any wait
 // reason); the answer clears it and is recorded (redeemAnswered). When the
-// session ends first, the redemption is carried to the next attempt
+// attempt ends first (its session was lost, or it was aborted) and the
+// document runs again, the redemption is carried to the next attempt
 // (carryRedemption): it resumes the entity through the claim the peer
-// issues there. When the attempt ends otherwise (the document finished or
-// was dropped), nothing is recorded.
+// issues there. A document that finished or was dropped records nothing.
 func (b *Bridge) redeemPending(d *docRun, cr *claimRun, claimID string, ss *sessState, sk entKey, w chan wire.Status) {
 	a := cr.att
 	why := fmt.Sprintf("claim %s is redeemed and its entity was sent to the PipeStream peer %s at %s; waiting for the peer's answer to the redemption",
@@ -416,13 +416,14 @@ func (b *Bridge) redeemPending(d *docRun, cr *claimRun, claimID string, ss *sess
 	go func() {
 		defer b.wg.Done()
 		var st wire.Status
-		answered, lost := false, false
+		answered, ended := false, false
 		select {
 		case st = <-w:
 			answered = true
-		case <-ss.s.Done():
-			lost = true
-		case <-a.ctx.Done():
+		case <-ss.s.Done(): // the session ended: the attempt is aborted
+			ended = true
+		case <-a.ctx.Done(): // aborted, finished or dropped
+			ended = true
 		case <-b.ctx.Done():
 		}
 		b.mu.Lock()
@@ -443,8 +444,8 @@ func (b *Bridge) redeemPending(d *docRun, cr *claimRun, claimID string, ss *sess
 			if err := b.redeemAnswered(d, claimID, st); err != nil {
 				b.log.Warn("bridge: the peer answered a pending redemption with a refusal", "doc", d.id, "claim", claimID, "err", err)
 			}
-		case lost:
-			b.carryRedemption(d, cr, claimID)
+		case ended:
+			b.carryRedemption(d, cr, claimID) // when the document runs again
 		}
 	}()
 }

@@ -400,6 +400,41 @@ func TestRedeemSlowPeerIsNotARefusal(t *testing.T) {
 	}
 }
 
+// A redemption still pending when its session ends is carried to the
+// document's next attempt, never dropped or counted as refused: the peer
+// defers the entity again with a new claim, and the gateway resumes it
+// through that claim by itself.
+func TestRedeemPendingCarriesToTheNextAttempt(t *testing.T) {
+	defer bridge.SetRedeemAckTimeout(300 * time.Millisecond)()
+	p, b, d, a := deferredScripted(t, 0)
+	if _, err := b.Redeem(context.Background(), "", "77"); err != nil {
+		t.Fatalf("Redeem: %v", err)
+	}
+	p.next(t) // the redemption of 77; the peer says nothing
+	waitDoc(t, b, d.Id, func(d *gatewayv1.Document) bool { return contains(d.WaitReason, "waiting for the peer's answer") })
+	_ = a.s.CloseWithError(wire.CodeInternalError, "scripted peer: session lost")
+	a2 := p.next(t) // the document again, on a new session
+	if a2.s == a.s || a2.h.Metadata["pipestream.claim-id"] != "" {
+		t.Fatalf("after the lost session: %v on the same session %v, want the document's next attempt", a2.h, a2.s == a.s)
+	}
+	status(t, a2.s, wire.StatusProcessing, a2.h.EntityID, 0, 0)
+	ext := wire.AppendClaimCheckExt(nil, wire.ClaimCheckExtension{ClaimID: 78, ExpiryMicros: uint64(time.Now().Add(time.Hour).UnixMicro())})
+	must(t, a2.s.SendStatus(wire.StatusFrame{Status: wire.StatusDeferred, EntityID: a2.h.EntityID, HasExt: true, Ext: ext}))
+	r := p.next(t)
+	if r.s != a2.s || r.h.EntityID != a2.h.EntityID || r.h.Metadata["pipestream.claim-id"] != "78" {
+		t.Fatalf("after the peer deferred the entity again: %v, want the redemption of claim 78 on the new session", r.h)
+	}
+	got := waitDoc(t, b, d.Id, func(d *gatewayv1.Document) bool { return len(d.ClaimChecks) == 2 })
+	for _, c := range got.ClaimChecks {
+		if c.State != gatewayv1.ClaimCheck_REDEEMED {
+			t.Fatalf("claim %s is %s, want both REDEEMED (77 by the client, 78 through it)", c.ClaimId, c.State)
+		}
+	}
+	if got.Error != "" {
+		t.Fatalf("document error %q: nothing was refused", got.Error)
+	}
+}
+
 // deferredScripted submits a whole document that the scripted peer defers
 // with claim 77; abort (non-zero) makes the peer abort the redemption
 // stream with that code after reading its payload.
