@@ -128,7 +128,10 @@ func New(cfg Config) (*Server, error) {
 	}
 
 	opts := []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgBytes),
+		// recvCodec enforces --max-recv-msg-bytes and answers in the
+		// house shape; grpc-go's own check is the hard stop (wireerrors.go).
+		grpc.ForceServerCodecV2(newRecvCodec(cfg.MaxRecvMsgBytes)),
+		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgBytes + recvSlack),
 		grpc.MaxSendMsgSize(cfg.MaxSendMsgBytes),
 		grpc.ChainUnaryInterceptor(s.unaryInterceptors()...),
 		grpc.ChainStreamInterceptor(s.streamInterceptors()...),
@@ -150,8 +153,8 @@ func New(cfg Config) (*Server, error) {
 	s.register(&gatewayv1.EventService_ServiceDesc, &eventService{s: s})
 	s.register(&longrunningpb.Operations_ServiceDesc, &operationsService{s: s})
 	s.health = health.NewServer()
-	healthpb.RegisterHealthServer(s.grpc, s.health)
-	reflection.Register(s.grpc)
+	s.grpc.RegisterService(s.wireErrorsDesc(&healthpb.Health_ServiceDesc), s.health)
+	reflection.Register(s.grpc) // streams only: errorShapeStream receives through wireRecv
 	m.known = knownMethods(s.grpc)
 	s.setHealth()
 	return s, nil
@@ -395,10 +398,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// register registers a service on the gRPC server and for the REST
-// proxy's in-process calls.
+// register registers a service on the gRPC server (its unary handlers
+// wrapped by wireErrorsDesc, so that a request grpc-go cannot read is
+// answered in the one error shape) and for the REST proxy's in-process
+// calls (which receive decoded messages).
 func (s *Server) register(desc *grpc.ServiceDesc, impl any) {
-	s.grpc.RegisterService(desc, impl)
+	s.grpc.RegisterService(s.wireErrorsDesc(desc), impl)
 	s.rest.register(desc, impl)
 }
 
