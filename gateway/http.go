@@ -72,9 +72,9 @@ func (s *Server) httpHandler() (http.Handler, error) {
 
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/documents:upload", withErrorHeaders(http.HandlerFunc(s.handleUpload)))
-	mux.Handle("GET /v1/documents/{id}/result", withErrorHeaders(http.HandlerFunc(s.handleResult)))
+	mux.Handle("GET /v1/documents/{id}/result", withErrorHeaders(s.refuseStrayQuery(routes, http.HandlerFunc(s.handleResult))))
 	tickets := newTicketStore(s.cfg.MaxTicketsPerTenant)
-	mux.HandleFunc("POST /v1/events:ticket", s.handleTicket(tickets))
+	mux.Handle("POST /v1/events:ticket", s.refuseStrayQuery(routes, s.handleTicket(tickets)))
 	mux.HandleFunc("GET /v1/events/ws", s.withTickets(tickets, s.handleEventsWS))
 	mux.Handle("GET /ui", consoleHandler())
 	mux.Handle("GET /ui/", consoleHandler())

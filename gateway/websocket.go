@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -68,10 +69,21 @@ func (s *Server) handleEventsWS(w http.ResponseWriter, r *http.Request) {
 	s.pumpWSEvents(ctx, c, stream)
 }
 
+// wsQueryParams are the query parameters of /v1/events/ws (ticket is
+// taken by withTickets).
+var wsQueryParams = []string{"cursor", "kinds", "documentId", "ticket"}
+
 // wsSubscribeRequest reads the subscription from the query: kinds,
-// documentId and cursor (an integer in [0, 2^53), or absent).
+// documentId and cursor (an integer in [0, 2^53), or absent). Any other
+// parameter is refused, as on every route.
 func wsSubscribeRequest(r *http.Request) (*gatewayv1.SubscribeEventsRequest, error) {
 	q := r.URL.Query()
+	for k := range q {
+		if !slices.Contains(wsQueryParams, k) {
+			return nil, statusError(codes.InvalidArgument, "InvalidRequest",
+				fmt.Sprintf("unknown query parameter %q: /v1/events/ws takes %s", k, strings.Join(wsQueryParams, ", ")))
+		}
+	}
 	req := &gatewayv1.SubscribeEventsRequest{Kinds: q["kinds"], DocumentId: q.Get("documentId")}
 	if v := q.Get("cursor"); v != "" {
 		c, err := strconv.ParseUint(v, 10, 64)
