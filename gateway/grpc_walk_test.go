@@ -181,6 +181,27 @@ func TestGRPCAnswersHaveOneShape(t *testing.T) {
 			}
 		}
 	}
+	// Every unary method with an empty request and a token: a success or
+	// an error of the one shape (a generic reason allowed), the request id
+	// in the trailers either way.
+	for _, m := range methods {
+		if m.clientStreams || m.serverStreams {
+			continue // their trailers are checked above; a good stream may not end
+		}
+		rid := "walk-empty-" + strings.ReplaceAll(m.name[1:], "/", ".")
+		ctx := metadata.AppendToOutgoingContext(context.Background(), "x-request-id", rid, "authorization", "Bearer tok-a")
+		err, trl := callRaw(ctx, h.conn, m, nil)
+		t.Logf("%s with an empty request: %v", m.name, err)
+		if err != nil {
+			checkGRPCShape(t, m.name+" empty request", err, status.Code(err), reasonOf(err), "")
+			if reasonOf(err) == "" {
+				t.Errorf("%s empty request: %v has no reason", m.name, err)
+			}
+		}
+		if got := trl.Get("x-request-id"); len(got) != 1 || got[0] != rid {
+			t.Errorf("%s empty request (%v): trailer x-request-id %v, want [%s]", m.name, err, got, rid)
+		}
+	}
 	// The log line of a call that did not decode carries its request id
 	// (the interceptors ran).
 	if !strings.Contains(h.logs.String(), `"request_id":"walk-0-pipestream.gateway.v1.DocumentService.GetDocument"`) {
