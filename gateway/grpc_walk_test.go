@@ -93,16 +93,16 @@ func listGRPCMethods(t *testing.T, conn *grpc.ClientConn) []grpcMethod {
 // callRaw calls m with payload as its one request message, over the real
 // gRPC listener, and returns the call's error and trailers. A stream's
 // answers are read until it ends.
-func callRaw(ctx context.Context, conn *grpc.ClientConn, m grpcMethod, payload []byte) (error, metadata.MD) {
+func callRaw(ctx context.Context, conn *grpc.ClientConn, m grpcMethod, payload []byte) (metadata.MD, error) {
 	var trl metadata.MD
 	if !m.clientStreams && !m.serverStreams {
 		var reply []byte
 		err := conn.Invoke(ctx, m.name, &payload, &reply, grpc.ForceCodec(rawCodec{}), grpc.Trailer(&trl))
-		return err, trl
+		return trl, err
 	}
 	cs, err := conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: m.clientStreams, ServerStreams: m.serverStreams}, m.name, grpc.ForceCodec(rawCodec{}))
 	if err != nil {
-		return err, nil
+		return nil, err
 	}
 	_ = cs.SendMsg(&payload) // io.EOF when the server answered first: RecvMsg has the status
 	_ = cs.CloseSend()
@@ -115,7 +115,7 @@ func callRaw(ctx context.Context, conn *grpc.ClientConn, m grpcMethod, payload [
 	if errors.Is(err, io.EOF) {
 		err = nil
 	}
-	return err, cs.Trailer()
+	return cs.Trailer(), err
 }
 
 // TestGRPCAnswersHaveOneShape is the route walker of the gRPC transport:
@@ -167,7 +167,7 @@ func TestGRPCAnswersHaveOneShape(t *testing.T) {
 			if p.token {
 				ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer tok-a")
 			}
-			err, trl := callRaw(ctx, h.conn, m, p.payload)
+			trl, err := callRaw(ctx, h.conn, m, p.payload)
 			where := m.name + " " + p.name
 			if p.reason == "" {
 				if status.Code(err) != p.code || !strings.Contains(status.Convert(err).Message(), p.says) {
@@ -190,7 +190,7 @@ func TestGRPCAnswersHaveOneShape(t *testing.T) {
 		}
 		rid := "walk-empty-" + strings.ReplaceAll(m.name[1:], "/", ".")
 		ctx := metadata.AppendToOutgoingContext(context.Background(), "x-request-id", rid, "authorization", "Bearer tok-a")
-		err, trl := callRaw(ctx, h.conn, m, nil)
+		trl, err := callRaw(ctx, h.conn, m, nil)
 		t.Logf("%s with an empty request: %v", m.name, err)
 		if err != nil {
 			checkGRPCShape(t, m.name+" empty request", err, status.Code(err), reasonOf(err), "")

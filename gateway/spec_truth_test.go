@@ -463,18 +463,7 @@ func TestLiveAnswersMatchTheSpec(t *testing.T) {
 	answers := walk(t, h, spec, append(good, bad...))
 	answers = append(answers, upgradeWebSocket(t, h, spec))
 
-	// An unknown query parameter is refused with 400 naming it, on every
-	// API operation (PUT and other methods a route lacks are refused
-	// before the query, 405; so is a WebSocket request that is no
-	// handshake, 426).
-	for _, a := range answers {
-		if !strings.HasSuffix(a.path, "?bogus=1") || a.method == "PUT" || a.hdr.Get("Allow") != "" || (a.tmpl == "/v1/events/ws" && a.code == http.StatusUpgradeRequired) {
-			continue
-		}
-		if a.code != http.StatusBadRequest || !strings.Contains(string(a.body), "bogus") {
-			t.Errorf("%s %s: HTTP %d %s, want 400 naming the unknown parameter", a.method, a.path, a.code, a.body)
-		}
-	}
+	checkUnknownParameters(t, answers)
 
 	// Coverage: every operation answered a success, and every error
 	// status it declares was seen or is one the walk cannot cause here.
@@ -503,6 +492,22 @@ func TestLiveAnswersMatchTheSpec(t *testing.T) {
 					t.Errorf("%s: declares %s, which the walk never saw (saw %v): add a probe", k, code, seen[k])
 				}
 			}
+		}
+	}
+}
+
+// checkUnknownParameters: an unknown query parameter is refused with 400
+// naming it, on every API operation (PUT and other methods a route lacks
+// are refused before the query, 405; so is a WebSocket request that is no
+// handshake, 426).
+func checkUnknownParameters(t *testing.T, answers []answer) {
+	t.Helper()
+	for _, a := range answers {
+		if !strings.HasSuffix(a.path, "?bogus=1") || a.method == "PUT" || a.hdr.Get("Allow") != "" || (a.tmpl == "/v1/events/ws" && a.code == http.StatusUpgradeRequired) {
+			continue
+		}
+		if a.code != http.StatusBadRequest || !strings.Contains(string(a.body), "bogus") {
+			t.Errorf("%s %s: HTTP %d %s, want 400 naming the unknown parameter", a.method, a.path, a.code, a.body)
 		}
 	}
 }
