@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -96,7 +97,10 @@ type guardConn struct {
 	closed      bool
 	passthrough bool // not inspecting: bytes go to out as they arrive
 	deadline    time.Time
-	reason      string // why a request was rejected
+	reason      string     // why a request was rejected
+	rejectCode  int        // the HTTP status of the rejection
+	rejectGRPC  codes.Code // and its gRPC code
+	rejectLabel string     // and its label in the rejected-requests metric
 
 	ready     chan struct{} // out grew, rerr set, closed, or a deadline changed
 	space     chan struct{} // out shrank
@@ -262,11 +266,11 @@ func (c *guardConn) fail(err error) {
 	wake(c.ready)
 }
 
-// reject replaces the held head by the synthetic request; nothing after
-// it is read.
-func (c *guardConn) reject(reason string) {
+// reject replaces the held head by the synthetic request, answered
+// code with reason (rejectSmuggled); nothing after it is read.
+func (c *guardConn) reject(code int, grpcCode codes.Code, label, reason string) {
 	c.mu.Lock()
-	c.reason = reason
+	c.reason, c.rejectCode, c.rejectGRPC, c.rejectLabel = reason, code, grpcCode, label
 	c.rejected.Store(true)
 	c.out = append(c.out, smuggledRequest...)
 	c.pending = nil
@@ -295,7 +299,7 @@ func (c *guardConn) follow() {
 		head := string(c.pending[:pos()-c.relPos])
 		c.mu.Unlock()
 		if reason := ambiguousFraming(head, req); reason != "" {
-			c.reject(reason)
+			c.reject(http.StatusBadRequest, codes.InvalidArgument, "smuggling", "ambiguous request framing: "+reason)
 			return
 		}
 		if !c.release(pos()) {
@@ -351,16 +355,27 @@ func (c *guardConn) stopped() bool {
 }
 
 // parserStopped handles an error of the parser: a read error of the
-// connection ends it; anything else is bytes net/http refuses as well,
-// passed through for it to answer.
+// connection ends it; anything else is a head net/http refuses as well
+// (malformed, or over the size limit), answered by the gateway in the one
+// error shape, with an X-Request-Id, instead of net/http's plain text,
+// with the status net/http gives it: a head over the limit 431, a
+// Transfer-Encoding other than one "chunked" 501, anything else 400.
 func (c *guardConn) parserStopped(err error) {
 	var ne net.Error
-	if !errors.Is(err, errHeadTooLarge) && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) || errors.As(err, &ne)) {
+	switch msg := err.Error(); {
+	case errors.Is(err, errHeadTooLarge):
+		c.reject(http.StatusRequestHeaderFieldsTooLarge, codes.InvalidArgument, "malformed_request", fmt.Sprintf(
+			"the request head is over %d bytes: send fewer or shorter header lines", c.maxHead))
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) || errors.As(err, &ne):
 		c.fail(err)
-		return
+	case strings.HasPrefix(msg, "unsupported transfer encoding") || strings.HasPrefix(msg, "too many transfer encodings"):
+		// net/http's unsupportedTEError (unexported), which it answers 501.
+		c.reject(http.StatusNotImplemented, codes.Unimplemented, "malformed_request",
+			msg+": send the body with Content-Length or with one Transfer-Encoding: chunked")
+	default:
+		c.reject(http.StatusBadRequest, codes.InvalidArgument, "malformed_request",
+			"malformed HTTP/1.1 request ("+msg+"): send a request as RFC 9112 defines it")
 	}
-	c.stopInspecting()
-	c.passThrough()
 }
 
 // passThrough copies the connection to out until it fails (the bytes the
@@ -468,12 +483,11 @@ func (s *Server) rejectSmuggled(h http.Handler) http.Handler {
 		if r.URL.Path == smuggledPath {
 			if g, ok := r.Context().Value(guardKey{}).(*guardConn); ok && g.rejected.Load() {
 				g.mu.Lock()
-				reason := g.reason
+				reason, code, grpcCode, label := g.reason, g.rejectCode, g.rejectGRPC, g.rejectLabel
 				g.mu.Unlock()
-				s.metrics.rejected.WithLabelValues("smuggling").Inc()
+				s.metrics.rejected.WithLabelValues(label).Inc()
 				w.Header().Set("Connection", "close")
-				s.writeStatus(w, r, http.StatusBadRequest, status.Error(codes.InvalidArgument,
-					"ambiguous request framing: "+reason+"; the connection is closed"))
+				s.writeStatus(w, r, code, status.Error(grpcCode, reason+"; the connection is closed"))
 				return
 			}
 		}
