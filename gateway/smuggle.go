@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -302,6 +303,10 @@ func (c *guardConn) follow() {
 			c.reject(http.StatusBadRequest, codes.InvalidArgument, "smuggling", "ambiguous request framing: "+reason)
 			return
 		}
+		if code, grpcCode, why := refusedHead(head, req); code != 0 {
+			c.reject(code, grpcCode, "malformed_request", why)
+			return
+		}
 		if !c.release(pos()) {
 			return
 		}
@@ -408,6 +413,42 @@ func (c *guardConn) passThrough() {
 	}
 }
 
+// refusedHead returns how net/http's server refuses a head h that
+// http.ReadRequest accepted as req (its conn.readRequest and serve checks:
+// the protocol version, the Host header, header names and values, Expect),
+// so that the guard answers it in the one error shape instead
+// (parserStopped); 0 when net/http serves it. http.ReadRequest drops the
+// Host field from req.Header: its values are read from h.
+func refusedHead(h string, req *http.Request) (int, codes.Code, string) {
+	if req.ProtoMajor != 1 {
+		return 0, codes.OK, "" // the HTTP/2 preface, for net/http's h2c
+	}
+	if req.ProtoMinor > 1 {
+		return http.StatusHTTPVersionNotSupported, codes.Unimplemented, fmt.Sprintf("unsupported protocol version HTTP/1.%d: use HTTP/1.1", req.ProtoMinor)
+	}
+	hosts := headerValues(h, "host")
+	if req.ProtoAtLeast(1, 1) && len(hosts) == 0 && req.Method != http.MethodConnect {
+		return http.StatusBadRequest, codes.InvalidArgument, "missing required Host header (RFC 9112 section 3.2): send Host with the server's name"
+	}
+	if len(hosts) == 1 && !httpguts.ValidHostHeader(hosts[0]) {
+		return http.StatusBadRequest, codes.InvalidArgument, "malformed Host header: send Host as host[:port]"
+	}
+	for k, vv := range req.Header {
+		if !httpguts.ValidHeaderFieldName(k) {
+			return http.StatusBadRequest, codes.InvalidArgument, "invalid header name: use tokens (RFC 9110 section 5.1)"
+		}
+		for _, v := range vv {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return http.StatusBadRequest, codes.InvalidArgument, fmt.Sprintf("invalid value of header %s: no control characters (RFC 9110 section 5.5)", k)
+			}
+		}
+	}
+	if e := req.Header["Expect"]; len(e) > 0 && e[0] != "" && !httpguts.HeaderValuesContainsToken(e, "100-continue") {
+		return http.StatusExpectationFailed, codes.FailedPrecondition, "unsupported Expect header: the server supports Expect: 100-continue only"
+	}
+	return 0, codes.OK, ""
+}
+
 // ambiguousFraming returns why the request head h (as the parser
 // delimited it, req as it parsed it) has framing that another HTTP/1
 // implementation could read differently, or "" if it has none:
@@ -447,6 +488,24 @@ func ambiguousFraming(h string, req *http.Request) string {
 		return "Transfer-Encoding on an HTTP/1.0 request (RFC 9112 section 6.1: ambiguous framing): send a Content-Length"
 	}
 	return ""
+}
+
+// headerValues returns the values of the header field name (lower case)
+// in the head h, as net/http reads them (trimmed).
+func headerValues(h, name string) []string {
+	h = strings.TrimLeft(h, "\r\n")
+	_, h, _ = strings.Cut(h, "\n") // the request line
+	var vs []string
+	for _, l := range strings.Split(h, "\n") {
+		l = strings.TrimSuffix(l, "\r")
+		if l == "" {
+			break
+		}
+		if k, v, ok := strings.Cut(l, ":"); ok && strings.EqualFold(k, name) {
+			vs = append(vs, strings.Trim(v, " \t"))
+		}
+	}
+	return vs
 }
 
 // quoteForMessage quotes a header value for an error message, cut short.

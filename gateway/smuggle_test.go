@@ -258,6 +258,12 @@ func TestMalformedRequestsAnswerInShape(t *testing.T) {
 	}{
 		{"request line", "GARBAGE\r\n\r\n", 400, "malformed HTTP/1.1 request"},
 		{"header line", "GET /healthz HTTP/1.1\r\nHost: x\r\nNo colon here\r\n\r\n", 400, "malformed HTTP/1.1 request"},
+		{"no Host", "GET /healthz HTTP/1.1\r\n\r\n", 400, "missing required Host header"},
+		{"two Host", "GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400, "too many Host headers"},
+		{"bad Host", "GET /healthz HTTP/1.1\r\nHost: a b\r\n\r\n", 400, "malformed Host header"},
+		{"bad header value", "GET /healthz HTTP/1.1\r\nHost: a\r\nX-A: b\x01c\r\n\r\n", 400, "header"},
+		{"Expect", "GET /healthz HTTP/1.1\r\nHost: a\r\nExpect: foo\r\n\r\n", 417, "Expect"},
+		{"HTTP/1.2", "GET /healthz HTTP/1.2\r\nHost: a\r\n\r\n", 505, "version"},
 		{"TE gzip", "POST /v1/documents HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 501, "unsupported transfer encoding"},
 		{"huge head", "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Huge: " + strings.Repeat("h", 2<<20) + "\r\n\r\n", 431, "request head is over"},
 	} {
