@@ -123,10 +123,13 @@ func callRaw(ctx context.Context, conn *grpc.ClientConn, m grpcMethod, payload [
 // over the real listener with bytes that do not decode as its request,
 // with a message over --max-recv-msg-bytes, with one past grpc-go's hard
 // stop (answered by grpc-go unread: code and request id only), and (API
-// methods) with a good message but no credentials. Each answer is a google.rpc.Status with the
-// expected code and an ErrorInfo reason in domain pipestream.gateway.v1,
-// with a message free of "rpc error:", and carries the call's request id
-// in its trailers. grpc-go would answer the first two itself, before any
+// methods) with a good message but no credentials; every unary method
+// also with an empty request (a success, or an error of the shape) and
+// with no request message at all (grpc-go's error: the request id only).
+// Each error is a google.rpc.Status with the expected code and an
+// ErrorInfo reason in domain pipestream.gateway.v1, with a message free of
+// "rpc error:"; every answer carries the call's request id in its
+// trailers. grpc-go would answer the first two itself, before any
 // interceptor runs (wireerrors.go).
 func TestGRPCAnswersHaveOneShape(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "tokens")
@@ -144,14 +147,7 @@ func TestGRPCAnswersHaveOneShape(t *testing.T) {
 	// Field 15, length-delimited, 5 bytes long with 1 byte present: no
 	// message type decodes it.
 	undecodable := []byte{0x7a, 0x05, 'x'}
-	probes := []struct {
-		name    string
-		payload []byte
-		token   bool
-		code    codes.Code
-		reason  string // "": grpc-go answers (far over the limit), reason unchecked
-		says    string
-	}{
+	probes := []grpcProbe{
 		{"undecodable", undecodable, true, codes.InvalidArgument, gateway.ReasonMalformedMessage, "does not decode"},
 		{"oversized", make([]byte, maxRecv+1024), true, codes.ResourceExhausted, gateway.ReasonMessageTooLarge, "--max-recv-msg-bytes"},
 		{"far oversized", make([]byte, maxRecv+gateway.RecvSlack+1), true, codes.ResourceExhausted, "", "larger than max"},
@@ -162,50 +158,90 @@ func TestGRPCAnswersHaveOneShape(t *testing.T) {
 			if !p.token && m.skipsCredentials {
 				continue
 			}
-			rid := fmt.Sprintf("walk-%d-%s", i, strings.ReplaceAll(m.name[1:], "/", "."))
-			ctx := metadata.AppendToOutgoingContext(context.Background(), "x-request-id", rid)
-			if p.token {
-				ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer tok-a")
-			}
-			trl, err := callRaw(ctx, h.conn, m, p.payload)
-			where := m.name + " " + p.name
-			if p.reason == "" {
-				if status.Code(err) != p.code || !strings.Contains(status.Convert(err).Message(), p.says) {
-					t.Errorf("%s: %v, want %v saying %q", where, err, p.code, p.says)
-				}
-			} else {
-				checkGRPCShape(t, where, err, p.code, p.reason, p.says)
-			}
-			if got := trl.Get("x-request-id"); len(got) != 1 || got[0] != rid {
-				t.Errorf("%s: trailer x-request-id %v, want [%s]", where, got, rid)
-			}
+			walkGRPCProbe(t, h, m, p, fmt.Sprintf("walk-%d-%s", i, strings.ReplaceAll(m.name[1:], "/", ".")))
 		}
-	}
-	// Every unary method with an empty request and a token: a success or
-	// an error of the one shape (a generic reason allowed), the request id
-	// in the trailers either way.
-	for _, m := range methods {
-		if m.clientStreams || m.serverStreams {
-			continue // their trailers are checked above; a good stream may not end
-		}
-		rid := "walk-empty-" + strings.ReplaceAll(m.name[1:], "/", ".")
-		ctx := metadata.AppendToOutgoingContext(context.Background(), "x-request-id", rid, "authorization", "Bearer tok-a")
-		trl, err := callRaw(ctx, h.conn, m, nil)
-		t.Logf("%s with an empty request: %v", m.name, err)
-		if err != nil {
-			checkGRPCShape(t, m.name+" empty request", err, status.Code(err), reasonOf(err), "")
-			if reasonOf(err) == "" {
-				t.Errorf("%s empty request: %v has no reason", m.name, err)
-			}
-		}
-		if got := trl.Get("x-request-id"); len(got) != 1 || got[0] != rid {
-			t.Errorf("%s empty request (%v): trailer x-request-id %v, want [%s]", m.name, err, got, rid)
+		if !m.clientStreams && !m.serverStreams { // a good stream may not end
+			walkEmptyRequest(t, h, m)
+			walkNoRequestMessage(t, h, m)
 		}
 	}
 	// The log line of a call that did not decode carries its request id
 	// (the interceptors ran).
 	if !strings.Contains(h.logs.String(), `"request_id":"walk-0-pipestream.gateway.v1.DocumentService.GetDocument"`) {
 		t.Error("the undecodable GetDocument call was not logged with its request id")
+	}
+}
+
+// grpcProbe is one bad call of the gRPC walk.
+type grpcProbe struct {
+	name    string
+	payload []byte
+	token   bool
+	code    codes.Code
+	reason  string // "": grpc-go answers (far over the limit), reason unchecked
+	says    string
+}
+
+func walkGRPCProbe(t *testing.T, h *harness, m grpcMethod, p grpcProbe, rid string) {
+	t.Helper()
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-request-id", rid)
+	if p.token {
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer tok-a")
+	}
+	trl, err := callRaw(ctx, h.conn, m, p.payload)
+	where := m.name + " " + p.name
+	if p.reason == "" {
+		if status.Code(err) != p.code || !strings.Contains(status.Convert(err).Message(), p.says) {
+			t.Errorf("%s: %v, want %v saying %q", where, err, p.code, p.says)
+		}
+	} else {
+		checkGRPCShape(t, where, err, p.code, p.reason, p.says)
+	}
+	if got := trl.Get("x-request-id"); len(got) != 1 || got[0] != rid {
+		t.Errorf("%s: trailer x-request-id %v, want [%s]", where, got, rid)
+	}
+}
+
+// walkEmptyRequest calls unary method m with an empty request and a
+// token: a success or an error of the one shape (a generic reason
+// allowed), the request id in the trailers either way.
+func walkEmptyRequest(t *testing.T, h *harness, m grpcMethod) {
+	t.Helper()
+	rid := "walk-empty-" + strings.ReplaceAll(m.name[1:], "/", ".")
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-request-id", rid, "authorization", "Bearer tok-a")
+	trl, err := callRaw(ctx, h.conn, m, nil)
+	t.Logf("%s with an empty request: %v", m.name, err)
+	if err != nil {
+		checkGRPCShape(t, m.name+" empty request", err, status.Code(err), reasonOf(err), "")
+		if reasonOf(err) == "" {
+			t.Errorf("%s empty request: %v has no reason", m.name, err)
+		}
+	}
+	if got := trl.Get("x-request-id"); len(got) != 1 || got[0] != rid {
+		t.Errorf("%s empty request (%v): trailer x-request-id %v, want [%s]", m.name, err, got, rid)
+	}
+}
+
+// walkNoRequestMessage calls unary method m without a request message:
+// grpc-go answers it itself ("cardinality violation", no details:
+// docs/errors.md), but the request id is in its trailers.
+func walkNoRequestMessage(t *testing.T, h *harness, m grpcMethod) {
+	t.Helper()
+	rid := "walk-none-" + strings.ReplaceAll(m.name[1:], "/", ".")
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-request-id", rid, "authorization", "Bearer tok-a")
+	cs, err := h.conn.NewStream(ctx, &grpc.StreamDesc{}, m.name, grpc.ForceCodec(rawCodec{}))
+	if err != nil {
+		t.Errorf("%s: %v", m.name, err)
+		return
+	}
+	_ = cs.CloseSend()
+	var reply []byte
+	err = cs.RecvMsg(&reply)
+	if err == nil || errors.Is(err, io.EOF) {
+		t.Errorf("%s without a request message: %v, want an error", m.name, err)
+	}
+	if got := cs.Trailer().Get("x-request-id"); len(got) != 1 || got[0] != rid {
+		t.Errorf("%s without a request message: trailer x-request-id %v, want [%s]", m.name, got, rid)
 	}
 }
 
