@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"sync"
@@ -131,7 +132,7 @@ func New(cfg Config) (*Server, error) {
 		// recvCodec enforces --max-recv-msg-bytes and answers in the
 		// house shape; grpc-go's own check is the hard stop (wireerrors.go).
 		grpc.ForceServerCodecV2(newRecvCodec(cfg.MaxRecvMsgBytes)),
-		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgBytes + recvSlack),
+		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgBytes + min(recvSlack, math.MaxInt-cfg.MaxRecvMsgBytes)),
 		grpc.MaxSendMsgSize(cfg.MaxSendMsgBytes),
 		grpc.ChainUnaryInterceptor(s.unaryInterceptors()...),
 		grpc.ChainStreamInterceptor(s.streamInterceptors()...),
