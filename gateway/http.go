@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/pipestream/gateway/bridge"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/textproto"
 	"sync"
@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/pipestream/gateway/bridge"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
 
@@ -368,6 +369,7 @@ func bodyTooLarge(r *http.Request) (int64, bool) {
 // explicit HTTP status.
 func (s *Server) writeStatus(w http.ResponseWriter, r *http.Request, httpCode int, err error) {
 	err = shapeError(err)
+	s.logRefusal(r, httpCode, err)
 	_, m := runtime.MarshalerForRequest(s.gwMux, r)
 	body, merr := m.Marshal(status.Convert(err).Proto())
 	if merr != nil {
@@ -377,6 +379,25 @@ func (s *Server) writeStatus(w http.ResponseWriter, r *http.Request, httpCode in
 	w.Header().Set("Content-Type", m.ContentType(nil))
 	w.WriteHeader(httpCode)
 	_, _ = w.Write(body)
+}
+
+// logRefusal logs an error answer the HTTP side writes itself, which no
+// gRPC call's log line covers (a route that does not exist, a stray query
+// parameter, a refused WebSocket handshake, a malformed request...), with
+// the answer's X-Request-Id, so that every id a client is given can be
+// found in the log.
+func (s *Server) logRefusal(r *http.Request, httpCode int, err error) {
+	if !s.log.Enabled(r.Context(), slog.LevelInfo) {
+		return
+	}
+	path := r.URL.Path
+	if len(path) > 200 {
+		path = path[:200] + "..."
+	}
+	s.log.LogAttrs(r.Context(), slog.LevelInfo, "http refused",
+		slog.String("method", r.Method), slog.String("path", path), slog.Int("status", httpCode),
+		slog.String("reason", errorReason(err)), slog.String("request_id", httpRequestID(r)),
+		slog.String("error", status.Convert(err).Message()))
 }
 
 // handleHealthz answers 200 {"status":"SERVING"} when the bridge has a peer

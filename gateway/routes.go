@@ -217,6 +217,11 @@ func (s *Server) routingErrorHandler(routes []route) runtime.RoutingErrorHandler
 		default:
 			err = statusError(codes.NotFound, ReasonRouteNotFound, fmt.Sprintf("no route %s %s: the API is under /v1/ (see /openapi.json, /docs/)", r.Method, r.URL.Path))
 		}
+		if hse, ok := err.(*runtime.HTTPStatusError); ok {
+			s.logRefusal(r, hse.HTTPStatus, hse.Err)
+		} else {
+			s.logRefusal(r, runtime.HTTPStatusFromCode(status.Code(err)), err)
+		}
 		httpErrorHandler(ctx, mux, m, w, r, err)
 	}
 }

@@ -42,11 +42,11 @@ const subscribeMethod = "/pipestream.gateway.v1.EventService/SubscribeEvents"
 func (s *Server) handleEventsWS(w http.ResponseWriter, r *http.Request) {
 	req, err := wsSubscribeRequest(r)
 	if err != nil {
-		preUpgradeError(w, http.StatusBadRequest, err)
+		s.preUpgradeError(w, r, http.StatusBadRequest, err)
 		return
 	}
 	if !wsHandshake(r) {
-		_, _ = acceptWS(w, r, s.wsAcceptOptions()) // answers 426 before any subscription is made
+		_, _ = s.acceptWS(w, r, s.wsAcceptOptions()) // answers 426 before any subscription is made
 		return
 	}
 	ctx, cancel := context.WithCancel(r.Context())
@@ -56,7 +56,7 @@ func (s *Server) handleEventsWS(w http.ResponseWriter, r *http.Request) {
 		s.rejectWS(w, r, err)
 		return
 	}
-	c, err := acceptWS(w, r, s.wsAcceptOptions())
+	c, err := s.acceptWS(w, r, s.wsAcceptOptions())
 	if err != nil {
 		return // acceptWS answered the rejection
 	}
@@ -129,14 +129,14 @@ func (s *Server) startWSSubscription(ctx context.Context, r *http.Request, req *
 // other error is its HTTP status with a JSON body (preUpgradeError).
 func (s *Server) rejectWS(w http.ResponseWriter, r *http.Request, err error) {
 	if errorReason(err) == ReasonFutureCursor {
-		if c, aerr := acceptWS(w, r, s.wsAcceptOptions()); aerr == nil {
+		if c, aerr := s.acceptWS(w, r, s.wsAcceptOptions()); aerr == nil {
 			s.closeWithErrorFrame(c, ReasonFutureCursor, status.Convert(err).Message())
 			_ = c.CloseNow()
 		}
 		return
 	}
 	errorHeaders(w.Header(), err) // WWW-Authenticate, Retry-After
-	preUpgradeError(w, runtime.HTTPStatusFromCode(status.Code(err)), err)
+	s.preUpgradeError(w, r, runtime.HTTPStatusFromCode(status.Code(err)), err)
 }
 
 // discardWSReads reads and drops client messages (processing pongs and
@@ -257,8 +257,9 @@ func truncateReason(s string) string {
 // RetryInfo of err) that also carries the AT sync draft's "error" name
 // ("Pre-Upgrade HTTP Errors": JSON with error and message fields): one
 // object that decodes both as a Status and as an error frame payload.
-func preUpgradeError(w http.ResponseWriter, httpCode int, err error) {
+func (s *Server) preUpgradeError(w http.ResponseWriter, r *http.Request, httpCode int, err error) {
 	err = shapeError(err)
+	s.logRefusal(r, httpCode, err)
 	st := status.Convert(err)
 	body := map[string]json.RawMessage{}
 	if b, merr := protojson.Marshal(st.Proto()); merr == nil {
@@ -280,11 +281,11 @@ func preUpgradeError(w http.ResponseWriter, httpCode int, err error) {
 // acceptWS is websocket.Accept with its rejections (426 not a WebSocket
 // handshake, 400 bad version or key, 403 foreign Origin, 405) answered as
 // preUpgradeError JSON instead of the library's text/plain.
-func acceptWS(w http.ResponseWriter, r *http.Request, opts *websocket.AcceptOptions) (*websocket.Conn, error) {
+func (s *Server) acceptWS(w http.ResponseWriter, r *http.Request, opts *websocket.AcceptOptions) (*websocket.Conn, error) {
 	rw := &wsRejectWriter{ResponseWriter: w}
 	c, err := websocket.Accept(rw, r, opts)
 	if err != nil && rw.code != 0 {
-		preUpgradeError(w, rw.code, statusError(wsRejectCode(rw.code), ReasonWebSocketHandshake, wsRejectMessage(rw.code, err)))
+		s.preUpgradeError(w, r, rw.code, statusError(wsRejectCode(rw.code), ReasonWebSocketHandshake, wsRejectMessage(rw.code, err)))
 	}
 	return c, err
 }
