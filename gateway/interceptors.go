@@ -130,9 +130,9 @@ func requestIDContext(ctx context.Context) (context.Context, string) {
 
 // requestIDUnary sends the call's request id in the response headers and
 // trailers: a call that fails before its headers (a trailers-only
-// response) still carries it.
-// A call of the gRPC listener has its id chosen, and in the trailers,
-// before its request was read (wireRequestID).
+// response) still carries it. A call of the gRPC listener had its id
+// chosen, and put in the trailers, before its request was read
+// (wireRequestID); an in-process REST call gets it here.
 func requestIDUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 	if rid, ok := ctx.Value(wireRequestIDKey{}).(string); ok {
 		ctx = withCallInfo(ctx, &callInfo{requestID: rid})
