@@ -420,11 +420,11 @@ func (c *guardConn) passThrough() {
 // (parserStopped); 0 when net/http serves it. http.ReadRequest drops the
 // Host field from req.Header: its values are read from h.
 func refusedHead(h string, req *http.Request) (int, codes.Code, string) {
-	if req.ProtoMajor != 1 {
-		return 0, codes.OK, "" // the HTTP/2 preface, for net/http's h2c
-	}
-	if req.ProtoMinor > 1 {
-		return http.StatusHTTPVersionNotSupported, codes.Unimplemented, fmt.Sprintf("unsupported protocol version HTTP/1.%d: use HTTP/1.1", req.ProtoMinor)
+	if req.ProtoMajor != 1 { // net/http's http1ServerSupportsRequest
+		if req.ProtoMajor == 2 && req.ProtoMinor == 0 && req.Method == "PRI" && req.RequestURI == "*" {
+			return 0, codes.OK, "" // the HTTP/2 preface, for net/http's h2c
+		}
+		return http.StatusHTTPVersionNotSupported, codes.Unimplemented, fmt.Sprintf("unsupported protocol version %s: use HTTP/1.1", quoteForMessage(req.Proto))
 	}
 	hosts := headerValues(h, "host")
 	if req.ProtoAtLeast(1, 1) && len(hosts) == 0 && req.Method != http.MethodConnect {

@@ -263,7 +263,8 @@ func TestMalformedRequestsAnswerInShape(t *testing.T) {
 		{"bad Host", "GET /healthz HTTP/1.1\r\nHost: a b\r\n\r\n", 400, "malformed Host header"},
 		{"bad header value", "GET /healthz HTTP/1.1\r\nHost: a\r\nX-A: b\x01c\r\n\r\n", 400, "header"},
 		{"Expect", "GET /healthz HTTP/1.1\r\nHost: a\r\nExpect: foo\r\n\r\n", 417, "Expect"},
-		{"HTTP/1.2", "GET /healthz HTTP/1.2\r\nHost: a\r\n\r\n", 505, "version"},
+		{"HTTP/0.9", "GET /healthz HTTP/0.9\r\nHost: a\r\n\r\n", 505, "version"},
+		{"HTTP/2.0 GET", "GET /healthz HTTP/2.0\r\nHost: a\r\n\r\n", 505, "version"},
 		{"TE gzip", "POST /v1/documents HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 501, "unsupported transfer encoding"},
 		{"huge head", "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Huge: " + strings.Repeat("h", 2<<20) + "\r\n\r\n", 431, "request head is over"},
 	} {
@@ -292,6 +293,19 @@ func TestMalformedRequestsAnswerInShape(t *testing.T) {
 		}
 		if st := decodeStatus(t, b); st.reason() == "" || !strings.Contains(st.Message, tc.says) {
 			t.Errorf("%s: body %s, want a Status with a reason saying %q", tc.name, b, tc.says)
+		}
+	}
+	// Heads net/http serves pass: the guard is no stricter than it.
+	for _, head := range []string{
+		"GET /healthz HTTP/1.2\r\nHost: a\r\n\r\n",
+		"GET /healthz HTTP/1.0\r\n\r\n",
+		"GET http://127.0.0.1/healthz HTTP/1.1\r\nHost: 127.0.0.1:80\r\n\r\n",
+		"GET /healthz HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n\r\n",
+		"GET /healthz HTTP/1.1\r\nHost: a\r\nX-Tab: a\tb\r\n\r\n",
+	} {
+		resp, body, _ := rawRequest(t, h.srv.HTTPAddr(), nil, head, "", 10*time.Second)
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%q: HTTP %d %s, want 200 (net/http serves it)", head, resp.StatusCode, body)
 		}
 	}
 }
