@@ -443,7 +443,7 @@ func refusedHead(h string, req *http.Request) (int, codes.Code, string) {
 			}
 		}
 	}
-	if e := req.Header["Expect"]; len(e) > 0 && e[0] != "" && !httpguts.HeaderValuesContainsToken(e, "100-continue") {
+	if e := req.Header["Expect"]; len(e) > 0 && e[0] != "" && !httpguts.HeaderValuesContainsToken(e[:1], "100-continue") { // net/http reads the first
 		return http.StatusExpectationFailed, codes.FailedPrecondition, "unsupported Expect header: the server supports Expect: 100-continue only"
 	}
 	return 0, codes.OK, ""
