@@ -54,7 +54,7 @@ func (s *Server) httpHandler() (http.Handler, error) {
 		runtime.WithErrorHandler(httpErrorHandler),
 		runtime.WithStreamErrorHandler(streamErrorHandler),
 		runtime.WithForwardResponseOption(flushStreamHeaders),
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, restMarshaler()),
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, withEventCache(restMarshaler(), s.events)),
 		runtime.WithOutgoingTrailerMatcher(func(string) (string, bool) { return "", false }),
 		runtime.WithDisablePathLengthFallback(),
 		runtime.WithRoutingErrorHandler(s.routingErrorHandler(routes)),
@@ -63,7 +63,7 @@ func (s *Server) httpHandler() (http.Handler, error) {
 	if err := gatewayv1.RegisterDocumentServiceHandlerClient(ctx, s.gwMux, gatewayv1.NewDocumentServiceClient(s.rest)); err != nil {
 		return nil, fmt.Errorf("gateway: register REST handlers: %w", err)
 	}
-	if err := gatewayv1.RegisterEventServiceHandlerClient(ctx, s.gwMux, gatewayv1.NewEventServiceClient(s.rest)); err != nil {
+	if err := gatewayv1.RegisterEventServiceHandlerClient(ctx, s.gwMux, s.localEvents()); err != nil {
 		return nil, fmt.Errorf("gateway: register REST handlers: %w", err)
 	}
 	if err := s.registerOperationsREST(s.gwMux); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -24,11 +25,12 @@ const subscribeMethod = "/pipestream.gateway.v1.EventService/SubscribeEvents"
 
 // handleEventsWS serves GET /v1/events/ws?cursor=N[&kinds=#status][&documentId=ID]:
 // the event log over WebSocket as draft-holmgren-at-synchronization-00
-// frames it ("WebSocket Transport"). It is a client of SubscribeEvents over
-// the REST proxy's gRPC connection, so cursor rules, tenancy and auth are
+// frames it ("WebSocket Transport"). It runs SubscribeEvents in-process
+// (subscribeLocal, localstream.go), so cursor rules, tenancy and auth are
 // exactly those of gRPC and NDJSON subscribers:
 //
-//   - every event is one binary frame: CBOR {op: 1, t: kind} + CBOR payload;
+//   - every event is one binary frame: CBOR {op: 1, t: kind} + CBOR payload,
+//     encoded once for every subscriber (eventCache);
 //   - FutureCursor and ConsumerTooSlow are an error frame {op: -1} +
 //     {error, message}, then close ("Error Frames");
 //   - OutdatedCursor is an "#info" message frame;
@@ -37,7 +39,10 @@ const subscribeMethod = "/pipestream.gateway.v1.EventService/SubscribeEvents"
 //     with a JSON google.rpc.Status body that also has the draft's "error"
 //     name ("Pre-Upgrade HTTP Errors"; preUpgradeError, acceptWS).
 //
-// Client messages are read and ignored; pings keep the connection alive.
+// The connection is upgraded when the subscription started (the cursor was
+// accepted); the handler's goroutine then writes each frame as the event
+// log delivers it, under Config.StreamWriteTimeout. Client messages are
+// read and ignored; pings keep the connection alive.
 func (s *Server) handleEventsWS(w http.ResponseWriter, r *http.Request) {
 	req, err := wsSubscribeRequest(r)
 	if err != nil {
@@ -50,22 +55,27 @@ func (s *Server) handleEventsWS(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	stream, err := s.startWSSubscription(ctx, r, req)
+	sink := &wsSink{s: s, w: w, r: r, ctx: ctx, cancel: cancel}
+	defer sink.finish()
+	actx, err := runtime.AnnotateContext(ctx, s.gwMux, r, subscribeMethod, runtime.WithHTTPPathPattern("/v1/events/ws"))
 	if err != nil {
-		s.rejectWS(w, r, err)
+		s.rejectWS(w, r, status.Error(codes.InvalidArgument, err.Error()))
 		return
 	}
-	c, err := acceptWS(w, r, s.wsAcceptOptions())
-	if err != nil {
-		return // acceptWS answered the rejection
+	_, err = s.subscribeLocal(actx, req, sink)
+	if sink.c == nil {
+		if !sink.upgradeFailed {
+			s.rejectWS(w, r, subscriptionEnd(err, "the event subscription ended before it started"))
+		}
+		return
 	}
-	s.ws.Add(1)
-	defer s.ws.Done()
-	defer c.CloseNow()
-	c.SetReadLimit(64 << 10)
-	go discardWSReads(ctx, cancel, c)
-	go keepWSAlive(ctx, cancel, c, s.cfg.WSPingInterval)
-	s.pumpWSEvents(ctx, c, stream)
+	switch {
+	case sink.tooSlow:
+		s.closeWithErrorFrame(sink.c, ReasonConsumerTooSlow, "the consumer did not accept a frame in time; reconnect with cursor="+strconv.FormatUint(sink.tooSlowSeq, 10))
+	case sink.gone || sink.frameErr:
+	default:
+		s.closeWS(ctx, sink.c, subscriptionEnd(err, ""))
+	}
 }
 
 // wsSubscribeRequest reads the subscription from the query: kinds,
@@ -84,32 +94,95 @@ func wsSubscribeRequest(r *http.Request) (*gatewayv1.SubscribeEventsRequest, err
 	return req, nil
 }
 
-// startWSSubscription subscribes over the REST proxy's gRPC connection and
-// waits until the subscription started: SubscribeEvents sends headers
-// marked with subscribedHeader once auth and the limits passed; a call
-// rejected before that is a trailers-only response (Header returns the
-// trailers without an error, Recv the status). Either is a pre-upgrade
-// rejection, returned as the error.
-func (s *Server) startWSSubscription(ctx context.Context, r *http.Request, req *gatewayv1.SubscribeEventsRequest) (gatewayv1.EventService_SubscribeEventsClient, error) {
-	ctx, err := runtime.AnnotateContext(ctx, s.gwMux, r, subscribeMethod, runtime.WithHTTPPathPattern("/v1/events/ws"))
-	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+// subscriptionEnd is how the end of an in-process subscription reads to
+// its route, as a gRPC client would see it: io.EOF for a handler that
+// returned nil (or, with before set, an Internal error saying so).
+func subscriptionEnd(err error, before string) error {
+	switch {
+	case err != nil:
+		return err
+	case before != "":
+		return status.Error(codes.Internal, before)
 	}
-	stream, err := gatewayv1.NewEventServiceClient(s.conn).SubscribeEvents(ctx, req)
+	return io.EOF
+}
+
+// wsSink is a WebSocket subscription's localSink: start upgrades the
+// connection, send writes one frame. It runs on the HTTP handler's
+// goroutine, which alone writes frames (pings and close frames aside,
+// which coder/websocket serializes).
+type wsSink struct {
+	s      *Server
+	w      http.ResponseWriter
+	r      *http.Request
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	c             *websocket.Conn // set by start
+	upgradeFailed bool            // acceptWS answered the rejection
+	tooSlow       bool            // a frame write timed out: ConsumerTooSlow
+	tooSlowSeq    uint64
+	gone          bool // a write failed because the consumer left
+	frameErr      bool // an event could not be framed; the error frame is out
+	frame         []byte
+}
+
+// start upgrades the connection once the subscription started.
+func (k *wsSink) start(metadata.MD) error {
+	c, err := acceptWS(k.w, k.r, k.s.wsAcceptOptions())
 	if err != nil {
-		return nil, err
+		k.upgradeFailed = true
+		k.cancel()
+		return status.Error(codes.Canceled, "WebSocket upgrade failed: "+err.Error())
 	}
-	md, err := stream.Header()
+	k.s.ws.Add(1)
+	k.c = c
+	c.SetReadLimit(64 << 10)
+	go discardWSReads(k.ctx, k.cancel, c)
+	go keepWSAlive(k.ctx, k.cancel, c, k.s.cfg.WSPingInterval)
+	return nil
+}
+
+// finish releases the connection when the handler returns.
+func (k *wsSink) finish() {
+	if k.c != nil {
+		_ = k.c.CloseNow()
+		k.s.ws.Done()
+	}
+}
+
+// send writes ev's frame (shared by every subscriber) within the write
+// timeout.
+func (k *wsSink) send(ev *gatewayv1.Event) error {
+	if k.c == nil {
+		return status.Error(codes.Canceled, "the WebSocket connection is not open")
+	}
+	frame, err := k.s.events.wsFrame(ev)
 	if err != nil {
-		return nil, err
-	}
-	if len(md.Get(subscribedHeader)) == 0 {
-		if _, err = stream.Recv(); err == nil || errors.Is(err, io.EOF) {
-			err = status.Error(codes.Internal, "the event subscription ended before it started")
+		// Never a silent gap: the consumer is told which seq it misses.
+		k.s.log.Warn("WebSocket event frame could not be encoded; sending an #info notice in its place", "seq", ev.GetSeq(), "error", err)
+		k.frame, err = appendEventFrame(k.frame[:0], unframableEvent(ev))
+		if err != nil {
+			k.frameErr = true
+			k.s.closeWithErrorFrame(k.c, codes.Internal.String(), "event "+strconv.FormatUint(ev.GetSeq(), 10)+" could not be framed")
+			k.cancel()
+			return status.Error(codes.Canceled, "event could not be framed")
 		}
-		return nil, err
+		frame = k.frame
 	}
-	return stream, nil
+	wctx, wcancel := context.WithTimeout(k.ctx, k.s.cfg.StreamWriteTimeout)
+	err = k.c.Write(wctx, websocket.MessageBinary, frame)
+	wcancel()
+	if err != nil {
+		if k.ctx.Err() == nil { // not the consumer leaving: it could not keep up
+			k.tooSlow, k.tooSlowSeq = true, ev.GetSeq()
+		} else {
+			k.gone = true
+		}
+		k.cancel()
+		return status.Error(codes.Canceled, "WebSocket write failed: "+err.Error())
+	}
+	return nil
 }
 
 // rejectWS answers a subscription refused before the upgrade: FutureCursor
@@ -156,38 +229,6 @@ func keepWSAlive(ctx context.Context, cancel context.CancelFunc, c *websocket.Co
 				cancel()
 				return
 			}
-		}
-	}
-}
-
-// pumpWSEvents sends each event of stream as one binary frame until the
-// subscription or the connection ends.
-func (s *Server) pumpWSEvents(ctx context.Context, c *websocket.Conn, stream gatewayv1.EventService_SubscribeEventsClient) {
-	var frame []byte
-	for {
-		ev, err := stream.Recv()
-		if err != nil {
-			s.closeWS(ctx, c, err)
-			return
-		}
-		frame, err = appendEventFrame(frame[:0], ev)
-		if err != nil {
-			// Never a silent gap: the consumer is told which seq it misses.
-			s.log.Warn("WebSocket event frame could not be encoded; sending an #info notice in its place", "seq", ev.GetSeq(), "error", err)
-			frame, err = appendEventFrame(frame[:0], unframableEvent(ev))
-			if err != nil {
-				s.closeWithErrorFrame(c, codes.Internal.String(), "event "+strconv.FormatUint(ev.GetSeq(), 10)+" could not be framed")
-				return
-			}
-		}
-		wctx, wcancel := context.WithTimeout(ctx, s.cfg.StreamWriteTimeout)
-		err = c.Write(wctx, websocket.MessageBinary, frame)
-		wcancel()
-		if err != nil {
-			if ctx.Err() == nil { // not the consumer leaving: it could not keep up
-				s.closeWithErrorFrame(c, ReasonConsumerTooSlow, "the consumer did not accept a frame in time; reconnect with cursor="+strconv.FormatUint(ev.GetSeq(), 10))
-			}
-			return
 		}
 	}
 }
