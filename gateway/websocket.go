@@ -119,6 +119,8 @@ type wsSink struct {
 	cancel context.CancelFunc
 
 	c             *websocket.Conn // set by start
+	watch         *writeWatch     // frame write deadline (Config.StreamWriteTimeout)
+	unhook        func() bool     // stops closing c when ctx ends
 	upgradeFailed bool            // acceptWS answered the rejection
 	tooSlow       bool            // a frame write timed out: ConsumerTooSlow
 	tooSlowSeq    uint64
@@ -137,6 +139,8 @@ func (k *wsSink) start(metadata.MD) error {
 	}
 	k.s.ws.Add(1)
 	k.c = c
+	k.watch = newWriteWatch(k.s.cfg.StreamWriteTimeout, func() { _ = c.CloseNow() })
+	k.unhook = context.AfterFunc(k.ctx, func() { _ = c.CloseNow() })
 	c.SetReadLimit(64 << 10)
 	go discardWSReads(k.ctx, k.cancel, c)
 	go keepWSAlive(k.ctx, k.cancel, c, k.s.cfg.WSPingInterval)
@@ -146,6 +150,8 @@ func (k *wsSink) start(metadata.MD) error {
 // finish releases the connection when the handler returns.
 func (k *wsSink) finish() {
 	if k.c != nil {
+		k.watch.stop()
+		k.unhook()
 		_ = k.c.CloseNow()
 		k.s.ws.Done()
 	}
@@ -170,11 +176,14 @@ func (k *wsSink) send(ev *gatewayv1.Event) error {
 		}
 		frame = k.frame
 	}
-	wctx, wcancel := context.WithTimeout(k.ctx, k.s.cfg.StreamWriteTimeout)
-	err = k.c.Write(wctx, websocket.MessageBinary, frame)
-	wcancel()
+	// No per-frame context: its timer cost more than the frame. The write
+	// deadline is k.watch's; a consumer that leaves closes the connection
+	// (k.unhook), which fails a pending write at once.
+	k.watch.begin()
+	err = k.c.Write(context.Background(), websocket.MessageBinary, frame)
+	k.watch.end()
 	if err != nil {
-		if k.ctx.Err() == nil { // not the consumer leaving: it could not keep up
+		if k.watch.fired.Load() { // not the consumer leaving: it could not keep up
 			k.tooSlow, k.tooSlowSeq = true, ev.GetSeq()
 		} else {
 			k.gone = true
