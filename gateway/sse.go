@@ -210,6 +210,11 @@ func (s *Server) watchCall(r *http.Request, id string) (streamCall, error) {
 }
 
 func (s *Server) subscribeCall(r *http.Request) (streamCall, error) {
+	return subscribeCallWith(r, s.localEvents()) // in-process, straight from the event log (localstream.go)
+}
+
+// subscribeCallWith is subscribeCall over client c.
+func subscribeCallWith(r *http.Request, c gatewayv1.EventServiceClient) (streamCall, error) {
 	q := r.URL.Query()
 	if err := checkQuery(q, "cursor", "kinds", "documentId", "document_id", pageWaitParam, pageSizeParam); err != nil {
 		return streamCall{}, err
@@ -219,7 +224,6 @@ func (s *Server) subscribeCall(r *http.Request) (streamCall, error) {
 		doc = q.Get("document_id")
 	}
 	kinds := q["kinds"]
-	c := s.localEvents() // in-process, straight from the event log (localstream.go)
 	return streamCall{
 		listKey: "events",
 		open: func(ctx context.Context, cursor *uint64) (grpc.ClientStream, error) {
