@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/coder/websocket"
@@ -121,8 +122,9 @@ type wsSink struct {
 	c             *websocket.Conn // set by start
 	watch         *writeWatch     // frame write deadline (Config.StreamWriteTimeout)
 	unhook        func() bool     // stops closing c when ctx ends
-	upgradeFailed bool            // acceptWS answered the rejection
-	tooSlow       bool            // a frame write timed out: ConsumerTooSlow
+	stopPings     func()
+	upgradeFailed bool // acceptWS answered the rejection
+	tooSlow       bool // a frame write timed out: ConsumerTooSlow
 	tooSlowSeq    uint64
 	gone          bool // a write failed because the consumer left
 	frameErr      bool // an event could not be framed; the error frame is out
@@ -143,7 +145,7 @@ func (k *wsSink) start(metadata.MD) error {
 	k.unhook = context.AfterFunc(k.ctx, func() { _ = c.CloseNow() })
 	c.SetReadLimit(64 << 10)
 	go discardWSReads(k.ctx, k.cancel, c)
-	go keepWSAlive(k.ctx, k.cancel, c, k.s.cfg.WSPingInterval)
+	k.stopPings = keepWSAlive(k.ctx, k.cancel, c, k.s.cfg.WSPingInterval)
 	return nil
 }
 
@@ -152,6 +154,7 @@ func (k *wsSink) finish() {
 	if k.c != nil {
 		k.watch.stop()
 		k.unhook()
+		k.stopPings()
 		_ = k.c.CloseNow()
 		k.s.ws.Done()
 	}
@@ -221,25 +224,52 @@ func discardWSReads(ctx context.Context, cancel context.CancelFunc, c *websocket
 }
 
 // keepWSAlive pings every interval and cancels when a pong does not come
-// back within half of it (at most wsPongTimeout).
-func keepWSAlive(ctx context.Context, cancel context.CancelFunc, c *websocket.Conn, interval time.Duration) {
-	pongTimeout := min(wsPongTimeout, interval/2)
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			pctx, pcancel := context.WithTimeout(ctx, pongTimeout)
-			err := c.Ping(pctx)
-			pcancel()
-			if err != nil {
-				cancel()
-				return
-			}
-		}
+// back within half of it (at most wsPongTimeout). It holds no goroutine
+// between pings (a timer; a subscriber's goroutines are what its memory
+// is made of at 1,000 subscribers, issue 25); stop ends it.
+func keepWSAlive(ctx context.Context, cancel context.CancelFunc, c *websocket.Conn, interval time.Duration) (stop func()) {
+	p := &wsPinger{ctx: ctx, cancel: cancel, c: c, interval: interval, pongTimeout: min(wsPongTimeout, interval/2)}
+	p.mu.Lock()
+	p.t = time.AfterFunc(interval, p.ping)
+	p.mu.Unlock()
+	return p.stop
+}
+
+// wsPinger is keepWSAlive's timer.
+type wsPinger struct {
+	ctx                   context.Context
+	cancel                context.CancelFunc
+	c                     *websocket.Conn
+	interval, pongTimeout time.Duration
+
+	mu      sync.Mutex // t, stopped
+	t       *time.Timer
+	stopped bool
+}
+
+func (p *wsPinger) ping() {
+	if p.ctx.Err() != nil {
+		return
 	}
+	pctx, pcancel := context.WithTimeout(p.ctx, p.pongTimeout)
+	err := p.c.Ping(pctx) // no lock held: Ping writes
+	pcancel()
+	if err != nil {
+		p.cancel()
+		return
+	}
+	p.mu.Lock()
+	if !p.stopped {
+		p.t.Reset(p.interval)
+	}
+	p.mu.Unlock()
+}
+
+func (p *wsPinger) stop() {
+	p.mu.Lock()
+	p.stopped = true
+	p.t.Stop()
+	p.mu.Unlock()
 }
 
 // closeWS ends the connection after the subscription ended with err.
