@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/pipestream/gateway/bridge/eventlog"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
 
@@ -54,6 +55,10 @@ func (s *Server) handleEventsWS(w http.ResponseWriter, r *http.Request) {
 		_, _ = acceptWS(w, r, s.wsAcceptOptions()) // answers 426 before any subscription is made
 		return
 	}
+	// Counted before the upgrade, while http.Server still tracks the
+	// request: Shutdown waits for hijacked connections on s.ws.
+	s.ws.Add(1)
+	defer s.ws.Done()
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	sink := &wsSink{s: s, w: w, r: r, ctx: ctx, cancel: cancel}
@@ -63,7 +68,10 @@ func (s *Server) handleEventsWS(w http.ResponseWriter, r *http.Request) {
 		s.rejectWS(w, r, status.Error(codes.InvalidArgument, err.Error()))
 		return
 	}
-	_, err = s.subscribeLocal(actx, req, sink)
+	_, err = s.subscribeLocal(eventlog.WithIdle(actx, sink.idle), req, sink)
+	if sink.c != nil && !sink.gone && !sink.tooSlow {
+		_ = sink.flushBatch() // what the subscription sent after its last idle
+	}
 	if sink.c == nil {
 		if !sink.upgradeFailed {
 			s.rejectWS(w, r, subscriptionEnd(err, "the event subscription ended before it started"))
@@ -120,6 +128,9 @@ type wsSink struct {
 	cancel context.CancelFunc
 
 	c             *websocket.Conn // set by start
+	cork          *corkConn       // c's connection: frames of a batch leave in one write
+	idleWired     bool            // the event log calls idle: corking is safe
+	batchFirst    uint64          // seq of the first frame corked since the last flush
 	watch         *writeWatch     // frame write deadline (Config.StreamWriteTimeout)
 	unhook        func() bool     // stops closing c when ctx ends
 	stopPings     func()
@@ -133,14 +144,14 @@ type wsSink struct {
 
 // start upgrades the connection once the subscription started.
 func (k *wsSink) start(metadata.MD) error {
-	c, err := acceptWS(k.w, k.r, k.s.wsAcceptOptions())
+	hj := &corkHijacker{ResponseWriter: k.w}
+	c, err := acceptWS(hj, k.r, k.s.wsAcceptOptions())
 	if err != nil {
 		k.upgradeFailed = true
 		k.cancel()
 		return status.Error(codes.Canceled, "WebSocket upgrade failed: "+err.Error())
 	}
-	k.s.ws.Add(1)
-	k.c = c
+	k.c, k.cork = c, hj.conn
 	k.watch = newWriteWatch(k.s.cfg.StreamWriteTimeout, func() { _ = c.CloseNow() })
 	k.unhook = context.AfterFunc(k.ctx, func() { _ = c.CloseNow() })
 	c.SetReadLimit(64 << 10)
@@ -156,7 +167,6 @@ func (k *wsSink) finish() {
 		k.unhook()
 		k.stopPings()
 		_ = k.c.CloseNow()
-		k.s.ws.Done()
 	}
 }
 
@@ -172,6 +182,9 @@ func (k *wsSink) send(ev *gatewayv1.Event) error {
 		k.s.log.Warn("WebSocket event frame could not be encoded; sending an #info notice in its place", "seq", ev.GetSeq(), "error", err)
 		k.frame, err = appendEventFrame(k.frame[:0], unframableEvent(ev))
 		if err != nil {
+			if ferr := k.flushBatch(); ferr != nil {
+				return ferr
+			}
 			k.frameErr = true
 			k.s.closeWithErrorFrame(k.c, codes.Internal.String(), "event "+strconv.FormatUint(ev.GetSeq(), 10)+" could not be framed")
 			k.cancel()
@@ -182,19 +195,57 @@ func (k *wsSink) send(ev *gatewayv1.Event) error {
 	// No per-frame context: its timer cost more than the frame. The write
 	// deadline is k.watch's; a consumer that leaves closes the connection
 	// (k.unhook), which fails a pending write at once.
+	first := ev.GetSeq()
+	if k.idleWired && k.cork != nil {
+		k.cork.cork() // flushBatch writes it with the rest of the batch
+		if k.batchFirst == 0 {
+			k.batchFirst = first
+		}
+		first = k.batchFirst
+	}
 	k.watch.begin()
 	err = k.c.Write(context.Background(), websocket.MessageBinary, frame)
 	k.watch.end()
-	if err != nil {
-		if k.watch.fired.Load() { // not the consumer leaving: it could not keep up
-			k.tooSlow, k.tooSlowSeq = true, ev.GetSeq()
-		} else {
-			k.gone = true
-		}
-		k.cancel()
-		return status.Error(codes.Canceled, "WebSocket write failed: "+err.Error())
+	if err == nil && k.cork != nil && k.cork.full() {
+		return k.flushBatch()
 	}
-	return nil
+	return k.wrote(err, first)
+}
+
+// idle is the event log's eventlog.WithIdle hook: the subscriber sent
+// everything committed so far; the batch's frames go out in one write.
+func (k *wsSink) idle() error {
+	k.idleWired = true
+	return k.flushBatch()
+}
+
+// flushBatch writes the corked frames within the write timeout.
+func (k *wsSink) flushBatch() error {
+	if k.cork == nil {
+		return nil
+	}
+	first := k.batchFirst
+	k.batchFirst = 0
+	k.watch.begin()
+	err := k.cork.flush()
+	k.watch.end()
+	return k.wrote(err, first)
+}
+
+// wrote handles the outcome of a write whose first frame was event seq
+// first: a write cut by the watch is a consumer too slow (it resumes
+// from first), any other failure a consumer that left.
+func (k *wsSink) wrote(err error, first uint64) error {
+	if err == nil {
+		return nil
+	}
+	if k.watch.fired.Load() { // not the consumer leaving: it could not keep up
+		k.tooSlow, k.tooSlowSeq = true, first
+	} else {
+		k.gone = true
+	}
+	k.cancel()
+	return status.Error(codes.Canceled, "WebSocket write failed: "+err.Error())
 }
 
 // rejectWS answers a subscription refused before the upgrade: FutureCursor

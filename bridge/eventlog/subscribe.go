@@ -82,6 +82,18 @@ func (l *Log) SubscribeDocument(ctx context.Context, tenant, clientKey, docID st
 		Filter: Filter{DocumentID: docID}, OnStart: onStart}, send)
 }
 
+// WithIdle returns ctx carrying idle, which a subscription followed with
+// that context (Follow, Subscribe) calls each time it has sent every event
+// committed so far and is about to wait for more: a transport that
+// buffers what send gave it writes it out then (one write for the events
+// of a batch rather than one each). An error from idle ends the
+// subscription with that error.
+func WithIdle(ctx context.Context, idle func() error) context.Context {
+	return context.WithValue(ctx, idleKey{}, idle)
+}
+
+type idleKey struct{}
+
 // subscriber is the whole per-subscription state: a constant size.
 type subscriber struct {
 	l      *Log
@@ -187,6 +199,11 @@ func (sub *subscriber) run(ctx context.Context) error {
 			}
 		case readCaughtUp:
 			sub.live = true
+			if idle, ok := ctx.Value(idleKey{}).(func() error); ok {
+				if err := idle(); err != nil {
+					return err
+				}
+			}
 			select {
 			case <-wake:
 			case <-ctx.Done():
