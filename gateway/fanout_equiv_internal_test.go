@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -52,7 +53,10 @@ import (
 // whole window, in the window, below it: #info OutdatedCursor, above it:
 // FutureCursor, not a number), and a subscription that ends with
 // ConsumerTooSlow, is read from both paths and compared byte for byte
-// (status, Content-Type, body; WebSocket: every message and the close).
+// (status, Content-Type, body; WebSocket: every message and the close);
+// last, live subscriptions in every form get a new document's events and
+// are cut with ConsumerTooSlow (compareLive: the WebSocket frames corked
+// behind the event log's idle hook must come out before the error frame).
 // The #info notice's time is the moment of each subscription, the one
 // field that may differ.
 func TestFanoutSameBytesAsGRPCPath(t *testing.T) {
@@ -126,6 +130,7 @@ func TestFanoutSameBytesAsGRPCPath(t *testing.T) {
 	if w2, err := e.events.GetEventWindow(e.ctx("tok-a"), &gatewayv1.GetEventWindowRequest{}); err != nil || !equalWindow(w, w2) {
 		t.Fatalf("the window moved during the comparison (%v -> %v, %v): the paths did not read the same history", w, w2, err)
 	}
+	t.Run("live+too-slow", func(t *testing.T) { e.compareLive(t) }) // appends: last
 }
 
 // equivKeep is how many events the history's log keeps at least.
@@ -297,6 +302,72 @@ func (e *equivEnv) compareHTTP(t *testing.T, path string, hdr http.Header, accep
 		t.Errorf("%s (%s): empty body: nothing was compared", path, accept)
 	}
 	return string(nb)
+}
+
+// compareLive opens live subscriptions (no cursor) of tenant acme in every
+// form on both paths, then commits a document: each subscription gets its
+// events as they are committed, the new WebSocket one corked behind the
+// event log's idle hook (wscork.go), and is cut with ConsumerTooSlow after
+// the first (equivLog), which the WebSocket route must write out before
+// its error frame.
+func (e *equivEnv) compareLive(t *testing.T) {
+	hdr := http.Header{"Authorization": {"Bearer tok-a"}, "X-Client-Id": {"too-slow"}}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	var readers [2][]func() string // [old, new] per form
+	for i, base := range []string{e.oldURL, e.newURL} {
+		for _, accept := range []string{ndjsonType, sseType} {
+			req, err := http.NewRequestWithContext(ctx, "GET", base+"/v1/events:subscribe", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header = hdr.Clone()
+			req.Header.Set("Accept", accept)
+			resp, err := e.hc.Do(req) // returns with the status line: the subscription started
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			readers[i] = append(readers[i], func() string {
+				b, err := io.ReadAll(resp.Body)
+				if err != nil {
+					t.Errorf("%s %s: %v", base, accept, err)
+				}
+				return fmt.Sprintf("HTTP %d %s\n%s", resp.StatusCode, resp.Header.Get("Content-Type"), b)
+			})
+		}
+		c, _, err := websocket.Dial(ctx, strings.Replace(base, "http", "ws", 1)+"/v1/events/ws", &websocket.DialOptions{HTTPHeader: hdr.Clone(), HTTPClient: e.hc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.CloseNow()
+		readers[i] = append(readers[i], func() string {
+			var out []string
+			for {
+				typ, b, err := c.Read(ctx)
+				if err != nil {
+					return strings.Join(append(out, fmt.Sprintf("close %d %q", websocket.CloseStatus(err), closeReason(err))), "\n")
+				}
+				out = append(out, fmt.Sprintf("%v %x", typ, b))
+			}
+		})
+	}
+	if _, err := e.docsC.SubmitDocument(e.ctx("tok-a"), &gatewayv1.SubmitDocumentRequest{Content: []byte("live"), ContentType: "text/plain"}); err != nil {
+		t.Fatal(err)
+	}
+	for f, name := range []string{"NDJSON", "SSE", "WebSocket"} {
+		old, got := readers[0][f](), readers[1][f]()
+		if old != got {
+			t.Errorf("live %s:\nold path:\n%s\nnew path:\n%s", name, old, got)
+		}
+		slow, doc := "ConsumerTooSlow", "#document"
+		if name == "WebSocket" { // frames are shown in hex
+			slow, doc = hex.EncodeToString([]byte(slow)), hex.EncodeToString([]byte(doc))
+		}
+		if !strings.Contains(got, slow) || !strings.Contains(got, doc) {
+			t.Errorf("live %s: want an event, then ConsumerTooSlow:\n%s", name, got)
+		}
+	}
 }
 
 // compareWS reads /v1/events/ws?q from the new path and the old one.
