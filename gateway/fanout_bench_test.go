@@ -44,7 +44,7 @@ func BenchmarkWebSocketFanout(b *testing.B) {
 	}
 	srv, err := gateway.New(gateway.Config{
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Bridge: br, Logger: slog.New(slog.DiscardHandler),
-		RateLimit: -1, MaxSubscribersPerTenant: -1, MaxConcurrentStreams: 4 * subs,
+		RateLimit: -1, MaxSubscribersPerTenant: -1, MaxConcurrentStreams: 4 * subs, MaxConnsPerIP: -1,
 	})
 	if err != nil {
 		b.Fatal(err)
