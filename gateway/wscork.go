@@ -26,7 +26,11 @@ const corkMaxBytes = 64 << 10
 // with the batch, else directly: a ping may then overtake a batch being
 // flushed, never split a frame (each Write is one net.Conn.Write, which
 // the runtime keeps whole, and coder/websocket serializes its frames). mu
-// guards the buffer only: no write happens under it.
+// guards the buffer only: no write happens under it. One corner: the close
+// frame coder/websocket sends in reply to a client's close while a batch
+// is corked waits for the batch; the reader's error closes the connection
+// at once (discardWSReads), so such a client may see the TCP close without
+// the reply, as when it closes during a frame write.
 type corkConn struct {
 	net.Conn
 	mu     sync.Mutex
