@@ -99,6 +99,7 @@ type subscriber struct {
 	l      *Log
 	s      Subscription
 	send   func(*gatewayv1.Event) error
+	idle   func() error // WithIdle's hook, or nil
 	client *retention.Client
 	next   uint64 // next seq to deliver
 	hint   uint64 // tail position expected for next
@@ -131,6 +132,7 @@ func (l *Log) Follow(ctx context.Context, s Subscription, send func(*gatewayv1.E
 			*s.Cursor, latest, ErrFutureCursor)
 	}
 	sub := &subscriber{l: l, s: s, send: send}
+	sub.idle, _ = ctx.Value(idleKey{}).(func() error) // WithIdle
 	if s.ClientKey != "" {
 		sub.client = l.ret.Touch(s.ClientKey, s.Cursor, l.opts.Now())
 		defer func() { l.ret.Release(sub.client, l.opts.Now()) }()
@@ -199,8 +201,8 @@ func (sub *subscriber) run(ctx context.Context) error {
 			}
 		case readCaughtUp:
 			sub.live = true
-			if idle, ok := ctx.Value(idleKey{}).(func() error); ok {
-				if err := idle(); err != nil {
+			if sub.idle != nil {
+				if err := sub.idle(); err != nil {
 					return err
 				}
 			}
