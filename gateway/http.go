@@ -49,22 +49,12 @@ import (
 func (s *Server) httpHandler() (http.Handler, error) {
 	useStrictQueryParser()
 	routes := s.restRoutes()
-	s.gwMux = runtime.NewServeMux(
-		runtime.WithIncomingHeaderMatcher(incomingHeader),
-		runtime.WithOutgoingHeaderMatcher(outgoingHeader),
-		runtime.WithErrorHandler(httpErrorHandler),
-		runtime.WithStreamErrorHandler(streamErrorHandler),
-		runtime.WithForwardResponseOption(flushStreamHeaders),
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, restMarshaler()),
-		runtime.WithOutgoingTrailerMatcher(func(string) (string, bool) { return "", false }),
-		runtime.WithDisablePathLengthFallback(),
-		runtime.WithRoutingErrorHandler(s.routingErrorHandler(routes)),
-	)
+	s.gwMux = s.restMux(routes, withEventCache(restMarshaler(), s.events))
 	ctx := context.Background()
 	if err := gatewayv1.RegisterDocumentServiceHandlerClient(ctx, s.gwMux, gatewayv1.NewDocumentServiceClient(s.rest)); err != nil {
 		return nil, fmt.Errorf("gateway: register REST handlers: %w", err)
 	}
-	if err := gatewayv1.RegisterEventServiceHandlerClient(ctx, s.gwMux, gatewayv1.NewEventServiceClient(s.rest)); err != nil {
+	if err := gatewayv1.RegisterEventServiceHandlerClient(ctx, s.gwMux, s.localEvents()); err != nil {
 		return nil, fmt.Errorf("gateway: register REST handlers: %w", err)
 	}
 	if err := s.registerOperationsREST(s.gwMux); err != nil {
@@ -87,6 +77,21 @@ func (s *Server) httpHandler() (http.Handler, error) {
 	mux.HandleFunc("GET /{$}", handleIndex)
 	mux.Handle("/", withErrorHeaders(s.refuseStrayQuery(routes, s.streamForms(streamFraming(s.limitBody(s.gwMux))))))
 	return writeDeadlines(withRequestID(s.rejectSmuggled(s.checkUTF8(s.browserGuard(routes, s.admitAPI(mux))))), s.cfg.StreamWriteTimeout), nil
+}
+
+// restMux is the grpc-gateway mux of the REST routes, m its marshaler.
+func (s *Server) restMux(routes []route, m runtime.Marshaler) *runtime.ServeMux {
+	return runtime.NewServeMux(
+		runtime.WithIncomingHeaderMatcher(incomingHeader),
+		runtime.WithOutgoingHeaderMatcher(outgoingHeader),
+		runtime.WithErrorHandler(httpErrorHandler),
+		runtime.WithStreamErrorHandler(streamErrorHandler),
+		runtime.WithForwardResponseOption(flushStreamHeaders),
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, m),
+		runtime.WithOutgoingTrailerMatcher(func(string) (string, bool) { return "", false }),
+		runtime.WithDisablePathLengthFallback(),
+		runtime.WithRoutingErrorHandler(s.routingErrorHandler(routes)),
+	)
 }
 
 type slogPrintln struct{ s *Server }

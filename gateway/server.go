@@ -53,6 +53,11 @@ type Server struct {
 	// rest is the REST proxy's client: unary calls in-process through
 	// the interceptor chain, streams over conn (inproc.go).
 	rest *inprocConn
+	// localChain is the stream interceptor chain the REST routes' event
+	// subscriptions run through in-process (localstream.go); events
+	// encodes their events once for all of them (eventcache.go).
+	localChain []grpc.StreamServerInterceptor
+	events     *eventCache
 	// admitNonce authenticates admittedHeader (preAdmitted): random per
 	// server, never sent to a client.
 	admitNonce string
@@ -150,6 +155,7 @@ func New(cfg Config) (*Server, error) {
 	opts = append(opts, grpc.Creds(guardCreds{TransportCredentials: creds, s: s}), grpc.UnknownServiceHandler(unknownMethod))
 	s.grpc = grpc.NewServer(opts...)
 	s.rest = newInprocConn(s.unaryInterceptors(), cfg.MaxRecvMsgBytes, cfg.MaxSendMsgBytes)
+	s.localChain, s.events = s.streamInterceptors(), &eventCache{}
 	s.register(&gatewayv1.DocumentService_ServiceDesc, &documentService{s: s})
 	s.register(&gatewayv1.EventService_ServiceDesc, &eventService{s: s})
 	s.register(&longrunningpb.Operations_ServiceDesc, &operationsService{s: s})
