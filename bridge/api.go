@@ -93,6 +93,11 @@ type EventLog interface {
 	// (one store read transaction), then a final chunk with Last and
 	// TotalDocuments. Memory is one chunk whatever the store's size.
 	StreamSnapshot(ctx context.Context, t Tenant, pageSize int, send func(*gatewayv1.SnapshotChunk) error) error
+	// StreamSnapshotEncoded is StreamSnapshot with every chunk in protobuf
+	// wire form, assembled from the stored document bytes without decoding
+	// them (the gRPC stream passes it through); the chunk is valid only
+	// during send.
+	StreamSnapshotEncoded(ctx context.Context, t Tenant, pageSize int, send func(chunk []byte) error) error
 }
 
 // WithStartHook returns a context for EventLog.Subscribe and Service.Watch

@@ -365,6 +365,40 @@ func (l *Log) StreamSnapshot(ctx context.Context, tenant string, page int, fn fu
 	return nil
 }
 
+// rawSnapshotter is the optional fast read of StreamSnapshotRaw (the
+// SQLite store has it): the documents as stored, not decoded.
+type rawSnapshotter interface {
+	SnapshotRaw(ctx context.Context, tenant string, page int, fn func(seq uint64, docs []store.RawDocument) error) error
+}
+
+// StreamSnapshotRaw is StreamSnapshot with each document as its stored
+// encoding (store.RawDocument): the same pages, order and seq. A store
+// without SnapshotRaw is read with SnapshotPages and its documents
+// encoded here, so callers see one form whatever the backend.
+func (l *Log) StreamSnapshotRaw(ctx context.Context, tenant string, page int, fn func(seq uint64, docs []store.RawDocument) error) error {
+	var err error
+	if rs, ok := l.st.(rawSnapshotter); ok {
+		err = rs.SnapshotRaw(ctx, tenant, page, fn)
+	} else {
+		var raw []store.RawDocument
+		err = l.st.SnapshotPages(ctx, tenant, page, func(seq uint64, recs []*store.DocumentRecord) error {
+			raw = raw[:0]
+			for _, r := range recs {
+				d, err := store.EncodeRaw(r.Doc)
+				if err != nil {
+					return err
+				}
+				raw = append(raw, d)
+			}
+			return fn(seq, raw)
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("eventlog: snapshot: %w", err)
+	}
+	return nil
+}
+
 // Close stops the retention pass, removes the store hook and ends every
 // subscription with ErrClosed. It does not close the store. Idempotent.
 func (l *Log) Close() error {

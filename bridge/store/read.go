@@ -527,6 +527,152 @@ func (s *Store) SnapshotPages(ctx context.Context, tenant string, page int, fn f
 	})
 }
 
+// RawDocument is one document of SnapshotRaw as stored, not decoded: Body
+// is the encoded gatewayv1.Document without its entities, digests and
+// claims (encodeDoc strips fields 13-15), Digests the newest attempt's
+// encoded ScopeDigests in (scope, instance) order, Claims its claims
+// oldest first. The slices are the caller's.
+type RawDocument struct {
+	ID      string
+	Body    []byte
+	Digests [][]byte
+	Claims  []*gatewayv1.ClaimCheck
+}
+
+// EncodeRaw is the RawDocument of a decoded document (with its digests
+// and claims; entities are not part of it): what SnapshotRaw returns for
+// the same stored document, for a backend that reads documents decoded.
+func EncodeRaw(d *gatewayv1.Document) (RawDocument, error) {
+	full, err := proto.Marshal(d)
+	if err != nil {
+		return RawDocument{}, fmt.Errorf("store: encode document %s: %w", d.GetId(), err)
+	}
+	body, err := StripFields(full, docFieldEntities, docFieldDigests, docFieldClaimChecks)
+	if err != nil {
+		return RawDocument{}, err
+	}
+	r := RawDocument{ID: d.GetId(), Body: body, Claims: d.GetClaimChecks()}
+	for _, g := range d.GetDigests() {
+		b, err := proto.Marshal(g)
+		if err != nil {
+			return RawDocument{}, fmt.Errorf("store: encode digest of %s: %w", d.GetId(), err)
+		}
+		r.Digests = append(r.Digests, b)
+	}
+	return r, nil
+}
+
+// SnapshotRaw is SnapshotPages without decoding the documents: the same
+// pages, order, seq and single read transaction, each document as its
+// stored bytes, so that a caller sending protobuf passes them through
+// (bridge: StreamSnapshotEncoded). fn must not keep docs past its return.
+func (s *Store) SnapshotRaw(ctx context.Context, tenant string, page int, fn func(seq uint64, docs []RawDocument) error) error {
+	page = min(max(page, 1), 10000)
+	return s.readTx(ctx, func(tx *sql.Tx) error {
+		var last int64
+		if err := tx.QueryRowContext(ctx, "SELECT value FROM meta WHERE key = 'last_seq'").Scan(&last); err != nil {
+			return fmt.Errorf("store: snapshot: %w", err)
+		}
+		q, err := prepareSnapshot(ctx, tx)
+		if err != nil {
+			return err
+		}
+		defer q.close()
+		var afterTime int64 = math.MinInt64
+		afterID := ""
+		docs := make([]RawDocument, 0, page)
+		for first := true; ; first = false {
+			var lastCT int64
+			docs, lastCT, err = q.rawPage(ctx, tenant, afterTime, afterID, page, docs[:0])
+			if err != nil {
+				return err
+			}
+			if len(docs) == 0 && !first {
+				return nil
+			}
+			if err := q.rawChildren(ctx, tenant, docs); err != nil {
+				return err
+			}
+			if err := fn(uint64(last), docs); err != nil {
+				return err
+			}
+			if len(docs) < page {
+				return nil
+			}
+			afterTime, afterID = lastCT, docs[len(docs)-1].ID
+		}
+	})
+}
+
+// rawPage is page without the decode; it returns the last create time.
+func (q *snapshotStmts) rawPage(ctx context.Context, tenant string, afterTime int64, afterID string, page int, docs []RawDocument) ([]RawDocument, int64, error) {
+	rows, err := q.docs.QueryContext(ctx, tenant, afterTime, afterID, page)
+	if err != nil {
+		return nil, 0, fmt.Errorf("store: snapshot: %w", err)
+	}
+	defer rows.Close()
+	var ct int64
+	for rows.Next() {
+		var d RawDocument
+		if err := rows.Scan(&d.ID, &ct, &d.Body); err != nil {
+			return nil, 0, fmt.Errorf("store: snapshot: %w", err)
+		}
+		docs = append(docs, d)
+	}
+	return docs, ct, rows.Err()
+}
+
+// rawChildren is children for RawDocuments: digests stay encoded.
+func (q *snapshotStmts) rawChildren(ctx context.Context, tenant string, docs []RawDocument) error {
+	if len(docs) == 0 {
+		return nil
+	}
+	byID := make(map[string]int, len(docs))
+	ids := make([]string, 0, len(docs))
+	for i, d := range docs {
+		byID[d.ID] = i
+		ids = append(ids, d.ID)
+	}
+	js, err := json.Marshal(ids)
+	if err != nil {
+		return err
+	}
+	rows, err := q.digests.QueryContext(ctx, string(js))
+	if err != nil {
+		return fmt.Errorf("store: snapshot digests: %w", err)
+	}
+	for rows.Next() {
+		var id string
+		var b []byte
+		if err := rows.Scan(&id, &b); err != nil {
+			rows.Close()
+			return err
+		}
+		if i, ok := byID[id]; ok {
+			docs[i].Digests = append(docs[i].Digests, b)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	rows, err = q.claims.QueryContext(ctx, tenant, string(js))
+	if err != nil {
+		return fmt.Errorf("store: snapshot claims: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		c, err := scanClaim(rows)
+		if err != nil {
+			return err
+		}
+		if i, ok := byID[c.Claim.GetDocumentId()]; ok {
+			docs[i].Claims = append(docs[i].Claims, c.Claim)
+		}
+	}
+	return rows.Err()
+}
+
 // snapshotStmts are SnapshotPages' statements, prepared on its transaction.
 type snapshotStmts struct {
 	docs, digests, claims *sql.Stmt
