@@ -50,6 +50,15 @@ func (e events) StreamSnapshot(ctx context.Context, t Tenant, pageSize int, send
 	return send(&gatewayv1.SnapshotChunk{Seq: last, Last: true, TotalDocuments: total})
 }
 
+// SnapshotPosition is a place in the snapshot's order (create time, then
+// id): StreamSnapshotEncoded sends the documents after it. The zero
+// position is the start; a document's own position is its create_time
+// (Unix ns) and id.
+type SnapshotPosition struct {
+	CreateTime int64
+	ID         string
+}
+
 // Field numbers of the encoded public forms StreamSnapshotEncoded writes.
 const (
 	chunkFieldSeq       = 1
@@ -68,7 +77,7 @@ const (
 // stored body with its public name (publicDoc) and its digests and claims
 // spliced in, so the chunk decodes to exactly what StreamSnapshot sends.
 // The chunk is only valid during send.
-func (e events) StreamSnapshotEncoded(ctx context.Context, t Tenant, pageSize int, send func(chunk []byte) error) error {
+func (e events) StreamSnapshotEncoded(ctx context.Context, t Tenant, pageSize int, after SnapshotPosition, send func(chunk []byte) error) error {
 	if pageSize < 0 || pageSize > MaxSnapshotPage {
 		return fmt.Errorf("page_size %d is out of range: use 1 to %d, or 0 for %d: %w", pageSize, MaxSnapshotPage, DefaultSnapshotPage, ErrInvalid)
 	}
@@ -80,7 +89,8 @@ func (e events) StreamSnapshotEncoded(ctx context.Context, t Tenant, pageSize in
 		chunk, doc  []byte
 		err         error
 	)
-	err = e.b.ev.StreamSnapshotRaw(ctx, string(t), pageSize, func(seq uint64, docs []store.RawDocument) error {
+	key := store.SnapshotKey{CreateTime: after.CreateTime, ID: after.ID}
+	err = e.b.ev.StreamSnapshotRaw(ctx, string(t), key, pageSize, func(seq uint64, docs []store.RawDocument) error {
 		last = seq
 		if len(docs) == 0 {
 			return nil // only the empty store's single call: the final chunk says it

@@ -111,7 +111,7 @@ func snapshotBoth(t *testing.T, b *bridge.Bridge, tenant bridge.Tenant, page int
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Events().StreamSnapshotEncoded(ctx, tenant, page, func(chunk []byte) error {
+	if err := b.Events().StreamSnapshotEncoded(ctx, tenant, page, bridge.SnapshotPosition{}, func(chunk []byte) error {
 		c := new(gatewayv1.SnapshotChunk)
 		if err := proto.Unmarshal(chunk, c); err != nil {
 			return err

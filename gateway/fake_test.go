@@ -296,7 +296,7 @@ func (l *fakeLog) Snapshot(context.Context, bridge.Tenant) (*gatewayv1.Snapshot,
 	return &gatewayv1.Snapshot{Seq: l.latest}, nil
 }
 
-func (l *fakeLog) StreamSnapshotEncoded(ctx context.Context, t bridge.Tenant, n int, send func([]byte) error) error {
+func (l *fakeLog) StreamSnapshotEncoded(ctx context.Context, t bridge.Tenant, n int, _ bridge.SnapshotPosition, send func([]byte) error) error {
 	return l.StreamSnapshot(ctx, t, n, func(c *gatewayv1.SnapshotChunk) error {
 		b, err := proto.Marshal(c)
 		if err != nil {

@@ -533,8 +533,11 @@ func (s *Store) SnapshotPages(ctx context.Context, tenant string, page int, fn f
 // encoded ScopeDigests in (scope, instance) order, Claims its claims
 // oldest first. The slices are the caller's.
 type RawDocument struct {
-	ID      string
-	Body    []byte
+	ID string
+	// CreateTime is the create_time column (Unix ns): with ID, the
+	// document's position in the snapshot's order (SnapshotKey).
+	CreateTime int64
+	Body       []byte
 	Digests [][]byte
 	Claims  []*gatewayv1.ClaimCheck
 }
@@ -551,7 +554,7 @@ func EncodeRaw(d *gatewayv1.Document) (RawDocument, error) {
 	if err != nil {
 		return RawDocument{}, err
 	}
-	r := RawDocument{ID: d.GetId(), Body: body, Claims: d.GetClaimChecks()}
+	r := RawDocument{ID: d.GetId(), CreateTime: d.GetCreateTime().AsTime().UnixNano(), Body: body, Claims: d.GetClaimChecks()}
 	for _, g := range d.GetDigests() {
 		b, err := proto.Marshal(g)
 		if err != nil {
@@ -562,11 +565,19 @@ func EncodeRaw(d *gatewayv1.Document) (RawDocument, error) {
 	return r, nil
 }
 
+// SnapshotKey is a position in the snapshot's (create_time, id) order:
+// the documents after it. The zero key is the start.
+type SnapshotKey struct {
+	CreateTime int64 // Unix ns
+	ID         string
+}
+
 // SnapshotRaw is SnapshotPages without decoding the documents: the same
 // pages, order, seq and single read transaction, each document as its
 // stored bytes, so that a caller sending protobuf passes them through
-// (bridge: StreamSnapshotEncoded). fn must not keep docs past its return.
-func (s *Store) SnapshotRaw(ctx context.Context, tenant string, page int, fn func(seq uint64, docs []RawDocument) error) error {
+// (bridge: StreamSnapshotEncoded). It starts after the key after (the
+// zero key: the first document). fn must not keep docs past its return.
+func (s *Store) SnapshotRaw(ctx context.Context, tenant string, after SnapshotKey, page int, fn func(seq uint64, docs []RawDocument) error) error {
 	page = min(max(page, 1), 10000)
 	return s.readTx(ctx, func(tx *sql.Tx) error {
 		var last int64
@@ -585,8 +596,10 @@ func (s *Store) SnapshotRaw(ctx context.Context, tenant string, page int, fn fun
 			EXISTS (SELECT 1 FROM claims WHERE tenant = ?)`, tenant).Scan(&has.digests, &has.claims); err != nil {
 			return fmt.Errorf("store: snapshot: %w", err)
 		}
-		var afterTime int64 = math.MinInt64
-		afterID := ""
+		afterTime, afterID := after.CreateTime, after.ID
+		if afterID == "" {
+			afterTime = math.MinInt64
+		}
 		docs := make([]RawDocument, 0, page)
 		for first := true; ; first = false {
 			var lastCT int64
@@ -643,7 +656,7 @@ func (q *snapshotStmts) rawPage(ctx context.Context, tenant string, afterTime in
 			return nil, 0, fmt.Errorf("store: snapshot: malformed page record")
 		}
 		blob = blob[rawRecordHeader:]
-		d := RawDocument{ID: string(blob[:idLen]), Body: blob[idLen : idLen+bodyLen : idLen+bodyLen]}
+		d := RawDocument{ID: string(blob[:idLen]), CreateTime: ct, Body: blob[idLen : idLen+bodyLen : idLen+bodyLen]}
 		blob = blob[idLen+bodyLen:]
 		if ct < prevCT || ct == prevCT && d.ID <= prevID {
 			sorted = false

@@ -50,7 +50,7 @@ func TestSnapshotRawMatchesPages(t *testing.T) {
 				t.Fatal(err)
 			}
 			i := 0
-			if err := s.SnapshotRaw(ctx, tenant, page, func(seq uint64, docs []store.RawDocument) error {
+			if err := s.SnapshotRaw(ctx, tenant, store.SnapshotKey{}, page, func(seq uint64, docs []store.RawDocument) error {
 				if seq != wantSeq || i >= len(want) || len(docs) != len(want[i]) {
 					t.Fatalf("tenant %s page %d: raw page %d: seq %d, %d documents; want seq %d, %d pages", tenant, page, i, seq, len(docs), wantSeq, len(want))
 				}
@@ -108,7 +108,7 @@ func TestSnapshotRawConsistentWhileWritten(t *testing.T) {
 	seq0 := s.LastSeq()
 	var seqs []uint64
 	seen := map[string]uint64{}
-	err := s.SnapshotRaw(ctx, "t", 10, func(seq uint64, docs []store.RawDocument) error {
+	err := s.SnapshotRaw(ctx, "t", store.SnapshotKey{}, 10, func(seq uint64, docs []store.RawDocument) error {
 		seqs = append(seqs, seq)
 		for _, d := range docs {
 			var doc gatewayv1.Document
