@@ -124,8 +124,16 @@ func TestSpecREST(t *testing.T) {
 	if params["body"] != "body" {
 		t.Errorf("upload: raw body parameter missing")
 	}
-	if o := spec.Paths["/v1/events:streamSnapshot"]["get"]; o.Stream != "ndjson" || strings.Join(o.Produces, ",") != "application/x-ndjson,application/json" {
-		t.Errorf("streamSnapshot: x-stream %q produces %v, want an NDJSON stream producing application/x-ndjson (and JSON error statuses)", o.Stream, o.Produces)
+	if o := spec.Paths["/v1/events:streamSnapshot"]["get"]; o.Stream != "ndjson,sse" || strings.Join(o.Produces, ",") != "application/json,application/x-ndjson,text/event-stream" {
+		t.Errorf("streamSnapshot: x-stream %q produces %v, want the JSON page first (generated clients read it), then NDJSON and Server-Sent Events", o.Stream, o.Produces)
+	} else {
+		params := map[string]string{}
+		for _, prm := range o.Parameters {
+			params[prm.Name] = prm.In
+		}
+		if params["pageSize"] != "query" || params["pageToken"] != "query" {
+			t.Errorf("streamSnapshot: parameters %v, want pageSize and pageToken (page form)", params)
+		}
 	}
 	for _, p := range []string{"/v1/documents/{id}:watch", "/v1/events:subscribe"} {
 		o := spec.Paths[p]["get"]

@@ -103,8 +103,7 @@ func fix(spec obj) error {
 	if err := markStream(op(paths, "/v1/events:subscribe", "get"), defs, "EventPage", "events", "Event", "events"); err != nil {
 		return fmt.Errorf("/v1/events:subscribe: %w", err)
 	}
-	// StreamSnapshot is NDJSON only (no SSE or page form yet).
-	if err := markNDJSON(op(paths, "/v1/events:streamSnapshot", "get")); err != nil {
+	if err := markSnapshot(op(paths, "/v1/events:streamSnapshot", "get"), defs); err != nil {
 		return fmt.Errorf("/v1/events:streamSnapshot: %w", err)
 	}
 	fixResult(op(paths, "/v1/documents/{id}/result", "get"))
@@ -267,6 +266,61 @@ func markStream(o obj, defs obj, pageDef, listKey, item, what string) error {
 		obj{"name": "Last-Event-ID", "in": "header", "required": false, "type": "string", "format": "uint64",
 			"description": "Server-Sent Events: resume after this seq (an EventSource sends it when it reconnects); it takes precedence over cursor."},
 	)
+	return nil
+}
+
+// snapshotDescription is the 200 response of StreamSnapshot, which
+// answers in three forms by Accept (gateway/snapshot_http.go).
+const snapshotDescription = "The response form follows `Accept` (the response varies on it):\n\n" +
+	"- `application/json` (what a client generated from this spec sends first): one **page** of at most `pageSize` documents (the schema below). " +
+	"Pass `nextPageToken` as `pageToken` for the next page until it comes back empty. Every page carries the first page's `seq`: after the last page, " +
+	"subscribe with `cursor` = `seq` + 1. Each page is read when it is asked for, so a document on a later page may already reflect events after `seq`; " +
+	"its `rev` says so (a replayed event whose `rev` is at or below the document's is already in it).\n" +
+	"- `application/x-ndjson` (also without Accept, or `*/*`): the whole snapshot in one response, all consistent with one `seq` (one store read): " +
+	"one `{\"result\": SnapshotChunk}` line per chunk of `pageSize` documents, the last with `last` = true and `totalDocuments`; " +
+	"a failure after the stream started ends it with exactly one `{\"error\": Status}` line, and a stream that ends without the last chunk is incomplete.\n" +
+	"- `text/event-stream`: the same chunks as Server-Sent Events (`data:` one SnapshotChunk), then `event: end` (a failure: `event: error` with the Status).\n\n" +
+	"A call refused before it starts (authentication, a bad parameter) answers its HTTP status with a google.rpc.Status in every form."
+
+// markSnapshot documents StreamSnapshot's three forms: the JSON page (the
+// 200 schema, SnapshotPage), NDJSON chunks and Server-Sent Events.
+func markSnapshot(o obj, defs obj) error {
+	if o == nil {
+		return errors.New("operation missing")
+	}
+	resp, _ := o["responses"].(obj)
+	ok, _ := resp["200"].(obj)
+	if ok == nil {
+		return errors.New("no 200 response")
+	}
+	schema, _ := ok["schema"].(obj)
+	props, _ := schema["properties"].(obj)
+	if props["result"] == nil || props["error"] == nil {
+		return errors.New("200 schema is not grpc-gateway's {result, error} stream chunk")
+	}
+	defs["SnapshotPage"] = obj{"type": "object", "description": "One page of the snapshot (Accept: application/json).",
+		"properties": obj{
+			"seq": obj{"type": "string", "format": "uint64",
+				"description": "The first page's seq: every document reflects at least the events up to it; subscribe from seq + 1 after the last page."},
+			"documents": obj{"type": "array", "items": obj{"$ref": "#/definitions/Document"},
+				"description": "The documents of this page, in create-time order (then id)."},
+			"nextPageToken": obj{"type": "string",
+				"description": "Pass as pageToken for the next page; empty on the last page."},
+		}}
+	resp["200"] = obj{"description": snapshotDescription, "schema": obj{"$ref": "#/definitions/SnapshotPage"},
+		"headers": obj{"Vary": obj{"type": "string", "description": "Accept"}}}
+	o["produces"] = []any{"application/json", "application/x-ndjson", "text/event-stream"}
+	o["description"] = fmt.Sprint(o["description"]) + "\n\n" + snapshotDescription
+	o["x-stream"] = "ndjson,sse"
+	params := anySlice(o["parameters"])
+	for _, p := range params {
+		if po, _ := p.(obj); po != nil && po["name"] == "pageSize" {
+			po["description"] = "Documents per chunk (NDJSON, SSE) or per page (JSON): 1 to 10000; 0 = 2000."
+		}
+	}
+	o["parameters"] = append(params,
+		obj{"name": "pageToken", "in": "query", "required": false, "type": "string",
+			"description": "Page form: the previous page's nextPageToken (none: the first page)."})
 	return nil
 }
 
