@@ -137,3 +137,113 @@ func checkChunks(t *testing.T, via string, chunks []*gatewayv1.SnapshotChunk, n,
 		t.Errorf("%s: %d chunks, want %d", via, len(chunks), want)
 	}
 }
+
+// TestSnapshotPageAndSSEForms: with Accept: application/json the snapshot
+// route answers pages of pageSize documents with the first page's seq and
+// a nextPageToken until the last page (a client generated from the spec
+// reads it like ListDocuments), holding the NDJSON stream's documents,
+// each once, in the same order; a token it did not issue is a 400 with
+// the error shape of every route. With Accept: text/event-stream it sends
+// one data event per chunk (the last chunk included) and a final "end"
+// event.
+func TestSnapshotPageAndSSEForms(t *testing.T) {
+	b, err := bridge.New(context.Background(), bridge.Options{
+		DataDir: t.TempDir(), PeerAddr: "127.0.0.1:9", PeerCAPEM: selfSignedPEM(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, func(c *gateway.Config) { c.Bridge = b })
+	const n = 23
+	for i := range n {
+		body := fmt.Sprintf(`{"content":"aGVsbG8=","contentType":"text/plain","displayName":"d%d.txt"}`, i)
+		if code, _, resp := h.do("POST", "/v1/documents", strings.NewReader(body)); code != 200 {
+			t.Fatalf("submit %d: HTTP %d %s", i, code, resp)
+		}
+	}
+	// The NDJSON stream's order, for comparison.
+	code, _, body := h.do("GET", "/v1/events:streamSnapshot?pageSize=7", nil)
+	if code != 200 {
+		t.Fatalf("NDJSON: HTTP %d %s", code, body)
+	}
+	var want []string
+	var seq string
+	for _, line := range bytes.Split(bytes.TrimSpace(body), []byte("\n")) {
+		var l struct {
+			Result struct {
+				Seq       string
+				Documents []struct{ ID string }
+			}
+		}
+		if err := json.Unmarshal(line, &l); err != nil {
+			t.Fatalf("NDJSON line %s: %v", line, err)
+		}
+		seq = l.Result.Seq
+		for _, d := range l.Result.Documents {
+			want = append(want, d.ID)
+		}
+	}
+
+	var got []string
+	token, pages := "", 0
+	accept := []string{"Accept", "application/json"}
+	for {
+		path := "/v1/events:streamSnapshot?pageSize=5"
+		if token != "" {
+			path += "&pageToken=" + token
+		}
+		code, hdr, body := h.do("GET", path, nil, accept...)
+		if code != 200 || hdr.Get("Content-Type") != "application/json" {
+			t.Fatalf("page %d: HTTP %d %s %s", pages, code, hdr.Get("Content-Type"), body)
+		}
+		var p struct {
+			Seq           string
+			Documents     []json.RawMessage
+			NextPageToken *string
+		}
+		if err := json.Unmarshal(body, &p); err != nil || p.NextPageToken == nil {
+			t.Fatalf("page %d: %s: %v (nextPageToken must be present)", pages, body, err)
+		}
+		if p.Seq != seq || len(p.Documents) > 5 {
+			t.Fatalf("page %d: seq %s with %d documents, want seq %s and at most 5", pages, p.Seq, len(p.Documents), seq)
+		}
+		for _, raw := range p.Documents {
+			d := new(gatewayv1.Document)
+			if err := protojson.Unmarshal(raw, d); err != nil || d.GetName() != "documents/"+d.GetId() {
+				t.Fatalf("page %d: document %s: %v", pages, raw, err)
+			}
+			got = append(got, d.GetId())
+		}
+		pages++
+		if token = *p.NextPageToken; token == "" {
+			break
+		}
+	}
+	if strings.Join(got, ",") != strings.Join(want, ",") || pages != 5 {
+		t.Errorf("pages: %d pages with %v\nwant 5 pages with %v", pages, got, want)
+	}
+
+	code, _, body = h.do("GET", "/v1/events:streamSnapshot?pageToken=bm90LWEtdG9rZW4", nil, accept...)
+	if st := decodeStatus(t, body); code != 400 || st.reason() == "" || !strings.Contains(st.Message, "pageToken") {
+		t.Errorf("forged token: HTTP %d %s, want 400 with a reason naming pageToken", code, body)
+	}
+	code, _, body = h.do("GET", "/v1/events:streamSnapshot?pageSize=10001", nil, accept...)
+	if code != 400 {
+		t.Errorf("pageSize 10001: HTTP %d %s, want 400", code, body)
+	}
+
+	code, hdr, body := h.do("GET", "/v1/events:streamSnapshot?pageSize=10", nil, "Accept", "text/event-stream")
+	events := strings.Split(strings.TrimSpace(string(body)), "\n\n")
+	if code != 200 || hdr.Get("Content-Type") != "text/event-stream" || len(events) != 5 || events[4] != "event: end\ndata: {}" {
+		t.Fatalf("SSE: HTTP %d %s, %d events ending %q; want 4 chunks and an end event", code, hdr.Get("Content-Type"), len(events), events[len(events)-1])
+	}
+	var chunks []*gatewayv1.SnapshotChunk
+	for _, e := range events[:4] {
+		c := new(gatewayv1.SnapshotChunk)
+		if err := protojson.Unmarshal([]byte(strings.TrimPrefix(e, "data: ")), c); err != nil {
+			t.Fatalf("SSE event %q: %v", e, err)
+		}
+		chunks = append(chunks, c)
+	}
+	checkChunks(t, "SSE", chunks, n, 10)
+}
