@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
@@ -528,39 +527,6 @@ func (s *Store) SnapshotPages(ctx context.Context, tenant string, page int, fn f
 	})
 }
 
-// snapshotMmapBytes is the memory map SnapshotRaw's connection reads the
-// database through while it streams (SQLite mmap_size): pages come from
-// the map instead of a pread and a copy each (a third of the read's CPU at
-// 1M documents, docs/performance.md). It is unmapped when the snapshot
-// ends, so the mapped file pages do not stay in the process's RSS.
-const snapshotMmapBytes = 1 << 40
-
-// mappedReadTx is readTx on a connection of its own that reads through a
-// memory map for the transaction's duration.
-func (s *Store) mappedReadTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	conn, err := s.rdb.Conn(ctx)
-	if err != nil {
-		return fmt.Errorf("store: begin read: %w", err)
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, fmt.Sprintf("PRAGMA mmap_size = %d", snapshotMmapBytes)); err != nil {
-		return fmt.Errorf("store: snapshot: %w", err)
-	}
-	defer func() {
-		// Unmap (a fresh context: ctx may have ended); a connection that
-		// cannot is closed rather than returned to the pool mapped.
-		if _, err := conn.ExecContext(context.Background(), "PRAGMA mmap_size = 0"); err != nil {
-			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
-		}
-	}()
-	tx, err := conn.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("store: begin read: %w", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // read-only
-	return fn(tx)
-}
-
 // RawDocument is one document of SnapshotRaw as stored, not decoded: Body
 // is the encoded gatewayv1.Document without its entities, digests and
 // claims (encodeDoc strips fields 13-15), Digests the newest attempt's
@@ -613,7 +579,7 @@ type SnapshotKey struct {
 // zero key: the first document). fn must not keep docs past its return.
 func (s *Store) SnapshotRaw(ctx context.Context, tenant string, after SnapshotKey, page int, fn func(seq uint64, docs []RawDocument) error) error {
 	page = min(max(page, 1), 10000)
-	return s.mappedReadTx(ctx, func(tx *sql.Tx) error {
+	return s.readTx(ctx, func(tx *sql.Tx) error {
 		var last int64
 		if err := tx.QueryRowContext(ctx, "SELECT value FROM meta WHERE key = 'last_seq'").Scan(&last); err != nil {
 			return fmt.Errorf("store: snapshot: %w", err)
