@@ -324,38 +324,6 @@ func markSnapshot(o obj, defs obj) error {
 	return nil
 }
 
-// ndjsonDescription is the 200 response of the NDJSON streams.
-const ndjsonDescription = "A stream of newline-delimited JSON (Content-Type `application/x-ndjson`): one JSON object per line, " +
-	"`{\"result\": ...}` for each message. A failure after the stream started (HTTP 200 already sent) ends it with exactly one " +
-	"`{\"error\": Status}` line, the same google.rpc.Status as every error response; a line has either `result` or `error`, never both. " +
-	"A call refused before the stream starts (unknown document, FutureCursor, authentication) answers its HTTP status with a bare Status, " +
-	"like every other operation."
-
-// markNDJSON documents the server-streaming encoding (gateway/ndjson.go):
-// application/x-ndjson lines of {"result": message}, ended on failure by
-// one {"error": Status} line.
-func markNDJSON(o obj) error {
-	if o == nil {
-		return errors.New("operation missing")
-	}
-	resp, _ := o["responses"].(obj)
-	ok, _ := resp["200"].(obj)
-	if ok == nil {
-		return errors.New("no 200 response")
-	}
-	schema, _ := ok["schema"].(obj)
-	props, _ := schema["properties"].(obj)
-	if props["result"] == nil || props["error"] == nil {
-		return errors.New("200 schema is not grpc-gateway's {result, error} stream chunk")
-	}
-	schema["description"] = "One line of the stream: `result` for a message, or `error` once at the end of a failed stream."
-	ok["description"] = ndjsonDescription
-	o["produces"] = []any{"application/x-ndjson", "application/json"} // the stream; its error statuses
-	o["description"] = fmt.Sprint(o["description"]) + "\n\n" + ndjsonDescription
-	o["x-stream"] = "ndjson"
-	return nil
-}
-
 // resultTypes are the Content-Types GetDocumentResult answers, in the order
 // a generated client lists them in Accept: application/octet-stream first
 // (the bytes as such, on request: gateway/result_accept.go), then the
