@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/pipestream/gateway/bridge"
 	"github.com/pipestream/gateway/gateway"
@@ -246,4 +247,53 @@ func TestSnapshotPageAndSSEForms(t *testing.T) {
 		chunks = append(chunks, c)
 	}
 	checkChunks(t, "SSE", chunks, n, 10)
+}
+
+// failingSnapshot is a bridge whose encoded snapshot sends one chunk of a
+// document and then fails with err.
+type failingSnapshot struct {
+	bridge.Service
+	err error
+}
+
+func (f failingSnapshot) Events() bridge.EventLog { return failingLog{f.Service.Events(), f.err} }
+
+type failingLog struct {
+	bridge.EventLog
+	err error
+}
+
+func (l failingLog) StreamSnapshotEncoded(_ context.Context, _ bridge.Tenant, _ int, _ bridge.SnapshotPosition, send func([]byte) error) error {
+	c, _ := proto.Marshal(&gatewayv1.SnapshotChunk{Seq: 7, Documents: []*gatewayv1.Document{{Id: "d1", Name: "documents/d1"}}})
+	if err := send(c); err != nil {
+		return err
+	}
+	return l.err
+}
+
+// TestSnapshotStreamFailsWithOneErrorLine: a REST snapshot stream that
+// fails after its 200 ends with exactly one {"error": Status} line (NDJSON)
+// or one "error" event (SSE) carrying the error's code and reason, like
+// every other stream route; nothing follows it.
+func TestSnapshotStreamFailsWithOneErrorLine(t *testing.T) {
+	h := start(t, func(c *gateway.Config) {
+		c.Bridge = failingSnapshot{c.Bridge, fmt.Errorf("store gone: %w", bridge.ErrUnavailable)}
+	})
+	code, hdr, body := h.do("GET", "/v1/events:streamSnapshot", nil)
+	lines := strings.Split(strings.TrimSpace(string(body)), "\n")
+	if code != 200 || hdr.Get("Content-Type") != "application/x-ndjson" || len(lines) != 2 || !strings.HasPrefix(lines[0], `{"result":`) {
+		t.Fatalf("NDJSON: HTTP %d %s %q, want a result line and an error line", code, hdr.Get("Content-Type"), body)
+	}
+	var last struct{ Error json.RawMessage }
+	if err := json.Unmarshal([]byte(lines[1]), &last); err != nil || len(last.Error) == 0 {
+		t.Fatalf("last line %s: %v, want {\"error\": Status}", lines[1], err)
+	}
+	if st := decodeStatus(t, last.Error); st.Code != int(codes.Unavailable) || st.reason() == "" {
+		t.Errorf("error line %s: want UNAVAILABLE with a reason", last.Error)
+	}
+	code, _, body = h.do("GET", "/v1/events:streamSnapshot", nil, "Accept", "text/event-stream")
+	events := strings.Split(strings.TrimSpace(string(body)), "\n\n")
+	if code != 200 || len(events) != 2 || !strings.HasPrefix(events[1], "event: error\ndata: {") {
+		t.Errorf("SSE: HTTP %d %q, want a data event and an error event", code, body)
+	}
 }
