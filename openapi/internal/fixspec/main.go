@@ -307,8 +307,14 @@ func markSnapshot(o obj, defs obj) error {
 			"nextPageToken": obj{"type": "string",
 				"description": "Pass as pageToken for the next page; empty on the last page."},
 		}}
+	// The stream forms' items, as extensions (a Swagger 2.0 response has
+	// one schema, the page's): an NDJSON line is grpc-gateway's
+	// {result, error} object, an SSE event's data one SnapshotChunk.
+	schema["description"] = "One NDJSON line: `result` for a chunk, or `error` once at the end of a failed stream."
 	resp["200"] = obj{"description": snapshotDescription, "schema": obj{"$ref": "#/definitions/SnapshotPage"},
-		"headers": obj{"Vary": obj{"type": "string", "description": "Accept"}}}
+		"headers":           obj{"Vary": obj{"type": "string", "description": "Accept"}},
+		"x-ndjson-schema":   schema,
+		"x-sse-data-schema": obj{"$ref": "#/definitions/SnapshotChunk"}}
 	o["produces"] = []any{"application/json", "application/x-ndjson", "text/event-stream"}
 	o["description"] = fmt.Sprint(o["description"]) + "\n\n" + snapshotDescription
 	o["x-stream"] = "ndjson,sse"
