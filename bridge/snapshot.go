@@ -50,11 +50,13 @@ func (e events) StreamSnapshot(ctx context.Context, t Tenant, pageSize int, send
 	return send(&gatewayv1.SnapshotChunk{Seq: last, Last: true, TotalDocuments: total})
 }
 
-// SnapshotPosition is a place in the snapshot's order (create time, then
-// id): StreamSnapshotEncoded sends the documents after it. The zero
-// position is the start; a document's own position is its create_time
-// (Unix ns) and id.
+// SnapshotPosition is a place in the snapshot's order:
+// StreamSnapshotEncoded sends the documents after it and passes the
+// position after each chunk to send. The zero position is the start.
+// Row is the SQLite store's (its table order); CreateTime (Unix ns) and
+// ID the create-time order of a backend without raw reads.
 type SnapshotPosition struct {
+	Row        int64
 	CreateTime int64
 	ID         string
 }
@@ -76,8 +78,9 @@ const (
 // documents' stored bytes without decoding them: each document is the
 // stored body with its public name (publicDoc) and its digests and claims
 // spliced in, so the chunk decodes to exactly what StreamSnapshot sends.
-// The chunk is only valid during send.
-func (e events) StreamSnapshotEncoded(ctx context.Context, t Tenant, pageSize int, after SnapshotPosition, send func(chunk []byte) error) error {
+// The chunk is only valid during send; next is the position after its
+// last document (the page form's next token).
+func (e events) StreamSnapshotEncoded(ctx context.Context, t Tenant, pageSize int, after SnapshotPosition, send func(chunk []byte, next SnapshotPosition) error) error {
 	if pageSize < 0 || pageSize > MaxSnapshotPage {
 		return fmt.Errorf("page_size %d is out of range: use 1 to %d, or 0 for %d: %w", pageSize, MaxSnapshotPage, DefaultSnapshotPage, ErrInvalid)
 	}
@@ -89,7 +92,8 @@ func (e events) StreamSnapshotEncoded(ctx context.Context, t Tenant, pageSize in
 		chunk, doc  []byte
 		err         error
 	)
-	key := store.SnapshotKey{CreateTime: after.CreateTime, ID: after.ID}
+	key := store.SnapshotKey{Row: after.Row, CreateTime: after.CreateTime, ID: after.ID}
+	next := after
 	err = e.b.ev.StreamSnapshotRaw(ctx, string(t), key, pageSize, func(seq uint64, docs []store.RawDocument) error {
 		last = seq
 		if len(docs) == 0 {
@@ -103,7 +107,9 @@ func (e events) StreamSnapshotEncoded(ctx context.Context, t Tenant, pageSize in
 			chunk = protowire.AppendBytes(protowire.AppendTag(chunk, chunkFieldDocuments, protowire.BytesType), doc)
 		}
 		total += uint64(len(docs))
-		return send(chunk)
+		d := docs[len(docs)-1]
+		next = SnapshotPosition{Row: d.Row, CreateTime: d.CreateTime, ID: d.ID}
+		return send(chunk, next)
 	})
 	if err != nil {
 		return e.b.mapEventErr(err, 0)
@@ -111,7 +117,7 @@ func (e events) StreamSnapshotEncoded(ctx context.Context, t Tenant, pageSize in
 	chunk = appendUintField(chunk[:0], chunkFieldSeq, last)
 	chunk = protowire.AppendVarint(protowire.AppendTag(chunk, chunkFieldLast, protowire.VarintType), 1)
 	chunk = appendUintField(chunk, chunkFieldTotal, total)
-	return send(chunk)
+	return send(chunk, next)
 }
 
 // appendUintField appends a varint field unless v is 0 (proto3 default).

@@ -24,13 +24,14 @@ import (
 type pagesOnly struct{ bridge.Store }
 
 // TestStreamSnapshotEncodedMatchesDecoded: the chunks StreamSnapshotEncoded
-// assembles from stored bytes decode to exactly the chunks StreamSnapshot
-// sends (decoded documents named by publicDoc), document for document, for
-// randomized documents with digests and claims in three tenants, in pages
-// smaller than the store, with the SQLite store's raw read and with the
-// fallback that encodes decoded pages; resumed after a document's
-// position, it sends exactly the documents after it (the REST page form).
-// SNAPSHOT_SEED replays a seed.
+// assembles from stored bytes hold exactly the documents StreamSnapshot
+// sends (decoded, named by publicDoc), document for document, in chunks
+// of the same sizes with the same seq and final chunk, for randomized
+// documents with digests and claims in three tenants, in pages smaller
+// than the store, with the SQLite store's raw read (table order) and with
+// the fallback that encodes decoded pages (create-time order); resumed
+// after a chunk's position, it sends exactly the chunks after it (the
+// REST page form). SNAPSHOT_SEED replays a seed.
 func TestStreamSnapshotEncodedMatchesDecoded(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	if v, err := strconv.ParseUint(os.Getenv("SNAPSHOT_SEED"), 10, 64); err == nil {
@@ -53,23 +54,46 @@ func TestStreamSnapshotEncodedMatchesDecoded(t *testing.T) {
 			for tenant, n := range counts {
 				for _, page := range []int{7, 0} {
 					slow, fast := snapshotBoth(t, e.b, bridge.Tenant(tenant), page)
-					if len(slow) != len(fast) {
-						t.Fatalf("tenant %q page %d: %d chunks decoded, %d encoded", tenant, page, len(slow), len(fast))
-					}
-					docs := 0
-					for i := range slow {
-						docs += len(slow[i].GetDocuments())
-						if !sameMessage(t, slow[i], fast[i]) {
-							t.Fatalf("tenant %q page %d chunk %d (seed %d):\n decoded %v\n encoded %v", tenant, page, i, seed, slow[i], fast[i])
-						}
-					}
-					if docs != n || slow[len(slow)-1].GetTotalDocuments() != uint64(n) {
-						t.Fatalf("tenant %q: %d documents, total %d, want %d", tenant, docs, slow[len(slow)-1].GetTotalDocuments(), n)
-					}
-					checkResume(t, e.b, bridge.Tenant(tenant), page, slow)
+					compareSnapshots(t, fmt.Sprintf("tenant %q page %d (seed %d)", tenant, page, seed), slow, fast.chunks, n)
+					checkResume(t, e.b, bridge.Tenant(tenant), page, fast)
 				}
 			}
 		})
+	}
+}
+
+// compareSnapshots fails unless the two snapshots have chunks of the same
+// sizes, seqs and final chunk, and the same documents (by id, compared
+// encoded).
+func compareSnapshots(t *testing.T, what string, slow, fast []*gatewayv1.SnapshotChunk, n int) {
+	t.Helper()
+	if len(slow) != len(fast) {
+		t.Fatalf("%s: %d chunks decoded, %d encoded", what, len(slow), len(fast))
+	}
+	want, got := map[string]*gatewayv1.Document{}, map[string]*gatewayv1.Document{}
+	for i := range slow {
+		s, f := slow[i], fast[i]
+		if len(s.GetDocuments()) != len(f.GetDocuments()) || s.GetSeq() != f.GetSeq() || s.GetLast() != f.GetLast() || s.GetTotalDocuments() != f.GetTotalDocuments() {
+			t.Fatalf("%s: chunk %d: decoded seq %d, %d documents, last %v, total %d; encoded seq %d, %d, %v, %d", what, i,
+				s.GetSeq(), len(s.GetDocuments()), s.GetLast(), s.GetTotalDocuments(), f.GetSeq(), len(f.GetDocuments()), f.GetLast(), f.GetTotalDocuments())
+		}
+		for _, d := range s.GetDocuments() {
+			want[d.GetId()] = d
+		}
+		for _, d := range f.GetDocuments() {
+			if got[d.GetId()] != nil {
+				t.Fatalf("%s: document %s twice", what, d.GetId())
+			}
+			got[d.GetId()] = d
+		}
+	}
+	if len(want) != n || len(got) != n || slow[len(slow)-1].GetTotalDocuments() != uint64(n) {
+		t.Fatalf("%s: %d documents decoded, %d encoded, total %d; want %d", what, len(want), len(got), slow[len(slow)-1].GetTotalDocuments(), n)
+	}
+	for id, w := range want {
+		if !sameMessage(t, w, got[id]) {
+			t.Fatalf("%s: document %s:\n decoded %v\n encoded %v", what, id, w, got[id])
+		}
 	}
 }
 
@@ -103,18 +127,29 @@ func loadRandom(t *testing.T, sq *store.Store, r *rand.Rand, n int) map[string]i
 	return counts
 }
 
-// snapshotBoth streams tenant's snapshot decoded and encoded (decoding
-// the encoded chunks).
-func snapshotBoth(t *testing.T, b *bridge.Bridge, tenant bridge.Tenant, page int) (slow, fast []*gatewayv1.SnapshotChunk) {
+// encodedSnapshot is StreamSnapshotEncoded's chunks, decoded, with the
+// position after each.
+type encodedSnapshot struct {
+	chunks []*gatewayv1.SnapshotChunk
+	next   []bridge.SnapshotPosition
+}
+
+// snapshotBoth streams tenant's snapshot decoded and encoded.
+func snapshotBoth(t *testing.T, b *bridge.Bridge, tenant bridge.Tenant, page int) (slow []*gatewayv1.SnapshotChunk, fast encodedSnapshot) {
 	t.Helper()
-	ctx := context.Background()
-	if err := b.Events().StreamSnapshot(ctx, tenant, page, func(c *gatewayv1.SnapshotChunk) error {
+	if err := b.Events().StreamSnapshot(context.Background(), tenant, page, func(c *gatewayv1.SnapshotChunk) error {
 		slow = append(slow, proto.CloneOf(c))
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Events().StreamSnapshotEncoded(ctx, tenant, page, bridge.SnapshotPosition{}, func(chunk []byte) error {
+	return slow, streamEncoded(t, b, tenant, page, bridge.SnapshotPosition{})
+}
+
+// streamEncoded streams tenant's encoded snapshot from after pos.
+func streamEncoded(t *testing.T, b *bridge.Bridge, tenant bridge.Tenant, page int, pos bridge.SnapshotPosition) (out encodedSnapshot) {
+	t.Helper()
+	if err := b.Events().StreamSnapshotEncoded(context.Background(), tenant, page, pos, func(chunk []byte, next bridge.SnapshotPosition) error {
 		c := new(gatewayv1.SnapshotChunk)
 		if err := proto.Unmarshal(chunk, c); err != nil {
 			return err
@@ -122,51 +157,37 @@ func snapshotBoth(t *testing.T, b *bridge.Bridge, tenant bridge.Tenant, page int
 		if len(c.ProtoReflect().GetUnknown()) > 0 {
 			return fmt.Errorf("encoded chunk has unknown fields: %x", c.ProtoReflect().GetUnknown())
 		}
-		fast = append(fast, c)
+		out.chunks, out.next = append(out.chunks, c), append(out.next, next)
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	return slow, fast
+	return out
 }
 
-// checkResume: StreamSnapshotEncoded after a document's position sends
-// exactly the documents that follow it in the full snapshot, for a
-// position in the middle, the last document's and one past every
-// document (none, with the final chunk).
-func checkResume(t *testing.T, b *bridge.Bridge, tenant bridge.Tenant, page int, full []*gatewayv1.SnapshotChunk) {
+// checkResume: resumed after the position that came with chunk k, the
+// encoded snapshot sends exactly the documents of the chunks after k, in
+// the same order, and the same final chunk (after the last document: the
+// final chunk alone).
+func checkResume(t *testing.T, b *bridge.Bridge, tenant bridge.Tenant, page int, full encodedSnapshot) {
 	t.Helper()
-	var all []*gatewayv1.Document
-	for _, c := range full {
-		all = append(all, c.GetDocuments()...)
-	}
-	if len(all) == 0 {
-		return
-	}
-	for _, i := range []int{len(all) / 2, len(all) - 1} {
-		d := all[i]
-		pos := bridge.SnapshotPosition{CreateTime: d.GetCreateTime().AsTime().UnixNano(), ID: d.GetId()}
-		var got []string
-		var last *gatewayv1.SnapshotChunk
-		if err := b.Events().StreamSnapshotEncoded(context.Background(), tenant, page, pos, func(chunk []byte) error {
-			c := new(gatewayv1.SnapshotChunk)
-			if err := proto.Unmarshal(chunk, c); err != nil {
-				return err
-			}
+	ids := func(cs []*gatewayv1.SnapshotChunk) (out []string) {
+		for _, c := range cs {
 			for _, d := range c.GetDocuments() {
-				got = append(got, d.GetId())
+				out = append(out, d.GetId())
 			}
-			last = c
-			return nil
-		}); err != nil {
-			t.Fatal(err)
 		}
-		var want []string
-		for _, d := range all[i+1:] {
-			want = append(want, d.GetId())
+		return out
+	}
+	n := len(full.chunks)
+	for _, k := range []int{0, n / 2, n - 2} {
+		if k < 0 || k >= n-1 {
+			continue
 		}
-		if fmt.Sprint(got) != fmt.Sprint(want) || !last.GetLast() || last.GetSeq() != full[0].GetSeq() {
-			t.Fatalf("tenant %q after document %d of %d: got %v (last chunk %v), want %v", tenant, i, len(all), got, last, want)
+		got := streamEncoded(t, b, tenant, page, full.next[k])
+		last := got.chunks[len(got.chunks)-1]
+		if fmt.Sprint(ids(got.chunks)) != fmt.Sprint(ids(full.chunks[k+1:])) || !last.GetLast() || last.GetSeq() != full.chunks[0].GetSeq() {
+			t.Fatalf("tenant %q after chunk %d of %d: got %v (last %v), want %v", tenant, k, n, ids(got.chunks), last, ids(full.chunks[k+1:]))
 		}
 	}
 }

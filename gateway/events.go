@@ -127,7 +127,7 @@ func (e *eventService) StreamSnapshot(req *gatewayv1.StreamSnapshotRequest, stre
 	// the unknown fields of an empty message, the codec writes them as they
 	// are (no decode, no re-encode of the documents).
 	msg := &gatewayv1.SnapshotChunk{}
-	err := e.s.cfg.Bridge.Events().StreamSnapshotEncoded(ctx, TenantFromContext(ctx), int(min(req.GetPageSize(), 1<<20)), bridge.SnapshotPosition{}, func(chunk []byte) error {
+	err := e.s.cfg.Bridge.Events().StreamSnapshotEncoded(ctx, TenantFromContext(ctx), int(min(req.GetPageSize(), 1<<20)), bridge.SnapshotPosition{}, func(chunk []byte, _ bridge.SnapshotPosition) error {
 		msg.ProtoReflect().SetUnknown(chunk)
 		err := stream.Send(msg)
 		msg.ProtoReflect().SetUnknown(nil)

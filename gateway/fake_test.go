@@ -296,13 +296,13 @@ func (l *fakeLog) Snapshot(context.Context, bridge.Tenant) (*gatewayv1.Snapshot,
 	return &gatewayv1.Snapshot{Seq: l.latest}, nil
 }
 
-func (l *fakeLog) StreamSnapshotEncoded(ctx context.Context, t bridge.Tenant, n int, _ bridge.SnapshotPosition, send func([]byte) error) error {
+func (l *fakeLog) StreamSnapshotEncoded(ctx context.Context, t bridge.Tenant, n int, _ bridge.SnapshotPosition, send func([]byte, bridge.SnapshotPosition) error) error {
 	return l.StreamSnapshot(ctx, t, n, func(c *gatewayv1.SnapshotChunk) error {
 		b, err := proto.Marshal(c)
 		if err != nil {
 			return err
 		}
-		return send(b)
+		return send(b, bridge.SnapshotPosition{})
 	})
 }
 

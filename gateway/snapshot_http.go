@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc/codes"
@@ -115,7 +116,7 @@ func (s *Server) serveSnapshotStream(ctx context.Context, w http.ResponseWriter,
 		line    []byte
 		chunk   gatewayv1.SnapshotChunk
 	)
-	err := s.cfg.Bridge.Events().StreamSnapshotEncoded(ctx, tenant, size, bridge.SnapshotPosition{}, func(b []byte) error {
+	err := s.cfg.Bridge.Events().StreamSnapshotEncoded(ctx, tenant, size, bridge.SnapshotPosition{}, func(b []byte, _ bridge.SnapshotPosition) error {
 		if err := proto.Unmarshal(b, &chunk); err != nil {
 			return err
 		}
@@ -199,6 +200,7 @@ type snapshotToken struct {
 func (t snapshotToken) encode() string {
 	b := []byte{snapshotTokenVersion}
 	b = binary.AppendUvarint(b, t.seq)
+	b = binary.AppendVarint(b, t.pos.Row)
 	b = binary.AppendVarint(b, t.pos.CreateTime)
 	b = append(b, t.pos.ID...)
 	return base64.RawURLEncoding.EncodeToString(b)
@@ -219,11 +221,20 @@ func decodeSnapshotToken(v string) (snapshotToken, error) {
 		return snapshotToken{}, bad
 	}
 	b = b[n:]
-	ct, n := binary.Varint(b)
-	if n <= 0 || len(b) == n {
+	row, n := binary.Varint(b)
+	if n <= 0 {
 		return snapshotToken{}, bad
 	}
-	return snapshotToken{seq: seq, pos: bridge.SnapshotPosition{CreateTime: ct, ID: string(b[n:])}}, nil
+	b = b[n:]
+	ct, n := binary.Varint(b)
+	if n <= 0 {
+		return snapshotToken{}, bad
+	}
+	pos := bridge.SnapshotPosition{Row: row, CreateTime: ct, ID: string(b[n:])}
+	if pos == (bridge.SnapshotPosition{}) || !utf8.ValidString(pos.ID) {
+		return snapshotToken{}, bad
+	}
+	return snapshotToken{seq: seq, pos: pos}, nil
 }
 
 // serveSnapshotPage answers one page of up to size documents after the
@@ -240,8 +251,12 @@ func (s *Server) serveSnapshotPage(ctx context.Context, w http.ResponseWriter, r
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var got *gatewayv1.SnapshotChunk
-	err := s.cfg.Bridge.Events().StreamSnapshotEncoded(ctx, tenant, size, tok.pos, func(b []byte) error {
+	var (
+		got  *gatewayv1.SnapshotChunk
+		next bridge.SnapshotPosition
+	)
+	err := s.cfg.Bridge.Events().StreamSnapshotEncoded(ctx, tenant, size, tok.pos, func(b []byte, pos bridge.SnapshotPosition) error {
+		next = pos
 		got = new(gatewayv1.SnapshotChunk)
 		if err := proto.Unmarshal(b, got); err != nil {
 			got = nil
@@ -258,14 +273,13 @@ func (s *Server) serveSnapshotPage(ctx context.Context, w http.ResponseWriter, r
 		return
 	}
 	seq := got.GetSeq()
-	if tok.pos.ID != "" {
+	if tok.pos != (bridge.SnapshotPosition{}) {
 		seq = tok.seq
 	}
 	docs := got.GetDocuments()
-	next := ""
+	nextToken := ""
 	if len(docs) == size { // maybe more: the next page says
-		last := docs[len(docs)-1]
-		next = snapshotToken{seq: seq, pos: bridge.SnapshotPosition{CreateTime: last.GetCreateTime().AsTime().UnixNano(), ID: last.GetId()}}.encode()
+		nextToken = snapshotToken{seq: seq, pos: next}.encode()
 	}
 	b := append(appendUint64JSON([]byte(`{"seq":`), seq), `,"documents":[`...)
 	for i, d := range docs {
@@ -284,7 +298,7 @@ func (s *Server) serveSnapshotPage(ctx context.Context, w http.ResponseWriter, r
 		}
 	}
 	b = append(b, `],"nextPageToken":`...)
-	b, _ = appendStringJSON(b, next)
+	b, _ = appendStringJSON(b, nextToken)
 	b = append(b, "}\n"...)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")

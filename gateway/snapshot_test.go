@@ -185,6 +185,78 @@ func TestSnapshotPageAndSSEForms(t *testing.T) {
 		}
 	}
 
+	accept := []string{"Accept", "application/json"}
+	got, pages := readSnapshotPages(t, h, seq)
+	if strings.Join(got, ",") != strings.Join(want, ",") || pages != 5 {
+		t.Errorf("pages: %d pages with %v\nwant 5 pages with %v", pages, got, want)
+	}
+
+	code, _, body = h.do("GET", "/v1/events:streamSnapshot?pageToken=bm90LWEtdG9rZW4", nil, accept...)
+	if st := decodeStatus(t, body); code != 400 || st.reason() == "" || !strings.Contains(st.Message, "pageToken") {
+		t.Errorf("forged token: HTTP %d %s, want 400 with a reason naming pageToken", code, body)
+	}
+	code, _, body = h.do("GET", "/v1/events:streamSnapshot?pageSize=10001", nil, accept...)
+	if code != 400 {
+		t.Errorf("pageSize 10001: HTTP %d %s, want 400", code, body)
+	}
+
+	checkSnapshotSSE(t, h, n)
+}
+
+// failingSnapshot is a bridge whose encoded snapshot sends one chunk of a
+// document and then fails with err.
+type failingSnapshot struct {
+	bridge.Service
+	err error
+}
+
+func (f failingSnapshot) Events() bridge.EventLog { return failingLog{f.Service.Events(), f.err} }
+
+type failingLog struct {
+	bridge.EventLog
+	err error
+}
+
+func (l failingLog) StreamSnapshotEncoded(_ context.Context, _ bridge.Tenant, _ int, _ bridge.SnapshotPosition, send func([]byte, bridge.SnapshotPosition) error) error {
+	c, _ := proto.Marshal(&gatewayv1.SnapshotChunk{Seq: 7, Documents: []*gatewayv1.Document{{Id: "d1", Name: "documents/d1"}}})
+	if err := send(c, bridge.SnapshotPosition{}); err != nil {
+		return err
+	}
+	return l.err
+}
+
+// TestSnapshotStreamFailsWithOneErrorLine: a REST snapshot stream that
+// fails after its 200 ends with exactly one {"error": Status} line (NDJSON)
+// or one "error" event (SSE) carrying the error's code and reason, like
+// every other stream route; nothing follows it.
+func TestSnapshotStreamFailsWithOneErrorLine(t *testing.T) {
+	h := start(t, func(c *gateway.Config) {
+		c.Bridge = failingSnapshot{c.Bridge, fmt.Errorf("store gone: %w", bridge.ErrUnavailable)}
+	})
+	code, hdr, body := h.do("GET", "/v1/events:streamSnapshot", nil)
+	lines := strings.Split(strings.TrimSpace(string(body)), "\n")
+	if code != 200 || hdr.Get("Content-Type") != "application/x-ndjson" || len(lines) != 2 || !strings.HasPrefix(lines[0], `{"result":`) {
+		t.Fatalf("NDJSON: HTTP %d %s %q, want a result line and an error line", code, hdr.Get("Content-Type"), body)
+	}
+	var last struct{ Error json.RawMessage }
+	if err := json.Unmarshal([]byte(lines[1]), &last); err != nil || len(last.Error) == 0 {
+		t.Fatalf("last line %s: %v, want {\"error\": Status}", lines[1], err)
+	}
+	if st := decodeStatus(t, last.Error); st.Code != int(codes.Unavailable) || st.reason() == "" {
+		t.Errorf("error line %s: want UNAVAILABLE with a reason", last.Error)
+	}
+	code, _, body = h.do("GET", "/v1/events:streamSnapshot", nil, "Accept", "text/event-stream")
+	events := strings.Split(strings.TrimSpace(string(body)), "\n\n")
+	if code != 200 || len(events) != 2 || !strings.HasPrefix(events[1], "event: error\ndata: {") {
+		t.Errorf("SSE: HTTP %d %q, want a data event and an error event", code, body)
+	}
+}
+
+// readSnapshotPages reads the snapshot as JSON pages of 5 documents until
+// nextPageToken is empty, checking that every page names seq: the
+// documents' ids in page order and the number of pages.
+func readSnapshotPages(t *testing.T, h *harness, seq string) ([]string, int) {
+	t.Helper()
 	var got []string
 	token, pages := "", 0
 	accept := []string{"Accept", "application/json"}
@@ -217,22 +289,15 @@ func TestSnapshotPageAndSSEForms(t *testing.T) {
 		}
 		pages++
 		if token = *p.NextPageToken; token == "" {
-			break
+			return got, pages
 		}
 	}
-	if strings.Join(got, ",") != strings.Join(want, ",") || pages != 5 {
-		t.Errorf("pages: %d pages with %v\nwant 5 pages with %v", pages, got, want)
-	}
+}
 
-	code, _, body = h.do("GET", "/v1/events:streamSnapshot?pageToken=bm90LWEtdG9rZW4", nil, accept...)
-	if st := decodeStatus(t, body); code != 400 || st.reason() == "" || !strings.Contains(st.Message, "pageToken") {
-		t.Errorf("forged token: HTTP %d %s, want 400 with a reason naming pageToken", code, body)
-	}
-	code, _, body = h.do("GET", "/v1/events:streamSnapshot?pageSize=10001", nil, accept...)
-	if code != 400 {
-		t.Errorf("pageSize 10001: HTTP %d %s, want 400", code, body)
-	}
-
+// checkSnapshotSSE reads the snapshot as Server-Sent Events in chunks of
+// 10: one data event per chunk (the last chunk included), then "end".
+func checkSnapshotSSE(t *testing.T, h *harness, n int) {
+	t.Helper()
 	code, hdr, body := h.do("GET", "/v1/events:streamSnapshot?pageSize=10", nil, "Accept", "text/event-stream")
 	events := strings.Split(strings.TrimSpace(string(body)), "\n\n")
 	if code != 200 || hdr.Get("Content-Type") != "text/event-stream" || len(events) != 5 || events[4] != "event: end\ndata: {}" {
@@ -247,53 +312,4 @@ func TestSnapshotPageAndSSEForms(t *testing.T) {
 		chunks = append(chunks, c)
 	}
 	checkChunks(t, "SSE", chunks, n, 10)
-}
-
-// failingSnapshot is a bridge whose encoded snapshot sends one chunk of a
-// document and then fails with err.
-type failingSnapshot struct {
-	bridge.Service
-	err error
-}
-
-func (f failingSnapshot) Events() bridge.EventLog { return failingLog{f.Service.Events(), f.err} }
-
-type failingLog struct {
-	bridge.EventLog
-	err error
-}
-
-func (l failingLog) StreamSnapshotEncoded(_ context.Context, _ bridge.Tenant, _ int, _ bridge.SnapshotPosition, send func([]byte) error) error {
-	c, _ := proto.Marshal(&gatewayv1.SnapshotChunk{Seq: 7, Documents: []*gatewayv1.Document{{Id: "d1", Name: "documents/d1"}}})
-	if err := send(c); err != nil {
-		return err
-	}
-	return l.err
-}
-
-// TestSnapshotStreamFailsWithOneErrorLine: a REST snapshot stream that
-// fails after its 200 ends with exactly one {"error": Status} line (NDJSON)
-// or one "error" event (SSE) carrying the error's code and reason, like
-// every other stream route; nothing follows it.
-func TestSnapshotStreamFailsWithOneErrorLine(t *testing.T) {
-	h := start(t, func(c *gateway.Config) {
-		c.Bridge = failingSnapshot{c.Bridge, fmt.Errorf("store gone: %w", bridge.ErrUnavailable)}
-	})
-	code, hdr, body := h.do("GET", "/v1/events:streamSnapshot", nil)
-	lines := strings.Split(strings.TrimSpace(string(body)), "\n")
-	if code != 200 || hdr.Get("Content-Type") != "application/x-ndjson" || len(lines) != 2 || !strings.HasPrefix(lines[0], `{"result":`) {
-		t.Fatalf("NDJSON: HTTP %d %s %q, want a result line and an error line", code, hdr.Get("Content-Type"), body)
-	}
-	var last struct{ Error json.RawMessage }
-	if err := json.Unmarshal([]byte(lines[1]), &last); err != nil || len(last.Error) == 0 {
-		t.Fatalf("last line %s: %v, want {\"error\": Status}", lines[1], err)
-	}
-	if st := decodeStatus(t, last.Error); st.Code != int(codes.Unavailable) || st.reason() == "" {
-		t.Errorf("error line %s: want UNAVAILABLE with a reason", last.Error)
-	}
-	code, _, body = h.do("GET", "/v1/events:streamSnapshot", nil, "Accept", "text/event-stream")
-	events := strings.Split(strings.TrimSpace(string(body)), "\n\n")
-	if code != 200 || len(events) != 2 || !strings.HasPrefix(events[1], "event: error\ndata: {") {
-		t.Errorf("SSE: HTTP %d %q, want a data event and an error event", code, body)
-	}
 }

@@ -534,8 +534,12 @@ func (s *Store) SnapshotPages(ctx context.Context, tenant string, page int, fn f
 // oldest first. The slices are the caller's.
 type RawDocument struct {
 	ID string
-	// CreateTime is the create_time column (Unix ns): with ID, the
-	// document's position in the snapshot's order (SnapshotKey).
+	// Row is the document's rowid: its position in SnapshotRaw's order
+	// (SnapshotKey.Row). 0 from EncodeRaw.
+	Row int64
+	// CreateTime is the create time (Unix ns): with ID, the position in
+	// the create-time order of a backend without SnapshotRaw (EncodeRaw
+	// sets it; SnapshotRaw does not).
 	CreateTime int64
 	Body       []byte
 	Digests [][]byte
@@ -565,18 +569,26 @@ func EncodeRaw(d *gatewayv1.Document) (RawDocument, error) {
 	return r, nil
 }
 
-// SnapshotKey is a position in the snapshot's (create_time, id) order:
-// the documents after it. The zero key is the start.
+// SnapshotKey is a position in a snapshot: the documents after it. The
+// zero key is the start. SnapshotRaw reads Row (the SQLite order);
+// CreateTime and ID are the create-time order of SnapshotPages, which a
+// backend without SnapshotRaw is read in (eventlog.StreamSnapshotRaw).
 type SnapshotKey struct {
+	Row        int64
 	CreateTime int64 // Unix ns
 	ID         string
 }
 
-// SnapshotRaw is SnapshotPages without decoding the documents: the same
-// pages, order, seq and single read transaction, each document as its
-// stored bytes, so that a caller sending protobuf passes them through
-// (bridge: StreamSnapshotEncoded). It starts after the key after (the
-// zero key: the first document). fn must not keep docs past its return.
+// SnapshotRaw is SnapshotPages without decoding the documents: pages of
+// the same size, the same seq and single read transaction, each document
+// as its stored bytes, so that a caller sending protobuf passes them
+// through (bridge: StreamSnapshotEncoded). The order is the table's
+// (rowid: the order documents were first stored, which follows their
+// create time up to concurrent submissions), not SnapshotPages' create
+// time: a sequential read of the table costs a third of a walk of the
+// create-time index with a row lookup per document (docs/performance.md).
+// It starts after after.Row (0: the first document). fn must not keep
+// docs past its return.
 func (s *Store) SnapshotRaw(ctx context.Context, tenant string, after SnapshotKey, page int, fn func(seq uint64, docs []RawDocument) error) error {
 	page = min(max(page, 1), 10000)
 	return s.readTx(ctx, func(tx *sql.Tx) error {
@@ -596,14 +608,10 @@ func (s *Store) SnapshotRaw(ctx context.Context, tenant string, after SnapshotKe
 			EXISTS (SELECT 1 FROM claims WHERE tenant = ?)`, tenant).Scan(&has.digests, &has.claims); err != nil {
 			return fmt.Errorf("store: snapshot: %w", err)
 		}
-		afterTime, afterID := after.CreateTime, after.ID
-		if afterID == "" {
-			afterTime = math.MinInt64
-		}
+		afterRow := after.Row
 		docs := make([]RawDocument, 0, page)
 		for first := true; ; first = false {
-			var lastCT int64
-			docs, lastCT, err = q.rawPage(ctx, tenant, afterTime, afterID, page, docs[:0])
+			docs, err = q.rawPage(ctx, tenant, afterRow, page, docs[:0])
 			if err != nil {
 				return err
 			}
@@ -619,65 +627,61 @@ func (s *Store) SnapshotRaw(ctx context.Context, tenant string, after SnapshotKe
 			if len(docs) < page {
 				return nil
 			}
-			afterTime, afterID = lastCT, docs[len(docs)-1].ID
+			afterRow = docs[len(docs)-1].Row
 		}
 	})
 }
 
-// rawPageQuery reads one page of documents as one row: SQLite walks the
-// documents_list index and concatenates the page's rows (create_time,
-// id, body, each behind a hex header of its lengths) into one blob, so
-// the driver returns one row a page instead of one a document (the
-// per-row cost of database/sql and the driver was ~2 us a document, 90 %
-// of the read; docs/performance.md).
+// rawPageQuery reads one page of documents as one row: SQLite scans the
+// table in rowid order from after the last page (NOT INDEXED: the rowid
+// range, never the tenant index with a sort) and concatenates the page's
+// rows (rowid, id, body, each behind a hex header of its lengths) into one
+// blob, so the driver returns one row a page instead of one a document
+// (the per-row cost of database/sql and the driver was ~2 us a document,
+// 90 % of the read; docs/performance.md).
 const rawPageQuery = `SELECT count(*), CAST(coalesce(group_concat(
-		printf('%016x%04x%08x', create_time, length(id), length(body)) || id || body, ''), '') AS BLOB)
-	FROM (SELECT create_time, id, body FROM documents
-		WHERE tenant = ? AND (create_time, id) > (?, ?) ORDER BY create_time, id LIMIT ?)`
+		printf('%016x%04x%08x', r, length(id), length(body)) || id || body, ''), '') AS BLOB)
+	FROM (SELECT rowid AS r, id, body FROM documents NOT INDEXED
+		WHERE rowid > ? AND tenant = ? ORDER BY rowid LIMIT ?)`
 
-// rawRecordHeader is the hex header of a rawPageQuery record: create time
-// (16 digits), id length (4), body length (8).
+// rawRecordHeader is the hex header of a rawPageQuery record: rowid (16
+// digits), id length (4), body length (8).
 const rawRecordHeader = 16 + 4 + 8
 
-// rawPage is page without the decode; it returns the last create time.
-func (q *snapshotStmts) rawPage(ctx context.Context, tenant string, afterTime int64, afterID string, page int, docs []RawDocument) ([]RawDocument, int64, error) {
+// rawPage reads the page after afterRow into docs.
+func (q *snapshotStmts) rawPage(ctx context.Context, tenant string, afterRow int64, page int, docs []RawDocument) ([]RawDocument, error) {
 	var (
 		n    int
 		blob []byte
 	)
-	if err := q.rawDocs.QueryRowContext(ctx, tenant, afterTime, afterID, page).Scan(&n, &blob); err != nil {
-		return nil, 0, fmt.Errorf("store: snapshot: %w", err)
+	if err := q.rawDocs.QueryRowContext(ctx, afterRow, tenant, page).Scan(&n, &blob); err != nil {
+		return nil, fmt.Errorf("store: snapshot: %w", err)
 	}
-	prevCT, prevID := afterTime, afterID
-	sorted := true
+	prev := afterRow
 	for len(blob) > 0 {
-		ct, idLen, bodyLen, ok := parseRawHeader(blob)
+		row, idLen, bodyLen, ok := parseRawHeader(blob)
 		if !ok || len(blob) < rawRecordHeader+idLen+bodyLen {
-			return nil, 0, fmt.Errorf("store: snapshot: malformed page record")
+			return nil, fmt.Errorf("store: snapshot: malformed page record")
 		}
+		if row <= prev {
+			// group_concat's order is the subquery's in practice; should a
+			// SQLite change that, fail rather than send a page out of
+			// order or resume at the wrong row.
+			return nil, fmt.Errorf("store: snapshot: page out of rowid order")
+		}
+		prev = row
 		blob = blob[rawRecordHeader:]
-		d := RawDocument{ID: string(blob[:idLen]), CreateTime: ct, Body: blob[idLen : idLen+bodyLen : idLen+bodyLen]}
+		docs = append(docs, RawDocument{ID: string(blob[:idLen]), Row: row, Body: blob[idLen : idLen+bodyLen : idLen+bodyLen]})
 		blob = blob[idLen+bodyLen:]
-		if ct < prevCT || ct == prevCT && d.ID <= prevID {
-			sorted = false
-		}
-		prevCT, prevID = ct, d.ID
-		docs = append(docs, d)
 	}
 	if len(docs) != n {
-		return nil, 0, fmt.Errorf("store: snapshot: page of %d documents decoded as %d", n, len(docs))
+		return nil, fmt.Errorf("store: snapshot: page of %d documents decoded as %d", n, len(docs))
 	}
-	if !sorted {
-		// group_concat's order is the subquery's in practice; should a
-		// SQLite change that, the page is still exact: fail rather than
-		// send a page out of order or resume at the wrong key.
-		return nil, 0, fmt.Errorf("store: snapshot: page out of (create_time, id) order")
-	}
-	return docs, prevCT, nil
+	return docs, nil
 }
 
 // parseRawHeader decodes a rawRecordHeader.
-func parseRawHeader(b []byte) (ct int64, idLen, bodyLen int, ok bool) {
+func parseRawHeader(b []byte) (row int64, idLen, bodyLen int, ok bool) {
 	if len(b) < rawRecordHeader {
 		return 0, 0, 0, false
 	}

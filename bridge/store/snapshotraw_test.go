@@ -13,10 +13,13 @@ import (
 )
 
 // TestSnapshotRawMatchesPages: SnapshotRaw returns the same documents as
-// SnapshotPages, page for page and in the same (create_time, id) order,
-// across pages of a store larger than the largest page (ties of create
-// time broken by id), for each tenant only its own, each body decoding to
-// the stored document and its digests and claims attached.
+// SnapshotPages, in pages of the same sizes with the same seq, across
+// pages of a store larger than the largest page, for each tenant only its
+// own, each body decoding to the stored document and its digests and
+// claims attached; its order is the table's (rowids ascending), and
+// resuming after a page's last row gives the rest. The documents are
+// created with ids descending while their create times ascend, three to a
+// create time, committed concurrently: the two orders differ.
 func TestSnapshotRawMatchesPages(t *testing.T) {
 	s := openStore(t, t.TempDir(), store.Options{})
 	ctx := context.Background()
@@ -40,30 +43,62 @@ func TestSnapshotRawMatchesPages(t *testing.T) {
 	commitAll(t, s, batch)
 	for _, tenant := range []string{"t", "other", "nobody"} {
 		for _, page := range []int{10000, 999} {
-			var want [][]*store.DocumentRecord
+			var sizes []int
 			var wantSeq uint64
+			want := map[string]*gatewayv1.Document{}
 			if err := s.SnapshotPages(ctx, tenant, page, func(seq uint64, docs []*store.DocumentRecord) error {
 				wantSeq = seq
-				want = append(want, docs)
+				sizes = append(sizes, len(docs))
+				for _, d := range docs {
+					want[d.Doc.GetId()] = d.Doc
+				}
 				return nil
 			}); err != nil {
 				t.Fatal(err)
 			}
+			var rows []int64
+			var pageEnds []int64
 			i := 0
 			if err := s.SnapshotRaw(ctx, tenant, store.SnapshotKey{}, page, func(seq uint64, docs []store.RawDocument) error {
-				if seq != wantSeq || i >= len(want) || len(docs) != len(want[i]) {
-					t.Fatalf("tenant %s page %d: raw page %d: seq %d, %d documents; want seq %d, %d pages", tenant, page, i, seq, len(docs), wantSeq, len(want))
+				if seq != wantSeq || i >= len(sizes) || len(docs) != sizes[i] {
+					t.Fatalf("tenant %s page %d: raw page %d: seq %d, %d documents; want seq %d, pages of %v", tenant, page, i, seq, len(docs), wantSeq, sizes)
 				}
-				for j, d := range docs {
-					checkRaw(t, d, want[i][j].Doc)
+				for _, d := range docs {
+					if w := want[d.ID]; w == nil {
+						t.Fatalf("tenant %s: raw document %s is not in the decoded snapshot (or twice)", tenant, d.ID)
+					} else {
+						checkRaw(t, d, w)
+					}
+					delete(want, d.ID)
+					if len(rows) > 0 && d.Row <= rows[len(rows)-1] {
+						t.Fatalf("tenant %s: row %d after row %d: not in table order", tenant, d.Row, rows[len(rows)-1])
+					}
+					rows = append(rows, d.Row)
+				}
+				if len(docs) > 0 {
+					pageEnds = append(pageEnds, docs[len(docs)-1].Row)
 				}
 				i++
 				return nil
 			}); err != nil {
 				t.Fatal(err)
 			}
-			if i != len(want) {
-				t.Fatalf("tenant %s page %d: %d raw pages, want %d", tenant, page, i, len(want))
+			if i != len(sizes) || len(want) != 0 {
+				t.Fatalf("tenant %s page %d: %d raw pages, want %d; %d documents missing", tenant, page, i, len(sizes), len(want))
+			}
+			if len(pageEnds) > 1 { // resume after the first page: the rest, in the same order
+				var rest []int64
+				if err := s.SnapshotRaw(ctx, tenant, store.SnapshotKey{Row: pageEnds[0]}, page, func(_ uint64, docs []store.RawDocument) error {
+					for _, d := range docs {
+						rest = append(rest, d.Row)
+					}
+					return nil
+				}); err != nil {
+					t.Fatal(err)
+				}
+				if fmt.Sprint(rest) != fmt.Sprint(rows[sizes[0]:]) {
+					t.Fatalf("tenant %s page %d: resumed after row %d: %d rows, want the %d after it", tenant, page, pageEnds[0], len(rest), len(rows)-sizes[0])
+				}
 			}
 		}
 	}

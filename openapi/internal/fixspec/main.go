@@ -303,7 +303,7 @@ func markSnapshot(o obj, defs obj) error {
 			"seq": obj{"type": "string", "format": "uint64",
 				"description": "The first page's seq: every document reflects at least the events up to it; subscribe from seq + 1 after the last page."},
 			"documents": obj{"type": "array", "items": obj{"$ref": "#/definitions/Document"},
-				"description": "The documents of this page, in create-time order (then id)."},
+				"description": "The documents of this page, in the store's order (SQLite: the order they were first stored; PostgreSQL: create time); each comes once across the pages."},
 			"nextPageToken": obj{"type": "string",
 				"description": "Pass as pageToken for the next page; empty on the last page."},
 		}}
