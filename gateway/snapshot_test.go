@@ -313,3 +313,52 @@ func checkSnapshotSSE(t *testing.T, h *harness, n int) {
 	}
 	checkChunks(t, "SSE", chunks, n, 10)
 }
+
+// TestSnapshotTenantIsolation: every form of the streamed snapshot (gRPC,
+// REST NDJSON, SSE and pages) shows a tenant exactly its own documents.
+func TestSnapshotTenantIsolation(t *testing.T) {
+	h, acme, globex := startTwoTenants(t)
+	ids := map[string][]string{}
+	for i, ctx := range []context.Context{acme, globex, acme} {
+		d, err := h.docs.SubmitDocument(ctx, &gatewayv1.SubmitDocumentRequest{Content: []byte(fmt.Sprint("doc ", i)), ContentType: "text/plain"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tenant := map[bool]string{true: "tok-acme", false: "tok-globex"}[i != 1]
+		ids[tenant] = append(ids[tenant], d.GetId())
+	}
+	for tok, ctx := range map[string]context.Context{"tok-acme": acme, "tok-globex": globex} {
+		want, other := ids[tok], ids[map[string]string{"tok-acme": "tok-globex", "tok-globex": "tok-acme"}[tok]]
+		st, err := h.events.StreamSnapshot(ctx, &gatewayv1.StreamSnapshotRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for {
+			c, err := st.Recv()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, docIDs(c.GetDocuments())...)
+		}
+		if !sameSet(got, want) {
+			t.Errorf("gRPC snapshot as %s: %v, want exactly %v", tok, got, want)
+		}
+		for _, accept := range []string{"application/x-ndjson", "text/event-stream", "application/json"} {
+			code, _, body := h.do("GET", "/v1/events:streamSnapshot", nil, "Authorization", "Bearer "+tok, "Accept", accept)
+			for _, id := range want {
+				if code != 200 || !strings.Contains(string(body), id) {
+					t.Errorf("%s snapshot as %s: HTTP %d, lacks its document %s", accept, tok, code, id)
+				}
+			}
+			for _, id := range other {
+				if strings.Contains(string(body), id) {
+					t.Errorf("%s snapshot as %s shows the other tenant's document %s", accept, tok, id)
+				}
+			}
+		}
+	}
+}
