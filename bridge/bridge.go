@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/pipestream/gateway/bridge/eventlog"
-	"github.com/pipestream/gateway/bridge/store"
+	"github.com/pipestream/gateway/bridge/store/sqlite"
 	"github.com/pipestream/gateway/quicpeer"
 )
 
@@ -67,7 +67,7 @@ func New(ctx context.Context, opts Options) (*Bridge, error) {
 	}
 	st := opts.Store
 	if st == nil {
-		sq, err := store.Open(ctx, opts.DataDir, store.Options{Logger: opts.Logger, Registerer: opts.Registerer})
+		sq, err := sqlite.Open(ctx, opts.DataDir, sqlite.Options{Logger: opts.Logger, Registerer: opts.Registerer})
 		if err != nil {
 			return nil, fmt.Errorf("bridge: open store in %s: %w", opts.DataDir, err)
 		}

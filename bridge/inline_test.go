@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pipestream/gateway/bridge/store"
+	"github.com/pipestream/gateway/bridge/store/sqlite"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
 
@@ -47,7 +48,7 @@ func TestSmallDocumentsInline(t *testing.T) {
 	}
 	e.closeBridge()
 
-	st, err := store.Open(context.Background(), e.dir, store.Options{})
+	st, err := sqlite.Open(context.Background(), e.dir, sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +77,7 @@ func TestSmallDocumentsInline(t *testing.T) {
 		t.Fatalf("result files %v: want the 200 KiB document's only", results)
 	}
 	e.closeBridge()
-	st, err = store.Open(context.Background(), e.dir, store.Options{})
+	st, err = sqlite.Open(context.Background(), e.dir, sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pipestream/gateway/bridge"
 	"github.com/pipestream/gateway/bridge/store"
+	"github.com/pipestream/gateway/bridge/store/sqlite"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
 
@@ -38,7 +39,7 @@ func (c *countingStore) OpenPayload(ctx context.Context, docID string, kind stor
 // the interface, serves the result from it, and closes it on Close.
 func TestOptionsStorePlugsInABackend(t *testing.T) {
 	storeDir := t.TempDir()
-	sq, err := store.Open(context.Background(), storeDir, store.Options{})
+	sq, err := sqlite.Open(context.Background(), storeDir, sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

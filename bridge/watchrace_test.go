@@ -8,6 +8,7 @@ import (
 
 	"github.com/pipestream/gateway/bridge"
 	"github.com/pipestream/gateway/bridge/store"
+	"github.com/pipestream/gateway/bridge/store/sqlite"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
 
@@ -16,7 +17,7 @@ import (
 // writer goes on, so a reader of the store sees rows the tail has not
 // published yet, as it does for a moment after every commit.
 type heldStore struct {
-	*store.Store
+	*sqlite.Store
 	mu     sync.Mutex
 	hook   func([]store.EventRecord)
 	held   bool
@@ -69,7 +70,7 @@ func (h *heldStore) release() {
 // answered the document with no event (seq 0), which a resumed SSE or page
 // stream drops as "already seen": the client never saw SUCCEEDED.
 func TestWatchResumedSeesUnpublishedTerminal(t *testing.T) {
-	sq, err := store.Open(context.Background(), t.TempDir(), store.Options{})
+	sq, err := sqlite.Open(context.Background(), t.TempDir(), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,7 +44,7 @@ func BenchmarkWebSocketFanout(b *testing.B) {
 	}
 	srv, err := gateway.New(gateway.Config{
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Bridge: br, Logger: slog.New(slog.DiscardHandler),
-		RateLimit: -1, MaxSubscribersPerTenant: -1, MaxConcurrentStreams: 4 * subs,
+		RateLimit: -1, MaxSubscribersPerTenant: -1, MaxConnsPerIP: -1, MaxConcurrentStreams: 4 * subs,
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -116,7 +116,18 @@ func BenchmarkWebSocketFanout(b *testing.B) {
 			}
 		}()
 	}
-	time.Sleep(100 * time.Millisecond) // let the upgrades' subscriptions start
+	// Measure once every upgrade's subscription runs (the warm-up's too):
+	// a subscriber in its run loop has fixed its starting seq, so the
+	// first submission below reaches it.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		n, _ := goroutinesIn("eventlog.(*subscriber).run(")
+		if n >= subs+1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d subscriptions running within 30 s", n, subs+1)
+		}
+	}
 	runtime.GC()
 	runtime.ReadMemStats(&ms1)
 	gPer := float64(runtime.NumGoroutine()-g0) / subs

@@ -31,7 +31,10 @@ func TestWebSocketStuckConsumerIsClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	warm.Close(websocket.StatusNormalClosure, "")
-	time.Sleep(200 * time.Millisecond)
+	// Count once the warm-up connection's server side is gone: its
+	// WebSocket handler and the event stream behind it have returned.
+	waitGoroutines(t, "gateway.(*Server).handleEventsWS", stuckPollLimit)
+	waitGoroutines(t, "gateway.(*eventService).SubscribeEvents", stuckPollLimit)
 	base := runtime.NumGoroutine()
 	c := dialWS(t, h, "") // live only; this client never reads until the end
 	c.SetReadLimit(1 << 20)

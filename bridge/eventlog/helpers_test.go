@@ -16,6 +16,7 @@ import (
 
 	"github.com/pipestream/gateway/bridge/eventlog"
 	"github.com/pipestream/gateway/bridge/store"
+	"github.com/pipestream/gateway/bridge/store/sqlite"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
 
@@ -33,7 +34,7 @@ var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 type env struct {
 	t   testing.TB
 	dir string
-	st  *store.Store
+	st  *sqlite.Store
 	log *eventlog.Log
 	clk *clock
 }
@@ -49,7 +50,7 @@ func open(t testing.TB, dir string, opts eventlog.Options) *env {
 func openSync(t testing.TB, dir string, opts eventlog.Options, sync string) *env {
 	t.Helper()
 	ctx := context.Background()
-	st, err := store.Open(ctx, dir, store.Options{Synchronous: sync})
+	st, err := sqlite.Open(ctx, dir, sqlite.Options{Synchronous: sync})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -154,19 +154,13 @@ func (l *Log) load(ctx context.Context, base uint64) error {
 	return nil
 }
 
-// EventMetaReader is implemented by stores that can list the retained
-// events' metadata without their bodies (both backends): start then reads
-// seq, time and size only.
-type EventMetaReader interface {
-	EachEventMeta(ctx context.Context, fn func(seq uint64, t time.Time, size int) error) error
-}
-
-// EventRangeReader is implemented by stores that summarize the retained
-// events by seq range (both backends): a large log then loads in at most
-// IndexBuckets/2 summaries, aggregated by the database.
-type EventRangeReader interface {
-	EachEventRange(ctx context.Context, from, to, width uint64, fn func(r store.EventRange) error) error
-}
+// EventMetaReader and EventRangeReader are the optional readers of a
+// store (both backends implement them; store.EventMetaReader and
+// store.EventRangeReader document them).
+type (
+	EventMetaReader  = store.EventMetaReader
+	EventRangeReader = store.EventRangeReader
+)
 
 // loadIndex feeds every retained event's metadata to the retention index
 // and returns the last seq read: by seq range when more events are

@@ -17,6 +17,7 @@ import (
 
 	"github.com/pipestream/gateway/bridge/eventlog"
 	"github.com/pipestream/gateway/bridge/store"
+	"github.com/pipestream/gateway/bridge/store/sqlite"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
 
@@ -48,7 +49,7 @@ func BenchmarkSnapshotLargeStore(b *testing.B) {
 	debug.FreeOSMemory()
 	rss0 := rssBytes()
 	t0 := time.Now()
-	st, err := store.Open(ctx, dir, store.Options{})
+	st, err := sqlite.Open(ctx, dir, sqlite.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -95,7 +96,7 @@ func BenchmarkSnapshotLargeStore(b *testing.B) {
 // loadDocs writes n small documents with one #document event each.
 func loadDocs(b *testing.B, dir string, n int) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, dir, store.Options{Synchronous: "NORMAL"})
+	st, err := sqlite.Open(ctx, dir, sqlite.Options{Synchronous: "NORMAL"})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,86 +1,26 @@
-// Package store is the gateway's durable state: the backend-neutral record
-// types, errors and payload interfaces every backend shares, and the default
-// backend, SQLite.
+// Package store is the backend-neutral vocabulary of the gateway's durable
+// state: the record types, errors and payload interfaces every backend
+// shares, and the interfaces a backend implements (Store, EventStore; their
+// doc comments are the contract). It imports no backend and no database
+// driver.
 //
 // # Backends
 //
-// The bridge and the event log do not depend on a backend: each declares
-// the part it uses as an interface (bridge.Store, eventlog.Store; their doc
-// comments are the contract), and this package's types (Batch,
-// DocumentRecord, EventRecord, ClaimRecord, ListQuery, PayloadWriter,
-// PayloadReader, the Err values...) are the vocabulary of both. *Store here
-// is the SQLite backend; another backend lives in its own package, imports
-// these types and runs the conformance suite in bridge/store/storetest.
-// (The types stay next to SQLite rather than in a package of their own so
-// that the embedded default needs no extra import; a backend package that
-// imports them also links the pure-Go SQLite driver.)
-//
-// # The SQLite backend
-//
-// Documents, entities, scope digests, claim checks, idempotency records and
-// the sequenced event log live in one SQLite file (modernc.org/sqlite, pure
-// Go) under the data directory; streamed payloads are files next to it
-// (payload.go). See docs/architecture.md for where state lives.
-//
-// # Writes
-//
-// Every write goes through Commit (or PruneEvents), which hands a Batch to a
-// single writer goroutine. The writer drains its queue and applies many
-// batches in ONE transaction (group commit): a batch whose precondition
-// fails (stale revision, claim already redeemed, idempotency conflict...) is
-// rolled back alone and its caller gets the error, while the other batches
-// of the group commit. (The writer runs a group without savepoints first;
-// only if a batch fails does it roll back and rerun the group with each
-// batch inside its own SAVEPOINT, WriterStats.Retries.) Commit returns only
-// after the transaction is durable (see Options.Synchronous), so "Commit
-// returned nil" is the point at which a submission may be acknowledged.
-//
-// # Durability
-//
-// WAL mode with synchronous=FULL by default: COMMIT fsyncs the WAL, so a
-// batch whose Commit returned survives kill -9, an OS crash and power loss
-// (given a disk that honors fsync). synchronous=NORMAL (Options.Synchronous)
-// skips that fsync (the WAL is synced only at checkpoints): committed data
-// still survives kill -9 of the process, because it is in the OS page cache,
-// but the last transactions can be lost (never corrupted) on power loss or an
-// OS crash. Group commit makes FULL cheap under load: one fsync covers every
-// batch of a transaction. One process per data directory: the seq high-water
-// mark is read inside each write transaction, so a second writer could not
-// reuse seqs, but LastSeq and the event hook would miss its writes.
-//
-// # Event sequence numbers
-//
-// Events in a Batch get seq numbers inside the writer transaction: seq =
-// last_seq+1, starting at 1, strictly below 2^53. last_seq lives in the meta
-// table and is updated in the same transaction, so seqs never repeat, not
-// after kill -9 and not after pruning every event. Seqs are assigned in queue
-// order, so the seqs of one batch are consecutive and ascending.
-//
-// # Reads
-//
-// Reads use a separate pool of read-only connections (WAL readers never block
-// the writer). Every read by id takes a tenant and answers ErrNotFound for a
-// row that belongs to another tenant.
-//
-// # Streamed payloads
-//
-// CreatePayload returns a PayloadWriter on a temporary file in
-// <dir>/spool (content) or <dir>/results (result); Sync fsyncs it, renames
-// it to <doc-id>.bin and fsyncs the directory. OpenPayload returns the file
-// itself (a PayloadReader whose WriteTo is the file's), so serving a result
-// copies no more than before the interface. The bridge syncs a payload
-// before the Commit that records the document, and both before it
-// acknowledges the submission.
+// Each backend lives in a package of its own beside this one:
+// bridge/store/sqlite (the default, embedded: one SQLite file under the data
+// directory) and bridge/store/pgstore (PostgreSQL, shared by replicas).
+// Both run the conformance suite in bridge/store/storetest, whose interface
+// is this package's (storetest checks that it equals the bridge's). The
+// bridge and the event log depend on this package only; the caller that
+// picks a backend imports it.
 package store
 
 import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
@@ -141,35 +81,6 @@ func (e *LeaseLostError) Unwrap() error { return ErrLeaseLost }
 // MaxSeq is the exclusive upper bound of event seq numbers (2^53, so seqs are
 // exact in JSON numbers).
 const MaxSeq uint64 = 1 << 53
-
-// Options configure Open. Zero values take the defaults in params.go.
-type Options struct {
-	// Synchronous is the SQLite synchronous pragma: "FULL" (default) or
-	// "NORMAL". With WAL, both survive kill -9 of the process (committed
-	// frames are in the OS page cache); only FULL also survives power loss
-	// or an OS crash, because it fsyncs the WAL at every commit. Group commit
-	// amortizes that fsync over all batches of a transaction.
-	Synchronous string
-	// MaxGroupBatches bounds how many batches one transaction carries.
-	MaxGroupBatches int
-	// MaxGroupDelay is how long the writer waits for more batches after the
-	// first one before committing (0: commit as soon as the queue is drained;
-	// batching then comes from callers queueing while the previous
-	// transaction syncs).
-	MaxGroupDelay time.Duration
-	// QueueDepth bounds queued batches; Commit blocks (honoring ctx) beyond it.
-	QueueDepth int
-	// ReadConns is the size of the read-only connection pool.
-	ReadConns int
-	// BusyTimeout is SQLite's busy_timeout.
-	BusyTimeout time.Duration
-	// Logger (default slog.Default()).
-	Logger *slog.Logger
-	// Registerer for metrics (nil: none): store_commit_batches (histogram of
-	// batches per transaction), store_commit_seconds (transaction latency),
-	// store_commit_transactions_total.
-	Registerer prometheus.Registerer
-}
 
 // DocumentRecord is one document row.
 type DocumentRecord struct {

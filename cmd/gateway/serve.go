@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/pipestream/gateway/bridge"
+	"github.com/pipestream/gateway/bridge/eventlog"
 	"github.com/pipestream/gateway/gateway"
 	"github.com/pipestream/gateway/internal/serve"
 	"github.com/pipestream/gateway/quicpeer"
@@ -35,155 +37,257 @@ Example:
   gateway serve --peer 10.0.0.7:4433 --peer 10.0.0.8:4433 \
     --peer-ca peer7-cert.pem --peer-ca peer8-cert.pem   # several peers`
 
+// runServe is `gateway serve`, in named steps: the flags become a
+// serve.Config (config), --store opens the PostgreSQL store if given
+// (store), and serve.Run starts the bridge and the servers and waits for a
+// signal (bridge, servers, wait).
 func runServe(args []string) int {
-	fs := newFlags("serve", "gateway [serve] [flags]", serveHelp)
-	grpcAddr := fs.String("grpc-addr", "GATEWAY_GRPC_ADDR", gateway.DefaultGRPCAddr, "gRPC listen address")
-	httpAddr := fs.String("http-addr", "GATEWAY_HTTP_ADDR", gateway.DefaultHTTPAddr, "HTTP listen address (REST, WebSocket, /healthz, /metrics, /docs/)")
-	dataDir := fs.String("data-dir", "GATEWAY_DATA_DIR", "./data", "directory for the store, spool and results (the embedded peer uses <data-dir>/peer)")
-	storeURL := fs.String("store", "GATEWAY_STORE", "", storeFlagHelp)
-	peerAddrs := fs.Strings("peer", "GATEWAY_PEER", "UDP host:port of an external PipeStream peer, once per peer: new documents go to the least-loaded healthy one (none: start one in-process)")
-	peerCAs := fs.Strings("peer-ca", "GATEWAY_PEER_CA", "PEM file of the CA or certificate(s) that verify --peer (required with --peer): once for every peer, or once per --peer in the same order")
-	peerNames := fs.Strings("peer-server-name", "GATEWAY_PEER_SERVER_NAME", "TLS server name of --peer (default: its host): once for every peer, or once per --peer in the same order")
-	peerCert := fs.String("peer-cert", "GATEWAY_PEER_CLIENT_CERT", "", "PEM client certificate presented to --peer (mutual TLS; with --peer-key)")
-	peerKey := fs.String("peer-key", "GATEWAY_PEER_CLIENT_KEY", "", "PEM private key of --peer-cert")
-	preferPB := fs.Bool("prefer-protobuf", "GATEWAY_PREFER_PROTOBUF", false, "offer the Protobuf serialization format (CBOR otherwise)")
-	peerFramings := fs.Strings("peer-framing", "GATEWAY_PEER_FRAMING", "control-stream framing toward --peer: auto (the default: draft-02, and draft-04 when the peer refuses the draft-02 handshake or shows draft-04), draft-02 or draft-04 (the reference suite: one document per connection); once for every peer, or once per --peer in the same order")
-	peerProfile := fs.String("peer-profile", "GATEWAY_PEER_PROFILE", "auto", "use this project's profile toward --peer: auto (when the peer answers its discovery member), on, or off (plain draft-02 entities; docs/profile.md 9)")
-	peerIdle := fs.Duration("peer-idle-timeout", "GATEWAY_PEER_IDLE_TIMEOUT", quicpeer.DefaultIdleTimeout, "a peer session that hears nothing from the peer (not even ACKs of the QUIC PINGs sent every third of this) for this long is lost: its documents are re-dispatched")
-	peerWait := fs.Duration("peer-wait", "GATEWAY_PEER_WAIT", 5*time.Minute, "how long a document may wait for a peer session before it fails")
-	peerD04Conns := fs.Int64("peer-draft04-conns", "GATEWAY_PEER_DRAFT04_CONNS", 4, "connections open at once to one draft-04 peer (one document each; 1-64): the next handshakes overlap the running conversation")
-	authTokens := fs.String("auth-tokens", "GATEWAY_AUTH_TOKENS", "", "file of \"sha256:<hex> <tenant>\" lines (see gateway hash-token); empty: no authentication, loopback only")
-	insecureNoAuth := fs.Bool("insecure-no-auth", "GATEWAY_INSECURE_NO_AUTH", false, "allow listening beyond loopback without --auth-tokens (only behind a proxy that authenticates)")
-	corsOrigins := fs.String("cors-origins", "GATEWAY_CORS_ORIGINS", "", "comma-separated web origins (scheme://host[:port]) whose pages may call the REST API and WebSocket (CORS); empty: same-origin only")
-	tlsCert := fs.String("tls-cert", "GATEWAY_TLS_CERT", "", "PEM certificate chain for TLS on the gRPC and HTTP listeners (with --tls-key)")
-	tlsKey := fs.String("tls-key", "GATEWAY_TLS_KEY", "", "PEM private key of --tls-cert")
-	maxUpload := fs.Int64("max-upload-bytes", "GATEWAY_MAX_UPLOAD_BYTES", gateway.DefaultMaxUploadBytes, "largest document accepted (REST body and gRPC upload)")
-	maxJSON := fs.Int64("max-json-body-bytes", "GATEWAY_MAX_JSON_BODY_BYTES", gateway.DefaultMaxJSONBodyBytes, "largest REST request body other than uploads")
-	maxRecv := fs.Int64("max-recv-msg-bytes", "GATEWAY_MAX_RECV_MSG_BYTES", gateway.DefaultMaxRecvMsgBytes, "largest gRPC request message")
-	maxSend := fs.Int64("max-send-msg-bytes", "GATEWAY_MAX_SEND_MSG_BYTES", gateway.DefaultMaxSendMsgBytes, "largest gRPC response message (results stream in 256 KiB messages, so any size of result fits)")
-	maxStreams := fs.Uint("max-concurrent-streams", "GATEWAY_MAX_CONCURRENT_STREAMS", gateway.DefaultMaxConcurrentStreams, "concurrent gRPC streams per connection (the REST proxy shares one connection)")
-	rateLimit := fs.Float64("rate-limit", "GATEWAY_RATE_LIMIT", gateway.DefaultRateLimit, "requests per second per tenant (0: unlimited)")
-	rateBurst := fs.Uint("rate-burst", "GATEWAY_RATE_BURST", gateway.DefaultRateBurst, "burst of requests per tenant above --rate-limit")
-	maxUploads := fs.Uint("max-uploads-per-tenant", "GATEWAY_MAX_UPLOADS_PER_TENANT", gateway.DefaultMaxUploadsPerTenant, "concurrent uploads per tenant (0: unlimited)")
-	maxSubs := fs.Uint("max-subscribers-per-tenant", "GATEWAY_MAX_SUBSCRIBERS_PER_TENANT", gateway.DefaultMaxSubscribersPerTenant, "concurrent event streams (subscribe, watch, WebSocket) per tenant (0: unlimited)")
-	maxDownloads := fs.Uint("max-downloads-per-tenant", "GATEWAY_MAX_DOWNLOADS_PER_TENANT", gateway.DefaultMaxDownloadsPerTenant, "concurrent result downloads (REST and gRPC) per tenant (0: unlimited)")
-	maxTickets := fs.Uint("max-tickets-per-tenant", "GATEWAY_MAX_TICKETS_PER_TENANT", gateway.DefaultMaxTicketsPerTenant, "outstanding WebSocket tickets per tenant (0: unlimited)")
-	maxClientIDs := fs.Uint("max-client-ids-per-tenant", "GATEWAY_MAX_CLIENT_IDS_PER_TENANT", gateway.DefaultMaxClientIDsPerTenant, "X-Client-Id values per tenant tracked for event retention at once; more are tracked by address (0: unbounded)")
-	uploadIdle := fs.Duration("upload-idle-timeout", "GATEWAY_UPLOAD_IDLE_TIMEOUT", gateway.DefaultUploadIdleTimeout, "cut an upload whose body sends nothing for this long")
-	wsPing := fs.Duration("ws-ping-interval", "GATEWAY_WS_PING_INTERVAL", gateway.DefaultWSPingInterval, "ping WebSocket subscribers this often; one that leaves a ping unanswered for half of it (at most 10s) is cut")
-	streamWrite := fs.Duration("stream-write-timeout", "GATEWAY_STREAM_WRITE_TIMEOUT", gateway.DefaultStreamWriteTimeout, "cut a streaming client (gRPC stream, REST response, WebSocket) that takes nothing of a pending message for this long")
-	keepaliveTime := fs.Duration("grpc-keepalive-time", "GATEWAY_GRPC_KEEPALIVE_TIME", gateway.DefaultGRPCKeepaliveTime, "ping gRPC connections idle for this long")
-	keepaliveTimeout := fs.Duration("grpc-keepalive-timeout", "GATEWAY_GRPC_KEEPALIVE_TIMEOUT", gateway.DefaultGRPCKeepaliveTimeout, "close a gRPC connection whose keepalive ping is not answered within this")
-	jsonBodyTimeout := fs.Duration("json-body-timeout", "GATEWAY_JSON_BODY_TIMEOUT", gateway.DefaultJSONBodyTimeout, "a JSON request body may send nothing for this long, and must average --min-body-rate after it")
-	minBodyRate := fs.Int64("min-body-rate", "GATEWAY_MIN_BODY_RATE", gateway.DefaultMinBodyRate, "slowest average upload body rate in bytes/s after the first 10 s (0: off)")
-	maxConnsPerIP := fs.Uint("max-conns-per-ip", "GATEWAY_MAX_CONNS_PER_IP", gateway.DefaultMaxConnsPerIP, "open connections per client IP address over both listeners (0: unlimited)")
-	maxConns := fs.Uint("max-conns", "GATEWAY_MAX_CONNS", 0, "open client connections in total over both listeners (0: the file descriptor limit less 256)")
-	minFreeDisk := fs.Int64("min-free-disk", "GATEWAY_MIN_FREE_DISK", gateway.DefaultMinFreeDiskBytes, "below this much free space in --data-dir, /healthz reports low disk and new documents get 503 DISK_FULL (0: off)")
-	readHeader := fs.Duration("read-header-timeout", "GATEWAY_READ_HEADER_TIMEOUT", gateway.DefaultReadHeaderTimeout, "time an HTTP client has to send its request headers")
-	idleTimeout := fs.Duration("idle-timeout", "GATEWAY_IDLE_TIMEOUT", gateway.DefaultIdleTimeout, "close idle HTTP keep-alive connections after this long")
-	inline := fs.Int64("inline-threshold", "GATEWAY_INLINE_THRESHOLD", 1<<20, "documents up to this size without a split strategy are sent whole")
-	shutdown := fs.Duration("shutdown-timeout", "GATEWAY_SHUTDOWN_TIMEOUT", gateway.DefaultShutdownTimeout, "how long a graceful shutdown may take")
-	logLevel := fs.String("log-level", "GATEWAY_LOG_LEVEL", "info", "debug, info, warn or error")
-	logFormat := fs.String("log-format", "GATEWAY_LOG_FORMAT", "text", "text or json")
-	pprofAddr := fs.String("pprof-addr", "GATEWAY_PPROF_ADDR", "", "serve net/http/pprof on this loopback address (empty: off; see docs/performance.md)")
-	eventLogOpts := retentionFlags(fs) // docs/retention.md
-	if code, ok := fs.parse(args); !ok {
+	f, code, ok := parseServeFlags(args)
+	if !ok {
 		return code
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "gateway serve: unexpected argument %q (flags only; see --help)\n", fs.Arg(0))
-		return 2
-	}
-	if err := checkPeerFlags(*peerAddrs, *peerCAs, *peerNames, *peerFramings); err != nil {
-		fmt.Fprintf(os.Stderr, "gateway serve: %v (see 'gateway serve --help')\n", err)
-		return 2
-	}
-	log, err := newLogger(*logLevel, *logFormat)
+	cfg, err := f.config()
 	if err != nil {
 		return fail(os.Stderr, "serve", err)
 	}
-	evOpts, err := eventLogOpts()
-	if err != nil {
+	ctx := context.Background()
+	if err := useStore(ctx, &cfg.Bridge, *f.storeURL, cfg.Logger); err != nil {
 		return fail(os.Stderr, "serve", err)
 	}
-
-	gcfg := gateway.Config{
-		GRPCAddr:                *grpcAddr,
-		HTTPAddr:                *httpAddr,
-		Logger:                  log,
-		AllowInsecureNoAuth:     *insecureNoAuth,
-		CORSOrigins:             strings.Split(*corsOrigins, ","),
-		MaxUploadBytes:          *maxUpload,
-		MaxJSONBodyBytes:        *maxJSON,
-		MaxRecvMsgBytes:         int(min(*maxRecv, 1<<31-1)),
-		MaxSendMsgBytes:         int(min(*maxSend, 1<<31-1)),
-		MaxConcurrentStreams:    uint32(*maxStreams),
-		RateLimit:               orUnlimited(*rateLimit),
-		RateBurst:               int(*rateBurst),
-		MaxUploadsPerTenant:     int(orUnlimited(float64(*maxUploads))),
-		MaxSubscribersPerTenant: int(orUnlimited(float64(*maxSubs))),
-		MaxDownloadsPerTenant:   int(orUnlimited(float64(*maxDownloads))),
-		MaxClientIDsPerTenant:   int(orUnlimited(float64(*maxClientIDs))),
-		MaxTicketsPerTenant:     int(orUnlimited(float64(*maxTickets))),
-		UploadIdleTimeout:       *uploadIdle,
-		StreamWriteTimeout:      *streamWrite,
-		WSPingInterval:          *wsPing,
-		GRPCKeepaliveTime:       *keepaliveTime,
-		GRPCKeepaliveTimeout:    *keepaliveTimeout,
-		ReadHeaderTimeout:       *readHeader,
-		JSONBodyTimeout:         *jsonBodyTimeout,
-		DataDir:                 *dataDir,
-		MinFreeDiskBytes:        int64(orUnlimited(float64(*minFreeDisk))),
-		MinBodyRate:             int64(orUnlimited(float64(*minBodyRate))),
-		MaxConnsPerIP:           int(orUnlimited(float64(*maxConnsPerIP))),
-		MaxConns:                int(min(*maxConns, 1<<24)),
-		IdleTimeout:             *idleTimeout,
-	}
-	bopts := bridge.Options{
-		DataDir:          *dataDir,
-		PreferProtobuf:   *preferPB,
-		InlineThreshold:  *inline,
-		MaxDocumentBytes: *maxUpload,
-		EventLog:         evOpts,
-		PeerWait:         *peerWait,
-		PeerIdleTimeout:  *peerIdle,
-		PeerDraft04Conns: int(min(max(*peerD04Conns, -1), 1<<20)), // the bridge checks the range
-	}
-	if err := peerModes(&bopts, *peerFramings, *peerProfile); err != nil {
-		return fail(os.Stderr, "serve", err)
-	}
-	if err := useStore(context.Background(), &bopts, *storeURL, log); err != nil {
-		return fail(os.Stderr, "serve", err)
-	}
-	err = serve.Run(context.Background(), serve.Config{
-		Gateway:         gcfg,
-		Bridge:          bopts,
-		Logger:          log,
-		PeerAddrs:       *peerAddrs,
-		PeerCAFiles:     *peerCAs,
-		PeerServerNames: *peerNames,
-		PeerFramings:    *peerFramings,
-		PeerCertFile:    *peerCert,
-		PeerKeyFile:     *peerKey,
-		AuthTokensFile:  *authTokens,
-		TLSCertFile:     *tlsCert,
-		TLSKeyFile:      *tlsKey,
-		PprofAddr:       *pprofAddr,
-		ShutdownTimeout: *shutdown,
-	})
-	if err != nil {
+	if err := serve.Run(ctx, cfg); err != nil {
 		return fail(os.Stderr, "serve", err)
 	}
 	return 0
 }
 
-// orUnlimited maps the command line's "0 = unlimited" to the gateway
-// Config's "negative = unlimited" (where 0 takes the default).
-func orUnlimited(v float64) float64 {
+// serveFlags are the flags of `gateway serve` (values after parsing).
+type serveFlags struct {
+	grpcAddr         *string
+	httpAddr         *string
+	dataDir          *string
+	storeURL         *string
+	peerAddrs        *[]string
+	peerCAs          *[]string
+	peerNames        *[]string
+	peerCert         *string
+	peerKey          *string
+	preferPB         *bool
+	peerFramings     *[]string
+	peerProfile      *string
+	peerIdle         *time.Duration
+	peerWait         *time.Duration
+	peerD04Conns     *int64
+	authTokens       *string
+	insecureNoAuth   *bool
+	corsOrigins      *string
+	tlsCert          *string
+	tlsKey           *string
+	maxUpload        *int64
+	maxJSON          *int64
+	maxRecv          *int64
+	maxSend          *int64
+	maxStreams       *uint
+	rateLimit        *float64
+	rateBurst        *uint
+	maxUploads       *uint
+	maxSubs          *uint
+	maxDownloads     *uint
+	maxTickets       *uint
+	maxClientIDs     *uint
+	uploadIdle       *time.Duration
+	wsPing           *time.Duration
+	streamWrite      *time.Duration
+	keepaliveTime    *time.Duration
+	keepaliveTimeout *time.Duration
+	jsonBodyTimeout  *time.Duration
+	minBodyRate      *int64
+	maxConnsPerIP    *uint
+	maxConns         *uint
+	minFreeDisk      *int64
+	readHeader       *time.Duration
+	idleTimeout      *time.Duration
+	inline           *int64
+	shutdown         *time.Duration
+	logLevel         *string
+	logFormat        *string
+	pprofAddr        *string
+	// eventLog builds the event log's options (retention flags).
+	eventLog func() (eventlog.Options, error)
+}
+
+// newServeFlags defines serve's flags on fs.
+func newServeFlags(fs *flagSet) *serveFlags {
+	return &serveFlags{
+		grpcAddr:         fs.String("grpc-addr", "GATEWAY_GRPC_ADDR", gateway.DefaultGRPCAddr, "gRPC listen address"),
+		httpAddr:         fs.String("http-addr", "GATEWAY_HTTP_ADDR", gateway.DefaultHTTPAddr, "HTTP listen address (REST, WebSocket, /healthz, /metrics, /docs/)"),
+		dataDir:          fs.String("data-dir", "GATEWAY_DATA_DIR", "./data", "directory for the store, spool and results (the embedded peer uses <data-dir>/peer)"),
+		storeURL:         fs.String("store", "GATEWAY_STORE", "", storeFlagHelp),
+		peerAddrs:        fs.Strings("peer", "GATEWAY_PEER", "UDP host:port of an external PipeStream peer, once per peer: new documents go to the least-loaded healthy one (none: start one in-process)"),
+		peerCAs:          fs.Strings("peer-ca", "GATEWAY_PEER_CA", "PEM file of the CA or certificate(s) that verify --peer (required with --peer): once for every peer, or once per --peer in the same order"),
+		peerNames:        fs.Strings("peer-server-name", "GATEWAY_PEER_SERVER_NAME", "TLS server name of --peer (default: its host): once for every peer, or once per --peer in the same order"),
+		peerCert:         fs.String("peer-cert", "GATEWAY_PEER_CLIENT_CERT", "", "PEM client certificate presented to --peer (mutual TLS; with --peer-key)"),
+		peerKey:          fs.String("peer-key", "GATEWAY_PEER_CLIENT_KEY", "", "PEM private key of --peer-cert"),
+		preferPB:         fs.Bool("prefer-protobuf", "GATEWAY_PREFER_PROTOBUF", false, "offer the Protobuf serialization format (CBOR otherwise)"),
+		peerFramings:     fs.Strings("peer-framing", "GATEWAY_PEER_FRAMING", "control-stream framing toward --peer: auto (the default: draft-02, and draft-04 when the peer refuses the draft-02 handshake or shows draft-04), draft-02 or draft-04 (the reference suite: one document per connection); once for every peer, or once per --peer in the same order"),
+		peerProfile:      fs.String("peer-profile", "GATEWAY_PEER_PROFILE", "auto", "use this project's profile toward --peer: auto (when the peer answers its discovery member), on, or off (plain draft-02 entities; docs/profile.md 9)"),
+		peerIdle:         fs.Duration("peer-idle-timeout", "GATEWAY_PEER_IDLE_TIMEOUT", quicpeer.DefaultIdleTimeout, "a peer session that hears nothing from the peer (not even ACKs of the QUIC PINGs sent every third of this) for this long is lost: its documents are re-dispatched"),
+		peerWait:         fs.Duration("peer-wait", "GATEWAY_PEER_WAIT", 5*time.Minute, "how long a document may wait for a peer session before it fails"),
+		peerD04Conns:     fs.Int64("peer-draft04-conns", "GATEWAY_PEER_DRAFT04_CONNS", 4, "connections open at once to one draft-04 peer (one document each; 1-64): the next handshakes overlap the running conversation"),
+		authTokens:       fs.String("auth-tokens", "GATEWAY_AUTH_TOKENS", "", "file of \"sha256:<hex> <tenant>\" lines (see gateway hash-token); empty: no authentication, loopback only"),
+		insecureNoAuth:   fs.Bool("insecure-no-auth", "GATEWAY_INSECURE_NO_AUTH", false, "allow listening beyond loopback without --auth-tokens (only behind a proxy that authenticates)"),
+		corsOrigins:      fs.String("cors-origins", "GATEWAY_CORS_ORIGINS", "", "comma-separated web origins (scheme://host[:port]) whose pages may call the REST API and WebSocket (CORS); empty: same-origin only"),
+		tlsCert:          fs.String("tls-cert", "GATEWAY_TLS_CERT", "", "PEM certificate chain for TLS on the gRPC and HTTP listeners (with --tls-key)"),
+		tlsKey:           fs.String("tls-key", "GATEWAY_TLS_KEY", "", "PEM private key of --tls-cert"),
+		maxUpload:        fs.Int64("max-upload-bytes", "GATEWAY_MAX_UPLOAD_BYTES", gateway.DefaultMaxUploadBytes, "largest document accepted (REST body and gRPC upload)"),
+		maxJSON:          fs.Int64("max-json-body-bytes", "GATEWAY_MAX_JSON_BODY_BYTES", gateway.DefaultMaxJSONBodyBytes, "largest REST request body other than uploads"),
+		maxRecv:          fs.Int64("max-recv-msg-bytes", "GATEWAY_MAX_RECV_MSG_BYTES", gateway.DefaultMaxRecvMsgBytes, "largest gRPC request message"),
+		maxSend:          fs.Int64("max-send-msg-bytes", "GATEWAY_MAX_SEND_MSG_BYTES", gateway.DefaultMaxSendMsgBytes, "largest gRPC response message (results stream in 256 KiB messages, so any size of result fits)"),
+		maxStreams:       fs.Uint("max-concurrent-streams", "GATEWAY_MAX_CONCURRENT_STREAMS", gateway.DefaultMaxConcurrentStreams, "concurrent gRPC streams per connection (the REST proxy shares one connection)"),
+		rateLimit:        fs.Float64("rate-limit", "GATEWAY_RATE_LIMIT", gateway.DefaultRateLimit, "requests per second per tenant (0: unlimited)"),
+		rateBurst:        fs.Uint("rate-burst", "GATEWAY_RATE_BURST", gateway.DefaultRateBurst, "burst of requests per tenant above --rate-limit"),
+		maxUploads:       fs.Uint("max-uploads-per-tenant", "GATEWAY_MAX_UPLOADS_PER_TENANT", gateway.DefaultMaxUploadsPerTenant, "concurrent uploads per tenant (0: unlimited)"),
+		maxSubs:          fs.Uint("max-subscribers-per-tenant", "GATEWAY_MAX_SUBSCRIBERS_PER_TENANT", gateway.DefaultMaxSubscribersPerTenant, "concurrent event streams (subscribe, watch, WebSocket) per tenant (0: unlimited)"),
+		maxDownloads:     fs.Uint("max-downloads-per-tenant", "GATEWAY_MAX_DOWNLOADS_PER_TENANT", gateway.DefaultMaxDownloadsPerTenant, "concurrent result downloads (REST and gRPC) per tenant (0: unlimited)"),
+		maxTickets:       fs.Uint("max-tickets-per-tenant", "GATEWAY_MAX_TICKETS_PER_TENANT", gateway.DefaultMaxTicketsPerTenant, "outstanding WebSocket tickets per tenant (0: unlimited)"),
+		maxClientIDs:     fs.Uint("max-client-ids-per-tenant", "GATEWAY_MAX_CLIENT_IDS_PER_TENANT", gateway.DefaultMaxClientIDsPerTenant, "X-Client-Id values per tenant tracked for event retention at once; more are tracked by address (0: unbounded)"),
+		uploadIdle:       fs.Duration("upload-idle-timeout", "GATEWAY_UPLOAD_IDLE_TIMEOUT", gateway.DefaultUploadIdleTimeout, "cut an upload whose body sends nothing for this long"),
+		wsPing:           fs.Duration("ws-ping-interval", "GATEWAY_WS_PING_INTERVAL", gateway.DefaultWSPingInterval, "ping WebSocket subscribers this often; one that leaves a ping unanswered for half of it (at most 10s) is cut"),
+		streamWrite:      fs.Duration("stream-write-timeout", "GATEWAY_STREAM_WRITE_TIMEOUT", gateway.DefaultStreamWriteTimeout, "cut a streaming client (gRPC stream, REST response, WebSocket) that takes nothing of a pending message for this long"),
+		keepaliveTime:    fs.Duration("grpc-keepalive-time", "GATEWAY_GRPC_KEEPALIVE_TIME", gateway.DefaultGRPCKeepaliveTime, "ping gRPC connections idle for this long"),
+		keepaliveTimeout: fs.Duration("grpc-keepalive-timeout", "GATEWAY_GRPC_KEEPALIVE_TIMEOUT", gateway.DefaultGRPCKeepaliveTimeout, "close a gRPC connection whose keepalive ping is not answered within this"),
+		jsonBodyTimeout:  fs.Duration("json-body-timeout", "GATEWAY_JSON_BODY_TIMEOUT", gateway.DefaultJSONBodyTimeout, "a JSON request body may send nothing for this long, and must average --min-body-rate after it"),
+		minBodyRate:      fs.Int64("min-body-rate", "GATEWAY_MIN_BODY_RATE", gateway.DefaultMinBodyRate, "slowest average upload body rate in bytes/s after the first 10 s (0: off)"),
+		maxConnsPerIP:    fs.Uint("max-conns-per-ip", "GATEWAY_MAX_CONNS_PER_IP", gateway.DefaultMaxConnsPerIP, "open connections per client IP address over both listeners (0: unlimited)"),
+		maxConns:         fs.Uint("max-conns", "GATEWAY_MAX_CONNS", 0, "open client connections in total over both listeners (0: the file descriptor limit less 256)"),
+		minFreeDisk:      fs.Int64("min-free-disk", "GATEWAY_MIN_FREE_DISK", gateway.DefaultMinFreeDiskBytes, "below this much free space in --data-dir, /healthz reports low disk and new documents get 503 DISK_FULL (0: off)"),
+		readHeader:       fs.Duration("read-header-timeout", "GATEWAY_READ_HEADER_TIMEOUT", gateway.DefaultReadHeaderTimeout, "time an HTTP client has to send its request headers"),
+		idleTimeout:      fs.Duration("idle-timeout", "GATEWAY_IDLE_TIMEOUT", gateway.DefaultIdleTimeout, "close idle HTTP keep-alive connections after this long"),
+		inline:           fs.Int64("inline-threshold", "GATEWAY_INLINE_THRESHOLD", 1<<20, "documents up to this size without a split strategy are sent whole"),
+		shutdown:         fs.Duration("shutdown-timeout", "GATEWAY_SHUTDOWN_TIMEOUT", gateway.DefaultShutdownTimeout, "how long a graceful shutdown may take"),
+		logLevel:         fs.String("log-level", "GATEWAY_LOG_LEVEL", "info", "debug, info, warn or error"),
+		logFormat:        fs.String("log-format", "GATEWAY_LOG_FORMAT", "text", "text or json"),
+		pprofAddr:        fs.String("pprof-addr", "GATEWAY_PPROF_ADDR", "", "serve net/http/pprof on this loopback address (empty: off; see docs/performance.md)"),
+		eventLog:         retentionFlags(fs), // docs/retention.md
+	}
+}
+
+// parseServeFlags parses serve's command line; ok false: exit with code
+// (help, or a usage error already printed).
+func parseServeFlags(args []string) (f *serveFlags, code int, ok bool) {
+	fs := newFlags("serve", "gateway [serve] [flags]", serveHelp)
+	f = newServeFlags(fs)
+	if code, ok := fs.parse(args); !ok {
+		return nil, code, false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "gateway serve: unexpected argument %q (flags only; see --help)\n", fs.Arg(0))
+		return nil, 2, false
+	}
+	if err := checkPeerFlags(*f.peerAddrs, *f.peerCAs, *f.peerNames, *f.peerFramings); err != nil {
+		fmt.Fprintf(os.Stderr, "gateway serve: %v (see 'gateway serve --help')\n", err)
+		return nil, 2, false
+	}
+	return f, 0, true
+}
+
+// config turns the flags into what serve.Run takes (the store is opened
+// after, from --store).
+func (f *serveFlags) config() (serve.Config, error) {
+	log, err := newLogger(*f.logLevel, *f.logFormat)
+	if err != nil {
+		return serve.Config{}, err
+	}
+	bopts, err := f.bridgeOptions()
+	if err != nil {
+		return serve.Config{}, err
+	}
+	return serve.Config{
+		Gateway:         f.gatewayConfig(log),
+		Bridge:          bopts,
+		Logger:          log,
+		PeerAddrs:       *f.peerAddrs,
+		PeerCAFiles:     *f.peerCAs,
+		PeerServerNames: *f.peerNames,
+		PeerFramings:    *f.peerFramings,
+		PeerCertFile:    *f.peerCert,
+		PeerKeyFile:     *f.peerKey,
+		AuthTokensFile:  *f.authTokens,
+		TLSCertFile:     *f.tlsCert,
+		TLSKeyFile:      *f.tlsKey,
+		PprofAddr:       *f.pprofAddr,
+		ShutdownTimeout: *f.shutdown,
+	}, nil
+}
+
+// gatewayConfig is the gateway's part of the flags. The command line's
+// limits take 0 for unlimited, the gateway's Config a negative value
+// (unlimited).
+func (f *serveFlags) gatewayConfig(log *slog.Logger) gateway.Config {
+	return gateway.Config{
+		GRPCAddr:                *f.grpcAddr,
+		HTTPAddr:                *f.httpAddr,
+		Logger:                  log,
+		AllowInsecureNoAuth:     *f.insecureNoAuth,
+		CORSOrigins:             strings.Split(*f.corsOrigins, ","),
+		MaxUploadBytes:          *f.maxUpload,
+		MaxJSONBodyBytes:        *f.maxJSON,
+		MaxRecvMsgBytes:         int(min(*f.maxRecv, 1<<31-1)),
+		MaxSendMsgBytes:         int(min(*f.maxSend, 1<<31-1)),
+		MaxConcurrentStreams:    uint32(*f.maxStreams),
+		RateLimit:               unlimited[float64](*f.rateLimit),
+		RateBurst:               int(*f.rateBurst),
+		MaxUploadsPerTenant:     unlimited[int](*f.maxUploads),
+		MaxSubscribersPerTenant: unlimited[int](*f.maxSubs),
+		MaxDownloadsPerTenant:   unlimited[int](*f.maxDownloads),
+		MaxClientIDsPerTenant:   unlimited[int](*f.maxClientIDs),
+		MaxTicketsPerTenant:     unlimited[int](*f.maxTickets),
+		UploadIdleTimeout:       *f.uploadIdle,
+		StreamWriteTimeout:      *f.streamWrite,
+		WSPingInterval:          *f.wsPing,
+		GRPCKeepaliveTime:       *f.keepaliveTime,
+		GRPCKeepaliveTimeout:    *f.keepaliveTimeout,
+		ReadHeaderTimeout:       *f.readHeader,
+		JSONBodyTimeout:         *f.jsonBodyTimeout,
+		DataDir:                 *f.dataDir,
+		MinFreeDiskBytes:        unlimited[int64](*f.minFreeDisk),
+		MinBodyRate:             unlimited[int64](*f.minBodyRate),
+		MaxConnsPerIP:           unlimited[int](*f.maxConnsPerIP),
+		MaxConns:                int(min(*f.maxConns, 1<<24)),
+		IdleTimeout:             *f.idleTimeout,
+	}
+}
+
+// bridgeOptions is the bridge's part of the flags (the store is set
+// later by useStore).
+func (f *serveFlags) bridgeOptions() (bridge.Options, error) {
+	evOpts, err := f.eventLog()
+	if err != nil {
+		return bridge.Options{}, err
+	}
+	bopts := bridge.Options{
+		DataDir:          *f.dataDir,
+		PreferProtobuf:   *f.preferPB,
+		InlineThreshold:  *f.inline,
+		MaxDocumentBytes: *f.maxUpload,
+		EventLog:         evOpts,
+		PeerWait:         *f.peerWait,
+		PeerIdleTimeout:  *f.peerIdle,
+		PeerDraft04Conns: int(min(max(*f.peerD04Conns, -1), 1<<20)), // the bridge checks the range
+	}
+	if err := peerModes(&bopts, *f.peerFramings, *f.peerProfile); err != nil {
+		return bridge.Options{}, err
+	}
+	return bopts, nil
+}
+
+// unlimited maps a command-line limit, where 0 means unlimited, to the
+// gateway Config's convention, where a negative value means unlimited
+// (and 0 takes the default), in the Config field's type.
+func unlimited[To int | int64 | float64, From uint | int64 | float64](v From) To {
 	if v == 0 {
 		return -1
 	}
-	return v
+	return To(v)
 }
 
 func ptr[T any](v T) *T { return &v }

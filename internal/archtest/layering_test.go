@@ -18,9 +18,17 @@ const module = "github.com/pipestream/gateway"
 type rule struct {
 	from  string   // folder prefix, relative to the module root
 	allow []string // folder prefixes it may import (itself is implied)
+	// exact: the rule is for the package from only, not its sub-folders,
+	// and "itself" is that package only (bridge/store may not import its
+	// backends beside it).
+	exact bool
 }
 
 var rules = []rule{
+	// bridge/store: the backend-neutral vocabulary and interfaces of the
+	// durable store; it imports no backend (bridge/store/sqlite,
+	// bridge/store/pgstore) and, by denied below, no database driver.
+	{from: "bridge/store", allow: []string{"gen/"}, exact: true},
 	{from: "gen/", allow: []string{"gen/"}},
 	{from: "openapi", allow: []string{"gen/"}},
 	{from: "quicpeer", allow: []string{"gen/pipestream/protocol/"}},
@@ -35,15 +43,47 @@ var rules = []rule{
 	{from: "internal/conformance", allow: []string{"quicpeer"}},
 }
 
+// denied lists, for one package, the import path prefixes its build (not
+// its tests) must not depend on, directly or not: the neutral store links
+// no database driver and no backend, and neither backend links the other.
+var denied = []struct {
+	pkg  string
+	deps []string
+}{
+	{"bridge/store", []string{"database/sql", "modernc.org/", "github.com/jackc/", module + "/bridge/store/"}},
+	{"bridge/store/sqlite", []string{"github.com/jackc/", module + "/bridge/store/pgstore"}},
+	{"bridge/store/pgstore", []string{"modernc.org/", module + "/bridge/store/sqlite"}},
+}
+
+// deniedDeps returns the dependencies of the package rel that denied
+// forbids.
+func deniedDeps(rel string, deps []string) []string {
+	var out []string
+	for _, d := range denied {
+		if d.pkg != rel {
+			continue
+		}
+		for _, dep := range deps {
+			for _, pre := range d.deps {
+				if dep == strings.TrimSuffix(pre, "/") || strings.HasPrefix(dep, pre) {
+					out = append(out, dep)
+				}
+			}
+		}
+	}
+	return out
+}
+
 type pkg struct {
 	ImportPath   string
+	Deps         []string
 	Imports      []string
 	TestImports  []string
 	XTestImports []string
 }
 
 func TestLayering(t *testing.T) {
-	cmd := exec.Command("go", "list", "-e", "-json=ImportPath,Imports,TestImports,XTestImports", module+"/...")
+	cmd := exec.Command("go", "list", "-e", "-json=ImportPath,Deps,Imports,TestImports,XTestImports", module+"/...")
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
@@ -51,12 +91,22 @@ func TestLayering(t *testing.T) {
 	}
 	dec := json.NewDecoder(&out)
 	checked := 0
+	deniedSeen := map[string]bool{}
+	for _, d := range denied {
+		deniedSeen[d.pkg] = false
+	}
 	for dec.More() {
 		var p pkg
 		if err := dec.Decode(&p); err != nil {
 			t.Fatal(err)
 		}
 		rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
+		for _, dep := range deniedDeps(rel, p.Deps) {
+			t.Errorf("%s depends on %s, which it must not link (docs/architecture.md, Layers)", rel, dep)
+		}
+		if _, ok := deniedSeen[rel]; ok {
+			deniedSeen[rel] = true
+		}
 		r, ok := ruleFor(rel)
 		if !ok {
 			continue // cmd/ and internal/ (serve, bench, archtest) may import everything
@@ -76,10 +126,21 @@ func TestLayering(t *testing.T) {
 	if checked == 0 {
 		t.Fatal("no project packages found; is the module path right?")
 	}
+	for rel, seen := range deniedSeen {
+		if !seen {
+			t.Errorf("package %s of the denied list was not found; update the list", rel)
+		}
+	}
 }
 
 func ruleFor(rel string) (rule, bool) {
 	for _, r := range rules {
+		if r.exact {
+			if rel == r.from {
+				return r, true
+			}
+			continue
+		}
 		if rel == strings.TrimSuffix(r.from, "/") || strings.HasPrefix(rel, strings.TrimSuffix(r.from, "/")+"/") {
 			return r, true
 		}
@@ -88,7 +149,7 @@ func ruleFor(rel string) (rule, bool) {
 }
 
 func allowed(r rule, target string) bool {
-	if target == strings.TrimSuffix(r.from, "/") || strings.HasPrefix(target, strings.TrimSuffix(r.from, "/")+"/") {
+	if target == strings.TrimSuffix(r.from, "/") || (!r.exact && strings.HasPrefix(target, strings.TrimSuffix(r.from, "/")+"/")) {
 		return true
 	}
 	for _, a := range r.allow {
@@ -121,6 +182,13 @@ func TestRulesCatchViolations(t *testing.T) {
 		{"quicpeer", "internal/pgtest", false},
 		{"internal/conformance", "quicpeer/wire", true},
 		{"internal/conformance", "bridge", false},
+		{"bridge/store", "bridge/store/sqlite", false},
+		{"bridge/store", "bridge/store/pgstore", false},
+		{"bridge/store", "bridge/eventlog", false},
+		{"bridge/store", "bridge", false},
+		{"bridge/store", "gen/pipestream/gateway/v1", true},
+		{"bridge/store/sqlite", "bridge/store", true},
+		{"bridge/store/pgstore", "bridge/store/internal/fence", true},
 	}
 	for _, c := range cases {
 		r, ok := ruleFor(c.from)
@@ -129,6 +197,33 @@ func TestRulesCatchViolations(t *testing.T) {
 		}
 		if got := allowed(r, c.to); got != c.ok {
 			t.Errorf("%s -> %s: allowed=%v, want %v", c.from, c.to, got, c.ok)
+		}
+	}
+}
+
+// TestDeniedCatchesDrivers proves the dependency check can fail: the
+// neutral store linking a driver or a backend, and a backend linking the
+// other.
+func TestDeniedCatchesDrivers(t *testing.T) {
+	cases := []struct {
+		pkg, dep string
+		bad      bool
+	}{
+		{"bridge/store", "database/sql", true},
+		{"bridge/store", "modernc.org/sqlite", true},
+		{"bridge/store", "github.com/jackc/pgx/v5", true},
+		{"bridge/store", module + "/bridge/store/sqlite", true},
+		{"bridge/store", module + "/bridge/store/internal/fence", true},
+		{"bridge/store", "google.golang.org/protobuf/proto", false},
+		{"bridge/store/pgstore", module + "/bridge/store/sqlite", true},
+		{"bridge/store/pgstore", "github.com/jackc/pgx/v5", false},
+		{"bridge/store/sqlite", "github.com/jackc/pgx/v5/pgconn", true},
+		{"bridge/store/sqlite", "database/sql", false},
+		{"bridge", "database/sql", false},
+	}
+	for _, c := range cases {
+		if got := len(deniedDeps(c.pkg, []string{c.dep})) > 0; got != c.bad {
+			t.Errorf("%s -> %s: denied=%v, want %v", c.pkg, c.dep, got, c.bad)
 		}
 	}
 }

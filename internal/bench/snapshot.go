@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/pipestream/gateway/bridge/store"
+	"github.com/pipestream/gateway/bridge/store/sqlite"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
 
@@ -242,7 +243,7 @@ func (g *gatewayProc) rss() (int64, bool) {
 // tenant with one #document event each, committed by 64 goroutines so
 // that the store's writer groups them into large transactions.
 func loadSnapshotDocs(ctx context.Context, dataDir string, n int) error {
-	st, err := store.Open(ctx, dataDir, store.Options{Synchronous: "NORMAL"})
+	st, err := sqlite.Open(ctx, dataDir, sqlite.Options{Synchronous: "NORMAL"})
 	if err != nil {
 		return err
 	}
@@ -268,7 +269,7 @@ func loadSnapshotDocs(ctx context.Context, dataDir string, n int) error {
 	return <-errs
 }
 
-func commitSnapshotDoc(ctx context.Context, st *store.Store, i int, created time.Time) error {
+func commitSnapshotDoc(ctx context.Context, st *sqlite.Store, i int, created time.Time) error {
 	id := fmt.Sprintf("snap-%08d", i)
 	ct := timestamppb.New(created.Add(time.Duration(i) * time.Millisecond))
 	rec := &store.DocumentRecord{BodyHash: []byte(id), ContentPayload: true, Doc: &gatewayv1.Document{

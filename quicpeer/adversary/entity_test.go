@@ -126,7 +126,9 @@ func TestSlowloris(t *testing.T) {
 	const maxStreams, conns = 32, 4
 	tg := startTarget(t, peer.Options{Limits: quicpeer.Limits{MaxIncomingStreams: maxStreams}})
 	completeDocument(t, tg, "before slowloris") // warm up: workers, pools
-	time.Sleep(1500 * time.Millisecond)         // idle entity workers exit (1 s)
+	// The warm-up's entity workers exit after a second idle: count from
+	// when none is left.
+	waitWorkers(t, func(n int) bool { return n == 0 }, "the warm-up's idle entity workers exit")
 	base := runtime.NumGoroutine()
 
 	var attackers []*raw
@@ -148,7 +150,9 @@ func TestSlowloris(t *testing.T) {
 			t.Errorf("stream %d on one connection: %v, want the peer's stream limit (%d) to hold", maxStreams+1, err, maxStreams)
 		}
 	}
-	time.Sleep(300 * time.Millisecond) // the peer accepts the streams
+	// Count once the peer runs a worker for every held stream (each waits
+	// for the rest of its header).
+	waitWorkers(t, func(n int) bool { return n >= conns*maxStreams }, "the peer accepts every held stream")
 	completeDocument(t, tg, "during slowloris")
 	during := runtime.NumGoroutine()
 	// Per held stream the peer runs one worker; the rest is slack for the
@@ -188,4 +192,35 @@ func waitLog(t *testing.T, tg *target, fragments ...string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Errorf("the peer never logged a line with %q", fragments)
+}
+
+// entityWorker is the function of the session's entity-stream workers
+// (quicpeer/entity.go), one per stream being read.
+const entityWorker = "quicpeer.(*Session).worker("
+
+// waitWorkers waits, polling the goroutine stacks, until ok holds for the
+// number of entity-stream workers; it fails after waitLimit.
+func waitWorkers(t *testing.T, ok func(n int) bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(waitLimit)
+	buf := make([]byte, 1<<20)
+	for {
+		for {
+			n := runtime.Stack(buf, true)
+			if n < len(buf) {
+				buf = buf[:n]
+				break
+			}
+			buf = make([]byte, 2*len(buf))
+		}
+		n := strings.Count(string(buf), entityWorker)
+		if ok(n) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v (%d entity workers)", what, waitLimit, n)
+		}
+		buf = buf[:cap(buf)]
+		time.Sleep(20 * time.Millisecond) // polling period of a condition with a deadline
+	}
 }

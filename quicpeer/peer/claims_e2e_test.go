@@ -3,9 +3,14 @@ package peer_test
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -90,8 +95,15 @@ func TestDeferredChildRedeemedIntoDocument(t *testing.T) {
 	md[peer.MetaFaultChunks] = "1"
 	root, kids := c.sendDehydrated(t, []string{"a\n", "b\n", "c\n"}, md, nil, true)
 	cc := c.deferred(t, kids[1])
-	time.Sleep(50 * time.Millisecond)
-	if f, _ := c.rec.lastLocked(0, root); f.Status == wire.StatusRehydrating {
+	// Barrier: every chunk's handling has returned (the deferred one
+	// included) and no rehydration runs; a REHYDRATING the peer sent
+	// would arrive before the statuses of a later document (stream 0 is
+	// ordered).
+	waitNoGoroutineIn(t, "peer.(*engine).child(")
+	waitNoGoroutineIn(t, "peer.(*engine).rehydrate(")
+	barrier := c.sendWhole(t, "barrier", nil, nil)
+	c.rec.waitStatus(t, barrier, wire.StatusComplete)
+	if got := c.rec.history(0, root); slices.Contains(got, wire.StatusRehydrating) {
 		t.Fatal("rehydrating while a child is deferred")
 	}
 	p := root
@@ -259,7 +271,13 @@ func TestGatewayCancel(t *testing.T) {
 	if err := c.sess.SendStatus(wire.StatusFrame{Status: wire.StatusAbandoned, EntityID: id}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
+	// Barrier: once the peer's handling of the cancelled entity has
+	// returned, nothing more can be sent for it, and a status it sent
+	// arrives before those of a later document (the peer's stream 0 is
+	// ordered).
+	waitNoGoroutineIn(t, "peer.(*engine).standalone(")
+	barrier := c.sendWhole(t, "barrier", nil, nil)
+	c.rec.waitStatus(t, barrier, wire.StatusComplete)
 	if got := c.rec.history(0, id); !equal(got, statuses(wire.StatusProcessing)) {
 		t.Fatalf("peer sent %v after the cancel", got)
 	}
@@ -268,9 +286,17 @@ func TestGatewayCancel(t *testing.T) {
 func TestRunStopsOnCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	opts := peer.Options{DataDir: t.TempDir(), Logger: testLogger(t)}
+	listening := make(chan struct{})
+	sig := &logSignal{msg: "peer listening", ch: listening}
+	opts := peer.Options{DataDir: t.TempDir(), Logger: slog.New(signalHandler{Handler: testLogger(t).Handler(), sig: sig})}
 	go func() { done <- peer.Run(ctx, opts) }()
-	time.Sleep(50 * time.Millisecond)
+	select {
+	case <-listening: // Start returned: Run now waits for ctx
+	case err := <-done:
+		t.Fatalf("Run returned %v before listening", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the peer did not log that it listens")
+	}
 	cancel()
 	select {
 	case err := <-done:
@@ -285,5 +311,57 @@ func TestRunStopsOnCancel(t *testing.T) {
 	}
 	if _, err := peer.Start(peer.Options{DataDir: t.TempDir(), CertFile: "x.pem"}); err == nil {
 		t.Fatal("--cert without --key accepted")
+	}
+}
+
+// logSignal is closed the first time a record with message msg is logged.
+type logSignal struct {
+	msg  string
+	ch   chan struct{}
+	once sync.Once
+}
+
+// signalHandler passes records on to Handler and, whatever the level,
+// fires sig; loggers derived with With and WithGroup keep the signal.
+type signalHandler struct {
+	slog.Handler
+	sig *logSignal
+}
+
+func (h signalHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h signalHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == h.sig.msg {
+		h.sig.once.Do(func() { close(h.sig.ch) })
+	}
+	if !h.Handler.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h signalHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return signalHandler{Handler: h.Handler.WithAttrs(as), sig: h.sig}
+}
+
+func (h signalHandler) WithGroup(name string) slog.Handler {
+	return signalHandler{Handler: h.Handler.WithGroup(name), sig: h.sig}
+}
+
+// waitNoGoroutineIn waits until no goroutine's stack has the frame fn,
+// polling the stacks (10 s at most).
+func waitNoGoroutineIn(t *testing.T, fn string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		if !strings.Contains(string(buf), fn) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a goroutine still runs %s after 10 s\n%s", fn, buf)
+		}
+		time.Sleep(10 * time.Millisecond) // polling period of a condition with a deadline
 	}
 }

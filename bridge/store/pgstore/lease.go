@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pipestream/gateway/bridge/store"
+	"github.com/pipestream/gateway/bridge/store/internal/fence"
 )
 
 // Leases: exactly one replica drives a non-terminal document at a time
@@ -129,6 +130,14 @@ func (l *leases) notify(ids []string) {
 	}
 }
 
+// verdictLocked is the fencing rule (bridge/store/internal/fence) for a
+// write touching document id at now. Caller holds l.mu.
+func (l *leases) verdictLocked(id string, now time.Time) fence.Verdict {
+	w, lost := l.lost[id]
+	h, held := l.held[id]
+	return fence.Check(fence.Lease{Lost: lost, Why: w, Held: held, Epoch: h.epoch}, now, l.deadline)
+}
+
 // fence decides, before a Commit, which updates carry the lease condition
 // (held documents: their epoch) and refuses a batch touching a document
 // whose lease is lost or past the local deadline. A document refused at
@@ -151,22 +160,18 @@ func (l *leases) check(p *prepared, now time.Time) error {
 	why := ""
 	for i := range p.updates {
 		id := p.updates[i].rec.Doc.GetId()
-		if w, ok := l.lost[id]; ok {
-			lost, why = append(lost, id), w
+		v := l.verdictLocked(id, now)
+		if v.Refused {
+			lost, why = append(lost, id), v.Why
 			continue
 		}
-		h, ok := l.held[id]
-		if !ok {
-			continue
-		}
-		if !now.Before(l.deadline) {
-			lost, why = append(lost, id), "not renewed before the local deadline"
+		if !v.Fenced {
 			continue
 		}
 		if p.fence == nil {
 			p.fence = map[string]int64{}
 		}
-		p.fence[id] = h.epoch
+		p.fence[id] = v.Epoch
 	}
 	if len(lost) == 0 {
 		lost, why = l.fenceChildrenLocked(p, now)
@@ -195,22 +200,18 @@ func (l *leases) fenceChildrenLocked(p *prepared, now time.Time) (lost []string,
 			return
 		}
 		seen[id] = true
-		if w, ok := l.lost[id]; ok {
-			lost, why = append(lost, id), w
+		v := l.verdictLocked(id, now)
+		if v.Refused {
+			lost, why = append(lost, id), v.Why
 			return
 		}
-		h, ok := l.held[id]
-		if !ok {
-			return
-		}
-		if !now.Before(l.deadline) {
-			lost, why = append(lost, id), "not renewed before the local deadline"
+		if !v.Fenced {
 			return
 		}
 		if p.childFence == nil {
 			p.childFence = map[string]int64{}
 		}
-		p.childFence[id] = h.epoch
+		p.childFence[id] = v.Epoch
 	}
 	b := p.b
 	for i := range b.Entities {
@@ -564,17 +565,14 @@ type leaseFence struct {
 func (l *leases) payloadFence(docID string, now time.Time) (leaseFence, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if w, ok := l.lost[docID]; ok {
-		return leaseFence{}, &store.LeaseLostError{DocIDs: []string{docID}, Reason: w}
-	}
-	h, ok := l.held[docID]
-	if !ok {
+	v := l.verdictLocked(docID, now)
+	switch {
+	case v.Refused:
+		return leaseFence{}, &store.LeaseLostError{DocIDs: []string{docID}, Reason: v.Why}
+	case !v.Fenced:
 		return leaseFence{}, nil
 	}
-	if !now.Before(l.deadline) {
-		return leaseFence{}, &store.LeaseLostError{DocIDs: []string{docID}, Reason: "not renewed before the local deadline"}
-	}
-	return leaseFence{me: l.me, id: docID, epoch: h.epoch, fenced: true}, nil
+	return leaseFence{me: l.me, id: docID, epoch: v.Epoch, fenced: true}, nil
 }
 
 // check runs in the Sync transaction: the document row must still name

@@ -1,7 +1,8 @@
 // Package pgstore is the gateway's durable state on PostgreSQL (pgx v5,
-// pooled): the same records and rules as the SQLite store (bridge/store,
-// whose types it uses), shared by any number of gateway replicas on one
-// database. See docs/scale-out.md.
+// pooled): the same records and rules as the SQLite store
+// (bridge/store/sqlite; both implement the neutral bridge/store's
+// interfaces with its types), shared by any number of gateway replicas on
+// one database. It does not link SQLite. See docs/scale-out.md.
 //
 // # Writes
 //
@@ -339,3 +340,10 @@ func mapErr(what string, err error) error {
 	}
 	return fmt.Errorf("pgstore: %s: %w", what, err)
 }
+
+// The PostgreSQL backend implements the neutral interfaces (bridge/store).
+var (
+	_ store.Store            = (*Store)(nil)
+	_ store.EventMetaReader  = (*Store)(nil)
+	_ store.EventRangeReader = (*Store)(nil)
+)

@@ -2,15 +2,12 @@ package pgstore
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/proto"
@@ -19,6 +16,7 @@ import (
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 
 	"github.com/pipestream/gateway/bridge/store"
+	"github.com/pipestream/gateway/bridge/store/internal/pagetoken"
 )
 
 // querier is what reads need: the pool, a pgx.Tx and a pgx.Conn qualify.
@@ -218,39 +216,6 @@ func (s *Store) GetPayload(ctx context.Context, tenant, docID string, kind store
 	return body, nil
 }
 
-// Page token: base64url(version | state (1 byte) | create_time (8 bytes BE)
-// | id), the SQLite store's format.
-const pageTokenVersion = 1
-
-func encodePageToken(state gatewayv1.State, ct int64, id string) string {
-	b := make([]byte, 0, 10+len(id))
-	b = append(b, pageTokenVersion, byte(state))
-	b = binary.BigEndian.AppendUint64(b, uint64(ct))
-	b = append(b, id...)
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-func decodePageToken(tok string, state gatewayv1.State) (int64, string, error) {
-	if len(tok) > base64.RawURLEncoding.EncodedLen(10+maxDocIDLen) {
-		return 0, "", fmt.Errorf("%w: too long", store.ErrBadPageToken)
-	}
-	b, err := base64.RawURLEncoding.DecodeString(tok)
-	if err != nil {
-		return 0, "", fmt.Errorf("%w: not base64url", store.ErrBadPageToken)
-	}
-	if len(b) < 11 || b[0] != pageTokenVersion {
-		return 0, "", fmt.Errorf("%w: malformed; pass next_page_token back unchanged", store.ErrBadPageToken)
-	}
-	if b[1] != byte(state) {
-		return 0, "", fmt.Errorf("%w: issued for another state filter; restart paging without a token", store.ErrBadPageToken)
-	}
-	id := string(b[10:])
-	if !utf8.ValidString(id) {
-		return 0, "", fmt.Errorf("%w: malformed", store.ErrBadPageToken)
-	}
-	return int64(binary.BigEndian.Uint64(b[2:10])), id, nil
-}
-
 // where builds a WHERE clause with numbered parameters.
 type where struct {
 	conds []string
@@ -293,7 +258,7 @@ func (s *Store) ListDocuments(ctx context.Context, tenant string, lq store.ListQ
 		w.add("state = ?", int32(lq.State))
 	}
 	if lq.PageToken != "" {
-		ct, id, err := decodePageToken(lq.PageToken, lq.State)
+		ct, id, err := pagetoken.Decode(lq.PageToken, lq.State, maxDocIDLen)
 		if err != nil {
 			return nil, "", err
 		}
@@ -316,7 +281,7 @@ func (s *Store) ListDocuments(ctx context.Context, tenant string, lq store.ListQ
 			return nil, "", err
 		}
 		if len(out) == size {
-			return out, encodePageToken(lq.State, lastCT, out[len(out)-1].Doc.GetId()), nil
+			return out, pagetoken.Encode(lq.State, lastCT, out[len(out)-1].Doc.GetId()), nil
 		}
 		out = append(out, rec)
 		lastCT = ct

@@ -1,7 +1,8 @@
 // Package storetest is the backend-neutral conformance suite of the durable
-// store: every backend (SQLite in bridge/store, PostgreSQL...) runs Run from
+// store: every backend (bridge/store/sqlite, bridge/store/pgstore) runs Run from
 // its own test, so that the bridge and the event log can rely on the
-// contract of bridge.Store and eventlog.Store whatever the backend.
+// contract of store.Store and store.EventStore (bridge.Store and
+// eventlog.Store are those) whatever the backend.
 //
 // The suite uses only the interface: documents (create, get, list and
 // pagination, tenant isolation, revisions), entities by attempt, events and
@@ -13,43 +14,21 @@
 package storetest
 
 import (
-	"context"
 	"testing"
-	"time"
 
 	"github.com/pipestream/gateway/bridge/store"
-	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
 
-// Store is the union of bridge.Store and eventlog.Store (their doc comments
-// are the contract; this package cannot import the bridge). An interface
-// value of a backend that satisfies Store satisfies both.
+// Store is the interface the suite checks: the bridge's (store.Store,
+// which includes the event log's store.EventStore; their doc comments are
+// the contract) and the event log's optional readers. It restates nothing:
+// a method added to store.Store is a method of Store, and
+// TestInterfaceIsTheBridges fails when Store and the bridge's interfaces
+// differ or a method of Store is never called by the suite.
 type Store interface {
-	Commit(ctx context.Context, b *store.Batch) (store.CommitResult, error)
-	PruneEvents(ctx context.Context, beforeSeq uint64) (store.PruneResult, error)
-	SetEventHook(fn func([]store.EventRecord))
-	LastSeq() uint64
-	ReadEvents(ctx context.Context, q store.EventQuery) ([]store.EventRecord, error)
-	EventStats(ctx context.Context) (store.EventStats, error)
-	SnapshotDocuments(ctx context.Context, tenant string) (seq uint64, docs []*store.DocumentRecord, err error)
-	SnapshotPages(ctx context.Context, tenant string, page int, fn func(seq uint64, docs []*store.DocumentRecord) error) error
-	EachEventMeta(ctx context.Context, fn func(seq uint64, t time.Time, size int) error) error
-	EachEventRange(ctx context.Context, from, to, width uint64, fn func(r store.EventRange) error) error
-	SnapshotBytes(ctx context.Context) (int64, error)
-	WriterStats() store.WriterStats
-
-	GetDocument(ctx context.Context, tenant, id string, withEntities bool) (*store.DocumentRecord, error)
-	ListDocuments(ctx context.Context, tenant string, q store.ListQuery) (docs []*store.DocumentRecord, next string, err error)
-	ListEntities(ctx context.Context, tenant, docID string) ([]*gatewayv1.Entity, error)
-	ListNonTerminal(ctx context.Context) ([]*store.DocumentRecord, error)
-	GetClaim(ctx context.Context, tenant, claimID string) (*store.ClaimRecord, error)
-	ListClaims(ctx context.Context, tenant, docID string) ([]*store.ClaimRecord, error)
-	ListIssuedClaims(ctx context.Context, expiringBefore time.Time) ([]*store.ClaimRecord, error)
-	GetPayload(ctx context.Context, tenant, docID string, kind store.PayloadKind) ([]byte, error)
-	CreatePayload(ctx context.Context, docID string, kind store.PayloadKind) (store.PayloadWriter, error)
-	OpenPayload(ctx context.Context, docID string, kind store.PayloadKind) (store.PayloadReader, error)
-	RemovePayload(ctx context.Context, docID string, kind store.PayloadKind) error
-	Close() error
+	store.Store
+	store.EventMetaReader
+	store.EventRangeReader
 }
 
 // Backend tells the suite how to get stores.

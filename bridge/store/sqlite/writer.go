@@ -1,4 +1,4 @@
-package store
+package sqlite
 
 import (
 	"context"
@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/pipestream/gateway/bridge/store"
 )
 
 // request is one queued unit of work for the writer: a Batch (encoded by
 // the caller's goroutine) or a prune.
 type request struct {
-	b       *Batch
+	b       *store.Batch
 	create  *docRow
 	updates []docRow
 	events  []encEvent
@@ -19,8 +21,8 @@ type request struct {
 	prune  bool
 	before uint64
 
-	res  CommitResult
-	pres PruneResult
+	res  store.CommitResult
+	pres store.PruneResult
 	err  error
 	done chan struct{}
 }
@@ -30,23 +32,23 @@ type request struct {
 // ends first: then Commit returns ctx.Err() and the batch may or may not
 // commit later (idempotent creates make a retry safe). b and its messages
 // must not be modified until Commit returns.
-func (s *Store) Commit(ctx context.Context, b *Batch) (CommitResult, error) {
+func (s *Store) Commit(ctx context.Context, b *store.Batch) (store.CommitResult, error) {
 	r, err := prepare(b)
 	if err != nil {
-		return CommitResult{}, err
+		return store.CommitResult{}, err
 	}
 	if err := s.enqueue(ctx, r); err != nil {
-		return CommitResult{}, err
+		return store.CommitResult{}, err
 	}
 	return r.res, r.err
 }
 
 // PruneEvents deletes every event with seq < beforeSeq through the writer
 // (last_seq is kept, so seqs never repeat) and reports what it removed.
-func (s *Store) PruneEvents(ctx context.Context, before uint64) (PruneResult, error) {
+func (s *Store) PruneEvents(ctx context.Context, before uint64) (store.PruneResult, error) {
 	r := &request{prune: true, before: before, done: make(chan struct{})}
 	if err := s.enqueue(ctx, r); err != nil {
-		return PruneResult{}, err
+		return store.PruneResult{}, err
 	}
 	return r.pres, r.err
 }
@@ -56,7 +58,7 @@ func (s *Store) enqueue(ctx context.Context, r *request) error {
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
-		return ErrClosed
+		return store.ErrClosed
 	}
 	select {
 	case s.queue <- r:
@@ -149,7 +151,7 @@ func (s *Store) runGroup(reqs []*request) {
 	for _, r := range reqs {
 		if err != nil && r.err == nil {
 			r.err = err
-			r.res = CommitResult{}
+			r.res = store.CommitResult{}
 		}
 		close(r.done)
 	}
@@ -173,7 +175,7 @@ func (s *Store) runTx(reqs []*request, savepoints bool) error {
 	}
 	before := st
 	for _, r := range reqs {
-		r.err, r.res, r.pres = nil, CommitResult{}, PruneResult{}
+		r.err, r.res, r.pres = nil, store.CommitResult{}, store.PruneResult{}
 		if savepoints {
 			if _, err := s.exec(ctx, "SAVEPOINT b"); err != nil {
 				s.rollback()
@@ -199,7 +201,7 @@ func (s *Store) runTx(reqs []*request, savepoints bool) error {
 			}
 			st = saved
 			s.dropPending()
-			r.res, r.pres = CommitResult{}, PruneResult{}
+			r.res, r.pres = store.CommitResult{}, store.PruneResult{}
 			if _, err := s.exec(ctx, "ROLLBACK TO b"); err != nil {
 				s.rollback()
 				return fmt.Errorf("store: rollback to savepoint: %w", err)
@@ -234,14 +236,14 @@ func (s *Store) runTx(reqs []*request, savepoints bool) error {
 }
 
 // publish lists the committed events of reqs in seq order for the event hook.
-func publish(reqs []*request) []EventRecord {
-	var out []EventRecord
+func publish(reqs []*request) []store.EventRecord {
+	var out []store.EventRecord
 	for _, r := range reqs {
 		if r.err != nil || len(r.res.Seqs) == 0 {
 			continue
 		}
 		for i, e := range r.events {
-			out = append(out, EventRecord{
+			out = append(out, store.EventRecord{
 				Seq: r.res.Seqs[i], Time: fromNanos(e.timeNs), Kind: e.kind, Tenant: e.tenant,
 				DocID: e.doc, Rev: e.rev, Since: e.since, Body: e.body,
 			})

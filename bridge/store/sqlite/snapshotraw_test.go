@@ -1,4 +1,4 @@
-package store_test
+package sqlite_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/pipestream/gateway/bridge/store"
+	"github.com/pipestream/gateway/bridge/store/sqlite"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
 
@@ -21,7 +22,7 @@ import (
 // created with ids descending while their create times ascend, three to a
 // create time, committed concurrently: the two orders differ.
 func TestSnapshotRawMatchesPages(t *testing.T) {
-	s := openStore(t, t.TempDir(), store.Options{})
+	s := openStore(t, t.TempDir(), sqlite.Options{})
 	ctx := context.Background()
 	const n = 12_345
 	var batch []store.Batch
@@ -131,7 +132,7 @@ func checkRaw(t *testing.T, d store.RawDocument, want *gatewayv1.Document) {
 // digests), a document created meanwhile is absent, and every page names
 // the seq from before the changes.
 func TestSnapshotRawConsistentWhileWritten(t *testing.T) {
-	s := openStore(t, t.TempDir(), store.Options{})
+	s := openStore(t, t.TempDir(), sqlite.Options{})
 	ctx := context.Background()
 	var batch []store.Batch
 	for i := range 50 {
@@ -183,7 +184,7 @@ func TestSnapshotRawConsistentWhileWritten(t *testing.T) {
 }
 
 // commitAll commits the batches on 16 goroutines (grouped by the writer).
-func commitAll(t *testing.T, s *store.Store, bs []store.Batch) {
+func commitAll(t *testing.T, s *sqlite.Store, bs []store.Batch) {
 	t.Helper()
 	errs := make(chan error, len(bs))
 	sem := make(chan struct{}, 16)

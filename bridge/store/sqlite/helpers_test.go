@@ -1,4 +1,4 @@
-package store_test
+package sqlite_test
 
 import (
 	"bufio"
@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/pipestream/gateway/bridge/store"
+	"github.com/pipestream/gateway/bridge/store/sqlite"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
 
@@ -27,9 +28,9 @@ func TestMain(m *testing.M) {
 
 var base = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
-func openStore(t testing.TB, dir string, opts store.Options) *store.Store {
+func openStore(t testing.TB, dir string, opts sqlite.Options) *sqlite.Store {
 	t.Helper()
-	s, err := store.Open(context.Background(), dir, opts)
+	s, err := sqlite.Open(context.Background(), dir, opts)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -53,7 +54,7 @@ func newEvent(kind, docID string, rev uint64) *gatewayv1.Event {
 	return &gatewayv1.Event{Time: timestamppb.New(base), Kind: kind, DocumentId: docID, Rev: rev, Since: rev - 1}
 }
 
-func mustCommit(t testing.TB, s *store.Store, b *store.Batch) store.CommitResult {
+func mustCommit(t testing.TB, s *sqlite.Store, b *store.Batch) store.CommitResult {
 	t.Helper()
 	res, err := s.Commit(context.Background(), b)
 	if err != nil {
@@ -65,7 +66,7 @@ func mustCommit(t testing.TB, s *store.Store, b *store.Batch) store.CommitResult
 // killHelper commits documents with events from 4 goroutines until killed,
 // printing "ack <doc-id> <seq> <seq>" after each acknowledged commit.
 func killHelper(dir string) int {
-	s, err := store.Open(context.Background(), dir, store.Options{})
+	s, err := sqlite.Open(context.Background(), dir, sqlite.Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper open:", err)
 		return 2

@@ -1,4 +1,4 @@
-package store
+package sqlite
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/pipestream/gateway/bridge/store"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
 
@@ -83,8 +84,8 @@ func (s *Store) apply(ctx context.Context, r *request, st *txState) error {
 		for i := range r.events {
 			e := &r.events[i]
 			seq := st.lastSeq + 1
-			if seq >= MaxSeq {
-				return fmt.Errorf("%w: last seq %d", ErrSeqExhausted, st.lastSeq)
+			if seq >= store.MaxSeq {
+				return fmt.Errorf("%w: last seq %d", store.ErrSeqExhausted, st.lastSeq)
 			}
 			// Truncate first: a rerun of the group appends the seq again.
 			e.body = protowire.AppendVarint(protowire.AppendTag(e.body[:e.n], eventFieldSeq, protowire.VarintType), seq)
@@ -140,7 +141,7 @@ func (s *Store) dropPending() {
 // runs first and the constraints report a reused id or request id, so the
 // common case (a new document) costs one statement; the lookups run only
 // after a constraint failure, which leaves nothing applied.
-func (s *Store) applyCreate(ctx context.Context, d *docRow) (*DocumentRecord, error) {
+func (s *Store) applyCreate(ctx context.Context, d *docRow) (*store.DocumentRecord, error) {
 	rec := d.rec
 	_, err := s.exec(ctx, `INSERT INTO documents
 		(id, tenant, state, terminal, rev, request_id, body_hash, create_time, update_time,
@@ -165,7 +166,7 @@ func (s *Store) applyCreate(ctx context.Context, d *docRow) (*DocumentRecord, er
 		switch {
 		case err == nil:
 			if string(hash) != string(rec.BodyHash) {
-				return nil, fmt.Errorf("%w: request id %q was used for document %s with a different body", ErrConflict, d.requestID.String, id)
+				return nil, fmt.Errorf("%w: request id %q was used for document %s with a different body", store.ErrConflict, d.requestID.String, id)
 			}
 			return s.readDocumentTx(ctx, rec.Tenant, id)
 		case !errors.Is(err, sql.ErrNoRows):
@@ -173,7 +174,7 @@ func (s *Store) applyCreate(ctx context.Context, d *docRow) (*DocumentRecord, er
 		}
 	}
 	if se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY {
-		return nil, fmt.Errorf("%w: document id %s exists", ErrConflict, rec.Doc.GetId())
+		return nil, fmt.Errorf("%w: document id %s exists", store.ErrConflict, rec.Doc.GetId())
 	}
 	return nil, fmt.Errorf("store: insert document %s: %w", rec.Doc.GetId(), err)
 }
@@ -195,14 +196,14 @@ func (s *Store) applyUpdate(ctx context.Context, d *docRow) error {
 	var rev int64
 	err = s.queryRow(ctx, "SELECT rev FROM documents WHERE id = ? AND tenant = ?", rec.Doc.GetId(), rec.Tenant).Scan(&rev)
 	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("%w: document %s", ErrNotFound, rec.Doc.GetId())
+		return fmt.Errorf("%w: document %s", store.ErrNotFound, rec.Doc.GetId())
 	} else if err != nil {
 		return fmt.Errorf("store: update document %s: %w", rec.Doc.GetId(), err)
 	}
-	return fmt.Errorf("%w: document %s is at rev %d, update expected %d", ErrStaleRev, rec.Doc.GetId(), rev, d.prevRev)
+	return fmt.Errorf("%w: document %s is at rev %d, update expected %d", store.ErrStaleRev, rec.Doc.GetId(), rev, d.prevRev)
 }
 
-func (s *Store) applyClaim(ctx context.Context, c ClaimRecord) error {
+func (s *Store) applyClaim(ctx context.Context, c store.ClaimRecord) error {
 	x := c.Claim
 	var chunk sql.NullInt64
 	if c.Chunk.Set {
@@ -213,7 +214,7 @@ func (s *Store) applyClaim(ctx context.Context, c ClaimRecord) error {
 		VALUES (?,?,?,?,?,?,?,?,?,?)
 		ON CONFLICT(claim_id) DO UPDATE SET doc_id=excluded.doc_id, entity_id=excluded.entity_id,
 		scope_id=excluded.scope_id, expire_time=excluded.expire_time, create_time=excluded.create_time,
-		`+ClaimStateUpsertSQL+`,
+		`+store.ClaimStateUpsertSQL+`,
 		chunk=coalesce(excluded.chunk, claims.chunk)
 		WHERE claims.tenant = excluded.tenant`, x.GetClaimId(), c.Tenant, x.GetDocumentId(), x.GetEntityId(), x.GetScopeId(), int32(x.GetState()),
 		tsNanos(x.GetExpireTime()), tsNanos(x.GetCreateTime()), tsNanos(x.GetRedeemTime()), chunk)
@@ -221,35 +222,35 @@ func (s *Store) applyClaim(ctx context.Context, c ClaimRecord) error {
 		return fmt.Errorf("store: upsert claim %s: %w", x.GetClaimId(), err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("%w: claim id %s belongs to another tenant", ErrConflict, x.GetClaimId())
+		return fmt.Errorf("%w: claim id %s belongs to another tenant", store.ErrConflict, x.GetClaimId())
 	}
 	return nil
 }
 
-func (s *Store) applyRedeem(ctx context.Context, rd *RedeemClaim) (*gatewayv1.ClaimCheck, error) {
+func (s *Store) applyRedeem(ctx context.Context, rd *store.RedeemClaim) (*gatewayv1.ClaimCheck, error) {
 	var state int32
 	var expire int64
 	err := s.queryRow(ctx, "SELECT state, expire_time FROM claims WHERE claim_id = ? AND tenant = ?", rd.ClaimID, rd.Tenant).Scan(&state, &expire)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("%w: claim %s", ErrNotFound, rd.ClaimID)
+		return nil, fmt.Errorf("%w: claim %s", store.ErrNotFound, rd.ClaimID)
 	} else if err != nil {
 		return nil, fmt.Errorf("store: redeem claim %s: %w", rd.ClaimID, err)
 	}
 	switch gatewayv1.ClaimCheck_ClaimState(state) {
 	case gatewayv1.ClaimCheck_ISSUED:
 	case gatewayv1.ClaimCheck_EXPIRED:
-		return nil, fmt.Errorf("%w: claim %s", ErrClaimExpired, rd.ClaimID)
+		return nil, fmt.Errorf("%w: claim %s", store.ErrClaimExpired, rd.ClaimID)
 	case gatewayv1.ClaimCheck_CANCELLED:
-		return nil, fmt.Errorf("%w: claim %s", ErrClaimCancelled, rd.ClaimID)
+		return nil, fmt.Errorf("%w: claim %s", store.ErrClaimCancelled, rd.ClaimID)
 	default:
-		return nil, fmt.Errorf("%w: claim %s", ErrClaimRedeemed, rd.ClaimID)
+		return nil, fmt.Errorf("%w: claim %s", store.ErrClaimRedeemed, rd.ClaimID)
 	}
 	now := rd.Now
 	if now.IsZero() {
 		now = time.Now()
 	}
 	if expire <= now.UnixNano() {
-		return nil, fmt.Errorf("%w: claim %s expired at %s", ErrClaimExpired, rd.ClaimID, fromNanos(expire).Format(time.RFC3339))
+		return nil, fmt.Errorf("%w: claim %s expired at %s", store.ErrClaimExpired, rd.ClaimID, fromNanos(expire).Format(time.RFC3339))
 	}
 	if _, err := s.exec(ctx, "UPDATE claims SET state = ?, redeem_time = ? WHERE claim_id = ?", int32(gatewayv1.ClaimCheck_REDEEMED), now.UnixNano(), rd.ClaimID); err != nil {
 		return nil, fmt.Errorf("store: redeem claim %s: %w", rd.ClaimID, err)
@@ -264,23 +265,23 @@ func (s *Store) applyRedeem(ctx context.Context, rd *RedeemClaim) (*gatewayv1.Cl
 
 func (s *Store) applyPrune(ctx context.Context, r *request, st *txState) error {
 	var n, size int64
-	if err := s.queryRow(ctx, "SELECT count(*), coalesce(sum(size), 0) FROM events WHERE seq < ?", int64(min(r.before, MaxSeq))).Scan(&n, &size); err != nil {
+	if err := s.queryRow(ctx, "SELECT count(*), coalesce(sum(size), 0) FROM events WHERE seq < ?", int64(min(r.before, store.MaxSeq))).Scan(&n, &size); err != nil {
 		return fmt.Errorf("store: prune: %w", err)
 	}
 	if n == 0 {
 		return nil
 	}
-	if _, err := s.exec(ctx, "DELETE FROM events WHERE seq < ?", int64(min(r.before, MaxSeq))); err != nil {
+	if _, err := s.exec(ctx, "DELETE FROM events WHERE seq < ?", int64(min(r.before, store.MaxSeq))); err != nil {
 		return fmt.Errorf("store: prune: %w", err)
 	}
-	r.pres = PruneResult{Removed: uint64(n), Bytes: uint64(size)}
+	r.pres = store.PruneResult{Removed: uint64(n), Bytes: uint64(size)}
 	st.count -= uint64(n)
 	st.bytes -= uint64(size)
 	return nil
 }
 
 // applyPayload upserts (or, with a nil Body, deletes) one inline payload.
-func (s *Store) applyPayload(ctx context.Context, p PayloadRecord) error {
+func (s *Store) applyPayload(ctx context.Context, p store.PayloadRecord) error {
 	if p.Body == nil {
 		if _, err := s.exec(ctx, "DELETE FROM payloads WHERE doc_id = ? AND kind = ?", p.DocID, int32(p.Kind)); err != nil {
 			return fmt.Errorf("store: delete payload %s/%d: %w", p.DocID, p.Kind, err)
@@ -293,11 +294,3 @@ func (s *Store) applyPayload(ctx context.Context, p PayloadRecord) error {
 	}
 	return nil
 }
-
-// ClaimStateUpsertSQL is the SET clause for state and redeem_time of a
-// claim upsert (ON CONFLICT ... DO UPDATE), shared by the backends: an
-// upsert to CANCELLED (4) leaves a stored claim that is no longer ISSUED (1)
-// as it is, so that a redemption committed first is never overwritten by
-// the cancellation of its document (ClaimRecord).
-const ClaimStateUpsertSQL = `state = CASE WHEN excluded.state = 4 AND claims.state <> 1 THEN claims.state ELSE excluded.state END,
-		redeem_time = CASE WHEN excluded.state = 4 AND claims.state <> 1 THEN claims.redeem_time ELSE excluded.redeem_time END`

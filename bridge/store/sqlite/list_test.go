@@ -1,4 +1,4 @@
-package store_test
+package sqlite_test
 
 import (
 	"context"
@@ -12,11 +12,12 @@ import (
 	"time"
 
 	"github.com/pipestream/gateway/bridge/store"
+	"github.com/pipestream/gateway/bridge/store/sqlite"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
 
 func TestListDocumentsPagination(t *testing.T) {
-	s := openStore(t, t.TempDir(), store.Options{})
+	s := openStore(t, t.TempDir(), sqlite.Options{})
 	ctx := context.Background()
 	const n = 250
 	b := &store.Batch{}
@@ -109,7 +110,7 @@ func TestListDocumentsPagination(t *testing.T) {
 func TestPayloadFiles(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	s := openStore(t, dir, store.Options{})
+	s := openStore(t, dir, sqlite.Options{})
 	p, err := s.CreatePayload(ctx, "doc-1", store.PayloadContent)
 	if err != nil {
 		t.Fatal(err)
@@ -141,7 +142,7 @@ func TestPayloadFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	s = openStore(t, dir, store.Options{})
+	s = openStore(t, dir, sqlite.Options{})
 	for _, sub := range []string{"spool", "results"} {
 		ents, _ := os.ReadDir(filepath.Join(dir, sub))
 		for _, e := range ents {

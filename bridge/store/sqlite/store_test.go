@@ -1,4 +1,4 @@
-package store_test
+package sqlite_test
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/pipestream/gateway/bridge/store"
+	"github.com/pipestream/gateway/bridge/store/sqlite"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
 
@@ -35,15 +36,15 @@ func userVersion(t *testing.T, dir string) int {
 
 func TestMigrationsFromEmptyAndReopen(t *testing.T) {
 	dir := t.TempDir()
-	s := openStore(t, dir, store.Options{})
+	s := openStore(t, dir, sqlite.Options{})
 	mustCommit(t, s, &store.Batch{Create: newDoc("t", "d1", base)})
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if got := userVersion(t, dir); got != store.SchemaVersion() || got < 1 {
-		t.Fatalf("user_version = %d, want %d", got, store.SchemaVersion())
+	if got := userVersion(t, dir); got != sqlite.SchemaVersion() || got < 1 {
+		t.Fatalf("user_version = %d, want %d", got, sqlite.SchemaVersion())
 	}
-	s = openStore(t, dir, store.Options{})
+	s = openStore(t, dir, sqlite.Options{})
 	if _, err := s.GetDocument(context.Background(), "t", "d1", false); err != nil {
 		t.Fatalf("document lost across reopen: %v", err)
 	}
@@ -54,24 +55,24 @@ func TestMigrationsFromEmptyAndReopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Exec(fmt.Sprintf("PRAGMA user_version = %d", store.SchemaVersion()+1)); err != nil {
+	if _, err := db.Exec(fmt.Sprintf("PRAGMA user_version = %d", sqlite.SchemaVersion()+1)); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()
-	if s, err := store.Open(context.Background(), dir, store.Options{}); err == nil {
+	if s, err := sqlite.Open(context.Background(), dir, sqlite.Options{}); err == nil {
 		s.Close()
 		t.Fatal("Open accepted a database with a newer schema version")
 	}
 }
 
 func TestOptionsValidated(t *testing.T) {
-	if _, err := store.Open(context.Background(), t.TempDir(), store.Options{Synchronous: "OFF"}); !errors.Is(err, store.ErrInvalid) {
+	if _, err := sqlite.Open(context.Background(), t.TempDir(), sqlite.Options{Synchronous: "OFF"}); !errors.Is(err, store.ErrInvalid) {
 		t.Fatalf("Synchronous=OFF: err = %v, want ErrInvalid", err)
 	}
 }
 
 func TestDocumentRoundTrip(t *testing.T) {
-	s := openStore(t, t.TempDir(), store.Options{})
+	s := openStore(t, t.TempDir(), sqlite.Options{})
 	ctx := context.Background()
 	rec := newDoc("t", "d1", base)
 	rec.Doc.Metadata = map[string]string{"k": "v"}
@@ -117,7 +118,7 @@ func TestDocumentRoundTrip(t *testing.T) {
 }
 
 func TestSnapshotConsistentWithSeq(t *testing.T) {
-	s := openStore(t, t.TempDir(), store.Options{})
+	s := openStore(t, t.TempDir(), sqlite.Options{})
 	ctx := context.Background()
 	for i := range 5 {
 		id := fmt.Sprintf("d%d", i)
@@ -146,7 +147,7 @@ func TestCloseFlushesAndRefuses(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const n = 20
 		dir := t.TempDir()
-		s := openStore(t, dir, store.Options{MaxGroupDelay: 50 * time.Millisecond})
+		s := openStore(t, dir, sqlite.Options{MaxGroupDelay: 50 * time.Millisecond})
 		var wg sync.WaitGroup
 		errs := make([]error, n)
 		for i := range n {
@@ -167,7 +168,7 @@ func TestCloseFlushesAndRefuses(t *testing.T) {
 		if _, err := s.Commit(context.Background(), &store.Batch{}); !errors.Is(err, store.ErrClosed) {
 			t.Fatalf("Commit after Close: %v, want ErrClosed", err)
 		}
-		s2 := openStore(t, dir, store.Options{})
+		s2 := openStore(t, dir, sqlite.Options{})
 		if got := s2.LastSeq(); got != n {
 			t.Fatalf("after reopen last seq %d, want %d acknowledged events", got, n)
 		}
@@ -175,7 +176,7 @@ func TestCloseFlushesAndRefuses(t *testing.T) {
 }
 
 func TestEventBodyCarriesSeq(t *testing.T) {
-	s := openStore(t, t.TempDir(), store.Options{})
+	s := openStore(t, t.TempDir(), sqlite.Options{})
 	ev := newEvent("#status", "d1", 3)
 	ev.Seq = 999 // ignored
 	res := mustCommit(t, s, &store.Batch{Events: []store.EventAppend{{Tenant: "t", Event: ev}}})
@@ -201,7 +202,7 @@ func TestEventBodyCarriesSeq(t *testing.T) {
 }
 
 func TestReadEventsFilters(t *testing.T) {
-	s := openStore(t, t.TempDir(), store.Options{})
+	s := openStore(t, t.TempDir(), sqlite.Options{})
 	ctx := context.Background()
 	// seq: 1 a/d1 #document, 2 b/d2 #document, 3 a/d1 #status, 4 a/d3 #status, 5 b/d2 #claim
 	for _, e := range []struct{ tenant, doc, kind string }{

@@ -1,4 +1,4 @@
-package store_test
+package sqlite_test
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/pipestream/gateway/bridge/store"
+	"github.com/pipestream/gateway/bridge/store/sqlite"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
 
@@ -16,7 +17,7 @@ import (
 func TestInlinePayloads(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	s := openStore(t, dir, store.Options{})
+	s := openStore(t, dir, sqlite.Options{})
 	content := bytes.Repeat([]byte("c"), 4096)
 	rec := newDoc("t", "d1", base)
 	rec.ContentPayload = false
@@ -44,7 +45,7 @@ func TestInlinePayloads(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s = openStore(t, dir, store.Options{})
+	s = openStore(t, dir, sqlite.Options{})
 	if got, err := s.GetPayload(ctx, "t", "d1", store.PayloadResult); err != nil || got == nil || len(got) != 0 {
 		t.Fatalf("GetPayload(empty result) after reopen = %v, %v; want a non-nil empty slice", got, err)
 	}
@@ -57,7 +58,7 @@ func TestInlinePayloads(t *testing.T) {
 // separate write.
 func TestInlinePayloadRollsBackWithBatch(t *testing.T) {
 	ctx := context.Background()
-	s := openStore(t, t.TempDir(), store.Options{})
+	s := openStore(t, t.TempDir(), sqlite.Options{})
 	mustCommit(t, s, &store.Batch{Create: newDoc("t", "d1", base)})
 	stale := newDoc("t", "d1", base)
 	stale.Doc.Rev = 3

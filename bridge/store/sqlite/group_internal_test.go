@@ -1,4 +1,4 @@
-package store
+package sqlite
 
 import (
 	"bytes"
@@ -11,20 +11,21 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/pipestream/gateway/bridge/store"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
 
 var groupBase = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
-func groupDoc(tenant, id string, rev uint64) *DocumentRecord {
-	return &DocumentRecord{Tenant: tenant, Doc: &gatewayv1.Document{
+func groupDoc(tenant, id string, rev uint64) *store.DocumentRecord {
+	return &store.DocumentRecord{Tenant: tenant, Doc: &gatewayv1.Document{
 		Id: id, State: gatewayv1.State_PENDING, Rev: rev,
 		CreateTime: timestamppb.New(groupBase), UpdateTime: timestamppb.New(groupBase),
 	}}
 }
 
-func groupEvent(doc string, rev uint64) EventAppend {
-	return EventAppend{Tenant: "t", Event: &gatewayv1.Event{Time: timestamppb.New(groupBase), Kind: "#status", DocumentId: doc, Rev: rev}}
+func groupEvent(doc string, rev uint64) store.EventAppend {
+	return store.EventAppend{Tenant: "t", Event: &gatewayv1.Event{Time: timestamppb.New(groupBase), Kind: "#status", DocumentId: doc, Rev: rev}}
 }
 
 // runOneGroup hands the batches to the writer in this order so that they
@@ -39,7 +40,7 @@ func runOneGroup(t *testing.T, s *Store, reqs ...*request) {
 	}
 }
 
-func mustPrepare(t *testing.T, b *Batch) *request {
+func mustPrepare(t *testing.T, b *store.Batch) *request {
 	t.Helper()
 	r, err := prepare(b)
 	if err != nil {
@@ -69,13 +70,13 @@ func TestGroupWithFailingBatches(t *testing.T) {
 	steal := proto.CloneOf(owned)
 	steal.DocumentId = "b"
 	upd := groupDoc("t", "d", 2)
-	good1 := mustPrepare(t, &Batch{Create: groupDoc("t", "a", 1), Events: []EventAppend{groupEvent("a", 1), groupEvent("a", 2)},
-		Payloads: []PayloadRecord{{DocID: "a", Kind: PayloadContent, Body: []byte("content")}}})
-	bad1 := mustPrepare(t, &Batch{Create: groupDoc("t", "b", 1), Events: []EventAppend{groupEvent("b", 1)},
-		Entities: []EntityRecord{{DocID: "b", Entity: &gatewayv1.Entity{EntityId: 1}}},
-		Claims:   []ClaimRecord{{Tenant: "t", Claim: steal}}})
-	good2 := mustPrepare(t, &Batch{Updates: []DocumentUpdate{{Record: upd, PrevRev: 1}}, Events: []EventAppend{groupEvent("d", 2)}})
-	bad2 := mustPrepare(t, &Batch{Create: groupDoc("t", "a", 1), Events: []EventAppend{groupEvent("a", 1)}})
+	good1 := mustPrepare(t, &store.Batch{Create: groupDoc("t", "a", 1), Events: []store.EventAppend{groupEvent("a", 1), groupEvent("a", 2)},
+		Payloads: []store.PayloadRecord{{DocID: "a", Kind: store.PayloadContent, Body: []byte("content")}}})
+	bad1 := mustPrepare(t, &store.Batch{Create: groupDoc("t", "b", 1), Events: []store.EventAppend{groupEvent("b", 1)},
+		Entities: []store.EntityRecord{{DocID: "b", Entity: &gatewayv1.Entity{EntityId: 1}}},
+		Claims:   []store.ClaimRecord{{Tenant: "t", Claim: steal}}})
+	good2 := mustPrepare(t, &store.Batch{Updates: []store.DocumentUpdate{{Record: upd, PrevRev: 1}}, Events: []store.EventAppend{groupEvent("d", 2)}})
+	bad2 := mustPrepare(t, &store.Batch{Create: groupDoc("t", "a", 1), Events: []store.EventAppend{groupEvent("a", 1)}})
 	prune := &request{prune: true, before: 3, done: make(chan struct{})}
 	runOneGroup(t, s, good1, bad1, good2, bad2, prune)
 
@@ -98,11 +99,11 @@ func seedGroupStore(t *testing.T, dir string) *gatewayv1.ClaimCheck {
 	}
 	defer s.Close()
 	owned := &gatewayv1.ClaimCheck{ClaimId: "7", DocumentId: "d", ExpireTime: timestamppb.New(groupBase.Add(time.Hour))}
-	if _, err := s.Commit(ctx, &Batch{Create: groupDoc("t", "d", 1)}); err != nil {
+	if _, err := s.Commit(ctx, &store.Batch{Create: groupDoc("t", "d", 1)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Commit(ctx, &Batch{Create: groupDoc("u", "du", 1), Events: []EventAppend{groupEvent("du", 1)},
-		Claims: []ClaimRecord{{Tenant: "u", Claim: proto.CloneOf(owned)}}}); err != nil {
+	if _, err := s.Commit(ctx, &store.Batch{Create: groupDoc("u", "du", 1), Events: []store.EventAppend{groupEvent("du", 1)},
+		Claims: []store.ClaimRecord{{Tenant: "u", Claim: proto.CloneOf(owned)}}}); err != nil {
 		t.Fatal(err)
 	}
 	return owned
@@ -111,7 +112,7 @@ func seedGroupStore(t *testing.T, dir string) *gatewayv1.ClaimCheck {
 // checkFailingGroupResults: the group ran once and was retried once; the
 // good batches and the prune succeeded with contiguous seqs, the failing
 // ones got ErrConflict and no seqs.
-func checkFailingGroupResults(t *testing.T, s *Store, before WriterStats, good1, bad1, good2, bad2, prune *request) {
+func checkFailingGroupResults(t *testing.T, s *Store, before store.WriterStats, good1, bad1, good2, bad2, prune *request) {
 	t.Helper()
 	ws := s.WriterStats()
 	if ws.Transactions-before.Transactions != 1 || ws.Retries-before.Retries != 1 {
@@ -120,7 +121,7 @@ func checkFailingGroupResults(t *testing.T, s *Store, before WriterStats, good1,
 	if good1.err != nil || good2.err != nil || prune.err != nil {
 		t.Fatalf("good batches failed: %v, %v, prune %v", good1.err, good2.err, prune.err)
 	}
-	if !errors.Is(bad1.err, ErrConflict) || !errors.Is(bad2.err, ErrConflict) {
+	if !errors.Is(bad1.err, store.ErrConflict) || !errors.Is(bad2.err, store.ErrConflict) {
 		t.Fatalf("failing batches: %v, %v; want ErrConflict (claim of another tenant, reused document id)", bad1.err, bad2.err)
 	}
 	if bad1.res.Seqs != nil || bad2.res.Seqs != nil {
@@ -140,13 +141,13 @@ func checkFailingGroupResults(t *testing.T, s *Store, before WriterStats, good1,
 func checkFailingGroupStored(t *testing.T, s *Store) {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := s.GetDocument(ctx, "t", "b", true); !errors.Is(err, ErrNotFound) {
+	if _, err := s.GetDocument(ctx, "t", "b", true); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("document of the failed batch: %v, want ErrNotFound", err)
 	}
 	if got, err := s.GetDocument(ctx, "t", "d", false); err != nil || got.Doc.GetRev() != 2 {
 		t.Fatalf("updated document: %v, %v; want rev 2", got, err)
 	}
-	if p, err := s.GetPayload(ctx, "t", "a", PayloadContent); err != nil || string(p) != "content" {
+	if p, err := s.GetPayload(ctx, "t", "a", store.PayloadContent); err != nil || string(p) != "content" {
 		t.Fatalf("payload of a good batch: %q, %v", p, err)
 	}
 }
@@ -156,7 +157,7 @@ func checkFailingGroupStored(t *testing.T, s *Store) {
 func checkFailingGroupEvents(t *testing.T, s *Store, want map[uint64]*gatewayv1.Event) {
 	t.Helper()
 	ctx := context.Background()
-	evs, err := s.ReadEvents(ctx, EventQuery{AllTenants: true})
+	evs, err := s.ReadEvents(ctx, store.EventQuery{AllTenants: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,11 +190,11 @@ func checkCleanGroup(t *testing.T, s *Store) {
 	t.Helper()
 	before := s.WriterStats()
 	reqs := []*request{
-		mustPrepare(t, &Batch{Create: groupDoc("t", "c1", 1), Events: []EventAppend{groupEvent("c1", 1)}}),
-		mustPrepare(t, &Batch{Create: groupDoc("t", "c2", 1), Events: []EventAppend{groupEvent("c2", 1)}}),
-		mustPrepare(t, &Batch{Events: []EventAppend{groupEvent("", 1), groupEvent("", 2)}}),
+		mustPrepare(t, &store.Batch{Create: groupDoc("t", "c1", 1), Events: []store.EventAppend{groupEvent("c1", 1)}}),
+		mustPrepare(t, &store.Batch{Create: groupDoc("t", "c2", 1), Events: []store.EventAppend{groupEvent("c2", 1)}}),
+		mustPrepare(t, &store.Batch{Events: []store.EventAppend{groupEvent("", 1), groupEvent("", 2)}}),
 		{prune: true, before: 7, done: make(chan struct{})},
-		mustPrepare(t, &Batch{Updates: []DocumentUpdate{{Record: groupDoc("t", "d", 3), PrevRev: 2}}, Events: []EventAppend{groupEvent("d", 3)}}),
+		mustPrepare(t, &store.Batch{Updates: []store.DocumentUpdate{{Record: groupDoc("t", "d", 3), PrevRev: 2}}, Events: []store.EventAppend{groupEvent("d", 3)}}),
 	}
 	runOneGroup(t, s, reqs...)
 	ws := s.WriterStats()
@@ -249,13 +250,13 @@ func TestCreateReusedIDIsConflict(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if _, err := s.Commit(ctx, &Batch{Create: groupDoc("t", "x", 1)}); err != nil {
+	if _, err := s.Commit(ctx, &store.Batch{Create: groupDoc("t", "x", 1)}); err != nil {
 		t.Fatal(err)
 	}
 	for _, tenant := range []string{"t", "other"} {
 		again := groupDoc(tenant, "x", 5)
-		_, err := s.Commit(ctx, &Batch{Create: again, Events: []EventAppend{groupEvent("x", 5)}})
-		if !errors.Is(err, ErrConflict) {
+		_, err := s.Commit(ctx, &store.Batch{Create: again, Events: []store.EventAppend{groupEvent("x", 5)}})
+		if !errors.Is(err, store.ErrConflict) {
 			t.Fatalf("tenant %s reusing id x: %v, want ErrConflict", tenant, err)
 		}
 	}
@@ -280,7 +281,7 @@ func TestGroupEventsSpanSeveralInserts(t *testing.T) {
 	sizes := []int{maxEventsPerInsert + 6, 1, 2*maxEventsPerInsert + 2}
 	var reqs []*request
 	for _, n := range sizes {
-		b := &Batch{}
+		b := &store.Batch{}
 		for i := range n {
 			b.Events = append(b.Events, groupEvent("", uint64(i)))
 		}
@@ -299,7 +300,7 @@ func TestGroupEventsSpanSeveralInserts(t *testing.T) {
 		}
 		total += uint64(sizes[i])
 	}
-	evs, err := s.ReadEvents(ctx, EventQuery{AllTenants: true, Limit: 1000})
+	evs, err := s.ReadEvents(ctx, store.EventQuery{AllTenants: true, Limit: 1000})
 	if err != nil || uint64(len(evs)) != total {
 		t.Fatalf("ReadEvents: %d events, %v; want %d", len(evs), err, total)
 	}
@@ -328,13 +329,13 @@ func TestIdempotentCreateReusingTheID(t *testing.T) {
 	defer s.Close()
 	first := groupDoc("t", "x", 1)
 	first.Doc.RequestId, first.BodyHash = "req", []byte("h1")
-	if _, err := s.Commit(ctx, &Batch{Create: first}); err != nil {
+	if _, err := s.Commit(ctx, &store.Batch{Create: first}); err != nil {
 		t.Fatal(err)
 	}
 	before := s.WriterStats()
 	again := groupDoc("t", "x", 1)
 	again.Doc.RequestId, again.BodyHash = "req", []byte("h1")
-	res, err := s.Commit(ctx, &Batch{Create: again, Events: []EventAppend{groupEvent("x", 1)}})
+	res, err := s.Commit(ctx, &store.Batch{Create: again, Events: []store.EventAppend{groupEvent("x", 1)}})
 	if err != nil || res.Duplicate == nil || res.Duplicate.Doc.GetId() != "x" || res.Seqs != nil {
 		t.Fatalf("retry with the same ids and body: %+v, %v; want Duplicate x and no events", res, err)
 	}
@@ -343,13 +344,13 @@ func TestIdempotentCreateReusingTheID(t *testing.T) {
 	}
 	other := groupDoc("t", "x", 1)
 	other.Doc.RequestId, other.BodyHash = "req", []byte("h2")
-	if _, err := s.Commit(ctx, &Batch{Create: other}); !errors.Is(err, ErrConflict) || !bytes.Contains([]byte(err.Error()), []byte("request id")) {
+	if _, err := s.Commit(ctx, &store.Batch{Create: other}); !errors.Is(err, store.ErrConflict) || !bytes.Contains([]byte(err.Error()), []byte("request id")) {
 		t.Fatalf("retry with the same ids and another body: %v, want the request id ErrConflict", err)
 	}
 	// A new request id with a used document id is an id conflict.
 	reuse := groupDoc("t", "x", 1)
 	reuse.Doc.RequestId = "req-2"
-	if _, err := s.Commit(ctx, &Batch{Create: reuse}); !errors.Is(err, ErrConflict) || !bytes.Contains([]byte(err.Error()), []byte("document id")) {
+	if _, err := s.Commit(ctx, &store.Batch{Create: reuse}); !errors.Is(err, store.ErrConflict) || !bytes.Contains([]byte(err.Error()), []byte("document id")) {
 		t.Fatalf("new request id, used document id: %v, want the document id ErrConflict", err)
 	}
 	if s.LastSeq() != 0 {

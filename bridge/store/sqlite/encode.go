@@ -1,4 +1,4 @@
-package store
+package sqlite
 
 import (
 	"database/sql"
@@ -6,13 +6,14 @@ import (
 	"strconv"
 	"strings"
 
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/pipestream/gateway/bridge/store"
 )
 
 // docRow is a DocumentRecord with its columns extracted and its body encoded.
 type docRow struct {
-	rec                *DocumentRecord
+	rec                *store.DocumentRecord
 	body               []byte
 	state              int32
 	terminal           bool
@@ -60,27 +61,27 @@ const (
 	eventFieldSeq       = 1
 )
 
-func encodeDoc(rec *DocumentRecord) (docRow, error) {
+func encodeDoc(rec *store.DocumentRecord) (docRow, error) {
 	if rec == nil || rec.Doc == nil {
-		return docRow{}, fmt.Errorf("%w: document record without Doc", ErrInvalid)
+		return docRow{}, fmt.Errorf("%w: document record without Doc", store.ErrInvalid)
 	}
 	d := rec.Doc
 	if d.GetId() == "" || len(d.GetId()) > maxDocIDLen {
-		return docRow{}, fmt.Errorf("%w: document id must be 1..%d bytes", ErrInvalid, maxDocIDLen)
+		return docRow{}, fmt.Errorf("%w: document id must be 1..%d bytes", store.ErrInvalid, maxDocIDLen)
 	}
 	if d.GetCreateTime() == nil {
-		return docRow{}, fmt.Errorf("%w: document %s has no create_time", ErrInvalid, d.GetId())
+		return docRow{}, fmt.Errorf("%w: document %s has no create_time", store.ErrInvalid, d.GetId())
 	}
 	full, err := proto.Marshal(d)
 	if err != nil {
 		return docRow{}, fmt.Errorf("store: encode document %s: %w", d.GetId(), err)
 	}
-	body, err := StripFields(full, docFieldEntities, docFieldDigests, docFieldClaimChecks)
+	body, err := store.StripFields(full, docFieldEntities, docFieldDigests, docFieldClaimChecks)
 	if err != nil {
 		return docRow{}, err
 	}
 	r := docRow{
-		rec: rec, body: body, state: int32(d.GetState()), terminal: IsTerminal(d.GetState()),
+		rec: rec, body: body, state: int32(d.GetState()), terminal: store.IsTerminal(d.GetState()),
 		rev: d.GetRev(), createNs: d.GetCreateTime().AsTime().UnixNano(),
 	}
 	r.updateNs = r.createNs
@@ -93,38 +94,10 @@ func encodeDoc(rec *DocumentRecord) (docRow, error) {
 	return r, nil
 }
 
-// StripFields drops the given field numbers from an encoded message without
-// decoding it (cheaper than a deep clone of the caller's message). Both
-// backends store a document without its entity, digest and claim lists.
-func StripFields(b []byte, drop ...protowire.Number) ([]byte, error) {
-	out := make([]byte, 0, len(b))
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return nil, fmt.Errorf("store: re-encode document: %w", protowire.ParseError(n))
-		}
-		m := protowire.ConsumeFieldValue(num, typ, b[n:])
-		if m < 0 {
-			return nil, fmt.Errorf("store: re-encode document: %w", protowire.ParseError(m))
-		}
-		keep := true
-		for _, d := range drop {
-			if num == d {
-				keep = false
-			}
-		}
-		if keep {
-			out = append(out, b[:n+m]...)
-		}
-		b = b[n+m:]
-	}
-	return out, nil
-}
-
-func encodeEvent(e EventAppend) (encEvent, error) {
+func encodeEvent(e store.EventAppend) (encEvent, error) {
 	ev := e.Event
 	if ev == nil || ev.GetTime() == nil || ev.GetKind() == "" {
-		return encEvent{}, fmt.Errorf("%w: event needs Time and Kind", ErrInvalid)
+		return encEvent{}, fmt.Errorf("%w: event needs Time and Kind", store.ErrInvalid)
 	}
 	// Room for the seq field appended by the writer (tag + up to 8-byte varint
 	// for seq < 2^53).
@@ -141,9 +114,9 @@ func encodeEvent(e EventAppend) (encEvent, error) {
 
 // prepare validates and encodes b in the caller's goroutine, so the writer
 // only runs SQL.
-func prepare(b *Batch) (*request, error) {
+func prepare(b *store.Batch) (*request, error) {
 	if b == nil {
-		return nil, fmt.Errorf("%w: nil batch", ErrInvalid)
+		return nil, fmt.Errorf("%w: nil batch", store.ErrInvalid)
 	}
 	r := &request{b: b, done: make(chan struct{})}
 	if b.Create != nil {
@@ -163,17 +136,17 @@ func prepare(b *Batch) (*request, error) {
 	}
 	for _, e := range b.Entities {
 		if e.Entity == nil || e.DocID == "" {
-			return nil, fmt.Errorf("%w: entity record needs DocID and Entity", ErrInvalid)
+			return nil, fmt.Errorf("%w: entity record needs DocID and Entity", store.ErrInvalid)
 		}
 	}
 	for _, d := range b.Digests {
 		if d.Digest == nil || d.DocID == "" {
-			return nil, fmt.Errorf("%w: digest record needs DocID and Digest", ErrInvalid)
+			return nil, fmt.Errorf("%w: digest record needs DocID and Digest", store.ErrInvalid)
 		}
 	}
 	for _, p := range b.Payloads {
-		if p.DocID == "" || (p.Kind != PayloadContent && p.Kind != PayloadResult) {
-			return nil, fmt.Errorf("%w: payload record needs DocID and a known Kind (got %q, %d)", ErrInvalid, p.DocID, p.Kind)
+		if p.DocID == "" || (p.Kind != store.PayloadContent && p.Kind != store.PayloadResult) {
+			return nil, fmt.Errorf("%w: payload record needs DocID and a known Kind (got %q, %d)", store.ErrInvalid, p.DocID, p.Kind)
 		}
 	}
 	for _, c := range b.Claims {
@@ -183,7 +156,7 @@ func prepare(b *Batch) (*request, error) {
 	}
 	if b.Redeem != nil {
 		if _, err := strconv.ParseUint(b.Redeem.ClaimID, 10, 64); err != nil {
-			return nil, fmt.Errorf("%w: claim id %q is not a decimal uint64", ErrNotFound, b.Redeem.ClaimID)
+			return nil, fmt.Errorf("%w: claim id %q is not a decimal uint64", store.ErrNotFound, b.Redeem.ClaimID)
 		}
 	}
 	r.events = make([]encEvent, len(b.Events))
@@ -197,15 +170,15 @@ func prepare(b *Batch) (*request, error) {
 	return r, nil
 }
 
-func validClaim(c ClaimRecord) error {
+func validClaim(c store.ClaimRecord) error {
 	if c.Claim == nil {
-		return fmt.Errorf("%w: claim record without Claim", ErrInvalid)
+		return fmt.Errorf("%w: claim record without Claim", store.ErrInvalid)
 	}
 	if _, err := strconv.ParseUint(c.Claim.GetClaimId(), 10, 64); err != nil {
-		return fmt.Errorf("%w: claim id %q is not a decimal uint64", ErrInvalid, c.Claim.GetClaimId())
+		return fmt.Errorf("%w: claim id %q is not a decimal uint64", store.ErrInvalid, c.Claim.GetClaimId())
 	}
 	if c.Claim.GetDocumentId() == "" || c.Claim.GetExpireTime() == nil {
-		return fmt.Errorf("%w: claim %s needs document_id and expire_time", ErrInvalid, c.Claim.GetClaimId())
+		return fmt.Errorf("%w: claim %s needs document_id and expire_time", store.ErrInvalid, c.Claim.GetClaimId())
 	}
 	return nil
 }

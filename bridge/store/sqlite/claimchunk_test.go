@@ -1,4 +1,4 @@
-package store_test
+package sqlite_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/pipestream/gateway/bridge/store"
+	"github.com/pipestream/gateway/bridge/store/sqlite"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
 
@@ -17,7 +18,7 @@ import (
 // and GetDocument's claims; a claim stored without it reads as unset.
 func TestClaimChunkPersists(t *testing.T) {
 	dir := t.TempDir()
-	s := openStore(t, dir, store.Options{})
+	s := openStore(t, dir, sqlite.Options{})
 	ctx := context.Background()
 	mustCommit(t, s, &store.Batch{Create: newDoc("t", "d1", base)})
 	claim := func(id string, st gatewayv1.ClaimCheck_ClaimState) *gatewayv1.ClaimCheck {
@@ -34,7 +35,7 @@ func TestClaimChunkPersists(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s = openStore(t, dir, store.Options{})
+	s = openStore(t, dir, sqlite.Options{})
 	recs, err := s.ListClaims(ctx, "t", "d1")
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package store_test
+package sqlite_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pipestream/gateway/bridge/store"
+	"github.com/pipestream/gateway/bridge/store/sqlite"
 	"github.com/pipestream/gateway/bridge/store/storetest"
 	"github.com/pipestream/gateway/internal/cputime"
 )
@@ -23,7 +24,7 @@ func BenchmarkAppendEvents(b *testing.B) {
 	}{{1, "FULL"}, {16, "FULL"}, {128, "FULL"}, {1, "NORMAL"}, {128, "NORMAL"}} {
 		w := c.w
 		b.Run(fmt.Sprintf("sync=%s/writers=%d", c.sync, w), func(b *testing.B) {
-			s := openStore(b, b.TempDir(), store.Options{Synchronous: c.sync})
+			s := openStore(b, b.TempDir(), sqlite.Options{Synchronous: c.sync})
 			ctx := context.Background()
 			jobs := make(chan struct{})
 			var round sync.WaitGroup
@@ -78,7 +79,7 @@ func BenchmarkSmallDocumentLifecycle(b *testing.B) {
 	content := make([]byte, 4096)
 	for _, mode := range []string{"inline", "files"} {
 		b.Run("payload="+mode, func(b *testing.B) {
-			s := openStore(b, b.TempDir(), store.Options{})
+			s := openStore(b, b.TempDir(), sqlite.Options{})
 			ctx := context.Background()
 			var n atomic.Int64
 			lifecycle := func() error {

@@ -1,4 +1,4 @@
-package store_test
+package sqlite_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/pipestream/gateway/bridge/store"
+	"github.com/pipestream/gateway/bridge/store/sqlite"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
 
@@ -14,7 +15,7 @@ import (
 // a reused scope ID keeps both digests, and reads show only the newest
 // attempt (migration 2).
 func TestEntitiesAndDigestsByAttemptAndScopeInstance(t *testing.T) {
-	s := openStore(t, t.TempDir(), store.Options{})
+	s := openStore(t, t.TempDir(), sqlite.Options{})
 	ctx := context.Background()
 	mustCommit(t, s, &store.Batch{Create: newDoc("t", "d1", base)})
 	ent := func(scope, id uint32, st gatewayv1.EntityStatus) *gatewayv1.Entity {
@@ -100,10 +101,10 @@ func TestMigration2KeepsRows(t *testing.T) {
 		}
 	}
 	db.Close()
-	s := openStore(t, dir, store.Options{})
+	s := openStore(t, dir, sqlite.Options{})
 	mustCommit(t, s, &store.Batch{Create: newDoc("t", "d0", base)})
-	if got := userVersion(t, dir); got != store.SchemaVersion() {
-		t.Fatalf("user_version %d, want %d", got, store.SchemaVersion())
+	if got := userVersion(t, dir); got != sqlite.SchemaVersion() {
+		t.Fatalf("user_version %d, want %d", got, sqlite.SchemaVersion())
 	}
 	db, err = sql.Open("sqlite", filepath.Join(dir, "gateway.db"))
 	if err != nil {

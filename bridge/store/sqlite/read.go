@@ -1,21 +1,20 @@
-package store
+package sqlite
 
 import (
 	"context"
 	"database/sql"
-	"encoding/base64"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/pipestream/gateway/bridge/store"
+	"github.com/pipestream/gateway/bridge/store/internal/pagetoken"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
 
@@ -35,9 +34,9 @@ const entityCols = `scope_id, entity_id, parent_id, depth, status, chunk_index, 
 type scanner interface{ Scan(dest ...any) error }
 
 // scanDoc reads one docCols row; it also returns create_time (the page key).
-func scanDoc(row scanner) (*DocumentRecord, int64, error) {
+func scanDoc(row scanner) (*store.DocumentRecord, int64, error) {
 	var (
-		rec  DocumentRecord
+		rec  store.DocumentRecord
 		id   string
 		body []byte
 		ct   int64
@@ -57,10 +56,10 @@ func scanDoc(row scanner) (*DocumentRecord, int64, error) {
 	return &rec, ct, nil
 }
 
-func scanClaim(row scanner) (*ClaimRecord, error) {
+func scanClaim(row scanner) (*store.ClaimRecord, error) {
 	var (
 		c                  gatewayv1.ClaimCheck
-		rec                ClaimRecord
+		rec                store.ClaimRecord
 		state              int32
 		expire, ct, redeem int64
 		chunk              sql.NullInt64
@@ -69,7 +68,7 @@ func scanClaim(row scanner) (*ClaimRecord, error) {
 		&expire, &ct, &redeem, &chunk); err != nil {
 		return nil, err
 	}
-	rec.Chunk = ClaimChunk{Set: chunk.Valid, Index: chunk.Int64}
+	rec.Chunk = store.ClaimChunk{Set: chunk.Valid, Index: chunk.Int64}
 	c.State = gatewayv1.ClaimCheck_ClaimState(state)
 	c.ExpireTime = tsFromNanos(expire)
 	c.CreateTime = tsFromNanos(ct)
@@ -109,14 +108,14 @@ func tsFromNanos(n int64) *timestamppb.Timestamp {
 
 // readDocumentTx reads a document with its digests and claims on the writer
 // connection (inside the writer's transaction).
-func (s *Store) readDocumentTx(ctx context.Context, tenant, id string) (*DocumentRecord, error) {
+func (s *Store) readDocumentTx(ctx context.Context, tenant, id string) (*store.DocumentRecord, error) {
 	return readDocument(ctx, s.wconn, tenant, id, false)
 }
 
-func readDocument(ctx context.Context, q querier, tenant, id string, withEntities bool) (*DocumentRecord, error) {
+func readDocument(ctx context.Context, q querier, tenant, id string, withEntities bool) (*store.DocumentRecord, error) {
 	rec, _, err := scanDoc(q.QueryRowContext(ctx, "SELECT "+docCols+" FROM documents WHERE id = ? AND tenant = ?", id, tenant))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("%w: document %s", ErrNotFound, id)
+		return nil, fmt.Errorf("%w: document %s", store.ErrNotFound, id)
 	} else if err != nil {
 		return nil, fmt.Errorf("store: read document %s: %w", id, err)
 	}
@@ -127,7 +126,7 @@ func readDocument(ctx context.Context, q querier, tenant, id string, withEntitie
 }
 
 // fillChildren sets Digests, ClaimChecks and (optionally) Entities.
-func fillChildren(ctx context.Context, q querier, rec *DocumentRecord, withEntities bool) error {
+func fillChildren(ctx context.Context, q querier, rec *store.DocumentRecord, withEntities bool) error {
 	id := rec.Doc.GetId()
 	rows, err := q.QueryContext(ctx, `SELECT body FROM digests WHERE doc_id = ?1
 		AND attempt = (SELECT coalesce(max(attempt), 0) FROM digests WHERE doc_id = ?1)
@@ -209,7 +208,7 @@ func (s *Store) readTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 
 // GetDocument returns the document id of tenant with Digests and ClaimChecks
 // filled, and Entities too when withEntities. ErrNotFound otherwise.
-func (s *Store) GetDocument(ctx context.Context, tenant, id string, withEntities bool) (rec *DocumentRecord, err error) {
+func (s *Store) GetDocument(ctx context.Context, tenant, id string, withEntities bool) (rec *store.DocumentRecord, err error) {
 	err = s.readTx(ctx, func(tx *sql.Tx) error {
 		rec, err = readDocument(ctx, tx, tenant, id, withEntities)
 		return err
@@ -220,12 +219,12 @@ func (s *Store) GetDocument(ctx context.Context, tenant, id string, withEntities
 // GetPayload returns the inline payload kind of tenant's document docID,
 // as committed by a Batch's Payloads (ErrNotFound when the document is not
 // tenant's or has no such payload). The slice is the caller's.
-func (s *Store) GetPayload(ctx context.Context, tenant, docID string, kind PayloadKind) ([]byte, error) {
+func (s *Store) GetPayload(ctx context.Context, tenant, docID string, kind store.PayloadKind) ([]byte, error) {
 	var body []byte
 	err := s.rdb.QueryRowContext(ctx, `SELECT p.body FROM payloads p JOIN documents d ON d.id = p.doc_id
 		WHERE p.doc_id = ? AND p.kind = ? AND d.tenant = ?`, docID, int32(kind), tenant).Scan(&body)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("%w: payload %d of document %s", ErrNotFound, kind, docID)
+		return nil, fmt.Errorf("%w: payload %d of document %s", store.ErrNotFound, kind, docID)
 	} else if err != nil {
 		return nil, fmt.Errorf("store: read payload %d of %s: %w", kind, docID, err)
 	}
@@ -235,47 +234,15 @@ func (s *Store) GetPayload(ctx context.Context, tenant, docID string, kind Paylo
 	return body, nil
 }
 
-// Page token: base64url(version | state (1 byte) | create_time (8 bytes BE) | id).
-const pageTokenVersion = 1
-
-func encodePageToken(state gatewayv1.State, ct int64, id string) string {
-	b := make([]byte, 0, 10+len(id))
-	b = append(b, pageTokenVersion, byte(state))
-	b = binary.BigEndian.AppendUint64(b, uint64(ct))
-	b = append(b, id...)
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-func decodePageToken(tok string, state gatewayv1.State) (int64, string, error) {
-	if len(tok) > base64.RawURLEncoding.EncodedLen(10+maxDocIDLen) {
-		return 0, "", fmt.Errorf("%w: too long", ErrBadPageToken)
-	}
-	b, err := base64.RawURLEncoding.DecodeString(tok)
-	if err != nil {
-		return 0, "", fmt.Errorf("%w: not base64url", ErrBadPageToken)
-	}
-	if len(b) < 11 || b[0] != pageTokenVersion {
-		return 0, "", fmt.Errorf("%w: malformed; pass next_page_token back unchanged", ErrBadPageToken)
-	}
-	if b[1] != byte(state) {
-		return 0, "", fmt.Errorf("%w: issued for another state filter; restart paging without a token", ErrBadPageToken)
-	}
-	id := string(b[10:])
-	if !utf8.ValidString(id) {
-		return 0, "", fmt.Errorf("%w: malformed", ErrBadPageToken)
-	}
-	return int64(binary.BigEndian.Uint64(b[2:10])), id, nil
-}
-
 // ListDocuments returns one page of tenant's documents ordered by
 // create_time descending, then id descending (stable keyset pagination: rows
 // created during paging never make a page repeat or skip an older row). next
 // is "" on the last page. A token that does not decode, or that was issued for
 // another state filter, answers ErrBadPageToken. Entities, digests and
 // claims are not filled.
-func (s *Store) ListDocuments(ctx context.Context, tenant string, lq ListQuery) ([]*DocumentRecord, string, error) {
+func (s *Store) ListDocuments(ctx context.Context, tenant string, lq store.ListQuery) ([]*store.DocumentRecord, string, error) {
 	if lq.State < 0 || int(lq.State) > 255 {
-		return nil, "", fmt.Errorf("%w: unknown state %d", ErrInvalid, lq.State)
+		return nil, "", fmt.Errorf("%w: unknown state %d", store.ErrInvalid, lq.State)
 	}
 	size := lq.PageSize
 	if size <= 0 {
@@ -291,7 +258,7 @@ func (s *Store) ListDocuments(ctx context.Context, tenant string, lq ListQuery) 
 		args = append(args, int32(lq.State))
 	}
 	if lq.PageToken != "" {
-		ct, id, err := decodePageToken(lq.PageToken, lq.State)
+		ct, id, err := pagetoken.Decode(lq.PageToken, lq.State, maxDocIDLen)
 		if err != nil {
 			return nil, "", err
 		}
@@ -307,7 +274,7 @@ func (s *Store) ListDocuments(ctx context.Context, tenant string, lq ListQuery) 
 	}
 	defer rows.Close()
 	var (
-		out    []*DocumentRecord
+		out    []*store.DocumentRecord
 		lastCT int64
 	)
 	for rows.Next() {
@@ -316,7 +283,7 @@ func (s *Store) ListDocuments(ctx context.Context, tenant string, lq ListQuery) 
 			return nil, "", err
 		}
 		if len(out) == size {
-			return out, encodePageToken(lq.State, lastCT, out[len(out)-1].Doc.GetId()), rows.Err()
+			return out, pagetoken.Encode(lq.State, lastCT, out[len(out)-1].Doc.GetId()), rows.Err()
 		}
 		out = append(out, rec)
 		lastCT = ct
@@ -331,7 +298,7 @@ func (s *Store) ListEntities(ctx context.Context, tenant, docID string) (out []*
 		var one int
 		err := tx.QueryRowContext(ctx, "SELECT 1 FROM documents WHERE id = ? AND tenant = ?", docID, tenant).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("%w: document %s", ErrNotFound, docID)
+			return fmt.Errorf("%w: document %s", store.ErrNotFound, docID)
 		} else if err != nil {
 			return err
 		}
@@ -343,13 +310,13 @@ func (s *Store) ListEntities(ctx context.Context, tenant, docID string) (out []*
 
 // ListNonTerminal returns every non-terminal document of every tenant,
 // oldest first, for restart recovery (without entities).
-func (s *Store) ListNonTerminal(ctx context.Context) ([]*DocumentRecord, error) {
+func (s *Store) ListNonTerminal(ctx context.Context) ([]*store.DocumentRecord, error) {
 	rows, err := s.rdb.QueryContext(ctx, "SELECT "+docCols+" FROM documents WHERE terminal = 0 ORDER BY create_time, id")
 	if err != nil {
 		return nil, fmt.Errorf("store: list non-terminal: %w", err)
 	}
 	defer rows.Close()
-	var out []*DocumentRecord
+	var out []*store.DocumentRecord
 	for rows.Next() {
 		rec, _, err := scanDoc(rows)
 		if err != nil {
@@ -361,10 +328,10 @@ func (s *Store) ListNonTerminal(ctx context.Context) ([]*DocumentRecord, error) 
 }
 
 // GetClaim returns tenant's claim claimID (ErrNotFound otherwise).
-func (s *Store) GetClaim(ctx context.Context, tenant, claimID string) (*ClaimRecord, error) {
+func (s *Store) GetClaim(ctx context.Context, tenant, claimID string) (*store.ClaimRecord, error) {
 	c, err := scanClaim(s.rdb.QueryRowContext(ctx, "SELECT "+claimCols+" FROM claims WHERE claim_id = ? AND tenant = ?", claimID, tenant))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("%w: claim %s", ErrNotFound, claimID)
+		return nil, fmt.Errorf("%w: claim %s", store.ErrNotFound, claimID)
 	} else if err != nil {
 		return nil, fmt.Errorf("store: read claim %s: %w", claimID, err)
 	}
@@ -373,27 +340,27 @@ func (s *Store) GetClaim(ctx context.Context, tenant, claimID string) (*ClaimRec
 
 // ListClaims returns every claim of tenant's document docID with its
 // Chunk, oldest first (none if the document is unknown).
-func (s *Store) ListClaims(ctx context.Context, tenant, docID string) ([]*ClaimRecord, error) {
+func (s *Store) ListClaims(ctx context.Context, tenant, docID string) ([]*store.ClaimRecord, error) {
 	return s.queryClaims(ctx, "list claims of "+docID,
 		"SELECT "+claimCols+" FROM claims WHERE doc_id = ? AND tenant = ? ORDER BY create_time, claim_id", docID, tenant)
 }
 
 // ListIssuedClaims returns the ISSUED claims of every tenant whose expire
 // time is before expiringBefore (for the expiry sweeper).
-func (s *Store) ListIssuedClaims(ctx context.Context, before time.Time) ([]*ClaimRecord, error) {
+func (s *Store) ListIssuedClaims(ctx context.Context, before time.Time) ([]*store.ClaimRecord, error) {
 	return s.queryClaims(ctx, "list issued claims",
 		"SELECT "+claimCols+" FROM claims WHERE state = 1 AND expire_time < ? ORDER BY expire_time", before.UnixNano())
 }
 
 // queryClaims runs a claims query on the read pool and scans every row;
 // what names the query in errors.
-func (s *Store) queryClaims(ctx context.Context, what, query string, args ...any) ([]*ClaimRecord, error) {
+func (s *Store) queryClaims(ctx context.Context, what, query string, args ...any) ([]*store.ClaimRecord, error) {
 	rows, err := s.rdb.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("store: %s: %w", what, err)
 	}
 	defer rows.Close()
-	var out []*ClaimRecord
+	var out []*store.ClaimRecord
 	for rows.Next() {
 		c, err := scanClaim(rows)
 		if err != nil {
@@ -406,7 +373,7 @@ func (s *Store) queryClaims(ctx context.Context, what, query string, args ...any
 
 // ReadEvents returns up to q.Limit retained events with seq >= q.From that
 // match the filter, in ascending seq order (for replay).
-func (s *Store) ReadEvents(ctx context.Context, eq EventQuery) ([]EventRecord, error) {
+func (s *Store) ReadEvents(ctx context.Context, eq store.EventQuery) ([]store.EventRecord, error) {
 	limit := eq.Limit
 	if limit <= 0 {
 		limit = defaultEventLimit
@@ -414,7 +381,7 @@ func (s *Store) ReadEvents(ctx context.Context, eq EventQuery) ([]EventRecord, e
 	limit = min(limit, maxEventLimit)
 	var (
 		where = []string{"seq >= ?"}
-		args  = []any{int64(min(eq.From, MaxSeq))}
+		args  = []any{int64(min(eq.From, store.MaxSeq))}
 	)
 	if !eq.AllTenants {
 		where = append(where, "tenant = ?")
@@ -437,10 +404,10 @@ func (s *Store) ReadEvents(ctx context.Context, eq EventQuery) ([]EventRecord, e
 		return nil, fmt.Errorf("store: read events: %w", err)
 	}
 	defer rows.Close()
-	var out []EventRecord
+	var out []store.EventRecord
 	for rows.Next() {
 		var (
-			r                   EventRecord
+			r                   store.EventRecord
 			seq, tm, rev, since int64
 		)
 		if err := rows.Scan(&seq, &tm, &r.Kind, &r.Tenant, &r.DocID, &rev, &since, &r.Body); err != nil {
@@ -453,7 +420,7 @@ func (s *Store) ReadEvents(ctx context.Context, eq EventQuery) ([]EventRecord, e
 }
 
 // EventStats describes the retained log (O(1): counters kept in meta).
-func (s *Store) EventStats(ctx context.Context) (st EventStats, err error) {
+func (s *Store) EventStats(ctx context.Context) (st store.EventStats, err error) {
 	err = s.readTx(ctx, func(tx *sql.Tx) error {
 		var last, count, bytes int64
 		var oldest sql.NullInt64
@@ -464,7 +431,7 @@ func (s *Store) EventStats(ctx context.Context) (st EventStats, err error) {
 			(SELECT min(seq) FROM events)`).Scan(&last, &count, &bytes, &oldest); err != nil {
 			return fmt.Errorf("store: event stats: %w", err)
 		}
-		st = EventStats{OldestSeq: uint64(oldest.Int64), LatestSeq: uint64(last), Count: uint64(count), Bytes: uint64(bytes)}
+		st = store.EventStats{OldestSeq: uint64(oldest.Int64), LatestSeq: uint64(last), Count: uint64(count), Bytes: uint64(bytes)}
 		return nil
 	})
 	return st, err
@@ -474,8 +441,8 @@ func (s *Store) EventStats(ctx context.Context) (st EventStats, err error) {
 // digests and claims) and last_seq, read in one read transaction: the
 // snapshot reflects exactly the events up to seq. It holds the whole
 // snapshot in memory; SnapshotPages streams it.
-func (s *Store) SnapshotDocuments(ctx context.Context, tenant string) (seq uint64, docs []*DocumentRecord, err error) {
-	err = s.SnapshotPages(ctx, tenant, 1000, func(sq uint64, page []*DocumentRecord) error {
+func (s *Store) SnapshotDocuments(ctx context.Context, tenant string) (seq uint64, docs []*store.DocumentRecord, err error) {
+	err = s.SnapshotPages(ctx, tenant, 1000, func(sq uint64, page []*store.DocumentRecord) error {
 		seq = sq
 		docs = append(docs, page...)
 		return nil
@@ -491,7 +458,7 @@ func (s *Store) SnapshotDocuments(ctx context.Context, tenant string) (seq uint6
 // no document); an error from fn ends the read and is returned. Memory is
 // one page, whatever the store's size; the three statements are prepared
 // once per call (the page's ids are bound as one JSON array).
-func (s *Store) SnapshotPages(ctx context.Context, tenant string, page int, fn func(seq uint64, docs []*DocumentRecord) error) error {
+func (s *Store) SnapshotPages(ctx context.Context, tenant string, page int, fn func(seq uint64, docs []*store.DocumentRecord) error) error {
 	page = min(max(page, 1), 10000)
 	return s.readTx(ctx, func(tx *sql.Tx) error {
 		var last int64
@@ -527,58 +494,6 @@ func (s *Store) SnapshotPages(ctx context.Context, tenant string, page int, fn f
 	})
 }
 
-// RawDocument is one document of SnapshotRaw as stored, not decoded: Body
-// is the encoded gatewayv1.Document without its entities, digests and
-// claims (encodeDoc strips fields 13-15), Digests the newest attempt's
-// encoded ScopeDigests in (scope, instance) order, Claims its claims
-// oldest first. The slices are the caller's.
-type RawDocument struct {
-	ID string
-	// Row is the document's rowid: its position in SnapshotRaw's order
-	// (SnapshotKey.Row). 0 from EncodeRaw.
-	Row int64
-	// CreateTime is the create time (Unix ns): with ID, the position in
-	// the create-time order of a backend without SnapshotRaw (EncodeRaw
-	// sets it; SnapshotRaw does not).
-	CreateTime int64
-	Body       []byte
-	Digests [][]byte
-	Claims  []*gatewayv1.ClaimCheck
-}
-
-// EncodeRaw is the RawDocument of a decoded document (with its digests
-// and claims; entities are not part of it): what SnapshotRaw returns for
-// the same stored document, for a backend that reads documents decoded.
-func EncodeRaw(d *gatewayv1.Document) (RawDocument, error) {
-	full, err := proto.Marshal(d)
-	if err != nil {
-		return RawDocument{}, fmt.Errorf("store: encode document %s: %w", d.GetId(), err)
-	}
-	body, err := StripFields(full, docFieldEntities, docFieldDigests, docFieldClaimChecks)
-	if err != nil {
-		return RawDocument{}, err
-	}
-	r := RawDocument{ID: d.GetId(), CreateTime: d.GetCreateTime().AsTime().UnixNano(), Body: body, Claims: d.GetClaimChecks()}
-	for _, g := range d.GetDigests() {
-		b, err := proto.Marshal(g)
-		if err != nil {
-			return RawDocument{}, fmt.Errorf("store: encode digest of %s: %w", d.GetId(), err)
-		}
-		r.Digests = append(r.Digests, b)
-	}
-	return r, nil
-}
-
-// SnapshotKey is a position in a snapshot: the documents after it. The
-// zero key is the start. SnapshotRaw reads Row (the SQLite order);
-// CreateTime and ID are the create-time order of SnapshotPages, which a
-// backend without SnapshotRaw is read in (eventlog.StreamSnapshotRaw).
-type SnapshotKey struct {
-	Row        int64
-	CreateTime int64 // Unix ns
-	ID         string
-}
-
 // SnapshotRaw is SnapshotPages without decoding the documents: pages of
 // the same size, the same seq and single read transaction, each document
 // as its stored bytes, so that a caller sending protobuf passes them
@@ -589,7 +504,7 @@ type SnapshotKey struct {
 // create-time index with a row lookup per document (docs/performance.md).
 // It starts after after.Row (0: the first document). fn must not keep
 // docs past its return.
-func (s *Store) SnapshotRaw(ctx context.Context, tenant string, after SnapshotKey, page int, fn func(seq uint64, docs []RawDocument) error) error {
+func (s *Store) SnapshotRaw(ctx context.Context, tenant string, after store.SnapshotKey, page int, fn func(seq uint64, docs []store.RawDocument) error) error {
 	page = min(max(page, 1), 10000)
 	return s.readTx(ctx, func(tx *sql.Tx) error {
 		var last int64
@@ -609,7 +524,7 @@ func (s *Store) SnapshotRaw(ctx context.Context, tenant string, after SnapshotKe
 			return fmt.Errorf("store: snapshot: %w", err)
 		}
 		afterRow := after.Row
-		docs := make([]RawDocument, 0, page)
+		docs := make([]store.RawDocument, 0, page)
 		for first := true; ; first = false {
 			docs, err = q.rawPage(ctx, tenant, afterRow, page, docs[:0])
 			if err != nil {
@@ -649,7 +564,7 @@ const rawPageQuery = `SELECT count(*), CAST(coalesce(group_concat(
 const rawRecordHeader = 16 + 4 + 8
 
 // rawPage reads the page after afterRow into docs.
-func (q *snapshotStmts) rawPage(ctx context.Context, tenant string, afterRow int64, page int, docs []RawDocument) ([]RawDocument, error) {
+func (q *snapshotStmts) rawPage(ctx context.Context, tenant string, afterRow int64, page int, docs []store.RawDocument) ([]store.RawDocument, error) {
 	var (
 		n    int
 		blob []byte
@@ -671,7 +586,7 @@ func (q *snapshotStmts) rawPage(ctx context.Context, tenant string, afterRow int
 		}
 		prev = row
 		blob = blob[rawRecordHeader:]
-		docs = append(docs, RawDocument{ID: string(blob[:idLen]), Row: row, Body: blob[idLen : idLen+bodyLen : idLen+bodyLen]})
+		docs = append(docs, store.RawDocument{ID: string(blob[:idLen]), Row: row, Body: blob[idLen : idLen+bodyLen : idLen+bodyLen]})
 		blob = blob[idLen+bodyLen:]
 	}
 	if len(docs) != n {
@@ -711,7 +626,7 @@ func parseHex(b []byte) (uint64, bool) {
 type children struct{ digests, claims bool }
 
 // rawChildren is children for RawDocuments: digests stay encoded.
-func (q *snapshotStmts) rawChildren(ctx context.Context, tenant string, docs []RawDocument, has children) error {
+func (q *snapshotStmts) rawChildren(ctx context.Context, tenant string, docs []store.RawDocument, has children) error {
 	if len(docs) == 0 || !has.digests && !has.claims {
 		return nil
 	}
@@ -751,7 +666,7 @@ func (q *snapshotStmts) rawChildren(ctx context.Context, tenant string, docs []R
 }
 
 // rawDigests attaches the encoded digests of the page's ids (a JSON array).
-func (q *snapshotStmts) rawDigests(ctx context.Context, ids string, docs []RawDocument, byID map[string]int) error {
+func (q *snapshotStmts) rawDigests(ctx context.Context, ids string, docs []store.RawDocument, byID map[string]int) error {
 	rows, err := q.digests.QueryContext(ctx, ids)
 	if err != nil {
 		return fmt.Errorf("store: snapshot digests: %w", err)
@@ -811,13 +726,13 @@ func (q *snapshotStmts) close() {
 
 // page reads the next page of tenant's documents after (afterTime,
 // afterID) in (create_time, id) order, with their raw create times.
-func (q *snapshotStmts) page(ctx context.Context, tenant string, afterTime int64, afterID string, page int) ([]*DocumentRecord, []int64, error) {
+func (q *snapshotStmts) page(ctx context.Context, tenant string, afterTime int64, afterID string, page int) ([]*store.DocumentRecord, []int64, error) {
 	rows, err := q.docs.QueryContext(ctx, tenant, afterTime, afterID, page)
 	if err != nil {
 		return nil, nil, fmt.Errorf("store: snapshot: %w", err)
 	}
 	defer rows.Close()
-	docs := make([]*DocumentRecord, 0, page)
+	docs := make([]*store.DocumentRecord, 0, page)
 	cts := make([]int64, 0, page)
 	for rows.Next() {
 		var (
@@ -828,7 +743,7 @@ func (q *snapshotStmts) page(ctx context.Context, tenant string, afterTime int64
 		if err := rows.Scan(&id, &ct, &body); err != nil {
 			return nil, nil, fmt.Errorf("store: snapshot: %w", err)
 		}
-		rec := &DocumentRecord{Tenant: tenant, Doc: new(gatewayv1.Document)}
+		rec := &store.DocumentRecord{Tenant: tenant, Doc: new(gatewayv1.Document)}
 		if err := proto.Unmarshal(body, rec.Doc); err != nil {
 			return nil, nil, fmt.Errorf("store: decode document %s: %w", id, err)
 		}
@@ -839,11 +754,11 @@ func (q *snapshotStmts) page(ctx context.Context, tenant string, afterTime int64
 
 // children attaches the newest attempt's digests and the claims of docs
 // (one query each for the page).
-func (q *snapshotStmts) children(ctx context.Context, tenant string, docs []*DocumentRecord) error {
+func (q *snapshotStmts) children(ctx context.Context, tenant string, docs []*store.DocumentRecord) error {
 	if len(docs) == 0 {
 		return nil
 	}
-	byID := make(map[string]*DocumentRecord, len(docs))
+	byID := make(map[string]*store.DocumentRecord, len(docs))
 	ids := make([]string, 0, len(docs))
 	for _, d := range docs {
 		byID[d.Doc.GetId()] = d
@@ -934,7 +849,7 @@ func (s *Store) EachEventMeta(ctx context.Context, fn func(seq uint64, t time.Ti
 // encoded bytes. One prepared range query per range: the rows are
 // aggregated inside SQLite (about 5x cheaper than EachEventMeta's row per
 // event), so the event log's start reads a large log in ranges.
-func (s *Store) EachEventRange(ctx context.Context, from, to, width uint64, fn func(r EventRange) error) error {
+func (s *Store) EachEventRange(ctx context.Context, from, to, width uint64, fn func(r store.EventRange) error) error {
 	if width == 0 {
 		width = 1
 	}
@@ -946,13 +861,13 @@ func (s *Store) EachEventRange(ctx context.Context, from, to, width uint64, fn f
 	defer st.Close()
 	for lo := from; lo <= to; lo += width {
 		var first, last, n, tmin, tmax, bytes sql.NullInt64
-		if err := st.QueryRowContext(ctx, int64(lo), int64(min(lo+width, MaxSeq))).Scan(&first, &last, &n, &tmin, &tmax, &bytes); err != nil {
+		if err := st.QueryRowContext(ctx, int64(lo), int64(min(lo+width, store.MaxSeq))).Scan(&first, &last, &n, &tmin, &tmax, &bytes); err != nil {
 			return fmt.Errorf("store: read event ranges: %w", err)
 		}
 		if n.Int64 == 0 {
 			continue
 		}
-		if err := fn(EventRange{First: uint64(first.Int64), Last: uint64(last.Int64), Count: uint64(n.Int64),
+		if err := fn(store.EventRange{First: uint64(first.Int64), Last: uint64(last.Int64), Count: uint64(n.Int64),
 			Oldest: fromNanos(tmin.Int64), Newest: fromNanos(tmax.Int64), Bytes: uint64(bytes.Int64)}); err != nil {
 			return err
 		}

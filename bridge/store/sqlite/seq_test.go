@@ -1,4 +1,4 @@
-package store_test
+package sqlite_test
 
 import (
 	"bufio"
@@ -21,10 +21,11 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/pipestream/gateway/bridge/store"
+	"github.com/pipestream/gateway/bridge/store/sqlite"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
 
-func appendEvents(t *testing.T, s *store.Store, n int) []uint64 {
+func appendEvents(t *testing.T, s *sqlite.Store, n int) []uint64 {
 	t.Helper()
 	b := &store.Batch{}
 	for range n {
@@ -36,13 +37,13 @@ func appendEvents(t *testing.T, s *store.Store, n int) []uint64 {
 func TestSeqMonotonicAcrossReopenAndPrune(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
-	s := openStore(t, dir, store.Options{})
+	s := openStore(t, dir, sqlite.Options{})
 	if got := appendEvents(t, s, 3); fmt.Sprint(got) != "[1 2 3]" {
 		t.Fatalf("first seqs %v, want [1 2 3]", got)
 	}
 	s.Close()
 
-	s = openStore(t, dir, store.Options{})
+	s = openStore(t, dir, sqlite.Options{})
 	if s.LastSeq() != 3 {
 		t.Fatalf("LastSeq after reopen = %d, want 3", s.LastSeq())
 	}
@@ -75,7 +76,7 @@ func TestSeqMonotonicAcrossReopenAndPrune(t *testing.T) {
 	}
 	s.Close()
 
-	s = openStore(t, dir, store.Options{})
+	s = openStore(t, dir, sqlite.Options{})
 	if got := appendEvents(t, s, 1); fmt.Sprint(got) != "[6]" {
 		t.Fatalf("seq after pruning all and reopening = %v, want [6]", got)
 	}
@@ -86,7 +87,7 @@ func TestSeqExhaustion(t *testing.T) {
 		t.Fatalf("MaxSeq = %d, want 2^53", store.MaxSeq)
 	}
 	dir := t.TempDir()
-	openStore(t, dir, store.Options{}).Close()
+	openStore(t, dir, sqlite.Options{}).Close()
 	db, err := sql.Open("sqlite", filepath.Join(dir, "gateway.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +96,7 @@ func TestSeqExhaustion(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
-	s := openStore(t, dir, store.Options{})
+	s := openStore(t, dir, sqlite.Options{})
 	if got := appendEvents(t, s, 1); got[0] != store.MaxSeq-1 {
 		t.Fatalf("seq %d, want 2^53-1", got[0])
 	}
@@ -111,7 +112,7 @@ func TestSeqExhaustion(t *testing.T) {
 // its precondition is rolled back alone and leaves no gap in the seqs.
 func TestGroupCommit(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	s := openStore(t, t.TempDir(), store.Options{MaxGroupDelay: 20 * time.Millisecond, Registerer: reg})
+	s := openStore(t, t.TempDir(), sqlite.Options{MaxGroupDelay: 20 * time.Millisecond, Registerer: reg})
 	ctx := context.Background()
 	mustCommit(t, s, &store.Batch{Create: newDoc("t", "d", base)})
 	before := s.WriterStats()
@@ -247,7 +248,7 @@ func TestKill9(t *testing.T) {
 	}
 	t.Logf("killed after %d acknowledged commits (target %d)", len(acks), target)
 
-	s := openStore(t, dir, store.Options{})
+	s := openStore(t, dir, sqlite.Options{})
 	ctx := context.Background()
 	var maxSeq uint64
 	for _, a := range acks {

@@ -1,10 +1,10 @@
-package store_test
+package sqlite_test
 
 import (
 	"context"
 	"testing"
 
-	"github.com/pipestream/gateway/bridge/store"
+	"github.com/pipestream/gateway/bridge/store/sqlite"
 	"github.com/pipestream/gateway/bridge/store/storetest"
 )
 
@@ -14,7 +14,7 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, storetest.Backend{
 		NewState: func(t *testing.T) string { return t.TempDir() },
 		Open: func(t *testing.T, dir string) storetest.Store {
-			s, err := store.Open(context.Background(), dir, store.Options{})
+			s, err := sqlite.Open(context.Background(), dir, sqlite.Options{})
 			if err != nil {
 				t.Fatalf("Open: %v", err)
 			}

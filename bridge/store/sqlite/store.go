@@ -1,4 +1,4 @@
-package store
+package sqlite
 
 import (
 	"context"
@@ -12,12 +12,15 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"github.com/pipestream/gateway/bridge/store"
 )
 
 // Store is the SQLite backend of the durable store (package doc). Safe for
-// concurrent use. It implements the consumer-side interfaces bridge.Store and
-// eventlog.Store, whose doc comments are the contract; storetest checks it.
+// concurrent use. It implements store.Store (and so store.EventStore), whose
+// doc comments are the contract; storetest checks it.
 type Store struct {
 	dir  string
 	opts Options
@@ -39,12 +42,41 @@ type Store struct {
 	done   chan struct{} // closed when the writer exits
 
 	lastSeq   atomic.Uint64
-	hook      atomic.Pointer[func([]EventRecord)]
+	hook      atomic.Pointer[func([]store.EventRecord)]
 	txns      atomic.Uint64
 	batches   atomic.Uint64
 	retries   atomic.Uint64
 	stmtCount atomic.Uint64
 	met       *metrics
+}
+
+// Options configure Open. Zero values take the defaults in params.go.
+type Options struct {
+	// Synchronous is the SQLite synchronous pragma: "FULL" (default) or
+	// "NORMAL". With WAL, both survive kill -9 of the process (committed
+	// frames are in the OS page cache); only FULL also survives power loss
+	// or an OS crash, because it fsyncs the WAL at every commit. Group commit
+	// amortizes that fsync over all batches of a transaction.
+	Synchronous string
+	// MaxGroupBatches bounds how many batches one transaction carries.
+	MaxGroupBatches int
+	// MaxGroupDelay is how long the writer waits for more batches after the
+	// first one before committing (0: commit as soon as the queue is drained;
+	// batching then comes from callers queueing while the previous
+	// transaction syncs).
+	MaxGroupDelay time.Duration
+	// QueueDepth bounds queued batches; Commit blocks (honoring ctx) beyond it.
+	QueueDepth int
+	// ReadConns is the size of the read-only connection pool.
+	ReadConns int
+	// BusyTimeout is SQLite's busy_timeout.
+	BusyTimeout time.Duration
+	// Logger (default slog.Default()).
+	Logger *slog.Logger
+	// Registerer for metrics (nil: none): store_commit_batches (histogram of
+	// batches per transaction), store_commit_seconds (transaction latency),
+	// store_commit_transactions_total.
+	Registerer prometheus.Registerer
 }
 
 func (o *Options) withDefaults() (Options, error) {
@@ -55,13 +87,13 @@ func (o *Options) withDefaults() (Options, error) {
 	case "FULL", "NORMAL":
 		r.Synchronous = strings.ToUpper(r.Synchronous)
 	default:
-		return r, fmt.Errorf("%w: Synchronous must be FULL or NORMAL, got %q", ErrInvalid, o.Synchronous)
+		return r, fmt.Errorf("%w: Synchronous must be FULL or NORMAL, got %q", store.ErrInvalid, o.Synchronous)
 	}
 	if r.MaxGroupBatches <= 0 {
 		r.MaxGroupBatches = defaultMaxGroupBatches
 	}
 	if r.MaxGroupDelay < 0 {
-		return r, fmt.Errorf("%w: MaxGroupDelay must not be negative", ErrInvalid)
+		return r, fmt.Errorf("%w: MaxGroupDelay must not be negative", store.ErrInvalid)
 	}
 	if r.QueueDepth <= 0 {
 		r.QueueDepth = defaultQueueDepth
@@ -101,10 +133,10 @@ func Open(ctx context.Context, dir string, o Options) (*Store, error) {
 		return nil, err
 	}
 	if dir == "" {
-		return nil, fmt.Errorf("%w: data directory is empty", ErrInvalid)
+		return nil, fmt.Errorf("%w: data directory is empty", store.ErrInvalid)
 	}
 	if strings.ContainsAny(dir, "?#") {
-		return nil, fmt.Errorf("%w: data directory %q must not contain '?' or '#'", ErrInvalid, dir)
+		return nil, fmt.Errorf("%w: data directory %q must not contain '?' or '#'", store.ErrInvalid, dir)
 	}
 	for _, d := range []string{dir, filepath.Join(dir, spoolDir), filepath.Join(dir, resultDir)} {
 		if err := os.MkdirAll(d, 0o750); err != nil {
@@ -210,7 +242,7 @@ func (s *Store) Close() error {
 // the slice. fn runs on the writer goroutine: it must not block and must not
 // call Commit (that would deadlock); hand the events to a buffered publisher.
 // This is how the event log publishes live events in seq order.
-func (s *Store) SetEventHook(fn func([]EventRecord)) {
+func (s *Store) SetEventHook(fn func([]store.EventRecord)) {
 	if fn == nil {
 		s.hook.Store(nil)
 		return
@@ -219,8 +251,8 @@ func (s *Store) SetEventHook(fn func([]EventRecord)) {
 }
 
 // WriterStats reports group-commit counters.
-func (s *Store) WriterStats() WriterStats {
-	return WriterStats{Transactions: s.txns.Load(), Batches: s.batches.Load(),
+func (s *Store) WriterStats() store.WriterStats {
+	return store.WriterStats{Transactions: s.txns.Load(), Batches: s.batches.Load(),
 		Retries: s.retries.Load(), Statements: s.stmtCount.Load()}
 }
 
@@ -234,3 +266,10 @@ func fromNanos(n int64) time.Time {
 	}
 	return time.Unix(0, n).UTC()
 }
+
+// The SQLite backend implements the neutral interfaces (bridge/store).
+var (
+	_ store.Store            = (*Store)(nil)
+	_ store.EventMetaReader  = (*Store)(nil)
+	_ store.EventRangeReader = (*Store)(nil)
+)

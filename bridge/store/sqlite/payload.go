@@ -1,4 +1,4 @@
-package store
+package sqlite
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/pipestream/gateway/bridge/store"
 )
 
 // Streamed payloads of the SQLite backend are files next to the database:
@@ -96,12 +98,12 @@ func syncDir(dir string) error {
 // [A-Za-z0-9_-].
 func validDocID(id string) error {
 	if id == "" || len(id) > maxDocIDLen {
-		return fmt.Errorf("%w: document id must be 1..%d characters", ErrInvalid, maxDocIDLen)
+		return fmt.Errorf("%w: document id must be 1..%d characters", store.ErrInvalid, maxDocIDLen)
 	}
 	for i := 0; i < len(id); i++ {
 		c := id[i]
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return fmt.Errorf("%w: document id %q may only contain A-Z a-z 0-9 - _", ErrInvalid, id)
+			return fmt.Errorf("%w: document id %q may only contain A-Z a-z 0-9 - _", store.ErrInvalid, id)
 		}
 	}
 	return nil
@@ -110,14 +112,14 @@ func validDocID(id string) error {
 const tmpSuffix = ".tmp"
 
 // payloadDir is the directory of kind's files.
-func payloadDir(kind PayloadKind) (string, error) {
+func payloadDir(kind store.PayloadKind) (string, error) {
 	switch kind {
-	case PayloadContent:
+	case store.PayloadContent:
 		return spoolDir, nil
-	case PayloadResult:
+	case store.PayloadResult:
 		return resultDir, nil
 	}
-	return "", fmt.Errorf("%w: %v is neither PayloadContent nor PayloadResult", ErrInvalid, kind)
+	return "", fmt.Errorf("%w: %v is neither PayloadContent nor PayloadResult", store.ErrInvalid, kind)
 }
 
 // payloadColumn is what spool_path / result_path hold: the file name
@@ -130,7 +132,7 @@ func payloadColumn(dir, docID string, set bool) string {
 }
 
 // payloadPath checks docID and kind and returns the payload's file name.
-func (s *Store) payloadPath(docID string, kind PayloadKind) (string, error) {
+func (s *Store) payloadPath(docID string, kind store.PayloadKind) (string, error) {
 	if err := validDocID(docID); err != nil {
 		return "", err
 	}
@@ -146,7 +148,7 @@ func (s *Store) payloadPath(docID string, kind PayloadKind) (string, error) {
 // 128 octets and kind PayloadContent or PayloadResult (ErrInvalid
 // otherwise). The document need not exist yet: content is spooled before
 // the Commit that creates the document.
-func (s *Store) CreatePayload(_ context.Context, docID string, kind PayloadKind) (PayloadWriter, error) {
+func (s *Store) CreatePayload(_ context.Context, docID string, kind store.PayloadKind) (store.PayloadWriter, error) {
 	final, err := s.payloadPath(docID, kind)
 	if err != nil {
 		return nil, err
@@ -160,14 +162,14 @@ func (s *Store) CreatePayload(_ context.Context, docID string, kind PayloadKind)
 
 // OpenPayload opens docID's synced streamed payload of kind for reading
 // (the caller closes it); ErrNotFound when there is none.
-func (s *Store) OpenPayload(_ context.Context, docID string, kind PayloadKind) (PayloadReader, error) {
+func (s *Store) OpenPayload(_ context.Context, docID string, kind store.PayloadKind) (store.PayloadReader, error) {
 	path, err := s.payloadPath(docID, kind)
 	if err != nil {
 		return nil, err
 	}
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%w: %v payload of %s", ErrNotFound, kind, docID)
+		return nil, fmt.Errorf("%w: %v payload of %s", store.ErrNotFound, kind, docID)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("store: open %v payload of %s: %w", kind, docID, err)
@@ -182,7 +184,7 @@ func (s *Store) OpenPayload(_ context.Context, docID string, kind PayloadKind) (
 
 // RemovePayload deletes docID's streamed payload of kind; a missing one is
 // not an error. Readers that opened it keep reading it.
-func (s *Store) RemovePayload(_ context.Context, docID string, kind PayloadKind) error {
+func (s *Store) RemovePayload(_ context.Context, docID string, kind store.PayloadKind) error {
 	path, err := s.payloadPath(docID, kind)
 	if err != nil {
 		return err
