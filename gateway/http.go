@@ -75,7 +75,7 @@ func (s *Server) httpHandler() (http.Handler, error) {
 	mux.Handle("/docs", s.cfg.Docs)
 	mux.Handle("/docs/", s.cfg.Docs)
 	mux.HandleFunc("GET /{$}", handleIndex)
-	mux.Handle("/", withErrorHeaders(s.refuseStrayQuery(routes, s.streamForms(streamFraming(s.limitBody(s.gwMux))))))
+	mux.Handle("/", withErrorHeaders(s.refuseStrayQuery(routes, s.snapshotForms(s.streamForms(streamFraming(s.limitBody(s.gwMux)))))))
 	return writeDeadlines(withRequestID(s.rejectSmuggled(s.checkUTF8(s.browserGuard(routes, s.admitAPI(mux))))), s.cfg.StreamWriteTimeout), nil
 }
 

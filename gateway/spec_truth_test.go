@@ -398,6 +398,8 @@ func TestLiveAnswersMatchTheSpec(t *testing.T) {
 		{"GET", "/v1/events:window", "/v1/events:window", "", nil},
 		{"GET", "/v1/events:snapshot", "/v1/events:snapshot", "", nil},
 		{"GET", "/v1/events:streamSnapshot", "/v1/events:streamSnapshot", "", nil},
+		{"GET", "/v1/events:streamSnapshot?pageSize=1", "/v1/events:streamSnapshot", "", page},
+		{"GET", "/v1/events:streamSnapshot", "/v1/events:streamSnapshot", "", []string{"Accept", "text/event-stream"}},
 		{"GET", "/v1/events:subscribe?cursor=18&waitSeconds=5", "/v1/events:subscribe", "", page},
 		{"POST", "/v1/events:ticket", "/v1/events:ticket", "", nil},
 		{"GET", "/v1/operations", "/v1/operations", "", nil},

@@ -23,7 +23,8 @@ import (
 )
 
 // The REST stream routes (GET /v1/documents/{id}:watch, GET
-// /v1/events:subscribe) answer in the form the Accept header asks for
+// /v1/events:subscribe; GET /v1/events:streamSnapshot likewise, served in
+// snapshot_http.go) answer in the form the Accept header asks for
 // (negotiateStream):
 //
 //   - application/x-ndjson (also no Accept, */*): the NDJSON stream of
