@@ -93,6 +93,14 @@ type EventLog interface {
 	// (one store read transaction), then a final chunk with Last and
 	// TotalDocuments. Memory is one chunk whatever the store's size.
 	StreamSnapshot(ctx context.Context, t Tenant, pageSize int, send func(*gatewayv1.SnapshotChunk) error) error
+	// StreamSnapshotEncoded is StreamSnapshot with every chunk in protobuf
+	// wire form, assembled from the stored document bytes without decoding
+	// them (the gRPC stream passes it through), in the store's order (the
+	// SQLite table's: close to, not exactly, create time), from after the
+	// position after on (the zero position: the whole snapshot; the REST
+	// page form resumes after a page's last document, the next position
+	// send is given); the chunk is valid only during send.
+	StreamSnapshotEncoded(ctx context.Context, t Tenant, pageSize int, after SnapshotPosition, send func(chunk []byte, next SnapshotPosition) error) error
 }
 
 // WithStartHook returns a context for EventLog.Subscribe and Service.Watch

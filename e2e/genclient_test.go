@@ -64,7 +64,8 @@ type servedSpec struct {
 // the running gateway serves (GET /openapi.json), compiles it, and runs
 // every operation of that spec through it (testdata/genclient): submit,
 // upload, get, list, watch (long-polled JSON pages), result, cancel, claim
-// checks, the event window, snapshot, the subscription (JSON pages), WebSocket
+// checks, the event window, snapshot (and the streamed snapshot as JSON
+// pages with nextPageToken), the subscription (JSON pages), WebSocket
 // ticket and upgrade, health, metrics, the spec, docs and console; typed
 // errors (404, 400) decode into their google.rpc.Status. Every processor
 // the spec lists runs end to end (the fault processor through its claim
@@ -164,8 +165,9 @@ func checkOperations(t *testing.T, spec servedSpec, rep genclientReport) {
 			t.Errorf("the driver ran %s, which the served spec does not have", id)
 		}
 	}
-	if rep.Messages["DocumentService_WatchDocument"] == 0 || rep.Messages["EventService_SubscribeEvents"] != 3 {
-		t.Errorf("stream messages read as JSON pages through the generated client: %v, want watch > 0, subscribe 3", rep.Messages)
+	if rep.Messages["DocumentService_WatchDocument"] == 0 || rep.Messages["EventService_SubscribeEvents"] != 3 ||
+		rep.Messages["EventService_StreamSnapshot"] < 3 {
+		t.Errorf("stream messages read as JSON pages through the generated client: %v, want watch > 0, subscribe 3, snapshot documents >= 3 (pages of 2)", rep.Messages)
 	}
 	t.Logf("%d operations ran through the generated client", len(want))
 }

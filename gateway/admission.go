@@ -97,9 +97,11 @@ const ReasonTooManyConnections = "TOO_MANY_CONNECTIONS"
 // httpRefusals are the HTTP listener's answers to a connection above a
 // cap: 503 with Retry-After and a JSON google.rpc.Status body with
 // ErrorInfo TOO_MANY_CONNECTIONS and RetryInfo, naming the flag, as every
-// limit answers (issue 22). Built once: accept writes them as they are.
+// limit answers (issue 22), and an X-Request-Id of its own, as every
+// answer. Built once; accept adds the id.
 func httpRefusals(perIP, total int) func(string) []byte {
-	build := func(msg string) []byte {
+	type refusal struct{ head, body []byte }
+	build := func(msg string) refusal {
 		st := status.New(codes.Unavailable, msg)
 		if d, err := st.WithDetails(
 			&errdetails.ErrorInfo{Reason: ReasonTooManyConnections, Domain: errorDomain},
@@ -107,15 +109,19 @@ func httpRefusals(perIP, total int) func(string) []byte {
 			st = d
 		}
 		body, _ := protojson.Marshal(st.Proto())
-		return fmt.Appendf(nil, "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		head := fmt.Appendf(nil, "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: %d\r\nX-Request-Id: ", len(body))
+		return refusal{head, body}
 	}
 	byIP := build(fmt.Sprintf("too many connections from this address (limit %d, --max-conns-per-ip); close idle ones or retry", perIP))
 	all := build(fmt.Sprintf("too many connections to the gateway in total (limit %d, --max-conns); retry", total))
 	return func(why string) []byte {
+		r := all
 		if why == "per_ip" {
-			return byIP
+			r = byIP
 		}
-		return all
+		out := append(append([]byte(nil), r.head...), newRequestID()...)
+		out = append(out, "\r\n\r\n"...)
+		return append(out, r.body...)
 	}
 }
 

@@ -138,7 +138,7 @@ func TestUploadMinimumRate(t *testing.T) {
 }
 
 // TestConnectionCaps: the connection above MaxConnsPerIP from one address
-// gets 503 with Retry-After and is closed; another address is still
+// gets 503 with Retry-After and an X-Request-Id and is closed; another address is still
 // served, and a freed slot is usable again.
 func TestConnectionCaps(t *testing.T) {
 	h := start(t, func(c *gateway.Config) { c.MaxConnsPerIP = 3 })
@@ -165,8 +165,8 @@ func TestConnectionCaps(t *testing.T) {
 			break
 		}
 	}
-	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
-		t.Errorf("4th connection from one address: HTTP %d Retry-After %q, want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || len(resp.Header.Get("X-Request-Id")) != 32 {
+		t.Errorf("4th connection from one address: HTTP %d Retry-After %q X-Request-Id %q, want 503 with Retry-After and a request id", resp.StatusCode, resp.Header.Get("Retry-After"), resp.Header.Get("X-Request-Id"))
 	}
 	other := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}
 	if resp, _, _ := rawRequest(t, addr, other, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "", 5*time.Second); resp.StatusCode != 200 {

@@ -123,7 +123,16 @@ var maxUnarySnapshotBytes = 16 << 20
 func (e *eventService) StreamSnapshot(req *gatewayv1.StreamSnapshotRequest, stream grpc.ServerStreamingServer[gatewayv1.SnapshotChunk]) error {
 	ctx, cancel := e.s.streamContext(stream.Context())
 	defer cancel()
-	err := e.s.cfg.Bridge.Events().StreamSnapshot(ctx, TenantFromContext(ctx), int(min(req.GetPageSize(), 1<<20)), stream.Send)
+	// The chunks come encoded from the stored document bytes: carried as
+	// the unknown fields of an empty message, the codec writes them as they
+	// are (no decode, no re-encode of the documents).
+	msg := &gatewayv1.SnapshotChunk{}
+	err := e.s.cfg.Bridge.Events().StreamSnapshotEncoded(ctx, TenantFromContext(ctx), int(min(req.GetPageSize(), 1<<20)), bridge.SnapshotPosition{}, func(chunk []byte, _ bridge.SnapshotPosition) error {
+		msg.ProtoReflect().SetUnknown(chunk)
+		err := stream.Send(msg)
+		msg.ProtoReflect().SetUnknown(nil)
+		return err
+	})
 	if err != nil && e.s.shuttingDown() {
 		return status.Error(codes.Unavailable, "server is shutting down: stream the snapshot again later")
 	}

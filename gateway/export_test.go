@@ -15,3 +15,7 @@ func SetMaxUnarySnapshotBytes(n int) func() {
 	maxUnarySnapshotBytes = n
 	return func() { maxUnarySnapshotBytes = old }
 }
+
+// RecvSlack is how far past --max-recv-msg-bytes grpc-go itself refuses
+// a message (wireerrors.go).
+const RecvSlack = recvSlack

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/pipestream/gateway/bridge"
@@ -293,6 +294,16 @@ func (l *fakeLog) Window(context.Context) (*gatewayv1.EventWindow, error) {
 
 func (l *fakeLog) Snapshot(context.Context, bridge.Tenant) (*gatewayv1.Snapshot, error) {
 	return &gatewayv1.Snapshot{Seq: l.latest}, nil
+}
+
+func (l *fakeLog) StreamSnapshotEncoded(ctx context.Context, t bridge.Tenant, n int, _ bridge.SnapshotPosition, send func([]byte, bridge.SnapshotPosition) error) error {
+	return l.StreamSnapshot(ctx, t, n, func(c *gatewayv1.SnapshotChunk) error {
+		b, err := proto.Marshal(c)
+		if err != nil {
+			return err
+		}
+		return send(b, bridge.SnapshotPosition{})
+	})
 }
 
 func (l *fakeLog) StreamSnapshot(_ context.Context, _ bridge.Tenant, _ int, send func(*gatewayv1.SnapshotChunk) error) error {

@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/pipestream/gateway/bridge"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/textproto"
 	"sync"
@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/pipestream/gateway/bridge"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
 
@@ -48,22 +49,12 @@ import (
 func (s *Server) httpHandler() (http.Handler, error) {
 	useStrictQueryParser()
 	routes := s.restRoutes()
-	s.gwMux = runtime.NewServeMux(
-		runtime.WithIncomingHeaderMatcher(incomingHeader),
-		runtime.WithOutgoingHeaderMatcher(outgoingHeader),
-		runtime.WithErrorHandler(httpErrorHandler),
-		runtime.WithStreamErrorHandler(streamErrorHandler),
-		runtime.WithForwardResponseOption(flushStreamHeaders),
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, restMarshaler()),
-		runtime.WithOutgoingTrailerMatcher(func(string) (string, bool) { return "", false }),
-		runtime.WithDisablePathLengthFallback(),
-		runtime.WithRoutingErrorHandler(s.routingErrorHandler(routes)),
-	)
+	s.gwMux = s.restMux(routes, withEventCache(restMarshaler(), s.events))
 	ctx := context.Background()
 	if err := gatewayv1.RegisterDocumentServiceHandlerClient(ctx, s.gwMux, gatewayv1.NewDocumentServiceClient(s.rest)); err != nil {
 		return nil, fmt.Errorf("gateway: register REST handlers: %w", err)
 	}
-	if err := gatewayv1.RegisterEventServiceHandlerClient(ctx, s.gwMux, gatewayv1.NewEventServiceClient(s.rest)); err != nil {
+	if err := gatewayv1.RegisterEventServiceHandlerClient(ctx, s.gwMux, s.localEvents()); err != nil {
 		return nil, fmt.Errorf("gateway: register REST handlers: %w", err)
 	}
 	if err := s.registerOperationsREST(s.gwMux); err != nil {
@@ -72,9 +63,9 @@ func (s *Server) httpHandler() (http.Handler, error) {
 
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/documents:upload", withErrorHeaders(http.HandlerFunc(s.handleUpload)))
-	mux.Handle("GET /v1/documents/{id}/result", withErrorHeaders(http.HandlerFunc(s.handleResult)))
+	mux.Handle("GET /v1/documents/{id}/result", withErrorHeaders(s.refuseStrayQuery(routes, http.HandlerFunc(s.handleResult))))
 	tickets := newTicketStore(s.cfg.MaxTicketsPerTenant)
-	mux.HandleFunc("POST /v1/events:ticket", s.handleTicket(tickets))
+	mux.Handle("POST /v1/events:ticket", s.refuseStrayQuery(routes, s.handleTicket(tickets)))
 	mux.HandleFunc("GET /v1/events/ws", s.withTickets(tickets, s.handleEventsWS))
 	mux.Handle("GET /ui", consoleHandler())
 	mux.Handle("GET /ui/", consoleHandler())
@@ -84,8 +75,23 @@ func (s *Server) httpHandler() (http.Handler, error) {
 	mux.Handle("/docs", s.cfg.Docs)
 	mux.Handle("/docs/", s.cfg.Docs)
 	mux.HandleFunc("GET /{$}", handleIndex)
-	mux.Handle("/", withErrorHeaders(s.refuseStrayQuery(routes, s.streamForms(streamFraming(s.limitBody(s.gwMux))))))
+	mux.Handle("/", withErrorHeaders(s.refuseStrayQuery(routes, s.snapshotForms(s.streamForms(streamFraming(s.limitBody(s.gwMux)))))))
 	return writeDeadlines(withRequestID(s.rejectSmuggled(s.checkUTF8(s.browserGuard(routes, s.admitAPI(mux))))), s.cfg.StreamWriteTimeout), nil
+}
+
+// restMux is the grpc-gateway mux of the REST routes, m its marshaler.
+func (s *Server) restMux(routes []route, m runtime.Marshaler) *runtime.ServeMux {
+	return runtime.NewServeMux(
+		runtime.WithIncomingHeaderMatcher(incomingHeader),
+		runtime.WithOutgoingHeaderMatcher(outgoingHeader),
+		runtime.WithErrorHandler(httpErrorHandler),
+		runtime.WithStreamErrorHandler(streamErrorHandler),
+		runtime.WithForwardResponseOption(flushStreamHeaders),
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, m),
+		runtime.WithOutgoingTrailerMatcher(func(string) (string, bool) { return "", false }),
+		runtime.WithDisablePathLengthFallback(),
+		runtime.WithRoutingErrorHandler(s.routingErrorHandler(routes)),
+	)
 }
 
 type slogPrintln struct{ s *Server }
@@ -368,6 +374,7 @@ func bodyTooLarge(r *http.Request) (int64, bool) {
 // explicit HTTP status.
 func (s *Server) writeStatus(w http.ResponseWriter, r *http.Request, httpCode int, err error) {
 	err = shapeError(err)
+	s.logRefusal(r, httpCode, err)
 	_, m := runtime.MarshalerForRequest(s.gwMux, r)
 	body, merr := m.Marshal(status.Convert(err).Proto())
 	if merr != nil {
@@ -377,6 +384,25 @@ func (s *Server) writeStatus(w http.ResponseWriter, r *http.Request, httpCode in
 	w.Header().Set("Content-Type", m.ContentType(nil))
 	w.WriteHeader(httpCode)
 	_, _ = w.Write(body)
+}
+
+// logRefusal logs an error answer the HTTP side writes itself, which no
+// gRPC call's log line covers (a route that does not exist, a stray query
+// parameter, a refused WebSocket handshake, a malformed request...), with
+// the answer's X-Request-Id, so that every id a client is given can be
+// found in the log.
+func (s *Server) logRefusal(r *http.Request, httpCode int, err error) {
+	if !s.log.Enabled(r.Context(), slog.LevelInfo) {
+		return
+	}
+	path := r.URL.Path
+	if len(path) > 200 {
+		path = path[:200] + "..."
+	}
+	s.log.LogAttrs(r.Context(), slog.LevelInfo, "http refused",
+		slog.String("method", r.Method), slog.String("path", path), slog.Int("status", httpCode),
+		slog.String("reason", errorReason(err)), slog.String("request_id", httpRequestID(r)),
+		slog.String("error", status.Convert(err).Message()))
 }
 
 // handleHealthz answers 200 {"status":"SERVING"} when the bridge has a peer

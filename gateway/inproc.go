@@ -69,7 +69,7 @@ func (c *inprocConn) Invoke(ctx context.Context, method string, args, reply any,
 		return status.Errorf(codes.Internal, "in-process call %s: request %T is not a proto message", method, args)
 	}
 	if n := proto.Size(in); n > c.maxRecv {
-		return status.Errorf(codes.ResourceExhausted, "grpc: received message larger than max (%d vs. %d); raise --max-recv-msg-bytes", n, c.maxRecv)
+		return messageTooLarge(method, n, c.maxRecv)
 	}
 	st := &inprocStream{method: method}
 	sctx := grpc.NewContextWithServerTransportStream(incomingFromOutgoing(ctx), st)

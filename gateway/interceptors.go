@@ -32,7 +32,7 @@ func (s *Server) unaryInterceptors() []grpc.UnaryServerInterceptor {
 
 func (s *Server) streamInterceptors() []grpc.StreamServerInterceptor {
 	return []grpc.StreamServerInterceptor{
-		errorShapeStream, s.recoverStream, utf8Stream, requestIDStream, s.logStream, s.metrics.stream, s.authStream,
+		s.errorShapeStream, s.recoverStream, utf8Stream, requestIDStream, s.logStream, s.metrics.stream, s.authStream,
 		s.watchServerStreams, // stuck.go: innermost, so logs and metrics see ConsumerTooSlow
 	}
 }
@@ -52,8 +52,11 @@ func errorShapeUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h gr
 	return resp, shapeError(err)
 }
 
-func errorShapeStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	return shapeError(h(srv, ss))
+// errorShapeStream also has the stream's request messages received
+// through wireRecv, so that one that does not decode or is too large is
+// answered in the house shape (wireerrors.go).
+func (s *Server) errorShapeStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	return shapeError(h(srv, wireErrorStream{ServerStream: ss, method: info.FullMethod, limit: s.cfg.MaxRecvMsgBytes}))
 }
 
 // --- recovery ---
@@ -127,8 +130,15 @@ func requestIDContext(ctx context.Context) (context.Context, string) {
 
 // requestIDUnary sends the call's request id in the response headers and
 // trailers: a call that fails before its headers (a trailers-only
-// response) still carries it.
+// response) still carries it. A call of the gRPC listener had its id
+// chosen, and put in the trailers, before its request was read
+// (wireRequestID); an in-process REST call gets it here.
 func requestIDUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if rid, ok := ctx.Value(wireRequestIDKey{}).(string); ok {
+		ctx = withCallInfo(ctx, &callInfo{requestID: rid})
+		_ = grpc.SetHeader(ctx, metadata.Pairs(requestIDHeader, rid))
+		return h(ctx, req)
+	}
 	ctx, rid := requestIDContext(ctx)
 	md := metadata.Pairs(requestIDHeader, rid)
 	_ = grpc.SetHeader(ctx, md)

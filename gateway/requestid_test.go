@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -13,7 +14,8 @@ import (
 
 // TestRequestIDsEverywhere: a gRPC answer carries the request id in its
 // trailers (and headers), failed or not; a REST request without an id gets
-// a new one in X-Request-Id, and the gRPC call behind it logs that same id.
+// a new one in X-Request-Id, and the gRPC call behind it logs that same id;
+// an answer the HTTP side refuses by itself logs it too.
 func TestRequestIDsEverywhere(t *testing.T) {
 	h := start(t, nil)
 	doc := h.fake.add(gatewayv1.State_SUCCEEDED, 3)
@@ -47,6 +49,22 @@ func TestRequestIDsEverywhere(t *testing.T) {
 	if code, _, _ := h.do("GET", "/v1/documents/"+doc.GetId()+"/result", nil, "X-Request-Id", "rid-download"); code != 200 ||
 		!strings.Contains(h.logs.String(), `"msg":"result download"`) || !strings.Contains(h.logs.String(), `"request_id":"rid-download"`) {
 		t.Errorf("result download (HTTP %d): no log line with its request id", code)
+	}
+	// Answers the HTTP side writes itself, with no gRPC call behind them,
+	// are logged with their request id too.
+	for _, tc := range []struct {
+		path string
+		hdr  []string
+	}{
+		{"/v1/nothing", nil},           // no such route
+		{"/v1/claims/42?bogus=1", nil}, // a stray query parameter
+		{"/v1/events/ws", nil},         // not a WebSocket handshake
+	} {
+		code, rh, _ := h.do("GET", tc.path, nil, tc.hdr...)
+		rid := rh.Get("X-Request-Id")
+		if !strings.Contains(h.logs.String(), fmt.Sprintf(`"status":%d,"reason":`, code)) || !strings.Contains(h.logs.String(), `"request_id":"`+rid+`"`) {
+			t.Errorf("GET %s (HTTP %d): no log line with its X-Request-Id %s", tc.path, code, rid)
+		}
 	}
 	if _, rh, _ := h.do("GET", "/v1/documents/"+doc.GetId(), nil, "X-Request-Id", "bad id with spaces"); rh.Get("X-Request-Id") == "bad id with spaces" {
 		t.Error("an invalid X-Request-Id was echoed")

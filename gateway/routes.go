@@ -30,11 +30,14 @@ type route struct {
 }
 
 // extraRoutes are the REST routes that are not google.api.http rules of
-// a gRPC method (http.go).
-var extraRoutes = []string{
-	"POST /v1/events:ticket",
-	"GET /v1/events/ws",
-	"POST /v1/operations/{id}:wait", // googleapis gives WaitOperation no HTTP rule (operations_http.go)
+// a gRPC method (http.go); noQuery as in route.
+var extraRoutes = []struct {
+	route   string
+	noQuery bool
+}{
+	{"POST /v1/events:ticket", true},
+	{"GET /v1/events/ws", false},            // cursor, kinds, documentId, ticket (wsSubscribeRequest)
+	{"POST /v1/operations/{id}:wait", true}, // googleapis gives WaitOperation no HTTP rule (operations_http.go); the body is the request
 }
 
 // restRoutes lists the routes of the google.api.http rules of the gRPC
@@ -54,17 +57,21 @@ func (s *Server) restRoutes() []route {
 		for i := 0; i < sd.Methods().Len(); i++ {
 			md := sd.Methods().Get(i)
 			rule, _ := proto.GetExtension(md.Options(), annotations.E_Http).(*annotations.HttpRule)
-			rs = appendRule(rs, rule, md.Input().Fields().Len() == 0)
+			rs = appendRule(rs, rule, md.Input())
 		}
 	}
 	for _, e := range extraRoutes {
-		m, p, _ := strings.Cut(e, " ")
-		rs = append(rs, newRoute(m, p))
+		m, p, _ := strings.Cut(e.route, " ")
+		r := newRoute(m, p)
+		r.noQuery = e.noQuery
+		rs = append(rs, r)
 	}
 	return rs
 }
 
-func appendRule(rs []route, rule *annotations.HttpRule, noFields bool) []route {
+// appendRule appends the routes of rule (and its additional bindings),
+// whose request message is in (nil: a request without fields).
+func appendRule(rs []route, rule *annotations.HttpRule, in protoreflect.MessageDescriptor) []route {
 	if rule == nil {
 		return rs
 	}
@@ -73,21 +80,46 @@ func appendRule(rs []route, rule *annotations.HttpRule, noFields bool) []route {
 		http.MethodGet: rule.GetGet(), http.MethodPost: rule.GetPost(), http.MethodPut: rule.GetPut(),
 		http.MethodDelete: rule.GetDelete(), http.MethodPatch: rule.GetPatch(),
 	}
+	tmpl := ""
 	for m, p := range pairs {
 		if p != "" {
 			rs = append(rs, newRoute(m, p))
+			tmpl = p
 		}
 	}
 	if c := rule.GetCustom(); c != nil && c.GetPath() != "" {
 		rs = append(rs, newRoute(c.GetKind(), c.GetPath()))
+		tmpl = c.GetPath()
 	}
 	for i := start; i < len(rs); i++ {
-		rs[i].noQuery = noFields || rule.GetBody() == "*"
+		rs[i].noQuery = queryFree(rule, tmpl, in)
 	}
 	for _, b := range rule.GetAdditionalBindings() {
-		rs = appendRule(rs, b, noFields)
+		rs = appendRule(rs, b, in)
 	}
 	return rs
+}
+
+// queryFree reports whether a rule leaves no field of its request to the
+// query: the body is the whole request, or every field is a path
+// variable or the body field. grpc-gateway's generated handlers then
+// parse no query, so strictQueryParser never sees a stray parameter.
+func queryFree(rule *annotations.HttpRule, tmpl string, in protoreflect.MessageDescriptor) bool {
+	if rule.GetBody() == "*" || in == nil {
+		return true
+	}
+	bound := map[string]bool{rule.GetBody(): true}
+	for _, v := range templateVar.FindAllString(tmpl, -1) {
+		name, _, _ := strings.Cut(strings.Trim(v, "{}"), "=")
+		name, _, _ = strings.Cut(name, ".")
+		bound[name] = true
+	}
+	for i := 0; i < in.Fields().Len(); i++ {
+		if !bound[string(in.Fields().Get(i).Name())] {
+			return false
+		}
+	}
+	return true
 }
 
 // templateVar is a variable of a path template: {x} or {x=pattern}.
@@ -184,6 +216,11 @@ func (s *Server) routingErrorHandler(routes []route) runtime.RoutingErrorHandler
 			err = status.Error(codes.InvalidArgument, "the request path is malformed")
 		default:
 			err = statusError(codes.NotFound, ReasonRouteNotFound, fmt.Sprintf("no route %s %s: the API is under /v1/ (see /openapi.json, /docs/)", r.Method, r.URL.Path))
+		}
+		if hse, ok := err.(*runtime.HTTPStatusError); ok {
+			s.logRefusal(r, hse.HTTPStatus, hse.Err)
+		} else {
+			s.logRefusal(r, runtime.HTTPStatusFromCode(status.Code(err)), err)
 		}
 		httpErrorHandler(ctx, mux, m, w, r, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"sync"
@@ -52,6 +53,11 @@ type Server struct {
 	// rest is the REST proxy's client: unary calls in-process through
 	// the interceptor chain, streams over conn (inproc.go).
 	rest *inprocConn
+	// localChain is the stream interceptor chain the REST routes' event
+	// subscriptions run through in-process (localstream.go); events
+	// encodes their events once for all of them (eventcache.go).
+	localChain []grpc.StreamServerInterceptor
+	events     *eventCache
 	// admitNonce authenticates admittedHeader (preAdmitted): random per
 	// server, never sent to a client.
 	admitNonce string
@@ -128,7 +134,10 @@ func New(cfg Config) (*Server, error) {
 	}
 
 	opts := []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgBytes),
+		// recvCodec enforces --max-recv-msg-bytes and answers in the
+		// house shape; grpc-go's own check is the hard stop (wireerrors.go).
+		grpc.ForceServerCodecV2(newRecvCodec(cfg.MaxRecvMsgBytes)),
+		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgBytes + min(recvSlack, math.MaxInt-cfg.MaxRecvMsgBytes)),
 		grpc.MaxSendMsgSize(cfg.MaxSendMsgBytes),
 		grpc.ChainUnaryInterceptor(s.unaryInterceptors()...),
 		grpc.ChainStreamInterceptor(s.streamInterceptors()...),
@@ -146,12 +155,13 @@ func New(cfg Config) (*Server, error) {
 	opts = append(opts, grpc.Creds(guardCreds{TransportCredentials: creds, s: s}), grpc.UnknownServiceHandler(unknownMethod))
 	s.grpc = grpc.NewServer(opts...)
 	s.rest = newInprocConn(s.unaryInterceptors(), cfg.MaxRecvMsgBytes, cfg.MaxSendMsgBytes)
+	s.localChain, s.events = s.streamInterceptors(), &eventCache{}
 	s.register(&gatewayv1.DocumentService_ServiceDesc, &documentService{s: s})
 	s.register(&gatewayv1.EventService_ServiceDesc, &eventService{s: s})
 	s.register(&longrunningpb.Operations_ServiceDesc, &operationsService{s: s})
 	s.health = health.NewServer()
-	healthpb.RegisterHealthServer(s.grpc, s.health)
-	reflection.Register(s.grpc)
+	s.grpc.RegisterService(s.wireErrorsDesc(&healthpb.Health_ServiceDesc), s.health)
+	reflection.Register(s.grpc) // streams only: errorShapeStream receives through wireRecv
 	m.known = knownMethods(s.grpc)
 	s.setHealth()
 	return s, nil
@@ -395,10 +405,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// register registers a service on the gRPC server and for the REST
-// proxy's in-process calls.
+// register registers a service on the gRPC server (its unary handlers
+// wrapped by wireErrorsDesc, so that a request grpc-go cannot read is
+// answered in the one error shape) and for the REST proxy's in-process
+// calls (which receive decoded messages).
 func (s *Server) register(desc *grpc.ServiceDesc, impl any) {
-	s.grpc.RegisterService(desc, impl)
+	s.grpc.RegisterService(s.wireErrorsDesc(desc), impl)
 	s.rest.register(desc, impl)
 }
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -96,7 +98,10 @@ type guardConn struct {
 	closed      bool
 	passthrough bool // not inspecting: bytes go to out as they arrive
 	deadline    time.Time
-	reason      string // why a request was rejected
+	reason      string     // why a request was rejected
+	rejectCode  int        // the HTTP status of the rejection
+	rejectGRPC  codes.Code // and its gRPC code
+	rejectLabel string     // and its label in the rejected-requests metric
 
 	ready     chan struct{} // out grew, rerr set, closed, or a deadline changed
 	space     chan struct{} // out shrank
@@ -262,11 +267,11 @@ func (c *guardConn) fail(err error) {
 	wake(c.ready)
 }
 
-// reject replaces the held head by the synthetic request; nothing after
-// it is read.
-func (c *guardConn) reject(reason string) {
+// reject replaces the held head by the synthetic request, answered
+// code with reason (rejectSmuggled); nothing after it is read.
+func (c *guardConn) reject(code int, grpcCode codes.Code, label, reason string) {
 	c.mu.Lock()
-	c.reason = reason
+	c.reason, c.rejectCode, c.rejectGRPC, c.rejectLabel = reason, code, grpcCode, label
 	c.rejected.Store(true)
 	c.out = append(c.out, smuggledRequest...)
 	c.pending = nil
@@ -295,7 +300,11 @@ func (c *guardConn) follow() {
 		head := string(c.pending[:pos()-c.relPos])
 		c.mu.Unlock()
 		if reason := ambiguousFraming(head, req); reason != "" {
-			c.reject(reason)
+			c.reject(http.StatusBadRequest, codes.InvalidArgument, "smuggling", "ambiguous request framing: "+reason)
+			return
+		}
+		if code, grpcCode, why := refusedHead(head, req); code != 0 {
+			c.reject(code, grpcCode, "malformed_request", why)
 			return
 		}
 		if !c.release(pos()) {
@@ -351,16 +360,27 @@ func (c *guardConn) stopped() bool {
 }
 
 // parserStopped handles an error of the parser: a read error of the
-// connection ends it; anything else is bytes net/http refuses as well,
-// passed through for it to answer.
+// connection ends it; anything else is a head net/http refuses as well
+// (malformed, or over the size limit), answered by the gateway in the one
+// error shape, with an X-Request-Id, instead of net/http's plain text,
+// with the status net/http gives it: a head over the limit 431, a
+// Transfer-Encoding other than one "chunked" 501, anything else 400.
 func (c *guardConn) parserStopped(err error) {
 	var ne net.Error
-	if !errors.Is(err, errHeadTooLarge) && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) || errors.As(err, &ne)) {
+	switch msg := err.Error(); {
+	case errors.Is(err, errHeadTooLarge):
+		c.reject(http.StatusRequestHeaderFieldsTooLarge, codes.InvalidArgument, "malformed_request", fmt.Sprintf(
+			"the request head is over %d bytes: send fewer or shorter header lines", c.maxHead))
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) || errors.As(err, &ne):
 		c.fail(err)
-		return
+	case strings.HasPrefix(msg, "unsupported transfer encoding") || strings.HasPrefix(msg, "too many transfer encodings"):
+		// net/http's unsupportedTEError (unexported), which it answers 501.
+		c.reject(http.StatusNotImplemented, codes.Unimplemented, "malformed_request",
+			msg+": send the body with Content-Length or with one Transfer-Encoding: chunked")
+	default:
+		c.reject(http.StatusBadRequest, codes.InvalidArgument, "malformed_request",
+			"malformed HTTP/1.1 request ("+msg+"): send a request as RFC 9112 defines it")
 	}
-	c.stopInspecting()
-	c.passThrough()
 }
 
 // passThrough copies the connection to out until it fails (the bytes the
@@ -391,6 +411,42 @@ func (c *guardConn) passThrough() {
 			return
 		}
 	}
+}
+
+// refusedHead returns how net/http's server refuses a head h that
+// http.ReadRequest accepted as req (its conn.readRequest and serve checks:
+// the protocol version, the Host header, header names and values, Expect),
+// so that the guard answers it in the one error shape instead
+// (parserStopped); 0 when net/http serves it. http.ReadRequest drops the
+// Host field from req.Header: its values are read from h.
+func refusedHead(h string, req *http.Request) (int, codes.Code, string) {
+	if req.ProtoMajor != 1 { // net/http's http1ServerSupportsRequest
+		if req.ProtoMajor == 2 && req.ProtoMinor == 0 && req.Method == "PRI" && req.RequestURI == "*" {
+			return 0, codes.OK, "" // the HTTP/2 preface, for net/http's h2c
+		}
+		return http.StatusHTTPVersionNotSupported, codes.Unimplemented, fmt.Sprintf("unsupported protocol version %s: use HTTP/1.1", quoteForMessage(req.Proto))
+	}
+	hosts := headerValues(h, "host")
+	if req.ProtoAtLeast(1, 1) && len(hosts) == 0 && req.Method != http.MethodConnect {
+		return http.StatusBadRequest, codes.InvalidArgument, "missing required Host header (RFC 9112 section 3.2): send Host with the server's name"
+	}
+	if len(hosts) == 1 && !httpguts.ValidHostHeader(hosts[0]) {
+		return http.StatusBadRequest, codes.InvalidArgument, "malformed Host header: send Host as host[:port]"
+	}
+	for k, vv := range req.Header {
+		if !httpguts.ValidHeaderFieldName(k) {
+			return http.StatusBadRequest, codes.InvalidArgument, "invalid header name: use tokens (RFC 9110 section 5.1)"
+		}
+		for _, v := range vv {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return http.StatusBadRequest, codes.InvalidArgument, fmt.Sprintf("invalid value of header %s: no control characters (RFC 9110 section 5.5)", k)
+			}
+		}
+	}
+	if e := req.Header["Expect"]; len(e) > 0 && e[0] != "" && !httpguts.HeaderValuesContainsToken(e[:1], "100-continue") { // net/http reads the first
+		return http.StatusExpectationFailed, codes.FailedPrecondition, "unsupported Expect header: the server supports Expect: 100-continue only"
+	}
+	return 0, codes.OK, ""
 }
 
 // ambiguousFraming returns why the request head h (as the parser
@@ -434,6 +490,24 @@ func ambiguousFraming(h string, req *http.Request) string {
 	return ""
 }
 
+// headerValues returns the values of the header field name (lower case)
+// in the head h, as net/http reads them (trimmed).
+func headerValues(h, name string) []string {
+	h = strings.TrimLeft(h, "\r\n")
+	_, h, _ = strings.Cut(h, "\n") // the request line
+	var vs []string
+	for _, l := range strings.Split(h, "\n") {
+		l = strings.TrimSuffix(l, "\r")
+		if l == "" {
+			break
+		}
+		if k, v, ok := strings.Cut(l, ":"); ok && strings.EqualFold(k, name) {
+			vs = append(vs, strings.Trim(v, " \t"))
+		}
+	}
+	return vs
+}
+
 // quoteForMessage quotes a header value for an error message, cut short.
 func quoteForMessage(v string) string {
 	if len(v) > 64 {
@@ -468,12 +542,11 @@ func (s *Server) rejectSmuggled(h http.Handler) http.Handler {
 		if r.URL.Path == smuggledPath {
 			if g, ok := r.Context().Value(guardKey{}).(*guardConn); ok && g.rejected.Load() {
 				g.mu.Lock()
-				reason := g.reason
+				reason, code, grpcCode, label := g.reason, g.rejectCode, g.rejectGRPC, g.rejectLabel
 				g.mu.Unlock()
-				s.metrics.rejected.WithLabelValues("smuggling").Inc()
+				s.metrics.rejected.WithLabelValues(label).Inc()
 				w.Header().Set("Connection", "close")
-				s.writeStatus(w, r, http.StatusBadRequest, status.Error(codes.InvalidArgument,
-					"ambiguous request framing: "+reason+"; the connection is closed"))
+				s.writeStatus(w, r, code, status.Error(grpcCode, reason+"; the connection is closed"))
 				return
 			}
 		}

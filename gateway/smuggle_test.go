@@ -242,3 +242,70 @@ func TestGuardTLSSilentClientCut(t *testing.T) {
 		t.Errorf("silent TLS client: closed after %v (%v), want about 500ms", took, err)
 	}
 }
+
+// TestMalformedRequestsAnswerInShape: requests net/http's parser refuses
+// (a malformed request line or header line, a Transfer-Encoding other
+// than one chunked, a head over the size limit) are answered with the
+// status net/http gives them, but as a google.rpc.Status with an
+// ErrorInfo and an X-Request-Id, like every answer, and the connection is
+// closed.
+func TestMalformedRequestsAnswerInShape(t *testing.T) {
+	h := start(t, nil)
+	for _, tc := range []struct {
+		name, req string
+		code      int
+		says      string
+	}{
+		{"request line", "GARBAGE\r\n\r\n", 400, "malformed HTTP/1.1 request"},
+		{"header line", "GET /healthz HTTP/1.1\r\nHost: x\r\nNo colon here\r\n\r\n", 400, "malformed HTTP/1.1 request"},
+		{"no Host", "GET /healthz HTTP/1.1\r\n\r\n", 400, "missing required Host header"},
+		{"two Host", "GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400, "too many Host headers"},
+		{"bad Host", "GET /healthz HTTP/1.1\r\nHost: a b\r\n\r\n", 400, "malformed Host header"},
+		{"bad header value", "GET /healthz HTTP/1.1\r\nHost: a\r\nX-A: b\x01c\r\n\r\n", 400, "header"},
+		{"Expect", "GET /healthz HTTP/1.1\r\nHost: a\r\nExpect: foo\r\n\r\n", 417, "Expect"},
+		{"HTTP/0.9", "GET /healthz HTTP/0.9\r\nHost: a\r\n\r\n", 505, "version"},
+		{"HTTP/2.0 GET", "GET /healthz HTTP/2.0\r\nHost: a\r\n\r\n", 505, "version"},
+		{"TE gzip", "POST /v1/documents HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 501, "unsupported transfer encoding"},
+		{"huge head", "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Huge: " + strings.Repeat("h", 2<<20) + "\r\n\r\n", 431, "request head is over"},
+	} {
+		c, err := net.Dial("tcp", h.srv.HTTPAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		wrote := make(chan struct{})
+		go func() {
+			defer close(wrote)
+			_, _ = io.WriteString(c, tc.req) // the server stops reading a huge head early
+		}()
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Errorf("%s: no answer: %v", tc.name, err)
+			c.Close()
+			<-wrote
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		c.Close()
+		<-wrote
+		if resp.StatusCode != tc.code || !resp.Close || len(resp.Header.Get("X-Request-Id")) != 32 || resp.Header.Get("Content-Type") != "application/json" {
+			t.Errorf("%s: HTTP %d close %v X-Request-Id %q %q, want %d application/json with a request id, connection closed", tc.name, resp.StatusCode, resp.Close, resp.Header.Get("X-Request-Id"), resp.Header.Get("Content-Type"), tc.code)
+		}
+		if st := decodeStatus(t, b); st.reason() == "" || !strings.Contains(st.Message, tc.says) {
+			t.Errorf("%s: body %s, want a Status with a reason saying %q", tc.name, b, tc.says)
+		}
+	}
+	// Heads net/http serves pass: the guard is no stricter than it.
+	for _, head := range []string{
+		"GET /healthz HTTP/1.2\r\nHost: a\r\n\r\n",
+		"GET /healthz HTTP/1.0\r\n\r\n",
+		"GET http://127.0.0.1/healthz HTTP/1.1\r\nHost: 127.0.0.1:80\r\n\r\n",
+		"GET /healthz HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n\r\n",
+		"GET /healthz HTTP/1.1\r\nHost: a\r\nX-Tab: a\tb\r\n\r\n",
+	} {
+		resp, body, _ := rawRequest(t, h.srv.HTTPAddr(), nil, head, "", 10*time.Second)
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%q: HTTP %d %s, want 200 (net/http serves it)", head, resp.StatusCode, body)
+		}
+	}
+}

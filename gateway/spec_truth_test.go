@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,6 +13,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/pipestream/gateway/gateway"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
@@ -394,6 +398,8 @@ func TestLiveAnswersMatchTheSpec(t *testing.T) {
 		{"GET", "/v1/events:window", "/v1/events:window", "", nil},
 		{"GET", "/v1/events:snapshot", "/v1/events:snapshot", "", nil},
 		{"GET", "/v1/events:streamSnapshot", "/v1/events:streamSnapshot", "", nil},
+		{"GET", "/v1/events:streamSnapshot?pageSize=1", "/v1/events:streamSnapshot", "", page},
+		{"GET", "/v1/events:streamSnapshot", "/v1/events:streamSnapshot", "", []string{"Accept", "text/event-stream"}},
 		{"GET", "/v1/events:subscribe?cursor=18&waitSeconds=5", "/v1/events:subscribe", "", page},
 		{"POST", "/v1/events:ticket", "/v1/events:ticket", "", nil},
 		{"GET", "/v1/operations", "/v1/operations", "", nil},
@@ -431,6 +437,7 @@ func TestLiveAnswersMatchTheSpec(t *testing.T) {
 		{"GET", "/v1/events:subscribe?kinds=status", "/v1/events:subscribe", "", page},
 		{"GET", "/v1/events/ws", "/v1/events/ws", "", nil},
 		{"GET", "/v1/events/ws?cursor=x", "/v1/events/ws", "", nil},
+		{"GET", "/v1/events/ws?bogus=1", "/v1/events/ws", "", []string{"Connection", "Upgrade", "Upgrade", "websocket", "Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version", "13"}},
 		{"GET", "/v1/events/ws", "/v1/events/ws", "", []string{"Connection", "Upgrade", "Upgrade", "websocket", "Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version", "13", "Origin", "http://evil.example"}},
 		{"GET", "/v1/events/ws", "/v1/events/ws", "", []string{"Connection", "Upgrade", "Upgrade", "websocket", "Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version", "7"}},
 		{"GET", "/v1/operations?filter=x", "/v1/operations", "", nil},
@@ -456,6 +463,9 @@ func TestLiveAnswersMatchTheSpec(t *testing.T) {
 		}
 	}
 	answers := walk(t, h, spec, append(good, bad...))
+	answers = append(answers, upgradeWebSocket(t, h, spec))
+
+	checkUnknownParameters(t, answers)
 
 	// Coverage: every operation answered a success, and every error
 	// status it declares was seen or is one the walk cannot cause here.
@@ -476,7 +486,7 @@ func TestLiveAnswersMatchTheSpec(t *testing.T) {
 	for tmpl, methods := range spec.paths {
 		for m, o := range methods.(map[string]any) {
 			k := strings.ToUpper(m) + " " + tmpl
-			if !seen[k]["200"] && !seen[k]["101"] && !(tmpl == "/v1/events/ws") && !(k == "DELETE /v1/operations/{id}") {
+			if !seen[k]["200"] && !seen[k]["101"] && k != "DELETE /v1/operations/{id}" { // DeleteOperation is not supported (501)
 				t.Errorf("%s: the walk saw no success (saw %v)", k, seen[k])
 			}
 			for code := range o.(map[string]any)["responses"].(map[string]any) {
@@ -486,6 +496,47 @@ func TestLiveAnswersMatchTheSpec(t *testing.T) {
 			}
 		}
 	}
+}
+
+// checkUnknownParameters: an unknown query parameter is refused with 400
+// naming it, on every API operation (PUT and other methods a route lacks
+// are refused before the query, 405; so is a WebSocket request that is no
+// handshake, 426).
+func checkUnknownParameters(t *testing.T, answers []answer) {
+	t.Helper()
+	for _, a := range answers {
+		if !strings.HasSuffix(a.path, "?bogus=1") || a.method == "PUT" || a.hdr.Get("Allow") != "" || (a.tmpl == "/v1/events/ws" && a.code == http.StatusUpgradeRequired) {
+			continue
+		}
+		if a.code != http.StatusBadRequest || !strings.Contains(string(a.body), "bogus") {
+			t.Errorf("%s %s: HTTP %d %s, want 400 naming the unknown parameter", a.method, a.path, a.code, a.body)
+		}
+	}
+}
+
+// upgradeWebSocket is the walk's successful WebSocket upgrade, with a real
+// WebSocket client: 101 with the client's X-Request-Id, then one event.
+func upgradeWebSocket(t *testing.T, h *harness, spec liveSpec) answer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p := probe{"GET", "/v1/events/ws?cursor=0", "/v1/events/ws", "", []string{"X-Request-Id", "walk-ws"}}
+	c, resp, err := websocket.Dial(ctx, "ws://"+strings.TrimPrefix(h.base, "http://")+p.path,
+		&websocket.DialOptions{HTTPHeader: http.Header{"X-Request-Id": {"walk-ws"}}})
+	if err != nil {
+		t.Fatalf("WebSocket upgrade: %v", err)
+	}
+	defer c.CloseNow()
+	if _, _, err := c.Read(ctx); err != nil {
+		t.Errorf("WebSocket: no first event: %v", err)
+	}
+	a := answer{probe: p, code: resp.StatusCode, hdr: resp.Header}
+	where := fmt.Sprintf("GET %s -> %d", p.path, a.code)
+	if got := resp.Header.Values("X-Request-Id"); len(got) != 1 || got[0] != "walk-ws" {
+		t.Errorf("%s: X-Request-Id %v, want [walk-ws]", where, got)
+	}
+	checkAgainstSpec(t, spec, spec.op(p.tmpl, p.method), where, a)
+	return a
 }
 
 // TestUnauthenticatedAnswersMatchTheSpec: with tokens configured, every

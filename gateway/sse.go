@@ -23,7 +23,8 @@ import (
 )
 
 // The REST stream routes (GET /v1/documents/{id}:watch, GET
-// /v1/events:subscribe) answer in the form the Accept header asks for
+// /v1/events:subscribe; GET /v1/events:streamSnapshot likewise, served in
+// snapshot_http.go) answer in the form the Accept header asks for
 // (negotiateStream):
 //
 //   - application/x-ndjson (also no Accept, */*): the NDJSON stream of
@@ -37,8 +38,9 @@ import (
 //     any JSON answer: pass nextCursor as cursor to get the next page
 //     (servePage).
 //
-// The SSE and page forms are clients of the same gRPC methods over the
-// REST proxy's connection (like the WebSocket route), so authentication,
+// The SSE and page forms are clients of the same gRPC methods (the event
+// subscription in-process, localstream.go, like the NDJSON and WebSocket
+// routes; a watch over the REST proxy's connection), so authentication,
 // tenants, limits, cursor rules and errors are the gRPC ones.
 const (
 	sseType = "text/event-stream"
@@ -209,6 +211,11 @@ func (s *Server) watchCall(r *http.Request, id string) (streamCall, error) {
 }
 
 func (s *Server) subscribeCall(r *http.Request) (streamCall, error) {
+	return subscribeCallWith(r, s.localEvents()) // in-process, straight from the event log (localstream.go)
+}
+
+// subscribeCallWith is subscribeCall over client c.
+func subscribeCallWith(r *http.Request, c gatewayv1.EventServiceClient) (streamCall, error) {
 	q := r.URL.Query()
 	if err := checkQuery(q, "cursor", "kinds", "documentId", "document_id", pageWaitParam, pageSizeParam); err != nil {
 		return streamCall{}, err
@@ -218,7 +225,6 @@ func (s *Server) subscribeCall(r *http.Request) (streamCall, error) {
 		doc = q.Get("document_id")
 	}
 	kinds := q["kinds"]
-	c := gatewayv1.NewEventServiceClient(s.conn)
 	return streamCall{
 		listKey: "events",
 		open: func(ctx context.Context, cursor *uint64) (grpc.ClientStream, error) {
@@ -408,9 +414,16 @@ func (s *Server) pumpSSE(ctx context.Context, w http.ResponseWriter, r *http.Req
 // recvAll receives the messages of cs into msgs until the stream ends
 // (its error, io.EOF included, is the last item) or ctx does.
 func recvAll(ctx context.Context, cs grpc.ClientStream, call streamCall, msgs chan<- pageMsg) {
+	shared, isShared := cs.(sharedReceiver)
 	for {
-		m := call.newMsg()
-		err := cs.RecvMsg(m)
+		var m proto.Message
+		var err error
+		if isShared {
+			m, err = shared.recvShared() // the event log's own message: not modified here
+		} else {
+			m = call.newMsg()
+			err = cs.RecvMsg(m)
+		}
 		select {
 		case msgs <- pageMsg{msg: m, err: err}:
 		case <-ctx.Done():
@@ -420,6 +433,12 @@ func recvAll(ctx context.Context, cs grpc.ClientStream, call streamCall, msgs ch
 			return
 		}
 	}
+}
+
+// sharedReceiver is a stream whose messages are received without a copy
+// (localEventStream).
+type sharedReceiver interface {
+	recvShared() (proto.Message, error)
 }
 
 // appendSSE appends one Server-Sent Event (data is one line of JSON).

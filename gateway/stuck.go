@@ -55,10 +55,14 @@ func (s *Server) watchServerStreams(srv any, ss grpc.ServerStream, info *grpc.St
 	return err
 }
 
-// fromProxy reports whether the call came over the REST proxy's own
-// connection (Server.conn), identified by its TCP address: a remote client
-// cannot present it.
+// fromProxy reports whether the call came from the REST side: over the
+// REST proxy's own connection (Server.conn), identified by its TCP
+// address, which a remote client cannot present, or in-process
+// (isLocalStream).
 func (s *Server) fromProxy(ctx context.Context) bool {
+	if isLocalStream(ctx) {
+		return true // an in-process stream of a REST route (localstream.go)
+	}
 	p, ok := peer.FromContext(ctx)
 	if !ok || p.Addr == nil {
 		return false

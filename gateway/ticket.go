@@ -190,7 +190,7 @@ func (s *Server) withTickets(ts *ticketStore, next http.HandlerFunc) http.Handle
 		if !s.wsOriginAllowed(r) {
 			// Refused before the ticket is looked at: a page of a foreign
 			// origin cannot spend (or probe) another page's ticket.
-			preUpgradeError(w, http.StatusForbidden, status.Error(codes.PermissionDenied, wsRejectMessage(http.StatusForbidden,
+			s.preUpgradeError(w, r, http.StatusForbidden, status.Error(codes.PermissionDenied, wsRejectMessage(http.StatusForbidden,
 				fmt.Errorf("request Origin %q is not authorized for Host %q", r.Header.Get("Origin"), r.Host))))
 			return
 		}
@@ -203,7 +203,7 @@ func (s *Server) withTickets(ts *ticketStore, next http.HandlerFunc) http.Handle
 		if !ok {
 			s.metrics.rejected.WithLabelValues("unauthenticated").Inc()
 			w.Header().Set("WWW-Authenticate", `Bearer realm="pipestream", error="invalid_token"`)
-			preUpgradeError(w, http.StatusUnauthorized, statusError(codes.Unauthenticated, ReasonInvalidTicket,
+			s.preUpgradeError(w, r, http.StatusUnauthorized, statusError(codes.Unauthenticated, ReasonInvalidTicket,
 				"the WebSocket ticket is unknown, used or expired: get a new one with POST /v1/events:ticket (tickets are single-use and valid 30 s)"))
 			return
 		}

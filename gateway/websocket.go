@@ -7,16 +7,20 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/coder/websocket"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/pipestream/gateway/bridge/eventlog"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
 
@@ -24,11 +28,12 @@ const subscribeMethod = "/pipestream.gateway.v1.EventService/SubscribeEvents"
 
 // handleEventsWS serves GET /v1/events/ws?cursor=N[&kinds=#status][&documentId=ID]:
 // the event log over WebSocket as draft-holmgren-at-synchronization-00
-// frames it ("WebSocket Transport"). It is a client of SubscribeEvents over
-// the REST proxy's gRPC connection, so cursor rules, tenancy and auth are
+// frames it ("WebSocket Transport"). It runs SubscribeEvents in-process
+// (subscribeLocal, localstream.go), so cursor rules, tenancy and auth are
 // exactly those of gRPC and NDJSON subscribers:
 //
-//   - every event is one binary frame: CBOR {op: 1, t: kind} + CBOR payload;
+//   - every event is one binary frame: CBOR {op: 1, t: kind} + CBOR payload,
+//     encoded once for every subscriber (eventCache);
 //   - FutureCursor and ConsumerTooSlow are an error frame {op: -1} +
 //     {error, message}, then close ("Error Frames");
 //   - OutdatedCursor is an "#info" message frame;
@@ -37,41 +42,67 @@ const subscribeMethod = "/pipestream.gateway.v1.EventService/SubscribeEvents"
 //     with a JSON google.rpc.Status body that also has the draft's "error"
 //     name ("Pre-Upgrade HTTP Errors"; preUpgradeError, acceptWS).
 //
-// Client messages are read and ignored; pings keep the connection alive.
+// The connection is upgraded when the subscription started (the cursor was
+// accepted); the handler's goroutine then writes each frame as the event
+// log delivers it, under Config.StreamWriteTimeout. Client messages are
+// read and ignored; pings keep the connection alive.
 func (s *Server) handleEventsWS(w http.ResponseWriter, r *http.Request) {
 	req, err := wsSubscribeRequest(r)
 	if err != nil {
-		preUpgradeError(w, http.StatusBadRequest, err)
+		s.preUpgradeError(w, r, http.StatusBadRequest, err)
 		return
 	}
 	if !wsHandshake(r) {
-		_, _ = acceptWS(w, r, s.wsAcceptOptions()) // answers 426 before any subscription is made
+		_, _ = s.acceptWS(w, r, s.wsAcceptOptions()) // answers 426 before any subscription is made
 		return
 	}
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	stream, err := s.startWSSubscription(ctx, r, req)
-	if err != nil {
-		s.rejectWS(w, r, err)
-		return
-	}
-	c, err := acceptWS(w, r, s.wsAcceptOptions())
-	if err != nil {
-		return // acceptWS answered the rejection
-	}
+	// Counted before the upgrade, while http.Server still tracks the
+	// request: Shutdown waits for hijacked connections on s.ws.
 	s.ws.Add(1)
 	defer s.ws.Done()
-	defer c.CloseNow()
-	c.SetReadLimit(64 << 10)
-	go discardWSReads(ctx, cancel, c)
-	go keepWSAlive(ctx, cancel, c, s.cfg.WSPingInterval)
-	s.pumpWSEvents(ctx, c, stream)
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	sink := &wsSink{s: s, w: w, r: r, ctx: ctx, cancel: cancel}
+	defer sink.finish()
+	actx, err := runtime.AnnotateContext(ctx, s.gwMux, r, subscribeMethod, runtime.WithHTTPPathPattern("/v1/events/ws"))
+	if err != nil {
+		s.rejectWS(w, r, status.Error(codes.InvalidArgument, err.Error()))
+		return
+	}
+	_, err = s.subscribeLocal(eventlog.WithIdle(actx, sink.idle), req, sink)
+	if sink.c != nil && !sink.gone && !sink.tooSlow {
+		_ = sink.flushBatch() // what the subscription sent after its last idle
+	}
+	if sink.c == nil {
+		if !sink.upgradeFailed {
+			s.rejectWS(w, r, subscriptionEnd(err, "the event subscription ended before it started"))
+		}
+		return
+	}
+	switch {
+	case sink.tooSlow:
+		s.closeWithErrorFrame(sink.c, ReasonConsumerTooSlow, "the consumer did not accept a frame in time; reconnect with cursor="+strconv.FormatUint(sink.tooSlowSeq, 10))
+	case sink.gone || sink.frameErr:
+	default:
+		s.closeWS(ctx, sink.c, subscriptionEnd(err, ""))
+	}
 }
 
+// wsQueryParams are the query parameters of /v1/events/ws (ticket is
+// taken by withTickets).
+var wsQueryParams = []string{"cursor", "kinds", "documentId", "ticket"}
+
 // wsSubscribeRequest reads the subscription from the query: kinds,
-// documentId and cursor (an integer in [0, 2^53), or absent).
+// documentId and cursor (an integer in [0, 2^53), or absent). Any other
+// parameter is refused, as on every route.
 func wsSubscribeRequest(r *http.Request) (*gatewayv1.SubscribeEventsRequest, error) {
 	q := r.URL.Query()
+	for k := range q {
+		if !slices.Contains(wsQueryParams, k) {
+			return nil, statusError(codes.InvalidArgument, "InvalidRequest",
+				fmt.Sprintf("unknown query parameter %q: /v1/events/ws takes %s", k, strings.Join(wsQueryParams, ", ")))
+		}
+	}
 	req := &gatewayv1.SubscribeEventsRequest{Kinds: q["kinds"], DocumentId: q.Get("documentId")}
 	if v := q.Get("cursor"); v != "" {
 		c, err := strconv.ParseUint(v, 10, 64)
@@ -84,32 +115,149 @@ func wsSubscribeRequest(r *http.Request) (*gatewayv1.SubscribeEventsRequest, err
 	return req, nil
 }
 
-// startWSSubscription subscribes over the REST proxy's gRPC connection and
-// waits until the subscription started: SubscribeEvents sends headers
-// marked with subscribedHeader once auth and the limits passed; a call
-// rejected before that is a trailers-only response (Header returns the
-// trailers without an error, Recv the status). Either is a pre-upgrade
-// rejection, returned as the error.
-func (s *Server) startWSSubscription(ctx context.Context, r *http.Request, req *gatewayv1.SubscribeEventsRequest) (gatewayv1.EventService_SubscribeEventsClient, error) {
-	ctx, err := runtime.AnnotateContext(ctx, s.gwMux, r, subscribeMethod, runtime.WithHTTPPathPattern("/v1/events/ws"))
-	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+// subscriptionEnd is how the end of an in-process subscription reads to
+// its route, as a gRPC client would see it: io.EOF for a handler that
+// returned nil (or, with before set, an Internal error saying so).
+func subscriptionEnd(err error, before string) error {
+	switch {
+	case err != nil:
+		return err
+	case before != "":
+		return status.Error(codes.Internal, before)
 	}
-	stream, err := gatewayv1.NewEventServiceClient(s.conn).SubscribeEvents(ctx, req)
+	return io.EOF
+}
+
+// wsSink is a WebSocket subscription's localSink: start upgrades the
+// connection, send writes one frame. It runs on the HTTP handler's
+// goroutine, which alone writes frames (pings and close frames aside,
+// which coder/websocket serializes).
+type wsSink struct {
+	s      *Server
+	w      http.ResponseWriter
+	r      *http.Request
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	c             *websocket.Conn // set by start
+	cork          *corkConn       // c's connection: frames of a batch leave in one write
+	idleWired     bool            // the event log calls idle: corking is safe
+	batchFirst    uint64          // seq of the first frame corked since the last flush
+	watch         *writeWatch     // frame write deadline (Config.StreamWriteTimeout)
+	unhook        func() bool     // stops closing c when ctx ends
+	stopPings     func()
+	upgradeFailed bool // acceptWS answered the rejection
+	tooSlow       bool // a frame write timed out: ConsumerTooSlow
+	tooSlowSeq    uint64
+	gone          bool // a write failed because the consumer left
+	frameErr      bool // an event could not be framed; the error frame is out
+	frame         []byte
+}
+
+// start upgrades the connection once the subscription started.
+func (k *wsSink) start(metadata.MD) error {
+	hj := &corkHijacker{ResponseWriter: k.w}
+	c, err := k.s.acceptWS(hj, k.r, k.s.wsAcceptOptions())
 	if err != nil {
-		return nil, err
+		k.upgradeFailed = true
+		k.cancel()
+		return status.Error(codes.Canceled, "WebSocket upgrade failed: "+err.Error())
 	}
-	md, err := stream.Header()
+	k.c, k.cork = c, hj.conn
+	k.watch = newWriteWatch(k.s.cfg.StreamWriteTimeout, func() { _ = c.CloseNow() })
+	k.unhook = context.AfterFunc(k.ctx, func() { _ = c.CloseNow() })
+	c.SetReadLimit(64 << 10)
+	go discardWSReads(k.ctx, k.cancel, c)
+	k.stopPings = keepWSAlive(k.ctx, k.cancel, c, k.s.cfg.WSPingInterval)
+	return nil
+}
+
+// finish releases the connection when the handler returns.
+func (k *wsSink) finish() {
+	if k.c != nil {
+		k.watch.stop()
+		k.unhook()
+		k.stopPings()
+		_ = k.c.CloseNow()
+	}
+}
+
+// send writes ev's frame (shared by every subscriber) within the write
+// timeout.
+func (k *wsSink) send(ev *gatewayv1.Event) error {
+	if k.c == nil {
+		return status.Error(codes.Canceled, "the WebSocket connection is not open")
+	}
+	frame, err := k.s.events.wsFrame(ev)
 	if err != nil {
-		return nil, err
-	}
-	if len(md.Get(subscribedHeader)) == 0 {
-		if _, err = stream.Recv(); err == nil || errors.Is(err, io.EOF) {
-			err = status.Error(codes.Internal, "the event subscription ended before it started")
+		// Never a silent gap: the consumer is told which seq it misses.
+		k.s.log.Warn("WebSocket event frame could not be encoded; sending an #info notice in its place", "seq", ev.GetSeq(), "error", err)
+		k.frame, err = appendEventFrame(k.frame[:0], unframableEvent(ev))
+		if err != nil {
+			if ferr := k.flushBatch(); ferr != nil {
+				return ferr
+			}
+			k.frameErr = true
+			k.s.closeWithErrorFrame(k.c, codes.Internal.String(), "event "+strconv.FormatUint(ev.GetSeq(), 10)+" could not be framed")
+			k.cancel()
+			return status.Error(codes.Canceled, "event could not be framed")
 		}
-		return nil, err
+		frame = k.frame
 	}
-	return stream, nil
+	// No per-frame context: its timer cost more than the frame. The write
+	// deadline is k.watch's; a consumer that leaves closes the connection
+	// (k.unhook), which fails a pending write at once.
+	first := ev.GetSeq()
+	if k.idleWired && k.cork != nil {
+		k.cork.cork() // flushBatch writes it with the rest of the batch
+		if k.batchFirst == 0 {
+			k.batchFirst = first
+		}
+		first = k.batchFirst
+	}
+	k.watch.begin()
+	err = k.c.Write(context.Background(), websocket.MessageBinary, frame)
+	k.watch.end()
+	if err == nil && k.cork != nil && k.cork.full() {
+		return k.flushBatch()
+	}
+	return k.wrote(err, first)
+}
+
+// idle is the event log's eventlog.WithIdle hook: the subscriber sent
+// everything committed so far; the batch's frames go out in one write.
+func (k *wsSink) idle() error {
+	k.idleWired = true
+	return k.flushBatch()
+}
+
+// flushBatch writes the corked frames within the write timeout.
+func (k *wsSink) flushBatch() error {
+	if k.cork == nil {
+		return nil
+	}
+	first := k.batchFirst
+	k.batchFirst = 0
+	k.watch.begin()
+	err := k.cork.flush()
+	k.watch.end()
+	return k.wrote(err, first)
+}
+
+// wrote handles the outcome of a write whose first frame was event seq
+// first: a write cut by the watch is a consumer too slow (it resumes
+// from first), any other failure a consumer that left.
+func (k *wsSink) wrote(err error, first uint64) error {
+	if err == nil {
+		return nil
+	}
+	if k.watch.fired.Load() { // not the consumer leaving: it could not keep up
+		k.tooSlow, k.tooSlowSeq = true, first
+	} else {
+		k.gone = true
+	}
+	k.cancel()
+	return status.Error(codes.Canceled, "WebSocket write failed: "+err.Error())
 }
 
 // rejectWS answers a subscription refused before the upgrade: FutureCursor
@@ -117,14 +265,14 @@ func (s *Server) startWSSubscription(ctx context.Context, r *http.Request, req *
 // other error is its HTTP status with a JSON body (preUpgradeError).
 func (s *Server) rejectWS(w http.ResponseWriter, r *http.Request, err error) {
 	if errorReason(err) == ReasonFutureCursor {
-		if c, aerr := acceptWS(w, r, s.wsAcceptOptions()); aerr == nil {
+		if c, aerr := s.acceptWS(w, r, s.wsAcceptOptions()); aerr == nil {
 			s.closeWithErrorFrame(c, ReasonFutureCursor, status.Convert(err).Message())
 			_ = c.CloseNow()
 		}
 		return
 	}
 	errorHeaders(w.Header(), err) // WWW-Authenticate, Retry-After
-	preUpgradeError(w, runtime.HTTPStatusFromCode(status.Code(err)), err)
+	s.preUpgradeError(w, r, runtime.HTTPStatusFromCode(status.Code(err)), err)
 }
 
 // discardWSReads reads and drops client messages (processing pongs and
@@ -139,57 +287,52 @@ func discardWSReads(ctx context.Context, cancel context.CancelFunc, c *websocket
 }
 
 // keepWSAlive pings every interval and cancels when a pong does not come
-// back within half of it (at most wsPongTimeout).
-func keepWSAlive(ctx context.Context, cancel context.CancelFunc, c *websocket.Conn, interval time.Duration) {
-	pongTimeout := min(wsPongTimeout, interval/2)
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			pctx, pcancel := context.WithTimeout(ctx, pongTimeout)
-			err := c.Ping(pctx)
-			pcancel()
-			if err != nil {
-				cancel()
-				return
-			}
-		}
-	}
+// back within half of it (at most wsPongTimeout). It holds no goroutine
+// between pings (a timer; a subscriber's goroutines are what its memory
+// is made of at 1,000 subscribers, issue 25); stop ends it.
+func keepWSAlive(ctx context.Context, cancel context.CancelFunc, c *websocket.Conn, interval time.Duration) (stop func()) {
+	p := &wsPinger{ctx: ctx, cancel: cancel, c: c, interval: interval, pongTimeout: min(wsPongTimeout, interval/2)}
+	p.mu.Lock()
+	p.t = time.AfterFunc(interval, p.ping)
+	p.mu.Unlock()
+	return p.stop
 }
 
-// pumpWSEvents sends each event of stream as one binary frame until the
-// subscription or the connection ends.
-func (s *Server) pumpWSEvents(ctx context.Context, c *websocket.Conn, stream gatewayv1.EventService_SubscribeEventsClient) {
-	var frame []byte
-	for {
-		ev, err := stream.Recv()
-		if err != nil {
-			s.closeWS(ctx, c, err)
-			return
-		}
-		frame, err = appendEventFrame(frame[:0], ev)
-		if err != nil {
-			// Never a silent gap: the consumer is told which seq it misses.
-			s.log.Warn("WebSocket event frame could not be encoded; sending an #info notice in its place", "seq", ev.GetSeq(), "error", err)
-			frame, err = appendEventFrame(frame[:0], unframableEvent(ev))
-			if err != nil {
-				s.closeWithErrorFrame(c, codes.Internal.String(), "event "+strconv.FormatUint(ev.GetSeq(), 10)+" could not be framed")
-				return
-			}
-		}
-		wctx, wcancel := context.WithTimeout(ctx, s.cfg.StreamWriteTimeout)
-		err = c.Write(wctx, websocket.MessageBinary, frame)
-		wcancel()
-		if err != nil {
-			if ctx.Err() == nil { // not the consumer leaving: it could not keep up
-				s.closeWithErrorFrame(c, ReasonConsumerTooSlow, "the consumer did not accept a frame in time; reconnect with cursor="+strconv.FormatUint(ev.GetSeq(), 10))
-			}
-			return
-		}
+// wsPinger is keepWSAlive's timer.
+type wsPinger struct {
+	ctx                   context.Context
+	cancel                context.CancelFunc
+	c                     *websocket.Conn
+	interval, pongTimeout time.Duration
+
+	mu      sync.Mutex // t, stopped
+	t       *time.Timer
+	stopped bool
+}
+
+func (p *wsPinger) ping() {
+	if p.ctx.Err() != nil {
+		return
 	}
+	pctx, pcancel := context.WithTimeout(p.ctx, p.pongTimeout)
+	err := p.c.Ping(pctx) // no lock held: Ping writes
+	pcancel()
+	if err != nil {
+		p.cancel()
+		return
+	}
+	p.mu.Lock()
+	if !p.stopped {
+		p.t.Reset(p.interval)
+	}
+	p.mu.Unlock()
+}
+
+func (p *wsPinger) stop() {
+	p.mu.Lock()
+	p.stopped = true
+	p.t.Stop()
+	p.mu.Unlock()
 }
 
 // closeWS ends the connection after the subscription ended with err.
@@ -245,8 +388,9 @@ func truncateReason(s string) string {
 // RetryInfo of err) that also carries the AT sync draft's "error" name
 // ("Pre-Upgrade HTTP Errors": JSON with error and message fields): one
 // object that decodes both as a Status and as an error frame payload.
-func preUpgradeError(w http.ResponseWriter, httpCode int, err error) {
+func (s *Server) preUpgradeError(w http.ResponseWriter, r *http.Request, httpCode int, err error) {
 	err = shapeError(err)
+	s.logRefusal(r, httpCode, err)
 	st := status.Convert(err)
 	body := map[string]json.RawMessage{}
 	if b, merr := protojson.Marshal(st.Proto()); merr == nil {
@@ -268,11 +412,11 @@ func preUpgradeError(w http.ResponseWriter, httpCode int, err error) {
 // acceptWS is websocket.Accept with its rejections (426 not a WebSocket
 // handshake, 400 bad version or key, 403 foreign Origin, 405) answered as
 // preUpgradeError JSON instead of the library's text/plain.
-func acceptWS(w http.ResponseWriter, r *http.Request, opts *websocket.AcceptOptions) (*websocket.Conn, error) {
+func (s *Server) acceptWS(w http.ResponseWriter, r *http.Request, opts *websocket.AcceptOptions) (*websocket.Conn, error) {
 	rw := &wsRejectWriter{ResponseWriter: w}
 	c, err := websocket.Accept(rw, r, opts)
 	if err != nil && rw.code != 0 {
-		preUpgradeError(w, rw.code, statusError(wsRejectCode(rw.code), ReasonWebSocketHandshake, wsRejectMessage(rw.code, err)))
+		s.preUpgradeError(w, r, rw.code, statusError(wsRejectCode(rw.code), ReasonWebSocketHandshake, wsRejectMessage(rw.code, err)))
 	}
 	return c, err
 }

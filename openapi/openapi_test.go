@@ -83,19 +83,38 @@ func TestSpecPaths(t *testing.T) {
 // TestSpecREST checks the post-processed operations: raw upload body with
 // query options, NDJSON streams, raw result bytes, and a description on
 // every operation.
+// specOp is what TestSpecREST reads of an operation.
+type specOp struct {
+	Summary     string   `json:"summary"`
+	Description string   `json:"description"`
+	Consumes    []string `json:"consumes"`
+	Produces    []string `json:"produces"`
+	Stream      string   `json:"x-stream"`
+	Parameters  []struct {
+		Name string `json:"name"`
+		In   string `json:"in"`
+	} `json:"parameters"`
+}
+
+// checkSnapshotForms: StreamSnapshot declares its three forms, the JSON
+// page first (generated clients read it), with pageSize and pageToken.
+func checkSnapshotForms(t *testing.T, o specOp) {
+	t.Helper()
+	if o.Stream != "ndjson,sse" || strings.Join(o.Produces, ",") != "application/json,application/x-ndjson,text/event-stream" {
+		t.Errorf("streamSnapshot: x-stream %q produces %v, want the JSON page first (generated clients read it), then NDJSON and Server-Sent Events", o.Stream, o.Produces)
+	}
+	params := map[string]string{}
+	for _, prm := range o.Parameters {
+		params[prm.Name] = prm.In
+	}
+	if params["pageSize"] != "query" || params["pageToken"] != "query" {
+		t.Errorf("streamSnapshot: parameters %v, want pageSize and pageToken (page form)", params)
+	}
+}
+
 func TestSpecREST(t *testing.T) {
 	var spec struct {
-		Paths map[string]map[string]struct {
-			Summary     string   `json:"summary"`
-			Description string   `json:"description"`
-			Consumes    []string `json:"consumes"`
-			Produces    []string `json:"produces"`
-			Stream      string   `json:"x-stream"`
-			Parameters  []struct {
-				Name string `json:"name"`
-				In   string `json:"in"`
-			} `json:"parameters"`
-		} `json:"paths"`
+		Paths map[string]map[string]specOp `json:"paths"`
 	}
 	if err := json.Unmarshal(openapi.Spec(), &spec); err != nil {
 		t.Fatal(err)
@@ -124,9 +143,7 @@ func TestSpecREST(t *testing.T) {
 	if params["body"] != "body" {
 		t.Errorf("upload: raw body parameter missing")
 	}
-	if o := spec.Paths["/v1/events:streamSnapshot"]["get"]; o.Stream != "ndjson" || strings.Join(o.Produces, ",") != "application/x-ndjson,application/json" {
-		t.Errorf("streamSnapshot: x-stream %q produces %v, want an NDJSON stream producing application/x-ndjson (and JSON error statuses)", o.Stream, o.Produces)
-	}
+	checkSnapshotForms(t, spec.Paths["/v1/events:streamSnapshot"]["get"])
 	for _, p := range []string{"/v1/documents/{id}:watch", "/v1/events:subscribe"} {
 		o := spec.Paths[p]["get"]
 		if o.Stream != "ndjson,sse" || strings.Join(o.Produces, ",") != "application/json,application/x-ndjson,text/event-stream" {

@@ -82,11 +82,24 @@ func (l *Log) SubscribeDocument(ctx context.Context, tenant, clientKey, docID st
 		Filter: Filter{DocumentID: docID}, OnStart: onStart}, send)
 }
 
+// WithIdle returns ctx carrying idle, which a subscription followed with
+// that context (Follow, Subscribe) calls each time it has sent every event
+// committed so far and is about to wait for more: a transport that
+// buffers what send gave it writes it out then (one write for the events
+// of a batch rather than one each). An error from idle ends the
+// subscription with that error.
+func WithIdle(ctx context.Context, idle func() error) context.Context {
+	return context.WithValue(ctx, idleKey{}, idle)
+}
+
+type idleKey struct{}
+
 // subscriber is the whole per-subscription state: a constant size.
 type subscriber struct {
 	l      *Log
 	s      Subscription
 	send   func(*gatewayv1.Event) error
+	idle   func() error // WithIdle's hook, or nil
 	client *retention.Client
 	next   uint64 // next seq to deliver
 	hint   uint64 // tail position expected for next
@@ -119,6 +132,7 @@ func (l *Log) Follow(ctx context.Context, s Subscription, send func(*gatewayv1.E
 			*s.Cursor, latest, ErrFutureCursor)
 	}
 	sub := &subscriber{l: l, s: s, send: send}
+	sub.idle, _ = ctx.Value(idleKey{}).(func() error) // WithIdle
 	if s.ClientKey != "" {
 		sub.client = l.ret.Touch(s.ClientKey, s.Cursor, l.opts.Now())
 		defer func() { l.ret.Release(sub.client, l.opts.Now()) }()
@@ -187,6 +201,11 @@ func (sub *subscriber) run(ctx context.Context) error {
 			}
 		case readCaughtUp:
 			sub.live = true
+			if sub.idle != nil {
+				if err := sub.idle(); err != nil {
+					return err
+				}
+			}
 			select {
 			case <-wake:
 			case <-ctx.Done():

@@ -15,7 +15,8 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/protobuf/proto"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/pipestream/gateway/bridge/store"
@@ -123,27 +124,45 @@ func (b *runner) snapshotREST(ctx context.Context, g *gatewayProc, n int) error 
 	return nil
 }
 
+// snapshotGRPC streams the snapshot over gRPC and counts the message
+// bytes. The client receives each chunk undecoded (rawCodec) and walks
+// only its top-level fields (documents counted, last and total read), as
+// the REST client only splits lines: the figure is the server's, not the
+// client's protobuf decoding.
 func (b *runner) snapshotGRPC(ctx context.Context, g *gatewayProc, n int) error {
 	s0, _ := g.stats()
 	t0 := time.Now()
-	st, err := g.events.StreamSnapshot(g.ctx(ctx), &gatewayv1.StreamSnapshotRequest{})
+	cs, err := g.conn.NewStream(g.ctx(ctx), &grpc.StreamDesc{ServerStreams: true},
+		"/pipestream.gateway.v1.EventService/StreamSnapshot", grpc.ForceCodec(rawCodec{}))
 	if err != nil {
+		return err
+	}
+	req := []byte{} // StreamSnapshotRequest{}: the default chunk size
+	if err := cs.SendMsg(&req); err != nil {
+		return err
+	}
+	if err := cs.CloseSend(); err != nil {
 		return err
 	}
 	var bytes int64
 	var docs int
 	for {
-		c, err := st.Recv()
+		var msg []byte
+		err := cs.RecvMsg(&msg)
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
 			return err
 		}
-		bytes += int64(proto.Size(c))
-		docs += len(c.GetDocuments())
-		if c.GetLast() && (c.GetTotalDocuments() != uint64(n) || docs != n) {
-			return fmt.Errorf("gRPC snapshot: %d documents, total %d; want %d", docs, c.GetTotalDocuments(), n)
+		bytes += int64(len(msg))
+		c, err := chunkFields(msg)
+		if err != nil {
+			return err
+		}
+		docs += c.docs
+		if c.last && (c.total != uint64(n) || docs != n) {
+			return fmt.Errorf("gRPC snapshot: %d documents, total %d; want %d", docs, c.total, n)
 		}
 	}
 	el := time.Since(t0)
@@ -153,6 +172,44 @@ func (b *runner) snapshotGRPC(ctx context.Context, g *gatewayProc, n int) error 
 	b.procFigures(g, s0, &r, n)
 	b.add(r)
 	return nil
+}
+
+// snapshotChunkFields are the top-level fields of an encoded SnapshotChunk.
+type snapshotChunkFields struct {
+	docs  int
+	last  bool
+	total uint64
+}
+
+// chunkFields walks an encoded SnapshotChunk's top-level fields (2
+// documents, 3 last, 4 total_documents) without decoding the documents.
+func chunkFields(b []byte) (snapshotChunkFields, error) {
+	var c snapshotChunkFields
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return c, protowire.ParseError(n)
+		}
+		b = b[n:]
+		var v uint64
+		if typ == protowire.VarintType {
+			if v, n = protowire.ConsumeVarint(b); n < 0 {
+				return c, protowire.ParseError(n)
+			}
+		} else if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+			return c, protowire.ParseError(n)
+		}
+		switch num {
+		case 2:
+			c.docs++
+		case 3:
+			c.last = v != 0
+		case 4:
+			c.total = v
+		}
+		b = b[n:]
+	}
+	return c, nil
 }
 
 // procFigures fills the gateway's peak RSS and CPU per document.

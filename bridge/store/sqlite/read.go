@@ -494,9 +494,201 @@ func (s *Store) SnapshotPages(ctx context.Context, tenant string, page int, fn f
 	})
 }
 
+// SnapshotRaw is SnapshotPages without decoding the documents: pages of
+// the same size, the same seq and single read transaction, each document
+// as its stored bytes, so that a caller sending protobuf passes them
+// through (bridge: StreamSnapshotEncoded). The order is the table's
+// (rowid: the order documents were first stored, which follows their
+// create time up to concurrent submissions), not SnapshotPages' create
+// time: a sequential read of the table costs a third of a walk of the
+// create-time index with a row lookup per document (docs/performance.md).
+// It starts after after.Row (0: the first document). fn must not keep
+// docs past its return.
+func (s *Store) SnapshotRaw(ctx context.Context, tenant string, after store.SnapshotKey, page int, fn func(seq uint64, docs []store.RawDocument) error) error {
+	page = min(max(page, 1), 10000)
+	return s.readTx(ctx, func(tx *sql.Tx) error {
+		var last int64
+		if err := tx.QueryRowContext(ctx, "SELECT value FROM meta WHERE key = 'last_seq'").Scan(&last); err != nil {
+			return fmt.Errorf("store: snapshot: %w", err)
+		}
+		q, err := prepareSnapshot(ctx, tx)
+		if err != nil {
+			return err
+		}
+		defer q.close()
+		// A store (or tenant) without digests or claims skips their
+		// per-page queries (a probe per document each).
+		var has children
+		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM digests),
+			EXISTS (SELECT 1 FROM claims WHERE tenant = ?)`, tenant).Scan(&has.digests, &has.claims); err != nil {
+			return fmt.Errorf("store: snapshot: %w", err)
+		}
+		afterRow := after.Row
+		docs := make([]store.RawDocument, 0, page)
+		for first := true; ; first = false {
+			docs, err = q.rawPage(ctx, tenant, afterRow, page, docs[:0])
+			if err != nil {
+				return err
+			}
+			if len(docs) == 0 && !first {
+				return nil
+			}
+			if err := q.rawChildren(ctx, tenant, docs, has); err != nil {
+				return err
+			}
+			if err := fn(uint64(last), docs); err != nil {
+				return err
+			}
+			if len(docs) < page {
+				return nil
+			}
+			afterRow = docs[len(docs)-1].Row
+		}
+	})
+}
+
+// rawPageQuery reads one page of documents as one row: SQLite scans the
+// table in rowid order from after the last page (NOT INDEXED: the rowid
+// range, never the tenant index with a sort) and concatenates the page's
+// rows (rowid, id, body, each behind a hex header of its lengths) into one
+// blob, so the driver returns one row a page instead of one a document
+// (the per-row cost of database/sql and the driver was ~2 us a document,
+// 90 % of the read; docs/performance.md).
+const rawPageQuery = `SELECT count(*), CAST(coalesce(group_concat(
+		printf('%016x%04x%08x', r, length(id), length(body)) || id || body, ''), '') AS BLOB)
+	FROM (SELECT rowid AS r, id, body FROM documents NOT INDEXED
+		WHERE rowid > ? AND tenant = ? ORDER BY rowid LIMIT ?)`
+
+// rawRecordHeader is the hex header of a rawPageQuery record: rowid (16
+// digits), id length (4), body length (8).
+const rawRecordHeader = 16 + 4 + 8
+
+// rawPage reads the page after afterRow into docs.
+func (q *snapshotStmts) rawPage(ctx context.Context, tenant string, afterRow int64, page int, docs []store.RawDocument) ([]store.RawDocument, error) {
+	var (
+		n    int
+		blob []byte
+	)
+	if err := q.rawDocs.QueryRowContext(ctx, afterRow, tenant, page).Scan(&n, &blob); err != nil {
+		return nil, fmt.Errorf("store: snapshot: %w", err)
+	}
+	prev := afterRow
+	for len(blob) > 0 {
+		row, idLen, bodyLen, ok := parseRawHeader(blob)
+		if !ok || len(blob) < rawRecordHeader+idLen+bodyLen {
+			return nil, fmt.Errorf("store: snapshot: malformed page record")
+		}
+		if row <= prev {
+			// group_concat's order is the subquery's in practice; should a
+			// SQLite change that, fail rather than send a page out of
+			// order or resume at the wrong row.
+			return nil, fmt.Errorf("store: snapshot: page out of rowid order")
+		}
+		prev = row
+		blob = blob[rawRecordHeader:]
+		docs = append(docs, store.RawDocument{ID: string(blob[:idLen]), Row: row, Body: blob[idLen : idLen+bodyLen : idLen+bodyLen]})
+		blob = blob[idLen+bodyLen:]
+	}
+	if len(docs) != n {
+		return nil, fmt.Errorf("store: snapshot: page of %d documents decoded as %d", n, len(docs))
+	}
+	return docs, nil
+}
+
+// parseRawHeader decodes a rawRecordHeader.
+func parseRawHeader(b []byte) (row int64, idLen, bodyLen int, ok bool) {
+	if len(b) < rawRecordHeader {
+		return 0, 0, 0, false
+	}
+	c, ok1 := parseHex(b[:16])
+	i, ok2 := parseHex(b[16:20])
+	l, ok3 := parseHex(b[20:rawRecordHeader])
+	return int64(c), int(i), int(l), ok1 && ok2 && ok3
+}
+
+// parseHex decodes lower-case hex digits (printf %x) into a uint64.
+func parseHex(b []byte) (uint64, bool) {
+	var v uint64
+	for _, c := range b {
+		switch {
+		case c >= '0' && c <= '9':
+			v = v<<4 | uint64(c-'0')
+		case c >= 'a' && c <= 'f':
+			v = v<<4 | uint64(c-'a'+10)
+		default:
+			return 0, false
+		}
+	}
+	return v, true
+}
+
+// children says which child tables have rows to read.
+type children struct{ digests, claims bool }
+
+// rawChildren is children for RawDocuments: digests stay encoded.
+func (q *snapshotStmts) rawChildren(ctx context.Context, tenant string, docs []store.RawDocument, has children) error {
+	if len(docs) == 0 || !has.digests && !has.claims {
+		return nil
+	}
+	byID := make(map[string]int, len(docs))
+	ids := make([]string, 0, len(docs))
+	for i, d := range docs {
+		byID[d.ID] = i
+		ids = append(ids, d.ID)
+	}
+	js, err := json.Marshal(ids)
+	if err != nil {
+		return err
+	}
+	if has.digests {
+		if err := q.rawDigests(ctx, string(js), docs, byID); err != nil {
+			return err
+		}
+	}
+	if !has.claims {
+		return nil
+	}
+	rows, err := q.claims.QueryContext(ctx, tenant, string(js))
+	if err != nil {
+		return fmt.Errorf("store: snapshot claims: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		c, err := scanClaim(rows)
+		if err != nil {
+			return err
+		}
+		if i, ok := byID[c.Claim.GetDocumentId()]; ok {
+			docs[i].Claims = append(docs[i].Claims, c.Claim)
+		}
+	}
+	return rows.Err()
+}
+
+// rawDigests attaches the encoded digests of the page's ids (a JSON array).
+func (q *snapshotStmts) rawDigests(ctx context.Context, ids string, docs []store.RawDocument, byID map[string]int) error {
+	rows, err := q.digests.QueryContext(ctx, ids)
+	if err != nil {
+		return fmt.Errorf("store: snapshot digests: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var b []byte
+		if err := rows.Scan(&id, &b); err != nil {
+			return err
+		}
+		if i, ok := byID[id]; ok {
+			docs[i].Digests = append(docs[i].Digests, b)
+		}
+	}
+	return rows.Err()
+}
+
 // snapshotStmts are SnapshotPages' statements, prepared on its transaction.
 type snapshotStmts struct {
 	docs, digests, claims *sql.Stmt
+	rawDocs               *sql.Stmt
 }
 
 func prepareSnapshot(ctx context.Context, tx *sql.Tx) (*snapshotStmts, error) {
@@ -514,6 +706,7 @@ func prepareSnapshot(ctx context.Context, tx *sql.Tx) (*snapshotStmts, error) {
 			ORDER BY g.doc_id, g.scope_id, g.scope_instance`},
 		{&q.claims, "SELECT " + claimCols + ` FROM claims
 			WHERE tenant = ? AND doc_id IN (SELECT value FROM json_each(?)) ORDER BY create_time, claim_id`},
+		{&q.rawDocs, rawPageQuery},
 	} {
 		if *p.st, err = tx.PrepareContext(ctx, p.sql); err != nil {
 			q.close()
@@ -524,7 +717,7 @@ func prepareSnapshot(ctx context.Context, tx *sql.Tx) (*snapshotStmts, error) {
 }
 
 func (q *snapshotStmts) close() {
-	for _, st := range []*sql.Stmt{q.docs, q.digests, q.claims} {
+	for _, st := range []*sql.Stmt{q.docs, q.digests, q.claims, q.rawDocs} {
 		if st != nil {
 			st.Close()
 		}

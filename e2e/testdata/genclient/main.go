@@ -11,7 +11,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -25,7 +24,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-openapi/runtime"
 	httptransport "github.com/go-openapi/runtime/client"
 	"github.com/go-openapi/strfmt"
 
@@ -61,7 +59,6 @@ type driver struct {
 	ctx    context.Context
 	api    *client.Pipestream
 	rep    *report
-	ndjson *ndjsonConsumer // StreamSnapshot only (NDJSON, no page form yet)
 }
 
 func main() {
@@ -75,13 +72,11 @@ func main() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	// The generated client as generated: watch and subscribe are read as
-	// the JSON pages the spec declares first, with no code of our own.
+	// The generated client as generated: watch, subscribe and the snapshot
+	// are read as the JSON pages the spec declares first, with no code of
+	// our own.
 	rt := httptransport.New(u.Host, "/", []string{u.Scheme})
-	nd := &ndjsonConsumer{}
-	// StreamSnapshot is NDJSON only; go-openapi has no consumer for it.
-	rt.Consumers["application/x-ndjson"] = nd
-	d := &driver{ctx: ctx, api: client.New(rt, strfmt.Default), ndjson: nd,
+	d := &driver{ctx: ctx, api: client.New(rt, strfmt.Default),
 		rep: &report{Input: []byte(input), Operations: map[string]string{}, Messages: map[string]int{}}}
 	for _, p := range strings.Split(*procs, ",") {
 		d.runProcessor(p)
@@ -335,7 +330,7 @@ func (d *driver) events() {
 		d.fail("EventService_GetSnapshot", "snapshot lists no document")
 	}
 	if snap != nil && snap.Payload != nil {
-		d.streamSnapshot(len(snap.Payload.Documents))
+		d.streamSnapshot(len(snap.Payload.Documents), snap.Payload.Seq)
 	}
 	d.subscribe()
 	tk, err := es.EventServiceCreateWebSocketTicket(event_service.NewEventServiceCreateWebSocketTicketParamsWithContext(d.ctx), nil)
@@ -361,26 +356,58 @@ func (d *driver) events() {
 	}
 }
 
-// streamSnapshot reads StreamSnapshot's NDJSON chunks to the end (the
-// one stream without a page form: read with a registered consumer) and
-// checks the last chunk against GetSnapshot's document count.
-func (d *driver) streamSnapshot(docs int) {
+// streamSnapshot reads StreamSnapshot as JSON pages of 2 documents,
+// passing nextPageToken back until it is empty, and checks that every
+// page names the first page's seq (at or after GetSnapshot's: a document
+// may have moved on since) and that the pages hold GetSnapshot's
+// documents, each once.
+func (d *driver) streamSnapshot(docs int, snapSeq string) {
 	const op = "EventService_StreamSnapshot"
-	d.ndjson.reset(0) // the snapshot stream ends by itself: read every chunk
-	ss, err := d.api.EventService.EventServiceStreamSnapshot(event_service.NewEventServiceStreamSnapshotParamsWithContext(d.ctx), nil)
-	d.record(op, err)
-	d.rep.Messages[op] += len(d.ndjson.lines)
-	if err != nil {
-		return
+	size, token, seq := int64(2), "", ""
+	seen := map[string]bool{}
+	for pages := 0; ; pages++ {
+		if pages > docs+1 {
+			d.fail(op, "%d pages for %d documents: the tokens do not advance", pages, docs)
+			return
+		}
+		tok := token
+		ss, err := d.api.EventService.EventServiceStreamSnapshot(event_service.NewEventServiceStreamSnapshotParamsWithContext(d.ctx).
+			WithPageSize(&size).WithPageToken(&tok), nil)
+		d.record(op, err)
+		if err != nil {
+			return
+		}
+		page := ss.Payload
+		if seq == "" {
+			seq = page.Seq
+			if a, b := atoi(seq), atoi(snapSeq); a < b || b == 0 {
+				d.fail(op, "first page at seq %q, before GetSnapshot's %s", seq, snapSeq)
+			}
+		}
+		if page.Seq != seq || len(page.Documents) > int(size) {
+			d.fail(op, "page %d: seq %q with %d documents, want the first page's seq %s and at most %d", pages, page.Seq, len(page.Documents), seq, size)
+			return
+		}
+		for _, doc := range page.Documents {
+			if seen[doc.ID] || doc.Name != "documents/"+doc.ID {
+				d.fail(op, "document %s (name %q) twice or misnamed", doc.ID, doc.Name)
+			}
+			seen[doc.ID] = true
+		}
+		d.rep.Messages[op] += len(page.Documents)
+		if token = page.NextPageToken; token == "" {
+			break
+		}
 	}
-	var last struct {
-		Last           bool   `json:"last"`
-		TotalDocuments string `json:"totalDocuments"`
+	if len(seen) != docs {
+		d.fail(op, "the pages hold %d documents, GetSnapshot %d", len(seen), docs)
 	}
-	b, _ := json.Marshal(ss.Payload.Result) // the generated model, whatever its field types
-	if json.Unmarshal(b, &last) != nil || !last.Last || last.TotalDocuments != fmt.Sprint(docs) {
-		d.fail(op, "last line %s is not the final chunk with GetSnapshot's %d documents", b, docs)
-	}
+}
+
+// atoi is a decimal uint64 string's value (0 when it is not one).
+func atoi(s string) uint64 {
+	n, _ := strconv.ParseUint(s, 10, 64)
+	return n
 }
 
 // subscribe reads the event log from cursor 0 through SubscribeEvents
@@ -450,45 +477,6 @@ func (d *driver) operations() {
 		d.fail("Operations_Console", "console page is not HTML")
 	}
 }
-
-// ndjsonConsumer reads an application/x-ndjson body: every line is a JSON
-// object; it keeps the lines and decodes the last one read into the
-// operation's response (the spec's schema of one line). With max > 0 it
-// stops after max lines (an open subscription never ends by itself).
-type ndjsonConsumer struct {
-	max   int
-	lines [][]byte
-}
-
-func (c *ndjsonConsumer) reset(max int) { c.max, c.lines = max, nil }
-
-// Consume implements runtime.Consumer.
-func (c *ndjsonConsumer) Consume(r io.Reader, v any) error {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	for sc.Scan() {
-		line := bytes.TrimSpace(sc.Bytes())
-		if len(line) == 0 {
-			continue
-		}
-		if !json.Valid(line) || line[0] != '{' {
-			return fmt.Errorf("NDJSON line %d is not a JSON object: %.200s", len(c.lines)+1, line)
-		}
-		c.lines = append(c.lines, append([]byte(nil), line...))
-		if c.max > 0 && len(c.lines) == c.max {
-			break
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return err
-	}
-	if len(c.lines) == 0 {
-		return errors.New("empty NDJSON stream")
-	}
-	return json.Unmarshal(c.lines[len(c.lines)-1], v)
-}
-
-var _ runtime.Consumer = (*ndjsonConsumer)(nil)
 
 // longRunning runs google.longrunning.Operations over documents: a finished
 // document is a done operation whose response is a ResultRef; a deferred

@@ -103,8 +103,7 @@ func fix(spec obj) error {
 	if err := markStream(op(paths, "/v1/events:subscribe", "get"), defs, "EventPage", "events", "Event", "events"); err != nil {
 		return fmt.Errorf("/v1/events:subscribe: %w", err)
 	}
-	// StreamSnapshot is NDJSON only (no SSE or page form yet).
-	if err := markNDJSON(op(paths, "/v1/events:streamSnapshot", "get")); err != nil {
+	if err := markSnapshot(op(paths, "/v1/events:streamSnapshot", "get"), defs); err != nil {
 		return fmt.Errorf("/v1/events:streamSnapshot: %w", err)
 	}
 	fixResult(op(paths, "/v1/documents/{id}/result", "get"))
@@ -270,17 +269,22 @@ func markStream(o obj, defs obj, pageDef, listKey, item, what string) error {
 	return nil
 }
 
-// ndjsonDescription is the 200 response of the NDJSON streams.
-const ndjsonDescription = "A stream of newline-delimited JSON (Content-Type `application/x-ndjson`): one JSON object per line, " +
-	"`{\"result\": ...}` for each message. A failure after the stream started (HTTP 200 already sent) ends it with exactly one " +
-	"`{\"error\": Status}` line, the same google.rpc.Status as every error response; a line has either `result` or `error`, never both. " +
-	"A call refused before the stream starts (unknown document, FutureCursor, authentication) answers its HTTP status with a bare Status, " +
-	"like every other operation."
+// snapshotDescription is the 200 response of StreamSnapshot, which
+// answers in three forms by Accept (gateway/snapshot_http.go).
+const snapshotDescription = "The response form follows `Accept` (the response varies on it):\n\n" +
+	"- `application/json` (what a client generated from this spec sends first): one **page** of at most `pageSize` documents (the schema below). " +
+	"Pass `nextPageToken` as `pageToken` for the next page until it comes back empty. Every page carries the first page's `seq`: after the last page, " +
+	"subscribe with `cursor` = `seq` + 1. Each page is read when it is asked for, so a document on a later page may already reflect events after `seq`; " +
+	"its `rev` says so (a replayed event whose `rev` is at or below the document's is already in it).\n" +
+	"- `application/x-ndjson` (also without Accept, or `*/*`): the whole snapshot in one response, all consistent with one `seq` (one store read): " +
+	"one `{\"result\": SnapshotChunk}` line per chunk of `pageSize` documents, the last with `last` = true and `totalDocuments`; " +
+	"a failure after the stream started ends it with exactly one `{\"error\": Status}` line, and a stream that ends without the last chunk is incomplete.\n" +
+	"- `text/event-stream`: the same chunks as Server-Sent Events (`data:` one SnapshotChunk), then `event: end` (a failure: `event: error` with the Status).\n\n" +
+	"A call refused before it starts (authentication, a bad parameter) answers its HTTP status with a google.rpc.Status in every form."
 
-// markNDJSON documents the server-streaming encoding (gateway/ndjson.go):
-// application/x-ndjson lines of {"result": message}, ended on failure by
-// one {"error": Status} line.
-func markNDJSON(o obj) error {
+// markSnapshot documents StreamSnapshot's three forms: the JSON page (the
+// 200 schema, SnapshotPage), NDJSON chunks and Server-Sent Events.
+func markSnapshot(o obj, defs obj) error {
 	if o == nil {
 		return errors.New("operation missing")
 	}
@@ -294,11 +298,35 @@ func markNDJSON(o obj) error {
 	if props["result"] == nil || props["error"] == nil {
 		return errors.New("200 schema is not grpc-gateway's {result, error} stream chunk")
 	}
-	schema["description"] = "One line of the stream: `result` for a message, or `error` once at the end of a failed stream."
-	ok["description"] = ndjsonDescription
-	o["produces"] = []any{"application/x-ndjson", "application/json"} // the stream; its error statuses
-	o["description"] = fmt.Sprint(o["description"]) + "\n\n" + ndjsonDescription
-	o["x-stream"] = "ndjson"
+	defs["SnapshotPage"] = obj{"type": "object", "description": "One page of the snapshot (Accept: application/json).",
+		"properties": obj{
+			"seq": obj{"type": "string", "format": "uint64",
+				"description": "The first page's seq: every document reflects at least the events up to it; subscribe from seq + 1 after the last page."},
+			"documents": obj{"type": "array", "items": obj{"$ref": "#/definitions/Document"},
+				"description": "The documents of this page, in the store's order (SQLite: the order they were first stored; PostgreSQL: create time); each comes once across the pages."},
+			"nextPageToken": obj{"type": "string",
+				"description": "Pass as pageToken for the next page; empty on the last page."},
+		}}
+	// The stream forms' items, as extensions (a Swagger 2.0 response has
+	// one schema, the page's): an NDJSON line is grpc-gateway's
+	// {result, error} object, an SSE event's data one SnapshotChunk.
+	schema["description"] = "One NDJSON line: `result` for a chunk, or `error` once at the end of a failed stream."
+	resp["200"] = obj{"description": snapshotDescription, "schema": obj{"$ref": "#/definitions/SnapshotPage"},
+		"headers":           obj{"Vary": obj{"type": "string", "description": "Accept"}},
+		"x-ndjson-schema":   schema,
+		"x-sse-data-schema": obj{"$ref": "#/definitions/SnapshotChunk"}}
+	o["produces"] = []any{"application/json", "application/x-ndjson", "text/event-stream"}
+	o["description"] = fmt.Sprint(o["description"]) + "\n\n" + snapshotDescription
+	o["x-stream"] = "ndjson,sse"
+	params := anySlice(o["parameters"])
+	for _, p := range params {
+		if po, _ := p.(obj); po != nil && po["name"] == "pageSize" {
+			po["description"] = "Documents per chunk (NDJSON, SSE) or per page (JSON): 1 to 10000; 0 = 2000."
+		}
+	}
+	o["parameters"] = append(params,
+		obj{"name": "pageToken", "in": "query", "required": false, "type": "string",
+			"description": "Page form: the previous page's nextPageToken (none: the first page)."})
 	return nil
 }
 

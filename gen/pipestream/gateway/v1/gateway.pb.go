@@ -2432,7 +2432,9 @@ type SnapshotChunk struct {
 	// The snapshot reflects every event up to and including this seq (the
 	// same in every chunk of one stream).
 	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
-	// The next documents, in create-time order.
+	// The next documents, in the store's order: with SQLite the order they
+	// were first stored (which follows create time up to concurrent
+	// submissions), with PostgreSQL create time. Each document comes once.
 	Documents []*Document `protobuf:"bytes,2,rep,name=documents,proto3" json:"documents,omitempty"`
 	// True on the final chunk (which may carry no documents): the snapshot is
 	// complete.
