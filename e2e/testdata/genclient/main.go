@@ -56,9 +56,9 @@ type report struct {
 }
 
 type driver struct {
-	ctx    context.Context
-	api    *client.Pipestream
-	rep    *report
+	ctx context.Context
+	api *client.Pipestream
+	rep *report
 }
 
 func main() {
