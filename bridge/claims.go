@@ -350,7 +350,7 @@ func (b *Bridge) redeemRun(ctx context.Context, d *docRun, claimID, via string, 
 		return nil, fmt.Errorf("%s is redeemed but resuming the entity failed (%v); the document is re-dispatched if its session is lost: %w",
 			what, err, ErrUnavailable)
 	}
-	t := time.NewTimer(redeemAckTimeout)
+	t := time.NewTimer(redeemAckTimeout.Load())
 	defer t.Stop()
 	select {
 	case st := <-w:

@@ -13,9 +13,9 @@ import (
 // SetRedeemAckTimeout shortens redeemAckTimeout for a test; call the
 // returned func to restore it. Not safe while a bridge is redeeming.
 func SetRedeemAckTimeout(d time.Duration) (restore func()) {
-	old := redeemAckTimeout
-	redeemAckTimeout = d
-	return func() { redeemAckTimeout = old }
+	old := redeemAckTimeout.Load()
+	redeemAckTimeout.Store(d)
+	return func() { redeemAckTimeout.Store(old) }
 }
 
 // MaxConcurrentDispatch is how many sendings one peer runs at once.
@@ -25,9 +25,9 @@ const MaxConcurrentDispatch = maxConcurrentDispatch
 // dialed from now on (quicpeer.Limits.ControlWriteTimeout); call the
 // returned func to restore it.
 func SetControlWriteTimeout(d time.Duration) (restore func()) {
-	old := controlWriteTimeout
-	controlWriteTimeout = d
-	return func() { controlWriteTimeout = old }
+	old := controlWriteTimeout.Load()
+	controlWriteTimeout.Store(d)
+	return func() { controlWriteTimeout.Store(old) }
 }
 
 // HoldCreateCommit makes every Upload wait, before it builds its Create

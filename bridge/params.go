@@ -1,6 +1,9 @@
 package bridge
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // Tunables of the bridge, one place, one rationale each.
 const (
@@ -138,8 +141,9 @@ const (
 // the redemption pending (the document's wait reason says so, and the
 // answer is recorded when it comes: redeemPending). The peer answers
 // PROCESSING once the payload is in (milliseconds; the payload budget may
-// delay it under load). A variable so tests can shorten it.
-var redeemAckTimeout = 10 * time.Second
+// delay it under load). Atomic so tests can shorten it while other
+// tests' bridges still run (export_test.go).
+var redeemAckTimeout = newAtomicDuration(10 * time.Second)
 
 // drainPollInterval: during Close, how often the bridge checks whether a
 // session's GOAWAY drain waits only on documents deferred behind durable
@@ -156,4 +160,17 @@ const storeRetryDelay = time.Second
 // peer that stops reading its control stream loses its session after it,
 // and its documents are dispatched again. A variable so tests can change
 // it.
-var controlWriteTimeout time.Duration
+var controlWriteTimeout atomicDuration
+
+// atomicDuration is a time.Duration that tests may change while bridges
+// read it.
+type atomicDuration struct{ v atomic.Int64 }
+
+func newAtomicDuration(d time.Duration) *atomicDuration {
+	a := &atomicDuration{}
+	a.v.Store(int64(d))
+	return a
+}
+
+func (a *atomicDuration) Load() time.Duration   { return time.Duration(a.v.Load()) }
+func (a *atomicDuration) Store(d time.Duration) { a.v.Store(int64(d)) }
