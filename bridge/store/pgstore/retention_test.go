@@ -46,6 +46,13 @@ func readTo(t *testing.T, l *eventlog.Log, key string, last uint64) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	// l learns of another replica's appends from the database (NOTIFY):
+	// subscribing before it knows seq 1 would be a FutureCursor.
+	for deadline := time.Now().Add(10 * time.Second); l.Latest() < last; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the log knows seqs up to %d, not %d, after 10 s", l.Latest(), last)
+		}
+	}
 	one := uint64(1)
 	done := make(chan error, 1)
 	reached := make(chan struct{})
