@@ -174,6 +174,18 @@ func (s *Store) runTx(reqs []*request, savepoints bool) error {
 		return err
 	}
 	before := st
+	if !savepoints && !s.opts.rowByRow {
+		if plan, ok := planGroup(reqs); ok {
+			for _, r := range reqs {
+				r.err, r.res, r.pres = nil, store.CommitResult{}, store.PruneResult{}
+			}
+			if err := s.applySet(ctx, reqs, plan, &st); err != nil {
+				s.rollback()
+				return errBatchFailed
+			}
+			reqs = nil // applied
+		}
+	}
 	for _, r := range reqs {
 		r.err, r.res, r.pres = nil, store.CommitResult{}, store.PruneResult{}
 		if savepoints {
