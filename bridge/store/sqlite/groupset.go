@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -23,6 +24,9 @@ import (
 // constraint, a stale revision) fails the run with errBatchFailed, so the
 // group reruns with a savepoint per batch and the failing batch gets its
 // own error (runGroup).
+
+// errSetDeclined: the set path applied nothing; run the group batch by batch.
+var errSetDeclined = errors.New("store: the group runs batch by batch")
 
 // setDoc is one document row the group writes: an INSERT (created) or an
 // UPDATE expecting prevRev, with the values of the last batch that changed
@@ -123,6 +127,13 @@ func planGroup(reqs []*request) (*groupPlan, bool) {
 // applySet writes plan inside the open transaction and assigns the
 // events' seqs of every request. Any error leaves the transaction to be
 // rolled back by the caller.
+//
+// The documents' INSERT runs first: if it fails (a create repeating a
+// request id or a document id, which is how applyCreate finds duplicates),
+// SQLite has backed out that statement alone and nothing of the group is
+// applied, so applySet returns errSetDeclined and the caller runs the
+// group batch by batch in the same transaction, as if planGroup had
+// declined (a duplicate create does not rerun its group).
 func (s *Store) applySet(ctx context.Context, reqs []*request, p *groupPlan, st *txState) error {
 	if err := s.insertDocs(ctx, p.inserts); err != nil {
 		return err
@@ -181,6 +192,9 @@ func (s *Store) insertDocs(ctx context.Context, ds []*setDoc) error {
 				rec.DispatchAttempts, rec.Private, v.body)
 		}
 		if _, err := s.execRows(ctx, &insertDocsQ, hi-lo, args); err != nil {
+			if lo == 0 { // the first statement of the set path: nothing applied
+				return fmt.Errorf("%w: insert %d documents: %w", errSetDeclined, hi-lo, err)
+			}
 			return fmt.Errorf("store: insert %d documents: %w", hi-lo, err)
 		}
 		return nil

@@ -179,11 +179,15 @@ func (s *Store) runTx(reqs []*request, savepoints bool) error {
 			for _, r := range reqs {
 				r.err, r.res, r.pres = nil, store.CommitResult{}, store.PruneResult{}
 			}
-			if err := s.applySet(ctx, reqs, plan, &st); err != nil {
+			switch err := s.applySet(ctx, reqs, plan, &st); {
+			case err == nil:
+				reqs = nil // applied
+			case errors.Is(err, errSetDeclined):
+				// Nothing applied: run batch by batch in this transaction.
+			default:
 				s.rollback()
 				return errBatchFailed
 			}
-			reqs = nil // applied
 		}
 	}
 	for _, r := range reqs {
