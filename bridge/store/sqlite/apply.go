@@ -79,29 +79,22 @@ func (s *Store) apply(ctx context.Context, r *request, st *txState) error {
 			return err
 		}
 	}
-	return s.assignSeqs(r, st)
-}
-
-// assignSeqs gives r's events the next seqs and queues their rows in
-// s.pending for flushEvents.
-func (s *Store) assignSeqs(r *request, st *txState) error {
-	if len(r.events) == 0 {
-		return nil
-	}
-	r.res.Seqs = make([]uint64, len(r.events))
-	for i := range r.events {
-		e := &r.events[i]
-		seq := st.lastSeq + 1
-		if seq >= store.MaxSeq {
-			return fmt.Errorf("%w: last seq %d", store.ErrSeqExhausted, st.lastSeq)
+	if len(r.events) > 0 {
+		r.res.Seqs = make([]uint64, len(r.events))
+		for i := range r.events {
+			e := &r.events[i]
+			seq := st.lastSeq + 1
+			if seq >= store.MaxSeq {
+				return fmt.Errorf("%w: last seq %d", store.ErrSeqExhausted, st.lastSeq)
+			}
+			// Truncate first: a rerun of the group appends the seq again.
+			e.body = protowire.AppendVarint(protowire.AppendTag(e.body[:e.n], eventFieldSeq, protowire.VarintType), seq)
+			s.pending = append(s.pending, pendingEvent{seq: seq, e: e})
+			st.lastSeq = seq
+			st.count++
+			st.bytes += uint64(len(e.body))
+			r.res.Seqs[i] = seq
 		}
-		// Truncate first: a rerun of the group appends the seq again.
-		e.body = protowire.AppendVarint(protowire.AppendTag(e.body[:e.n], eventFieldSeq, protowire.VarintType), seq)
-		s.pending = append(s.pending, pendingEvent{seq: seq, e: e})
-		st.lastSeq = seq
-		st.count++
-		st.bytes += uint64(len(e.body))
-		r.res.Seqs[i] = seq
 	}
 	return nil
 }

@@ -66,58 +66,52 @@ func BenchmarkAppendEvents(b *testing.B) {
 
 // BenchmarkSmallDocumentLifecycle measures what the store does for one
 // small (4 KiB) document from submit to SUCCEEDED, with 64 documents in
-// flight. shape=lifecycle3 is storetest.SmallDocumentLifecycle: the Create
-// batch (with its creation event), an update to RUNNING (entity + 2
-// events) and the terminal update (entity + 3 events); shape=gateway2 is
+// flight. payload=inline and payload=files run
+// storetest.SmallDocumentLifecycle: the Create batch (with its creation
+// event), an update to RUNNING (entity + 2 events) and the terminal update
+// (entity + 3 events); shape=gateway2 runs
 // storetest.GatewayDocumentLifecycle, the two batches per document the
 // gateway's bridge committed in `gateway bench --only small`. With
 // payload=inline the content rides in the Create batch and the result in
 // the terminal batch (and the content row is deleted there); with
 // payload=files each is a streamed payload (temp file, fsync, rename,
 // directory fsync) written before its batch, as before migration 3.
-// path=set is the writer's default (groupset.go: one multi-row statement
-// per table for a group); path=rowbyrow runs every batch row by row, as
-// before it. ns/op is per document (wall time, bound by the single
+// ns/op is per document (wall time, bound by the single
 // writer); cpu-ns/doc is the process's CPU (writer, callers and the
 // benchmark's own encoding) per document; stmts/doc the SQL statements the
 // writer ran per document.
 func BenchmarkSmallDocumentLifecycle(b *testing.B) {
 	content := make([]byte, 4096)
-	for _, c := range []struct{ shape, payload string }{{"lifecycle3", "inline"}, {"lifecycle3", "files"}, {"gateway2", "inline"}} {
-		for _, path := range []string{"set", "rowbyrow"} {
-			b.Run("shape="+c.shape+"/payload="+c.payload+"/path="+path, func(b *testing.B) {
-				opts := sqlite.Options{}
-				if path == "rowbyrow" {
-					opts = sqlite.RowByRow(opts)
+	for _, c := range []struct{ name, shape, payload string }{
+		{"payload=inline", "lifecycle3", "inline"}, {"payload=files", "lifecycle3", "files"}, {"shape=gateway2/payload=inline", "gateway2", "inline"},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			s := openStore(b, b.TempDir(), sqlite.Options{})
+			ctx := context.Background()
+			var n atomic.Int64
+			lifecycle := func() error {
+				id := fmt.Sprintf("d%d", n.Add(1))
+				if c.shape == "gateway2" {
+					return storetest.GatewayDocumentLifecycle(ctx, s, id, content)
 				}
-				s := openStore(b, b.TempDir(), opts)
-				ctx := context.Background()
-				var n atomic.Int64
-				lifecycle := func() error {
-					id := fmt.Sprintf("d%d", n.Add(1))
-					if c.shape == "gateway2" {
-						return storetest.GatewayDocumentLifecycle(ctx, s, id, content)
+				return storetest.SmallDocumentLifecycle(ctx, s, id, content, c.payload == "files")
+			}
+			b.ReportAllocs()
+			b.SetParallelism(32) // 64 in flight on 2 CPUs
+			cpu0, ws0 := cputime.Process(), s.WriterStats()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if err := lifecycle(); err != nil {
+						b.Error(err)
+						return
 					}
-					return storetest.SmallDocumentLifecycle(ctx, s, id, content, c.payload == "files")
 				}
-				b.ReportAllocs()
-				b.SetParallelism(32) // 64 in flight on 2 CPUs
-				cpu0, ws0 := cputime.Process(), s.WriterStats()
-				b.RunParallel(func(pb *testing.PB) {
-					for pb.Next() {
-						if err := lifecycle(); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				})
-				cpu, ws := cputime.Process()-cpu0, s.WriterStats()
-				docs := float64(n.Load())
-				b.ReportMetric(float64(cpu.Nanoseconds())/docs, "cpu-ns/doc")
-				b.ReportMetric(float64(ws.Batches)/float64(ws.Transactions), "batches/txn")
-				b.ReportMetric(float64(ws.Statements-ws0.Statements)/docs, "stmts/doc")
-				b.ReportMetric(float64(ws.Retries-ws0.Retries), "retries")
 			})
-		}
+			cpu, ws := cputime.Process()-cpu0, s.WriterStats()
+			docs := float64(n.Load())
+			b.ReportMetric(float64(cpu.Nanoseconds())/docs, "cpu-ns/doc")
+			b.ReportMetric(float64(ws.Batches)/float64(ws.Transactions), "batches/txn")
+			b.ReportMetric(float64(ws.Statements-ws0.Statements)/docs, "stmts/doc")
+		})
 	}
 }

@@ -40,10 +40,6 @@ const (
 	// a typical group's events, and the writer caches one prepared statement
 	// per row count up to this.
 	maxEventsPerInsert = 64
-	// maxRowsPerStmt bounds the rows of one multi-row statement of the set
-	// path (groupset.go; at most 15 bound parameters a row): a typical
-	// group's documents fit one statement.
-	maxRowsPerStmt = 64
 	// maxDocIDLen bounds document ids used in file names.
 	maxDocIDLen = 128
 )

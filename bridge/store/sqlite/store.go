@@ -77,10 +77,6 @@ type Options struct {
 	// batches per transaction), store_commit_seconds (transaction latency),
 	// store_commit_transactions_total.
 	Registerer prometheus.Registerer
-
-	// rowByRow turns off the set path (groupset.go), so that tests and
-	// benchmarks can compare it with running every group batch by batch.
-	rowByRow bool
 }
 
 func (o *Options) withDefaults() (Options, error) {

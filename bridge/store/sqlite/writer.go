@@ -174,22 +174,6 @@ func (s *Store) runTx(reqs []*request, savepoints bool) error {
 		return err
 	}
 	before := st
-	if !savepoints && !s.opts.rowByRow {
-		if plan, ok := planGroup(reqs); ok {
-			for _, r := range reqs {
-				r.err, r.res, r.pres = nil, store.CommitResult{}, store.PruneResult{}
-			}
-			switch err := s.applySet(ctx, reqs, plan, &st); {
-			case err == nil:
-				reqs = nil // applied
-			case errors.Is(err, errSetDeclined):
-				// Nothing applied: run batch by batch in this transaction.
-			default:
-				s.rollback()
-				return errBatchFailed
-			}
-		}
-	}
 	for _, r := range reqs {
 		r.err, r.res, r.pres = nil, store.CommitResult{}, store.PruneResult{}
 		if savepoints {
