@@ -357,3 +357,42 @@ func TestIdempotentCreateReusingTheID(t *testing.T) {
 		t.Fatalf("refused or duplicate creates appended events: LastSeq %d", s.LastSeq())
 	}
 }
+
+// TestGroupWithAnUnencodableDocument: the writer encodes the documents'
+// bodies (docRow.encodeBody); a batch whose document does not encode
+// (invalid UTF-8 in a string field, which proto.Marshal refuses) gets that
+// error and leaves nothing, and the batches of its group around it commit
+// as if it had not been there.
+func TestGroupWithAnUnencodableDocument(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, t.TempDir(), Options{MaxGroupBatches: 3, MaxGroupDelay: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	bad := groupDoc("t", "bad", 1)
+	bad.Doc.DisplayName = "\xff\xfe"
+	good1 := mustPrepare(t, &store.Batch{Create: groupDoc("t", "a", 1), Events: []store.EventAppend{groupEvent("a", 1)}})
+	badReq := mustPrepare(t, &store.Batch{Create: bad, Events: []store.EventAppend{groupEvent("bad", 1)}})
+	good2 := mustPrepare(t, &store.Batch{Create: groupDoc("t", "b", 1), Events: []store.EventAppend{groupEvent("b", 1)}})
+	runOneGroup(t, s, good1, badReq, good2)
+	if badReq.err == nil || !bytes.Contains([]byte(badReq.err.Error()), []byte("encode document bad")) || badReq.res.Seqs != nil {
+		t.Fatalf("unencodable document: %v, seqs %v; want the encoding error and nothing applied", badReq.err, badReq.res.Seqs)
+	}
+	for i, r := range []*request{good1, good2} {
+		if r.err != nil || len(r.res.Seqs) != 1 || r.res.Seqs[0] != uint64(i)+1 {
+			t.Fatalf("good batch %d: %v, seqs %v; want seq %d", i, r.err, r.res.Seqs, i+1)
+		}
+	}
+	if _, err := s.GetDocument(ctx, "t", "bad", false); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("GetDocument(bad) = %v, want ErrNotFound", err)
+	}
+	for _, id := range []string{"a", "b"} {
+		if _, err := s.GetDocument(ctx, "t", id, false); err != nil {
+			t.Fatalf("GetDocument(%s): %v", id, err)
+		}
+	}
+	if s.LastSeq() != 2 {
+		t.Fatalf("LastSeq %d, want 2", s.LastSeq())
+	}
+}

@@ -133,6 +133,9 @@ var errBatchFailed = errors.New("store: a batch of the group failed")
 // the others commit, exactly as if every run had used savepoints.
 func (s *Store) runGroup(reqs []*request) {
 	start := time.Now()
+	if reqs = encodeBodies(reqs); len(reqs) == 0 {
+		return
+	}
 	err := s.runTx(reqs, false)
 	if errors.Is(err, errBatchFailed) {
 		s.retries.Add(1)
