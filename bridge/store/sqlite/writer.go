@@ -10,8 +10,9 @@ import (
 	"github.com/pipestream/gateway/bridge/store"
 )
 
-// request is one queued unit of work for the writer: a Batch (encoded by
-// the caller's goroutine) or a prune.
+// request is one queued unit of work for the writer: a Batch (validated
+// and its events encoded by the caller's goroutine, the documents' bodies
+// by the writer: docRow.encodeBody) or a prune.
 type request struct {
 	b       *store.Batch
 	create  *docRow
