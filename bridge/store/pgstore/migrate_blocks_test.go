@@ -36,6 +36,27 @@ func TestMigrationToEventBlocks(t *testing.T) {
 	conn.Close(ctx)
 
 	s := open(t, dsn)
+	checkReadBack(t, s, want)
+	acme, err := s.ReadEvents(ctx, store.EventQuery{Tenant: "acme", From: 100, Limit: 10000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range acme {
+		if e.Tenant != "acme" || e.Seq < 100 {
+			t.Fatalf("tenant read from 100 returned %+v", e)
+		}
+	}
+	res, err := s.Commit(ctx, &store.Batch{Events: []store.EventAppend{event("d", "next"), event("d", "next")}})
+	if err != nil || len(res.Seqs) != 2 || res.Seqs[0] != 341 {
+		t.Fatalf("commit after the migration: %+v, %v; want seqs 341, 342", res, err)
+	}
+}
+
+// checkReadBack: every event of want reads back as it was, with the same
+// counters, oldest seq and per-event sizes.
+func checkReadBack(t *testing.T, s *pgstore.Store, want []store.EventRecord) {
+	t.Helper()
+	ctx := context.Background()
 	got, err := s.ReadEvents(ctx, store.EventQuery{AllTenants: true, Limit: 10000})
 	if err != nil {
 		t.Fatal(err)
@@ -64,19 +85,6 @@ func TestMigrationToEventBlocks(t *testing.T) {
 		return nil
 	}); err != nil || i != len(want) {
 		t.Fatalf("EachEventMeta: %v after %d events", err, i)
-	}
-	acme, err := s.ReadEvents(ctx, store.EventQuery{Tenant: "acme", From: 100, Limit: 10000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range acme {
-		if e.Tenant != "acme" || e.Seq < 100 {
-			t.Fatalf("tenant read from 100 returned %+v", e)
-		}
-	}
-	res, err := s.Commit(ctx, &store.Batch{Events: []store.EventAppend{event("d", "next"), event("d", "next")}})
-	if err != nil || len(res.Seqs) != 2 || res.Seqs[0] != 341 {
-		t.Fatalf("commit after the migration: %+v, %v; want seqs 341, 342", res, err)
 	}
 }
 
@@ -141,28 +149,7 @@ func TestPruneInsideABlock(t *testing.T) {
 	if pr, err := s.PruneEvents(ctx, cut); err != nil || pr.Removed != 0 {
 		t.Fatalf("pruning again to %d: %+v, %v; want nothing removed", cut, pr, err)
 	}
-	left, err := s.ReadEvents(ctx, store.EventQuery{AllTenants: true})
-	if err != nil || len(left) != 6 || left[0].Seq != cut || !bytes.Equal(left[0].Body, all[4].Body) {
-		t.Fatalf("after the prune: %d events from %v, %v; want 6 from seq %d", len(left), left, err, cut)
-	}
-	st, err := s.EventStats(ctx)
-	if err != nil || st.OldestSeq != cut || st.Count != 6 {
-		t.Fatalf("EventStats %+v, %v; want oldest %d, 6 events", st, err, cut)
-	}
-	var metas []uint64
-	if err := s.EachEventMeta(ctx, func(seq uint64, _ time.Time, _ int) error { metas = append(metas, seq); return nil }); err != nil || len(metas) != 6 || metas[0] != cut {
-		t.Fatalf("EachEventMeta: %v, %v; want 6 seqs from %d", metas, err, cut)
-	}
-	var counted uint64
-	if err := s.EachEventRange(ctx, 0, res.Seqs[9], 3, func(r store.EventRange) error {
-		if r.First < cut {
-			return fmt.Errorf("range %+v holds a pruned seq", r)
-		}
-		counted += r.Count
-		return nil
-	}); err != nil || counted != 6 {
-		t.Fatalf("EachEventRange: %v, counted %d, want 6", err, counted)
-	}
+	checkPrunedTo(t, s, cut, all[4], res.Seqs[9])
 	// Pruning past the latest seq removes the block but never moves the
 	// floor past the next seq: the next commit's events are visible.
 	if pr, err := s.PruneEvents(ctx, 1<<40); err != nil || pr.Removed != 6 {
@@ -174,5 +161,34 @@ func TestPruneInsideABlock(t *testing.T) {
 	}
 	if got, err := s.ReadEvents(ctx, store.EventQuery{AllTenants: true}); err != nil || len(got) != 1 || got[0].Seq != res2.Seqs[0] {
 		t.Fatalf("after pruning everything and one commit: %v, %v; want the new event %d", got, err, res2.Seqs[0])
+	}
+}
+
+// checkPrunedTo: after pruning to cut (inside a block of 10 events ending
+// at last), every reader agrees that the 6 events from cut on remain.
+func checkPrunedTo(t *testing.T, s *pgstore.Store, cut uint64, first store.EventRecord, last uint64) {
+	t.Helper()
+	ctx := context.Background()
+	left, err := s.ReadEvents(ctx, store.EventQuery{AllTenants: true})
+	if err != nil || len(left) != 6 || left[0].Seq != cut || !bytes.Equal(left[0].Body, first.Body) {
+		t.Fatalf("after the prune: %d events from %v, %v; want 6 from seq %d", len(left), left, err, cut)
+	}
+	st, err := s.EventStats(ctx)
+	if err != nil || st.OldestSeq != cut || st.Count != 6 {
+		t.Fatalf("EventStats %+v, %v; want oldest %d, 6 events", st, err, cut)
+	}
+	var metas []uint64
+	if err := s.EachEventMeta(ctx, func(seq uint64, _ time.Time, _ int) error { metas = append(metas, seq); return nil }); err != nil || len(metas) != 6 || metas[0] != cut {
+		t.Fatalf("EachEventMeta: %v, %v; want 6 seqs from %d", metas, err, cut)
+	}
+	var counted uint64
+	if err := s.EachEventRange(ctx, 0, last, 3, func(r store.EventRange) error {
+		if r.First < cut {
+			return fmt.Errorf("range %+v holds a pruned seq", r)
+		}
+		counted += r.Count
+		return nil
+	}); err != nil || counted != 6 {
+		t.Fatalf("EachEventRange: %v, counted %d, want 6", err, counted)
 	}
 }
