@@ -14,7 +14,7 @@ import (
 // docRow is a DocumentRecord with its columns extracted and its body encoded.
 type docRow struct {
 	rec                *store.DocumentRecord
-	body               []byte // encoded by the writer: encodeBody
+	body               []byte
 	state              int32
 	terminal           bool
 	rev, prevRev       uint64
@@ -61,8 +61,6 @@ const (
 	eventFieldSeq       = 1
 )
 
-// encodeDoc validates rec and extracts its columns; the body is encoded
-// later, by the writer (encodeBody).
 func encodeDoc(rec *store.DocumentRecord) (docRow, error) {
 	if rec == nil || rec.Doc == nil {
 		return docRow{}, fmt.Errorf("%w: document record without Doc", store.ErrInvalid)
@@ -74,8 +72,16 @@ func encodeDoc(rec *store.DocumentRecord) (docRow, error) {
 	if d.GetCreateTime() == nil {
 		return docRow{}, fmt.Errorf("%w: document %s has no create_time", store.ErrInvalid, d.GetId())
 	}
+	full, err := proto.Marshal(d)
+	if err != nil {
+		return docRow{}, fmt.Errorf("store: encode document %s: %w", d.GetId(), err)
+	}
+	body, err := store.StripFields(full, docFieldEntities, docFieldDigests, docFieldClaimChecks)
+	if err != nil {
+		return docRow{}, err
+	}
 	r := docRow{
-		rec: rec, state: int32(d.GetState()), terminal: store.IsTerminal(d.GetState()),
+		rec: rec, body: body, state: int32(d.GetState()), terminal: store.IsTerminal(d.GetState()),
 		rev: d.GetRev(), createNs: d.GetCreateTime().AsTime().UnixNano(),
 	}
 	r.updateNs = r.createNs
@@ -86,56 +92,6 @@ func encodeDoc(rec *store.DocumentRecord) (docRow, error) {
 		r.requestID = sql.NullString{String: d.GetRequestId(), Valid: true}
 	}
 	return r, nil
-}
-
-// encodeBody encodes the document's body column (once). The writer calls
-// it, not prepare: the caller of Commit is a request's goroutine whose
-// stack is deep at that point (gRPC handler, interceptors, bridge, event
-// log), and proto.Marshal there grew it (runtime.copystack, ~4% of the
-// gateway's CPU on small documents); the writer's stack is grown once.
-func (r *docRow) encodeBody() error {
-	if r.body != nil {
-		return nil
-	}
-	full, err := proto.Marshal(r.rec.Doc)
-	if err != nil {
-		return fmt.Errorf("store: encode document %s: %w", r.rec.Doc.GetId(), err)
-	}
-	body, err := store.StripFields(full, docFieldEntities, docFieldDigests, docFieldClaimChecks)
-	if err != nil {
-		return err
-	}
-	r.body = body
-	return nil
-}
-
-// encodeBodies encodes the document bodies of reqs and answers, apart, the
-// requests whose document does not encode.
-func encodeBodies(reqs []*request) (ok []*request) {
-	ok = reqs[:0:0]
-	for _, r := range reqs {
-		if err := r.encodeBodies(); err != nil {
-			r.err = err
-			close(r.done)
-			continue
-		}
-		ok = append(ok, r)
-	}
-	return ok
-}
-
-func (r *request) encodeBodies() error {
-	if r.create != nil {
-		if err := r.create.encodeBody(); err != nil {
-			return err
-		}
-	}
-	for i := range r.updates {
-		if err := r.updates[i].encodeBody(); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 func encodeEvent(e store.EventAppend) (encEvent, error) {
@@ -156,8 +112,8 @@ func encodeEvent(e store.EventAppend) (encEvent, error) {
 	}, nil
 }
 
-// prepare validates b and encodes its events in the caller's goroutine;
-// the documents' bodies are encoded by the writer (docRow.encodeBody).
+// prepare validates and encodes b in the caller's goroutine, so the writer
+// only runs SQL.
 func prepare(b *store.Batch) (*request, error) {
 	if b == nil {
 		return nil, fmt.Errorf("%w: nil batch", store.ErrInvalid)

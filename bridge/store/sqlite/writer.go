@@ -10,9 +10,8 @@ import (
 	"github.com/pipestream/gateway/bridge/store"
 )
 
-// request is one queued unit of work for the writer: a Batch (validated
-// and its events encoded by the caller's goroutine, the documents' bodies
-// by the writer: docRow.encodeBody) or a prune.
+// request is one queued unit of work for the writer: a Batch (encoded by
+// the caller's goroutine) or a prune.
 type request struct {
 	b       *store.Batch
 	create  *docRow
@@ -134,9 +133,6 @@ var errBatchFailed = errors.New("store: a batch of the group failed")
 // the others commit, exactly as if every run had used savepoints.
 func (s *Store) runGroup(reqs []*request) {
 	start := time.Now()
-	if reqs = encodeBodies(reqs); len(reqs) == 0 {
-		return
-	}
 	err := s.runTx(reqs, false)
 	if errors.Is(err, errBatchFailed) {
 		s.retries.Add(1)
