@@ -82,20 +82,20 @@ const refusalsLogged = 20
 // attribOf is ss's attribution state, made on first use (a closed
 // session's is not kept: onSessionClosedLocked dropped it). Caller holds
 // b.mu.
-func (b *Bridge) attribOf(ss *sessState) *sessAttrib {
+func (env *docEnv) attribOf(ss *sessState) *sessAttrib {
 	if ss.closed {
-		if st := b.attrib[ss]; st != nil {
+		if st := env.attrib[ss]; st != nil {
 			return st
 		}
 		return &sessAttrib{} // not kept: nothing is taken after the close (its entities left the session)
 	}
-	if b.attrib == nil {
-		b.attrib = map[*sessState]*sessAttrib{}
+	if env.attrib == nil {
+		env.attrib = map[*sessState]*sessAttrib{}
 	}
-	st := b.attrib[ss]
+	st := env.attrib[ss]
 	if st == nil {
 		st = &sessAttrib{}
-		b.attrib[ss] = st
+		env.attrib[ss] = st
 	}
 	return st
 }

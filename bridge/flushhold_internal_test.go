@@ -23,7 +23,7 @@ func TestFlushHoldTimer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b := &Bridge{ctx: context.Background(), flushCh: make(chan struct{}, 1), docs: map[string]*docRun{}}
+		b := &Bridge{docEnv: &docEnv{registry: &registry{docs: map[string]*docRun{}}, ctx: context.Background(), flushCh: make(chan struct{}, 1)}}
 		progress := func(id string) *docRun {
 			d := b.newDocRun(id, "", p)
 			d.committed = true
