@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/pipestream/gateway/bridge/store"
@@ -193,9 +194,15 @@ func runDetach(b *Bridge, rs []detachReq) {
 	for _, r := range rs {
 		if err := r.s.SetDetached(r.scope, r.id, true); err != nil {
 			b.log.Debug("bridge: detaching a deferred entity from the GOAWAY drain", "scope", r.scope, "entity", r.id, "err", err)
+		} else if h := testHookDetached.Load(); h != nil {
+			(*h)()
 		}
 	}
 }
+
+// testHookDetached, when set by a test (OnDetached), runs after each
+// entity detached from the GOAWAY drain.
+var testHookDetached atomic.Pointer[func()]
 
 // durableDeferredLocked returns the entities of d's current attempt on ss
 // that are DEFERRED with a durable ISSUED claim (not waiting in the
