@@ -16,7 +16,8 @@ func TestNewAttemptIsWholeAndReplacesTheOld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &Bridge{docEnv: &docEnv{registry: &registry{}, ctx: context.Background()}}
+	reg := &registry{}
+	b := &Bridge{docEnv: &docEnv{reg: reg, ctx: context.Background()}, registry: reg}
 	d := b.newDocRun("doc1", "", p)
 	if d.sess() != nil || d.att.current() {
 		t.Fatalf("a new document runs no attempt: sess %v, current %v", d.sess(), d.att.current())

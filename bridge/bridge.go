@@ -21,6 +21,7 @@ import (
 // embeds (docs/architecture.md, "Concurrency").
 type Bridge struct {
 	*docEnv
+	*registry // the same as docEnv.reg
 
 	cancel context.CancelFunc
 
@@ -44,7 +45,7 @@ type Bridge struct {
 // loops), and internal/archtest-style TestDocumentCodeStaysDown fails if a
 // docRun or attempt method names *Bridge.
 type docEnv struct {
-	*registry
+	reg *registry
 
 	opts Options
 	log  *slog.Logger
@@ -57,24 +58,6 @@ type docEnv struct {
 
 	kickCh  chan struct{} // dispatcher wake-up
 	flushCh chan struct{} // flusher wake-up (never closed)
-}
-
-// registry is the bridge's shared bookkeeping: the documents of this
-// process, the dispatch queue, the peers and their sessions, and what
-// result attribution learned per session. Its mutex, mu (Bridge.mu), guards
-// it and, until each document gets its own lock, every document and
-// attempt too (docs/architecture.md, "Concurrency").
-type registry struct {
-	mu       sync.Mutex
-	closing  bool
-	docs     map[string]*docRun // non-terminal documents (and finished ones until flushed)
-	queue    []*docRun          // documents waiting for dispatch
-	peers    []*peerConn        // in the configured order; fixed after New
-	nextPeer int                // where placement's round-robin tie-break starts
-	sessions map[*sessState]struct{}
-	// attrib: what result attribution learned per session
-	// (attribution.go); dropped when the session closes.
-	attrib map[*sessState]*sessAttrib
 }
 
 var _ Service = (*Bridge)(nil)
@@ -112,12 +95,13 @@ func New(ctx context.Context, opts Options) (*Bridge, error) {
 		return nil, fmt.Errorf("bridge: open event log: %w", err)
 	}
 	bctx, cancel := context.WithCancel(context.Background())
+	reg := &registry{peers: peers, docs: map[string]*docRun{}, sessions: map[*sessState]struct{}{}}
 	b := &Bridge{
 		docEnv: &docEnv{
-			registry: &registry{peers: peers, docs: map[string]*docRun{}, sessions: map[*sessState]struct{}{}},
-			opts:     opts, log: opts.Logger, st: st, ev: ev, m: m, ctx: bctx,
+			reg: reg, opts: opts, log: opts.Logger, st: st, ev: ev, m: m, ctx: bctx,
 			kickCh: make(chan struct{}, 1), flushCh: make(chan struct{}, 1),
 		},
+		registry:  reg,
 		cancel:    cancel,
 		flushStop: make(chan struct{}), flushed: make(chan struct{}),
 	}
@@ -306,7 +290,7 @@ func (env *docEnv) kick() {
 	case env.kickCh <- struct{}{}:
 	default:
 	}
-	for _, pc := range env.peers {
+	for _, pc := range env.reg.peers {
 		select {
 		case pc.connKick <- struct{}{}:
 		default:
@@ -332,7 +316,7 @@ func (d *docRun) enqueueLocked() {
 	if d.waitSince.IsZero() {
 		d.waitSince = d.queuedAt
 	}
-	d.env.queue = append(d.env.queue, d)
+	d.env.reg.push(d)
 	d.env.kick()
 }
 

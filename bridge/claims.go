@@ -247,12 +247,12 @@ func (env *docEnv) commitRedeem(ctx context.Context, t Tenant, docID string, c *
 // of claim claimID of d.
 func (d *docRun) localCommit(claimID string) redeemCommit {
 	return func(ctx context.Context, msg string) (*gatewayv1.ClaimCheck, error) {
-		d.env.mu.Lock()
+		d.env.reg.mu.Lock()
 		var c *gatewayv1.ClaimCheck
 		if cr := d.claims[claimID]; cr != nil {
 			c = proto.Clone(cr.c).(*gatewayv1.ClaimCheck)
 		}
-		d.env.mu.Unlock()
+		d.env.reg.mu.Unlock()
 		if c == nil {
 			return nil, fmt.Errorf("claim %s of document %s is no longer known here; retry: %w", claimID, d.id, ErrUnavailable)
 		}
@@ -302,17 +302,17 @@ func (b *Bridge) redeemableClaim(ctx context.Context, t Tenant, claimID string, 
 // document.
 func (env *docEnv) redeemRun(ctx context.Context, d *docRun, claimID, via string, commit redeemCommit) (*gatewayv1.ClaimCheck, error) {
 	what := "claim " + claimID
-	env.mu.Lock()
+	env.reg.mu.Lock()
 	cr := d.claims[claimID]
 	if cr == nil || !cr.att.current() {
-		env.mu.Unlock()
+		env.reg.mu.Unlock()
 		return nil, fmt.Errorf("document %s was re-dispatched or finished while %s was being redeemed; retry: %w", d.id, what, ErrUnavailable)
 	}
 	ss := cr.att.ss
 	e := proto.Clone(cr.att.ents[cr.key]).(*gatewayv1.Entity)
 	isRoot := cr.key == rootKey(cr.att.rootID)
 	mode := cr.att.mode
-	env.mu.Unlock()
+	env.reg.mu.Unlock()
 
 	msg := ""
 	if via != "" {
@@ -324,17 +324,17 @@ func (env *docEnv) redeemRun(ctx context.Context, d *docRun, claimID, via string
 	}
 	sk := entKey{id: e.EntityId}
 	w := make(chan wire.Status, 1)
-	env.mu.Lock()
+	env.reg.mu.Lock()
 	d.redeemedLocked(cr, stored)
 	ss.waiters[sk] = w
 	env.kickFlush()
-	env.mu.Unlock()
+	env.reg.mu.Unlock()
 	dropWaiter := func() {
-		env.mu.Lock()
+		env.reg.mu.Lock()
 		if ss.waiters[sk] == w {
 			delete(ss.waiters, sk)
 		}
-		env.mu.Unlock()
+		env.reg.mu.Unlock()
 	}
 
 	if err := env.sendRedemption(ctx, d, ss, e, isRoot, mode, claimID); err != nil {
@@ -370,9 +370,9 @@ func (env *docEnv) redeemRun(ctx context.Context, d *docRun, claimID, via string
 		d.redeemPending(cr, claimID, ss, sk, w)
 		return nil, ctx.Err()
 	}
-	env.mu.Lock()
+	env.reg.mu.Lock()
 	out := publicClaim(cr.c, time.Now())
-	env.mu.Unlock()
+	env.reg.mu.Unlock()
 	return out, nil
 }
 
@@ -405,12 +405,12 @@ func (d *docRun) redeemPending(cr *claimRun, claimID string, ss *sessState, sk e
 	a := cr.att
 	why := fmt.Sprintf("claim %s is redeemed and its entity was sent to the PipeStream peer %s at %s; waiting for the peer's answer to the redemption",
 		claimID, ss.pc.addr, time.Now().UTC().Format(time.RFC3339))
-	d.env.mu.Lock()
+	d.env.reg.mu.Lock()
 	if a.current() {
 		d.setWaitReason(why)
 		d.env.kickFlush()
 	}
-	d.env.mu.Unlock()
+	d.env.reg.mu.Unlock()
 	d.env.log.Info("bridge: the peer has not answered a redemption yet; it stays pending", "doc", d.id, "claim", claimID, "peer", ss.pc.addr)
 	d.env.wg.Add(1)
 	go func() {
@@ -426,7 +426,7 @@ func (d *docRun) redeemPending(cr *claimRun, claimID string, ss *sessState, sk e
 			ended = true
 		case <-d.env.ctx.Done():
 		}
-		d.env.mu.Lock()
+		d.env.reg.mu.Lock()
 		if ss.waiters[sk] == w {
 			delete(ss.waiters, sk)
 		}
@@ -438,7 +438,7 @@ func (d *docRun) redeemPending(cr *claimRun, claimID string, ss *sessState, sk e
 			}
 			d.env.kickFlush()
 		}
-		d.env.mu.Unlock()
+		d.env.reg.mu.Unlock()
 		switch {
 		case answered:
 			if err := d.redeemAnswered(claimID, st); err != nil {
@@ -455,8 +455,8 @@ func (d *docRun) redeemPending(cr *claimRun, claimID string, ss *sessState, sk e
 // (or root) again, the entity is resumed through the new claim
 // (preRedeem, onDeferredLocked), as for a claim of an earlier attempt.
 func (d *docRun) carryRedemption(cr *claimRun, claimID string) {
-	d.env.mu.Lock()
-	defer d.env.mu.Unlock()
+	d.env.reg.mu.Lock()
+	defer d.env.reg.mu.Unlock()
 	if d.terminal() || d.dropped || cr.slot == noSlot || cr.key.scope != 0 {
 		return
 	}
@@ -469,8 +469,8 @@ func (d *docRun) carryRedemption(cr *claimRun, claimID string) {
 // rejectClaim records the peer's refusal of a redemption on the claim (state
 // and a #claim event with why), the deferred entity and the document.
 func (d *docRun) rejectClaim(claimID string, st gatewayv1.ClaimCheck_ClaimState, action, why string) {
-	d.env.mu.Lock()
-	defer d.env.mu.Unlock()
+	d.env.reg.mu.Lock()
+	defer d.env.reg.mu.Unlock()
 	d.env.m.claims.WithLabelValues(action).Inc()
 	d.env.log.Warn("bridge: the peer refused a redemption", "doc", d.id, "claim", claimID, "why", why)
 	cr := d.claims[claimID]

@@ -345,7 +345,7 @@ func (b *Bridge) dial(ctx context.Context, pc *peerConn) (*sessState, error) {
 	})
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err != nil && framing == quicpeer.FramingDraft04 && dctx.Err() != nil && ctx.Err() == nil && b.liveSessionsLocked(pc) > 0 {
+	if err != nil && framing == quicpeer.FramingDraft04 && dctx.Err() != nil && ctx.Err() == nil && b.reg.liveSessions(pc) > 0 {
 		// A draft-04 peer serving one connection at a time has not
 		// answered this one while another conversation runs: busy, not
 		// down.
@@ -392,7 +392,7 @@ func (b *Bridge) waitForWork(ctx context.Context, pc *peerConn) bool {
 	for {
 		b.mu.Lock()
 		ready := pc.framing != quicpeer.FramingDraft04 ||
-			(pc.active == nil && b.liveSessionsLocked(pc) < b.opts.PeerDraft04Conns &&
+			(pc.active == nil && b.reg.liveSessions(pc) < b.opts.PeerDraft04Conns &&
 				(len(b.queue) > 0 || b.probeDraft04Locked(pc)))
 		pc.dialing = ready // a peer nothing dials is idle, not connecting
 		b.mu.Unlock()
@@ -429,17 +429,6 @@ func (b *Bridge) probeDraft04Locked(pc *peerConn) bool {
 	return false
 }
 
-// liveSessionsLocked counts the sessions to pc that have not ended.
-func (env *docEnv) liveSessionsLocked(pc *peerConn) int {
-	n := 0
-	for ss := range env.sessions {
-		if ss.pc == pc && !ss.closed {
-			n++
-		}
-	}
-	return n
-}
-
 // pickSessionLocked returns the session a new document goes to: that of
 // the least-loaded healthy peer by its capacity (peerLoad: documents in
 // flight relative to the negotiated window, or to Options.PeerDraft04Conns
@@ -457,9 +446,9 @@ func (env *docEnv) pickSessionLocked(dispatch bool) *sessState {
 	var best *peerConn
 	var bestSS *sessState
 	var bestLoad peerLoad
-	n := len(env.peers)
+	n := len(env.reg.peers)
 	for i := range n {
-		pc := env.peers[(env.nextPeer+i)%n]
+		pc := env.reg.peers[(env.reg.nextPeer+i)%n]
 		ss, load, ok := env.candidateLocked(pc, dispatch)
 		if ok && (best == nil || load.less(bestLoad)) {
 			best, bestSS, bestLoad = pc, ss, load
@@ -490,31 +479,20 @@ func (env *docEnv) candidateLocked(pc *peerConn, dispatch bool) (*sessState, pee
 		return nil, peerLoad{}, false // its sendings must finish first
 	}
 	if ss := pc.usableLocked(); ss != nil {
-		return ss, peerLoad{docs: uint64(env.peerDocsLocked(pc)), capacity: ss.mode.capacity(env, ss)}, true
+		return ss, peerLoad{docs: uint64(env.reg.peerDocs(pc)), capacity: ss.mode.capacity(env, ss)}, true
 	}
-	live := env.liveSessionsLocked(pc)
+	live := env.reg.liveSessions(pc)
 	if pc.framing != quicpeer.FramingDraft04 || !pc.ok || time.Now().Before(pc.retryAt) || live >= env.opts.PeerDraft04Conns {
 		return nil, peerLoad{}, false
 	}
-	return nil, peerLoad{docs: uint64(env.peerDocsLocked(pc)), capacity: uint64(env.opts.PeerDraft04Conns)}, true
-}
-
-// peerDocsLocked counts the documents in flight on pc's live sessions.
-func (env *docEnv) peerDocsLocked(pc *peerConn) int {
-	n := 0
-	for ss := range env.sessions {
-		if ss.pc == pc && !ss.closed {
-			n += len(ss.docs)
-		}
-	}
-	return n
+	return nil, peerLoad{docs: uint64(env.reg.peerDocs(pc)), capacity: uint64(env.opts.PeerDraft04Conns)}, true
 }
 
 // placeLocked starts d's next attempt on ss, the session placement picked,
 // and moves the round-robin past its peer: the next tie goes to the next
 // peer.
 func (d *docRun) placeLocked(ss *sessState) *attempt {
-	d.env.nextPeer = (ss.pc.idx + 1) % len(d.env.peers)
+	d.env.reg.rotatePast(ss.pc)
 	return d.newAttemptLocked(ss)
 }
 

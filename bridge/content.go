@@ -62,10 +62,10 @@ func (env *docEnv) openContent(ctx context.Context, d *docRun) (contentReader, e
 	if !d.inline {
 		return env.st.OpenPayload(ctx, d.id, store.PayloadContent)
 	}
-	env.mu.Lock()
+	env.reg.mu.Lock()
 	held := d.content
 	d.content = nil
-	env.mu.Unlock()
+	env.reg.mu.Unlock()
 	if held != nil {
 		return inlineContent{bytes.NewReader(held), held}, nil
 	}

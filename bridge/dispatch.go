@@ -46,8 +46,8 @@ func (b *Bridge) startAttemptLocked() *attempt {
 // from src when the upload is pipelined) and handles the outcome.
 func (j *attempt) runAttempt(src chunkSource) {
 	err := j.sendDocument(src)
-	j.d.env.mu.Lock()
-	defer j.d.env.mu.Unlock()
+	j.d.env.reg.mu.Lock()
+	defer j.d.env.reg.mu.Unlock()
 	if j.dispatched {
 		j.ss.pc.sending--
 		select { // the peer may take another document
@@ -172,11 +172,11 @@ func (j *attempt) openAttemptContent() (contentReader, bool) {
 		j.retryAttemptLater(err)
 		return nil, false
 	}
-	j.d.env.mu.Lock()
+	j.d.env.reg.mu.Lock()
 	if j.current() {
 		j.d.finishLocked(gatewayv1.State_FAILED, fmt.Sprintf("the spooled content is missing (%v); resubmit the document", err))
 	}
-	j.d.env.mu.Unlock()
+	j.d.env.reg.mu.Unlock()
 	return nil, false
 }
 
@@ -187,8 +187,8 @@ func (j *attempt) openAttemptContent() (contentReader, bool) {
 func (j *attempt) retryAttemptLater(err error) {
 	j.d.env.log.Warn("bridge: the store is unavailable; dispatching the document again shortly", "doc", j.d.id, "in", storeRetryDelay, "err", err)
 	time.AfterFunc(storeRetryDelay, func() {
-		j.d.env.mu.Lock()
-		defer j.d.env.mu.Unlock()
+		j.d.env.reg.mu.Lock()
+		defer j.d.env.reg.mu.Unlock()
 		if j.current() && !j.d.terminal() && !j.d.dropped {
 			j.d.abortAttemptLocked("the store was unavailable (not the peer's fault; dispatching again): "+err.Error(), false)
 		}
@@ -210,13 +210,13 @@ func (j *attempt) sendWhole(f contentReader) error {
 	if err != nil {
 		return err
 	}
-	j.d.env.mu.Lock()
+	j.d.env.reg.mu.Lock()
 	if !j.current() {
-		j.d.env.mu.Unlock()
+		j.d.env.reg.mu.Unlock()
 		return context.Canceled
 	}
 	j.registerRootLocked(id)
-	j.d.env.mu.Unlock()
+	j.d.env.reg.mu.Unlock()
 	return ss.s.SendEntity(ctx, d.rootHeader(id, env, d.plan.rootMetadata(true)), bytes.NewReader(env))
 }
 

@@ -23,7 +23,8 @@ func TestFlushHoldTimer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b := &Bridge{docEnv: &docEnv{registry: &registry{docs: map[string]*docRun{}}, ctx: context.Background(), flushCh: make(chan struct{}, 1)}}
+		reg := &registry{docs: map[string]*docRun{}}
+		b := &Bridge{docEnv: &docEnv{reg: reg, ctx: context.Background(), flushCh: make(chan struct{}, 1)}, registry: reg}
 		progress := func(id string) *docRun {
 			d := b.newDocRun(id, "", p)
 			d.committed = true

@@ -309,8 +309,8 @@ func (d *docRun) armFinishTimerLocked(after time.Duration, msg string) {
 	a := d.att
 	a.stopFinishTimer()
 	a.finishTimer = time.AfterFunc(after, func() {
-		d.env.mu.Lock()
-		defer d.env.mu.Unlock()
+		d.env.reg.mu.Lock()
+		defer d.env.reg.mu.Unlock()
 		if !a.newest() {
 			return
 		}
@@ -543,8 +543,8 @@ func (a *attempt) onWholeResult(e *quicpeer.IncomingEntity) {
 	h, d := e.Header, a.d
 	inline, spooled, n, err := a.d.env.readResult(d.id, e.Payload, h.PayloadLength, d.diskRetryFor())
 	a.d.env.m.bytesOut.Add(float64(n))
-	a.d.env.mu.Lock()
-	defer a.d.env.mu.Unlock()
+	a.d.env.reg.mu.Lock()
+	defer a.d.env.reg.mu.Unlock()
 	if !a.newest() {
 		return
 	}

@@ -126,16 +126,10 @@ func (d *docRun) dropLocked(why string) {
 	a.dropPlainLocked()
 	a.ended = true
 	if d.queued {
-		for i, q := range d.env.queue {
-			if q == d {
-				d.env.queue = append(d.env.queue[:i], d.env.queue[i+1:]...)
-				break
-			}
-		}
+		d.env.reg.unqueue(d)
 		d.queued = false
 	}
-	if d.env.docs[d.id] == d {
-		delete(d.env.docs, d.id)
+	if d.env.reg.forget(d) {
 		if !d.terminal() {
 			d.env.m.running.Dec()
 		}

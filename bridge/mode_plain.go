@@ -53,7 +53,7 @@ func attributePlain(env *docEnv, ss *sessState, h *wire.EntityHeader) (*entRef, 
 		return nil, refused(refuseUnmatched, "entity %d is in scope %d; the gateway sends root-scope entities only", h.EntityID, sc)
 	}
 	if h.ParentID != nil {
-		env.attribOf(ss).ownNumbering = true
+		env.reg.attribOf(ss).ownNumbering = true
 		ref := liveRef(ss, *h.ParentID)
 		if ref == nil {
 			return nil, refused(refuseUnmatched, "parent-id %d names no live entity of this session", *h.ParentID)
@@ -64,7 +64,7 @@ func attributePlain(env *docEnv, ss *sessState, h *wire.EntityHeader) (*entRef, 
 	if ref == nil {
 		return nil, refused(refuseUnmatched, "entity-id %d names no live entity of this session and the entity has no parent-id", h.EntityID)
 	}
-	if env.attribOf(ss).ownNumbering {
+	if env.reg.attribOf(ss).ownNumbering {
 		r := refused(refuseAmbiguous, "entity-id %d without parent-id: the peer numbers its own entities on this session, so the id is its own", h.EntityID)
 		r.doc = ref.att.d.id
 		return nil, r

@@ -247,7 +247,7 @@ func (b *Bridge) Peers() []PeerStatus {
 	out := make([]PeerStatus, 0, len(b.peers))
 	for _, pc := range b.peers {
 		p := pc.statusLocked()
-		if n := b.peerDocsLocked(pc); p.State != "connected" && n > 0 {
+		if n := b.reg.peerDocs(pc); p.State != "connected" && n > 0 {
 			// A draft-04 peer's connections each carry one document and
 			// are never its active session.
 			p.State, p.InFlight = "connected", n
