@@ -501,7 +501,7 @@ func (d *docRun) assemblePlainLocked() {
 // completeChunksWithoutResult lists the chunk indexes that the peer
 // reported COMPLETE but returned no result for, when it returned results
 // for other chunks (a peer that returns chunk results returns one for
-// every chunk it completes; profile 9.4). Caller holds b.mu.
+// every chunk it completes; profile 9.4). Caller holds the registry's mu.
 func (a *attempt) completeChunksWithoutResult() []uint64 {
 	if len(a.plainParts) == 0 {
 		return nil
