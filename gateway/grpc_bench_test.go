@@ -1,0 +1,76 @@
+package gateway_test
+
+import (
+	"context"
+	"log/slog"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/pipestream/gateway/gateway"
+	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
+)
+
+// processCPU is the CPU time (user + system) this process has used.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkGRPCUnary: unary calls (GetDocument of a stored document) over
+// the real gRPC listener, 8 in flight per core, client and server in this
+// process. Besides ns/op it reports cpu-ns/op, the process's CPU time per
+// call (client and server), which a busy machine disturbs less than wall
+// time. Compare two builds with the same command (docs/errors.md).
+func BenchmarkGRPCUnary(b *testing.B) {
+	fake := newFakeBridge()
+	doc := fake.add(gatewayv1.State_SUCCEEDED, 4096)
+	srv, err := gateway.New(gateway.Config{
+		GRPCAddr: "127.0.0.1:0",
+		HTTPAddr: "127.0.0.1:0",
+		Bridge:   fake,
+		Logger:   slog.New(slog.DiscardHandler),
+		// No per-tenant rate limit: the benchmark calls as fast as it can.
+		RateLimit: -1,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	})
+	conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { conn.Close() })
+	docs := gatewayv1.NewDocumentServiceClient(conn)
+	if _, err := docs.GetDocument(context.Background(), &gatewayv1.GetDocumentRequest{Id: doc.GetId()}); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.SetParallelism(8)
+	cpu := processCPU(b)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := docs.GetDocument(context.Background(), &gatewayv1.GetDocumentRequest{Id: doc.GetId()}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(processCPU(b)-cpu)/float64(b.N), "cpu-ns/op")
+}
