@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/pipestream/gateway/gateway"
+	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
 
 // rawCodec sends and receives message bytes as they are, under the name
@@ -125,7 +126,8 @@ func callRaw(ctx context.Context, conn *grpc.ClientConn, m grpcMethod, payload [
 // stop (answered by grpc-go unread: code and request id only), and (API
 // methods) with a good message but no credentials; every unary method
 // also with an empty request (a success, or an error of the shape) and
-// with no request message at all (grpc-go's error: the request id only).
+// with no request message or two (CARDINALITY_VIOLATION, which grpc-go
+// would answer itself without details).
 // Each error is a google.rpc.Status with the expected code and an
 // ErrorInfo reason in domain pipestream.gateway.v1, with a message free of
 // "rpc error:"; every answer carries the call's request id in its
@@ -222,26 +224,73 @@ func walkEmptyRequest(t *testing.T, h *harness, m grpcMethod) {
 	}
 }
 
-// walkNoRequestMessage calls unary method m without a request message:
-// grpc-go answers it itself ("cardinality violation", no details:
-// docs/errors.md), but the request id is in its trailers.
+// walkNoRequestMessage calls unary method m without a request message,
+// then with two: each is CARDINALITY_VIOLATION in the one shape (grpc-go
+// would answer both itself, with no details: wireErrorsDesc), the request
+// id in the trailers, and logged once.
 func walkNoRequestMessage(t *testing.T, h *harness, m grpcMethod) {
 	t.Helper()
-	rid := "walk-none-" + strings.ReplaceAll(m.name[1:], "/", ".")
-	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-request-id", rid, "authorization", "Bearer tok-a")
-	cs, err := h.conn.NewStream(ctx, &grpc.StreamDesc{}, m.name, grpc.ForceCodec(rawCodec{}))
-	if err != nil {
-		t.Errorf("%s: %v", m.name, err)
-		return
+	for _, n := range []int{0, 2} {
+		rid := fmt.Sprintf("walk-%dmsgs-%s", n, strings.ReplaceAll(m.name[1:], "/", "."))
+		ctx := metadata.AppendToOutgoingContext(context.Background(), "x-request-id", rid, "authorization", "Bearer tok-a")
+		cs, err := h.conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true}, m.name, grpc.ForceCodec(rawCodec{}))
+		if err != nil {
+			t.Errorf("%s: %v", m.name, err)
+			return
+		}
+		for range n {
+			empty := []byte{}
+			_ = cs.SendMsg(&empty)
+		}
+		_ = cs.CloseSend()
+		var reply []byte
+		err = cs.RecvMsg(&reply)
+		where := fmt.Sprintf("%s with %d request messages", m.name, n)
+		checkGRPCShape(t, where, err, codes.InvalidArgument, gateway.ReasonCardinalityViolation, "exactly one request message")
+		if got := cs.Trailer().Get("x-request-id"); len(got) != 1 || got[0] != rid {
+			t.Errorf("%s: trailer x-request-id %v, want [%s]", where, got, rid)
+		}
+		if got := strings.Count(h.logs.String(), `"request_id":"`+rid+`"`); got != 1 {
+			t.Errorf("%s: %d log lines carry its request id, want 1 (the unary chain runs once)", where, got)
+		}
 	}
-	_ = cs.CloseSend()
-	var reply []byte
-	err = cs.RecvMsg(&reply)
-	if err == nil || errors.Is(err, io.EOF) {
-		t.Errorf("%s without a request message: %v, want an error", m.name, err)
+}
+
+// TestGRPCMalformedMethodName: a call whose :path is not /service/method
+// is refused by the listener's tap in the one shape, code Unimplemented,
+// reason MALFORMED_METHOD_NAME; its trailers-only answer carries the
+// request id in a google.rpc.RequestInfo detail (it cannot carry other
+// trailers: docs/errors.md), the client's own when it sent one. A good
+// call on the same connection still works afterwards.
+func TestGRPCMalformedMethodName(t *testing.T) {
+	h := start(t, nil)
+	for _, tc := range []struct{ path, rid string }{
+		{"noslash", "malformed-1"},
+		{"/pipestream.gateway.v1.DocumentService.GetDocument", "malformed-2"},
+		{"", ""},
+	} {
+		ctx := context.Background()
+		if tc.rid != "" {
+			ctx = metadata.AppendToOutgoingContext(ctx, "x-request-id", tc.rid)
+		}
+		in, out := []byte{}, []byte{}
+		err := h.conn.Invoke(ctx, tc.path, &in, &out, grpc.ForceCodec(rawCodec{}))
+		checkGRPCShape(t, fmt.Sprintf("path %q", tc.path), err, codes.Unimplemented, gateway.ReasonMalformedMethodName, "malformed method name")
+		var rid string
+		for _, d := range status.Convert(err).Details() {
+			if ri, ok := d.(*errdetails.RequestInfo); ok {
+				rid = ri.GetRequestId()
+			}
+		}
+		if tc.rid != "" && rid != tc.rid || rid == "" {
+			t.Errorf("path %q: RequestInfo request id %q, want %q (or a new one when the client sent none)", tc.path, rid, tc.rid)
+		}
+		if tc.rid != "" && !strings.Contains(h.logs.String(), `"request_id":"`+tc.rid+`"`) {
+			t.Errorf("path %q: no log line with its request id", tc.path)
+		}
 	}
-	if got := cs.Trailer().Get("x-request-id"); len(got) != 1 || got[0] != rid {
-		t.Errorf("%s without a request message: trailer x-request-id %v, want [%s]", m.name, got, rid)
+	if _, err := h.docs.GetDocument(context.Background(), &gatewayv1.GetDocumentRequest{Id: "nope"}); status.Code(err) != codes.NotFound {
+		t.Errorf("a good call after the malformed ones: %v, want NotFound", err)
 	}
 }
 

@@ -44,8 +44,8 @@ var _ grpc.ClientConnInterface = (*inprocConn)(nil)
 
 // newInprocConn builds the client; streams is set once the loopback
 // connections exist (Server.Start).
-func newInprocConn(chain []grpc.UnaryServerInterceptor, maxRecv, maxSend int) *inprocConn {
-	return &inprocConn{methods: map[string]inprocMethod{}, chain: chainUnary(chain), maxRecv: maxRecv, maxSend: maxSend}
+func newInprocConn(chain grpc.UnaryServerInterceptor, maxRecv, maxSend int) *inprocConn {
+	return &inprocConn{methods: map[string]inprocMethod{}, chain: chain, maxRecv: maxRecv, maxSend: maxSend}
 }
 
 // register adds the unary methods of a service registered on the gRPC
