@@ -292,6 +292,9 @@ func (s *Server) serveHTTP() error {
 		tc.NextProtos = []string{"http/1.1"}
 		lis = tls.NewListener(lis, tc)
 	}
+	// The guard refuses a head over net/http's own limit (MaxHeaderBytes
+	// plus its 4 KiB read slack) before net/http sees it, so every head
+	// net/http would refuse is answered in the one shape (smuggle.go).
 	return s.http.Serve(guardListener{Listener: lis, maxHead: http.DefaultMaxHeaderBytes + 4096})
 }
 
