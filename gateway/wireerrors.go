@@ -28,13 +28,14 @@ import (
 // what the handler returns afterwards is dropped. So the listener's codec
 // (recvCodec) never fails a message received through wireRecv: it records
 // the decoding error or the size in the pendingRequest and returns nil, and
-// wireRecv answers with a status of the house shape. Unary handlers receive
-// through wireErrorsDesc (and the interceptors then run as for any call:
-// request id, log, metric), streams through wireErrorStream (in
-// errorShapeStream). grpc-go's own size check stays as a hard stop at
-// --max-recv-msg-bytes + recvSlack, so a message far over the limit is
-// still refused before it is read whole, by grpc-go, with its message (and
-// the request id in the trailers).
+// wireRecv answers with a status of the house shape. Unary methods
+// receive through recvUnary (wireErrorsDesc serves them as streams, and
+// the interceptors then run as for any call: request id, log, metric),
+// streams through wireErrorStream (in errorShapeStream). grpc-go's own
+// size check stays as a hard stop at --max-recv-msg-bytes + recvSlack, so
+// a message far over the limit is still refused before it is read whole,
+// by grpc-go, with its message (and the request id in the trailers).
+// docs/errors.md lists what grpc-go still answers itself and why.
 const (
 	// ReasonMalformedMessage: a gRPC request message that does not decode
 	// as the method's request type (code InvalidArgument).
