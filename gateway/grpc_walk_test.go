@@ -129,7 +129,8 @@ func callRaw(ctx context.Context, conn *grpc.ClientConn, m grpcMethod, payload [
 // methods) with a good message but no credentials; every unary method
 // also with an empty request (a success, or an error of the shape) and
 // with no request message or two (CARDINALITY_VIOLATION, which grpc-go
-// would answer itself without details).
+// would answer itself without details); and paths that are not
+// /service/method (MALFORMED_METHOD_NAME, walkMalformedMethodNames).
 // Each error is a google.rpc.Status with the expected code and an
 // ErrorInfo reason in domain pipestream.gateway.v1, with a message free of
 // "rpc error:"; every answer carries the call's request id in its
@@ -169,6 +170,7 @@ func TestGRPCAnswersHaveOneShape(t *testing.T) {
 			walkNoRequestMessage(t, h, m)
 		}
 	}
+	walkMalformedMethodNames(t, h)
 	// The log line of a call that did not decode carries its request id
 	// (the interceptors ran).
 	if !strings.Contains(h.logs.String(), `"request_id":"walk-0-pipestream.gateway.v1.DocumentService.GetDocument"`) {
@@ -258,14 +260,15 @@ func walkNoRequestMessage(t *testing.T, h *harness, m grpcMethod) {
 	}
 }
 
-// TestGRPCMalformedMethodName: a call whose :path is not /service/method
-// is refused by the listener's tap in the one shape, code Unimplemented,
+// walkMalformedMethodNames calls paths that are not /service/method: the
+// listener's tap refuses each in the one shape, code Unimplemented,
 // reason MALFORMED_METHOD_NAME; its trailers-only answer carries the
 // request id in a google.rpc.RequestInfo detail (it cannot carry other
-// trailers: docs/errors.md), the client's own when it sent one. A good
-// call on the same connection still works afterwards.
-func TestGRPCMalformedMethodName(t *testing.T) {
-	h := start(t, nil)
+// trailers: docs/errors.md), the client's own when it sent one, and the
+// refusal is logged with it. A good call on the same connection still
+// works afterwards.
+func walkMalformedMethodNames(t *testing.T, h *harness) {
+	t.Helper()
 	for _, tc := range []struct{ path, rid string }{
 		{"noslash", "malformed-1"},
 		{"/pipestream.gateway.v1.DocumentService.GetDocument", "malformed-2"},
@@ -291,7 +294,8 @@ func TestGRPCMalformedMethodName(t *testing.T) {
 			t.Errorf("path %q: no log line with its request id", tc.path)
 		}
 	}
-	if _, err := h.docs.GetDocument(context.Background(), &gatewayv1.GetDocumentRequest{Id: "nope"}); status.Code(err) != codes.NotFound {
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer tok-a")
+	if _, err := h.docs.GetDocument(ctx, &gatewayv1.GetDocumentRequest{Id: "nope"}); status.Code(err) != codes.NotFound {
 		t.Errorf("a good call after the malformed ones: %v, want NotFound", err)
 	}
 }
