@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -12,11 +13,13 @@ import (
 	"testing"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
@@ -130,7 +133,8 @@ func callRaw(ctx context.Context, conn *grpc.ClientConn, m grpcMethod, payload [
 // also with an empty request (a success, or an error of the shape) and
 // with no request message or two (CARDINALITY_VIOLATION, which grpc-go
 // would answer itself without details); and paths that are not
-// /service/method (MALFORMED_METHOD_NAME, walkMalformedMethodNames).
+// /service/method (MALFORMED_METHOD_NAME, walkMalformedMethodNames) and
+// a call whose deadline passed before it arrived (walkExpiredDeadline).
 // Each error is a google.rpc.Status with the expected code and an
 // ErrorInfo reason in domain pipestream.gateway.v1, with a message free of
 // "rpc error:"; every answer carries the call's request id in its
@@ -171,6 +175,7 @@ func TestGRPCAnswersHaveOneShape(t *testing.T) {
 		}
 	}
 	walkMalformedMethodNames(t, h)
+	walkExpiredDeadline(t, h)
 	// The log line of a call that did not decode carries its request id
 	// (the interceptors ran).
 	if !strings.Contains(h.logs.String(), `"request_id":"walk-0-pipestream.gateway.v1.DocumentService.GetDocument"`) {
@@ -281,12 +286,7 @@ func walkMalformedMethodNames(t *testing.T, h *harness) {
 		in, out := []byte{}, []byte{}
 		err := h.conn.Invoke(ctx, tc.path, &in, &out, grpc.ForceCodec(rawCodec{}))
 		checkGRPCShape(t, fmt.Sprintf("path %q", tc.path), err, codes.Unimplemented, gateway.ReasonMalformedMethodName, "malformed method name")
-		var rid string
-		for _, d := range status.Convert(err).Details() {
-			if ri, ok := d.(*errdetails.RequestInfo); ok {
-				rid = ri.GetRequestId()
-			}
-		}
+		rid := requestInfoID(err)
 		if tc.rid != "" && rid != tc.rid || rid == "" {
 			t.Errorf("path %q: RequestInfo request id %q, want %q (or a new one when the client sent none)", tc.path, rid, tc.rid)
 		}
@@ -321,31 +321,28 @@ func checkGRPCShape(t *testing.T, where string, err error, code codes.Code, reas
 	t.Errorf("%s: no ErrorInfo in %v", where, st.Details())
 }
 
-// TestGRPCUnknownEncodingIsGRPCGosAnswer pins one of the two gRPC answers
-// docs/errors.md lists as outside the one shape: a call whose
-// grpc-encoding the server has no decompressor for is refused by grpc-go
-// before any handler or interceptor runs (code Unimplemented, no
-// details, no request id). No server hook reaches it (docs/errors.md
-// says why and what the one design that would costs); if a grpc-go
-// upgrade changes this answer, this test fails and the docs are to be
-// updated. The request is sent by hand (net/http's HTTP/2 client): a
-// grpc-go client in this process would find the codec registered.
-func TestGRPCUnknownEncodingIsGRPCGosAnswer(t *testing.T) {
-	h := start(t, nil)
+// rawGRPCCall sends one gRPC request by hand (net/http's HTTP/2 client,
+// h2c) to path on the gRPC listener with headers and body, and returns
+// the answer's status: grpc-status, grpc-message and the decoded
+// grpc-status-details-bin (nil without one), from the headers of a
+// trailers-only answer or from the trailers. A grpc-go client would not
+// send some of these requests (an expired deadline) or would find the
+// codec registered in this process (an unknown grpc-encoding).
+func rawGRPCCall(t *testing.T, h *harness, path string, headers map[string]string, body []byte) (code, msg string, details *status.Status) {
+	t.Helper()
 	var p http.Protocols
 	p.SetUnencryptedHTTP2(true)
 	tr := &http.Transport{Protocols: &p}
 	defer tr.CloseIdleConnections()
-	// One message, flagged compressed, of 3 bytes.
-	body := []byte{1, 0, 0, 0, 3, 'a', 'b', 'c'}
-	req, err := http.NewRequest(http.MethodPost, "http://"+h.srv.GRPCAddr()+"/pipestream.gateway.v1.DocumentService/GetDocument", bytes.NewReader(body))
+	req, err := http.NewRequest(http.MethodPost, "http://"+h.srv.GRPCAddr()+path, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/grpc")
 	req.Header.Set("TE", "trailers")
-	req.Header.Set("Grpc-Encoding", "pipestream-no-such-codec")
-	req.Header.Set("X-Request-Id", "unknown-encoding-1")
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
 	resp, err := tr.RoundTrip(req)
 	if err != nil {
 		t.Fatal(err)
@@ -358,8 +355,61 @@ func TestGRPCUnknownEncodingIsGRPCGosAnswer(t *testing.T) {
 		}
 		return resp.Trailer.Get(k)
 	}
-	if get("Grpc-Status") != "12" || !strings.Contains(get("Grpc-Message"), "Decompressor is not installed") || get("Grpc-Status-Details-Bin") != "" {
-		t.Errorf("unknown grpc-encoding: grpc-status %q message %q details %q; docs/errors.md says grpc-go answers 12 without details: update it",
-			get("Grpc-Status"), get("Grpc-Message"), get("Grpc-Status-Details-Bin"))
+	if bin := get("Grpc-Status-Details-Bin"); bin != "" {
+		b, err := base64.RawStdEncoding.DecodeString(strings.TrimRight(bin, "="))
+		var sp spb.Status
+		if err != nil || proto.Unmarshal(b, &sp) != nil {
+			t.Fatalf("%s: grpc-status-details-bin %q does not decode: %v", path, bin, err)
+		}
+		details = status.FromProto(&sp)
+	}
+	return get("Grpc-Status"), get("Grpc-Message"), details
+}
+
+// walkExpiredDeadline calls GetDocument with a deadline that has passed
+// when the call arrives (grpc-timeout 0): the tap refuses it in the one
+// shape, DEADLINE_EXCEEDED, the request id in a RequestInfo (grpc-go
+// would refuse it right after, without details).
+func walkExpiredDeadline(t *testing.T, h *harness) {
+	t.Helper()
+	code, _, st := rawGRPCCall(t, h, "/pipestream.gateway.v1.DocumentService/GetDocument",
+		map[string]string{"Grpc-Timeout": "0n", "X-Request-Id": "expired-1", "Authorization": "Bearer tok-a"},
+		[]byte{0, 0, 0, 0, 0})
+	if code != "4" || st == nil {
+		t.Errorf("an expired deadline: grpc-status %q details %v, want 4 with details", code, st)
+		return
+	}
+	checkGRPCShape(t, "an expired deadline", st.Err(), codes.DeadlineExceeded, "DEADLINE_EXCEEDED", "deadline")
+	if rid := requestInfoID(st.Err()); rid != "expired-1" {
+		t.Errorf("an expired deadline: RequestInfo request id %q, want expired-1", rid)
+	}
+}
+
+// requestInfoID is the request id of err's google.rpc.RequestInfo.
+func requestInfoID(err error) string {
+	for _, d := range status.Convert(err).Details() {
+		if ri, ok := d.(*errdetails.RequestInfo); ok {
+			return ri.GetRequestId()
+		}
+	}
+	return ""
+}
+
+// TestGRPCUnknownEncodingIsGRPCGosAnswer pins one of the two gRPC answers
+// docs/errors.md lists as outside the one shape: a call whose
+// grpc-encoding the server has no decompressor for is refused by grpc-go
+// before any handler or interceptor runs (code Unimplemented, no
+// details, no request id). No server hook reaches it (docs/errors.md
+// says why and what the one design that would costs); if a grpc-go
+// upgrade changes this answer, this test fails and the docs are to be
+// updated.
+func TestGRPCUnknownEncodingIsGRPCGosAnswer(t *testing.T) {
+	h := start(t, nil)
+	// One message, flagged compressed, of 3 bytes.
+	code, msg, st := rawGRPCCall(t, h, "/pipestream.gateway.v1.DocumentService/GetDocument",
+		map[string]string{"Grpc-Encoding": "pipestream-no-such-codec", "X-Request-Id": "unknown-encoding-1"},
+		[]byte{1, 0, 0, 0, 3, 'a', 'b', 'c'})
+	if code != "12" || !strings.Contains(msg, "Decompressor is not installed") || st != nil {
+		t.Errorf("unknown grpc-encoding: grpc-status %q message %q details %v; docs/errors.md says grpc-go answers 12 without details: update it", code, msg, st)
 	}
 }

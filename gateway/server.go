@@ -152,9 +152,10 @@ func New(cfg Config) (*Server, error) {
 		// otherwise would still run it here.
 		grpc.UnaryInterceptor(s.unaryChain),
 		grpc.StreamInterceptor(s.listenerStream),
-		// A :path that is not /service/method is answered in the house
-		// shape before grpc-go refuses it (tapMethodName).
-		grpc.InTapHandle(s.tapMethodName),
+		// A :path that is not /service/method, or a call whose deadline
+		// passed before it arrived, is answered in the house shape before
+		// grpc-go refuses it (tapRequest).
+		grpc.InTapHandle(s.tapRequest),
 	}
 	opts = append(opts, grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
 		// Ping idle connections to find dead peers; let clients ping every

@@ -244,19 +244,25 @@ func (s wireErrorStream) RecvMsg(m any) error {
 // /service/method (code Unimplemented).
 const ReasonMalformedMethodName = "MALFORMED_METHOD_NAME"
 
-// tapMethodName is the listener's grpc.InTapHandle: it refuses a request
-// whose :path grpc-go's handleStream would refuse as a malformed method
-// name (with a status of no details) and does so in the house shape.
-// grpc-go runs it on the connection's reader goroutine, under the
-// transport's lock, for every new stream: on a good name it only looks at
-// the string. Its error is sent as a trailers-only answer that cannot
-// carry other trailers, so the request id goes into the status's details
-// (a google.rpc.RequestInfo) instead of an x-request-id trailer.
-func (s *Server) tapMethodName(ctx context.Context, info *tap.Info) (context.Context, error) {
-	if wellFormedMethodName(info.FullMethodName) {
-		return ctx, nil
+// tapRequest is the listener's grpc.InTapHandle. It refuses, in the
+// house shape, two requests grpc-go would refuse right after it with a
+// status of no details: a :path grpc-go's handleStream refuses as a
+// malformed method name, and a call whose deadline (grpc-timeout) had
+// passed when it arrived (http2Server.operateHeaders, "context deadline
+// exceeded"). grpc-go runs it on the connection's reader goroutine, under
+// the transport's lock, for every new stream: on a good request it only
+// looks at the string and the context. Its error is sent as a
+// trailers-only answer that cannot carry other trailers, so the request
+// id goes into the status's details (a google.rpc.RequestInfo) instead of
+// an x-request-id trailer.
+func (s *Server) tapRequest(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if !wellFormedMethodName(info.FullMethodName) {
+		return ctx, s.refuseInTap(info, codes.Unimplemented, ReasonMalformedMethodName, "malformed method name %q: a gRPC call's :path is /package.Service/Method, such as /pipestream.gateway.v1.DocumentService/GetDocument (list them with grpcurl ... list)")
 	}
-	return ctx, s.malformedMethodName(info)
+	if ctx.Err() != nil {
+		return ctx, s.refuseInTap(info, codes.DeadlineExceeded, "", "the deadline of the call of %q had passed when the server received it (its grpc-timeout was too short): allow it more time")
+	}
+	return ctx, nil
 }
 
 // wellFormedMethodName is grpc-go's test (server.go handleStream): a
@@ -266,7 +272,11 @@ func wellFormedMethodName(m string) bool {
 	return ok && strings.IndexByte(rest, '/') >= 0
 }
 
-func (s *Server) malformedMethodName(info *tap.Info) error {
+// refuseInTap is the error tapRequest returns: code, reason (the code's
+// generic one if "") and format's message with the method name quoted,
+// the request id (the client's, or a new one) in a RequestInfo; the
+// refusal is counted and logged with it.
+func (s *Server) refuseInTap(info *tap.Info, code codes.Code, reason, format string) error {
 	rid := ""
 	for _, v := range info.Header.Get(requestIDHeader) {
 		if validRequestID(v) {
@@ -281,9 +291,10 @@ func (s *Server) malformedMethodName(info *tap.Info) error {
 	if len(m) > 200 {
 		m = m[:200] + "..."
 	}
-	s.metrics.rejected.WithLabelValues("malformed_method").Inc()
-	s.log.Info("grpc refused", "reason", ReasonMalformedMethodName, "method", m, "request_id", rid)
-	return statusError(codes.Unimplemented, ReasonMalformedMethodName, fmt.Sprintf(
-		"malformed method name %q: a gRPC call's :path is /package.Service/Method, such as /pipestream.gateway.v1.DocumentService/GetDocument (list them with grpcurl ... list)", m),
-		&errdetails.RequestInfo{RequestId: rid})
+	if reason == "" {
+		reason = codeReasons[code]
+	}
+	s.metrics.rejected.WithLabelValues(strings.ToLower(reason)).Inc()
+	s.log.Info("grpc refused", "reason", reason, "method", m, "request_id", rid)
+	return statusError(code, reason, fmt.Sprintf(format, m), &errdetails.RequestInfo{RequestId: rid})
 }
