@@ -315,11 +315,12 @@ func TestMalformedRequestsAnswerInShape(t *testing.T) {
 // MaxHeaderBytes and its read slack) is served; any longer one is answered
 // 431 in the one shape, with an X-Request-Id, also in the range just past
 // that limit that net/http refused by itself in plain text before the
-// guard's limit (up to 1 MiB + 12 KiB).
+// guard's limit (up to 1 MiB + 12 KiB), and when the limit cuts the head
+// inside its last line or its final CRLF.
 func TestHeadSizeLimitAnswersInShape(t *testing.T) {
 	h := start(t, nil)
 	const limit = http.DefaultMaxHeaderBytes + 4096
-	for _, n := range []int{limit - 64, limit, limit + 1, limit + 4096, limit + 8191, limit + 12<<10} {
+	for _, n := range []int{limit - 64, limit, limit + 1, limit + 2, limit + 3, limit + 4, limit + 4096, limit + 8191, limit + 12<<10} {
 		const pre, post = "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: ", "\r\n\r\n"
 		head := pre + strings.Repeat("p", n-len(pre)-len(post)) + post
 		c, err := net.Dial("tcp", h.srv.HTTPAddr())
