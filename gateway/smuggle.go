@@ -294,9 +294,6 @@ func (c *guardConn) follow() {
 		c.headLimit = start + int64(c.maxHead)
 		req, err := http.ReadRequest(br)
 		c.headLimit = 0
-		if err == nil && c.headCut {
-			err = errHeadTooLarge // parsed from a cut last line: over the limit
-		}
 		if c.stopped() {
 			c.passThrough()
 			return
