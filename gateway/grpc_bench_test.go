@@ -29,7 +29,8 @@ func processCPU(b *testing.B) time.Duration {
 // the real gRPC listener, 8 in flight per core, client and server in this
 // process. Besides ns/op it reports cpu-ns/op, the process's CPU time per
 // call (client and server), which a busy machine disturbs less than wall
-// time. Compare two builds with the same command (docs/errors.md).
+// time. "native" compares two builds: run each build's test binary in
+// turn, several times, and compare medians.
 //
 // ServeHTTP serves the same grpc.Server through grpc.Server.ServeHTTP
 // behind net/http's HTTP/2 server (h2c, as the listener is plaintext
