@@ -239,10 +239,25 @@ func decodeCBORHeaderGeneric(b []byte) (*EntityHeader, error) {
 }
 
 func (cborCodec) MarshalPipeDoc(d *PipeDoc) ([]byte, error) {
+	if b, ok := appendCBORPipeDocFast(make([]byte, 0, 32+len(d.DocID)+len(d.Blob)), d); ok {
+		return b, nil
+	}
 	return cborEncode("pipe-doc", d)
 }
 
 func (cborCodec) UnmarshalPipeDoc(b []byte) (*PipeDoc, error) {
+	if d, ok := decodeCBORPipeDocFast(b); ok {
+		if err := validatePipeDoc(d); err != nil {
+			return nil, err
+		}
+		return d, nil
+	}
+	return decodeCBORPipeDocGeneric(b)
+}
+
+// decodeCBORPipeDocGeneric decodes and validates a pipe-doc with the
+// generic cbor/v2 mode.
+func decodeCBORPipeDocGeneric(b []byte) (*PipeDoc, error) {
 	var s cborPipeDoc
 	if err := cborDecode("pipe-doc", b, &s); err != nil {
 		return nil, err

@@ -9,7 +9,8 @@ import (
 )
 
 // Fast paths for the CBOR entity header, the one structure decoded and
-// encoded per entity stream. They handle the common shapes without
+// encoded per entity stream (and, at the end of this file, for a whole
+// document's pipe-doc envelope, decoded per small document). They handle the common shapes without
 // reflection and fall back to the generic cbor/v2 modes for anything else,
 // so the accepted language and the results are exactly those of the
 // generic path (cborfast_test.go checks both against each other):
@@ -377,4 +378,83 @@ func appendCBORHeaderFast(b []byte, h *EntityHeader) ([]byte, bool) {
 	}
 	b = appendCBORHead(appendCBORText(b, "payload-length"), 0, h.PayloadLength)
 	return b, true
+}
+
+// Pipe-doc bits of decodeCBORPipeDocFast.
+const (
+	pdDocID = 1 << iota
+	pdEntityID
+	pdBlob
+)
+
+// decodeCBORPipeDocFast decodes b as a pipe-doc (Section 7) when it has
+// the shape a whole document's envelope has: a definite map of doc-id
+// (valid UTF-8 text), entity-id (at most 32 bits) and optionally blob (a
+// byte string), each once, and nothing after it. Anything else
+// (ownership, unknown members, tags, null, indefinite lengths) returns
+// ok=false and the caller decodes it generically. The blob is copied out
+// of b, as the generic decoder does. It does not validate the envelope.
+func decodeCBORPipeDocFast(b []byte) (*PipeDoc, bool) {
+	m, n, i, ok := cborHead(b, 0)
+	if !ok || m != 5 || n > 3 {
+		return nil, false
+	}
+	var (
+		seen      uint
+		doc, blob []byte
+		id        uint64
+	)
+	for range n {
+		var key []byte
+		if key, i, ok = cborString(b, i, 3); !ok {
+			return nil, false
+		}
+		var bit uint
+		switch string(key) {
+		case "doc-id":
+			bit = pdDocID
+			doc, i, ok = cborString(b, i, 3)
+			ok = ok && utf8.Valid(doc)
+		case "entity-id":
+			bit = pdEntityID
+			id, i, ok = cborUint(b, i, math.MaxUint32)
+		case "blob":
+			bit = pdBlob
+			blob, i, ok = cborString(b, i, 2)
+		default:
+			return nil, false
+		}
+		if !ok || seen&bit != 0 {
+			return nil, false
+		}
+		seen |= bit
+	}
+	if i != len(b) || seen&(pdDocID|pdEntityID) != pdDocID|pdEntityID {
+		return nil, false
+	}
+	d := &PipeDoc{DocID: string(doc), EntityID: uint32(id)}
+	if seen&pdBlob != 0 {
+		d.Blob = append([]byte{}, blob...)
+	}
+	return d, true
+}
+
+// appendCBORPipeDocFast appends the deterministic CBOR of d to b when d
+// has no ownership and a valid UTF-8 doc-id; ok=false means "encode
+// generically". Keys length-first: blob (omitted when empty), doc-id,
+// entity-id.
+func appendCBORPipeDocFast(b []byte, d *PipeDoc) ([]byte, bool) {
+	if d.Ownership != nil || !utf8.ValidString(d.DocID) {
+		return b, false
+	}
+	n := uint64(2)
+	if len(d.Blob) > 0 {
+		n++
+	}
+	b = appendCBORHead(b, 5, n)
+	if len(d.Blob) > 0 {
+		b = append(appendCBORHead(appendCBORText(b, "blob"), 2, uint64(len(d.Blob))), d.Blob...)
+	}
+	b = appendCBORText(appendCBORText(b, "doc-id"), d.DocID)
+	return appendCBORHead(appendCBORText(b, "entity-id"), 0, uint64(d.EntityID)), true
 }
