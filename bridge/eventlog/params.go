@@ -91,4 +91,7 @@ const (
 	// snapshotMaxStale: a scan older than this is redone even if no event
 	// was committed (rows changed by another process sharing the file).
 	snapshotMaxStale = time.Minute
+	// pruneStepEvents bounds the events one store call of a retention
+	// pass deletes (one write transaction; prune.go pruneInSteps).
+	pruneStepEvents = 8192
 )

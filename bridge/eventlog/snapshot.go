@@ -61,11 +61,30 @@ func (l *Log) knownSnapshotBytes() uint64 {
 	return uint64(max(l.snap.bytes.Load(), 0))
 }
 
-// measureSnapshot scans the snapshot size now (the retention pass).
-func (l *Log) measureSnapshot(ctx context.Context) (int64, error) {
-	l.snap.mu.Lock()
-	defer l.snap.mu.Unlock()
+// passSnapshot is the snapshot size for a retention pass: a new scan,
+// unless the last one is younger than snapshotCostFactor times its own
+// duration (and snapshotMaxStale) and measured a non-empty snapshot. The
+// scan is O(documents): at a million documents it takes about a second,
+// and a pass runs every PruneEveryEvents appends (about once a second at
+// intake rates), so scanning on every pass would keep a core (and the disk)
+// busy re-reading the documents table. Unlike Window it waits for a scan
+// in progress rather than take an unmeasured size.
+func (l *Log) passSnapshot(ctx context.Context) (int64, error) {
+	c := &l.snap
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ok && passReuses(c.bytes.Load(), time.Since(c.at), c.cost) {
+		return c.bytes.Load(), nil
+	}
 	return l.measureSnapshotLocked(ctx)
+}
+
+// passReuses tells whether a retention pass takes a cached snapshot size
+// of bytes, measured age ago by a scan that took cost: only a non-empty
+// one younger than snapshotCostFactor times its cost and
+// snapshotMaxStale. A cheap scan (a small store) is always redone.
+func passReuses(bytes int64, age, cost time.Duration) bool {
+	return bytes != 0 && age < snapshotMaxStale && age < snapshotCostFactor*cost
 }
 
 func (l *Log) measureSnapshotLocked(ctx context.Context) (int64, error) {
