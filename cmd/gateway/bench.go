@@ -56,6 +56,7 @@ func runBench(args []string) int {
 	rate := fs.Uint("fanout-docs", "GATEWAY_BENCH_FANOUT_DOCS", bench.DefaultFanoutDocs, "documents per second submitted in the fanout phase")
 	snapDocs := fs.Uint("snapshot-docs", "GATEWAY_BENCH_SNAPSHOT_DOCS", bench.DefaultSnapshotDocs, "documents the snapshot phase loads before it starts the gateway")
 	histDocs := fs.String("history-docs", "GATEWAY_BENCH_HISTORY_DOCS", "0,100k,1M", "store sizes of the history phase, ascending (comma list; k and M suffixes): the small-document gRPC rate on a store preloaded with each many documents, the first size the baseline")
+	histDir := fs.String("history-dir", "GATEWAY_BENCH_HISTORY_DIR", "", "keep the history phase's store in this directory; a later run goes on from what it holds (empty: a temporary one)")
 	snapDir := fs.String("snapshot-dir", "GATEWAY_BENCH_SNAPSHOT_DIR", "", "keep the snapshot phase's store in this directory and reuse it in later runs (empty: a temporary one)")
 	jsDir := fs.String("jetstream-dir", "GATEWAY_BENCH_JETSTREAM_DIR", bench.DefaultJetStreamDir, "module of the durable-intake baseline (NATS JetStream, fsync before each ack) run with `go run` in the small phase; empty: skip it")
 	asJSON := fs.Bool("json", "GATEWAY_BENCH_JSON", false, "print JSON instead of the table")
@@ -81,7 +82,7 @@ func runBench(args []string) int {
 		Only: splitList(*only), Store: *store,
 		BulkBytes: *bulkBytes, SmallBytes: *smallBytes, EntityBytes: *entityBytes,
 		Concurrency: int(*conc), Duration: *dur, Subscribers: int(*subs), FanoutDocsPerSec: int(*rate),
-		SnapshotDocs: int(min(*snapDocs, 1<<30)), SnapshotDir: *snapDir, HistoryDocs: history,
+		SnapshotDocs: int(min(*snapDocs, 1<<30)), SnapshotDir: *snapDir, HistoryDocs: history, HistoryDir: *histDir,
 		JetStreamDir: *jsDir,
 		Progress:     os.Stderr,
 	})

@@ -70,6 +70,9 @@ type Options struct {
 	// (default DefaultHistoryDocs): the small-document rate is measured
 	// on a store preloaded with each many documents.
 	HistoryDocs []int
+	// HistoryDir, when set, keeps the history phase's store there; a later
+	// run goes on from the documents it holds (sizes below are skipped).
+	HistoryDir string
 
 	// JetStreamDir is the bench/jetstream module (the durable-intake
 	// baseline of the small phase: NATS JetStream on file storage, fsync

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,15 +39,20 @@ func (b *runner) history(ctx context.Context) error {
 	if b.o.GRPCAddr != "" {
 		return errors.New("the history phase loads its own store: run it without --grpc-addr/--http-addr")
 	}
-	dir, err := os.MkdirTemp("", "gateway-bench-history-")
+	dir, have, err := b.historyStore()
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	if b.o.HistoryDir == "" {
+		defer os.RemoveAll(dir)
+	}
 	data := filepath.Join(dir, "data")
 	payload := patternBlock[:b.o.SmallBytes]
-	have := 0 // documents in the store
 	for _, n := range b.o.HistoryDocs {
+		if n < have {
+			b.note("history: %d documents skipped (the kept store already holds %d)", n, have)
+			continue
+		}
 		if n > have {
 			b.progress("  loading %d documents (store: %d -> %d)", n-have, have, n)
 			t0 := time.Now()
@@ -54,15 +61,51 @@ func (b *runner) history(ctx context.Context) error {
 			}
 			b.note("history: loaded %d documents (store %d -> %d) in %.1f s", n-have, have, n, time.Since(t0).Seconds())
 			have = n
+			if err := saveHistoryCount(dir, have); err != nil {
+				return err
+			}
 		}
 		done, err := b.historyAt(ctx, dir, have, payload)
 		if err != nil {
 			return err
 		}
 		have += done
+		if err := saveHistoryCount(dir, have); err != nil {
+			return err
+		}
 	}
 	b.ratios("history")
 	return nil
+}
+
+// historyStore is the phase's data dir and how many documents it holds:
+// Options.HistoryDir as an earlier run left it, or a new temporary dir.
+func (b *runner) historyStore() (string, int, error) {
+	if b.o.HistoryDir == "" {
+		dir, err := os.MkdirTemp("", "gateway-bench-history-")
+		return dir, 0, err
+	}
+	raw, err := os.ReadFile(filepath.Join(b.o.HistoryDir, historyCountFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return b.o.HistoryDir, 0, os.MkdirAll(b.o.HistoryDir, 0o755)
+	}
+	if err != nil {
+		return "", 0, err
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil {
+		return "", 0, fmt.Errorf("%s: %w", filepath.Join(b.o.HistoryDir, historyCountFile), err)
+	}
+	b.note("history: reusing the store in %s (%d documents)", b.o.HistoryDir, n)
+	return b.o.HistoryDir, n, nil
+}
+
+// historyCountFile records in a kept history dir how many documents its
+// store holds.
+const historyCountFile = "history-docs"
+
+func saveHistoryCount(dir string, n int) error {
+	return os.WriteFile(filepath.Join(dir, historyCountFile), []byte(strconv.Itoa(n)+"\n"), 0o644)
 }
 
 // historyAt starts a gateway on the store in dir (holding have documents),
