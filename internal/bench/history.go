@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/pipestream/gateway/bridge/eventlog"
 	"github.com/pipestream/gateway/bridge/store"
 	"github.com/pipestream/gateway/bridge/store/sqlite"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
@@ -48,6 +50,13 @@ func (b *runner) history(ctx context.Context) error {
 	}
 	data := filepath.Join(dir, "data")
 	payload := patternBlock[:b.o.SmallBytes]
+	if first := b.o.HistoryDocs[0]; first < have {
+		// The kept store is past the baseline size: measure the baseline
+		// on a fresh store of its own, in this run.
+		if err := b.historyBaseline(ctx, first, payload); err != nil {
+			return err
+		}
+	}
 	for _, n := range b.o.HistoryDocs {
 		if n < have {
 			b.note("history: %d documents skipped (the kept store already holds %d)", n, have)
@@ -61,6 +70,9 @@ func (b *runner) history(ctx context.Context) error {
 			}
 			b.note("history: loaded %d documents (store %d -> %d) in %.1f s", n-have, have, n, time.Since(t0).Seconds())
 			have = n
+			if err := b.historyRetention(ctx, data); err != nil {
+				return err
+			}
 			if err := saveHistoryCount(dir, have); err != nil {
 				return err
 			}
@@ -75,6 +87,52 @@ func (b *runner) history(ctx context.Context) error {
 		}
 	}
 	b.ratios("history")
+	return nil
+}
+
+// historyBaseline measures the first size on a fresh temporary store.
+func (b *runner) historyBaseline(ctx context.Context, n int, payload []byte) error {
+	dir, err := os.MkdirTemp("", "gateway-bench-history-base-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if n > 0 {
+		if err := loadHistoryDocs(ctx, filepath.Join(dir, "data"), 0, n, len(payload)); err != nil {
+			return fmt.Errorf("load the baseline store: %w", err)
+		}
+		if err := b.historyRetention(ctx, filepath.Join(dir, "data")); err != nil {
+			return err
+		}
+	}
+	_, err = b.historyAt(ctx, dir, n, payload)
+	return err
+}
+
+// historyRetention brings a loaded store to where a gateway that wrote it
+// would have left it: the loader appends events without the retention
+// passes a running gateway makes every PruneEveryEvents appends, so the
+// passes' work is done here, with the gateway's default retention, before
+// the gateway starts (else its first minutes would measure a catch-up of
+// millions of deletions, not the rate with history).
+func (b *runner) historyRetention(ctx context.Context, dataDir string) error {
+	t0 := time.Now()
+	st, err := sqlite.Open(ctx, dataDir, sqlite.Options{Synchronous: "NORMAL"})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	lg, err := eventlog.New(ctx, st, eventlog.Options{DisablePruner: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return err
+	}
+	defer lg.Close()
+	rep, err := lg.Prune(ctx)
+	if err != nil {
+		return fmt.Errorf("retention pass on the loaded store: %w", err)
+	}
+	b.note("history: a retention pass (the gateway's defaults) removed %d events (%s) below seq %d in %.1f s before the gateway started",
+		rep.Removed, rep.Reason, rep.KeepFrom, time.Since(t0).Seconds())
 	return nil
 }
 
