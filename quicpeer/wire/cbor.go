@@ -239,7 +239,12 @@ func decodeCBORHeaderGeneric(b []byte) (*EntityHeader, error) {
 }
 
 func (cborCodec) MarshalPipeDoc(d *PipeDoc) ([]byte, error) {
-	if b, ok := appendCBORPipeDocFast(make([]byte, 0, 32+len(d.DocID)+len(d.Blob)), d); ok {
+	if pipeDocFast(d) {
+		size := 48 + len(d.DocID) + len(d.Blob)
+		if o := d.Ownership; o != nil {
+			size += 32 + len(o.OwnerID) + len(o.GroupID)
+		}
+		b, _ := appendCBORPipeDocFast(make([]byte, 0, size), d)
 		return b, nil
 	}
 	return cborEncode("pipe-doc", d)
