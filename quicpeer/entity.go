@@ -1,6 +1,7 @@
 package quicpeer
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -108,9 +109,12 @@ func (s *Session) writeEntity(ctx context.Context, st sendStream, h *wire.Entity
 		stop := context.AfterFunc(ctx, func() { st.CancelWrite(wire.CodeNoError) })
 		defer stop()
 	}
-	// The header goes out with the first payload octets: one stream write
-	// for a small entity (header, payload) instead of two, so the
-	// connection packs them into one packet with one wake-up.
+	// An in-memory payload (*bytes.Reader) goes out with the header: one
+	// stream write for a small entity instead of two, so the connection
+	// packs them into one packet with one wake-up. Any other reader may
+	// block (a file, a spool, a caller's stream, one that signals its
+	// first Read): the header goes first, as soon as the stream is open,
+	// so the receiver's header timeout never waits on the payload.
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	buf, err := wire.AppendEntityHeader((*bp)[:0], s.codec, h)
@@ -119,6 +123,12 @@ func (s *Session) writeEntity(ctx context.Context, st sendStream, h *wire.Entity
 		return s.sendErr(ctx, id, err)
 	}
 	head := len(buf) // header octets not written yet
+	if _, inMemory := payload.(*bytes.Reader); !inMemory {
+		if _, err := st.Write(buf); err != nil {
+			return s.sendErr(ctx, id, err)
+		}
+		buf, head = (*bp)[:0], 0
+	}
 	var sent uint64
 	for {
 		if cap(buf)-head < minPayloadRead { // a header that (almost) fills the buffer goes alone
@@ -150,7 +160,7 @@ func (s *Session) writeEntity(ctx context.Context, st sendStream, h *wire.Entity
 			return fmt.Errorf("quicpeer: entity %d: reading payload: %w", id, rerr)
 		}
 	}
-	if head > 0 && sent == h.PayloadLength { // an empty payload: the header alone
+	if head > 0 && sent == h.PayloadLength { // an empty in-memory payload: the header alone
 		if _, err := st.Write(buf[:head]); err != nil {
 			return s.sendErr(ctx, id, err)
 		}
