@@ -48,7 +48,7 @@ type encoded struct {
 
 // The wire formats an event is encoded in.
 const (
-	encWSFrame = iota // WebSocket binary frame (appendEventFrame)
+	encWSFrame = iota // WebSocket binary message (eventMessage)
 	encJSON           // the REST marshaler's JSON of the event (SSE, pages)
 	encNDJSON         // the REST marshaler's {"result": event} (NDJSON streams)
 	numEncodings
@@ -95,10 +95,21 @@ func (e *eventEntry) get(k int, encode func() ([]byte, error)) ([]byte, error) {
 	return v.b, v.err
 }
 
-// wsFrame is the event's WebSocket message frame (appendEventFrame),
-// shared: the caller must not modify it.
-func (c *eventCache) wsFrame(ev *gatewayv1.Event) ([]byte, error) {
-	return c.entry(ev).get(encWSFrame, func() ([]byte, error) { return appendEventFrame(nil, ev) })
+// wsMessage is the event's whole WebSocket message: the binary frame's
+// header and the draft's message frame (appendEventFrame) as its payload,
+// ready for the wire (corkConn.writeData). Shared: the caller must not
+// modify it.
+func (c *eventCache) wsMessage(ev *gatewayv1.Event) ([]byte, error) {
+	return c.entry(ev).get(encWSFrame, func() ([]byte, error) { return eventMessage(ev) })
+}
+
+// eventMessage is ev's WebSocket message (wsMessage) without the cache.
+func eventMessage(ev *gatewayv1.Event) ([]byte, error) {
+	frame, err := appendEventFrame(nil, ev)
+	if err != nil {
+		return nil, err
+	}
+	return wsBinaryMessage(make([]byte, 0, len(frame)+10), frame), nil
 }
 
 // cachedMarshaler is the REST marshaler with the event cache in front of
