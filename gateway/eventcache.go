@@ -115,9 +115,12 @@ func eventMessage(ev *gatewayv1.Event) ([]byte, error) {
 // cachedMarshaler is the REST marshaler with the event cache in front of
 // the two encodings event streams make of every event: the event itself
 // (SSE data, page items) and grpc-gateway's NDJSON chunk {"result":
-// event} (runtime.ForwardResponseStream). Every other value, and every
-// event without a seq, goes to the marshaler as before. The bytes are the
-// marshaler's own, computed once per event.
+// event} (runtime.ForwardResponseStream). The bytes are the marshaler's
+// own, computed once per event. A Document (the answer of most unary
+// routes) is encoded by appendDocumentJSON, the same JSON as protojson
+// writes (TestDocumentAnswerMatchesProtojson), without reflection. Every
+// other value, and every event without a seq, goes to the marshaler as
+// before.
 type cachedMarshaler struct {
 	runtime.Marshaler
 	cache *eventCache
@@ -125,6 +128,12 @@ type cachedMarshaler struct {
 
 func (m *cachedMarshaler) Marshal(v any) ([]byte, error) {
 	switch x := v.(type) {
+	case *gatewayv1.Document:
+		// The answer of submit, get, cancel and the rest: the snapshot's
+		// hand encoder (snapshotjson.go), protojson for what it refuses.
+		if b, ok := appendDocumentJSON(make([]byte, 0, 1024), x); ok {
+			return b, nil
+		}
 	case *gatewayv1.Event:
 		if e := m.cache.entry(x); e != nil {
 			return e.get(encJSON, func() ([]byte, error) { return m.Marshaler.Marshal(v) })
@@ -132,7 +141,12 @@ func (m *cachedMarshaler) Marshal(v any) ([]byte, error) {
 	case map[string]any:
 		if ev, ok := x["result"].(*gatewayv1.Event); ok && len(x) == 1 {
 			if e := m.cache.entry(ev); e != nil {
-				return e.get(encNDJSON, func() ([]byte, error) { return m.Marshaler.Marshal(v) })
+				return e.get(encNDJSON, func() ([]byte, error) {
+					if b, ok := appendNDJSONEventChunk(make([]byte, 0, 512), ev); ok {
+						return b, nil // eventjson.go
+					}
+					return m.Marshaler.Marshal(v)
+				})
 			}
 		}
 	}

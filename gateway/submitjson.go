@@ -212,6 +212,23 @@ func (p *jsonScan) str() ([]byte, submitParse) {
 	return nil, submitNeedMore
 }
 
+// rawStr reads a string up to the next quote, unchecked: for base64,
+// whose decoding refuses every byte str refuses (escapes, control
+// characters, non-ASCII) but CR and LF, which it skips (decodeBase64JSON
+// refuses them).
+func (p *jsonScan) rawStr() ([]byte, submitParse) {
+	if r := p.expect('"'); r != submitDone {
+		return nil, r
+	}
+	j := bytes.IndexByte(p.b[p.i:], '"')
+	if j < 0 {
+		return nil, submitNeedMore
+	}
+	s := p.b[p.i : p.i+j]
+	p.i += j + 1
+	return s, submitDone
+}
+
 // field reads the value of key into out and returns key's field bit.
 func (p *jsonScan) field(key string, out *submitFields) (int, submitParse) {
 	if key == "metadata" {
@@ -219,18 +236,23 @@ func (p *jsonScan) field(key string, out *submitFields) (int, submitParse) {
 		out.Metadata = md
 		return submitMetadata, r
 	}
-	s, r := p.str()
-	if r != submitDone {
-		return 0, r
-	}
-	switch key {
-	case "content":
+	if key == "content" {
+		s, r := p.rawStr()
+		if r != submitDone {
+			return 0, r
+		}
 		b, ok := decodeBase64JSON(s)
 		if !ok {
 			return 0, submitUnsupported
 		}
 		out.Content = b
 		return submitContent, submitDone
+	}
+	s, r := p.str()
+	if r != submitDone {
+		return 0, r
+	}
+	switch key {
 	case "contentType":
 		out.ContentType = string(s)
 		return submitContentType, submitDone
@@ -291,19 +313,28 @@ func (p *jsonScan) stringMap() (map[string]string, submitParse) {
 // decodeBase64JSON decodes a bytes field's JSON string as protojson does
 // (encoding/protojson unmarshalBytes): standard alphabet unless the
 // string has '-' or '_', padding unless its length is not a multiple
-// of 4.
+// of 4. The standard alphabet is tried first: it refuses '-' and '_', so
+// the string is scanned for them only when it fails. A raw CR or LF (not
+// JSON; encoding/base64 skips them) is refused.
 func decodeBase64JSON(s []byte) ([]byte, bool) {
-	enc := base64.StdEncoding
-	if bytes.ContainsAny(s, "-_") {
-		enc = base64.URLEncoding
-	}
-	if len(s)%4 != 0 {
-		enc = enc.WithPadding(base64.NoPadding)
-	}
-	out := make([]byte, enc.DecodedLen(len(s)))
-	n, err := enc.Decode(out, s)
-	if err != nil {
+	if bytes.IndexByte(s, '\n') >= 0 || bytes.IndexByte(s, '\r') >= 0 {
 		return nil, false
 	}
-	return out[:n], true
+	pad := func(enc *base64.Encoding) *base64.Encoding {
+		if len(s)%4 != 0 {
+			return enc.WithPadding(base64.NoPadding)
+		}
+		return enc
+	}
+	out := make([]byte, base64.StdEncoding.DecodedLen(len(s))+2)
+	n, err := pad(base64.StdEncoding).Decode(out, s)
+	if err != nil {
+		if !bytes.ContainsAny(s, "-_") {
+			return nil, false
+		}
+		if n, err = pad(base64.URLEncoding).Decode(out, s); err != nil {
+			return nil, false
+		}
+	}
+	return out[:n:n], true
 }

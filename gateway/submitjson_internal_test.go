@@ -83,6 +83,8 @@ func TestSubmitJSONMatchesProtojson(t *testing.T) {
 		`{"unknown":1}`, `{"contentTyp":"a"}`, "\ufeff{}", `{"content":"aGVsbG8=" "contentType":"a"}`,
 		`{"content" "aGVsbG8="}`, `{"content":"aGVsbG8=",  "contentType" : "text/plain" ,"requestId":"r1"}`,
 	}
+	fixed = append(fixed, "{\"content\":\"aGVz\nbG9v\"}", "{\"content\":\"aGVz\rbG9v\"}", "{\"content\":\"aGVs\nbG8=\"}", "{\"content\":\"aGVs\rbG8=\"}", "{\"content\":\"aGVs\tbG8=\"}",
+		"{\"content\":\"aGVs\u00e9bG8=\"}", "{\"content\":\"aGVs\\\"bG8=\"}", "{\"content\":\"aGVsbG8=\"\n}")
 	for _, s := range fixed {
 		sameSubmitDecode(t, []byte(s), len(s)/2)
 	}
