@@ -93,11 +93,11 @@ func idleAttempt(d *docRun, gen uint32) *attempt {
 
 // newAttemptLocked makes d's next attempt and binds it to ss: what the
 // previous attempt held is released, the new one starts empty.
-func (b *Bridge) newAttemptLocked(d *docRun, ss *sessState) *attempt {
+func (d *docRun) newAttemptLocked(ss *sessState) *attempt {
 	prev := d.att
 	releaseSessLocked(prev)
 	prev.dropPlainLocked()
-	ctx, cancel := context.WithCancel(b.ctx)
+	ctx, cancel := context.WithCancel(d.env.ctx)
 	a := &attempt{d: d, ss: ss, gen: prev.gen + 1, ctx: ctx, stop: cancel,
 		ents: map[entKey]*gatewayv1.Entity{}, digests: map[scopeKey]*gatewayv1.ScopeDigest{},
 		scopeUses: map[uint32]uint32{}, entSince: map[entKey]time.Time{}, mode: ss.mode}
@@ -105,7 +105,7 @@ func (b *Bridge) newAttemptLocked(d *docRun, ss *sessState) *attempt {
 	d.rec.DispatchAttempts++
 	ss.docs[d] = struct{}{}
 	d.rec.Doc.WaitReason = ""
-	ss.mode.placedLocked(b, ss)
+	ss.mode.placedLocked(d.env, ss)
 	d.out.markDirty(time.Now())
 	return a
 }

@@ -16,13 +16,14 @@ func TestNewAttemptIsWholeAndReplacesTheOld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &Bridge{ctx: context.Background()}
+	reg := &registry{}
+	b := &Bridge{docEnv: &docEnv{reg: reg, ctx: context.Background()}, registry: reg}
 	d := b.newDocRun("doc1", "", p)
 	if d.sess() != nil || d.att.current() {
 		t.Fatalf("a new document runs no attempt: sess %v, current %v", d.sess(), d.att.current())
 	}
 	ss := &sessState{docs: map[*docRun]struct{}{}, mode: profileMode{}}
-	first := b.newAttemptLocked(d, ss)
+	first := d.newAttemptLocked(ss)
 	if !first.current() || d.sess() != ss || first.gen != 1 {
 		t.Fatalf("first attempt: current %v, sess ok %v, gen %d; want true, true, 1", first.current(), d.sess() == ss, first.gen)
 	}
@@ -33,7 +34,7 @@ func TestNewAttemptIsWholeAndReplacesTheOld(t *testing.T) {
 	if first.current() || !first.newest() || d.sess() != nil {
 		t.Fatalf("ended attempt: current %v newest %v sess %v; want false, true, nil", first.current(), first.newest(), d.sess())
 	}
-	second := b.newAttemptLocked(d, ss)
+	second := d.newAttemptLocked(ss)
 	if first.newest() || first.current() || !second.current() {
 		t.Fatalf("after re-dispatch: old newest %v current %v, new current %v", first.newest(), first.current(), second.current())
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pipestream/gateway/bridge"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
 
@@ -117,14 +118,20 @@ func TestPipelinedUploadRevsContiguous(t *testing.T) {
 		for i := range 20 {
 			_, _ = pw.Write(bytes.Repeat([]byte{'a' + byte(i%26)}, 4095))
 			_, _ = pw.Write([]byte("\n"))
-			time.Sleep(5 * time.Millisecond) // statuses of early chunks arrive before the commit
 		}
 		pw.Close()
 	}()
+	// The Create commit waits until the peer reported on some of the
+	// pipelined chunks: their statuses are changes made before it.
+	restore, held := bridge.HoldCreateCommit(func(_ int, ents []*gatewayv1.Entity) bool { return len(ents) >= 3 }, 15*time.Second)
 	doc, err := e.b.Upload(ctx, "", &gatewayv1.SubmitOptions{ContentType: "text/plain",
 		Split: &gatewayv1.SplitOptions{Strategy: gatewayv1.SplitStrategy_SPLIT_LINES, ChunkBytes: 4096}}, pr)
+	restore()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !held() {
+		t.Fatal("the peer reported on no pipelined chunk before the Create commit; the case was not forced")
 	}
 	e.wait(doc.Id, 20*time.Second)
 	var evs []*gatewayv1.Event
@@ -155,6 +162,13 @@ func TestPipelinedUploadRevsContiguous(t *testing.T) {
 func TestCloseDoesNotWaitForDeferred(t *testing.T) {
 	e := newEnv(t)
 	e.waitReady()
+	detached := make(chan struct{}, 1)
+	defer bridge.OnDetached(func() {
+		select {
+		case detached <- struct{}{}:
+		default:
+		}
+	})()
 	req := &gatewayv1.SubmitDocumentRequest{ContentType: "text/plain",
 		Split:    &gatewayv1.SplitOptions{Strategy: gatewayv1.SplitStrategy_SPLIT_NONE, Processor: "fault"},
 		Metadata: map[string]string{"pipestream.fault": "defer"}}
@@ -170,7 +184,12 @@ func TestCloseDoesNotWaitForDeferred(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	time.Sleep(50 * time.Millisecond) // the flush that stored it detaches right after its commit
+	// The flush that stored it detaches the entity right after its commit.
+	select {
+	case <-detached:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the durable claim's DEFERRED entity was not detached from the GOAWAY drain")
+	}
 	const drain = 8 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), drain)
 	defer cancel()

@@ -79,27 +79,6 @@ type sessAttrib struct {
 // refusalsLogged bounds the WARN lines per session (see sessAttrib).
 const refusalsLogged = 20
 
-// attribOf is ss's attribution state, made on first use (a closed
-// session's is not kept: onSessionClosedLocked dropped it). Caller holds
-// b.mu.
-func (b *Bridge) attribOf(ss *sessState) *sessAttrib {
-	if ss.closed {
-		if st := b.attrib[ss]; st != nil {
-			return st
-		}
-		return &sessAttrib{} // not kept: nothing is taken after the close (its entities left the session)
-	}
-	if b.attrib == nil {
-		b.attrib = map[*sessState]*sessAttrib{}
-	}
-	st := b.attrib[ss]
-	if st == nil {
-		st = &sessAttrib{}
-		b.attrib[ss] = st
-	}
-	return st
-}
-
 // refuseResult discards an entity that is no result the gateway takes: a
 // protocol event, logged and counted, never silently dropped or taken.
 func (b *Bridge) refuseResult(ss *sessState, e *quicpeer.IncomingEntity, r refusal) {
@@ -110,7 +89,7 @@ func (b *Bridge) refuseResult(ss *sessState, e *quicpeer.IncomingEntity, r refus
 	}
 	b.m.resultsRefused.WithLabelValues(r.reason).Inc()
 	b.mu.Lock()
-	st := b.attribOf(ss)
+	st := b.reg.attribOf(ss)
 	st.refused++
 	n := st.refused
 	b.mu.Unlock()

@@ -15,20 +15,16 @@ import (
 	"github.com/pipestream/gateway/quicpeer"
 )
 
-// Bridge implements Service over one or several PipeStream peers.
+// Bridge implements Service over one or several PipeStream peers. It owns
+// the goroutines (connection managers, dispatcher, flusher, sweepers) and
+// the public API; what document code may reach is its docEnv, which it
+// embeds (docs/architecture.md, "Concurrency").
 type Bridge struct {
-	opts Options
-	log  *slog.Logger
-	st   Store
-	ev   *eventlog.Log
-	m    *metrics
+	*docEnv
+	*registry // the same as docEnv.reg
 
-	ctx    context.Context // lives until Close
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
 
-	kickCh    chan struct{} // dispatcher wake-up
-	flushCh   chan struct{} // flusher wake-up (never closed)
 	flushStop chan struct{} // closed to stop the flusher
 	holdTimer *time.Timer   // wakes the flusher for held documents (guarded by mu)
 	holdAt    time.Time
@@ -38,17 +34,30 @@ type Bridge struct {
 	// (waitDurable).
 	flushed chan struct{}
 
-	mu       sync.Mutex
-	closing  bool
-	docs     map[string]*docRun // non-terminal documents (and finished ones until flushed)
-	queue    []*docRun          // documents waiting for dispatch
-	peers    []*peerConn        // in the configured order; fixed after New
-	nextPeer int                // where placement's round-robin tie-break starts
-	sessions map[*sessState]struct{}
-	// attrib: what result attribution learned per session
-	// (attribution.go); dropped when the session closes.
-	attrib  map[*sessState]*sessAttrib
 	uploads sync.WaitGroup
+}
+
+// docEnv is everything the methods of a document (docRun) and of its
+// attempts may reach: the options, the logger, the store, the event log,
+// the metrics, the bridge's lifetime and goroutine accounting, the
+// dispatcher's and the flusher's wake-ups, and the registry. It is not the
+// Bridge: document code cannot call the bridge's own methods (its API, its
+// loops), and internal/archtest-style TestDocumentCodeStaysDown fails if a
+// docRun or attempt method names *Bridge.
+type docEnv struct {
+	reg *registry
+
+	opts Options
+	log  *slog.Logger
+	st   Store
+	ev   *eventlog.Log
+	m    *metrics
+
+	ctx context.Context // lives until Close
+	wg  sync.WaitGroup  // every goroutine the bridge or its documents start
+
+	kickCh  chan struct{} // dispatcher wake-up
+	flushCh chan struct{} // flusher wake-up (never closed)
 }
 
 var _ Service = (*Bridge)(nil)
@@ -86,11 +95,15 @@ func New(ctx context.Context, opts Options) (*Bridge, error) {
 		return nil, fmt.Errorf("bridge: open event log: %w", err)
 	}
 	bctx, cancel := context.WithCancel(context.Background())
+	reg := &registry{peers: peers, docs: map[string]*docRun{}, sessions: map[*sessState]struct{}{}}
 	b := &Bridge{
-		opts: opts, log: opts.Logger, st: st, ev: ev, m: m, peers: peers,
-		ctx: bctx, cancel: cancel,
-		kickCh: make(chan struct{}, 1), flushCh: make(chan struct{}, 1), flushStop: make(chan struct{}), flushed: make(chan struct{}),
-		docs: map[string]*docRun{}, sessions: map[*sessState]struct{}{},
+		docEnv: &docEnv{
+			reg: reg, opts: opts, log: opts.Logger, st: st, ev: ev, m: m, ctx: bctx,
+			kickCh: make(chan struct{}, 1), flushCh: make(chan struct{}, 1),
+		},
+		registry:  reg,
+		cancel:    cancel,
+		flushStop: make(chan struct{}), flushed: make(chan struct{}),
 	}
 	b.flushWG.Add(1)
 	go b.flushLoop()
@@ -272,12 +285,12 @@ func (b *Bridge) shutdownStore() error {
 }
 
 // kick wakes the dispatcher.
-func (b *Bridge) kick() {
+func (env *docEnv) kick() {
 	select {
-	case b.kickCh <- struct{}{}:
+	case env.kickCh <- struct{}{}:
 	default:
 	}
-	for _, pc := range b.peers {
+	for _, pc := range env.reg.peers {
 		select {
 		case pc.connKick <- struct{}{}:
 		default:
@@ -286,15 +299,15 @@ func (b *Bridge) kick() {
 }
 
 // kickFlush wakes the flusher.
-func (b *Bridge) kickFlush() {
+func (env *docEnv) kickFlush() {
 	select {
-	case b.flushCh <- struct{}{}:
+	case env.flushCh <- struct{}{}:
 	default:
 	}
 }
 
 // enqueueLocked queues d for dispatch.
-func (b *Bridge) enqueueLocked(d *docRun) {
+func (d *docRun) enqueueLocked() {
 	if d.queued || d.terminal() {
 		return
 	}
@@ -303,8 +316,8 @@ func (b *Bridge) enqueueLocked(d *docRun) {
 	if d.waitSince.IsZero() {
 		d.waitSince = d.queuedAt
 	}
-	b.queue = append(b.queue, d)
-	b.kick()
+	d.env.reg.push(d)
+	d.env.kick()
 }
 
 // dispatchLoop starts attempts for queued documents while a session is up,
@@ -329,7 +342,7 @@ func (b *Bridge) dispatchLoop(ctx context.Context) {
 		b.wg.Add(1)
 		go func() {
 			defer b.wg.Done()
-			b.runAttempt(job, nil)
+			job.runAttempt(nil)
 		}()
 	}
 }

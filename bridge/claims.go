@@ -80,7 +80,7 @@ func (b *Bridge) Redeem(ctx context.Context, t Tenant, claimID string) (*gateway
 	running := false
 	if err == nil {
 		if running = cr.att.current(); !running {
-			err = b.issuerGoneLocked(d, cr, claimID)
+			err = d.issuerGoneLocked(cr, claimID)
 		}
 	}
 	b.mu.Unlock()
@@ -142,12 +142,12 @@ func (b *Bridge) claimToRedeemLocked(docID, claimID string) (*docRun, *claimRun,
 // through the new attempt's claim (redeemEarlier). A claim of an attempt of
 // an earlier process (no session known) takes the redeemEarlier path as
 // before. Caller holds mu.
-func (b *Bridge) issuerGoneLocked(d *docRun, cr *claimRun, claimID string) error {
+func (d *docRun) issuerGoneLocked(cr *claimRun, claimID string) error {
 	ss := cr.att.ss
 	if ss == nil || !ss.closed || d.att.current() || ss.pc.usableLocked() != nil {
 		return nil
 	}
-	b.m.claims.WithLabelValues("peer_unavailable").Inc()
+	d.env.m.claims.WithLabelValues("peer_unavailable").Inc()
 	since := ss.closedAt.UTC().Format(time.RFC3339)
 	why := "its session ended"
 	if ss.closeErr != "" {
@@ -200,7 +200,7 @@ func (b *Bridge) redeemEarlier(ctx context.Context, d *docRun, cr *claimRun, cla
 	b.kickFlush()
 	b.mu.Unlock()
 	if cur != "" {
-		if _, err := b.redeemRun(ctx, d, cur, claimID, b.localCommit(d, cur)); err != nil {
+		if _, err := b.redeemRun(ctx, d, cur, claimID, d.localCommit(cur)); err != nil {
 			return nil, fmt.Errorf("claim %s is redeemed, but resuming the entity through the current claim %s failed: %w", claimID, cur, err)
 		}
 	}
@@ -228,36 +228,36 @@ func (d *docRun) currentClaimLocked(slot int64, except string) string {
 // is outside the document's revision chain (rev 0): a replica that does
 // not drive the document cannot move its rev, and the replica that does
 // need not (redeemedLocked).
-func (b *Bridge) commitRedeem(ctx context.Context, t Tenant, docID string, c *gatewayv1.ClaimCheck, now time.Time, msg string) (*gatewayv1.ClaimCheck, error) {
+func (env *docEnv) commitRedeem(ctx context.Context, t Tenant, docID string, c *gatewayv1.ClaimCheck, now time.Time, msg string) (*gatewayv1.ClaimCheck, error) {
 	claimID := c.GetClaimId()
 	ev := &gatewayv1.Event{Kind: kindClaim, Time: timestamppb.New(now), DocumentId: docID, ClaimId: claimID,
 		ClaimAction: "redeemed", EntityId: c.GetEntityId(), ScopeId: c.GetScopeId(), Message: msg}
-	res, err := b.commit(ctx, &store.Batch{
+	res, err := env.commit(ctx, &store.Batch{
 		Redeem: &store.RedeemClaim{Tenant: string(t), ClaimID: claimID, Now: now},
 		Events: []store.EventAppend{{Tenant: string(t), Event: ev}},
 	})
 	if err != nil {
 		return nil, mapStoreErr("claim "+claimID, err)
 	}
-	b.m.claims.WithLabelValues("redeemed").Inc()
+	env.m.claims.WithLabelValues("redeemed").Inc()
 	return res.Claim, nil
 }
 
 // localCommit is the redeemCommit of a redemption through this gateway
 // of claim claimID of d.
-func (b *Bridge) localCommit(d *docRun, claimID string) redeemCommit {
+func (d *docRun) localCommit(claimID string) redeemCommit {
 	return func(ctx context.Context, msg string) (*gatewayv1.ClaimCheck, error) {
-		b.mu.Lock()
+		d.env.reg.mu.Lock()
 		var c *gatewayv1.ClaimCheck
 		if cr := d.claims[claimID]; cr != nil {
 			c = proto.Clone(cr.c).(*gatewayv1.ClaimCheck)
 		}
-		b.mu.Unlock()
+		d.env.reg.mu.Unlock()
 		if c == nil {
 			return nil, fmt.Errorf("claim %s of document %s is no longer known here; retry: %w", claimID, d.id, ErrUnavailable)
 		}
 		c.ClaimId = claimID
-		return b.commitRedeem(ctx, d.tenant, d.id, c, time.Now(), msg)
+		return d.env.commitRedeem(ctx, d.tenant, d.id, c, time.Now(), msg)
 	}
 }
 
@@ -300,19 +300,19 @@ func (b *Bridge) redeemableClaim(ctx context.Context, t Tenant, claimID string, 
 // (redeemPending); silence is never recorded as a refusal. A refusal is
 // recorded on the claim (event with a message), the entity and the
 // document.
-func (b *Bridge) redeemRun(ctx context.Context, d *docRun, claimID, via string, commit redeemCommit) (*gatewayv1.ClaimCheck, error) {
+func (env *docEnv) redeemRun(ctx context.Context, d *docRun, claimID, via string, commit redeemCommit) (*gatewayv1.ClaimCheck, error) {
 	what := "claim " + claimID
-	b.mu.Lock()
+	env.reg.mu.Lock()
 	cr := d.claims[claimID]
 	if cr == nil || !cr.att.current() {
-		b.mu.Unlock()
+		env.reg.mu.Unlock()
 		return nil, fmt.Errorf("document %s was re-dispatched or finished while %s was being redeemed; retry: %w", d.id, what, ErrUnavailable)
 	}
 	ss := cr.att.ss
 	e := proto.Clone(cr.att.ents[cr.key]).(*gatewayv1.Entity)
 	isRoot := cr.key == rootKey(cr.att.rootID)
 	mode := cr.att.mode
-	b.mu.Unlock()
+	env.reg.mu.Unlock()
 
 	msg := ""
 	if via != "" {
@@ -324,27 +324,27 @@ func (b *Bridge) redeemRun(ctx context.Context, d *docRun, claimID, via string, 
 	}
 	sk := entKey{id: e.EntityId}
 	w := make(chan wire.Status, 1)
-	b.mu.Lock()
+	env.reg.mu.Lock()
 	d.redeemedLocked(cr, stored)
 	ss.waiters[sk] = w
-	b.kickFlush()
-	b.mu.Unlock()
+	env.kickFlush()
+	env.reg.mu.Unlock()
 	dropWaiter := func() {
-		b.mu.Lock()
+		env.reg.mu.Lock()
 		if ss.waiters[sk] == w {
 			delete(ss.waiters, sk)
 		}
-		b.mu.Unlock()
+		env.reg.mu.Unlock()
 	}
 
-	if err := b.sendRedemption(ctx, d, ss, e, isRoot, mode, claimID); err != nil {
+	if err := env.sendRedemption(ctx, d, ss, e, isRoot, mode, claimID); err != nil {
 		dropWaiter()
 		switch wire.CodeOf(err) {
 		case wire.CodeClaimExpired:
-			b.rejectClaim(d, claimID, gatewayv1.ClaimCheck_EXPIRED, "expired", "the peer refused the redemption: PIPESTREAM_CLAIM_EXPIRED")
+			d.rejectClaim(claimID, gatewayv1.ClaimCheck_EXPIRED, "expired", "the peer refused the redemption: PIPESTREAM_CLAIM_EXPIRED")
 			return nil, fmt.Errorf("the peer rejected %s as expired (PIPESTREAM_CLAIM_EXPIRED): %w", what, ErrClaimExpired)
 		case wire.CodeClaimNotFound:
-			b.rejectClaim(d, claimID, gatewayv1.ClaimCheck_REDEEMED, "rejected", "the peer refused the redemption: PIPESTREAM_CLAIM_NOT_FOUND (unknown or already redeemed)")
+			d.rejectClaim(claimID, gatewayv1.ClaimCheck_REDEEMED, "rejected", "the peer refused the redemption: PIPESTREAM_CLAIM_NOT_FOUND (unknown or already redeemed)")
 			return nil, fmt.Errorf("the peer does not know %s or it was redeemed before (PIPESTREAM_CLAIM_NOT_FOUND): %w", what, ErrClaimRedeemed)
 		}
 		return nil, fmt.Errorf("%s is redeemed but resuming the entity failed (%v); the document is re-dispatched if its session is lost: %w",
@@ -354,39 +354,39 @@ func (b *Bridge) redeemRun(ctx context.Context, d *docRun, claimID, via string, 
 	defer t.Stop()
 	select {
 	case st := <-w:
-		if err := b.redeemAnswered(d, claimID, st); err != nil {
+		if err := d.redeemAnswered(claimID, st); err != nil {
 			return nil, err
 		}
 	case <-t.C:
 		// The peer has not answered yet: the redemption stays pending and
 		// the peer decides it (redeemPending), never this timer.
-		b.redeemPending(d, cr, claimID, ss, sk, w)
+		d.redeemPending(cr, claimID, ss, sk, w)
 	case <-ss.s.Done():
 		dropWaiter()
-		b.carryRedemption(d, cr, claimID)
+		d.carryRedemption(cr, claimID)
 		return nil, fmt.Errorf("%s: the peer session ended before the peer acknowledged the redemption; the document is re-dispatched and the redemption resumes the entity through the new attempt's claim: %w", what, ErrUnavailable)
 	case <-ctx.Done():
 		// The caller left; the peer's answer is still recorded.
-		b.redeemPending(d, cr, claimID, ss, sk, w)
+		d.redeemPending(cr, claimID, ss, sk, w)
 		return nil, ctx.Err()
 	}
-	b.mu.Lock()
+	env.reg.mu.Lock()
 	out := publicClaim(cr.c, time.Now())
-	b.mu.Unlock()
+	env.reg.mu.Unlock()
 	return out, nil
 }
 
 // redeemAnswered records the peer's answer st (the redeemed entity's next
 // status) to the redemption of claimID: FAILED is a refusal, ABANDONED an
 // expiry at the peer, anything else an acceptance (nil).
-func (b *Bridge) redeemAnswered(d *docRun, claimID string, st wire.Status) error {
+func (d *docRun) redeemAnswered(claimID string, st wire.Status) error {
 	what := "claim " + claimID
 	switch st {
 	case wire.StatusFailed:
-		b.rejectClaim(d, claimID, gatewayv1.ClaimCheck_REDEEMED, "rejected", "the peer refused the redemption (FAILED for the redeemed entity)")
+		d.rejectClaim(claimID, gatewayv1.ClaimCheck_REDEEMED, "rejected", "the peer refused the redemption (FAILED for the redeemed entity)")
 		return fmt.Errorf("the peer refused %s (FAILED for the redeemed entity): %w", what, ErrFailedPrecondition)
 	case wire.StatusAbandoned:
-		b.rejectClaim(d, claimID, gatewayv1.ClaimCheck_EXPIRED, "expired", "the peer abandoned the deferred entity: its claim expired before the redemption")
+		d.rejectClaim(claimID, gatewayv1.ClaimCheck_EXPIRED, "expired", "the peer abandoned the deferred entity: its claim expired before the redemption")
 		return fmt.Errorf("the peer abandoned the entity of %s: the claim expired at the peer: %w", what, ErrClaimExpired)
 	}
 	return nil
@@ -401,20 +401,20 @@ func (b *Bridge) redeemAnswered(d *docRun, claimID string, st wire.Status) error
 // document runs again, the redemption is carried to the next attempt
 // (carryRedemption): it resumes the entity through the claim the peer
 // issues there. A document that finished or was dropped records nothing.
-func (b *Bridge) redeemPending(d *docRun, cr *claimRun, claimID string, ss *sessState, sk entKey, w chan wire.Status) {
+func (d *docRun) redeemPending(cr *claimRun, claimID string, ss *sessState, sk entKey, w chan wire.Status) {
 	a := cr.att
 	why := fmt.Sprintf("claim %s is redeemed and its entity was sent to the PipeStream peer %s at %s; waiting for the peer's answer to the redemption",
 		claimID, ss.pc.addr, time.Now().UTC().Format(time.RFC3339))
-	b.mu.Lock()
+	d.env.reg.mu.Lock()
 	if a.current() {
 		d.setWaitReason(why)
-		b.kickFlush()
+		d.env.kickFlush()
 	}
-	b.mu.Unlock()
-	b.log.Info("bridge: the peer has not answered a redemption yet; it stays pending", "doc", d.id, "claim", claimID, "peer", ss.pc.addr)
-	b.wg.Add(1)
+	d.env.reg.mu.Unlock()
+	d.env.log.Info("bridge: the peer has not answered a redemption yet; it stays pending", "doc", d.id, "claim", claimID, "peer", ss.pc.addr)
+	d.env.wg.Add(1)
 	go func() {
-		defer b.wg.Done()
+		defer d.env.wg.Done()
 		var st wire.Status
 		answered, ended := false, false
 		select {
@@ -424,9 +424,9 @@ func (b *Bridge) redeemPending(d *docRun, cr *claimRun, claimID string, ss *sess
 			ended = true
 		case <-a.ctx.Done(): // aborted, finished or dropped
 			ended = true
-		case <-b.ctx.Done():
+		case <-d.env.ctx.Done():
 		}
-		b.mu.Lock()
+		d.env.reg.mu.Lock()
 		if ss.waiters[sk] == w {
 			delete(ss.waiters, sk)
 		}
@@ -436,16 +436,16 @@ func (b *Bridge) redeemPending(d *docRun, cr *claimRun, claimID string, ss *sess
 			} else {
 				d.setWaitReason("")
 			}
-			b.kickFlush()
+			d.env.kickFlush()
 		}
-		b.mu.Unlock()
+		d.env.reg.mu.Unlock()
 		switch {
 		case answered:
-			if err := b.redeemAnswered(d, claimID, st); err != nil {
-				b.log.Warn("bridge: the peer answered a pending redemption with a refusal", "doc", d.id, "claim", claimID, "err", err)
+			if err := d.redeemAnswered(claimID, st); err != nil {
+				d.env.log.Warn("bridge: the peer answered a pending redemption with a refusal", "doc", d.id, "claim", claimID, "err", err)
 			}
 		case ended:
-			b.carryRedemption(d, cr, claimID) // when the document runs again
+			d.carryRedemption(cr, claimID) // when the document runs again
 		}
 	}()
 }
@@ -454,9 +454,9 @@ func (b *Bridge) redeemPending(d *docRun, cr *claimRun, claimID string, ss *sess
 // session ended to d's next attempt: when the peer defers the same chunk
 // (or root) again, the entity is resumed through the new claim
 // (preRedeem, onDeferredLocked), as for a claim of an earlier attempt.
-func (b *Bridge) carryRedemption(d *docRun, cr *claimRun, claimID string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+func (d *docRun) carryRedemption(cr *claimRun, claimID string) {
+	d.env.reg.mu.Lock()
+	defer d.env.reg.mu.Unlock()
 	if d.terminal() || d.dropped || cr.slot == noSlot || cr.key.scope != 0 {
 		return
 	}
@@ -468,11 +468,11 @@ func (b *Bridge) carryRedemption(d *docRun, cr *claimRun, claimID string) {
 
 // rejectClaim records the peer's refusal of a redemption on the claim (state
 // and a #claim event with why), the deferred entity and the document.
-func (b *Bridge) rejectClaim(d *docRun, claimID string, st gatewayv1.ClaimCheck_ClaimState, action, why string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.m.claims.WithLabelValues(action).Inc()
-	b.log.Warn("bridge: the peer refused a redemption", "doc", d.id, "claim", claimID, "why", why)
+func (d *docRun) rejectClaim(claimID string, st gatewayv1.ClaimCheck_ClaimState, action, why string) {
+	d.env.reg.mu.Lock()
+	defer d.env.reg.mu.Unlock()
+	d.env.m.claims.WithLabelValues(action).Inc()
+	d.env.log.Warn("bridge: the peer refused a redemption", "doc", d.id, "claim", claimID, "why", why)
 	cr := d.claims[claimID]
 	if cr == nil {
 		return
@@ -486,7 +486,7 @@ func (b *Bridge) rejectClaim(d *docRun, claimID string, st gatewayv1.ClaimCheck_
 	}
 	d.appendError(msg)
 	d.addEvent(&gatewayv1.Event{Kind: kindClaim, ClaimId: claimID, ClaimAction: action, EntityId: cr.c.EntityId, ScopeId: cr.c.ScopeId, Message: why})
-	b.kickFlush()
+	d.env.kickFlush()
 }
 
 // sendRedemption sends the deferred entity's original payload again with
@@ -494,8 +494,8 @@ func (b *Bridge) rejectClaim(d *docRun, claimID string, st gatewayv1.ClaimCheck_
 // DEFERRED status (profile 6), read from the spool or the inline content.
 // The payload is what the deferred entity carried: for a plain document's
 // root the raw content (profile 9.1), else the envelope.
-func (b *Bridge) sendRedemption(ctx context.Context, d *docRun, ss *sessState, e *gatewayv1.Entity, isRoot bool, mode peerMode, claimID string) error {
-	f, err := b.openContent(ctx, d)
+func (env *docEnv) sendRedemption(ctx context.Context, d *docRun, ss *sessState, e *gatewayv1.Entity, isRoot bool, mode peerMode, claimID string) error {
+	f, err := env.openContent(ctx, d)
 	if err != nil {
 		return fmt.Errorf("open spool: %w", err)
 	}
@@ -507,11 +507,11 @@ func (b *Bridge) sendRedemption(ctx context.Context, d *docRun, ss *sessState, e
 		}
 		md := d.plan.rootMetadata(true)
 		md[metaClaimID] = claimID
-		payload, err := mode.rootPayload(b, ss, d, e.EntityId, content)
+		payload, err := mode.rootPayload(env, ss, d, e.EntityId, content)
 		if err != nil {
 			return err
 		}
-		return ss.s.SendEntity(ctx, b.rootHeader(d, e.EntityId, payload, md), bytes.NewReader(payload))
+		return ss.s.SendEntity(ctx, d.rootHeader(e.EntityId, payload, md), bytes.NewReader(payload))
 	}
 	if e.SizeBytes > maxChunkBytes {
 		return fmt.Errorf("chunk of %d bytes exceeds the chunk limit", e.SizeBytes)
@@ -540,7 +540,7 @@ func (b *Bridge) sendRedemption(ctx context.Context, d *docRun, ss *sessState, e
 // that carries the document's terminal update (one transaction); the
 // store keeps a claim that a redemption committed first (ClaimRecord).
 // Caller holds mu.
-func (b *Bridge) closeClaimsLocked(d *docRun) {
+func (d *docRun) closeClaimsLocked() {
 	now := time.Now()
 	st := d.rec.Doc.GetState()
 	for _, id := range sortedClaimIDs(d.claims) {
@@ -556,7 +556,7 @@ func (b *Bridge) closeClaimsLocked(d *docRun) {
 		cr.c.State = state
 		d.out.claims[id] = true
 		d.addEvent(&gatewayv1.Event{Kind: kindClaim, ClaimId: id, ClaimAction: action, EntityId: cr.c.EntityId, ScopeId: cr.c.ScopeId, Message: msg})
-		b.m.claims.WithLabelValues(action).Inc()
+		d.env.m.claims.WithLabelValues(action).Inc()
 	}
 }
 

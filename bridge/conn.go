@@ -345,7 +345,7 @@ func (b *Bridge) dial(ctx context.Context, pc *peerConn) (*sessState, error) {
 	})
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err != nil && framing == quicpeer.FramingDraft04 && dctx.Err() != nil && ctx.Err() == nil && b.liveSessionsLocked(pc) > 0 {
+	if err != nil && framing == quicpeer.FramingDraft04 && dctx.Err() != nil && ctx.Err() == nil && b.reg.liveSessions(pc) > 0 {
 		// A draft-04 peer serving one connection at a time has not
 		// answered this one while another conversation runs: busy, not
 		// down.
@@ -392,7 +392,7 @@ func (b *Bridge) waitForWork(ctx context.Context, pc *peerConn) bool {
 	for {
 		b.mu.Lock()
 		ready := pc.framing != quicpeer.FramingDraft04 ||
-			(pc.active == nil && b.liveSessionsLocked(pc) < b.opts.PeerDraft04Conns &&
+			(pc.active == nil && b.reg.liveSessions(pc) < b.opts.PeerDraft04Conns &&
 				(len(b.queue) > 0 || b.probeDraft04Locked(pc)))
 		pc.dialing = ready // a peer nothing dials is idle, not connecting
 		b.mu.Unlock()
@@ -429,17 +429,6 @@ func (b *Bridge) probeDraft04Locked(pc *peerConn) bool {
 	return false
 }
 
-// liveSessionsLocked counts the sessions to pc that have not ended.
-func (b *Bridge) liveSessionsLocked(pc *peerConn) int {
-	n := 0
-	for ss := range b.sessions {
-		if ss.pc == pc && !ss.closed {
-			n++
-		}
-	}
-	return n
-}
-
 // pickSessionLocked returns the session a new document goes to: that of
 // the least-loaded healthy peer by its capacity (peerLoad: documents in
 // flight relative to the negotiated window, or to Options.PeerDraft04Conns
@@ -453,14 +442,14 @@ func (b *Bridge) liveSessionsLocked(pc *peerConn) int {
 // the attempt there. For the dispatcher (dispatch), a peer running
 // maxConcurrentDispatch sendings already is skipped; a pipelined upload
 // is not counted there (its client sets its pace).
-func (b *Bridge) pickSessionLocked(dispatch bool) *sessState {
+func (env *docEnv) pickSessionLocked(dispatch bool) *sessState {
 	var best *peerConn
 	var bestSS *sessState
 	var bestLoad peerLoad
-	n := len(b.peers)
+	n := len(env.reg.peers)
 	for i := range n {
-		pc := b.peers[(b.nextPeer+i)%n]
-		ss, load, ok := b.candidateLocked(pc, dispatch)
+		pc := env.reg.peers[(env.reg.nextPeer+i)%n]
+		ss, load, ok := env.candidateLocked(pc, dispatch)
 		if ok && (best == nil || load.less(bestLoad)) {
 			best, bestSS, bestLoad = pc, ss, load
 		}
@@ -485,42 +474,31 @@ func (x peerLoad) less(y peerLoad) bool {
 // candidateLocked says whether pc can take a document now (ss, its load),
 // or soon (ss nil: a draft-04 peer that answered before, with room for
 // another connection, not backing off).
-func (b *Bridge) candidateLocked(pc *peerConn, dispatch bool) (*sessState, peerLoad, bool) {
+func (env *docEnv) candidateLocked(pc *peerConn, dispatch bool) (*sessState, peerLoad, bool) {
 	if dispatch && pc.sending >= maxConcurrentDispatch {
 		return nil, peerLoad{}, false // its sendings must finish first
 	}
 	if ss := pc.usableLocked(); ss != nil {
-		return ss, peerLoad{docs: uint64(b.peerDocsLocked(pc)), capacity: ss.mode.capacity(b, ss)}, true
+		return ss, peerLoad{docs: uint64(env.reg.peerDocs(pc)), capacity: ss.mode.capacity(env, ss)}, true
 	}
-	live := b.liveSessionsLocked(pc)
-	if pc.framing != quicpeer.FramingDraft04 || !pc.ok || time.Now().Before(pc.retryAt) || live >= b.opts.PeerDraft04Conns {
+	live := env.reg.liveSessions(pc)
+	if pc.framing != quicpeer.FramingDraft04 || !pc.ok || time.Now().Before(pc.retryAt) || live >= env.opts.PeerDraft04Conns {
 		return nil, peerLoad{}, false
 	}
-	return nil, peerLoad{docs: uint64(b.peerDocsLocked(pc)), capacity: uint64(b.opts.PeerDraft04Conns)}, true
-}
-
-// peerDocsLocked counts the documents in flight on pc's live sessions.
-func (b *Bridge) peerDocsLocked(pc *peerConn) int {
-	n := 0
-	for ss := range b.sessions {
-		if ss.pc == pc && !ss.closed {
-			n += len(ss.docs)
-		}
-	}
-	return n
+	return nil, peerLoad{docs: uint64(env.reg.peerDocs(pc)), capacity: uint64(env.opts.PeerDraft04Conns)}, true
 }
 
 // placeLocked starts d's next attempt on ss, the session placement picked,
 // and moves the round-robin past its peer: the next tie goes to the next
 // peer.
-func (b *Bridge) placeLocked(d *docRun, ss *sessState) *attempt {
-	b.nextPeer = (ss.pc.idx + 1) % len(b.peers)
-	return b.newAttemptLocked(d, ss)
+func (d *docRun) placeLocked(ss *sessState) *attempt {
+	d.env.reg.rotatePast(ss.pc)
+	return d.newAttemptLocked(ss)
 }
 
 // retireLocked stops assigning on ss and wakes its peer's connection loop
 // to dial.
-func (b *Bridge) retireLocked(ss *sessState) {
+func (env *docEnv) retireLocked(ss *sessState) {
 	pc := ss.pc
 	if pc.active == ss {
 		pc.active = nil
@@ -564,14 +542,14 @@ func sessionGone(ss *sessState, err error) bool {
 // endDraft04Locked ends a draft-04 session whose document finished: GOAWAY
 // with the document's entity, the peer's echo, close with 0x00 (the
 // reference conversation).
-func (b *Bridge) endDraft04Locked(ss *sessState) {
-	b.wg.Add(1)
+func (env *docEnv) endDraft04Locked(ss *sessState) {
+	env.wg.Add(1)
 	go func() {
-		defer b.wg.Done()
-		ctx, cancel := context.WithTimeout(b.ctx, dialTimeout)
+		defer env.wg.Done()
+		ctx, cancel := context.WithTimeout(env.ctx, dialTimeout)
 		defer cancel()
 		if err := ss.s.GoAway(ctx); err != nil {
-			b.log.Debug("bridge: draft-04 session ended", "err", err)
+			env.log.Debug("bridge: draft-04 session ended", "err", err)
 		}
 	}()
 }

@@ -58,18 +58,18 @@ func wholeContent(f contentReader, size int64) ([]byte, error) {
 //
 // The first call takes the content held since the commit (d.content), if
 // any; later ones (a re-dispatch, a redemption) read the row.
-func (b *Bridge) openContent(ctx context.Context, d *docRun) (contentReader, error) {
+func (env *docEnv) openContent(ctx context.Context, d *docRun) (contentReader, error) {
 	if !d.inline {
-		return b.st.OpenPayload(ctx, d.id, store.PayloadContent)
+		return env.st.OpenPayload(ctx, d.id, store.PayloadContent)
 	}
-	b.mu.Lock()
+	env.reg.mu.Lock()
 	held := d.content
 	d.content = nil
-	b.mu.Unlock()
+	env.reg.mu.Unlock()
 	if held != nil {
 		return inlineContent{bytes.NewReader(held), held}, nil
 	}
-	body, err := b.st.GetPayload(ctx, string(d.tenant), d.id, store.PayloadContent)
+	body, err := env.st.GetPayload(ctx, string(d.tenant), d.id, store.PayloadContent)
 	if err != nil {
 		return nil, fmt.Errorf("inline content: %w", err)
 	}
@@ -107,7 +107,7 @@ func (b *Bridge) contentExists(ctx context.Context, d *docRun) bool {
 //
 // A full disk delays the result file's writes rather than failing them
 // (disk, diskfull.go).
-func (b *Bridge) readResult(docID string, r io.Reader, declared uint64, disk diskRetry) (inline []byte, spooled bool, n int64, err error) {
+func (env *docEnv) readResult(docID string, r io.Reader, declared uint64, disk diskRetry) (inline []byte, spooled bool, n int64, err error) {
 	head, err := readUpTo(r, maxStoredInline+1, int(min(declared, maxStoredInline)))
 	n = int64(len(head))
 	if err != nil {
@@ -116,11 +116,11 @@ func (b *Bridge) readResult(docID string, r io.Reader, declared uint64, disk dis
 	if len(head) <= maxStoredInline {
 		return head, false, n, nil // r is at EOF
 	}
-	pf, err := createResultRetrying(b.ctx, b.st, docID, disk)
+	pf, err := createResultRetrying(env.ctx, env.st, docID, disk)
 	if err != nil {
 		return nil, false, n, err
 	}
-	w := diskRetryWriter{w: pf, r: disk, dir: b.opts.DataDir}
+	w := diskRetryWriter{w: pf, r: disk, dir: env.opts.DataDir}
 	if _, err := w.Write(head); err != nil {
 		pf.Abort()
 		return nil, false, n, err

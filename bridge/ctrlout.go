@@ -35,7 +35,7 @@ type ctrlFrame struct {
 // Caller holds Bridge.mu (it reads ss.s and ss.closed); nothing is written
 // before the caller releases it, as the writer needs no lock of the
 // caller's and the frames keep their order.
-func (b *Bridge) sendStatusLocked(ss *sessState, doc string, f wire.StatusFrame) {
+func (env *docEnv) sendStatusLocked(ss *sessState, doc string, f wire.StatusFrame) {
 	s := ss.s
 	if s == nil || ss.closed {
 		return
@@ -47,8 +47,8 @@ func (b *Bridge) sendStatusLocked(ss *sessState, doc string, f wire.StatusFrame)
 	o.writing = true
 	o.mu.Unlock()
 	if start {
-		b.wg.Add(1)
-		go b.writeCtrl(s, o)
+		env.wg.Add(1)
+		go env.writeCtrl(s, o)
 	}
 }
 
@@ -56,8 +56,8 @@ func (b *Bridge) sendStatusLocked(ss *sessState, doc string, f wire.StatusFrame)
 // write error (the session ended, or the frame no longer fits the
 // entity's state) is logged; the frames after it are still tried, each
 // answering for itself.
-func (b *Bridge) writeCtrl(s *quicpeer.Session, o *ctrlOut) {
-	defer b.wg.Done()
+func (env *docEnv) writeCtrl(s *quicpeer.Session, o *ctrlOut) {
+	defer env.wg.Done()
 	for {
 		o.mu.Lock()
 		q := o.q
@@ -70,7 +70,7 @@ func (b *Bridge) writeCtrl(s *quicpeer.Session, o *ctrlOut) {
 		o.mu.Unlock()
 		for _, c := range q {
 			if err := s.SendStatus(c.f); err != nil {
-				b.log.Debug("bridge: could not send a status to the peer", "doc", c.doc, "entity", c.f.EntityID, "status", c.f.Status, "err", err)
+				env.log.Debug("bridge: could not send a status to the peer", "doc", c.doc, "entity", c.f.EntityID, "status", c.f.Status, "err", err)
 			}
 		}
 	}

@@ -117,17 +117,17 @@ const diskFullPrefix = "disk full: "
 // the document's error says "disk full" (set at the first attempt, one
 // event), cleared again once the write went through; the backoff sleeps
 // outside the bridge's lock.
-func (b *Bridge) diskRetryFor(d *docRun) diskRetry {
+func (d *docRun) diskRetryFor() diskRetry {
 	return diskRetry{
 		wait: func(attempt int, err error) bool {
-			b.mu.Lock()
-			closing := b.closing
+			d.env.reg.mu.Lock()
+			closing := d.env.reg.closing
 			if attempt == 0 && !closing && !d.terminal() {
-				b.log.Warn("bridge: disk full while storing a result; retrying until space returns", "doc", d.id, "err", err)
+				d.env.log.Warn("bridge: disk full while storing a result; retrying until space returns", "doc", d.id, "err", err)
 				d.setState(d.rec.Doc.State, fmt.Sprintf(diskFullPrefix+"storing the result on the gateway failed (%v); retrying until space returns (a local failure, not the peer's)", err))
-				b.kickFlush()
+				d.env.kickFlush()
 			}
-			b.mu.Unlock()
+			d.env.reg.mu.Unlock()
 			if closing {
 				return false
 			}
@@ -135,12 +135,12 @@ func (b *Bridge) diskRetryFor(d *docRun) diskRetry {
 			return true
 		},
 		recovered: func() {
-			b.mu.Lock()
-			defer b.mu.Unlock()
+			d.env.reg.mu.Lock()
+			defer d.env.reg.mu.Unlock()
 			if !d.terminal() && strings.HasPrefix(d.rec.Doc.Error, diskFullPrefix) {
 				d.rec.Doc.Error = ""
 				d.out.markDirty(time.Now())
-				b.kickFlush()
+				d.env.kickFlush()
 			}
 		},
 	}

@@ -34,7 +34,7 @@ func (b *Bridge) startAttemptLocked() *attempt {
 		if d.terminal() || d.sess() != nil {
 			continue
 		}
-		j := b.placeLocked(d, ss)
+		j := d.placeLocked(ss)
 		j.dispatched = true
 		ss.pc.sending++ // until runAttempt returns
 		return j
@@ -44,14 +44,14 @@ func (b *Bridge) startAttemptLocked() *attempt {
 
 // runAttempt sends the document (from the spool or the inline content, or
 // from src when the upload is pipelined) and handles the outcome.
-func (b *Bridge) runAttempt(j *attempt, src chunkSource) {
-	err := b.sendDocument(j, src)
-	b.mu.Lock()
-	defer b.mu.Unlock()
+func (j *attempt) runAttempt(src chunkSource) {
+	err := j.sendDocument(src)
+	j.d.env.reg.mu.Lock()
+	defer j.d.env.reg.mu.Unlock()
 	if j.dispatched {
 		j.ss.pc.sending--
 		select { // the peer may take another document
-		case b.kickCh <- struct{}{}:
+		case j.d.env.kickCh <- struct{}{}:
 		default:
 		}
 	}
@@ -66,8 +66,8 @@ func (b *Bridge) runAttempt(j *attempt, src chunkSource) {
 	case sessionGone(j.ss, err):
 		// HandleClose re-dispatches
 	default:
-		b.log.Warn("bridge: sending a document failed", "doc", j.d.id, "attempt", j.gen, "err", err)
-		b.abortAttemptLocked(j.d, fmt.Sprintf("sending to the PipeStream peer %s failed: %v", j.peerAddr(), err), true)
+		j.d.env.log.Warn("bridge: sending a document failed", "doc", j.d.id, "attempt", j.gen, "err", err)
+		j.d.abortAttemptLocked(fmt.Sprintf("sending to the PipeStream peer %s failed: %v", j.peerAddr(), err), true)
 	}
 }
 
@@ -100,25 +100,25 @@ func (s *spoolSource) summary(context.Context) (int64, [32]byte, uint64, error) 
 }
 
 // sendDocument performs one attempt, as its mode sends (mode.go).
-func (b *Bridge) sendDocument(j *attempt, src chunkSource) error {
-	return j.mode.send(b, j, src)
+func (j *attempt) sendDocument(src chunkSource) error {
+	return j.mode.send(j.d.env, j, src)
 }
 
 // sendProfile performs one attempt of the profile (4.1 / 4.2).
-func (b *Bridge) sendProfile(j *attempt, src chunkSource) error {
+func (j *attempt) sendProfile(src chunkSource) error {
 	d, ss, ctx := j.d, j.ss, j.ctx
 	// The chunk count is known up front for a spooled document; a
 	// pipelined upload learns its size only at the commit (d.size is
 	// written then, under mu), so its chunks go without it.
 	spooled := src == nil
 	if spooled {
-		f, ok := b.openAttemptContent(j)
+		f, ok := j.openAttemptContent()
 		if !ok {
 			return nil
 		}
 		defer f.Close()
-		if d.plan.whole(d.size, b.opts.InlineThreshold) {
-			return b.sendWhole(j, f)
+		if d.plan.whole(d.size, j.d.env.opts.InlineThreshold) {
+			return j.sendWhole(f)
 		}
 		sp, err := split.New(f, d.plan.splitStrategy(), d.plan.chunkBytes)
 		if err != nil {
@@ -126,7 +126,7 @@ func (b *Bridge) sendProfile(j *attempt, src chunkSource) error {
 		}
 		src = &spoolSource{sp: sp}
 	}
-	rootID, err := b.startDehydration(j)
+	rootID, err := j.startDehydration()
 	if err != nil {
 		return err
 	}
@@ -142,7 +142,7 @@ func (b *Bridge) sendProfile(j *attempt, src chunkSource) error {
 		if spooled && d.plan.strategy == gatewayv1.SplitStrategy_SPLIT_FIXED_BYTES && d.size > 0 {
 			total = uint64((d.size + int64(d.plan.chunkBytes) - 1) / int64(d.plan.chunkBytes))
 		}
-		if err := b.sendChunk(j, rootID, c, total, d.plan.childMetadata(c.Index, true)); err != nil {
+		if err := j.sendChunk(rootID, c, total, d.plan.childMetadata(c.Index, true)); err != nil {
 			return err
 		}
 	}
@@ -154,29 +154,29 @@ func (b *Bridge) sendProfile(j *attempt, src chunkSource) error {
 	md[metaTotalChunks] = strconv.FormatUint(n, 10)
 	md[metaContentLength] = strconv.FormatInt(size, 10)
 	md[metaContentSHA] = hexSum(sum[:])
-	env, err := ss.codec.MarshalPipeDoc(b.envelope(d, rootID, nil))
+	env, err := ss.codec.MarshalPipeDoc(d.envelope(rootID, nil))
 	if err != nil {
 		return err
 	}
-	return ss.s.SendEntity(ctx, b.rootHeader(d, rootID, env, md), bytes.NewReader(env))
+	return ss.s.SendEntity(ctx, d.rootHeader(rootID, env, md), bytes.NewReader(env))
 }
 
 // openAttemptContent opens the content of j's document; when it is missing
 // the document fails (ok false).
-func (b *Bridge) openAttemptContent(j *attempt) (contentReader, bool) {
-	f, err := b.openContent(j.ctx, j.d)
+func (j *attempt) openAttemptContent() (contentReader, bool) {
+	f, err := j.d.env.openContent(j.ctx, j.d)
 	if err == nil {
 		return f, true
 	}
 	if errors.Is(err, store.ErrUnavailable) {
-		b.retryAttemptLater(j, err)
+		j.retryAttemptLater(err)
 		return nil, false
 	}
-	b.mu.Lock()
+	j.d.env.reg.mu.Lock()
 	if j.current() {
-		b.finishLocked(j.d, gatewayv1.State_FAILED, fmt.Sprintf("the spooled content is missing (%v); resubmit the document", err))
+		j.d.finishLocked(gatewayv1.State_FAILED, fmt.Sprintf("the spooled content is missing (%v); resubmit the document", err))
 	}
-	b.mu.Unlock()
+	j.d.env.reg.mu.Unlock()
 	return nil, false
 }
 
@@ -184,19 +184,19 @@ func (b *Bridge) openAttemptContent(j *attempt) (contentReader, bool) {
 // because the store is unavailable (a database restart), after
 // storeRetryDelay, and dispatches the document again (not counted against
 // its attempts): the content is not missing, only out of reach.
-func (b *Bridge) retryAttemptLater(j *attempt, err error) {
-	b.log.Warn("bridge: the store is unavailable; dispatching the document again shortly", "doc", j.d.id, "in", storeRetryDelay, "err", err)
+func (j *attempt) retryAttemptLater(err error) {
+	j.d.env.log.Warn("bridge: the store is unavailable; dispatching the document again shortly", "doc", j.d.id, "in", storeRetryDelay, "err", err)
 	time.AfterFunc(storeRetryDelay, func() {
-		b.mu.Lock()
-		defer b.mu.Unlock()
+		j.d.env.reg.mu.Lock()
+		defer j.d.env.reg.mu.Unlock()
 		if j.current() && !j.d.terminal() && !j.d.dropped {
-			b.abortAttemptLocked(j.d, "the store was unavailable (not the peer's fault; dispatching again): "+err.Error(), false)
+			j.d.abortAttemptLocked("the store was unavailable (not the peer's fault; dispatching again): "+err.Error(), false)
 		}
 	})
 }
 
 // sendWhole sends a document whole: the envelope carries the blob (profile 4.1).
-func (b *Bridge) sendWhole(j *attempt, f contentReader) error {
+func (j *attempt) sendWhole(f contentReader) error {
 	d, ss, ctx := j.d, j.ss, j.ctx
 	content, err := wholeContent(f, d.size)
 	if err != nil {
@@ -206,23 +206,23 @@ func (b *Bridge) sendWhole(j *attempt, f contentReader) error {
 	if err != nil {
 		return err
 	}
-	env, err := ss.codec.MarshalPipeDoc(b.envelope(d, id, content))
+	env, err := ss.codec.MarshalPipeDoc(d.envelope(id, content))
 	if err != nil {
 		return err
 	}
-	b.mu.Lock()
+	j.d.env.reg.mu.Lock()
 	if !j.current() {
-		b.mu.Unlock()
+		j.d.env.reg.mu.Unlock()
 		return context.Canceled
 	}
-	b.registerRootLocked(j, id)
-	b.mu.Unlock()
-	return ss.s.SendEntity(ctx, b.rootHeader(d, id, env, d.plan.rootMetadata(true)), bytes.NewReader(env))
+	j.registerRootLocked(id)
+	j.d.env.reg.mu.Unlock()
+	return ss.s.SendEntity(ctx, d.rootHeader(id, env, d.plan.rootMetadata(true)), bytes.NewReader(env))
 }
 
 // registerRootLocked records the root entity of the attempt and moves the
 // document to RUNNING.
-func (b *Bridge) registerRootLocked(j *attempt, rootID uint32) {
+func (j *attempt) registerRootLocked(rootID uint32) {
 	d := j.d
 	j.rootID = rootID
 	k := rootKey(rootID)
@@ -233,17 +233,17 @@ func (b *Bridge) registerRootLocked(j *attempt, rootID uint32) {
 	if d.rec.Doc.State == gatewayv1.State_PENDING {
 		d.setState(gatewayv1.State_RUNNING, "")
 	}
-	b.kickFlush()
+	j.d.env.kickFlush()
 }
 
 // envelope is the PipeDoc of the root (draft Section 7): doc id, entity id,
 // ownership (tenant as owner-id), blob for whole documents.
-func (b *Bridge) envelope(d *docRun, rootID uint32, blob []byte) *wire.PipeDoc {
+func (d *docRun) envelope(rootID uint32, blob []byte) *wire.PipeDoc {
 	return &wire.PipeDoc{DocID: d.id, EntityID: rootID, Ownership: &wire.OwnershipContext{OwnerID: string(d.tenant)}, Blob: blob}
 }
 
 // rootHeader is the root entity's header (profile 4).
-func (b *Bridge) rootHeader(d *docRun, rootID uint32, env []byte, md map[string]string) *wire.EntityHeader {
+func (d *docRun) rootHeader(rootID uint32, env []byte, md map[string]string) *wire.EntityHeader {
 	sum := sha256.Sum256(env)
 	return &wire.EntityHeader{
 		EntityID: rootID, Layer: 0, ContentType: d.rec.Doc.ContentType,
@@ -253,7 +253,7 @@ func (b *Bridge) rootHeader(d *docRun, rootID uint32, env []byte, md map[string]
 }
 
 // finishLocked moves d to a terminal state and stops its attempt.
-func (b *Bridge) finishLocked(d *docRun, s gatewayv1.State, msg string) {
+func (d *docRun) finishLocked(s gatewayv1.State, msg string) {
 	if d.terminal() {
 		return
 	}
@@ -262,7 +262,7 @@ func (b *Bridge) finishLocked(d *docRun, s gatewayv1.State, msg string) {
 	a.stopSending()
 	if ss := d.sess(); ss != nil {
 		delete(ss.docs, d)
-		ss.mode.docLeftLocked(b, ss)
+		ss.mode.docLeftLocked(d.env, ss)
 	}
 	releaseSessLocked(a)
 	a.dropPlainLocked()
@@ -270,9 +270,9 @@ func (b *Bridge) finishLocked(d *docRun, s gatewayv1.State, msg string) {
 		msg = "processing failed"
 	}
 	d.setState(s, msg)
-	b.closeClaimsLocked(d)
-	b.m.finished.WithLabelValues(s.String()).Inc()
-	b.m.running.Dec()
-	b.log.Info("bridge: document finished", "doc", d.id, "state", s, "error", msg)
-	b.kickFlush()
+	d.closeClaimsLocked()
+	d.env.m.finished.WithLabelValues(s.String()).Inc()
+	d.env.m.running.Dec()
+	d.env.log.Info("bridge: document finished", "doc", d.id, "state", s, "error", msg)
+	d.env.kickFlush()
 }

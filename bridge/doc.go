@@ -54,6 +54,18 @@
 // of an earlier attempt stays redeemable through the current attempt's
 // claim for the same chunk (claims.go).
 //
+// # Who may call whom
+//
+// Behaviour about one document is a method of the docRun or of its
+// attempt. They reach the docEnv (bridge.go: store, event log, metrics,
+// options, wake-ups, control outboxes) and the registry behind it
+// (registry.go: documents, queue, peers, sessions; leaf methods), never
+// the Bridge, whose methods are the API and the loops that call down into
+// documents (TestDocumentCodeStaysDown keeps it so). One mutex, the
+// registry's mu, still guards the registry and every document; a
+// per-document lock is the next step (docs/architecture.md,
+// "Concurrency").
+//
 // # Peer modes
 //
 // What differs between a profile peer, a plain draft-02 peer and a

@@ -28,6 +28,9 @@ const (
 // lives in att, what waits to be committed in out. Every field is guarded
 // by Bridge.mu unless noted.
 type docRun struct {
+	// env is what the document's code may reach (bridge.go); never the
+	// Bridge itself. Set when the docRun is made, never changed.
+	env    *docEnv
 	id     string
 	tenant Tenant
 	plan   *plan

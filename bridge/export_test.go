@@ -61,6 +61,14 @@ func HoldCreateCommit(cond func(claims int, ents []*gatewayv1.Entity) bool, time
 	return func() { testHookBeforeCreateCommit = nil }, ok.Load
 }
 
+// OnDetached calls fn each time a flush detached a DEFERRED entity with a
+// durable claim from the GOAWAY drain; call restore before the bridge
+// closes.
+func OnDetached(fn func()) (restore func()) {
+	testHookDetached.Store(&fn)
+	return func() { testHookDetached.Store(nil) }
+}
+
 // SessionHeld counts what the bridge's sessions hold for documents: entity
 // mappings and DEHYDRATING parents awaiting a scope.
 func (b *Bridge) SessionHeld() (ents, dehyd int) {

@@ -23,7 +23,8 @@ func TestFlushHoldTimer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b := &Bridge{ctx: context.Background(), flushCh: make(chan struct{}, 1), docs: map[string]*docRun{}}
+		reg := &registry{docs: map[string]*docRun{}}
+		b := &Bridge{docEnv: &docEnv{reg: reg, ctx: context.Background(), flushCh: make(chan struct{}, 1)}, registry: reg}
 		progress := func(id string) *docRun {
 			d := b.newDocRun(id, "", p)
 			d.committed = true

@@ -56,7 +56,7 @@ func (h *handler) HandleGoAway(s *quicpeer.Session, f wire.GoAwayFrame) {
 	// their attempt on this session and re-dispatch on the next one (profile 7).
 	for d := range ss.docs {
 		if !d.att.sendDone && !d.uploading {
-			b.abortAttemptLocked(d, "peer sent GOAWAY before the document was fully sent", false)
+			d.abortAttemptLocked("peer sent GOAWAY before the document was fully sent", false)
 		}
 	}
 }
@@ -124,7 +124,7 @@ func (b *Bridge) onStatusLocked(ss *sessState, f wire.StatusFrame) {
 		a.entSince[ref.key] = time.Now()
 	}
 	if ref.key != rootKey(a.rootID) {
-		a.mode.childChangedLocked(b, d)
+		a.mode.childChangedLocked(d)
 	}
 	if f.Status == wire.StatusDehydrating && prev != e.Status {
 		p := parentRef{att: a, key: ref.key, depth: f.Depth}
@@ -132,10 +132,10 @@ func (b *Bridge) onStatusLocked(ss *sessState, f wire.StatusFrame) {
 		ss.lastDehyd[f.EntityID] = p
 	}
 	if f.Status == wire.StatusDeferred && f.HasExt {
-		b.onDeferredLocked(d, ref, f)
+		d.onDeferredLocked(ref, f)
 	}
 	if ref.key.scope == 0 && ref.key.id == a.rootID {
-		b.onRootStatusLocked(d, f.Status)
+		d.onRootStatusLocked(f.Status)
 	}
 	b.kickFlush()
 }
@@ -232,7 +232,7 @@ func (b *Bridge) newScopeEntityLocked(ss *sessState, f wire.StatusFrame) *entRef
 }
 
 // onRootStatusLocked maps the root's status to the document (profile 5).
-func (b *Bridge) onRootStatusLocked(d *docRun, s wire.Status) {
+func (d *docRun) onRootStatusLocked(s wire.Status) {
 	a := d.att
 	switch s {
 	case wire.StatusProcessing, wire.StatusDehydrating, wire.StatusRehydrating, wire.StatusRetrying:
@@ -241,13 +241,13 @@ func (b *Bridge) onRootStatusLocked(d *docRun, s wire.Status) {
 		}
 	case wire.StatusComplete:
 		a.rootComplete = true
-		b.maybeFinishLocked(d)
+		d.maybeFinishLocked()
 	case wire.StatusFailed:
 		a.rootFailures++
 		if a.rootFailures <= d.plan.retries() && a.rootChildren() == 0 {
 			// A whole document under on-failure RETRY: the peer retries it
 			// itself (FAILED -> RETRYING); give up if it does not.
-			b.armFinishTimerLocked(d, time.Duration(d.plan.opts.GetCompletionPolicy().GetRetryDelayMs())*time.Millisecond+5*time.Second,
+			d.armFinishTimerLocked(time.Duration(d.plan.opts.GetCompletionPolicy().GetRetryDelayMs())*time.Millisecond+5*time.Second,
 				"the peer reported FAILED for the document and did not retry it")
 			return
 		}
@@ -262,30 +262,30 @@ func (b *Bridge) onRootStatusLocked(d *docRun, s wire.Status) {
 			// its consequence, not the cause.
 			msg = "the gateway failed, not the peer: " + a.resultErr
 		}
-		b.finishLocked(d, gatewayv1.State_FAILED, msg)
+		d.finishLocked(gatewayv1.State_FAILED, msg)
 	case wire.StatusAbandoned:
-		b.finishLocked(d, gatewayv1.State_FAILED, "the peer abandoned the document (timeout)")
+		d.finishLocked(gatewayv1.State_FAILED, "the peer abandoned the document (timeout)")
 	case wire.StatusSkipped:
-		b.finishLocked(d, gatewayv1.State_FAILED, "the peer skipped the document")
+		d.finishLocked(gatewayv1.State_FAILED, "the peer skipped the document")
 	}
 }
 
 // maybeFinishLocked finishes the document once COMPLETE(root) and a verified
 // result both arrived (profile 4.3).
-func (b *Bridge) maybeFinishLocked(d *docRun) {
+func (d *docRun) maybeFinishLocked() {
 	a := d.att
 	if d.terminal() || !a.rootComplete {
 		return
 	}
 	if a.resultErr != "" {
-		b.finishLocked(d, gatewayv1.State_FAILED, a.resultErr)
+		d.finishLocked(gatewayv1.State_FAILED, a.resultErr)
 		return
 	}
 	if !a.resultReady {
-		if a.mode.awaitResultLocked(b, d) {
+		if a.mode.awaitResultLocked(d) {
 			return
 		}
-		b.armFinishTimerLocked(d, resultFinishGrace, "the peer reported COMPLETE but sent no result stream")
+		d.armFinishTimerLocked(resultFinishGrace, "the peer reported COMPLETE but sent no result stream")
 		return
 	}
 	state := gatewayv1.State_SUCCEEDED
@@ -300,28 +300,28 @@ func (b *Bridge) maybeFinishLocked(d *docRun) {
 	} else if d.rec.Doc.Error != "" {
 		msg = d.rec.Doc.Error
 	}
-	b.finishLocked(d, state, msg)
+	d.finishLocked(state, msg)
 }
 
 // armFinishTimerLocked finishes d with msg after the given time unless its
 // attempt got further by then (or was replaced).
-func (b *Bridge) armFinishTimerLocked(d *docRun, after time.Duration, msg string) {
+func (d *docRun) armFinishTimerLocked(after time.Duration, msg string) {
 	a := d.att
 	a.stopFinishTimer()
 	a.finishTimer = time.AfterFunc(after, func() {
-		b.mu.Lock()
-		defer b.mu.Unlock()
+		d.env.reg.mu.Lock()
+		defer d.env.reg.mu.Unlock()
 		if !a.newest() {
 			return
 		}
 		if a.rootComplete && a.resultReady {
-			b.maybeFinishLocked(d)
+			d.maybeFinishLocked()
 			return
 		}
 		if e := a.ents[rootKey(a.rootID)]; e != nil && e.Status != gatewayv1.EntityStatus_ENTITY_STATUS_FAILED && !a.rootComplete {
 			return // the peer retried meanwhile
 		}
-		b.finishLocked(d, gatewayv1.State_FAILED, msg)
+		d.finishLocked(gatewayv1.State_FAILED, msg)
 	})
 }
 
@@ -372,10 +372,10 @@ func (b *Bridge) onDigestLocked(ss *sessState, f wire.ScopeDigestFrame) {
 }
 
 // onDeferredLocked records the claim check of a DEFERRED status (profile 6).
-func (b *Bridge) onDeferredLocked(d *docRun, ref *entRef, f wire.StatusFrame) {
+func (d *docRun) onDeferredLocked(ref *entRef, f wire.StatusFrame) {
 	ext, err := f.ClaimCheck()
 	if err != nil {
-		b.log.Warn("bridge: DEFERRED status with a malformed claim check extension", "doc", d.id, "entity", f.EntityID, "err", err)
+		d.env.log.Warn("bridge: DEFERRED status with a malformed claim check extension", "doc", d.id, "entity", f.EntityID, "err", err)
 		return
 	}
 	id := strconv.FormatUint(ext.ClaimID, 10)
@@ -390,7 +390,7 @@ func (b *Bridge) onDeferredLocked(d *docRun, ref *entRef, f wire.StatusFrame) {
 	d.claims[id] = cr
 	d.out.claims[id] = true
 	d.addEvent(&gatewayv1.Event{Kind: kindClaim, ClaimId: id, ClaimAction: "issued", EntityId: f.EntityID, ScopeId: f.ScopeID})
-	b.m.claims.WithLabelValues("issued").Inc()
+	d.env.m.claims.WithLabelValues("issued").Inc()
 	if via, ok := d.preRedeem[cr.slot]; ok && cr.slot != noSlot {
 		// The client already redeemed this slot's claim of an earlier
 		// attempt: resume the entity through the new claim (profile 6)
@@ -401,7 +401,7 @@ func (b *Bridge) onDeferredLocked(d *docRun, ref *entRef, f wire.StatusFrame) {
 			d.resumeVia = map[string]string{}
 		}
 		d.resumeVia[id] = via
-		b.kickFlush()
+		d.env.kickFlush()
 	}
 }
 
@@ -409,17 +409,17 @@ func (b *Bridge) onDeferredLocked(d *docRun, ref *entRef, f wire.StatusFrame) {
 // whose earlier claim the client redeemed before the current attempt
 // deferred them again, for the claims a flush has just made durable
 // (claims). Caller holds mu; the redemptions run without it.
-func (b *Bridge) resumeDurableLocked(d *docRun, claims map[string]bool) {
+func (d *docRun) resumeDurableLocked(claims map[string]bool) {
 	for id, via := range d.resumeVia {
 		if !claims[id] {
 			continue
 		}
 		delete(d.resumeVia, id)
-		b.wg.Add(1)
+		d.env.wg.Add(1)
 		go func() {
-			defer b.wg.Done()
-			if _, err := b.redeemRun(b.ctx, d, id, via, b.localCommit(d, id)); err != nil {
-				b.log.Warn("bridge: resuming a re-deferred entity through an earlier claim failed", "doc", d.id, "claim", id, "via", via, "err", err)
+			defer d.env.wg.Done()
+			if _, err := d.env.redeemRun(d.env.ctx, d, id, via, d.localCommit(id)); err != nil {
+				d.env.log.Warn("bridge: resuming a re-deferred entity through an earlier claim failed", "doc", d.id, "claim", id, "via", via, "err", err)
 			}
 		}()
 	}
@@ -456,14 +456,14 @@ func (b *Bridge) onSessionClosedLocked(ss *sessState, err error) {
 		// An attempt counts against MaxDispatchAttempts only when its
 		// session got to carry it (the peer reported on it); one that a
 		// session ending at once never reached is not the document's fault.
-		b.abortAttemptLocked(d, reason, d.att.carried)
+		d.abortAttemptLocked(reason, d.att.carried)
 	}
 }
 
 // abortAttemptLocked ends d's current attempt: non-terminal entities become
 // FAILED locally, sending stops, and the document is queued again (counted
 // against MaxDispatchAttempts when countIt).
-func (b *Bridge) abortAttemptLocked(d *docRun, reason string, countIt bool) {
+func (d *docRun) abortAttemptLocked(reason string, countIt bool) {
 	if d.terminal() {
 		return
 	}
@@ -472,7 +472,7 @@ func (b *Bridge) abortAttemptLocked(d *docRun, reason string, countIt bool) {
 		delete(ss.docs, d)
 		ss.pc.aborted.Inc()
 		if !ss.closed {
-			b.sendCancelLocked(ss, d)
+			d.env.sendCancelLocked(ss, d)
 		}
 	}
 	releaseSessLocked(a)
@@ -489,36 +489,36 @@ func (b *Bridge) abortAttemptLocked(d *docRun, reason string, countIt bool) {
 	if !countIt {
 		d.rec.DispatchAttempts-- // not the document's fault (GOAWAY)
 	}
-	if d.rec.DispatchAttempts >= uint32(b.opts.MaxDispatchAttempts) {
-		b.finishLocked(d, gatewayv1.State_FAILED, fmt.Sprintf("gave up after %d dispatch attempts (MaxDispatchAttempts); last error: %s",
+	if d.rec.DispatchAttempts >= uint32(d.env.opts.MaxDispatchAttempts) {
+		d.finishLocked(gatewayv1.State_FAILED, fmt.Sprintf("gave up after %d dispatch attempts (MaxDispatchAttempts); last error: %s",
 			d.rec.DispatchAttempts, reason))
 		return
 	}
 	if d.uploading {
 		return // the upload re-queues the document once its content is spooled
 	}
-	b.m.retries.Inc()
-	b.enqueueLocked(d)
+	d.env.m.retries.Inc()
+	d.enqueueLocked()
 }
 
 // sendCancelLocked tells the peer to stop work on d's root: ABANDONED with
 // Layer 2, else FAILED (profile 7).
-func (b *Bridge) sendCancelLocked(ss *sessState, d *docRun) {
+func (env *docEnv) sendCancelLocked(ss *sessState, d *docRun) {
 	if d.att.rootID == 0 || ss.s == nil {
 		return
 	}
-	b.giveUpLocked(ss, d, d.att.rootID)
+	env.giveUpLocked(ss, d, d.att.rootID)
 }
 
 // giveUpLocked tells the peer the gateway gave up on root-scope entity id
 // of d: ABANDONED with Layer 2, else FAILED (profile 7). The frame is
 // written after the caller releases the lock (ctrlout.go).
-func (b *Bridge) giveUpLocked(ss *sessState, d *docRun, id uint32) {
+func (env *docEnv) giveUpLocked(ss *sessState, d *docRun, id uint32) {
 	st := wire.StatusFailed
 	if ss.n.Layer2 {
 		st = wire.StatusAbandoned
 	}
-	b.sendStatusLocked(ss, d.id, wire.StatusFrame{Status: st, EntityID: id})
+	env.sendStatusLocked(ss, d.id, wire.StatusFrame{Status: st, EntityID: id})
 }
 
 // onResult receives an entity the peer sent: its session's mode
@@ -527,29 +527,29 @@ func (b *Bridge) giveUpLocked(ss *sessState, d *docRun, id uint32) {
 func (b *Bridge) onResult(ss *sessState, e *quicpeer.IncomingEntity) {
 	b.mu.Lock()
 	mode := ss.mode
-	ref, r := mode.attributeLocked(b, ss, e.Header)
+	ref, r := mode.attributeLocked(b.docEnv, ss, e.Header)
 	b.mu.Unlock()
 	if ref == nil {
 		b.refuseResult(ss, e, r)
 		return
 	}
-	mode.takeResult(b, ref, e)
+	mode.takeResult(b.docEnv, ref, e)
 }
 
 // onWholeResult reads a whole result of a's document (profile 4.3): a
 // small result is kept for the flush that commits the terminal state, a
 // large one goes to the result file (content.go).
-func (b *Bridge) onWholeResult(a *attempt, e *quicpeer.IncomingEntity) {
+func (a *attempt) onWholeResult(e *quicpeer.IncomingEntity) {
 	h, d := e.Header, a.d
-	inline, spooled, n, err := b.readResult(d.id, e.Payload, h.PayloadLength, b.diskRetryFor(d))
-	b.m.bytesOut.Add(float64(n))
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	inline, spooled, n, err := a.d.env.readResult(d.id, e.Payload, h.PayloadLength, d.diskRetryFor())
+	a.d.env.m.bytesOut.Add(float64(n))
+	a.d.env.reg.mu.Lock()
+	defer a.d.env.reg.mu.Unlock()
 	if !a.newest() {
 		return
 	}
 	if err != nil {
-		b.resultFailedLocked(d, err, "storing the result failed")
+		d.resultFailedLocked(err, "storing the result failed")
 		return
 	}
 	a.resultReady = true
@@ -557,8 +557,8 @@ func (b *Bridge) onWholeResult(a *attempt, e *quicpeer.IncomingEntity) {
 	d.rec.ResultPayload = spooled
 	d.rec.ResultContentType = h.ContentType
 	d.rec.Doc.ResultSizeBytes = uint64(n)
-	b.maybeFinishLocked(d)
-	b.kickFlush()
+	d.maybeFinishLocked()
+	a.d.env.kickFlush()
 }
 
 func scopeOf(h *wire.EntityHeader) uint32 {

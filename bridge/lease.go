@@ -98,7 +98,7 @@ func (b *Bridge) leaseLost(ids []string) {
 	defer b.mu.Unlock()
 	for _, id := range ids {
 		if d := b.docs[id]; d != nil {
-			b.dropLocked(d, "lease lost")
+			d.dropLocked("lease lost")
 		}
 	}
 }
@@ -107,7 +107,7 @@ func (b *Bridge) leaseLost(ids []string) {
 // stops, the peer is told to give up on the root, pending changes are
 // discarded (another replica owns the document now), and d leaves memory.
 // Results and timers of its attempt find d.dropped and do nothing.
-func (b *Bridge) dropLocked(d *docRun, why string) {
+func (d *docRun) dropLocked(why string) {
 	if d.dropped {
 		return
 	}
@@ -116,9 +116,9 @@ func (b *Bridge) dropLocked(d *docRun, why string) {
 	if ss := d.sess(); ss != nil {
 		delete(ss.docs, d)
 		if !ss.closed {
-			b.sendCancelLocked(ss, d)
+			d.env.sendCancelLocked(ss, d)
 		}
-		ss.mode.docLeftLocked(b, ss)
+		ss.mode.docLeftLocked(d.env, ss)
 	}
 	releaseSessLocked(a)
 	a.stopSending()
@@ -126,21 +126,15 @@ func (b *Bridge) dropLocked(d *docRun, why string) {
 	a.dropPlainLocked()
 	a.ended = true
 	if d.queued {
-		for i, q := range b.queue {
-			if q == d {
-				b.queue = append(b.queue[:i], b.queue[i+1:]...)
-				break
-			}
-		}
+		d.env.reg.unqueue(d)
 		d.queued = false
 	}
-	if b.docs[d.id] == d {
-		delete(b.docs, d.id)
+	if d.env.reg.forget(d) {
 		if !d.terminal() {
-			b.m.running.Dec()
+			d.env.m.running.Dec()
 		}
 	}
-	b.log.Warn("bridge: stopped driving a document; another replica takes it over", "doc", d.id, "why", why)
+	d.env.log.Warn("bridge: stopped driving a document; another replica takes it over", "doc", d.id, "why", why)
 }
 
 // leaseLostInFlush handles a flush refused by the lease check: the
@@ -159,7 +153,7 @@ func (b *Bridge) leaseLostInFlush(took []docFlush, err error) bool {
 	now := time.Now()
 	for _, t := range took {
 		if lost[t.d.id] {
-			b.dropLocked(t.d, le.Reason)
+			t.d.dropLocked(le.Reason)
 			continue
 		}
 		t.d.persistedRev = t.prevRev

@@ -31,24 +31,24 @@ type peerMode interface {
 	name() string
 	// send performs attempt j: the document's streams to the peer (src
 	// non-nil: chunks of an upload in progress, profile only).
-	send(b *Bridge, j *attempt, src chunkSource) error
+	send(env *docEnv, j *attempt, src chunkSource) error
 	// pipelined reports whether a document may be sent while its upload
 	// runs (startPipe); else it is sent from the spool.
 	pipelined() bool
 	// attributeLocked matches an entity the peer sent to the live entity
 	// of ss it answers, or says why it is refused (docs/profile.md 9.4:
 	// the attribution rules of the mode, all of them in its method).
-	attributeLocked(b *Bridge, ss *sessState, h *wire.EntityHeader) (*entRef, refusal)
+	attributeLocked(env *docEnv, ss *sessState, h *wire.EntityHeader) (*entRef, refusal)
 	// takeResult reads a result entity attributed to ref and records it
 	// on ref's attempt.
-	takeResult(b *Bridge, ref *entRef, e *quicpeer.IncomingEntity)
+	takeResult(env *docEnv, ref *entRef, e *quicpeer.IncomingEntity)
 	// childChangedLocked runs after a child entity of d's attempt
 	// changed status (the plain modes may rehydrate R themselves).
-	childChangedLocked(b *Bridge, d *docRun)
+	childChangedLocked(d *docRun)
 	// awaitResultLocked decides d, whose root is COMPLETE while no result
 	// is in yet; it reports whether it took over (else the caller waits
 	// resultFinishGrace for a result stream).
-	awaitResultLocked(b *Bridge, d *docRun) bool
+	awaitResultLocked(d *docRun) bool
 	// timeoutGrace is added to an entity's timeout-ms before the gateway
 	// acts (a peer that enforces the timeout itself gets the first word).
 	timeoutGrace() time.Duration
@@ -57,13 +57,13 @@ type peerMode interface {
 	timesRehydration() bool
 	// rootPayload is what a root entity's payload is for content: a
 	// PipeDoc envelope or the raw content (a redemption resends it).
-	rootPayload(b *Bridge, ss *sessState, d *docRun, id uint32, content []byte) ([]byte, error)
+	rootPayload(env *docEnv, ss *sessState, d *docRun, id uint32, content []byte) ([]byte, error)
 	// placedLocked runs once an attempt was placed on ss.
-	placedLocked(b *Bridge, ss *sessState)
+	placedLocked(env *docEnv, ss *sessState)
 	// docLeftLocked runs once a document finished or left ss.
-	docLeftLocked(b *Bridge, ss *sessState)
+	docLeftLocked(env *docEnv, ss *sessState)
 	// capacity is how many documents ss takes at once (placement's load).
-	capacity(b *Bridge, ss *sessState) uint64
+	capacity(env *docEnv, ss *sessState) uint64
 	// endMeansPeerDown reports whether the session's end marks its peer
 	// down until a new session is up.
 	endMeansPeerDown() bool

@@ -19,8 +19,8 @@ func (plainMode) pipelined() bool { return false }
 
 // send: one root entity whose payload is the content, or (a larger one)
 // STATUS(R, DEHYDRATING) and plain chunk children.
-func (plainMode) send(b *Bridge, j *attempt, _ chunkSource) error {
-	return b.sendPlain(j, !j.d.plan.whole(j.d.size, b.opts.InlineThreshold), true)
+func (plainMode) send(env *docEnv, j *attempt, _ chunkSource) error {
+	return j.sendPlain(!j.d.plan.whole(j.d.size, env.opts.InlineThreshold), true)
 }
 
 // attributeLocked matches an entity a plain peer sent (docs/profile.md
@@ -40,20 +40,20 @@ func (plainMode) send(b *Bridge, j *attempt, _ chunkSource) error {
 //
 // A taken result counts as being read (plainActive) from here on, so the
 // settle timers wait for it.
-func (plainMode) attributeLocked(b *Bridge, ss *sessState, h *wire.EntityHeader) (*entRef, refusal) {
-	ref, r := attributePlain(b, ss, h)
+func (plainMode) attributeLocked(env *docEnv, ss *sessState, h *wire.EntityHeader) (*entRef, refusal) {
+	ref, r := attributePlain(env, ss, h)
 	if ref != nil {
 		ref.att.plainActive++
 	}
 	return ref, r
 }
 
-func attributePlain(b *Bridge, ss *sessState, h *wire.EntityHeader) (*entRef, refusal) {
+func attributePlain(env *docEnv, ss *sessState, h *wire.EntityHeader) (*entRef, refusal) {
 	if sc := scopeOf(h); sc != 0 {
 		return nil, refused(refuseUnmatched, "entity %d is in scope %d; the gateway sends root-scope entities only", h.EntityID, sc)
 	}
 	if h.ParentID != nil {
-		b.attribOf(ss).ownNumbering = true
+		env.reg.attribOf(ss).ownNumbering = true
 		ref := liveRef(ss, *h.ParentID)
 		if ref == nil {
 			return nil, refused(refuseUnmatched, "parent-id %d names no live entity of this session", *h.ParentID)
@@ -64,7 +64,7 @@ func attributePlain(b *Bridge, ss *sessState, h *wire.EntityHeader) (*entRef, re
 	if ref == nil {
 		return nil, refused(refuseUnmatched, "entity-id %d names no live entity of this session and the entity has no parent-id", h.EntityID)
 	}
-	if b.attribOf(ss).ownNumbering {
+	if env.reg.attribOf(ss).ownNumbering {
 		r := refused(refuseAmbiguous, "entity-id %d without parent-id: the peer numbers its own entities on this session, so the id is its own", h.EntityID)
 		r.doc = ref.att.d.id
 		return nil, r
@@ -74,24 +74,24 @@ func attributePlain(b *Bridge, ss *sessState, h *wire.EntityHeader) (*entRef, re
 
 // takeResult: R's result is the document's result; a chunk's is spooled
 // until the document is rehydrated.
-func (plainMode) takeResult(b *Bridge, ref *entRef, e *quicpeer.IncomingEntity) {
-	b.onPlainResult(ref, e)
+func (plainMode) takeResult(env *docEnv, ref *entRef, e *quicpeer.IncomingEntity) {
+	env.onPlainResult(ref, e)
 }
 
-func (plainMode) childChangedLocked(b *Bridge, d *docRun)     { b.checkPlainChildrenLocked(d) }
-func (plainMode) awaitResultLocked(b *Bridge, d *docRun) bool { return b.finishPlainLocked(d) }
+func (plainMode) childChangedLocked(d *docRun)     { d.checkPlainChildrenLocked() }
+func (plainMode) awaitResultLocked(d *docRun) bool { return d.finishPlainLocked() }
 
 // timeoutGrace: none, the gateway is the only one enforcing it.
 func (plainMode) timeoutGrace() time.Duration { return 0 }
 func (plainMode) timesRehydration() bool      { return true }
 
-func (plainMode) rootPayload(_ *Bridge, _ *sessState, _ *docRun, _ uint32, content []byte) ([]byte, error) {
+func (plainMode) rootPayload(_ *docEnv, _ *sessState, _ *docRun, _ uint32, content []byte) ([]byte, error) {
 	return content, nil
 }
 
-func (plainMode) placedLocked(*Bridge, *sessState)  {}
-func (plainMode) docLeftLocked(*Bridge, *sessState) {}
-func (plainMode) capacity(_ *Bridge, ss *sessState) uint64 {
+func (plainMode) placedLocked(*docEnv, *sessState)  {}
+func (plainMode) docLeftLocked(*docEnv, *sessState) {}
+func (plainMode) capacity(_ *docEnv, ss *sessState) uint64 {
 	return uint64(max(ss.n.MaxWindow, 1))
 }
 func (plainMode) endMeansPeerDown() bool { return true }
@@ -107,25 +107,27 @@ var _ peerMode = draft04Mode{}
 
 func (draft04Mode) name() string { return modeDraft04 }
 
-func (draft04Mode) send(b *Bridge, j *attempt, _ chunkSource) error {
-	return b.sendPlain(j, false, false)
+func (draft04Mode) send(env *docEnv, j *attempt, _ chunkSource) error {
+	return j.sendPlain(false, false)
 }
 
 // placedLocked: the session takes no other document.
-func (draft04Mode) placedLocked(b *Bridge, ss *sessState) {
+func (draft04Mode) placedLocked(env *docEnv, ss *sessState) {
 	ss.goaway = true
-	b.retireLocked(ss)
+	env.retireLocked(ss)
 }
 
 // docLeftLocked: the conversation ends with its document (GOAWAY, the
 // peer's echo, close).
-func (draft04Mode) docLeftLocked(b *Bridge, ss *sessState) {
+func (draft04Mode) docLeftLocked(env *docEnv, ss *sessState) {
 	if len(ss.docs) == 0 {
-		b.endDraft04Locked(ss)
+		env.endDraft04Locked(ss)
 	}
 }
 
 // capacity: one document per connection, Options.PeerDraft04Conns
 // connections at once.
-func (draft04Mode) capacity(b *Bridge, _ *sessState) uint64 { return uint64(b.opts.PeerDraft04Conns) }
-func (draft04Mode) endMeansPeerDown() bool                  { return false }
+func (draft04Mode) capacity(env *docEnv, _ *sessState) uint64 {
+	return uint64(env.opts.PeerDraft04Conns)
+}
+func (draft04Mode) endMeansPeerDown() bool { return false }

@@ -17,14 +17,14 @@ func (profileMode) pipelined() bool { return true }
 
 // send: whole (an envelope carrying the blob, 4.1) or dehydrated (R, chunk
 // children, then R's envelope with the totals, 4.2).
-func (profileMode) send(b *Bridge, j *attempt, src chunkSource) error { return b.sendProfile(j, src) }
+func (profileMode) send(env *docEnv, j *attempt, src chunkSource) error { return j.sendProfile(src) }
 
 // attributeLocked matches an entity a profile peer sent: a result (role
 // result) or result part (role result-part) of R has exactly the form of
 // profile 4.3: entity-id R, root scope, no parent-id. A second whole
 // result or summary for R is refused; parts are checked by the result
 // stream (4.3.1).
-func (profileMode) attributeLocked(b *Bridge, ss *sessState, h *wire.EntityHeader) (*entRef, refusal) {
+func (profileMode) attributeLocked(env *docEnv, ss *sessState, h *wire.EntityHeader) (*entRef, refusal) {
 	role := h.Metadata[metaRole]
 	switch {
 	case role != roleResult && role != roleResultPart:
@@ -46,31 +46,31 @@ func (profileMode) attributeLocked(b *Bridge, ss *sessState, h *wire.EntityHeade
 
 // takeResult: a part of a streamed result (4.3.1), its summary, or a
 // whole result.
-func (profileMode) takeResult(b *Bridge, ref *entRef, e *quicpeer.IncomingEntity) {
+func (profileMode) takeResult(env *docEnv, ref *entRef, e *quicpeer.IncomingEntity) {
 	a, h := ref.att, e.Header
 	if h.Metadata[metaRole] == roleResultPart {
-		b.onResultPart(a, e)
+		a.onResultPart(e)
 		return
 	}
 	if _, streamed := h.Metadata[metaResultParts]; streamed {
-		b.onResultSummary(a, e)
+		a.onResultSummary(e)
 		return
 	}
-	b.onWholeResult(a, e)
+	a.onWholeResult(e)
 }
 
-func (profileMode) childChangedLocked(*Bridge, *docRun)     {}
-func (profileMode) awaitResultLocked(*Bridge, *docRun) bool { return false }
-func (profileMode) timeoutGrace() time.Duration             { return timeoutGrace }
-func (profileMode) timesRehydration() bool                  { return false }
+func (profileMode) childChangedLocked(*docRun)     {}
+func (profileMode) awaitResultLocked(*docRun) bool { return false }
+func (profileMode) timeoutGrace() time.Duration    { return timeoutGrace }
+func (profileMode) timesRehydration() bool         { return false }
 
-func (profileMode) rootPayload(b *Bridge, ss *sessState, d *docRun, id uint32, content []byte) ([]byte, error) {
-	return ss.codec.MarshalPipeDoc(b.envelope(d, id, content))
+func (profileMode) rootPayload(env *docEnv, ss *sessState, d *docRun, id uint32, content []byte) ([]byte, error) {
+	return ss.codec.MarshalPipeDoc(d.envelope(id, content))
 }
 
-func (profileMode) placedLocked(*Bridge, *sessState)  {}
-func (profileMode) docLeftLocked(*Bridge, *sessState) {}
-func (profileMode) capacity(_ *Bridge, ss *sessState) uint64 {
+func (profileMode) placedLocked(*docEnv, *sessState)  {}
+func (profileMode) docLeftLocked(*docEnv, *sessState) {}
+func (profileMode) capacity(_ *docEnv, ss *sessState) uint64 {
 	return uint64(max(ss.n.MaxWindow, 1))
 }
 func (profileMode) endMeansPeerDown() bool { return true }

@@ -247,7 +247,7 @@ func (b *Bridge) Peers() []PeerStatus {
 	out := make([]PeerStatus, 0, len(b.peers))
 	for _, pc := range b.peers {
 		p := pc.statusLocked()
-		if n := b.peerDocsLocked(pc); p.State != "connected" && n > 0 {
+		if n := b.reg.peerDocs(pc); p.State != "connected" && n > 0 {
 			// A draft-04 peer's connections each carry one document and
 			// are never its active session.
 			p.State, p.InFlight = "connected", n
@@ -382,13 +382,13 @@ func (b *Bridge) superviseQueueLocked(now time.Time) {
 		}
 		if why != "" && now.Sub(d.waitSince) > b.opts.PeerWait {
 			msg := fmt.Sprintf("no session to %s within %v (--peer-wait): %s", b.peerAddrs(), b.opts.PeerWait, why)
-			b.failWaitingLocked(d, msg)
+			d.failWaitingLocked(msg)
 		}
 	}
 }
 
 // failWaitingLocked fails a queued document that never got a session.
-func (b *Bridge) failWaitingLocked(d *docRun, msg string) {
+func (d *docRun) failWaitingLocked(msg string) {
 	d.rec.Doc.WaitReason = ""
-	b.finishLocked(d, gatewayv1.State_FAILED, msg)
+	d.finishLocked(gatewayv1.State_FAILED, msg)
 }

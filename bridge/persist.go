@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/pipestream/gateway/bridge/store"
@@ -141,8 +142,8 @@ func (b *Bridge) flushedLocked(t docFlush) []detachReq {
 				cr.durable = true
 			}
 		}
-		detach = b.detachDeferredLocked(t.d, t.took.claims)
-		b.resumeDurableLocked(t.d, t.took.claims)
+		detach = t.d.detachDeferredLocked(t.took.claims)
+		t.d.resumeDurableLocked(t.took.claims)
 	}
 	if !t.final || t.d.out.dirty {
 		return detach
@@ -179,8 +180,8 @@ func (b *Bridge) armHoldLocked(after time.Duration) {
 }
 
 // commit appends a batch through the event log (commit, then publish).
-func (b *Bridge) commit(ctx context.Context, batch *store.Batch) (store.CommitResult, error) {
-	return b.ev.Append(ctx, batch)
+func (env *docEnv) commit(ctx context.Context, batch *store.Batch) (store.CommitResult, error) {
+	return env.ev.Append(ctx, batch)
 }
 
 // detachReq is one Session.SetDetached call, made without Bridge.mu.
@@ -193,9 +194,15 @@ func runDetach(b *Bridge, rs []detachReq) {
 	for _, r := range rs {
 		if err := r.s.SetDetached(r.scope, r.id, true); err != nil {
 			b.log.Debug("bridge: detaching a deferred entity from the GOAWAY drain", "scope", r.scope, "entity", r.id, "err", err)
+		} else if h := testHookDetached.Load(); h != nil {
+			(*h)()
 		}
 	}
 }
+
+// testHookDetached, when set by a test (OnDetached), runs after each
+// entity detached from the GOAWAY drain.
+var testHookDetached atomic.Pointer[func()]
 
 // durableDeferredLocked returns the entities of d's current attempt on ss
 // that are DEFERRED with a durable ISSUED claim (not waiting in the
@@ -236,7 +243,7 @@ func waitsOnlyOnClaimsLocked(d *docRun, ss *sessState, durable map[entKey]*claim
 // later, on a later session (docs/profile.md 6), so it must not hold a
 // GOAWAY drain (graceful shutdown) until its deadline. The root goes too
 // when it waits only for such entities.
-func (b *Bridge) detachDeferredLocked(d *docRun, claims map[string]bool) []detachReq {
+func (d *docRun) detachDeferredLocked(claims map[string]bool) []detachReq {
 	ss := d.sess()
 	if ss == nil || ss.closed || ss.s == nil || d.terminal() {
 		return nil

@@ -27,21 +27,21 @@ type pipeSummary struct {
 
 // startPipe starts a pipelined attempt for d on the active session, or
 // returns nil when no session is up (the upload then only spools).
-func (b *Bridge) startPipe(d *docRun) *pipe {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	ss := b.pickSessionLocked(false)
-	if ss == nil || b.closing || !ss.mode.pipelined() {
+func (d *docRun) startPipe() *pipe {
+	d.env.reg.mu.Lock()
+	defer d.env.reg.mu.Unlock()
+	ss := d.env.pickSessionLocked(false)
+	if ss == nil || d.env.reg.closing || !ss.mode.pipelined() {
 		return nil // plain documents are sent from the spool (docs/profile.md 9)
 	}
 	d.uploading = true
-	j := b.placeLocked(d, ss)
+	j := d.placeLocked(ss)
 	p := &pipe{ch: make(chan split.Chunk), dead: make(chan struct{}), stopped: make(chan struct{}), fin: make(chan pipeSummary, 1)}
-	b.wg.Add(1)
+	d.env.wg.Add(1)
 	go func() {
-		defer b.wg.Done()
+		defer d.env.wg.Done()
 		defer close(p.dead)
-		b.runAttempt(j, p)
+		j.runAttempt(p)
 	}()
 	return p
 }

@@ -51,32 +51,32 @@ func (a *attempt) dropPlainLocked() {
 // sendPlain performs one plain attempt from the spool or inline content:
 // as chunks, or whole (with the profile's metadata and the completion
 // policy in the header when meta, draft-02; without, draft-04).
-func (b *Bridge) sendPlain(j *attempt, chunks, meta bool) error {
-	f, ok := b.openAttemptContent(j)
+func (j *attempt) sendPlain(chunks, meta bool) error {
+	f, ok := j.openAttemptContent()
 	if !ok {
 		return nil
 	}
 	defer f.Close()
 	if chunks {
-		return b.sendPlainChunks(j, f)
+		return j.sendPlainChunks(f)
 	}
-	return b.sendPlainWhole(j, f, meta)
+	return j.sendPlainWhole(f, meta)
 }
 
 // sendPlainWhole sends the content as one plain root entity, streamed.
-func (b *Bridge) sendPlainWhole(j *attempt, f contentReader, meta bool) error {
+func (j *attempt) sendPlainWhole(f contentReader, meta bool) error {
 	d, ss := j.d, j.ss
 	id, err := ss.s.AssignID(j.ctx)
 	if err != nil {
 		return err
 	}
-	b.mu.Lock()
+	j.d.env.reg.mu.Lock()
 	if !j.current() {
-		b.mu.Unlock()
+		j.d.env.reg.mu.Unlock()
 		return context.Canceled
 	}
-	b.registerRootLocked(j, id)
-	b.mu.Unlock()
+	j.registerRootLocked(id)
+	j.d.env.reg.mu.Unlock()
 	h := &wire.EntityHeader{EntityID: id, Layer: 0, ContentType: d.rec.Doc.ContentType,
 		PayloadLength: uint64(d.size), Checksum: append([]byte(nil), d.sum[:]...)}
 	if meta {
@@ -88,9 +88,9 @@ func (b *Bridge) sendPlainWhole(j *attempt, f contentReader, meta bool) error {
 // sendPlainChunks sends STATUS(R, DEHYDRATING) and the chunks as plain
 // children. One chunk is held back so that the last one carries
 // total-chunks (a plain peer learns N from it).
-func (b *Bridge) sendPlainChunks(j *attempt, f contentReader) error {
+func (j *attempt) sendPlainChunks(f contentReader) error {
 	d := j.d
-	rootID, err := b.startDehydration(j)
+	rootID, err := j.startDehydration()
 	if err != nil {
 		return err
 	}
@@ -105,13 +105,13 @@ func (b *Bridge) sendPlainChunks(j *attempt, f contentReader) error {
 		total := uint64(0)
 		if errors.Is(nerr, io.EOF) {
 			total = cur.Index + 1
-			b.mu.Lock()
+			j.d.env.reg.mu.Lock()
 			j.plainTotal = int(total)
-			b.mu.Unlock()
+			j.d.env.reg.mu.Unlock()
 		} else if nerr != nil {
 			return nerr
 		}
-		if err := b.sendChunk(j, rootID, cur, total, d.plan.childMetadata(cur.Index, false)); err != nil {
+		if err := j.sendChunk(rootID, cur, total, d.plan.childMetadata(cur.Index, false)); err != nil {
 			return err
 		}
 		bufs[(i-1)%2] = cur.Data[:0]
@@ -120,29 +120,29 @@ func (b *Bridge) sendPlainChunks(j *attempt, f contentReader) error {
 	if !errors.Is(err, io.EOF) {
 		return err
 	}
-	b.mu.Lock()
+	j.d.env.reg.mu.Lock()
 	if j.current() {
-		b.checkPlainChildrenLocked(d)
+		d.checkPlainChildrenLocked()
 	}
-	b.mu.Unlock()
+	j.d.env.reg.mu.Unlock()
 	return nil
 }
 
 // startDehydration assigns R, registers it and its policy, and sends
 // STATUS(R, DEHYDRATING) (profile 4.2 step 1; plain use the same).
-func (b *Bridge) startDehydration(j *attempt) (uint32, error) {
+func (j *attempt) startDehydration() (uint32, error) {
 	d, ss, ctx := j.d, j.ss, j.ctx
 	rootID, err := ss.s.AssignID(ctx)
 	if err != nil {
 		return 0, err
 	}
-	b.mu.Lock()
+	j.d.env.reg.mu.Lock()
 	if !j.current() {
-		b.mu.Unlock()
+		j.d.env.reg.mu.Unlock()
 		return 0, context.Canceled
 	}
-	b.registerRootLocked(j, rootID)
-	b.mu.Unlock()
+	j.registerRootLocked(rootID)
+	j.d.env.reg.mu.Unlock()
 	// The children carry the policy; register it for R too, so the
 	// session knows the children's retry budget (FAILED -> RETRYING).
 	if err := ss.s.SetPolicy(rootID, d.plan.wirePolicy()); err != nil {
@@ -151,19 +151,19 @@ func (b *Bridge) startDehydration(j *attempt) (uint32, error) {
 	if err := ss.s.SendStatus(wire.StatusFrame{Status: wire.StatusDehydrating, EntityID: rootID}); err != nil {
 		return 0, fmt.Errorf("send DEHYDRATING: %w", err)
 	}
-	b.mu.Lock()
+	j.d.env.reg.mu.Lock()
 	if j.current() {
 		e := j.ents[rootKey(rootID)]
 		e.Status = gatewayv1.EntityStatus_ENTITY_STATUS_DEHYDRATING
 		d.setEntity(rootKey(rootID), e)
-		b.kickFlush()
+		j.d.env.kickFlush()
 	}
-	b.mu.Unlock()
+	j.d.env.reg.mu.Unlock()
 	return rootID, nil
 }
 
 // sendChunk sends chunk c of R as a child entity with metadata md.
-func (b *Bridge) sendChunk(j *attempt, rootID uint32, c split.Chunk, total uint64, md map[string]string) error {
+func (j *attempt) sendChunk(rootID uint32, c split.Chunk, total uint64, md map[string]string) error {
 	d, ss, ctx := j.d, j.ss, j.ctx
 	id, err := ss.s.AssignID(ctx)
 	if err != nil {
@@ -177,9 +177,9 @@ func (b *Bridge) sendChunk(j *attempt, rootID uint32, c split.Chunk, total uint6
 		ChunkInfo:        &wire.ChunkInfo{TotalChunks: total, ChunkIndex: c.Index, ChunkOffset: c.Offset},
 		CompletionPolicy: d.plan.wirePolicy(),
 	}
-	b.mu.Lock()
+	j.d.env.reg.mu.Lock()
 	if !j.current() {
-		b.mu.Unlock()
+		j.d.env.reg.mu.Unlock()
 		return context.Canceled
 	}
 	k := rootKey(id)
@@ -187,7 +187,7 @@ func (b *Bridge) sendChunk(j *attempt, rootID uint32, c split.Chunk, total uint6
 	d.setEntity(k, &gatewayv1.Entity{EntityId: id, ParentId: rootID, Status: gatewayv1.EntityStatus_ENTITY_STATUS_PENDING,
 		ChunkIndex: uint32(c.Index), ChunkOffset: c.Offset, SizeBytes: uint64(len(c.Data)), Checksum: hexSum(c.Sum[:])})
 	j.entSince[k] = time.Now()
-	b.mu.Unlock()
+	j.d.env.reg.mu.Unlock()
 	if err := ss.s.SendEntity(ctx, h, bytes.NewReader(c.Data)); err != nil {
 		return fmt.Errorf("send chunk %d: %w", c.Index, err)
 	}
@@ -199,33 +199,33 @@ func (b *Bridge) sendChunk(j *attempt, rootID uint32, c split.Chunk, total uint6
 // counts as being read from there, plainActive): R's result is the
 // document's result and a chunk's is spooled until the document is
 // rehydrated.
-func (b *Bridge) onPlainResult(ref *entRef, e *quicpeer.IncomingEntity) {
-	b.mu.Lock()
+func (env *docEnv) onPlainResult(ref *entRef, e *quicpeer.IncomingEntity) {
+	env.reg.mu.Lock()
 	a, key := ref.att, ref.key
 	isRoot := key == rootKey(a.rootID)
 	var idx uint64
 	if ent := a.ents[key]; ent != nil {
 		idx = uint64(ent.ChunkIndex)
 	}
-	b.mu.Unlock()
+	env.reg.mu.Unlock()
 	if isRoot {
-		b.storePlainRootResult(a, e)
+		a.storePlainRootResult(e)
 	} else {
-		b.storePlainPart(a, idx, e)
+		a.storePlainPart(idx, e)
 	}
 }
 
 // storePlainRootResult stores a whole result for R (as a profile result).
-func (b *Bridge) storePlainRootResult(a *attempt, e *quicpeer.IncomingEntity) {
+func (a *attempt) storePlainRootResult(e *quicpeer.IncomingEntity) {
 	d := a.d
-	inline, spooled, n, err := b.readResult(d.id, e.Payload, e.Header.PayloadLength, b.diskRetryFor(d))
-	b.m.bytesOut.Add(float64(n))
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	inline, spooled, n, err := a.d.env.readResult(d.id, e.Payload, e.Header.PayloadLength, d.diskRetryFor())
+	a.d.env.m.bytesOut.Add(float64(n))
+	a.d.env.reg.mu.Lock()
+	defer a.d.env.reg.mu.Unlock()
 	if !a.newest() {
 		return
 	}
-	b.plainResultStoredLocked(d, storedResult{inline, spooled, n, e.Header.ContentType}, err, "storing the result failed")
+	d.plainResultStoredLocked(storedResult{inline, spooled, n, e.Header.ContentType}, err, "storing the result failed")
 }
 
 // storedResult is a result as readResult stored it.
@@ -238,34 +238,34 @@ type storedResult struct {
 
 // plainResultStoredLocked ends a result read of d's current attempt: the
 // result is d's, or err fails it (what says which step).
-func (b *Bridge) plainResultStoredLocked(d *docRun, r storedResult, err error, what string) {
+func (d *docRun) plainResultStoredLocked(r storedResult, err error, what string) {
 	d.att.plainActive--
 	if err != nil {
-		b.resultFailedLocked(d, err, what)
+		d.resultFailedLocked(err, what)
 		return
 	}
 	d.att.resultReady, d.out.result = true, r.inline
 	d.rec.ResultPayload, d.rec.ResultContentType = r.spooled, r.contentType
 	d.rec.Doc.ResultSizeBytes = uint64(r.n)
-	b.maybeFinishLocked(d)
-	b.kickFlush()
+	d.maybeFinishLocked()
+	d.env.kickFlush()
 }
 
 // storePlainPart spools chunk idx's result; a part that fails its
 // checksum is dropped (logged): the chunk then contributes nothing.
-func (b *Bridge) storePlainPart(a *attempt, idx uint64, e *quicpeer.IncomingEntity) {
+func (a *attempt) storePlainPart(idx uint64, e *quicpeer.IncomingEntity) {
 	d := a.d
-	p, err := spoolPart(filepath.Join(b.opts.DataDir, plainPartsDir), d.id, e.Payload)
-	b.m.bytesOut.Add(float64(p.n))
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	p, err := spoolPart(filepath.Join(a.d.env.opts.DataDir, plainPartsDir), d.id, e.Payload)
+	a.d.env.m.bytesOut.Add(float64(p.n))
+	a.d.env.reg.mu.Lock()
+	defer a.d.env.reg.mu.Unlock()
 	stale := !a.newest()
 	if !stale {
 		a.plainActive--
 	}
 	if err != nil || stale {
 		if err != nil {
-			b.log.Warn("bridge: dropping a chunk result from a plain peer", "doc", d.id, "chunk", idx, "err", err)
+			a.d.env.log.Warn("bridge: dropping a chunk result from a plain peer", "doc", d.id, "chunk", idx, "err", err)
 		}
 		_ = os.Remove(p.path)
 		return
@@ -275,7 +275,7 @@ func (b *Bridge) storePlainPart(a *attempt, idx uint64, e *quicpeer.IncomingEnti
 	}
 	a.plainParts[idx] = p // attribution admits one result per chunk
 	if a.rootComplete {
-		b.maybeFinishLocked(d)
+		d.maybeFinishLocked()
 	}
 }
 
@@ -300,7 +300,7 @@ func spoolPart(dir, docID string, r io.Reader) (plainPart, error) {
 // nothing more about R, the gateway waits plainSettleWait for the peer's
 // own rehydration (this project's peer reports REHYDRATING at once), then
 // rehydrates itself (rehydratePlainLocked).
-func (b *Bridge) checkPlainChildrenLocked(d *docRun) {
+func (d *docRun) checkPlainChildrenLocked() {
 	a := d.att
 	if a.plainTotal == 0 || d.terminal() || a.rootComplete {
 		return
@@ -312,7 +312,7 @@ func (b *Bridge) checkPlainChildrenLocked(d *docRun) {
 	if root == nil || root.Status != gatewayv1.EntityStatus_ENTITY_STATUS_DEHYDRATING {
 		return // the peer took R further: it rehydrates itself
 	}
-	b.armPlainSettleLocked(d, b.rehydratePlainLocked, plainSettleWait)
+	d.armPlainSettleLocked((*docRun).rehydratePlainLocked, plainSettleWait)
 }
 
 // countPlainDone counts the terminal chunks of the attempt.
@@ -329,19 +329,19 @@ func (a *attempt) countPlainDone() int {
 // armPlainSettleLocked runs then (under the lock) after wait, unless the
 // attempt ended; while result streams are being read it waits another
 // round of plainSettleWait.
-func (b *Bridge) armPlainSettleLocked(d *docRun, then func(*docRun), wait time.Duration) {
+func (d *docRun) armPlainSettleLocked(then func(*docRun), wait time.Duration) {
 	a := d.att
 	if a.plainSettle != nil {
 		a.plainSettle.Stop()
 	}
 	a.plainSettle = time.AfterFunc(wait, func() {
-		b.mu.Lock()
-		defer b.mu.Unlock()
+		d.env.reg.mu.Lock()
+		defer d.env.reg.mu.Unlock()
 		if !a.newest() {
 			return
 		}
 		if a.plainActive > 0 {
-			b.armPlainSettleLocked(d, then, plainSettleWait)
+			d.armPlainSettleLocked(then, plainSettleWait)
 			return
 		}
 		then(d)
@@ -364,7 +364,7 @@ func (a *attempt) resultSettleLocked() time.Duration {
 // completion policy over the chunks' statuses decides, the gateway reports
 // REHYDRATING and the outcome for R to the peer, and the chunks' results
 // are concatenated in chunk order.
-func (b *Bridge) rehydratePlainLocked(d *docRun) {
+func (d *docRun) rehydratePlainLocked() {
 	a := d.att
 	root := a.ents[rootKey(a.rootID)]
 	if root == nil || root.Status != gatewayv1.EntityStatus_ENTITY_STATUS_DEHYDRATING {
@@ -379,18 +379,18 @@ func (b *Bridge) rehydratePlainLocked(d *docRun) {
 	if ss := d.sess(); ss != nil {
 		// Written after the lock is released, in this order (ctrlout.go).
 		for _, st := range []wire.Status{wire.StatusRehydrating, out} {
-			b.sendStatusLocked(ss, d.id, wire.StatusFrame{Status: st, EntityID: a.rootID})
+			d.env.sendStatusLocked(ss, d.id, wire.StatusFrame{Status: st, EntityID: a.rootID})
 		}
 	}
 	root.Status = entityStatus(out)
 	d.setEntity(rootKey(a.rootID), root)
 	if !ok {
-		b.finishLocked(d, gatewayv1.State_FAILED, fmt.Sprintf("completion policy %s not met: %d of %d chunks completed at the peer %s",
+		d.finishLocked(gatewayv1.State_FAILED, fmt.Sprintf("completion policy %s not met: %d of %d chunks completed at the peer %s",
 			d.plan.opts.GetCompletionPolicy().GetMode(), c, t, a.peerAddr()))
 		return
 	}
 	a.rootComplete = true
-	b.maybeFinishLocked(d)
+	d.maybeFinishLocked()
 }
 
 // policyAccepts evaluates a completion policy over c complete of t
@@ -417,18 +417,18 @@ func policyAccepts(cp *gatewayv1.CompletionPolicy, c, t int) bool {
 // shorter toward a peer known to return none) the document succeeds with
 // its result absent.
 // It reports whether it took over (the caller returns).
-func (b *Bridge) finishPlainLocked(d *docRun) bool {
+func (d *docRun) finishPlainLocked() bool {
 	a := d.att
 	if a.resultReady || a.resultErr != "" {
 		return false
 	}
 	if len(a.plainParts) > 0 && a.plainActive == 0 {
-		b.assemblePlainLocked(d)
+		d.assemblePlainLocked()
 		return true
 	}
-	b.armPlainSettleLocked(d, func(d *docRun) {
+	d.armPlainSettleLocked(func(d *docRun) {
 		if len(d.att.plainParts) > 0 {
-			b.assemblePlainLocked(d)
+			d.assemblePlainLocked()
 			return
 		}
 		d.att.resultReady = true
@@ -436,18 +436,18 @@ func (b *Bridge) finishPlainLocked(d *docRun) bool {
 		if ss := d.att.ss; ss != nil {
 			ss.pc.absentStreak++
 		}
-		b.log.Info("bridge: the peer returned no result for a plain document", "doc", d.id, "peer", d.att.peerAddr())
-		b.maybeFinishLocked(d)
+		d.env.log.Info("bridge: the peer returned no result for a plain document", "doc", d.id, "peer", d.att.peerAddr())
+		d.maybeFinishLocked()
 	}, a.resultSettleLocked())
 	return true
 }
 
 // assemblePlainLocked concatenates the spooled chunk results in chunk order
 // into the document's result (off the lock), then finishes it.
-func (b *Bridge) assemblePlainLocked(d *docRun) {
+func (d *docRun) assemblePlainLocked() {
 	a := d.att
 	if miss := a.completeChunksWithoutResult(); len(miss) > 0 {
-		b.awaitMissingPartsLocked(d, miss)
+		d.awaitMissingPartsLocked(miss)
 		return
 	}
 	parts := a.plainParts
@@ -460,9 +460,9 @@ func (b *Bridge) assemblePlainLocked(d *docRun) {
 			}
 		}
 	})
-	b.wg.Add(1)
+	d.env.wg.Add(1)
 	go func() {
-		defer b.wg.Done()
+		defer d.env.wg.Done()
 		var total int64
 		files := make([]io.Reader, 0, len(idx))
 		var closers []*os.File
@@ -481,7 +481,7 @@ func (b *Bridge) assemblePlainLocked(d *docRun) {
 		var spooled bool
 		var n int64
 		if err == nil {
-			inline, spooled, n, err = b.readResult(d.id, io.MultiReader(files...), uint64(total), b.diskRetryFor(d))
+			inline, spooled, n, err = d.env.readResult(d.id, io.MultiReader(files...), uint64(total), d.diskRetryFor())
 		}
 		for _, f := range closers {
 			_ = f.Close()
@@ -489,19 +489,19 @@ func (b *Bridge) assemblePlainLocked(d *docRun) {
 		for _, p := range parts {
 			_ = os.Remove(p.path)
 		}
-		b.mu.Lock()
-		defer b.mu.Unlock()
+		d.env.reg.mu.Lock()
+		defer d.env.reg.mu.Unlock()
 		if !a.newest() {
 			return
 		}
-		b.plainResultStoredLocked(d, storedResult{inline, spooled, n, d.rec.Doc.ContentType}, err, "assembling the chunk results failed")
+		d.plainResultStoredLocked(storedResult{inline, spooled, n, d.rec.Doc.ContentType}, err, "assembling the chunk results failed")
 	}()
 }
 
 // completeChunksWithoutResult lists the chunk indexes that the peer
 // reported COMPLETE but returned no result for, when it returned results
 // for other chunks (a peer that returns chunk results returns one for
-// every chunk it completes; profile 9.4). Caller holds b.mu.
+// every chunk it completes; profile 9.4). Caller holds the registry's mu.
 func (a *attempt) completeChunksWithoutResult() []uint64 {
 	if len(a.plainParts) == 0 {
 		return nil
@@ -524,27 +524,27 @@ func (a *attempt) completeChunksWithoutResult() []uint64 {
 // (storePlainPart) assembles the document; after resultFinishGrace the
 // attempt ends and the document is dispatched again (a result assembled
 // without them would silently lose those chunks' output).
-func (b *Bridge) awaitMissingPartsLocked(d *docRun, miss []uint64) {
+func (d *docRun) awaitMissingPartsLocked(miss []uint64) {
 	a := d.att
 	if a.awaitingParts {
 		return
 	}
 	a.awaitingParts = true
-	b.log.Warn("bridge: the peer completed chunks without returning their results; waiting for them",
+	d.env.log.Warn("bridge: the peer completed chunks without returning their results; waiting for them",
 		"doc", d.id, "peer", a.peerAddr(), "chunks", miss, "results", len(a.plainParts))
 	a.stopFinishTimer()
 	a.finishTimer = time.AfterFunc(resultFinishGrace, func() {
-		b.mu.Lock()
-		defer b.mu.Unlock()
+		d.env.reg.mu.Lock()
+		defer d.env.reg.mu.Unlock()
 		if !a.current() || a.resultReady {
 			return
 		}
 		a.awaitingParts = false
 		if miss := a.completeChunksWithoutResult(); len(miss) > 0 {
-			b.abortAttemptLocked(d, fmt.Sprintf("the peer %s completed chunk(s) %v but returned no result for them within %v, while it returned results for %d other chunk(s)",
+			d.abortAttemptLocked(fmt.Sprintf("the peer %s completed chunk(s) %v but returned no result for them within %v, while it returned results for %d other chunk(s)",
 				a.peerAddr(), miss, resultFinishGrace, len(a.plainParts)), true)
 			return
 		}
-		b.maybeFinishLocked(d)
+		d.maybeFinishLocked()
 	})
 }

@@ -112,7 +112,18 @@ func TestClaimCheckExpired(t *testing.T) {
 	doc := e.submit(chunks4, req)
 	got := e.waitFor(doc.Id, 20*time.Second, "a claim check", func(d *gatewayv1.Document) bool { return len(d.ClaimChecks) > 0 })
 	id := got.ClaimChecks[0].ClaimId
-	time.Sleep(400 * time.Millisecond)
+	// The claim sweeper's verdict is the event: the claim is EXPIRED.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := e.b.GetClaim(context.Background(), "", id)
+		if err == nil && c.State == gatewayv1.ClaimCheck_EXPIRED {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("claim %s with a 300 ms TTL not EXPIRED after 20 s: %v %v", id, c, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	_, err := e.b.Redeem(context.Background(), "", id)
 	wantErr(t, err, bridge.ErrClaimExpired)
 	c, err := e.b.GetClaim(context.Background(), "", id)

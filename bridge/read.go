@@ -128,7 +128,7 @@ func (b *Bridge) Cancel(ctx context.Context, t Tenant, id string) (*gatewayv1.Do
 			d.setEntity(rootKey(a.rootID), e)
 		}
 	}
-	b.finishLocked(d, gatewayv1.State_CANCELLED, "cancelled by the client")
+	d.finishLocked(gatewayv1.State_CANCELLED, "cancelled by the client")
 	snap := d.snapshot()
 	out := b.publicDoc(snap)
 	b.mu.Unlock()

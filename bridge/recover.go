@@ -38,7 +38,7 @@ func (b *Bridge) recoverRecords(ctx context.Context, recs []*recoverable) {
 		if old := b.docs[rec.Doc.Id]; old != nil {
 			// Our lease of it was lost and is ours again (a new epoch): the
 			// stored record is the truth, not what memory still has.
-			b.dropLocked(old, "re-acquired with a new lease")
+			old.dropLocked("re-acquired with a new lease")
 		}
 		opts := &gatewayv1.SubmitOptions{
 			ContentType: rec.Doc.ContentType, RequestId: rec.Doc.RequestId, Split: rec.Doc.Split,
@@ -70,14 +70,14 @@ func (b *Bridge) recoverRecords(ctx context.Context, recs []*recoverable) {
 		d.att = idleAttempt(d, parsePrivate(rec.Private))
 		b.loadClaimsLocked(ctx, d)
 		if !b.contentExists(ctx, d) {
-			b.finishLocked(d, gatewayv1.State_FAILED, "the spooled content is missing after a restart; resubmit the document")
+			d.finishLocked(gatewayv1.State_FAILED, "the spooled content is missing after a restart; resubmit the document")
 			continue
 		}
 		if d.rec.DispatchAttempts >= uint32(b.opts.MaxDispatchAttempts) {
-			b.finishLocked(d, gatewayv1.State_FAILED, fmt.Sprintf("gave up after %d dispatch attempts (MaxDispatchAttempts); last: gateway restarted", d.rec.DispatchAttempts))
+			d.finishLocked(gatewayv1.State_FAILED, fmt.Sprintf("gave up after %d dispatch attempts (MaxDispatchAttempts); last: gateway restarted", d.rec.DispatchAttempts))
 			continue
 		}
-		b.enqueueLocked(d)
+		d.enqueueLocked()
 	}
 	b.kickFlush()
 }

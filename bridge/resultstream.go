@@ -211,44 +211,44 @@ func (a *attempt) dropResultStreamLocked() {
 }
 
 // onResultPart appends one part of a's streamed result.
-func (b *Bridge) onResultPart(a *attempt, e *quicpeer.IncomingEntity) {
+func (a *attempt) onResultPart(e *quicpeer.IncomingEntity) {
 	h, d := e.Header, a.d
-	b.mu.Lock()
+	a.d.env.reg.mu.Lock()
 	if !a.newest() {
-		b.mu.Unlock()
+		a.d.env.reg.mu.Unlock()
 		_, _ = io.Copy(io.Discard, e.Payload)
 		return
 	}
 	rs := a.resultStreamLocked()
-	b.mu.Unlock()
+	a.d.env.reg.mu.Unlock()
 	var n int64
 	err := errors.New("a result part without chunk-info (part number and offset)")
 	if h.ChunkInfo != nil {
-		n, err = rs.appendPart(b.ctx, b.st, h.ChunkInfo.ChunkIndex, h.ChunkInfo.ChunkOffset, e.Payload, b.diskRetryFor(d), b.opts.DataDir)
+		n, err = rs.appendPart(a.d.env.ctx, a.d.env.st, h.ChunkInfo.ChunkIndex, h.ChunkInfo.ChunkOffset, e.Payload, d.diskRetryFor(), a.d.env.opts.DataDir)
 	}
-	b.m.bytesOut.Add(float64(n))
+	a.d.env.m.bytesOut.Add(float64(n))
 	if err != nil {
 		_, _ = io.Copy(io.Discard, e.Payload)
-		b.resultFailed(a, err)
+		a.resultFailed(err)
 		return
 	}
-	b.m.resultParts.Inc()
+	a.d.env.m.resultParts.Inc()
 }
 
 // onResultSummary completes a's streamed result from its summary entity.
-func (b *Bridge) onResultSummary(a *attempt, e *quicpeer.IncomingEntity) {
+func (a *attempt) onResultSummary(e *quicpeer.IncomingEntity) {
 	h, d := e.Header, a.d
 	_, _ = io.Copy(io.Discard, e.Payload)
 	parts, err1 := strconv.ParseUint(h.Metadata[metaResultParts], 10, 64)
 	length, err2 := strconv.ParseUint(h.Metadata[metaResultLength], 10, 64)
 	want, err3 := hex.DecodeString(h.Metadata[metaResultSHA])
-	b.mu.Lock()
+	a.d.env.reg.mu.Lock()
 	if !a.newest() {
-		b.mu.Unlock()
+		a.d.env.reg.mu.Unlock()
 		return
 	}
 	rs := a.resultStreamLocked()
-	b.mu.Unlock()
+	a.d.env.reg.mu.Unlock()
 	var stored bool
 	var err error
 	switch {
@@ -263,11 +263,11 @@ func (b *Bridge) onResultSummary(a *attempt, e *quicpeer.IncomingEntity) {
 		rs.mu.Lock()
 		rs.failLocked(err)
 		rs.mu.Unlock()
-		b.resultFailed(a, err)
+		a.resultFailed(err)
 		return
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	a.d.env.reg.mu.Lock()
+	defer a.d.env.reg.mu.Unlock()
 	if !a.newest() {
 		return
 	}
@@ -281,39 +281,39 @@ func (b *Bridge) onResultSummary(a *attempt, e *quicpeer.IncomingEntity) {
 	}
 	d.rec.ResultContentType = h.ContentType
 	d.rec.Doc.ResultSizeBytes = length
-	b.maybeFinishLocked(d)
-	b.kickFlush()
+	d.maybeFinishLocked()
+	a.d.env.kickFlush()
 }
 
 // resultFailed records that a's streamed result failed.
-func (b *Bridge) resultFailed(a *attempt, err error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+func (a *attempt) resultFailed(err error) {
+	a.d.env.reg.mu.Lock()
+	defer a.d.env.reg.mu.Unlock()
 	if !a.newest() || a.resultErr != "" || errors.Is(err, errResultStreamClosed) {
 		return
 	}
-	b.resultFailedLocked(a.d, err, "the streamed result failed")
+	a.d.resultFailedLocked(err, "the streamed result failed")
 }
 
 // resultFailedLocked records why d's current result failed: verification
 // (a wire error: the peer sent bad bytes) or what (storage, protocol), and
 // finishes d if its root already completed. Caller holds mu.
-func (b *Bridge) resultFailedLocked(d *docRun, err error, what string) {
+func (d *docRun) resultFailedLocked(err error, what string) {
 	if IsDiskFull(err) && !d.terminal() {
 		// A local failure that outlived the write retries (e.g. the final
 		// fsync): the peer did its part, so the document is dispatched
 		// again (not counted against its attempts) instead of failing
 		// acknowledged work (issue 11, docs/security.md).
-		b.log.Warn("bridge: storing a result failed for lack of space; dispatching the document again", "doc", d.id, "err", err)
-		b.abortAttemptLocked(d, diskFullPrefix+what+": "+err.Error()+" (a local failure, not the peer's; dispatching again)", false)
+		d.env.log.Warn("bridge: storing a result failed for lack of space; dispatching the document again", "doc", d.id, "err", err)
+		d.abortAttemptLocked(diskFullPrefix+what+": "+err.Error()+" (a local failure, not the peer's; dispatching again)", false)
 		return
 	}
 	if errors.Is(err, store.ErrUnavailable) && !d.terminal() {
 		// The database went away while the result was stored (a restart,
 		// a failover): the peer did its part, so the document is
 		// dispatched again, not counted, as after a full disk.
-		b.log.Warn("bridge: storing a result failed, the store is unavailable; dispatching the document again", "doc", d.id, "err", err)
-		b.abortAttemptLocked(d, what+": "+err.Error()+" (the store was unavailable, not the peer's fault; dispatching again)", false)
+		d.env.log.Warn("bridge: storing a result failed, the store is unavailable; dispatching the document again", "doc", d.id, "err", err)
+		d.abortAttemptLocked(what+": "+err.Error()+" (the store was unavailable, not the peer's fault; dispatching again)", false)
 		return
 	}
 	a := d.att
@@ -323,8 +323,8 @@ func (b *Bridge) resultFailedLocked(d *docRun, err error, what string) {
 	} else {
 		a.resultErr = fmt.Sprintf("%s: %v", what, err)
 	}
-	b.log.Error("bridge: result stream failed", "doc", d.id, "err", err)
+	d.env.log.Error("bridge: result stream failed", "doc", d.id, "err", err)
 	if a.rootComplete {
-		b.maybeFinishLocked(d)
+		d.maybeFinishLocked()
 	}
 }

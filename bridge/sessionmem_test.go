@@ -31,8 +31,15 @@ func TestFinishedDocumentsReleaseSession(t *testing.T) {
 			t.Fatalf("document %s: state %s error %q", id, got.State, got.Error)
 		}
 	}
-	// Late statuses of finished documents must not re-register them either.
-	time.Sleep(200 * time.Millisecond)
+	// Late statuses of finished documents must not re-register them either:
+	// one more document's round trip on the same session is the signal
+	// that what the peer sent before its statuses was handled (stream 0 is
+	// read in order).
+	last := e.submit([]byte("the last one"), &gatewayv1.SubmitDocumentRequest{ContentType: "text/plain"})
+	if got := e.wait(last.Id, 30*time.Second); got.State != gatewayv1.State_SUCCEEDED {
+		t.Fatalf("document %s: state %s error %q", last.Id, got.State, got.Error)
+	}
+	ids = append(ids, last.Id)
 	if ents, dehyd := e.b.SessionHeld(); ents != 0 || dehyd != 0 {
 		t.Fatalf("after %d finished documents the session still maps %d entities and %d dehydrating parents to them", len(ids), ents, dehyd)
 	}

@@ -72,7 +72,7 @@ func (b *Bridge) newDocRun(id string, t Tenant, p *plan) *docRun {
 		Rev: 1, // the creation; see addEvent
 	}
 	d := &docRun{
-		id: id, tenant: t, plan: p, rec: &store.DocumentRecord{Tenant: string(t), Doc: doc},
+		env: b.docEnv, id: id, tenant: t, plan: p, rec: &store.DocumentRecord{Tenant: string(t), Doc: doc},
 		out: newOutbox(), claims: map[string]*claimRun{}, preRedeem: map[int64]string{},
 	}
 	d.att = idleAttempt(d, 0)
@@ -220,7 +220,7 @@ func (u *upload) dehydrate(ctx context.Context, src io.Reader, lr *limitReader, 
 	if err != nil {
 		return 0, [32]byte{}, err
 	}
-	u.pipe = u.b.startPipe(u.d)
+	u.pipe = u.d.startPipe()
 	bufs := [2][]byte{}
 	for i := 0; ; i++ {
 		// Two buffers alternate: the pipe's consumer takes chunk i only after
@@ -290,7 +290,7 @@ func (u *upload) commit(ctx context.Context, size int64, sum [32]byte) (*gateway
 			u.pipe.stop()
 		}
 		if d.sess() == nil {
-			b.enqueueLocked(d)
+			d.enqueueLocked()
 		}
 	}
 	out := b.publicDoc(&store.DocumentRecord{Tenant: string(d.tenant), Doc: d.snapshot().Doc})

@@ -29,7 +29,7 @@ func (b *Bridge) superviseTimeoutsLocked(now time.Time) {
 			continue
 		}
 		if k, e, ok := d.overdue(now); ok {
-			b.timeoutLocked(d, k, e)
+			d.timeoutLocked(k, e)
 		}
 	}
 }
@@ -78,7 +78,7 @@ func timedStatus(s gatewayv1.EntityStatus, rehydration bool) bool {
 // attempts remain; otherwise (FAIL, unspecified, DEFER, which needs a
 // claim only the peer can issue) the document fails with an error naming
 // the entity, the peer and what the peer last reported.
-func (b *Bridge) timeoutLocked(d *docRun, k entKey, e *gatewayv1.Entity) {
+func (d *docRun) timeoutLocked(k entKey, e *gatewayv1.Entity) {
 	cp := d.plan.opts.GetCompletionPolicy()
 	ms := cp.GetTimeoutMs()
 	if ms == 0 {
@@ -91,26 +91,26 @@ func (b *Bridge) timeoutLocked(d *docRun, k entKey, e *gatewayv1.Entity) {
 	}
 	msg := fmt.Sprintf("entity %d (%s) timed out: no terminal status within timeout-ms %d at the peer %s, which last reported %s",
 		e.EntityId, what, ms, a.peerAddr(), wire.Status(e.Status))
-	b.log.Warn("bridge: entity timed out", "doc", d.id, "entity", e.EntityId, "status", e.Status, "timeout_ms", ms)
-	b.abandonAtPeerLocked(d, k)
+	d.env.log.Warn("bridge: entity timed out", "doc", d.id, "entity", e.EntityId, "status", e.Status, "timeout_ms", ms)
+	d.abandonAtPeerLocked(k)
 	e.Status = gatewayv1.EntityStatus_ENTITY_STATUS_ABANDONED
 	e.Message = msg
 	d.setEntity(k, e)
 	delete(a.entSince, k)
 	switch {
 	case cp.GetOnTimeout() == gatewayv1.CompletionPolicy_SKIP && k != rootKey(a.rootID):
-		a.mode.childChangedLocked(b, d)
+		a.mode.childChangedLocked(d)
 	case cp.GetOnTimeout() == gatewayv1.CompletionPolicy_RETRY:
-		b.abortAttemptLocked(d, msg, true)
+		d.abortAttemptLocked(msg, true)
 	default:
-		b.finishLocked(d, gatewayv1.State_FAILED, msg)
+		d.finishLocked(gatewayv1.State_FAILED, msg)
 	}
-	b.kickFlush()
+	d.env.kickFlush()
 }
 
 // abandonAtPeerLocked tells the peer the gateway gave up on entity k.
-func (b *Bridge) abandonAtPeerLocked(d *docRun, k entKey) {
+func (d *docRun) abandonAtPeerLocked(k entKey) {
 	if ss := d.sess(); ss != nil && !ss.closed && k.scope == 0 {
-		b.giveUpLocked(ss, d, k.id)
+		d.env.giveUpLocked(ss, d, k.id)
 	}
 }

@@ -762,7 +762,7 @@ func (r *histRig) pausePastPrune(paused int, before uint64) {
 	start := time.Now()
 	for n := 0; ; n++ {
 		var oldest uint64
-		if err := r.db.QueryRow(r.ctx, "SELECT coalesce(min(seq), 0) FROM events").Scan(&oldest); err != nil {
+		if err := r.db.QueryRow(r.ctx, oldestRetainedSQL).Scan(&oldest); err != nil {
 			r.t.Fatal(err)
 		}
 		if time.Since(start) >= histPause && oldest > before+1 {
@@ -781,6 +781,11 @@ func (r *histRig) pausePastPrune(paused int, before uint64) {
 		time.Sleep(500 * time.Millisecond)
 	}
 }
+
+// oldestRetainedSQL is the oldest seq the shared log retains (pgstore
+// keeps events as blocks; floor_seq hides a straddling block's pruned
+// ones), 0 for an empty log.
+const oldestRetainedSQL = `SELECT greatest(coalesce((SELECT min(first_seq) FROM event_blocks), 0), floor_seq) FROM meta WHERE id = 1`
 
 // ---- after the run ----
 

@@ -1,6 +1,7 @@
 -- current.sql with less written per document (a design the store does not
 -- have): the content inline in the document row (no content payload row
--- written and deleted), the events of a transaction as one block row.
+-- written and deleted), and the events' block as one opaque body without
+-- the per-column arrays and their GIN indexes.
 -- scripts/pg-floor.sh
 \set n random(1, 2000000000)
 BEGIN;

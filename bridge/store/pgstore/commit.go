@@ -265,22 +265,19 @@ func applyPayload(ctx context.Context, tx pgx.Tx, p store.PayloadRecord) error {
 	return nil
 }
 
-// appendEventsSQL takes the seqs, inserts the events with their seq field
-// appended (pipestream_seq_field, schema.go), updates the counters and
-// notifies, in ONE statement: the counter row's lock is held for this
-// statement and the COMMIT only. $1 is the number of events, $2 the sum of
-// their bodies without the seq field, $3.. the columns.
+// appendEventsSQL takes the seqs, inserts the events as one block
+// (schema migration 4, events.go), updates the counters and notifies, in
+// ONE statement: the counter row's lock is held for this statement and the
+// COMMIT only. $1 is the number of events, $2 the sum of their bodies
+// without the seq field, $3.. the block's columns.
 const appendEventsSQL = `WITH m AS (
 	UPDATE meta SET last_seq = last_seq + $1, event_count = event_count + $1,
-		event_bytes = event_bytes + $2 + (SELECT sum(length(pipestream_seq_field(g)))
+		event_bytes = event_bytes + $2 + (SELECT sum(pipestream_seq_field_len(g))
 			FROM generate_series(last_seq + 1, last_seq + $1) g)
 	WHERE id = 1 RETURNING last_seq),
-e AS (SELECT m.last_seq - $1 + u.ord AS seq, u.*
-	FROM m, unnest($3::bigint[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::bigint[], $9::bytea[])
-	WITH ORDINALITY AS u(time, kind, tenant, doc_id, rev, since, body, ord)),
-ins AS (INSERT INTO events (seq, time, kind, tenant, doc_id, rev, since, size, body)
-	SELECT seq, time, kind, tenant, doc_id, rev, since, length(b), b
-	FROM e, LATERAL (SELECT e.body || pipestream_seq_field(e.seq) AS b) x)
+ins AS (INSERT INTO event_blocks (first_seq, last_seq, times, kinds, tenants, doc_ids, revs, sinces, sizes, bodies)
+	SELECT m.last_seq - $1 + 1, m.last_seq, $3::bigint[], $4::text[], $5::text[], $6::text[], $7::bigint[],
+		$8::bigint[], $9::int[], $10::bytea[] FROM m)
 SELECT last_seq, pg_notify('` + notifyChannel + `', last_seq::text) FROM m`
 
 // appendEvents takes len(evs) seqs from the counter row and inserts the
@@ -311,7 +308,7 @@ func appendEventsArgs(evs []encEvent) []any {
 		cols.add(&evs[i])
 		bodies += int64(evs[i].n)
 	}
-	return []any{int64(len(evs)), bodies, cols.time, cols.kind, cols.tenant, cols.doc, cols.rev, cols.since, cols.body}
+	return []any{int64(len(evs)), bodies, cols.time, cols.kind, cols.tenant, cols.doc, cols.rev, cols.since, cols.size, cols.body}
 }
 
 // eventRecords are evs with their seqs, last being the counter after them.
@@ -335,6 +332,7 @@ func eventRecords(evs []encEvent, last int64) ([]store.EventRecord, error) {
 type eventColumns struct {
 	time, rev, since  []int64
 	kind, tenant, doc []string
+	size              []int32
 	body              [][]byte
 }
 
@@ -345,12 +343,15 @@ func (c *eventColumns) add(e *encEvent) {
 	c.doc = append(c.doc, e.doc)
 	c.rev = append(c.rev, e.rev)
 	c.since = append(c.since, e.since)
+	c.size = append(c.size, int32(e.n))
 	c.body = append(c.body, e.body[:e.n])
 }
 
 // PruneEvents deletes every event with seq < beforeSeq (last_seq is kept,
 // so seqs never repeat) and reports what it removed. It locks the counter
 // row first, like an event-writing commit, so the counts stay exact.
+// Blocks wholly below beforeSeq are deleted; a block that straddles it is
+// kept, and meta.floor_seq hides its earlier events (events.go).
 func (s *Store) PruneEvents(ctx context.Context, beforeSeq uint64) (store.PruneResult, error) {
 	if err := s.enter(); err != nil {
 		return store.PruneResult{}, err
@@ -358,15 +359,23 @@ func (s *Store) PruneEvents(ctx context.Context, beforeSeq uint64) (store.PruneR
 	defer s.wg.Done()
 	var res store.PruneResult
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT 1 FROM meta WHERE id = 1 FOR UPDATE"); err != nil {
+		var floor, last int64
+		if err := tx.QueryRow(ctx, "SELECT floor_seq, last_seq FROM meta WHERE id = 1 FOR UPDATE").Scan(&floor, &last); err != nil {
 			return fmt.Errorf("pgstore: prune: %w", err)
+		}
+		before := min(int64(min(beforeSeq, store.MaxSeq)), last+1)
+		if before <= floor {
+			return nil
 		}
 		var n, size int64
-		if err := tx.QueryRow(ctx, `WITH d AS (DELETE FROM events WHERE seq < $1 RETURNING size)
-			SELECT count(*), coalesce(sum(size), 0)::bigint FROM d`, int64(min(beforeSeq, store.MaxSeq))).Scan(&n, &size); err != nil {
+		if err := tx.QueryRow(ctx, pruneCountSQL, floor, before).Scan(&n, &size); err != nil {
 			return fmt.Errorf("pgstore: prune: %w", err)
 		}
-		if _, err := tx.Exec(ctx, "UPDATE meta SET event_count = event_count - $1, event_bytes = event_bytes - $2 WHERE id = 1", n, size); err != nil {
+		if _, err := tx.Exec(ctx, "DELETE FROM event_blocks WHERE last_seq < $1", before); err != nil {
+			return fmt.Errorf("pgstore: prune: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE meta SET floor_seq = $3, event_count = event_count - $1,
+			event_bytes = event_bytes - $2 WHERE id = 1`, n, size, before); err != nil {
 			return fmt.Errorf("pgstore: prune: %w", err)
 		}
 		res = store.PruneResult{Removed: uint64(n), Bytes: uint64(size)}
@@ -374,3 +383,10 @@ func (s *Store) PruneEvents(ctx context.Context, beforeSeq uint64) (store.PruneR
 	})
 	return res, err
 }
+
+// pruneCountSQL counts the retained events in [$1, $2) and their encoded
+// size (body and seq field), as the counters hold them.
+const pruneCountSQL = `SELECT count(*), coalesce(sum(u.sz + pipestream_seq_field_len(b.first_seq + u.ord - 1)), 0)::bigint
+	FROM event_blocks b, unnest(b.sizes) WITH ORDINALITY AS u(sz, ord)
+	WHERE b.first_seq < $2 AND b.last_seq >= $1
+		AND b.first_seq + u.ord - 1 >= $1 AND b.first_seq + u.ord - 1 < $2`

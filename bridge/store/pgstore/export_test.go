@@ -32,3 +32,19 @@ func (s *Store) HoldCounter(ctx context.Context) (pgx.Tx, error) {
 	}
 	return tx, nil
 }
+
+// MigrateTo brings a new database to schema version n (< SchemaVersion),
+// as a binary of that version would have, so a test can write rows in an
+// earlier schema and open the store on them.
+func MigrateTo(ctx context.Context, conn *pgx.Conn, n int) error {
+	if _, err := conn.Exec(ctx, "CREATE TABLE schema_version (version INT NOT NULL)"); err != nil {
+		return err
+	}
+	for _, m := range migrations[:n] {
+		if _, err := conn.Exec(ctx, m); err != nil {
+			return err
+		}
+	}
+	_, err := conn.Exec(ctx, "INSERT INTO schema_version VALUES ($1)", n)
+	return err
+}

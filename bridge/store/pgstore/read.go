@@ -362,18 +362,6 @@ func (s *Store) ListIssuedClaims(ctx context.Context, before time.Time) ([]*stor
 		"SELECT "+claimCols+" FROM claims WHERE state = 1 AND expire_time < $1 ORDER BY expire_time", before.UnixNano())
 }
 
-func scanEvent(row pgx.Row) (store.EventRecord, error) {
-	var (
-		r                   store.EventRecord
-		seq, tm, rev, since int64
-	)
-	if err := row.Scan(&seq, &tm, &r.Kind, &r.Tenant, &r.DocID, &rev, &since, &r.Body); err != nil {
-		return r, err
-	}
-	r.Seq, r.Time, r.Rev, r.Since = uint64(seq), time.Unix(0, tm).UTC(), uint64(rev), uint64(since)
-	return r, nil
-}
-
 // ReadEvents returns up to q.Limit retained events with seq >= q.From that
 // match the filter, in ascending seq order.
 func (s *Store) ReadEvents(ctx context.Context, eq store.EventQuery) ([]store.EventRecord, error) {
@@ -382,46 +370,6 @@ func (s *Store) ReadEvents(ctx context.Context, eq store.EventQuery) ([]store.Ev
 	}
 	defer s.wg.Done()
 	return readEvents(ctx, s.pool, eq)
-}
-
-func readEvents(ctx context.Context, q querier, eq store.EventQuery) ([]store.EventRecord, error) {
-	limit := eq.Limit
-	if limit <= 0 {
-		limit = defaultEventLimit
-	}
-	limit = min(limit, maxEventLimit)
-	var w where
-	w.add("seq >= ?", int64(min(eq.From, store.MaxSeq)))
-	if !eq.AllTenants {
-		w.add("tenant = ?", eq.Tenant)
-	}
-	if eq.DocID != "" {
-		w.add("doc_id = ?", eq.DocID)
-	}
-	if len(eq.Kinds) > 0 {
-		w.add("kind = ANY(?)", eq.Kinds)
-	}
-	return collect(ctx, q, "read events", scanEvent, "SELECT seq, time, kind, tenant, doc_id, rev, since, body FROM events WHERE "+
-		w.String()+" ORDER BY seq LIMIT "+w.param(limit), w.args...)
-}
-
-// EventStats describes the retained log (counters kept in the meta row).
-func (s *Store) EventStats(ctx context.Context) (st store.EventStats, err error) {
-	if err := s.enter(); err != nil {
-		return st, err
-	}
-	defer s.wg.Done()
-	var last, count, bytes int64
-	var oldest *int64
-	if err := s.pool.QueryRow(ctx, `SELECT last_seq, event_count, event_bytes, (SELECT min(seq) FROM events)
-		FROM meta WHERE id = 1`).Scan(&last, &count, &bytes, &oldest); err != nil {
-		return st, fmt.Errorf("pgstore: event stats: %w", err)
-	}
-	st = store.EventStats{LatestSeq: uint64(last), Count: uint64(count), Bytes: uint64(bytes)}
-	if oldest != nil {
-		st.OldestSeq = uint64(*oldest)
-	}
-	return st, nil
 }
 
 // SnapshotDocuments returns every document of tenant (without entities,
@@ -559,58 +507,4 @@ func (s *Store) SnapshotBytes(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("pgstore: snapshot bytes: %w", err)
 	}
 	return n, nil
-}
-
-// EachEventMeta calls fn with the seq, time and encoded size of every
-// retained event in ascending seq order, without reading bodies (one
-// query; an error from fn ends it).
-func (s *Store) EachEventMeta(ctx context.Context, fn func(seq uint64, t time.Time, size int) error) error {
-	if err := s.enter(); err != nil {
-		return err
-	}
-	defer s.wg.Done()
-	rows, err := s.pool.Query(ctx, "SELECT seq, time, octet_length(body) FROM events ORDER BY seq")
-	if err != nil {
-		return asUnavailable(fmt.Errorf("pgstore: read event metadata: %w", err))
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var seq, tm int64
-		var size int32
-		if err := rows.Scan(&seq, &tm, &size); err != nil {
-			return asUnavailable(fmt.Errorf("pgstore: read event metadata: %w", err))
-		}
-		if err := fn(uint64(seq), time.Unix(0, tm).UTC(), int(size)); err != nil {
-			return err
-		}
-	}
-	return asUnavailable(rows.Err())
-}
-
-// EachEventRange calls fn with a summary of the retained events of every
-// seq range [from + k*width, from + (k+1)*width) that holds any, in
-// ascending order (one aggregate query).
-func (s *Store) EachEventRange(ctx context.Context, from, to, width uint64, fn func(r store.EventRange) error) error {
-	if err := s.enter(); err != nil {
-		return err
-	}
-	defer s.wg.Done()
-	width = max(width, 1)
-	rows, err := s.pool.Query(ctx, `SELECT min(seq), max(seq), count(*), min(time), max(time), sum(octet_length(body))::bigint
-		FROM events WHERE seq >= $1 AND seq <= $2 GROUP BY (seq - $1) / $3 ORDER BY 1`, int64(from), int64(min(to, uint64(math.MaxInt64))), int64(width))
-	if err != nil {
-		return asUnavailable(fmt.Errorf("pgstore: read event ranges: %w", err))
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var first, last, n, tmin, tmax, bytes int64
-		if err := rows.Scan(&first, &last, &n, &tmin, &tmax, &bytes); err != nil {
-			return asUnavailable(fmt.Errorf("pgstore: read event ranges: %w", err))
-		}
-		if err := fn(store.EventRange{First: uint64(first), Last: uint64(last), Count: uint64(n),
-			Oldest: time.Unix(0, tmin).UTC(), Newest: time.Unix(0, tmax).UTC(), Bytes: uint64(bytes)}); err != nil {
-			return err
-		}
-	}
-	return asUnavailable(rows.Err())
 }

@@ -152,6 +152,7 @@ func TestRetentionPositionsAcrossReplicas(t *testing.T) {
 	readTo(t, lA, "client-of-A", 120) // the latest: the client stops there
 	appendEvents(t, lA, 30)           // latest 150
 	prune(t, lA)                      // publishes A's client at 120 (keep from 115)
+	waitLatest(t, lC, 150)            // C counts positions up to the latest it knows (NOTIFY)
 	if rep := prune(t, lC); rep.KeepFrom != 115 || rep.Clients != 1 {
 		t.Fatalf("C's pass with A's client at 120: %+v, want keep from 115", rep)
 	}

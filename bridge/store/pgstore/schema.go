@@ -172,6 +172,45 @@ CREATE TABLE retention_positions (
 	expires TIMESTAMPTZ NOT NULL
 );
 `,
+	// 4: events stored as blocks, one row per committing transaction
+	// (events.go), instead of a row each: a group commit of many small
+	// documents inserts one heap row and one primary-key entry, and the
+	// GIN indexes get one entry per distinct tenant and document of the
+	// block. Column i of every array is the event first_seq + i; bodies are
+	// stored without their seq field (it is appended on read) and sizes
+	// are the bodies' lengths without it. meta.floor_seq: events below it
+	// are pruned (a block straddling it is kept whole and its earlier
+	// events are hidden). Existing events become blocks of one.
+	`
+CREATE TABLE event_blocks (
+	first_seq BIGINT PRIMARY KEY,
+	last_seq  BIGINT NOT NULL,
+	times     BIGINT[] NOT NULL,
+	kinds     TEXT[] NOT NULL,
+	tenants   TEXT[] NOT NULL,
+	doc_ids   TEXT[] NOT NULL,
+	revs      BIGINT[] NOT NULL,
+	sinces    BIGINT[] NOT NULL,
+	sizes     INT[] NOT NULL,
+	bodies    BYTEA[] NOT NULL
+);
+CREATE INDEX event_blocks_tenants ON event_blocks USING GIN (tenants);
+CREATE INDEX event_blocks_docs ON event_blocks USING GIN (doc_ids);
+ALTER TABLE meta ADD COLUMN floor_seq BIGINT NOT NULL DEFAULT 0;
+-- The size of pipestream_seq_field(seq), without building it.
+CREATE FUNCTION pipestream_seq_field_len(seq BIGINT) RETURNS INT
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+	SELECT 2 + (seq >= 128)::int + (seq >= 16384)::int + (seq >= 2097152)::int + (seq >= 268435456)::int
+		+ (seq >= 34359738368)::int + (seq >= 4398046511104)::int + (seq >= 562949953421312)::int
+		+ (seq >= 72057594037927936)::int
+$$;
+INSERT INTO event_blocks
+	SELECT seq, seq, ARRAY[time], ARRAY[kind], ARRAY[tenant], ARRAY[doc_id], ARRAY[rev], ARRAY[since],
+		ARRAY[size - pipestream_seq_field_len(seq)]::int[],
+		ARRAY[substring(body FROM 1 FOR length(body) - pipestream_seq_field_len(seq))]
+	FROM events;
+DROP TABLE events;
+`,
 }
 
 // SchemaVersion is the schema version this binary migrates to.
