@@ -3,13 +3,16 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -227,4 +230,119 @@ func wsFrameBytes(op byte, n int) []byte {
 	b := wsBinaryMessage(nil, bytes.Repeat([]byte{0x88}, n))
 	b[0] = op
 	return b
+}
+
+// TestCorkConnConcurrentFrames: the owner's batches, coder/websocket's
+// pings from another goroutine and a close frame from a third at a random
+// moment reach the wire as whole frames (nothing interleaved inside a
+// frame), every accepted data message exactly once and in order, and no
+// data frame after the close frame; writeData refuses from the close on.
+// Seeded; over a real TCP connection; run it with -race too.
+func TestCorkConnConcurrentFrames(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 99))
+	for round := range 20 {
+		server, client := tcpPair(t)
+		c := newCorkConn(server)
+		closeAfter := 1 + rng.IntN(300) // data messages accepted before the close goes
+		var accepted atomic.Int64
+		ownerSeed, pingSeed := rng.Uint64(), rng.Uint64()
+		wire := make(chan []byte, 1)
+		go func() { b, _ := io.ReadAll(client); wire <- b }()
+		var wg sync.WaitGroup
+		wg.Add(3)
+		go func() { // the owner: batches of data messages
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(ownerSeed, 1))
+			var seq uint64
+			for seq < uint64(closeAfter)+100000 { // bounded: a writeData that never refuses fails below
+				batch := r.IntN(3) > 0
+				if batch {
+					c.cork()
+				}
+				for range 1 + r.IntN(6) {
+					seq++
+					if err := c.writeData(wsBinaryMessage(nil, binary.BigEndian.AppendUint64(nil, seq))); err != nil {
+						if !errors.Is(err, errCloseSent) {
+							t.Error(err)
+						}
+						_ = c.flush()
+						return
+					}
+					accepted.Add(1)
+				}
+				if err := c.flush(); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+		go func() { // coder/websocket's pings, whole frames through Write
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(pingSeed, 2))
+			for range 50 {
+				if _, err := c.Write(wsFrameBytes(0x89, r.IntN(126))); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+		go func() { // the close frame, once closeAfter messages were accepted
+			defer wg.Done()
+			for accepted.Load() < int64(closeAfter) {
+				runtime.Gosched()
+			}
+			if _, err := c.Write(wsFrameBytes(0x88, 2)); err != nil {
+				t.Error(err)
+			}
+		}()
+		wg.Wait()
+		_ = server.Close()
+		got := <-wire
+		checkWire(t, seed, round, got, accepted.Load())
+	}
+}
+
+// checkWire parses server frames from b: whole frames only, data
+// messages numbered 1..accepted in order, one close frame, no data
+// after it, 50 pings.
+func checkWire(t *testing.T, seed uint64, round int, b []byte, accepted int64) {
+	t.Helper()
+	var next uint64 = 1
+	closed, pings := false, 0
+	for len(b) > 0 {
+		need, ok := wsHeaderLen(b)
+		if !ok || len(b) < need {
+			t.Fatalf("seed %d round %d: a cut frame header on the wire", seed, round)
+		}
+		n := wsPayloadLen(b[:need])
+		if uint64(len(b)-need) < n {
+			t.Fatalf("seed %d round %d: a cut frame on the wire", seed, round)
+		}
+		payload := b[need : need+int(n)]
+		switch b[0] {
+		case 0x82:
+			if closed {
+				t.Fatalf("seed %d round %d: a data frame after the close frame", seed, round)
+			}
+			if n != 8 || binary.BigEndian.Uint64(payload) != next {
+				t.Fatalf("seed %d round %d: data message %x where %d was due", seed, round, payload, next)
+			}
+			next++
+		case 0x88:
+			if closed {
+				t.Fatalf("seed %d round %d: two close frames", seed, round)
+			}
+			closed = true
+		case 0x89:
+			pings++
+		default:
+			t.Fatalf("seed %d round %d: frame byte %#x", seed, round, b[0])
+		}
+		b = b[need+int(n):]
+	}
+	if int64(next-1) != accepted || !closed || pings != 50 {
+		t.Fatalf("seed %d round %d: %d data messages on the wire, %d accepted; close %v; %d pings", seed, round, next-1, accepted, closed, pings)
+	}
 }
