@@ -107,9 +107,10 @@ type guardConn struct {
 	ready     chan struct{} // out grew, rerr set, closed, or a deadline changed
 	space     chan struct{} // out shrank
 	rejected  atomic.Bool
-	detaching atomic.Bool // hijacked: the follower is to end (smuggle_detach.go)
 	rawReadN  int64 // bytes read from the connection (follower only)
 	headLimit int64 // stream offset the follower may not read past (0: none)
+
+	detaching atomic.Bool // hijacked: the follower is to end (smuggle_detach.go)
 }
 
 func newGuardConn(c net.Conn, maxHead int) *guardConn {
