@@ -121,45 +121,10 @@ func (o *Options) setDefaults() error {
 	if (o.GRPCAddr == "") != (o.HTTPAddr == "") {
 		return errors.New("set both --grpc-addr and --http-addr to drive a running gateway, or neither to start one")
 	}
-	if o.ProfileDir != "" {
-		if o.GRPCAddr != "" {
-			return errors.New("--profile-dir profiles the gateway the bench starts; to profile a running one, start it with --pprof-addr and fetch /debug/pprof/profile")
-		}
-		if err := os.MkdirAll(o.ProfileDir, 0o750); err != nil {
-			return fmt.Errorf("--profile-dir: %w", err)
-		}
-		if o.PprofAddr == "" {
-			a, err := freePort()
-			if err != nil {
-				return err
-			}
-			o.PprofAddr = a
-		}
+	if err := o.setProfileDir(); err != nil {
+		return err
 	}
-	if o.BulkBytes <= 0 {
-		o.BulkBytes = DefaultBulkBytes
-	}
-	if o.SmallBytes <= 0 {
-		o.SmallBytes = DefaultSmallBytes
-	}
-	if o.EntityBytes <= 0 {
-		o.EntityBytes = DefaultEntityBytes
-	}
-	if o.Concurrency <= 0 {
-		o.Concurrency = DefaultConcurrency
-	}
-	if o.Duration <= 0 {
-		o.Duration = DefaultDuration
-	}
-	if o.Subscribers <= 0 {
-		o.Subscribers = DefaultSubscribers
-	}
-	if o.FanoutDocsPerSec <= 0 {
-		o.FanoutDocsPerSec = DefaultFanoutDocs
-	}
-	if o.SnapshotDocs <= 0 {
-		o.SnapshotDocs = DefaultSnapshotDocs
-	}
+	o.setSizes()
 	if len(o.HistoryDocs) == 0 {
 		o.HistoryDocs = slices.Clone(DefaultHistoryDocs)
 	}
@@ -191,6 +156,56 @@ func (o *Options) setDefaults() error {
 		o.ServeCommand = []string{exe, "serve"}
 	}
 	return nil
+}
+
+// setProfileDir checks --profile-dir and picks a pprof address for the
+// gateway the bench starts.
+func (o *Options) setProfileDir() error {
+	if o.ProfileDir == "" {
+		return nil
+	}
+	if o.GRPCAddr != "" {
+		return errors.New("--profile-dir profiles the gateway the bench starts; to profile a running one, start it with --pprof-addr and fetch /debug/pprof/profile")
+	}
+	if err := os.MkdirAll(o.ProfileDir, 0o750); err != nil {
+		return fmt.Errorf("--profile-dir: %w", err)
+	}
+	if o.PprofAddr == "" {
+		a, err := freePort()
+		if err != nil {
+			return err
+		}
+		o.PprofAddr = a
+	}
+	return nil
+}
+
+// setSizes fills the sizes, rates and counts left at zero.
+func (o *Options) setSizes() {
+	if o.BulkBytes <= 0 {
+		o.BulkBytes = DefaultBulkBytes
+	}
+	if o.SmallBytes <= 0 {
+		o.SmallBytes = DefaultSmallBytes
+	}
+	if o.EntityBytes <= 0 {
+		o.EntityBytes = DefaultEntityBytes
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = DefaultConcurrency
+	}
+	if o.Duration <= 0 {
+		o.Duration = DefaultDuration
+	}
+	if o.Subscribers <= 0 {
+		o.Subscribers = DefaultSubscribers
+	}
+	if o.FanoutDocsPerSec <= 0 {
+		o.FanoutDocsPerSec = DefaultFanoutDocs
+	}
+	if o.SnapshotDocs <= 0 {
+		o.SnapshotDocs = DefaultSnapshotDocs
+	}
 }
 
 // Result is one measured path.
