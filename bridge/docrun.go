@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"math"
+	"sync"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -26,8 +27,12 @@ const (
 // finished one until its terminal state is durable). Its fields live as
 // long as the document in this process; what one dispatch attempt needs
 // lives in att, what waits to be committed in out. Every field is guarded
-// by Bridge.mu unless noted.
+// by mu unless noted (and, until the registry's mu is taken only around
+// registry state, by that too: doclock.go).
 type docRun struct {
+	// mu guards the document and its attempts; it is taken before the
+	// registry's mu, never after (doclock.go).
+	mu sync.Mutex
 	// env is what the document's code may reach (bridge.go); never the
 	// Bridge itself. Set when the docRun is made, never changed.
 	env    *docEnv
