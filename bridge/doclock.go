@@ -12,12 +12,12 @@ package bridge
 // lock takes d's mutex, then the registry's.
 func (d *docRun) lock() {
 	d.mu.Lock()
-	d.lock()
+	d.env.reg.mu.Lock()
 }
 
 // unlock releases what lock took.
 func (d *docRun) unlock() {
-	d.unlock()
+	d.env.reg.mu.Unlock()
 	d.mu.Unlock()
 }
 
