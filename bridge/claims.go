@@ -267,12 +267,12 @@ func (env *docEnv) commitRedeem(ctx context.Context, t Tenant, docID string, c *
 // of claim claimID of d.
 func (d *docRun) localCommit(claimID string) redeemCommit {
 	return func(ctx context.Context, msg string) (*gatewayv1.ClaimCheck, error) {
-		d.lock()
+		d.lockDoc()
 		var c *gatewayv1.ClaimCheck
 		if cr := d.claims[claimID]; cr != nil {
 			c = proto.Clone(cr.c).(*gatewayv1.ClaimCheck)
 		}
-		d.unlock()
+		d.unlockDoc()
 		if c == nil {
 			return nil, fmt.Errorf("claim %s of document %s is no longer known here; retry: %w", claimID, d.id, ErrUnavailable)
 		}
@@ -322,17 +322,17 @@ func (b *Bridge) redeemableClaim(ctx context.Context, t Tenant, claimID string, 
 // document.
 func (env *docEnv) redeemRun(ctx context.Context, d *docRun, claimID, via string, commit redeemCommit) (*gatewayv1.ClaimCheck, error) {
 	what := "claim " + claimID
-	d.lock()
+	d.lockDoc()
 	cr := d.claims[claimID]
 	if cr == nil || !cr.att.current() {
-		d.unlock()
+		d.unlockDoc()
 		return nil, fmt.Errorf("document %s was re-dispatched or finished while %s was being redeemed; retry: %w", d.id, what, ErrUnavailable)
 	}
 	ss := cr.att.ss
 	e := proto.Clone(cr.att.ents[cr.key]).(*gatewayv1.Entity)
 	isRoot := cr.key == rootKey(cr.att.rootID)
 	mode := cr.att.mode
-	d.unlock()
+	d.unlockDoc()
 
 	msg := ""
 	if via != "" {
@@ -390,9 +390,9 @@ func (env *docEnv) redeemRun(ctx context.Context, d *docRun, claimID, via string
 		d.redeemPending(cr, claimID, ss, sk, w)
 		return nil, ctx.Err()
 	}
-	d.lock()
+	d.lockDoc()
 	out := publicClaim(cr.c, time.Now())
-	d.unlock()
+	d.unlockDoc()
 	return out, nil
 }
 
@@ -425,12 +425,12 @@ func (d *docRun) redeemPending(cr *claimRun, claimID string, ss *sessState, sk e
 	a := cr.att
 	why := fmt.Sprintf("claim %s is redeemed and its entity was sent to the PipeStream peer %s at %s; waiting for the peer's answer to the redemption",
 		claimID, ss.pc.addr, time.Now().UTC().Format(time.RFC3339))
-	d.lock()
+	d.lockDoc()
 	if a.current() {
 		d.setWaitReason(why)
 		d.env.kickFlush()
 	}
-	d.unlock()
+	d.unlockDoc()
 	d.env.log.Info("bridge: the peer has not answered a redemption yet; it stays pending", "doc", d.id, "claim", claimID, "peer", ss.pc.addr)
 	d.env.wg.Add(1)
 	go func() {
@@ -475,8 +475,8 @@ func (d *docRun) redeemPending(cr *claimRun, claimID string, ss *sessState, sk e
 // (or root) again, the entity is resumed through the new claim
 // (preRedeem, onDeferredLocked), as for a claim of an earlier attempt.
 func (d *docRun) carryRedemption(cr *claimRun, claimID string) {
-	d.lock()
-	defer d.unlock()
+	d.lockDoc()
+	defer d.unlockDoc()
 	if d.terminal() || d.dropped || cr.slot == noSlot || cr.key.scope != 0 {
 		return
 	}

@@ -62,10 +62,10 @@ func (env *docEnv) openContent(ctx context.Context, d *docRun) (contentReader, e
 	if !d.inline {
 		return env.st.OpenPayload(ctx, d.id, store.PayloadContent)
 	}
-	d.lock()
+	d.lockDoc()
 	held := d.content
 	d.content = nil
-	d.unlock()
+	d.unlockDoc()
 	if held != nil {
 		return inlineContent{bytes.NewReader(held), held}, nil
 	}

@@ -135,8 +135,8 @@ func (d *docRun) diskRetryFor() diskRetry {
 			return true
 		},
 		recovered: func() {
-			d.lock()
-			defer d.unlock()
+			d.lockDoc()
+			defer d.unlockDoc()
 			if !d.terminal() && strings.HasPrefix(d.rec.Doc.Error, diskFullPrefix) {
 				d.rec.Doc.Error = ""
 				d.out.markDirty(time.Now())

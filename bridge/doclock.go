@@ -21,6 +21,13 @@ func (d *docRun) unlock() {
 	d.mu.Unlock()
 }
 
+// lockDoc takes d's mutex alone: for a section that touches the document
+// and nothing of the registry.
+func (d *docRun) lockDoc() { d.mu.Lock() }
+
+// unlockDoc releases what lockDoc took.
+func (d *docRun) unlockDoc() { d.mu.Unlock() }
+
 // lockFound is called holding only the registry's mu; find (run under it)
 // names the one document the caller's work touches, or nil for none. It
 // returns that document with its mutex and the registry's held, or nil

@@ -200,14 +200,14 @@ func (j *attempt) sendChunk(rootID uint32, c split.Chunk, total uint64, md map[s
 // document's result and a chunk's is spooled until the document is
 // rehydrated.
 func (env *docEnv) onPlainResult(ref *entRef, e *quicpeer.IncomingEntity) {
-	ref.att.d.lock()
+	ref.att.d.lockDoc()
 	a, key := ref.att, ref.key
 	isRoot := key == rootKey(a.rootID)
 	var idx uint64
 	if ent := a.ents[key]; ent != nil {
 		idx = uint64(ent.ChunkIndex)
 	}
-	ref.att.d.unlock()
+	ref.att.d.unlockDoc()
 	if isRoot {
 		a.storePlainRootResult(e)
 	} else {
