@@ -140,6 +140,11 @@ func TestGrpcurl(t *testing.T) {
 	if code != 0 || !strings.Contains(string(out), "rpc UploadDocument ( stream .pipestream.gateway.v1.UploadDocumentRequest )") {
 		t.Errorf("grpcurl describe DocumentService: exit %d\n%s%s", code, out, errb)
 	}
+	// The listener serves unary methods as client streams (gateway
+	// wireErrorsDesc); reflection still describes them as unary.
+	if !strings.Contains(string(out), "rpc GetDocument ( .pipestream.gateway.v1.GetDocumentRequest ) returns ( .pipestream.gateway.v1.Document )") {
+		t.Errorf("grpcurl describe DocumentService: GetDocument is not described as unary\n%s", out)
+	}
 	out, errb, code = grpcurl(t, g, nil, "grpc.health.v1.Health/Check")
 	if code != 0 || !strings.Contains(string(out), "SERVING") {
 		t.Errorf("grpcurl Health/Check: exit %d\n%s%s", code, out, errb)

@@ -19,3 +19,7 @@ func SetMaxUnarySnapshotBytes(n int) func() {
 // RecvSlack is how far past --max-recv-msg-bytes grpc-go itself refuses
 // a message (wireerrors.go).
 const RecvSlack = recvSlack
+
+// GRPCServer is the gRPC server behind the listener, for a benchmark that
+// serves it another way too (grpc.Server.ServeHTTP).
+func GRPCServer(s *Server) *grpc.Server { return s.grpc }

@@ -44,8 +44,8 @@ var _ grpc.ClientConnInterface = (*inprocConn)(nil)
 
 // newInprocConn builds the client; streams is set once the loopback
 // connections exist (Server.Start).
-func newInprocConn(chain []grpc.UnaryServerInterceptor, maxRecv, maxSend int) *inprocConn {
-	return &inprocConn{methods: map[string]inprocMethod{}, chain: chainUnary(chain), maxRecv: maxRecv, maxSend: maxSend}
+func newInprocConn(chain grpc.UnaryServerInterceptor, maxRecv, maxSend int) *inprocConn {
+	return &inprocConn{methods: map[string]inprocMethod{}, chain: chain, maxRecv: maxRecv, maxSend: maxSend}
 }
 
 // register adds the unary methods of a service registered on the gRPC
@@ -184,7 +184,11 @@ func runChain(ctx context.Context, ics []grpc.UnaryServerInterceptor, i int, req
 	if i == len(ics) {
 		return h(ctx, req)
 	}
-	return ics[i](ctx, req, info, func(ctx context.Context, req any) (any, error) {
-		return runChain(ctx, ics, i+1, req, info, h)
-	})
+	next := h // the innermost interceptor calls the handler itself
+	if i < len(ics)-1 {
+		next = func(ctx context.Context, req any) (any, error) {
+			return runChain(ctx, ics, i+1, req, info, h)
+		}
+	}
+	return ics[i](ctx, req, info, next)
 }

@@ -62,7 +62,7 @@ func newGRPCMetrics(reg prometheus.Registerer) (*grpcMetrics, error) {
 			Name: "grpc_server_panics_recovered_total", Help: "Panics turned into codes.Internal by the recovery interceptor."},
 			[]string{"grpc_method"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "pipestream_gateway_rejected_total", Help: "Calls refused before the handler: unauthenticated, limiter, rate, concurrency, smuggling, connections_per_ip, connections_total; h2_<frames>: an HTTP/2 connection cut by h2guard (h2_rst_stream, h2_rst_stream_tenant, h2_settings, h2_ping, h2_tenant_cooldown, h2_cooldown)."},
+			Name: "pipestream_gateway_rejected_total", Help: "Calls refused before the handler: unauthenticated, limiter, rate, concurrency, smuggling, connections_per_ip, connections_total, malformed_method_name (a gRPC :path that is not /service/method), deadline_exceeded (a gRPC call whose deadline passed before it arrived); h2_<frames>: an HTTP/2 connection cut by h2guard (h2_rst_stream, h2_rst_stream_tenant, h2_settings, h2_ping, h2_tenant_cooldown, h2_cooldown)."},
 			[]string{"reason"}),
 	}
 	if reg == nil {

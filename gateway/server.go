@@ -58,6 +58,12 @@ type Server struct {
 	// encodes their events once for all of them (eventcache.go).
 	localChain []grpc.StreamServerInterceptor
 	events     *eventCache
+	// unaryMethods are the unary methods the gRPC listener serves as
+	// client streams (wireErrorsDesc); unaryChain and streamChain are its
+	// interceptor chains (listenerStream).
+	unaryMethods map[string]struct{}
+	unaryChain   grpc.UnaryServerInterceptor
+	streamChain  []grpc.StreamServerInterceptor
 	// admitNonce authenticates admittedHeader (preAdmitted): random per
 	// server, never sent to a client.
 	admitNonce string
@@ -133,14 +139,23 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("gateway: register metrics: %w", err)
 	}
 
+	s.unaryMethods = map[string]struct{}{}
+	s.unaryChain, s.streamChain = chainUnary(s.unaryInterceptors()), s.streamInterceptors()
 	opts := []grpc.ServerOption{
 		// recvCodec enforces --max-recv-msg-bytes and answers in the
 		// house shape; grpc-go's own check is the hard stop (wireerrors.go).
 		grpc.ForceServerCodecV2(newRecvCodec(cfg.MaxRecvMsgBytes)),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgBytes + min(recvSlack, math.MaxInt-cfg.MaxRecvMsgBytes)),
 		grpc.MaxSendMsgSize(cfg.MaxSendMsgBytes),
-		grpc.ChainUnaryInterceptor(s.unaryInterceptors()...),
-		grpc.ChainStreamInterceptor(s.streamInterceptors()...),
+		// Unary methods are served as client streams that run the unary
+		// chain themselves (wireErrorsDesc); a unary method registered
+		// otherwise would still run it here.
+		grpc.UnaryInterceptor(s.unaryChain),
+		grpc.StreamInterceptor(s.listenerStream),
+		// A :path that is not /service/method, or a call whose deadline
+		// passed before it arrived, is answered in the house shape before
+		// grpc-go refuses it (tapRequest).
+		grpc.InTapHandle(s.tapRequest),
 	}
 	opts = append(opts, grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
 		// Ping idle connections to find dead peers; let clients ping every
@@ -154,7 +169,7 @@ func New(cfg Config) (*Server, error) {
 	s.h2guard = s.newH2Guard()
 	opts = append(opts, grpc.Creds(guardCreds{TransportCredentials: creds, s: s}), grpc.UnknownServiceHandler(unknownMethod))
 	s.grpc = grpc.NewServer(opts...)
-	s.rest = newInprocConn(s.unaryInterceptors(), cfg.MaxRecvMsgBytes, cfg.MaxSendMsgBytes)
+	s.rest = newInprocConn(s.unaryChain, cfg.MaxRecvMsgBytes, cfg.MaxSendMsgBytes)
 	s.localChain, s.events = s.streamInterceptors(), &eventCache{}
 	s.register(&gatewayv1.DocumentService_ServiceDesc, &documentService{s: s})
 	s.register(&gatewayv1.EventService_ServiceDesc, &eventService{s: s})
@@ -278,6 +293,9 @@ func (s *Server) serveHTTP() error {
 		tc.NextProtos = []string{"http/1.1"}
 		lis = tls.NewListener(lis, tc)
 	}
+	// The guard refuses a head over net/http's own limit (MaxHeaderBytes
+	// plus its 4 KiB read slack) before net/http sees it, so every head
+	// net/http would refuse is answered in the one shape (smuggle.go).
 	return s.http.Serve(guardListener{Listener: lis, maxHead: http.DefaultMaxHeaderBytes + 4096})
 }
 
@@ -405,9 +423,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// register registers a service on the gRPC server (its unary handlers
-// wrapped by wireErrorsDesc, so that a request grpc-go cannot read is
-// answered in the one error shape) and for the REST proxy's in-process
+// register registers a service on the gRPC server (its unary methods
+// served as streams by wireErrorsDesc, so that a request grpc-go cannot
+// read is answered in the one error shape) and for the REST proxy's in-process
 // calls (which receive decoded messages).
 func (s *Server) register(desc *grpc.ServiceDesc, impl any) {
 	s.grpc.RegisterService(s.wireErrorsDesc(desc), impl)

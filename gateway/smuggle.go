@@ -108,6 +108,11 @@ type guardConn struct {
 	rejected  atomic.Bool
 	rawReadN  int64 // bytes read from the connection (follower only)
 	headLimit int64 // stream offset the follower may not read past (0: none)
+	// headCut: the follower's reads stopped at headLimit (follower only).
+	// The parser may then fail on the partial last line rather than with
+	// errHeadTooLarge (bufio.Reader.ReadLine drops the error of a line it
+	// returns in part), and the head is over the limit all the same.
+	headCut bool
 }
 
 func newGuardConn(c net.Conn, maxHead int) *guardConn {
@@ -205,6 +210,7 @@ func (r rawReader) Read(p []byte) (int, error) {
 	if c.headLimit > 0 {
 		room := c.headLimit - c.rawReadN
 		if room <= 0 {
+			c.headCut = true
 			return 0, errHeadTooLarge
 		}
 		p = p[:min(int64(len(p)), room)]
@@ -285,7 +291,7 @@ func (c *guardConn) follow() {
 	pos := func() int64 { return c.rawReadN - int64(br.Buffered()) }
 	for {
 		start := pos()
-		c.headLimit = start + int64(c.maxHead) + 8192
+		c.headLimit = start + int64(c.maxHead)
 		req, err := http.ReadRequest(br)
 		c.headLimit = 0
 		if c.stopped() {
@@ -368,7 +374,7 @@ func (c *guardConn) stopped() bool {
 func (c *guardConn) parserStopped(err error) {
 	var ne net.Error
 	switch msg := err.Error(); {
-	case errors.Is(err, errHeadTooLarge):
+	case errors.Is(err, errHeadTooLarge) || c.headCut:
 		c.reject(http.StatusRequestHeaderFieldsTooLarge, codes.InvalidArgument, "malformed_request", fmt.Sprintf(
 			"the request head is over %d bytes: send fewer or shorter header lines", c.maxHead))
 	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) || errors.As(err, &ne):

@@ -309,3 +309,52 @@ func TestMalformedRequestsAnswerInShape(t *testing.T) {
 		}
 	}
 }
+
+// TestHeadSizeLimitAnswersInShape: the guard decides on a head's size
+// before net/http does. A head of up to 1 MiB + 4 KiB (net/http's
+// MaxHeaderBytes and its read slack) is served; any longer one is answered
+// 431 in the one shape, with an X-Request-Id, also in the range just past
+// that limit that net/http refused by itself in plain text before the
+// guard's limit (up to 1 MiB + 12 KiB), and when the limit cuts the head
+// inside its last line or its final CRLF.
+func TestHeadSizeLimitAnswersInShape(t *testing.T) {
+	h := start(t, nil)
+	const limit = http.DefaultMaxHeaderBytes + 4096
+	for _, n := range []int{limit - 64, limit, limit + 1, limit + 2, limit + 3, limit + 4, limit + 4096, limit + 8191, limit + 12<<10} {
+		const pre, post = "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: ", "\r\n\r\n"
+		head := pre + strings.Repeat("p", n-len(pre)-len(post)) + post
+		c, err := net.Dial("tcp", h.srv.HTTPAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		wrote := make(chan struct{})
+		go func() {
+			defer close(wrote)
+			_, _ = io.WriteString(c, head) // the server stops reading a head over the limit
+		}()
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Errorf("head of %d bytes: no answer: %v", n, err)
+			c.Close()
+			<-wrote
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		c.Close()
+		<-wrote
+		if n <= limit {
+			if resp.StatusCode != http.StatusOK {
+				t.Errorf("head of %d bytes (limit %d): HTTP %d %s, want 200", n, limit, resp.StatusCode, b)
+			}
+			continue
+		}
+		if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge || len(resp.Header.Get("X-Request-Id")) != 32 || resp.Header.Get("Content-Type") != "application/json" {
+			t.Errorf("head of %d bytes (limit %d): HTTP %d X-Request-Id %q %q %.80q, want 431 application/json with a request id", n, limit, resp.StatusCode, resp.Header.Get("X-Request-Id"), resp.Header.Get("Content-Type"), b)
+			continue
+		}
+		if st := decodeStatus(t, b); st.reason() == "" || !strings.Contains(st.Message, "request head is over") {
+			t.Errorf("head of %d bytes: body %s, want a Status with a reason", n, b)
+		}
+	}
+}
