@@ -65,7 +65,7 @@ type docRun struct {
 	// new claim once a flush made it durable (resumeDurableLocked).
 	resumeVia map[string]string
 
-	queued   bool // in Bridge.queue
+	queued   bool // in the registry's queue; written under both locks
 	queuedAt time.Time
 	// waitSince: when d started waiting for a session that carries it
 	// (its first queueing since the peer last reported on it); --peer-wait
@@ -242,7 +242,7 @@ func parsePrivate(b []byte) uint32 {
 
 // setWaitReason sets why d waits ("" once it no longer does), with the
 // #document event that carries the reason into the event log (as
-// superviseQueueLocked does). Caller holds Bridge.mu.
+// superviseWaitLocked does). Caller holds the document's lock.
 func (d *docRun) setWaitReason(why string) {
 	if d.rec.Doc.WaitReason == why {
 		return
