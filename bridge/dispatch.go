@@ -50,10 +50,10 @@ func (d *docRun) placeQueuedLocked() (j *attempt, again bool) {
 	if ss == nil {
 		return nil, false
 	}
+	d.env.reg.unqueue(d) // queued says whether it is there: both change together
 	if !d.queued {
 		return nil, true
 	}
-	d.env.reg.unqueue(d)
 	d.queued = false
 	if d.terminal() || d.sess() != nil {
 		return nil, true
