@@ -1,6 +1,7 @@
 package quicpeer
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -108,25 +109,45 @@ func (s *Session) writeEntity(ctx context.Context, st sendStream, h *wire.Entity
 		stop := context.AfterFunc(ctx, func() { st.CancelWrite(wire.CodeNoError) })
 		defer stop()
 	}
-	if err := wire.WriteEntityHeader(st, s.codec, h); err != nil {
+	// An in-memory payload (*bytes.Reader) goes out with the header: one
+	// stream write for a small entity instead of two, so the connection
+	// packs them into one packet with one wake-up. Any other reader may
+	// block (a file, a spool, a caller's stream, one that signals its
+	// first Read): the header goes first, as soon as the stream is open,
+	// so the receiver's header timeout never waits on the payload.
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	buf, err := wire.AppendEntityHeader((*bp)[:0], s.codec, h)
+	if err != nil {
 		st.CancelWrite(wire.CodeOf(err))
 		return s.sendErr(ctx, id, err)
 	}
-	bp := copyBufs.Get().(*[]byte)
-	defer copyBufs.Put(bp)
-	buf := *bp
+	head := len(buf) // header octets not written yet
+	if _, inMemory := payload.(*bytes.Reader); !inMemory {
+		if _, err := st.Write(buf); err != nil {
+			return s.sendErr(ctx, id, err)
+		}
+		buf, head = (*bp)[:0], 0
+	}
 	var sent uint64
 	for {
-		n, rerr := payload.Read(buf)
+		if cap(buf)-head < minPayloadRead { // a header that (almost) fills the buffer goes alone
+			if _, err := st.Write(buf[:head]); err != nil {
+				return s.sendErr(ctx, id, err)
+			}
+			buf, head = (*bp)[:0], 0
+		}
+		n, rerr := payload.Read(buf[head:cap(buf)])
 		if n > 0 {
 			sent += uint64(n)
 			if sent > h.PayloadLength {
 				st.CancelWrite(wire.CodeEntityInvalid)
 				return localErr(wire.CodeEntityInvalid, "entity %d: payload is longer than payload-length %d", id, h.PayloadLength)
 			}
-			if _, err := st.Write(buf[:n]); err != nil {
+			if _, err := st.Write(buf[:head+n]); err != nil {
 				return s.sendErr(ctx, id, err)
 			}
+			head = 0
 		}
 		if rerr == io.EOF {
 			break
@@ -137,6 +158,11 @@ func (s *Session) writeEntity(ctx context.Context, st sendStream, h *wire.Entity
 				return ctx.Err()
 			}
 			return fmt.Errorf("quicpeer: entity %d: reading payload: %w", id, rerr)
+		}
+	}
+	if head > 0 && sent == h.PayloadLength { // an empty in-memory payload: the header alone
+		if _, err := st.Write(buf[:head]); err != nil {
+			return s.sendErr(ctx, id, err)
 		}
 	}
 	if ctx.Err() != nil { // cancelled while the payload was read: the stream is reset

@@ -74,6 +74,9 @@ const (
 	// copyBufferSize is the pooled buffer for streaming entity payloads: large
 	// enough to amortize stream-write overhead, small enough to pool per stream.
 	copyBufferSize = 64 << 10
+	// minPayloadRead: writeEntity reads payload after the header in the
+	// copy buffer only while at least this much room is left.
+	minPayloadRead = 4 << 10
 	// probesPerIdle: a client sends a QUIC PING every IdleTimeout /
 	// probesPerIdle (otherwise half the keepalive, 15 s by default), so a
 	// live but quiet peer ACKs several before the idle timeout while a

@@ -36,7 +36,7 @@ func (l *Log) Prune(ctx context.Context) (PruneReport, error) {
 	l.pruneMu.Lock()
 	defer l.pruneMu.Unlock()
 	l.sincePass.Store(0)
-	sb, err := l.measureSnapshot(ctx)
+	sb, err := l.passSnapshot(ctx)
 	if err != nil {
 		return PruneReport{}, fmt.Errorf("eventlog: snapshot size: %w", err)
 	}
@@ -55,16 +55,43 @@ func (l *Log) Prune(ctx context.Context) (PruneReport, error) {
 	}
 	// Announce the boundary before deleting: a replay that read across it
 	// sees the floor afterwards and does not trust its page.
-	if p.KeepFrom > l.floor.Load() {
+	from := l.floor.Load()
+	if p.KeepFrom > from {
 		l.floor.Store(p.KeepFrom)
 	}
-	res, err := l.st.PruneEvents(ctx, p.KeepFrom)
+	removed, bytes, err := l.pruneInSteps(ctx, from, p.KeepFrom)
+	rep.Removed, rep.RemovedBytes = removed, bytes
 	if err != nil {
 		return rep, fmt.Errorf("eventlog: prune below %d: %w", p.KeepFrom, err)
 	}
 	l.ret.Applied(p)
-	rep.Removed, rep.RemovedBytes = res.Removed, res.Bytes
 	return rep, nil
+}
+
+// pruneInSteps deletes the events below keepFrom through the store, at
+// most pruneStepEvents seqs per store call from from (the floor of the
+// last pass: nothing below it is left) up: each call is one write
+// transaction, so a pass with a large backlog (millions of events after a
+// restart with a lower retention, or a store loaded without passes) lets
+// the documents' commits in between instead of holding the single writer
+// for one huge DELETE. Seqs are dense, so a step removes at most
+// pruneStepEvents events. The last call is the one to keepFrom itself.
+func (l *Log) pruneInSteps(ctx context.Context, from, keepFrom uint64) (removed, bytes uint64, err error) {
+	if oldest, _, _, _ := l.ret.Window(); oldest > from {
+		from = oldest // an empty prefix need not be walked
+	}
+	for {
+		to := keepFrom
+		if from < keepFrom && keepFrom-from > pruneStepEvents {
+			to = from + pruneStepEvents
+		}
+		res, err := l.st.PruneEvents(ctx, to)
+		removed, bytes = removed+res.Removed, bytes+res.Bytes
+		if err != nil || to == keepFrom {
+			return removed, bytes, err
+		}
+		from = to
+	}
 }
 
 // pruner runs retention passes until Close.

@@ -324,3 +324,37 @@ func TestReopenLargeLogLoadsRanges(t *testing.T) {
 		t.Fatalf("store holds %d events from %v; window %v", len(evs), evs[0].Seq, w)
 	}
 }
+
+// TestPruneBacklogInSteps: a pass with a backlog of 20,000 events deletes
+// them in write transactions of at most 8,192 events (so the documents'
+// commits get the writer in between) and ends where one DELETE would:
+// every event below KeepFrom gone, the rest kept.
+func TestPruneBacklogInSteps(t *testing.T) {
+	e := open(t, t.TempDir(), eventlog.Options{})
+	e.createDoc("t", "d", 1<<16)
+	for range 20 {
+		if _, err := e.log.Append(context.Background(), batch("t", eventlog.KindStatus, "d", e.now(), 1000)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.clk.Advance(2 * time.Hour) // past the --retain-min floor
+	before := e.st.WriterStats().Transactions
+	rep, err := e.log.Prune(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	txns := e.st.WriterStats().Transactions - before
+	if rep.Removed < 19000 || rep.Removed != rep.KeepFrom-1 {
+		t.Fatalf("got %+v, want every event below KeepFrom removed (about 20,000)", rep)
+	}
+	if minTxns := (rep.Removed + 8191) / 8192; txns < minTxns {
+		t.Fatalf("%d events removed in %d write transactions, want at least %d (8,192 a step)", rep.Removed, txns, minTxns)
+	}
+	w, err := e.log.Window(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.GetOldestSeq() != rep.KeepFrom || w.GetLatestSeq() != 20000 || w.GetRetainedEvents() != 20000-rep.KeepFrom+1 {
+		t.Fatalf("window %v after %+v", w, rep)
+	}
+}

@@ -61,11 +61,33 @@ func (l *Log) knownSnapshotBytes() uint64 {
 	return uint64(max(l.snap.bytes.Load(), 0))
 }
 
-// measureSnapshot scans the snapshot size now (the retention pass).
-func (l *Log) measureSnapshot(ctx context.Context) (int64, error) {
-	l.snap.mu.Lock()
-	defer l.snap.mu.Unlock()
+// passSnapshot is the snapshot size for a retention pass: a new scan,
+// unless the last one measured a non-empty snapshot less than
+// snapshotPassReuse ago (20 times the scan's own duration for a scan
+// slower than that allows; never older than snapshotMaxStale). The scan is
+// O(documents) and reads every document row: 0.1 s at 100k documents,
+// about a second at a million, while a pass runs every PruneEveryEvents
+// appends (about once a second at intake rates). The size only caps what
+// is retained, so a value some seconds old (a snapshot that grew since:
+// slightly fewer events kept above the floor) is what the pass can
+// afford. Unlike Window it waits for a scan in progress rather than take
+// an unmeasured size.
+func (l *Log) passSnapshot(ctx context.Context) (int64, error) {
+	c := &l.snap
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ok && passReuses(c.bytes.Load(), time.Since(c.at), c.cost) {
+		return c.bytes.Load(), nil
+	}
 	return l.measureSnapshotLocked(ctx)
+}
+
+// passReuses tells whether a retention pass takes a cached snapshot size
+// of bytes, measured age ago by a scan that took cost: a non-empty one
+// younger than snapshotPassReuse, or than snapshotCostFactor times its
+// cost (a very slow scan), up to snapshotMaxStale.
+func passReuses(bytes int64, age, cost time.Duration) bool {
+	return bytes != 0 && age < snapshotMaxStale && age < max(snapshotPassReuse, snapshotCostFactor*cost)
 }
 
 func (l *Log) measureSnapshotLocked(ctx context.Context) (int64, error) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -20,7 +21,10 @@ control (STATUS frames/s over one connection), fanout (events delivered to
 1,000 WebSocket subscribers), store (with --store: the small-document gRPC
 path on SQLite, then on the PostgreSQL database of --store, back to back;
 CPU per document counts the gateway plus every PostgreSQL server process,
-so the server must run on this machine).
+so the server must run on this machine), snapshot (streaming a preloaded
+store of --snapshot-docs documents) and history (the small-document gRPC rate
+on stores preloaded with each of --history-docs documents, one run, ratios
+against the first size).
 
 Without --grpc-addr/--http-addr it starts this binary as 'gateway serve'
 with an embedded peer in a temporary data dir, with --rate-limit 0 (the
@@ -33,6 +37,7 @@ Example:
   gateway bench --only bulk --bulk-bytes 1GiB
   gateway bench --only small,fanout --duration 10s --json
   gateway bench --only snapshot --snapshot-docs 1000000
+  gateway bench --only history --history-docs 0,100k,1M --duration 5s
   gateway bench --store postgres://postgres@127.0.0.1:5432/bench --duration 5s`
 
 func runBench(args []string) int {
@@ -50,6 +55,8 @@ func runBench(args []string) int {
 	subs := fs.Uint("subscribers", "GATEWAY_BENCH_SUBSCRIBERS", bench.DefaultSubscribers, "WebSocket subscribers in the fanout phase")
 	rate := fs.Uint("fanout-docs", "GATEWAY_BENCH_FANOUT_DOCS", bench.DefaultFanoutDocs, "documents per second submitted in the fanout phase")
 	snapDocs := fs.Uint("snapshot-docs", "GATEWAY_BENCH_SNAPSHOT_DOCS", bench.DefaultSnapshotDocs, "documents the snapshot phase loads before it starts the gateway")
+	histDocs := fs.String("history-docs", "GATEWAY_BENCH_HISTORY_DOCS", "0,100k,1M", "store sizes of the history phase, ascending (comma list; k and M suffixes): the small-document gRPC rate on a store preloaded with each many documents, the first size the baseline")
+	histDir := fs.String("history-dir", "GATEWAY_BENCH_HISTORY_DIR", "", "keep the history phase's store in this directory; a later run goes on from what it holds (empty: a temporary one)")
 	snapDir := fs.String("snapshot-dir", "GATEWAY_BENCH_SNAPSHOT_DIR", "", "keep the snapshot phase's store in this directory and reuse it in later runs (empty: a temporary one)")
 	jsDir := fs.String("jetstream-dir", "GATEWAY_BENCH_JETSTREAM_DIR", bench.DefaultJetStreamDir, "module of the durable-intake baseline (NATS JetStream, fsync before each ack) run with `go run` in the small phase; empty: skip it")
 	asJSON := fs.Bool("json", "GATEWAY_BENCH_JSON", false, "print JSON instead of the table")
@@ -62,6 +69,11 @@ func runBench(args []string) int {
 		fmt.Fprintf(os.Stderr, "gateway bench: unexpected argument %q (flags only; see --help)\n", fs.Arg(0))
 		return 2
 	}
+	history, err := parseCounts(*histDocs)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gateway bench: --history-docs: %v\n", err)
+		return 2
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rep, err := bench.Run(ctx, bench.Options{
@@ -70,7 +82,7 @@ func runBench(args []string) int {
 		Only: splitList(*only), Store: *store,
 		BulkBytes: *bulkBytes, SmallBytes: *smallBytes, EntityBytes: *entityBytes,
 		Concurrency: int(*conc), Duration: *dur, Subscribers: int(*subs), FanoutDocsPerSec: int(*rate),
-		SnapshotDocs: int(min(*snapDocs, 1<<30)), SnapshotDir: *snapDir,
+		SnapshotDocs: int(min(*snapDocs, 1<<30)), SnapshotDir: *snapDir, HistoryDocs: history, HistoryDir: *histDir,
 		JetStreamDir: *jsDir,
 		Progress:     os.Stderr,
 	})
@@ -89,6 +101,26 @@ func runBench(args []string) int {
 		return fail(os.Stderr, "bench", err)
 	}
 	return 0
+}
+
+// parseCounts parses a comma list of document counts such as "0,100k,1M".
+func parseCounts(s string) ([]int, error) {
+	var out []int
+	for _, v := range splitList(s) {
+		mul := 1
+		switch {
+		case strings.HasSuffix(v, "k"):
+			mul, v = 1000, strings.TrimSuffix(v, "k")
+		case strings.HasSuffix(v, "M"):
+			mul, v = 1_000_000, strings.TrimSuffix(v, "M")
+		}
+		n, err := strconv.ParseFloat(v, 64)
+		if err != nil || n < 0 || n*float64(mul) > 1<<30 {
+			return nil, fmt.Errorf("%q is not a document count from 0 to 2^30 (such as 0, 100k or 1M)", v)
+		}
+		out = append(out, int(n*float64(mul)))
+	}
+	return out, nil
 }
 
 // splitList splits a comma list, dropping empty items.

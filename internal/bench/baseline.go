@@ -20,15 +20,20 @@ import (
 // rawQUIC is the quic-go baseline: one loopback connection with the
 // PipeStream TLS 1.3 configuration (same certificate kind, same ALPN, same
 // uni-stream cap as quicpeer) and no protocol on top. The server reads
-// every uni stream to EOF and reports its length on got.
+// every uni stream to EOF and reports its length on got; with echo it
+// sends what it read back on a uni stream of its own, which the client
+// reads to EOF (reported on got instead).
 type rawQUIC struct {
 	ln   *quic.Listener
 	cc   *quic.Conn
+	echo bool
 	got  chan int64
 	done chan struct{}
 }
 
-func newRawQUIC(ctx context.Context) (*rawQUIC, error) {
+func newRawQUIC(ctx context.Context) (*rawQUIC, error) { return newRawQUICMode(ctx, false) }
+
+func newRawQUICMode(ctx context.Context, echo bool) (*rawQUIC, error) {
 	cert, pem, err := quicpeer.SelfSignedCert()
 	if err != nil {
 		return nil, err
@@ -41,14 +46,59 @@ func newRawQUIC(ctx context.Context) (*rawQUIC, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &rawQUIC{ln: ln, got: make(chan int64, 1<<16), done: make(chan struct{})}
+	r := &rawQUIC{ln: ln, echo: echo, got: make(chan int64, 1<<16), done: make(chan struct{})}
 	go r.serve()
-	r.cc, err = quic.DialAddr(ctx, ln.Addr().String(), ctls, &quic.Config{})
+	r.cc, err = quic.DialAddr(ctx, ln.Addr().String(), ctls, &quic.Config{MaxIncomingUniStreams: 1024})
 	if err != nil {
 		r.close()
 		return nil, err
 	}
+	if echo {
+		go r.readBack()
+	}
 	return r, nil
+}
+
+// drainStream reads st to EOF and returns its length (-1: an error).
+func drainStream(st *quic.ReceiveStream) int64 {
+	buf := make([]byte, 64<<10)
+	var n int64
+	for {
+		k, err := st.Read(buf)
+		n += int64(k)
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				return -1
+			}
+			return n
+		}
+	}
+}
+
+// readBack reads the echo streams on the client and reports their lengths.
+func (r *rawQUIC) readBack() {
+	for {
+		st, err := r.cc.AcceptUniStream(context.Background())
+		if err != nil {
+			return
+		}
+		go func() { r.got <- drainStream(st) }()
+	}
+}
+
+// echoBack sends b back on a new uni stream of sc.
+func echoBack(sc *quic.Conn, b []byte) int64 {
+	st, err := sc.OpenUniStreamSync(context.Background())
+	if err != nil {
+		return -1
+	}
+	if _, err := st.Write(b); err != nil {
+		return -1
+	}
+	if st.Close() != nil {
+		return -1
+	}
+	return 0
 }
 
 func (r *rawQUIC) serve() {
@@ -63,19 +113,14 @@ func (r *rawQUIC) serve() {
 			return
 		}
 		go func() {
-			buf := make([]byte, 64<<10)
-			var n int64
-			for {
-				k, err := st.Read(buf)
-				n += int64(k)
-				if err != nil {
-					if !errors.Is(err, io.EOF) {
-						n = -1
-					}
-					break
-				}
+			if !r.echo {
+				r.got <- drainStream(st)
+				return
 			}
-			r.got <- n
+			b, err := io.ReadAll(io.LimitReader(st, 1<<20))
+			if err != nil || echoBack(sc, b) < 0 {
+				r.got <- -1 // the client counts the echoes it reads
+			}
 		}()
 	}
 }

@@ -27,10 +27,10 @@ import (
 
 // Phases in the order they run.
 // "store" runs only with Options.Store and is the default phase then.
-var Phases = []string{"bulk", "small", "churn", "control", "fanout", "store", "snapshot"}
+var Phases = []string{"bulk", "small", "churn", "control", "fanout", "store", "snapshot", "history"}
 
 // optIn are the phases that run only when named in Only.
-var optIn = []string{"store", "snapshot"}
+var optIn = []string{"store", "snapshot", "history"}
 
 // Options configure a run. Zero values take the defaults in params.go.
 type Options struct {
@@ -47,7 +47,7 @@ type Options struct {
 	// CPUProfile, when set, writes a CPU profile of the bench process
 	// (baselines, churn and control phases run in it).
 	CPUProfile string
-	// Only lists the phases to run (default: all but store and snapshot; with Store:
+	// Only lists the phases to run (default: all but store, snapshot and history; with Store:
 	// store alone).
 	Only []string
 	// Store is a postgres:// URL: the store phase compares the
@@ -66,6 +66,13 @@ type Options struct {
 	// SnapshotDir, when set, keeps the snapshot phase's store there: the
 	// first run loads it, later runs reuse it (start time without the load).
 	SnapshotDir string
+	// HistoryDocs are the store sizes of the history phase, ascending
+	// (default DefaultHistoryDocs): the small-document rate is measured
+	// on a store preloaded with each many documents.
+	HistoryDocs []int
+	// HistoryDir, when set, keeps the history phase's store there; a later
+	// run goes on from the documents it holds (sizes below are skipped).
+	HistoryDir string
 
 	// JetStreamDir is the bench/jetstream module (the durable-intake
 	// baseline of the small phase: NATS JetStream on file storage, fsync
@@ -132,6 +139,12 @@ func (o *Options) setDefaults() error {
 	}
 	if o.SnapshotDocs <= 0 {
 		o.SnapshotDocs = DefaultSnapshotDocs
+	}
+	if len(o.HistoryDocs) == 0 {
+		o.HistoryDocs = slices.Clone(DefaultHistoryDocs)
+	}
+	if !slices.IsSorted(o.HistoryDocs) || o.HistoryDocs[0] < 0 {
+		return fmt.Errorf("history sizes must be ascending and not negative: %v", o.HistoryDocs)
 	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
@@ -258,6 +271,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			err = b.store(ctx)
 		case "snapshot":
 			err = b.snapshot(ctx)
+		case "history":
+			err = b.history(ctx)
 		}
 		if err != nil {
 			return r, fmt.Errorf("phase %s: %w", p, err)

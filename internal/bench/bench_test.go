@@ -74,7 +74,7 @@ func checkBenchResults(t *testing.T, results []bench.Result) {
 		}
 		byPhase[r.Phase] = append(byPhase[r.Phase], r)
 	}
-	want := map[string]int{"bulk": 5, "small": 5, "churn": 3, "control": 1, "fanout": 1, "store": 0}
+	want := map[string]int{"bulk": 5, "small": 5, "churn": 4, "control": 1, "fanout": 1, "store": 0}
 	for p, n := range want {
 		if len(byPhase[p]) != n {
 			t.Errorf("phase %s: %d results, want %d", p, len(byPhase[p]), n)
@@ -92,6 +92,14 @@ func checkBenchResults(t *testing.T, results []bench.Result) {
 			if !r.Baseline && r.PeakRSSMiB <= 0 {
 				t.Errorf("%s/%s: no gateway peak RSS", p, r.Path)
 			}
+		}
+	}
+	for _, r := range byPhase["churn"] {
+		if !strings.Contains(r.Note, "µs of CPU per entity") {
+			t.Errorf("churn/%s: note %q lacks the CPU per entity", r.Path, r.Note)
+		}
+		if r.Path == "quicpeer whole document -> COMPLETE (peer)" && len(r.Ratios) != 2 {
+			t.Errorf("churn/%s: ratios %v, want one against each raw baseline (one-way, request/response)", r.Path, r.Ratios)
 		}
 	}
 	for _, r := range byPhase["small"] {
@@ -287,5 +295,49 @@ func TestBenchSnapshotTiny(t *testing.T) {
 	}
 	if _, err := bench.Run(ctx, bench.Options{Only: []string{"snapshot"}, GRPCAddr: "127.0.0.1:1", HTTPAddr: "127.0.0.1:2"}); err == nil {
 		t.Error("the snapshot phase against a running gateway: nil error, want one (it loads its own store)")
+	}
+}
+
+// TestBenchHistoryTiny runs the history phase on an empty store and on
+// stores of 2,000 and 5,000 loaded documents in one run: one row per size,
+// the first the baseline, the others with their ratio to it and the
+// gateway's CPU per document; a kept --history-dir is reused by a second
+// run, which skips the sizes below what the store holds but measures its
+// baseline on a fresh store.
+func TestBenchHistoryTiny(t *testing.T) {
+	bin := buildGateway(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	var progress bytes.Buffer
+	o := bench.Options{ServeCommand: []string{bin, "serve"}, Only: []string{"history"}, HistoryDocs: []int{0, 2000, 5000},
+		HistoryDir: dir, Duration: 300 * time.Millisecond, Concurrency: 8, Progress: &progress}
+	rep, err := bench.Run(ctx, o)
+	if err != nil {
+		t.Fatalf("bench: %v\nprogress:\n%s", err, progress.String())
+	}
+	paths := []string{"gRPC Submit -> SUCCEEDED, 0 documents stored", "gRPC Submit -> SUCCEEDED, 2k documents stored", "gRPC Submit -> SUCCEEDED, 5k documents stored"}
+	if len(rep.Results) != len(paths) {
+		t.Fatalf("results %+v, want %d rows", rep.Results, len(paths))
+	}
+	for i, r := range rep.Results {
+		if r.Phase != "history" || r.Path != paths[i] || r.Unit != "docs/s" || r.Rate <= 0 || r.CPUPerOpUs <= 0 || r.Baseline != (i == 0) {
+			t.Errorf("row %d: %+v, want %q, a positive docs/s rate and CPU per document", i, r, paths[i])
+		}
+		if i > 0 && (len(r.Ratios) != 1 || r.Ratios[0].Baseline != paths[0]) {
+			t.Errorf("row %d: ratios %v, want one against the empty store", i, r.Ratios)
+		}
+	}
+	o.HistoryDocs = []int{0, 5000, 6000}
+	rep, err = bench.Run(ctx, o)
+	if err != nil {
+		t.Fatalf("second run: %v\nprogress:\n%s", err, progress.String())
+	}
+	if len(rep.Results) != 2 || rep.Results[0].Path != paths[0] || !rep.Results[0].Baseline ||
+		!strings.Contains(rep.Results[1].Path, "6k documents stored") || len(rep.Results[1].Ratios) != 1 {
+		t.Errorf("second run on the kept store: %+v, want the baseline on a fresh store and the 6k row (5k is below what it holds)", rep.Results)
+	}
+	if _, err := bench.Run(ctx, bench.Options{Only: []string{"history"}, GRPCAddr: "127.0.0.1:1", HTTPAddr: "127.0.0.1:2"}); err == nil {
+		t.Error("the history phase against a running gateway: nil error, want one (it loads its own store)")
 	}
 }

@@ -8,9 +8,12 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/pipestream/gateway/quicpeer"
@@ -29,32 +32,63 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // (AssignID, SendEntity, wait for COMPLETE; the peer's result stream is
 // read to EOF), against raw quic-go uni-stream open/write/close churn of
 // the same payload size with the same number in flight.
+//
+// A second baseline, raw quic-go request/response churn (the payload
+// there on one uni stream, back on another the server opens), is the
+// transport floor of a whole document, whose result comes back on a
+// stream of its own. Every row also reports this process's CPU time per
+// entity (both ends run here; the bench is otherwise idle): under a
+// shared machine the rate moves with the load, the CPU per entity less.
 func (b *runner) churn(ctx context.Context) error {
 	n, conc, d := b.o.EntityBytes, b.o.Concurrency, b.o.Duration
-	b.progress("  raw quic-go stream churn, %s streams, %d in flight, %s", sizeStr(n), conc, d)
-	cnt, secs, err := rawChurn(ctx, int(n), conc, d)
-	if err != nil {
-		return fmt.Errorf("raw quic-go churn: %w", err)
+	rows := []struct {
+		label, path string
+		base        bool
+		note        string
+		run         func(ctx context.Context, size, conc int, d time.Duration) (int64, float64, error)
+	}{
+		{"raw", "raw quic-go stream open/write/close", true, "", func(ctx context.Context, size, conc int, d time.Duration) (int64, float64, error) {
+			return rawChurn(ctx, size, conc, d, false)
+		}},
+		{"raw-echo", "raw quic-go request/response (a stream each way)", true, "the payload back on a stream the server opens: the floor of a whole document", func(ctx context.Context, size, conc int, d time.Duration) (int64, float64, error) {
+			return rawChurn(ctx, size, conc, d, true)
+		}},
+		{"session", "quicpeer entity -> COMPLETE (session)", false, "entity stream with header and checksum, STATUS back; no processing", sessionChurn},
+		{"peer", "quicpeer whole document -> COMPLETE (peer)", false, "includes the peer's processing and result stream", peerChurn},
 	}
-	b.add(Result{Phase: "churn", Path: "raw quic-go stream open/write/close", Baseline: true, Unit: "entities/s", Rate: float64(cnt) / secs, Count: cnt, Seconds: secs})
-
-	b.progress("  quicpeer entities -> COMPLETE (session), %s, %d in flight, %s", sizeStr(n), conc, d)
-	cnt, secs, err = sessionChurn(ctx, int(n), conc, d)
-	if err != nil {
-		return fmt.Errorf("quicpeer session churn: %w", err)
+	for _, row := range rows {
+		b.progress("  %s, %s, %d in flight, %s", row.path, sizeStr(n), conc, d)
+		var (
+			cnt  int64
+			secs float64
+			err  error
+		)
+		cpu0 := processCPU()
+		// The label lets a --cpuprofile be read per row: -tagfocus row=peer.
+		pprof.Do(ctx, pprof.Labels("row", row.label), func(ctx context.Context) {
+			cnt, secs, err = row.run(ctx, int(n), conc, d)
+		})
+		cpu := processCPU() - cpu0
+		if err != nil {
+			return fmt.Errorf("%s: %w", row.path, err)
+		}
+		r := Result{Phase: "churn", Path: row.path, Baseline: row.base, Unit: "entities/s", Rate: float64(cnt) / secs, Count: cnt, Seconds: secs, Note: row.note}
+		if cnt > 0 && cpu > 0 {
+			r.Note = strings.TrimPrefix(r.Note+fmt.Sprintf("; %.1f µs of CPU per entity (this process, both ends)", float64(cpu.Microseconds())/float64(cnt)), "; ")
+		}
+		b.add(r)
 	}
-	b.add(Result{Phase: "churn", Path: "quicpeer entity -> COMPLETE (session)", Unit: "entities/s", Rate: float64(cnt) / secs, Count: cnt, Seconds: secs,
-		Note: "entity stream with header and checksum, STATUS back; no processing"})
-
-	b.progress("  quicpeer whole documents -> COMPLETE (processing peer), %s, %d in flight, %s", sizeStr(n), conc, d)
-	cnt, secs, err = peerChurn(ctx, int(n), conc, d)
-	if err != nil {
-		return fmt.Errorf("quicpeer churn: %w", err)
-	}
-	b.add(Result{Phase: "churn", Path: "quicpeer whole document -> COMPLETE (peer)", Unit: "entities/s", Rate: float64(cnt) / secs, Count: cnt, Seconds: secs,
-		Note: "includes the peer's processing and result stream"})
 	b.ratios("churn")
 	return nil
+}
+
+// processCPU is this process's user+system CPU time.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // inflight runs producers goroutines that call send while fewer than conc
@@ -119,8 +153,8 @@ func runInflight(ctx context.Context, conc int, d time.Duration, f *inflight, se
 	return f.finished.Load(), since(start), nil
 }
 
-func rawChurn(ctx context.Context, size, conc int, d time.Duration) (int64, float64, error) {
-	rq, err := newRawQUIC(ctx)
+func rawChurn(ctx context.Context, size, conc int, d time.Duration, echo bool) (int64, float64, error) {
+	rq, err := newRawQUICMode(ctx, echo)
 	if err != nil {
 		return 0, 0, err
 	}

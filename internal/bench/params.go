@@ -43,3 +43,8 @@ const (
 	// gateway fails the bench instead of hanging it.
 	waitTimeout = 120 * time.Second
 )
+
+// DefaultHistoryDocs are the store sizes of the history phase: issue 25's
+// "flat with history" compares the small-document rate on a store with a
+// million documents with the rate on an empty one.
+var DefaultHistoryDocs = []int{0, 100_000, 1_000_000}

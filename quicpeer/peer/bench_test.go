@@ -82,10 +82,17 @@ func (s *benchSink) HandleEntity(_ *quicpeer.Session, e *quicpeer.IncomingEntity
 var benchLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // benchSession starts a peer (spool in a temp dir) and dials it over
-// loopback QUIC with TLS 1.3, Protobuf preferred like the gateway.
+// loopback QUIC with TLS 1.3, Protobuf preferred (the gateway's
+// --prefer-protobuf).
 func benchSession(b *testing.B) (*quicpeer.Session, *benchSink) {
+	return benchSessionWith(b, true)
+}
+
+// benchSessionWith is benchSession with Protobuf preferred or not (CBOR:
+// the gateway's default).
+func benchSessionWith(b *testing.B, preferProtobuf bool) (*quicpeer.Session, *benchSink) {
 	b.Helper()
-	o := peer.DefaultOffer(true)
+	o := peer.DefaultOffer(preferProtobuf)
 	srv, err := peer.Start(peer.Options{DataDir: b.TempDir(), Logger: benchLogger, Offer: &o, DrainTimeout: 5 * time.Second})
 	if err != nil {
 		b.Fatal(err)
@@ -216,15 +223,21 @@ func BenchmarkDehydratedPassthrough(b *testing.B) {
 // BenchmarkWholeSmall sends 1 KiB documents whole (profile 4.1) through
 // passthrough, up to 64 in flight, and reports the cost per entity: the
 // peer's wholeRoot path (envelope decode, processor, result stream) plus
-// both sessions' per-stream costs.
+// both sessions' per-stream costs; in both serialization formats (CBOR is
+// the gateway's default, `gateway bench`'s churn row).
 func BenchmarkWholeSmall(b *testing.B) {
+	b.Run("cbor", func(b *testing.B) { benchWholeSmall(b, false) })
+	b.Run("protobuf", func(b *testing.B) { benchWholeSmall(b, true) })
+}
+
+func benchWholeSmall(b *testing.B, preferProtobuf bool) {
 	const size, inflight = 1 << 10, 64
 	blob := make([]byte, size)
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := range blob {
 		blob[i] = byte('a' + rng.IntN(26))
 	}
-	sess, sink := benchSession(b)
+	sess, sink := benchSessionWith(b, preferProtobuf)
 	format := sess.Negotiated().Format
 	ctx := context.Background()
 	md := map[string]string{peer.MetaProcessor: "passthrough"}

@@ -112,7 +112,7 @@ func (g *engine) finishPlain(e *entity, out *Output, docID string) {
 		finished = true
 	}
 	if g.send(e, wire.StatusComplete, nil) {
-		g.log.Info("entity finished", "entity", e.id, "doc", docID, "status", wire.StatusComplete, "bytes", len(out.Data))
+		g.logFinished(e.ctx, e.id, docID, wire.StatusComplete, len(out.Data))
 	}
 	if finished {
 		return

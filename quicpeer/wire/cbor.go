@@ -239,10 +239,30 @@ func decodeCBORHeaderGeneric(b []byte) (*EntityHeader, error) {
 }
 
 func (cborCodec) MarshalPipeDoc(d *PipeDoc) ([]byte, error) {
+	if pipeDocFast(d) {
+		size := 48 + len(d.DocID) + len(d.Blob)
+		if o := d.Ownership; o != nil {
+			size += 32 + len(o.OwnerID) + len(o.GroupID)
+		}
+		b, _ := appendCBORPipeDocFast(make([]byte, 0, size), d)
+		return b, nil
+	}
 	return cborEncode("pipe-doc", d)
 }
 
 func (cborCodec) UnmarshalPipeDoc(b []byte) (*PipeDoc, error) {
+	if d, ok := decodeCBORPipeDocFast(b); ok {
+		if err := validatePipeDoc(d); err != nil {
+			return nil, err
+		}
+		return d, nil
+	}
+	return decodeCBORPipeDocGeneric(b)
+}
+
+// decodeCBORPipeDocGeneric decodes and validates a pipe-doc with the
+// generic cbor/v2 mode.
+func decodeCBORPipeDocGeneric(b []byte) (*PipeDoc, error) {
 	var s cborPipeDoc
 	if err := cborDecode("pipe-doc", b, &s); err != nil {
 		return nil, err

@@ -9,7 +9,8 @@ import (
 )
 
 // Fast paths for the CBOR entity header, the one structure decoded and
-// encoded per entity stream. They handle the common shapes without
+// encoded per entity stream (and, at the end of this file, for a whole
+// document's pipe-doc envelope, decoded per small document). They handle the common shapes without
 // reflection and fall back to the generic cbor/v2 modes for anything else,
 // so the accepted language and the results are exactly those of the
 // generic path (cborfast_test.go checks both against each other):
@@ -376,5 +377,151 @@ func appendCBORHeaderFast(b []byte, h *EntityHeader) ([]byte, bool) {
 		b = appendCBORText(appendCBORText(b, "content-type"), h.ContentType)
 	}
 	b = appendCBORHead(appendCBORText(b, "payload-length"), 0, h.PayloadLength)
+	return b, true
+}
+
+// Pipe-doc bits of decodeCBORPipeDocFast.
+const (
+	pdDocID = 1 << iota
+	pdEntityID
+	pdBlob
+	pdOwnership
+)
+
+// decodeCBORPipeDocFast decodes b as a pipe-doc (Section 7) when it has
+// the shape a whole document's envelope has: a definite map of doc-id
+// (valid UTF-8 text), entity-id (at most 32 bits), optionally blob (a
+// byte string) and optionally ownership with owner-id and an optional
+// group-id (valid UTF-8 text, no scopes), each member once, and nothing
+// after it. Anything else (scopes, unknown members, tags, null,
+// indefinite lengths, an ownership without owner-id) returns ok=false and
+// the caller decodes it generically. The blob is copied out of b, as the
+// generic decoder does. It does not validate the envelope.
+func decodeCBORPipeDocFast(b []byte) (*PipeDoc, bool) {
+	m, n, i, ok := cborHead(b, 0)
+	if !ok || m != 5 || n > 4 {
+		return nil, false
+	}
+	var (
+		seen      uint
+		doc, blob []byte
+		id        uint64
+		own       ownershipScan
+	)
+	for range n {
+		var key []byte
+		if key, i, ok = cborString(b, i, 3); !ok {
+			return nil, false
+		}
+		var bit uint
+		switch string(key) {
+		case "doc-id":
+			bit = pdDocID
+			doc, i, ok = cborString(b, i, 3)
+			ok = ok && utf8.Valid(doc)
+		case "entity-id":
+			bit = pdEntityID
+			id, i, ok = cborUint(b, i, math.MaxUint32)
+		case "blob":
+			bit = pdBlob
+			blob, i, ok = cborString(b, i, 2)
+		case "ownership":
+			bit = pdOwnership
+			i, ok = own.scan(b, i)
+		default:
+			return nil, false
+		}
+		if !ok || seen&bit != 0 {
+			return nil, false
+		}
+		seen |= bit
+	}
+	if i != len(b) || seen&(pdDocID|pdEntityID) != pdDocID|pdEntityID {
+		return nil, false
+	}
+	d := &PipeDoc{DocID: string(doc), EntityID: uint32(id)}
+	if seen&pdBlob != 0 {
+		d.Blob = append([]byte{}, blob...)
+	}
+	if seen&pdOwnership != 0 {
+		d.Ownership = &OwnershipContext{OwnerID: string(own.owner), GroupID: string(own.group)}
+	}
+	return d, true
+}
+
+// ownershipScan reads an ownership map of owner-id and an optional
+// group-id.
+type ownershipScan struct{ owner, group []byte }
+
+func (o *ownershipScan) scan(b []byte, i int) (int, bool) {
+	m, n, i, ok := cborHead(b, i)
+	if !ok || m != 5 || n < 1 || n > 2 {
+		return 0, false
+	}
+	var seen uint
+	for range n {
+		var key, v []byte
+		if key, i, ok = cborString(b, i, 3); !ok {
+			return 0, false
+		}
+		if v, i, ok = cborString(b, i, 3); !ok || !utf8.Valid(v) {
+			return 0, false
+		}
+		var bit uint
+		switch string(key) {
+		case "owner-id":
+			bit, o.owner = 1, v
+		case "group-id":
+			bit, o.group = 2, v
+		default:
+			return 0, false
+		}
+		if seen&bit != 0 {
+			return 0, false
+		}
+		seen |= bit
+	}
+	return i, seen&1 != 0
+}
+
+// pipeDocFast reports whether appendCBORPipeDocFast encodes d: no scopes
+// and valid UTF-8 text.
+func pipeDocFast(d *PipeDoc) bool {
+	if o := d.Ownership; o != nil && (len(o.Scopes) > 0 || !utf8.ValidString(o.OwnerID) || !utf8.ValidString(o.GroupID)) {
+		return false
+	}
+	return utf8.ValidString(d.DocID)
+}
+
+// appendCBORPipeDocFast appends the deterministic CBOR of d to b when
+// pipeDocFast(d); ok=false means "encode generically". Keys length-first,
+// then bytewise: blob (omitted when empty), doc-id, entity-id, ownership
+// (group-id, omitted when empty, then owner-id).
+func appendCBORPipeDocFast(b []byte, d *PipeDoc) ([]byte, bool) {
+	if !pipeDocFast(d) {
+		return b, false
+	}
+	n := uint64(2)
+	if len(d.Blob) > 0 {
+		n++
+	}
+	if d.Ownership != nil {
+		n++
+	}
+	b = appendCBORHead(b, 5, n)
+	if len(d.Blob) > 0 {
+		b = append(appendCBORHead(appendCBORText(b, "blob"), 2, uint64(len(d.Blob))), d.Blob...)
+	}
+	b = appendCBORText(appendCBORText(b, "doc-id"), d.DocID)
+	b = appendCBORHead(appendCBORText(b, "entity-id"), 0, uint64(d.EntityID))
+	if o := d.Ownership; o != nil {
+		b = appendCBORText(b, "ownership")
+		if o.GroupID != "" {
+			b = appendCBORText(appendCBORText(appendCBORHead(b, 5, 2), "group-id"), o.GroupID)
+		} else {
+			b = appendCBORHead(b, 5, 1)
+		}
+		b = appendCBORText(appendCBORText(b, "owner-id"), o.OwnerID)
+	}
 	return b, true
 }

@@ -161,3 +161,106 @@ func TestEntityFrameHeaderAppendAfterPrefix(t *testing.T) {
 		t.Fatalf("entity-id 0: got %v, want 0x05", err)
 	}
 }
+
+// samePipeDocAsGeneric checks that UnmarshalPipeDoc (fast path first)
+// gives exactly what the generic cbor/v2 decoder gives for b.
+func samePipeDocAsGeneric(t *testing.T, b []byte) (fast bool) {
+	t.Helper()
+	want, werr := decodeCBORPipeDocGeneric(b)
+	got, gerr := cborCodec{}.UnmarshalPipeDoc(b)
+	if (werr == nil) != (gerr == nil) || (werr != nil && werr.Error() != gerr.Error()) {
+		t.Fatalf("% x: error %v, generic decoder says %v", b, gerr, werr)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("% x: decoded %+v, generic decoder gives %+v", b, got, want)
+	}
+	if got != nil && len(b) > 0 && len(got.Blob) > 0 && &got.Blob[0] == &b[len(b)-len(got.Blob)] {
+		t.Fatalf("% x: the blob aliases the input", b)
+	}
+	_, fast = decodeCBORPipeDocFast(b)
+	return fast
+}
+
+// The fast pipe-doc decoder and encoder agree with the generic cbor/v2
+// modes: byte for byte on the encodings of varied envelopes, and on inputs
+// the fast path must leave to the generic decoder.
+func TestCBORPipeDocFastPathMatchesGeneric(t *testing.T) {
+	docs := []*PipeDoc{
+		{DocID: "d", EntityID: 1},
+		{DocID: "", EntityID: 0xFFFFFFFC, Blob: []byte("hello")},
+		{DocID: "doc-é", EntityID: 24, Blob: bytes.Repeat([]byte{7}, 70000)},
+		{DocID: "bench-1", EntityID: 1, Blob: []byte{}},
+		{DocID: "owned", EntityID: 2, Blob: []byte("x"), Ownership: &OwnershipContext{OwnerID: "t", Scopes: []string{"a"}}},
+		{DocID: "tenant", EntityID: 5, Blob: []byte("x"), Ownership: &OwnershipContext{OwnerID: "t1"}},
+		{DocID: "group", EntityID: 6, Ownership: &OwnershipContext{OwnerID: "", GroupID: "g"}},
+		{DocID: "bad-owner", EntityID: 7, Ownership: &OwnershipContext{OwnerID: "\xfe"}},
+		{DocID: "bad\xff", EntityID: 3},
+	}
+	for _, d := range docs {
+		want, err := cborEnc.Marshal(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := cborCodec{}.MarshalPipeDoc(d)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%+v: encoded % x (%v), generic encoder gives % x", d, got, err, want)
+		}
+		fast := samePipeDocAsGeneric(t, want)
+		if common := (d.Ownership == nil || (len(d.Ownership.Scopes) == 0 && !strings.Contains(d.Ownership.OwnerID, "\xfe"))) && !strings.Contains(d.DocID, "\xff"); fast != common {
+			t.Errorf("%+v: fast path used = %t, want %t", d, fast, common)
+		}
+	}
+	for i, c := range []struct {
+		hex               string
+		genericOK, fastOK bool
+	}{
+		{"a266646f632d6964616469656e746974792d69641a00000001", true, true},                                                      // non-shortest entity-id
+		{"a269656e746974792d69640166646f632d69646164", true, true},                                                              // other key order
+		{"a366646f632d6964616469656e746974792d69640164626c6f6240", true, true},                                                  // empty blob present
+		{"bf66646f632d6964616469656e746974792d696401ff", true, false},                                                           // indefinite map
+		{"a366646f632d6964616469656e746974792d6964016178f6", true, false},                                                       // unknown member
+		{"a266646f632d6964616469656e746974792d6964d81801", true, false},                                                         // tagged value
+		{"a366646f632d6964616469656e746974792d69640166646f632d69646165", false, false},                                          // duplicate key
+		{"a266646f632d6964616469656e746974792d69640100", false, false},                                                          // trailing octet
+		{"a266646f632d6964616469656e746974792d69641b0000000100000000", false, false},                                            // entity-id > 32 bits
+		{"a266646f632d696461ff69656e746974792d696401", false, false},                                                            // invalid UTF-8
+		{"a266646f632d6964616469656e746974792d696400", false, true},                                                             // entity-id 0 (NULL): decoded, then refused
+		{"a166646f632d69646164", false, false},                                                                                  // entity-id missing
+		{"a366646f632d6964616469656e746974792d69640164626c6f62f6", true, false},                                                 // null blob
+		{"a366646f632d6964616469656e746974792d696401696f776e657273686970a0", false, false},                                      // ownership without owner-id
+		{"a366646f632d6964616469656e746974792d696401696f776e657273686970f6", true, false},                                       // null ownership
+		{"a366646f632d6964616469656e746974792d696401696f776e657273686970a1686f776e65722d69646174", true, true},                  // ownership with owner-id
+		{"a366646f632d6964616469656e746974792d696401696f776e657273686970a26673636f70657380686f776e65722d69646174", true, false}, // ownership with scopes
+		{"", false, false},
+	} {
+		b := cborHex(t, c.hex)
+		if _, err := decodeCBORPipeDocGeneric(b); (err == nil) != c.genericOK {
+			t.Fatalf("input %d % x: generic decoder error %v; the test input is not what it claims", i, b, err)
+		}
+		if fast := samePipeDocAsGeneric(t, b); fast != c.fastOK {
+			t.Errorf("input %d % x: decoded by the fast path = %t, want %t", i, b, fast, c.fastOK)
+		}
+	}
+}
+
+func FuzzCBORPipeDocFastPath(f *testing.F) {
+	for _, d := range []*PipeDoc{{DocID: "d", EntityID: 1, Blob: []byte("abc")}, {DocID: "", EntityID: 7},
+		{DocID: "o", EntityID: 9, Ownership: &OwnershipContext{OwnerID: "t", GroupID: "g"}}} {
+		b, _ := cborEnc.Marshal(d)
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		samePipeDocAsGeneric(t, b)
+		d, ok := decodeCBORPipeDocFast(b)
+		if !ok {
+			return
+		}
+		want, err := cborEnc.Marshal(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := appendCBORPipeDocFast(nil, d); ok && !bytes.Equal(got, want) {
+			t.Fatalf("%+v: encoded % x, generic encoder gives % x", d, got, want)
+		}
+	})
+}

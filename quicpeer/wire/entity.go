@@ -48,6 +48,13 @@ func WriteEntityHeader(w io.Writer, c Codec, h *EntityHeader) error {
 	return err
 }
 
+// AppendEntityHeader appends what WriteEntityHeader writes (4-octet
+// length and the header serialized with c) to b: a sender can put the
+// header and a small payload into one stream write.
+func AppendEntityHeader(b []byte, c Codec, h *EntityHeader) ([]byte, error) {
+	return appendEntityFrameHeader(b, c, h)
+}
+
 // appendEntityFrameHeader appends what WriteEntityHeader writes (Header
 // Length and h serialized with c, Section 6.8.1) to b and returns the
 // extended slice; h is validated first.
