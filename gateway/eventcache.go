@@ -48,7 +48,7 @@ type encoded struct {
 
 // The wire formats an event is encoded in.
 const (
-	encWSFrame = iota // WebSocket binary frame (appendEventFrame)
+	encWSFrame = iota // WebSocket binary message (eventMessage)
 	encJSON           // the REST marshaler's JSON of the event (SSE, pages)
 	encNDJSON         // the REST marshaler's {"result": event} (NDJSON streams)
 	numEncodings
@@ -95,18 +95,32 @@ func (e *eventEntry) get(k int, encode func() ([]byte, error)) ([]byte, error) {
 	return v.b, v.err
 }
 
-// wsFrame is the event's WebSocket message frame (appendEventFrame),
-// shared: the caller must not modify it.
-func (c *eventCache) wsFrame(ev *gatewayv1.Event) ([]byte, error) {
-	return c.entry(ev).get(encWSFrame, func() ([]byte, error) { return appendEventFrame(nil, ev) })
+// wsMessage is the event's whole WebSocket message: the binary frame's
+// header and the draft's message frame (appendEventFrame) as its payload,
+// ready for the wire (corkConn.writeData). Shared: the caller must not
+// modify it.
+func (c *eventCache) wsMessage(ev *gatewayv1.Event) ([]byte, error) {
+	return c.entry(ev).get(encWSFrame, func() ([]byte, error) { return eventMessage(ev) })
+}
+
+// eventMessage is ev's WebSocket message (wsMessage) without the cache.
+func eventMessage(ev *gatewayv1.Event) ([]byte, error) {
+	frame, err := appendEventFrame(nil, ev)
+	if err != nil {
+		return nil, err
+	}
+	return wsBinaryMessage(make([]byte, 0, len(frame)+10), frame), nil
 }
 
 // cachedMarshaler is the REST marshaler with the event cache in front of
 // the two encodings event streams make of every event: the event itself
 // (SSE data, page items) and grpc-gateway's NDJSON chunk {"result":
-// event} (runtime.ForwardResponseStream). Every other value, and every
-// event without a seq, goes to the marshaler as before. The bytes are the
-// marshaler's own, computed once per event.
+// event} (runtime.ForwardResponseStream). The bytes are the marshaler's
+// own, computed once per event. A Document (the answer of most unary
+// routes) is encoded by appendDocumentJSON, the same JSON as protojson
+// writes (TestDocumentAnswerMatchesProtojson), without reflection. Every
+// other value, and every event without a seq, goes to the marshaler as
+// before.
 type cachedMarshaler struct {
 	runtime.Marshaler
 	cache *eventCache
@@ -114,6 +128,12 @@ type cachedMarshaler struct {
 
 func (m *cachedMarshaler) Marshal(v any) ([]byte, error) {
 	switch x := v.(type) {
+	case *gatewayv1.Document:
+		// The answer of submit, get, cancel and the rest: the snapshot's
+		// hand encoder (snapshotjson.go), protojson for what it refuses.
+		if b, ok := appendDocumentJSON(make([]byte, 0, 1024), x); ok {
+			return b, nil
+		}
 	case *gatewayv1.Event:
 		if e := m.cache.entry(x); e != nil {
 			return e.get(encJSON, func() ([]byte, error) { return m.Marshaler.Marshal(v) })
@@ -121,7 +141,12 @@ func (m *cachedMarshaler) Marshal(v any) ([]byte, error) {
 	case map[string]any:
 		if ev, ok := x["result"].(*gatewayv1.Event); ok && len(x) == 1 {
 			if e := m.cache.entry(ev); e != nil {
-				return e.get(encNDJSON, func() ([]byte, error) { return m.Marshaler.Marshal(v) })
+				return e.get(encNDJSON, func() ([]byte, error) {
+					if b, ok := appendNDJSONEventChunk(make([]byte, 0, 512), ev); ok {
+						return b, nil // eventjson.go
+					}
+					return m.Marshaler.Marshal(v)
+				})
 			}
 		}
 	}

@@ -97,6 +97,7 @@ type guardConn struct {
 	rerr        error  // after out drains: the connection's read error
 	closed      bool
 	passthrough bool // not inspecting: bytes go to out as they arrive
+	direct      bool // detached: Read reads the connection (smuggle_detach.go)
 	deadline    time.Time
 	reason      string     // why a request was rejected
 	rejectCode  int        // the HTTP status of the rejection
@@ -113,6 +114,8 @@ type guardConn struct {
 	// errHeadTooLarge (bufio.Reader.ReadLine drops the error of a line it
 	// returns in part), and the head is over the limit all the same.
 	headCut bool
+
+	detaching atomic.Bool // hijacked: the follower is to end (smuggle_detach.go)
 }
 
 func newGuardConn(c net.Conn, maxHead int) *guardConn {
@@ -145,6 +148,11 @@ func (c *guardConn) Read(p []byte) (int, error) {
 			}
 			return 0, err
 		}
+		if c.direct {
+			c.out = nil
+			c.mu.Unlock()
+			return c.Conn.Read(p)
+		}
 		dl := c.deadline
 		c.mu.Unlock()
 		if dl.IsZero() {
@@ -167,9 +175,13 @@ func (c *guardConn) Read(p []byte) (int, error) {
 func (c *guardConn) SetReadDeadline(t time.Time) error {
 	c.mu.Lock()
 	c.deadline = t
+	var err error
+	if c.direct {
+		err = c.Conn.SetReadDeadline(t)
+	}
 	c.mu.Unlock()
 	wake(c.ready)
-	return nil
+	return err
 }
 
 func (c *guardConn) SetDeadline(t time.Time) error {
@@ -372,6 +384,10 @@ func (c *guardConn) stopped() bool {
 // with the status net/http gives it: a head over the limit 431, a
 // Transfer-Encoding other than one "chunked" 501, anything else 400.
 func (c *guardConn) parserStopped(err error) {
+	if c.detaching.Load() { // the hijack's kick, not the client's bytes
+		c.passThrough()
+		return
+	}
 	var ne net.Error
 	switch msg := err.Error(); {
 	case errors.Is(err, errHeadTooLarge) || c.headCut:
@@ -392,10 +408,17 @@ func (c *guardConn) parserStopped(err error) {
 // passThrough copies the connection to out until it fails (the bytes the
 // follower's bufio holds were released with pending).
 func (c *guardConn) passThrough() {
-	buf := make([]byte, guardBuf)
+	var buf []byte
 	for {
+		if c.detaching.Load() {
+			c.finishDetach()
+			return
+		}
+		if buf == nil {
+			buf = make([]byte, guardBuf)
+		}
 		c.mu.Lock()
-		for len(c.out) >= guardMaxOut && !c.closed {
+		for len(c.out) >= guardMaxOut && !c.closed && !c.detaching.Load() {
 			c.mu.Unlock()
 			<-c.space
 			c.mu.Lock()
@@ -408,6 +431,11 @@ func (c *guardConn) passThrough() {
 		n, err := c.Conn.Read(buf)
 		c.mu.Lock()
 		c.out = append(c.out, buf[:n]...)
+		if err != nil && c.detaching.Load() && errors.Is(err, os.ErrDeadlineExceeded) {
+			c.mu.Unlock()
+			c.finishDetach() // the kick
+			return
+		}
 		if err != nil {
 			c.rerr = err
 		}
@@ -538,6 +566,7 @@ func guardContext(ctx context.Context, c net.Conn) context.Context {
 func guardConnState(c net.Conn, st http.ConnState) {
 	if g, ok := c.(*guardConn); ok && st == http.StateHijacked {
 		g.stopInspecting()
+		g.detach() // smuggle_detach.go
 	}
 }
 

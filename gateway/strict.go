@@ -16,6 +16,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
 
 // Strict REST input. grpc-gateway's default JSON marshaler discards
@@ -63,6 +65,9 @@ func (d strictDecoder) Decode(v any) error {
 	msg, ok := v.(proto.Message)
 	if !ok {
 		return d.fallback.Decode(v)
+	}
+	if req, ok := msg.(*gatewayv1.SubmitDocumentRequest); ok {
+		return d.decodeSubmit(req) // submitjson.go
 	}
 	var raw json.RawMessage
 	if err := json.NewDecoder(d.r).Decode(&raw); err != nil {

@@ -140,7 +140,7 @@ type wsSink struct {
 	cancel context.CancelFunc
 
 	c             *websocket.Conn // set by start
-	cork          *corkConn       // c's connection: frames of a batch leave in one write
+	cork          *corkConn       // c's connection: every frame leaves through it, a batch's in one write
 	idleWired     bool            // the event log calls idle: corking is safe
 	batchFirst    uint64          // seq of the first frame corked since the last flush
 	watch         *writeWatch     // frame write deadline (Config.StreamWriteTimeout)
@@ -151,7 +151,6 @@ type wsSink struct {
 	tooSlowSeq    uint64
 	gone          bool // a write failed because the consumer left
 	frameErr      bool // an event could not be framed; the error frame is out
-	frame         []byte
 }
 
 // start upgrades the connection once the subscription started.
@@ -162,6 +161,12 @@ func (k *wsSink) start(metadata.MD) error {
 		k.upgradeFailed = true
 		k.cancel()
 		return status.Error(codes.Canceled, "WebSocket upgrade failed: "+err.Error())
+	}
+	if hj.conn == nil { // not hijacked through corkHijacker: no frame could be written
+		_ = c.CloseNow()
+		k.upgradeFailed = true
+		k.cancel()
+		return status.Error(codes.Internal, "WebSocket upgrade did not hijack the connection")
 	}
 	k.c, k.cork = c, hj.conn
 	k.watch = newWriteWatch(k.s.cfg.StreamWriteTimeout, func() { _ = c.CloseNow() })
@@ -182,18 +187,19 @@ func (k *wsSink) finish() {
 	}
 }
 
-// send writes ev's frame (shared by every subscriber) within the write
-// timeout.
+// send writes ev's message (shared by every subscriber) within the write
+// timeout: queued on the connection (corkConn.writeData, not through
+// coder/websocket) and written with the rest of the batch, or at once
+// when the event log does not batch for this subscriber.
 func (k *wsSink) send(ev *gatewayv1.Event) error {
 	if k.c == nil {
 		return status.Error(codes.Canceled, "the WebSocket connection is not open")
 	}
-	frame, err := k.s.events.wsFrame(ev)
+	msg, err := k.s.events.wsMessage(ev)
 	if err != nil {
 		// Never a silent gap: the consumer is told which seq it misses.
 		k.s.log.Warn("WebSocket event frame could not be encoded; sending an #info notice in its place", "seq", ev.GetSeq(), "error", err)
-		k.frame, err = appendEventFrame(k.frame[:0], unframableEvent(ev))
-		if err != nil {
+		if msg, err = eventMessage(unframableEvent(ev)); err != nil {
 			if ferr := k.flushBatch(); ferr != nil {
 				return ferr
 			}
@@ -202,26 +208,23 @@ func (k *wsSink) send(ev *gatewayv1.Event) error {
 			k.cancel()
 			return status.Error(codes.Canceled, "event could not be framed")
 		}
-		frame = k.frame
 	}
 	// No per-frame context: its timer cost more than the frame. The write
 	// deadline is k.watch's; a consumer that leaves closes the connection
 	// (k.unhook), which fails a pending write at once.
-	first := ev.GetSeq()
-	if k.idleWired && k.cork != nil {
-		k.cork.cork() // flushBatch writes it with the rest of the batch
-		if k.batchFirst == 0 {
-			k.batchFirst = first
-		}
-		first = k.batchFirst
+	if k.batchFirst == 0 {
+		k.batchFirst = ev.GetSeq()
 	}
-	k.watch.begin()
-	err = k.c.Write(context.Background(), websocket.MessageBinary, frame)
-	k.watch.end()
-	if err == nil && k.cork != nil && k.cork.full() {
+	if k.idleWired {
+		k.cork.cork() // flushBatch writes it with the rest of the batch
+	}
+	if err := k.cork.writeData(msg); err != nil {
+		return k.wrote(err, k.batchFirst)
+	}
+	if !k.idleWired || k.cork.full() {
 		return k.flushBatch()
 	}
-	return k.wrote(err, first)
+	return nil
 }
 
 // idle is the event log's eventlog.WithIdle hook: the subscriber sent

@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"bufio"
+	"encoding/binary"
+	"errors"
 	"net"
 	"net/http"
 	"sync"
@@ -12,48 +14,98 @@ import (
 // before the subscriber is caught up).
 const corkMaxBytes = 64 << 10
 
-// corkConn is a WebSocket subscriber's connection as coder/websocket
-// writes to it. coder/websocket flushes every message with one write(2);
-// at 1,000 subscribers that syscall was most of the fan-out's CPU (issue
-// 25). While corked, writes are collected instead, and flush writes them
-// with one write(2): the subscriber's goroutine corks before the frames of
-// an event-log batch and flushes when the log has nothing more for it
-// (eventlog.WithIdle), so the frames of a batch leave together, in order,
-// as separate WebSocket messages (the bytes on the wire are the same).
+// errCloseSent is writeData's answer once a close frame went out: RFC
+// 6455 5.5.1, no data frame after a close frame.
+var errCloseSent = errors.New("websocket: a close frame was sent; no data frame may follow")
+
+// corkConn is a WebSocket subscriber's hijacked connection, the one way
+// out for every frame the server sends on it (issue 25: at 1,000
+// subscribers the write(2) per frame and coder/websocket's two
+// channel-based locks per message were half of the fan-out's CPU):
 //
-// Only the corking goroutine writes collected bytes (flush). Writes from
-// other goroutines (the keep-alive ping) append while corked and go out
-// with the batch, else directly: a ping may then overtake a batch being
-// flushed, never split a frame (each Write is one net.Conn.Write, which
-// the runtime keeps whole, and coder/websocket serializes its frames). mu
-// guards the buffer only: no write happens under it. One corner: the close
-// frame coder/websocket sends in reply to a client's close while a batch
-// is corked waits for the batch; the reader's error closes the connection
-// at once (discardWSReads), so such a client may see the TCP close without
-// the reply, as when it closes during a frame write.
+//   - event frames are the subscriber goroutine's (the owner's): writeData
+//     appends a whole, pre-framed binary message (wsBinaryMessage: the
+//     event cache frames each event once for every subscriber) to the
+//     pending bytes, no coder/websocket on the way;
+//   - coder/websocket still does the handshake, reading, pings, pongs and
+//     close frames; it writes them through Write, which queues them in
+//     the same pending bytes, so the wire order is the order queued;
+//   - while the owner corks (the frames of one event-log batch), pending
+//     bytes wait; flush writes them with one write(2) when the log has
+//     nothing more for the subscriber (eventlog.WithIdle). Uncorked, a
+//     writer drains at once.
+//
+// Write watches the frames coder/websocket writes (frameScan): once a
+// close frame is queued, writeData refuses, so no data frame ever
+// follows a close frame on the wire (coder/websocket's own rule, which it
+// can no longer enforce for frames it does not write).
+//
+// No write happens under mu: mu guards the pending bytes and the flags.
+// Writes to the connection are serialized by wsem, taken by whichever
+// goroutine drains (as net.Conn serializes its own writes); a drainer
+// writes what every goroutine queued, in order. The owner's drain runs
+// under its write watch (wsSink), so a consumer that stops reading cuts
+// the connection, which fails any write waiting behind it. One corner,
+// as with any batching: the close frame coder/websocket sends in reply to
+// a client's close while a batch is corked waits for the batch's flush;
+// the reader's error closes the connection at once (discardWSReads), so
+// such a client may see the TCP close without the reply, as when it
+// closes during a frame write.
 type corkConn struct {
 	net.Conn
-	mu     sync.Mutex
-	corked bool
-	buf    []byte // from corkBufs while corked
+	wsem chan struct{} // capacity 1: held while writing to Conn
+
+	mu        sync.Mutex
+	corked    bool      // the owner collects a batch: leave pending to its flush
+	closeSent bool      // a close frame is queued: writeData refuses
+	scan      frameScan // frame boundaries of what coder/websocket writes
+	buf       []byte    // pending bytes, from corkBufs
 }
 
-// Write collects p while corked, else writes it.
+func newCorkConn(nc net.Conn) *corkConn {
+	return &corkConn{Conn: nc, wsem: make(chan struct{}, 1)}
+}
+
+// Write queues coder/websocket's frames (pings, pongs, close, the error
+// frame), then writes them unless the owner's batch is open.
 func (c *corkConn) Write(p []byte) (int, error) {
 	c.mu.Lock()
-	if c.corked {
-		if c.buf == nil {
-			c.buf = (*corkBufs.Get().(*[]byte))[:0]
-		}
-		c.buf = append(c.buf, p...)
-		c.mu.Unlock()
-		return len(p), nil
+	if c.scan.feed(p) {
+		c.closeSent = true
 	}
+	c.queue(p)
+	corked := c.corked
 	c.mu.Unlock()
-	return c.Conn.Write(p)
+	if corked {
+		return len(p), nil // out with the batch
+	}
+	if err := c.drain(); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
-// full reports whether the collected bytes reached corkMaxBytes: the
+// writeData queues a whole data message (the owner's); the caller
+// flushes, now or at the end of its batch.
+func (c *corkConn) writeData(msg []byte) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closeSent {
+		return errCloseSent
+	}
+	c.queue(msg)
+	return nil
+}
+
+// queue appends p to the pending bytes (mu held).
+func (c *corkConn) queue(p []byte) {
+	if c.buf == nil {
+		c.buf = (*corkBufs.Get().(*[]byte))[:0]
+	}
+	c.buf = append(c.buf, p...)
+}
+
+// full reports whether the pending bytes reached corkMaxBytes: the
 // corking goroutine then flushes without waiting for the batch's end.
 func (c *corkConn) full() bool {
 	c.mu.Lock()
@@ -61,40 +113,136 @@ func (c *corkConn) full() bool {
 	return len(c.buf) >= corkMaxBytes
 }
 
-// cork starts collecting writes.
+// cork starts a batch: pending bytes wait for flush.
 func (c *corkConn) cork() {
 	c.mu.Lock()
 	c.corked = true
 	c.mu.Unlock()
 }
 
-// flush stops collecting and writes what was collected.
+// flush ends the batch and writes what is pending.
 func (c *corkConn) flush() error {
 	c.mu.Lock()
 	c.corked = false
-	held := c.take()
 	c.mu.Unlock()
-	if len(held) == 0 {
-		return nil
-	}
-	_, err := c.Conn.Write(held)
-	if cap(held) <= 2*corkMaxBytes {
-		held = held[:0] // written: another batch reuses it
-		corkBufs.Put(&held)
-	}
-	return err
+	return c.drain()
 }
 
-// corkBufs are the batch buffers of every corked connection: one is held
-// only from a batch's first frame to its flush, so 1,000 idle subscribers
-// hold none.
+// drain writes the pending bytes until none are left or a batch opens,
+// one write(2) per turn, holding wsem (not mu) while it writes.
+func (c *corkConn) drain() error {
+	c.wsem <- struct{}{}
+	defer func() { <-c.wsem }()
+	for {
+		c.mu.Lock()
+		if c.corked {
+			c.mu.Unlock()
+			return nil
+		}
+		held := c.buf
+		c.buf = nil
+		c.mu.Unlock()
+		if len(held) == 0 {
+			return nil
+		}
+		_, err := c.Conn.Write(held)
+		if cap(held) <= 2*corkMaxBytes {
+			held = held[:0] // written: another batch reuses it
+			corkBufs.Put(&held)
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// corkBufs are the pending buffers of every connection: one is held only
+// from a batch's first frame to its flush, so 1,000 idle subscribers hold
+// none.
 var corkBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
 
-// take returns the collected bytes and empties the buffer (mu held).
-func (c *corkConn) take() []byte {
-	held := c.buf
-	c.buf = nil
-	return held
+// wsBinaryMessage appends payload as one unmasked, unfragmented binary
+// WebSocket frame (RFC 6455 5.2: FIN and opcode 2, then the payload
+// length in 7, 7+16 or 7+64 bits; a server's frames are not masked).
+func wsBinaryMessage(dst, payload []byte) []byte {
+	const finBinary = 0x82
+	n := len(payload)
+	switch {
+	case n < 126:
+		dst = append(dst, finBinary, byte(n))
+	case n <= 0xffff:
+		dst = append(dst, finBinary, 126)
+		dst = binary.BigEndian.AppendUint16(dst, uint16(n))
+	default:
+		dst = append(dst, finBinary, 127)
+		dst = binary.BigEndian.AppendUint64(dst, uint64(n))
+	}
+	return append(dst, payload...)
+}
+
+// frameScan follows the frame boundaries of a byte stream of WebSocket
+// frames (RFC 6455 5.2) fed in arbitrary pieces, and reports close
+// frames (opcode 8).
+type frameScan struct {
+	hdr  [14]byte // the current frame's header so far
+	n    int      // bytes of hdr read
+	left uint64   // payload bytes of the current frame still to skip
+}
+
+// feed consumes p and reports whether a close frame's header was in it.
+func (s *frameScan) feed(p []byte) (sawClose bool) {
+	for len(p) > 0 {
+		if s.left > 0 {
+			k := min(uint64(len(p)), s.left)
+			s.left -= k
+			p = p[k:]
+			continue
+		}
+		s.hdr[s.n] = p[0]
+		s.n++
+		p = p[1:]
+		need, ok := wsHeaderLen(s.hdr[:s.n])
+		if !ok || s.n < need {
+			continue
+		}
+		if s.hdr[0]&0x0f == 0x8 {
+			sawClose = true
+		}
+		s.left = wsPayloadLen(s.hdr[:s.n])
+		s.n = 0
+	}
+	return sawClose
+}
+
+// wsHeaderLen is the length of the frame header that h begins (ok false
+// until h holds its first two bytes).
+func wsHeaderLen(h []byte) (int, bool) {
+	if len(h) < 2 {
+		return 0, false
+	}
+	n := 2
+	switch h[1] & 0x7f {
+	case 126:
+		n += 2
+	case 127:
+		n += 8
+	}
+	if h[1]&0x80 != 0 { // masked (a client's frame)
+		n += 4
+	}
+	return n, true
+}
+
+// wsPayloadLen is the payload length of the whole header h.
+func wsPayloadLen(h []byte) uint64 {
+	switch l := h[1] & 0x7f; l {
+	case 126:
+		return uint64(binary.BigEndian.Uint16(h[2:4]))
+	case 127:
+		return binary.BigEndian.Uint64(h[2:10])
+	default:
+		return uint64(l)
+	}
 }
 
 // corkHijacker hands coder/websocket (websocket.Accept finds Hijack
@@ -114,7 +262,7 @@ func (h *corkHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		_ = nc.Close()
 		return nil, nil, err
 	}
-	h.conn = &corkConn{Conn: nc}
+	h.conn = newCorkConn(nc)
 	brw.Writer.Reset(h.conn) // net/http's buffer, now writing to the corkConn
 	return h.conn, brw, nil
 }

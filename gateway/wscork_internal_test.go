@@ -2,10 +2,22 @@ package gateway
 
 import (
 	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
 	"io"
+	"math/rand/v2"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/coder/websocket"
 )
 
 // countingConn counts the writes that reach a real connection.
@@ -45,7 +57,7 @@ func TestCorkConnOneWritePerBatch(t *testing.T) {
 	}
 	defer server.Close()
 	cc := &countingConn{Conn: server}
-	c := &corkConn{Conn: cc}
+	c := newCorkConn(cc)
 
 	want := []byte("direct")
 	if _, err := c.Write(want); err != nil || cc.writes.Load() != 1 {
@@ -77,5 +89,260 @@ func TestCorkConnOneWritePerBatch(t *testing.T) {
 	big := bytes.Repeat([]byte{'x'}, corkMaxBytes)
 	if _, err := c.Write(big); err != nil || !c.full() || cc.writes.Load() != 3 {
 		t.Fatalf("a corkMaxBytes batch: %v, full %v, %d writes", err, c.full(), cc.writes.Load())
+	}
+}
+
+// tcpPair is a real loopback TCP connection: server and client ends.
+func tcpPair(t *testing.T) (server, client net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		accepted <- c
+	}()
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server = <-accepted
+	if server == nil {
+		t.Fatal("accept failed")
+	}
+	t.Cleanup(func() { _ = client.Close(); _ = server.Close() })
+	return server, client
+}
+
+// TestWSBinaryMessageReadByCoder: the frames of our own writer
+// (wsBinaryMessage) are read back by coder/websocket's client as binary
+// messages with the same payload, at every length boundary of RFC 6455
+// 5.2 (7-bit, 16-bit and 64-bit lengths), over a real TCP connection
+// after a real handshake.
+func TestWSBinaryMessageReadByCoder(t *testing.T) {
+	sizes := []int{0, 1, 125, 126, 127, 65535, 65536, 70000}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hj := &corkHijacker{ResponseWriter: w}
+		c, err := websocket.Accept(hj, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.CloseNow()
+		for _, n := range sizes {
+			if err := hj.conn.writeData(wsBinaryMessage(nil, bytes.Repeat([]byte{byte(n)}, n))); err != nil {
+				t.Error(err)
+				return
+			}
+			if err := hj.conn.flush(); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+		_ = c.Close(websocket.StatusNormalClosure, "")
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	c.SetReadLimit(1 << 20)
+	for _, n := range sizes {
+		typ, got, err := c.Read(ctx)
+		if err != nil {
+			t.Fatalf("message of %d bytes: %v", n, err)
+		}
+		if typ != websocket.MessageBinary || !bytes.Equal(got, bytes.Repeat([]byte{byte(n)}, n)) {
+			t.Fatalf("message of %d bytes: type %v, %d bytes read", n, typ, len(got))
+		}
+	}
+	if _, _, err := c.Read(ctx); websocket.CloseStatus(err) != websocket.StatusNormalClosure {
+		t.Fatalf("after the messages: %v, want a normal close", err)
+	}
+}
+
+// TestCorkConnNoDataAfterClose: coder/websocket's frames reach Write in
+// any pieces (seeded random splits, frames with 7-, 16- and 64-bit
+// lengths whose payload bytes are all 0x88, a close frame's first byte,
+// to fool the scan); data is accepted until a close frame's header has
+// passed, refused after, and the wire holds exactly what was accepted, in
+// order, ending with the close frame.
+func TestCorkConnNoDataAfterClose(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 25))
+	for round := range 40 {
+		server, client := tcpPair(t)
+		c := newCorkConn(server)
+		data := wsBinaryMessage(nil, []byte("event"))
+		var want []byte
+		for range 1 + rng.IntN(4) {
+			ops := []byte{0x89, 0x8a, 0x82}
+			sizes := []int{0, 5, 125, 126, 300, 65535, 65536}
+			f := wsFrameBytes(ops[rng.IntN(len(ops))], sizes[rng.IntN(len(sizes))])
+			writePieces(t, rng, c, f)
+			want = append(want, f...)
+			if err := c.writeData(data); err != nil { // between whole frames
+				t.Fatalf("seed %d round %d: data before the close frame refused: %v", seed, round, err)
+			}
+			if err := c.flush(); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, data...)
+		}
+		closeFrame := wsFrameBytes(0x88, 2+rng.IntN(100))
+		writePieces(t, rng, c, closeFrame)
+		want = append(want, closeFrame...)
+		if err := c.writeData(data); !errors.Is(err, errCloseSent) {
+			t.Fatalf("seed %d round %d: data after the close frame: %v, want errCloseSent", seed, round, err)
+		}
+		got := make([]byte, len(want))
+		if _, err := io.ReadFull(client, got); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("seed %d round %d: wire differs from the accepted frames (%v)", seed, round, err)
+		}
+		_ = server.Close()
+		if n, _ := client.Read(make([]byte, 1)); n != 0 {
+			t.Fatalf("seed %d round %d: bytes after the close frame", seed, round)
+		}
+	}
+}
+
+// writePieces writes f through c.Write in random pieces.
+func writePieces(t *testing.T, rng *rand.Rand, c *corkConn, f []byte) {
+	t.Helper()
+	for len(f) > 0 {
+		k := 1 + rng.IntN(min(len(f), 200))
+		if _, err := c.Write(f[:k]); err != nil {
+			t.Fatal(err)
+		}
+		f = f[k:]
+	}
+}
+
+// wsFrameBytes is an unmasked frame with first byte op and n payload
+// bytes, all 0x88.
+func wsFrameBytes(op byte, n int) []byte {
+	b := wsBinaryMessage(nil, bytes.Repeat([]byte{0x88}, n))
+	b[0] = op
+	return b
+}
+
+// TestCorkConnConcurrentFrames: the owner's batches, coder/websocket's
+// pings from another goroutine and a close frame from a third at a random
+// moment reach the wire as whole frames (nothing interleaved inside a
+// frame), every accepted data message exactly once and in order, and no
+// data frame after the close frame; writeData refuses from the close on.
+// Seeded; over a real TCP connection; run it with -race too.
+func TestCorkConnConcurrentFrames(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 99))
+	for round := range 20 {
+		server, client := tcpPair(t)
+		c := newCorkConn(server)
+		closeAfter := 1 + rng.IntN(300) // data messages accepted before the close goes
+		var accepted atomic.Int64
+		ownerSeed, pingSeed := rng.Uint64(), rng.Uint64()
+		wire := make(chan []byte, 1)
+		go func() { b, _ := io.ReadAll(client); wire <- b }()
+		var wg sync.WaitGroup
+		wg.Add(3)
+		go func() { // the owner: batches of data messages
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(ownerSeed, 1))
+			var seq uint64
+			for seq < uint64(closeAfter)+100000 { // bounded: a writeData that never refuses fails below
+				batch := r.IntN(3) > 0
+				if batch {
+					c.cork()
+				}
+				for range 1 + r.IntN(6) {
+					seq++
+					if err := c.writeData(wsBinaryMessage(nil, binary.BigEndian.AppendUint64(nil, seq))); err != nil {
+						if !errors.Is(err, errCloseSent) {
+							t.Error(err)
+						}
+						_ = c.flush()
+						return
+					}
+					accepted.Add(1)
+				}
+				if err := c.flush(); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+		go func() { // coder/websocket's pings, whole frames through Write
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(pingSeed, 2))
+			for range 50 {
+				if _, err := c.Write(wsFrameBytes(0x89, r.IntN(126))); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+		go func() { // the close frame, once closeAfter messages were accepted
+			defer wg.Done()
+			for accepted.Load() < int64(closeAfter) {
+				runtime.Gosched()
+			}
+			if _, err := c.Write(wsFrameBytes(0x88, 2)); err != nil {
+				t.Error(err)
+			}
+		}()
+		wg.Wait()
+		_ = server.Close()
+		got := <-wire
+		checkWire(t, seed, round, got, accepted.Load())
+	}
+}
+
+// checkWire parses server frames from b: whole frames only, data
+// messages numbered 1..accepted in order, one close frame, no data
+// after it, 50 pings.
+func checkWire(t *testing.T, seed uint64, round int, b []byte, accepted int64) {
+	t.Helper()
+	var next uint64 = 1
+	closed, pings := false, 0
+	for len(b) > 0 {
+		need, ok := wsHeaderLen(b)
+		if !ok || len(b) < need {
+			t.Fatalf("seed %d round %d: a cut frame header on the wire", seed, round)
+		}
+		n := wsPayloadLen(b[:need])
+		if uint64(len(b)-need) < n {
+			t.Fatalf("seed %d round %d: a cut frame on the wire", seed, round)
+		}
+		payload := b[need : need+int(n)]
+		switch b[0] {
+		case 0x82:
+			if closed {
+				t.Fatalf("seed %d round %d: a data frame after the close frame", seed, round)
+			}
+			if n != 8 || binary.BigEndian.Uint64(payload) != next {
+				t.Fatalf("seed %d round %d: data message %x where %d was due", seed, round, payload, next)
+			}
+			next++
+		case 0x88:
+			if closed {
+				t.Fatalf("seed %d round %d: two close frames", seed, round)
+			}
+			closed = true
+		case 0x89:
+			pings++
+		default:
+			t.Fatalf("seed %d round %d: frame byte %#x", seed, round, b[0])
+		}
+		b = b[need+int(n):]
+	}
+	if int64(next-1) != accepted || !closed || pings != 50 {
+		t.Fatalf("seed %d round %d: %d data messages on the wire, %d accepted; close %v; %d pings", seed, round, next-1, accepted, closed, pings)
 	}
 }

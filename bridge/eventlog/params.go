@@ -91,9 +91,6 @@ const (
 	// snapshotMaxStale: a scan older than this is redone even if no event
 	// was committed (rows changed by another process sharing the file).
 	snapshotMaxStale = time.Minute
-	// snapshotPassReuse: a retention pass reuses a snapshot-size scan this
-	// young (snapshot.go passSnapshot).
-	snapshotPassReuse = 15 * time.Second
 	// pruneStepEvents bounds the events one store call of a retention
 	// pass deletes (one write transaction; prune.go pruneInSteps).
 	pruneStepEvents = 8192

@@ -62,16 +62,13 @@ func (l *Log) knownSnapshotBytes() uint64 {
 }
 
 // passSnapshot is the snapshot size for a retention pass: a new scan,
-// unless the last one measured a non-empty snapshot less than
-// snapshotPassReuse ago (20 times the scan's own duration for a scan
-// slower than that allows; never older than snapshotMaxStale). The scan is
-// O(documents) and reads every document row: 0.1 s at 100k documents,
-// about a second at a million, while a pass runs every PruneEveryEvents
-// appends (about once a second at intake rates). The size only caps what
-// is retained, so a value some seconds old (a snapshot that grew since:
-// slightly fewer events kept above the floor) is what the pass can
-// afford. Unlike Window it waits for a scan in progress rather than take
-// an unmeasured size.
+// unless the last one is younger than snapshotCostFactor times its own
+// duration (and snapshotMaxStale) and measured a non-empty snapshot. The
+// scan is O(documents): at a million documents it takes about a second,
+// and a pass runs every PruneEveryEvents appends (about once a second at
+// intake rates), so scanning on every pass would keep a core (and the disk)
+// busy re-reading the documents table. Unlike Window it waits for a scan
+// in progress rather than take an unmeasured size.
 func (l *Log) passSnapshot(ctx context.Context) (int64, error) {
 	c := &l.snap
 	c.mu.Lock()
@@ -83,11 +80,11 @@ func (l *Log) passSnapshot(ctx context.Context) (int64, error) {
 }
 
 // passReuses tells whether a retention pass takes a cached snapshot size
-// of bytes, measured age ago by a scan that took cost: a non-empty one
-// younger than snapshotPassReuse, or than snapshotCostFactor times its
-// cost (a very slow scan), up to snapshotMaxStale.
+// of bytes, measured age ago by a scan that took cost: only a non-empty
+// one younger than snapshotCostFactor times its cost and
+// snapshotMaxStale. A cheap scan (a small store) is always redone.
 func passReuses(bytes int64, age, cost time.Duration) bool {
-	return bytes != 0 && age < snapshotMaxStale && age < max(snapshotPassReuse, snapshotCostFactor*cost)
+	return bytes != 0 && age < snapshotMaxStale && age < snapshotCostFactor*cost
 }
 
 func (l *Log) measureSnapshotLocked(ctx context.Context) (int64, error) {

@@ -62,6 +62,7 @@ func runBench(args []string) int {
 	asJSON := fs.Bool("json", "GATEWAY_BENCH_JSON", false, "print JSON instead of the table")
 	pprofAddr := fs.String("pprof-addr", "GATEWAY_BENCH_PPROF_ADDR", "", "pass --pprof-addr to the started gateway (profile it while the bench runs)")
 	cpuProfile := fs.String("cpuprofile", "GATEWAY_BENCH_CPUPROFILE", "", "write a CPU profile of the bench process (baselines, churn, control) to this file")
+	profileDir := fs.String("profile-dir", "GATEWAY_BENCH_PROFILE_DIR", "", "write a CPU profile of the started gateway over each gateway path of the small phase to this directory (small-grpc.pb.gz, small-rest.pb.gz; read with go tool pprof)")
 	if code, ok := fs.parse(args); !ok {
 		return code
 	}
@@ -78,7 +79,7 @@ func runBench(args []string) int {
 	defer stop()
 	rep, err := bench.Run(ctx, bench.Options{
 		GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, Token: *token,
-		PprofAddr: *pprofAddr, CPUProfile: *cpuProfile,
+		PprofAddr: *pprofAddr, CPUProfile: *cpuProfile, ProfileDir: *profileDir,
 		Only: splitList(*only), Store: *store,
 		BulkBytes: *bulkBytes, SmallBytes: *smallBytes, EntityBytes: *entityBytes,
 		Concurrency: int(*conc), Duration: *dur, Subscribers: int(*subs), FanoutDocsPerSec: int(*rate),

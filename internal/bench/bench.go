@@ -47,6 +47,11 @@ type Options struct {
 	// CPUProfile, when set, writes a CPU profile of the bench process
 	// (baselines, churn and control phases run in it).
 	CPUProfile string
+	// ProfileDir, when set, receives a CPU profile of the started gateway
+	// over each gateway path of the small phase, small-grpc.pb.gz and
+	// small-rest.pb.gz (read with `go tool pprof`). The gateway is given a
+	// --pprof-addr on a free loopback port unless PprofAddr is set.
+	ProfileDir string
 	// Only lists the phases to run (default: all but store, snapshot and history; with Store:
 	// store alone).
 	Only []string
@@ -115,6 +120,21 @@ func redact(url string) string {
 func (o *Options) setDefaults() error {
 	if (o.GRPCAddr == "") != (o.HTTPAddr == "") {
 		return errors.New("set both --grpc-addr and --http-addr to drive a running gateway, or neither to start one")
+	}
+	if o.ProfileDir != "" {
+		if o.GRPCAddr != "" {
+			return errors.New("--profile-dir profiles the gateway the bench starts; to profile a running one, start it with --pprof-addr and fetch /debug/pprof/profile")
+		}
+		if err := os.MkdirAll(o.ProfileDir, 0o750); err != nil {
+			return fmt.Errorf("--profile-dir: %w", err)
+		}
+		if o.PprofAddr == "" {
+			a, err := freePort()
+			if err != nil {
+				return err
+			}
+			o.PprofAddr = a
+		}
 	}
 	if o.BulkBytes <= 0 {
 		o.BulkBytes = DefaultBulkBytes

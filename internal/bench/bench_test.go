@@ -2,8 +2,10 @@ package bench_test
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -162,6 +164,42 @@ func checkBenchOutput(t *testing.T, rep *bench.Report) {
 	var back bench.Report
 	if err := json.Unmarshal(js.Bytes(), &back); err != nil || len(back.Results) != len(rep.Results) {
 		t.Errorf("JSON round trip: %v, %d results", err, len(back.Results))
+	}
+}
+
+// TestBenchProfileDir runs the small phase with --profile-dir and checks
+// that a CPU profile of the gateway was written for each gateway path
+// (gzip-compressed, as net/http/pprof serves it), and that the option is
+// refused for a running gateway.
+func TestBenchProfileDir(t *testing.T) {
+	bin := buildGateway(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := filepath.Join(t.TempDir(), "profiles")
+	var progress bytes.Buffer
+	if _, err := bench.Run(ctx, bench.Options{
+		ServeCommand: []string{bin, "serve"}, Only: []string{"small"},
+		Duration: 300 * time.Millisecond, Concurrency: 4, ProfileDir: dir, Progress: &progress,
+	}); err != nil {
+		t.Fatalf("bench: %v\nprogress:\n%s", err, progress.String())
+	}
+	for _, name := range []string{"small-grpc.pb.gz", "small-rest.pb.gz"} {
+		f, err := os.Open(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatalf("%s: %v\nprogress:\n%s", name, err, progress.String())
+		}
+		zr, err := gzip.NewReader(f)
+		if err != nil {
+			t.Fatalf("%s: not gzip: %v", name, err)
+		}
+		n, err := io.Copy(io.Discard, zr)
+		f.Close()
+		if err != nil || n == 0 {
+			t.Fatalf("%s: %d bytes, %v; want a profile", name, n, err)
+		}
+	}
+	if _, err := bench.Run(ctx, bench.Options{GRPCAddr: "127.0.0.1:1", HTTPAddr: "127.0.0.1:2", ProfileDir: dir}); err == nil || !strings.Contains(err.Error(), "--profile-dir") {
+		t.Fatalf("ProfileDir with a running gateway: %v, want the --profile-dir refusal", err)
 	}
 }
 

@@ -48,10 +48,14 @@ func (b *runner) small(ctx context.Context) error {
 			lat  []time.Duration
 			secs float64
 		)
+		prof := b.startProfile(ctx, "small-"+path, d)
 		ps, ok, err := b.gw.measure(func() (err error) {
 			lat, secs, err = b.gw.smallDocs(ctx, path, payload, b.o.Concurrency, d)
 			return err
 		})
+		if perr := prof(); err == nil && perr != nil {
+			err = perr
+		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", path, err)
 		}

@@ -66,24 +66,35 @@ func BenchmarkAppendEvents(b *testing.B) {
 
 // BenchmarkSmallDocumentLifecycle measures what the store does for one
 // small (4 KiB) document from submit to SUCCEEDED, with 64 documents in
-// flight: the Create batch (with its creation event), an update to RUNNING
-// (entity + 2 events) and the terminal update (entity + 3 events). With
+// flight. payload=inline and payload=files run
+// storetest.SmallDocumentLifecycle: the Create batch (with its creation
+// event), an update to RUNNING (entity + 2 events) and the terminal update
+// (entity + 3 events); shape=gateway2 runs
+// storetest.GatewayDocumentLifecycle, the two batches per document the
+// gateway's bridge committed in `gateway bench --only small`. With
 // payload=inline the content rides in the Create batch and the result in
 // the terminal batch (and the content row is deleted there); with
-// payload=files each is a streamed payload (temp file, fsync, rename, directory
-// fsync) written before its batch, as before migration 3. ns/op is per
-// document (wall time, bound by the single writer); cpu-ns/doc is the
-// process's CPU (writer, callers and the benchmark's own encoding) per
-// document; stmts/doc the SQL statements the writer ran per document.
+// payload=files each is a streamed payload (temp file, fsync, rename,
+// directory fsync) written before its batch, as before migration 3.
+// ns/op is per document (wall time, bound by the single
+// writer); cpu-ns/doc is the process's CPU (writer, callers and the
+// benchmark's own encoding) per document; stmts/doc the SQL statements the
+// writer ran per document.
 func BenchmarkSmallDocumentLifecycle(b *testing.B) {
 	content := make([]byte, 4096)
-	for _, mode := range []string{"inline", "files"} {
-		b.Run("payload="+mode, func(b *testing.B) {
+	for _, c := range []struct{ name, shape, payload string }{
+		{"payload=inline", "lifecycle3", "inline"}, {"payload=files", "lifecycle3", "files"}, {"shape=gateway2/payload=inline", "gateway2", "inline"},
+	} {
+		b.Run(c.name, func(b *testing.B) {
 			s := openStore(b, b.TempDir(), sqlite.Options{})
 			ctx := context.Background()
 			var n atomic.Int64
 			lifecycle := func() error {
-				return storetest.SmallDocumentLifecycle(ctx, s, fmt.Sprintf("d%d", n.Add(1)), content, mode == "files")
+				id := fmt.Sprintf("d%d", n.Add(1))
+				if c.shape == "gateway2" {
+					return storetest.GatewayDocumentLifecycle(ctx, s, id, content)
+				}
+				return storetest.SmallDocumentLifecycle(ctx, s, id, content, c.payload == "files")
 			}
 			b.ReportAllocs()
 			b.SetParallelism(32) // 64 in flight on 2 CPUs

@@ -82,3 +82,33 @@ func syncedPayload(ctx context.Context, s Store, docID string, kind store.Payloa
 	}
 	return w.Sync()
 }
+
+// GatewayDocumentLifecycle commits what the gateway's bridge committed per
+// small document in `gateway bench --only small` (counted statement by
+// statement in the SQLite writer, issue 25): the Create batch with the
+// inline content and the creation event, then one terminal batch (the
+// RUNNING progress is held and rides with it: flushHold) with the document
+// update, the entity, the inline result, the deletion of the content row
+// and 5 events. The bridge puts many documents' terminal updates in one
+// flush batch; the writer groups batches into one transaction either way.
+func GatewayDocumentLifecycle(ctx context.Context, s Store, id string, content []byte) error {
+	rec := lifecycleDoc(id, time.Now())
+	rec.ContentPayload = false
+	create := &store.Batch{Create: rec, Events: []store.EventAppend{lifecycleEvent("#document", id, 1)},
+		Payloads: []store.PayloadRecord{{DocID: id, Kind: store.PayloadContent, Body: content}}}
+	if _, err := s.Commit(ctx, create); err != nil {
+		return err
+	}
+	up := lifecycleDoc(id, rec.Doc.CreateTime.AsTime())
+	up.ContentPayload = false
+	up.Doc.State, up.Doc.Rev = gatewayv1.State_SUCCEEDED, 6
+	ent := &gatewayv1.Entity{EntityId: 1, Status: gatewayv1.EntityStatus_ENTITY_STATUS_COMPLETE, SizeBytes: uint64(len(content))}
+	bt := &store.Batch{Updates: []store.DocumentUpdate{{Record: up, PrevRev: 1}},
+		Entities: []store.EntityRecord{{DocID: id, Entity: ent}},
+		Payloads: []store.PayloadRecord{{DocID: id, Kind: store.PayloadResult, Body: content}, {DocID: id, Kind: store.PayloadContent}}}
+	for e := range 5 {
+		bt.Events = append(bt.Events, lifecycleEvent("#status", id, uint64(2+e)))
+	}
+	_, err := s.Commit(ctx, bt)
+	return err
+}
