@@ -24,7 +24,8 @@ type scopeKey struct{ scope, inst uint32 }
 // package doc). It is made whole by newAttemptLocked for every dispatch
 // and never reused: a callback that holds an attempt asks whether it is
 // still the document's by comparing pointers (current, newest). d, ss,
-// gen and ctx never change; every other field is guarded by Bridge.mu.
+// gen and ctx never change; every other field is guarded by its
+// document's mutex (docRun.mu).
 type attempt struct {
 	d   *docRun
 	ss  *sessState // the session it runs on; nil for the idle attempt
@@ -121,11 +122,11 @@ func (a *attempt) peerAddr() string {
 
 // newest reports whether a is still its document's newest attempt and the
 // document is not finished (a may have ended: the document waits for the
-// next one). Caller holds Bridge.mu.
+// next one). Caller holds the document's lock.
 func (a *attempt) newest() bool { return a.d.att == a && !a.d.terminal() && !a.d.dropped }
 
 // current reports whether a is still its document's running attempt: the
-// newest, not ended, the document not finished. Caller holds Bridge.mu.
+// newest, not ended, the document not finished. Caller holds the document's lock.
 func (a *attempt) current() bool { return a.newest() && !a.ended }
 
 // stopSending cancels the attempt's sending (once).

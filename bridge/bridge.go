@@ -263,13 +263,15 @@ func (b *Bridge) Close(ctx context.Context) error {
 	}
 	b.wg.Wait()
 	b.mu.Lock()
+	docs := make([]*docRun, 0, len(b.docs))
 	for _, d := range b.docs {
-		d.att.stopFinishTimer()
+		docs = append(docs, d)
 	}
 	if b.holdTimer != nil {
 		b.holdTimer.Stop() // the last flush below commits held documents
 	}
 	b.mu.Unlock()
+	eachDoc(b.reg, docs, nil, func(d *docRun) { d.att.stopFinishTimer() })
 	return b.shutdownStore()
 }
 
@@ -327,9 +329,7 @@ func (b *Bridge) dispatchLoop(ctx context.Context) {
 	for {
 		var job *attempt
 		for job == nil {
-			b.mu.Lock()
-			job = b.startAttemptLocked()
-			b.mu.Unlock()
+			job = b.startAttempt()
 			if job != nil {
 				break
 			}

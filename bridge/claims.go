@@ -76,6 +76,7 @@ func (b *Bridge) Redeem(ctx context.Context, t Tenant, claimID string) (*gateway
 		b.mu.Unlock()
 		return b.redeemForOwner(ctx, t, rec, now)
 	}
+	locked := lockFound(b.reg, func() *docRun { return b.docs[rec.Claim.DocumentId] })
 	d, cr, err := b.claimToRedeemLocked(rec.Claim.DocumentId, claimID)
 	running := false
 	if err == nil {
@@ -83,7 +84,7 @@ func (b *Bridge) Redeem(ctx context.Context, t Tenant, claimID string) (*gateway
 			err = d.issuerGoneLocked(cr, claimID)
 		}
 	}
-	b.mu.Unlock()
+	unlockFound(b.reg, locked)
 	if err != nil {
 		return nil, b.settledRefusal(ctx, t, claimID, err)
 	}
@@ -113,6 +114,25 @@ func (b *Bridge) settledRefusal(ctx context.Context, t Tenant, claimID string, r
 // redemption through this gateway, a read of the committed claim for one
 // another replica committed with its event (remoteclaims.go).
 type redeemCommit func(ctx context.Context, msg string) (*gatewayv1.ClaimCheck, error)
+
+// expireClaimLocked marks claim r EXPIRED on d, the claim's document, and
+// reports whether d holds it; an ISSUED claim of a document not running
+// here is marked in the store (an orphan).
+func (d *docRun) expireClaimLocked(r *store.ClaimRecord) bool {
+	id := r.Claim.ClaimId
+	if d.claims[id] == nil || d.terminal() {
+		return false
+	}
+	cr := d.claims[id]
+	if cr.c.State != gatewayv1.ClaimCheck_ISSUED {
+		return true
+	}
+	cr.c.State = gatewayv1.ClaimCheck_EXPIRED
+	d.out.claims[id] = true
+	d.addEvent(&gatewayv1.Event{Kind: kindClaim, ClaimId: id, ClaimAction: "expired", EntityId: r.Claim.EntityId, ScopeId: r.Claim.ScopeId})
+	d.env.m.claims.WithLabelValues("expired").Inc()
+	return true
+}
 
 // claimToRedeemLocked finds the running document of claim claimID and the
 // claim there, or says why it cannot be redeemed. Caller holds mu.
@@ -167,15 +187,15 @@ func (d *docRun) issuerGoneLocked(cr *claimRun, claimID string) error {
 // is issued already, else as soon as the peer defers the chunk again
 // (preRedeem, onDeferredLocked).
 func (b *Bridge) redeemEarlier(ctx context.Context, d *docRun, cr *claimRun, claimID string, commit redeemCommit) (*gatewayv1.ClaimCheck, error) {
-	b.mu.Lock()
+	d.lock()
 	cur := d.currentClaimLocked(cr.slot, claimID)
 	msg := fmt.Sprintf("issued to dispatch attempt %d; resumes the entity of attempt %d", cr.att.gen, d.att.gen)
-	b.mu.Unlock()
+	d.unlock()
 	stored, err := commit(ctx, msg)
 	if err != nil {
 		return nil, err
 	}
-	b.mu.Lock()
+	d.lock()
 	if cur == "" {
 		// The current attempt may have deferred the chunk while the store
 		// committed the redemption (mu was not held): its claim is issued
@@ -198,7 +218,7 @@ func (b *Bridge) redeemEarlier(ctx context.Context, d *docRun, cr *claimRun, cla
 	d.out.claims[claimID] = true
 	out := publicClaim(cr.c, time.Now())
 	b.kickFlush()
-	b.mu.Unlock()
+	d.unlock()
 	if cur != "" {
 		if _, err := b.redeemRun(ctx, d, cur, claimID, d.localCommit(cur)); err != nil {
 			return nil, fmt.Errorf("claim %s is redeemed, but resuming the entity through the current claim %s failed: %w", claimID, cur, err)
@@ -247,12 +267,12 @@ func (env *docEnv) commitRedeem(ctx context.Context, t Tenant, docID string, c *
 // of claim claimID of d.
 func (d *docRun) localCommit(claimID string) redeemCommit {
 	return func(ctx context.Context, msg string) (*gatewayv1.ClaimCheck, error) {
-		d.env.reg.mu.Lock()
+		d.lockDoc()
 		var c *gatewayv1.ClaimCheck
 		if cr := d.claims[claimID]; cr != nil {
 			c = proto.Clone(cr.c).(*gatewayv1.ClaimCheck)
 		}
-		d.env.reg.mu.Unlock()
+		d.unlockDoc()
 		if c == nil {
 			return nil, fmt.Errorf("claim %s of document %s is no longer known here; retry: %w", claimID, d.id, ErrUnavailable)
 		}
@@ -302,17 +322,17 @@ func (b *Bridge) redeemableClaim(ctx context.Context, t Tenant, claimID string, 
 // document.
 func (env *docEnv) redeemRun(ctx context.Context, d *docRun, claimID, via string, commit redeemCommit) (*gatewayv1.ClaimCheck, error) {
 	what := "claim " + claimID
-	env.reg.mu.Lock()
+	d.lockDoc()
 	cr := d.claims[claimID]
 	if cr == nil || !cr.att.current() {
-		env.reg.mu.Unlock()
+		d.unlockDoc()
 		return nil, fmt.Errorf("document %s was re-dispatched or finished while %s was being redeemed; retry: %w", d.id, what, ErrUnavailable)
 	}
 	ss := cr.att.ss
 	e := proto.Clone(cr.att.ents[cr.key]).(*gatewayv1.Entity)
 	isRoot := cr.key == rootKey(cr.att.rootID)
 	mode := cr.att.mode
-	env.reg.mu.Unlock()
+	d.unlockDoc()
 
 	msg := ""
 	if via != "" {
@@ -324,11 +344,11 @@ func (env *docEnv) redeemRun(ctx context.Context, d *docRun, claimID, via string
 	}
 	sk := entKey{id: e.EntityId}
 	w := make(chan wire.Status, 1)
-	env.reg.mu.Lock()
+	d.lock()
 	d.redeemedLocked(cr, stored)
 	ss.waiters[sk] = w
 	env.kickFlush()
-	env.reg.mu.Unlock()
+	d.unlock()
 	dropWaiter := func() {
 		env.reg.mu.Lock()
 		if ss.waiters[sk] == w {
@@ -370,9 +390,9 @@ func (env *docEnv) redeemRun(ctx context.Context, d *docRun, claimID, via string
 		d.redeemPending(cr, claimID, ss, sk, w)
 		return nil, ctx.Err()
 	}
-	env.reg.mu.Lock()
+	d.lockDoc()
 	out := publicClaim(cr.c, time.Now())
-	env.reg.mu.Unlock()
+	d.unlockDoc()
 	return out, nil
 }
 
@@ -405,12 +425,12 @@ func (d *docRun) redeemPending(cr *claimRun, claimID string, ss *sessState, sk e
 	a := cr.att
 	why := fmt.Sprintf("claim %s is redeemed and its entity was sent to the PipeStream peer %s at %s; waiting for the peer's answer to the redemption",
 		claimID, ss.pc.addr, time.Now().UTC().Format(time.RFC3339))
-	d.env.reg.mu.Lock()
+	d.lockDoc()
 	if a.current() {
 		d.setWaitReason(why)
 		d.env.kickFlush()
 	}
-	d.env.reg.mu.Unlock()
+	d.unlockDoc()
 	d.env.log.Info("bridge: the peer has not answered a redemption yet; it stays pending", "doc", d.id, "claim", claimID, "peer", ss.pc.addr)
 	d.env.wg.Add(1)
 	go func() {
@@ -426,7 +446,7 @@ func (d *docRun) redeemPending(cr *claimRun, claimID string, ss *sessState, sk e
 			ended = true
 		case <-d.env.ctx.Done():
 		}
-		d.env.reg.mu.Lock()
+		d.lock()
 		if ss.waiters[sk] == w {
 			delete(ss.waiters, sk)
 		}
@@ -438,7 +458,7 @@ func (d *docRun) redeemPending(cr *claimRun, claimID string, ss *sessState, sk e
 			}
 			d.env.kickFlush()
 		}
-		d.env.reg.mu.Unlock()
+		d.unlock()
 		switch {
 		case answered:
 			if err := d.redeemAnswered(claimID, st); err != nil {
@@ -455,8 +475,8 @@ func (d *docRun) redeemPending(cr *claimRun, claimID string, ss *sessState, sk e
 // (or root) again, the entity is resumed through the new claim
 // (preRedeem, onDeferredLocked), as for a claim of an earlier attempt.
 func (d *docRun) carryRedemption(cr *claimRun, claimID string) {
-	d.env.reg.mu.Lock()
-	defer d.env.reg.mu.Unlock()
+	d.lockDoc()
+	defer d.unlockDoc()
 	if d.terminal() || d.dropped || cr.slot == noSlot || cr.key.scope != 0 {
 		return
 	}
@@ -469,8 +489,8 @@ func (d *docRun) carryRedemption(cr *claimRun, claimID string) {
 // rejectClaim records the peer's refusal of a redemption on the claim (state
 // and a #claim event with why), the deferred entity and the document.
 func (d *docRun) rejectClaim(claimID string, st gatewayv1.ClaimCheck_ClaimState, action, why string) {
-	d.env.reg.mu.Lock()
-	defer d.env.reg.mu.Unlock()
+	d.lock()
+	defer d.unlock()
 	d.env.m.claims.WithLabelValues(action).Inc()
 	d.env.log.Warn("bridge: the peer refused a redemption", "doc", d.id, "claim", claimID, "why", why)
 	cr := d.claims[claimID]
@@ -587,26 +607,17 @@ func (b *Bridge) sweepClaims(ctx context.Context) {
 		return
 	}
 	var orphans []store.ClaimRecord
-	b.mu.Lock()
 	for _, r := range recs {
-		id := r.Claim.ClaimId
-		if d := b.docs[r.Claim.DocumentId]; d != nil && d.claims[id] != nil && !d.terminal() {
-			cr := d.claims[id]
-			if cr.c.State != gatewayv1.ClaimCheck_ISSUED {
-				continue
-			}
-			cr.c.State = gatewayv1.ClaimCheck_EXPIRED
-			d.out.claims[id] = true
-			d.addEvent(&gatewayv1.Event{Kind: kindClaim, ClaimId: id, ClaimAction: "expired", EntityId: r.Claim.EntityId, ScopeId: r.Claim.ScopeId})
-			b.m.claims.WithLabelValues("expired").Inc()
-			continue
+		b.mu.Lock()
+		d := lockFound(b.reg, func() *docRun { return b.docs[r.Claim.DocumentId] })
+		if d == nil || !d.expireClaimLocked(r) {
+			c := proto.Clone(r.Claim).(*gatewayv1.ClaimCheck)
+			c.State = gatewayv1.ClaimCheck_EXPIRED
+			orphans = append(orphans, store.ClaimRecord{Tenant: r.Tenant, Claim: c})
 		}
-		c := proto.Clone(r.Claim).(*gatewayv1.ClaimCheck)
-		c.State = gatewayv1.ClaimCheck_EXPIRED
-		orphans = append(orphans, store.ClaimRecord{Tenant: r.Tenant, Claim: c})
+		unlockFound(b.reg, d)
 	}
 	b.kickFlush()
-	b.mu.Unlock()
 	if len(orphans) > 0 {
 		if _, err := b.commit(ctx, &store.Batch{Claims: orphans}); err != nil && ctx.Err() == nil {
 			b.log.Warn("bridge: marking expired claims failed", "err", err)

@@ -62,10 +62,10 @@ func (env *docEnv) openContent(ctx context.Context, d *docRun) (contentReader, e
 	if !d.inline {
 		return env.st.OpenPayload(ctx, d.id, store.PayloadContent)
 	}
-	env.reg.mu.Lock()
+	d.lockDoc()
 	held := d.content
 	d.content = nil
-	env.reg.mu.Unlock()
+	d.unlockDoc()
 	if held != nil {
 		return inlineContent{bytes.NewReader(held), held}, nil
 	}

@@ -120,14 +120,14 @@ const diskFullPrefix = "disk full: "
 func (d *docRun) diskRetryFor() diskRetry {
 	return diskRetry{
 		wait: func(attempt int, err error) bool {
-			d.env.reg.mu.Lock()
+			d.lock()
 			closing := d.env.reg.closing
 			if attempt == 0 && !closing && !d.terminal() {
 				d.env.log.Warn("bridge: disk full while storing a result; retrying until space returns", "doc", d.id, "err", err)
 				d.setState(d.rec.Doc.State, fmt.Sprintf(diskFullPrefix+"storing the result on the gateway failed (%v); retrying until space returns (a local failure, not the peer's)", err))
 				d.env.kickFlush()
 			}
-			d.env.reg.mu.Unlock()
+			d.unlock()
 			if closing {
 				return false
 			}
@@ -135,8 +135,8 @@ func (d *docRun) diskRetryFor() diskRetry {
 			return true
 		},
 		recovered: func() {
-			d.env.reg.mu.Lock()
-			defer d.env.reg.mu.Unlock()
+			d.lockDoc()
+			defer d.unlockDoc()
 			if !d.terminal() && strings.HasPrefix(d.rec.Doc.Error, diskFullPrefix) {
 				d.rec.Doc.Error = ""
 				d.out.markDirty(time.Now())

@@ -16,38 +16,60 @@ import (
 	"github.com/pipestream/gateway/quicpeer/wire"
 )
 
-// startAttemptLocked pops the next queued document and starts an attempt on
+// startAttempt takes the next queued document and starts an attempt on
 // the session placement picks (pickSessionLocked; nil when there is
-// nothing to do).
-func (b *Bridge) startAttemptLocked() *attempt {
-	if b.closing {
-		return nil
-	}
-	ss := b.pickSessionLocked(true)
-	if ss == nil {
-		return nil
-	}
-	for len(b.queue) > 0 {
-		d := b.queue[0]
-		b.queue = b.queue[1:]
-		d.queued = false
-		if d.terminal() || d.sess() != nil {
-			continue
+// nothing to do). The queue is read under the registry's mu, the document
+// placed under its own lock (and the registry's again), which re-checks
+// what the queue said.
+func (b *Bridge) startAttempt() *attempt {
+	for {
+		b.mu.Lock()
+		if b.closing || b.pickSessionLocked(true) == nil || len(b.queue) == 0 {
+			b.mu.Unlock()
+			return nil
 		}
-		j := d.placeLocked(ss)
-		j.dispatched = true
-		ss.pc.sending++ // until runAttempt returns
-		return j
+		d := b.queue[0]
+		b.mu.Unlock()
+		d.lock()
+		j, again := d.placeQueuedLocked()
+		d.unlock()
+		if !again {
+			return j
+		}
 	}
-	return nil
+}
+
+// placeQueuedLocked takes d out of the queue and starts its attempt on the
+// session placement picks; again: d was not to be placed (taken meanwhile,
+// finished, or running), the caller looks at the queue anew.
+func (d *docRun) placeQueuedLocked() (j *attempt, again bool) {
+	if d.env.reg.closing {
+		return nil, false
+	}
+	ss := d.env.pickSessionLocked(true)
+	if ss == nil {
+		return nil, false
+	}
+	d.env.reg.unqueue(d) // queued says whether it is there: both change together
+	if !d.queued {
+		return nil, true
+	}
+	d.queued = false
+	if d.terminal() || d.sess() != nil {
+		return nil, true
+	}
+	j = d.placeLocked(ss)
+	j.dispatched = true
+	ss.pc.sending++ // until runAttempt returns
+	return j, false
 }
 
 // runAttempt sends the document (from the spool or the inline content, or
 // from src when the upload is pipelined) and handles the outcome.
 func (j *attempt) runAttempt(src chunkSource) {
 	err := j.sendDocument(src)
-	j.d.env.reg.mu.Lock()
-	defer j.d.env.reg.mu.Unlock()
+	j.d.lock()
+	defer j.d.unlock()
 	if j.dispatched {
 		j.ss.pc.sending--
 		select { // the peer may take another document
@@ -172,11 +194,11 @@ func (j *attempt) openAttemptContent() (contentReader, bool) {
 		j.retryAttemptLater(err)
 		return nil, false
 	}
-	j.d.env.reg.mu.Lock()
+	j.d.lock()
 	if j.current() {
 		j.d.finishLocked(gatewayv1.State_FAILED, fmt.Sprintf("the spooled content is missing (%v); resubmit the document", err))
 	}
-	j.d.env.reg.mu.Unlock()
+	j.d.unlock()
 	return nil, false
 }
 
@@ -187,8 +209,8 @@ func (j *attempt) openAttemptContent() (contentReader, bool) {
 func (j *attempt) retryAttemptLater(err error) {
 	j.d.env.log.Warn("bridge: the store is unavailable; dispatching the document again shortly", "doc", j.d.id, "in", storeRetryDelay, "err", err)
 	time.AfterFunc(storeRetryDelay, func() {
-		j.d.env.reg.mu.Lock()
-		defer j.d.env.reg.mu.Unlock()
+		j.d.lock()
+		defer j.d.unlock()
 		if j.current() && !j.d.terminal() && !j.d.dropped {
 			j.d.abortAttemptLocked("the store was unavailable (not the peer's fault; dispatching again): "+err.Error(), false)
 		}
@@ -210,13 +232,13 @@ func (j *attempt) sendWhole(f contentReader) error {
 	if err != nil {
 		return err
 	}
-	j.d.env.reg.mu.Lock()
+	j.d.lock()
 	if !j.current() {
-		j.d.env.reg.mu.Unlock()
+		j.d.unlock()
 		return context.Canceled
 	}
 	j.registerRootLocked(id)
-	j.d.env.reg.mu.Unlock()
+	j.d.unlock()
 	return ss.s.SendEntity(ctx, d.rootHeader(id, env, d.plan.rootMetadata(true)), bytes.NewReader(env))
 }
 

@@ -45,7 +45,7 @@
 // attempt that made it.
 //
 // Sending goroutines, result streams, timers and session callbacks hold the
-// *attempt they work for. Under Bridge.mu they ask whether it is still the
+// *attempt they work for. Under the document's lock they ask whether it is still the
 // document's by pointer: attempt.current (the newest, not ended, document
 // not finished) before sending or applying a status, attempt.newest (the
 // newest, document not finished) for results and timers. A callback from an
@@ -61,9 +61,9 @@
 // options, wake-ups, control outboxes) and the registry behind it
 // (registry.go: documents, queue, peers, sessions; leaf methods), never
 // the Bridge, whose methods are the API and the loops that call down into
-// documents (TestDocumentCodeStaysDown keeps it so). One mutex, the
-// registry's mu, still guards the registry and every document; a
-// per-document lock is the next step (docs/architecture.md,
+// documents (TestDocumentCodeStaysDown keeps it so). Each document has its
+// own mutex (docRun.mu), taken before the registry's mu, never under it;
+// doclock.go has the helpers and the rules (docs/architecture.md,
 // "Concurrency").
 //
 // # Peer modes

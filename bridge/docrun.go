@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"math"
+	"sync"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -26,8 +27,12 @@ const (
 // finished one until its terminal state is durable). Its fields live as
 // long as the document in this process; what one dispatch attempt needs
 // lives in att, what waits to be committed in out. Every field is guarded
-// by Bridge.mu unless noted.
+// by mu unless noted (and, until the registry's mu is taken only around
+// registry state, by that too: doclock.go).
 type docRun struct {
+	// mu guards the document and its attempts; it is taken before the
+	// registry's mu, never after (doclock.go).
+	mu sync.Mutex
 	// env is what the document's code may reach (bridge.go); never the
 	// Bridge itself. Set when the docRun is made, never changed.
 	env    *docEnv
@@ -60,7 +65,7 @@ type docRun struct {
 	// new claim once a flush made it durable (resumeDurableLocked).
 	resumeVia map[string]string
 
-	queued   bool // in Bridge.queue
+	queued   bool // in the registry's queue; written under both locks
 	queuedAt time.Time
 	// waitSince: when d started waiting for a session that carries it
 	// (its first queueing since the peer last reported on it); --peer-wait
@@ -237,7 +242,7 @@ func parsePrivate(b []byte) uint32 {
 
 // setWaitReason sets why d waits ("" once it no longer does), with the
 // #document event that carries the reason into the event log (as
-// superviseQueueLocked does). Caller holds Bridge.mu.
+// superviseWaitLocked does). Caller holds the document's lock.
 func (d *docRun) setWaitReason(why string) {
 	if d.rec.Doc.WaitReason == why {
 		return

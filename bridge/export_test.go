@@ -41,13 +41,13 @@ func HoldCreateCommit(cond func(claims int, ents []*gatewayv1.Entity) bool, time
 	testHookBeforeCreateCommit = func(b *Bridge, d *docRun) {
 		deadline := time.Now().Add(timeout)
 		for {
-			b.mu.Lock()
+			d.lock()
 			ents := make([]*gatewayv1.Entity, 0, len(d.att.ents))
 			for _, e := range d.att.ents {
 				ents = append(ents, proto.Clone(e).(*gatewayv1.Entity))
 			}
 			done := cond(len(d.claims), ents)
-			b.mu.Unlock()
+			d.unlock()
 			if done {
 				return
 			}

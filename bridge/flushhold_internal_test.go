@@ -34,9 +34,7 @@ func TestFlushHoldTimer(t *testing.T) {
 		}
 		take := func(all bool) []string {
 			t.Helper()
-			b.mu.Lock()
-			defer b.mu.Unlock()
-			_, took := b.takeFlushLocked(all, time.Now())
+			_, took := b.takeFlush(all, time.Now())
 			var ids []string
 			for _, f := range took {
 				ids = append(ids, f.d.id)

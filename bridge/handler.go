@@ -21,24 +21,37 @@ type handler struct {
 func (h *handler) HandleStatus(s *quicpeer.Session, f wire.StatusFrame) {
 	b := h.b
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if h.ss.s == nil {
 		h.ss.s = s
 	}
+	d := lockFound(b.reg, func() *docRun { return h.ss.statusDoc(f) })
+	defer unlockFound(b.reg, d)
 	b.onStatusLocked(h.ss, f)
 }
 
 func (h *handler) HandleScopeDigest(s *quicpeer.Session, f wire.ScopeDigestFrame) {
 	b := h.b
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	d := lockFound(b.reg, func() *docRun {
+		if own := h.ss.scopes[f.ScopeID]; own != nil {
+			return own.att.d
+		}
+		return nil
+	})
+	defer unlockFound(b.reg, d)
 	b.onDigestLocked(h.ss, f)
 }
 
 func (h *handler) HandleBarrier(s *quicpeer.Session, f wire.BarrierFrame) {
 	b := h.b
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	d := lockFound(b.reg, func() *docRun {
+		if p, ok := h.ss.lastDehyd[f.ParentEntityID]; ok && !f.Released {
+			return p.att.d
+		}
+		return nil
+	})
+	defer unlockFound(b.reg, d)
 	b.onBarrierLocked(h.ss, f)
 }
 
@@ -47,18 +60,19 @@ func (h *handler) HandleCheckpoint(*quicpeer.Session, *wire.CheckpointFrame) {}
 func (h *handler) HandleGoAway(s *quicpeer.Session, f wire.GoAwayFrame) {
 	b := h.b
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	ss := h.ss
 	ss.goaway = true
 	b.log.Info("bridge: peer sent GOAWAY; dialing a new session", "addr", ss.pc.addr, "last_entity", f.LastEntityID)
 	b.retireLocked(ss)
+	docs := ss.docList()
+	b.mu.Unlock()
 	// Documents whose streams were not all sent cannot finish here: abort
 	// their attempt on this session and re-dispatch on the next one (profile 7).
-	for d := range ss.docs {
+	eachDoc(b.reg, docs, ss.carries, func(d *docRun) {
 		if !d.att.sendDone && !d.uploading {
 			d.abortAttemptLocked("peer sent GOAWAY before the document was fully sent", false)
 		}
-	}
+	})
 }
 
 func (h *handler) HandleEntity(s *quicpeer.Session, e *quicpeer.IncomingEntity) {
@@ -69,8 +83,69 @@ func (h *handler) HandleEntity(s *quicpeer.Session, e *quicpeer.IncomingEntity) 
 func (h *handler) HandleClose(s *quicpeer.Session, err error) {
 	b := h.b
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.onSessionClosedLocked(h.ss, err)
+	reason := b.onSessionClosedLocked(h.ss, err)
+	docs := h.ss.docList()
+	b.mu.Unlock()
+	eachDoc(b.reg, docs, h.ss.carries, func(d *docRun) {
+		// An attempt counts against MaxDispatchAttempts only when its
+		// session got to carry it (the peer reported on it); one that a
+		// session ending at once never reached is not the document's fault.
+		d.abortAttemptLocked(reason, d.att.carried)
+	})
+}
+
+// docList is a snapshot of the documents in flight on ss (caller holds the
+// registry's mu).
+func (ss *sessState) docList() []*docRun {
+	docs := make([]*docRun, 0, len(ss.docs))
+	for d := range ss.docs {
+		docs = append(docs, d)
+	}
+	return docs
+}
+
+// carries says whether d is still in flight on ss (caller holds the
+// registry's mu).
+func (ss *sessState) carries(d *docRun) bool {
+	_, ok := ss.docs[d]
+	return ok
+}
+
+// statusDoc names the document a STATUS frame on ss touches (nil: none),
+// as onStatusLocked will resolve it (caller holds the registry's mu).
+func (ss *sessState) statusDoc(f wire.StatusFrame) *docRun {
+	if f.EntityID == wire.ConnectionEntity || f.Status == wire.StatusUnspecified {
+		return nil
+	}
+	if ref := ss.ents[entKey{scope: f.ScopeID, id: f.EntityID}]; ref != nil {
+		return ref.att.d
+	}
+	if f.ScopeID == 0 {
+		return nil
+	}
+	if own := ss.scopes[f.ScopeID]; own != nil {
+		return own.att.d
+	}
+	if idx := ss.guessParent(f); idx >= 0 {
+		return ss.dehyd[idx].att.d
+	}
+	return nil
+}
+
+// guessParent is the index in ss.dehyd of the entity a status in a scope
+// no BARRIER named is attributed to (newScopeEntityLocked), or -1.
+func (ss *sessState) guessParent(f wire.StatusFrame) int {
+	idx := -1
+	for i, p := range ss.dehyd {
+		if p.depth+1 == f.Depth || (f.Depth == 0 && idx < 0) {
+			idx = i
+			break
+		}
+	}
+	if idx < 0 && len(ss.dehyd) > 0 {
+		idx = 0
+	}
+	return idx
 }
 
 // onStatusLocked applies a STATUS frame from the peer (profile 3-6).
@@ -190,16 +265,7 @@ func (b *Bridge) ownScopeLocked(ss *sessState, scope uint32, p parentRef) *scope
 func (b *Bridge) newScopeEntityLocked(ss *sessState, f wire.StatusFrame) *entRef {
 	own := ss.scopes[f.ScopeID]
 	if own == nil {
-		idx := -1
-		for i, p := range ss.dehyd {
-			if p.depth+1 == f.Depth || (f.Depth == 0 && idx < 0) {
-				idx = i
-				break
-			}
-		}
-		if idx < 0 && len(ss.dehyd) > 0 {
-			idx = 0
-		}
+		idx := ss.guessParent(f)
 		if idx < 0 {
 			b.log.Warn("bridge: status in an unknown scope with no dehydrating parent", "scope", f.ScopeID, "entity", f.EntityID)
 			return nil
@@ -309,8 +375,8 @@ func (d *docRun) armFinishTimerLocked(after time.Duration, msg string) {
 	a := d.att
 	a.stopFinishTimer()
 	a.finishTimer = time.AfterFunc(after, func() {
-		d.env.reg.mu.Lock()
-		defer d.env.reg.mu.Unlock()
+		d.lock()
+		defer d.unlock()
 		if !a.newest() {
 			return
 		}
@@ -427,7 +493,7 @@ func (d *docRun) resumeDurableLocked(claims map[string]bool) {
 
 // onSessionClosedLocked fails the non-terminal entities of the session's
 // documents locally and re-dispatches those documents (profile 7, 8).
-func (b *Bridge) onSessionClosedLocked(ss *sessState, err error) {
+func (b *Bridge) onSessionClosedLocked(ss *sessState, err error) string {
 	ss.closed, ss.closedAt = true, time.Now()
 	if err != nil {
 		ss.closeErr = err.Error()
@@ -452,12 +518,7 @@ func (b *Bridge) onSessionClosedLocked(ss *sessState, err error) {
 	if len(ss.docs) > 0 {
 		b.log.Warn("bridge: session ended with documents in flight; re-dispatching", "addr", ss.pc.addr, "docs", len(ss.docs), "err", err)
 	}
-	for d := range ss.docs {
-		// An attempt counts against MaxDispatchAttempts only when its
-		// session got to carry it (the peer reported on it); one that a
-		// session ending at once never reached is not the document's fault.
-		d.abortAttemptLocked(reason, d.att.carried)
-	}
+	return reason
 }
 
 // abortAttemptLocked ends d's current attempt: non-terminal entities become
@@ -527,8 +588,9 @@ func (env *docEnv) giveUpLocked(ss *sessState, d *docRun, id uint32) {
 func (b *Bridge) onResult(ss *sessState, e *quicpeer.IncomingEntity) {
 	b.mu.Lock()
 	mode := ss.mode
+	d := lockFound(b.reg, func() *docRun { return resultDoc(ss, e.Header) })
 	ref, r := mode.attributeLocked(b.docEnv, ss, e.Header)
-	b.mu.Unlock()
+	unlockFound(b.reg, d)
 	if ref == nil {
 		b.refuseResult(ss, e, r)
 		return
@@ -543,8 +605,8 @@ func (a *attempt) onWholeResult(e *quicpeer.IncomingEntity) {
 	h, d := e.Header, a.d
 	inline, spooled, n, err := a.d.env.readResult(d.id, e.Payload, h.PayloadLength, d.diskRetryFor())
 	a.d.env.m.bytesOut.Add(float64(n))
-	a.d.env.reg.mu.Lock()
-	defer a.d.env.reg.mu.Unlock()
+	a.d.lock()
+	defer a.d.unlock()
 	if !a.newest() {
 		return
 	}
@@ -559,6 +621,20 @@ func (a *attempt) onWholeResult(e *quicpeer.IncomingEntity) {
 	d.rec.Doc.ResultSizeBytes = uint64(n)
 	d.maybeFinishLocked()
 	a.d.env.kickFlush()
+}
+
+// resultDoc names the document whose root an entity the peer sent may
+// answer (its parent-id's, else its entity-id's), or nil; attribution
+// decides (caller holds the registry's mu).
+func resultDoc(ss *sessState, h *wire.EntityHeader) *docRun {
+	id := h.EntityID
+	if h.ParentID != nil {
+		id = *h.ParentID
+	}
+	if ref := ss.ents[rootKey(id)]; ref != nil {
+		return ref.att.d
+	}
+	return nil
 }
 
 func scopeOf(h *wire.EntityHeader) uint32 {

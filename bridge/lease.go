@@ -94,12 +94,13 @@ func (b *Bridge) takeoverLoop(ctx context.Context, l Leaser) {
 // leaseLost is the store's hook: the documents ids are driven elsewhere now
 // (or will be), so this bridge forgets them.
 func (b *Bridge) leaseLost(ids []string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	for _, id := range ids {
-		if d := b.docs[id]; d != nil {
+		b.mu.Lock()
+		d := lockFound(b.reg, func() *docRun { return b.docs[id] })
+		if d != nil {
 			d.dropLocked("lease lost")
 		}
+		unlockFound(b.reg, d)
 	}
 }
 
@@ -135,30 +136,4 @@ func (d *docRun) dropLocked(why string) {
 		}
 	}
 	d.env.log.Warn("bridge: stopped driving a document; another replica takes it over", "doc", d.id, "why", why)
-}
-
-// leaseLostInFlush handles a flush refused by the lease check: the
-// documents it names are dropped (never retried); the others of the batch
-// go back to their outboxes for the next flush, which runs at once.
-// Reports whether err was a lost lease.
-func (b *Bridge) leaseLostInFlush(took []docFlush, err error) bool {
-	var le *store.LeaseLostError
-	if !errors.As(err, &le) {
-		return false
-	}
-	lost := map[string]bool{}
-	for _, id := range le.DocIDs {
-		lost[id] = true
-	}
-	now := time.Now()
-	for _, t := range took {
-		if lost[t.d.id] {
-			t.d.dropLocked(le.Reason)
-			continue
-		}
-		t.d.persistedRev = t.prevRev
-		t.d.out.putBack(t.took, now)
-	}
-	b.kickFlush()
-	return true
 }

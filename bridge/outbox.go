@@ -24,7 +24,7 @@ type dirtyDigest struct {
 
 // outbox holds a document's changes not yet committed. A commit takes the
 // whole outbox (take) and, when the commit fails, puts it back (putBack)
-// before the changes made meanwhile. Guarded by Bridge.mu.
+// before the changes made meanwhile. Guarded by the document's mutex.
 type outbox struct {
 	dirty bool      // something changed since the last take
 	since time.Time // when dirty was set (flush hold, persist.go)

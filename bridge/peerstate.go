@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -355,35 +356,52 @@ func (b *Bridge) superviseLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		b.mu.Lock()
-		now := time.Now()
-		b.superviseQueueLocked(now)
-		b.superviseTimeoutsLocked(now)
-		b.mu.Unlock()
+		b.supervise(time.Now())
 	}
 }
 
-// superviseQueueLocked updates the wait reason of queued documents and
-// fails the ones that waited longer than PeerWait for a session.
-func (b *Bridge) superviseQueueLocked(now time.Time) {
-	why := b.waitReasonLocked()
-	for _, d := range b.queue {
-		if d.terminal() || !d.queued {
-			continue
-		}
-		if why != "" && now.Sub(d.queuedAt) < superviseInterval {
-			continue // a document just queued is not held up yet
-		}
-		if d.rec.Doc.WaitReason != why {
-			// A #document event carries the reason into the event log.
-			d.rec.Doc.WaitReason = why
-			d.addEvent(&gatewayv1.Event{Kind: kindDocument, State: d.rec.Doc.State, Message: why})
-			b.kickFlush()
-		}
-		if why != "" && now.Sub(d.waitSince) > b.opts.PeerWait {
-			msg := fmt.Sprintf("no session to %s within %v (--peer-wait): %s", b.peerAddrs(), b.opts.PeerWait, why)
-			d.failWaitingLocked(msg)
-		}
+// supervise runs one pass of superviseLoop: the wait reason and the queue
+// are read under the registry's mu, then each document is supervised
+// under its own lock (and the registry's).
+func (b *Bridge) supervise(now time.Time) {
+	b.mu.Lock()
+	why, addrs := b.waitReasonLocked(), b.peerAddrs()
+	queued := slices.Clone(b.queue)
+	docs := b.docList()
+	b.mu.Unlock()
+	eachDoc(b.reg, queued, nil, func(d *docRun) { d.superviseWaitLocked(now, why, addrs) })
+	eachDoc(b.reg, docs, nil, func(d *docRun) { d.superviseTimeoutLocked(now) })
+}
+
+// docList is a snapshot of the documents of this process (caller holds the
+// registry's mu).
+func (r *registry) docList() []*docRun {
+	docs := make([]*docRun, 0, len(r.docs))
+	for _, d := range r.docs {
+		docs = append(docs, d)
+	}
+	return docs
+}
+
+// superviseWaitLocked updates the wait reason of d, a queued document,
+// and fails it when it waited longer than PeerWait for a session (why:
+// the reason documents wait now, "" for none; addrs: the peers).
+func (d *docRun) superviseWaitLocked(now time.Time, why, addrs string) {
+	if d.terminal() || !d.queued {
+		return
+	}
+	if why != "" && now.Sub(d.queuedAt) < superviseInterval {
+		return // a document just queued is not held up yet
+	}
+	if d.rec.Doc.WaitReason != why {
+		// A #document event carries the reason into the event log.
+		d.rec.Doc.WaitReason = why
+		d.addEvent(&gatewayv1.Event{Kind: kindDocument, State: d.rec.Doc.State, Message: why})
+		d.env.kickFlush()
+	}
+	if why != "" && now.Sub(d.waitSince) > d.env.opts.PeerWait {
+		msg := fmt.Sprintf("no session to %s within %v (--peer-wait): %s", addrs, d.env.opts.PeerWait, why)
+		d.failWaitingLocked(msg)
 	}
 }
 

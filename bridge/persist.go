@@ -52,50 +52,76 @@ type docFlush struct {
 // flush commits every dirty committed document in one batch. Unless all
 // is set, a document whose only changes are progress (see holdable) stays
 // out for up to flushHold, so that its progress rides with its next change.
+// Each document is taken from and finished under its own lock (and the
+// registry's); only the flusher takes and puts back, so what one flush
+// took is back or durable before the next one looks.
 func (b *Bridge) flush(all bool) {
-	b.mu.Lock()
-	batch, took := b.takeFlushLocked(all, time.Now())
-	b.mu.Unlock()
+	batch, took := b.takeFlush(all, time.Now())
 	if len(took) == 0 {
 		return
 	}
 	_, err := b.commit(context.Background(), batch)
 	var detach []detachReq
-	defer func() { runDetach(b, detach) }() // after the unlock below
+	defer func() { runDetach(b, detach) }() // after the unlocks below
+	var le *store.LeaseLostError
+	lost := map[string]bool{}
+	if errors.As(err, &le) {
+		for _, id := range le.DocIDs {
+			lost[id] = true
+		}
+	}
+	now := time.Now()
+	for _, t := range took {
+		t.d.lock()
+		switch {
+		case err == nil:
+			detach = append(detach, b.flushedLocked(t)...)
+		case lost[t.d.id]:
+			t.d.dropLocked(le.Reason)
+		default:
+			t.putBackLocked(now)
+		}
+		t.d.unlock()
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	defer b.flushDoneLocked()
-	if err != nil {
-		if !b.leaseLostInFlush(took, err) {
-			b.putBackLocked(took, err)
+	switch {
+	case le != nil:
+		b.kickFlush()
+	case err != nil:
+		b.log.Error("bridge: committing document state failed; will retry", "docs", len(took), "err", err)
+		if !errors.Is(err, store.ErrClosed) {
+			time.AfterFunc(100*time.Millisecond, b.kickFlush)
 		}
-		return
-	}
-	for _, t := range took {
-		detach = append(detach, b.flushedLocked(t)...)
 	}
 }
 
-// takeFlushLocked builds one flush's batch from the documents due now and
+// takeFlush builds one flush's batch from the documents due now and
 // arms the hold timer for the ones held back.
-func (b *Bridge) takeFlushLocked(all bool, now time.Time) (*store.Batch, []docFlush) {
+func (b *Bridge) takeFlush(all bool, now time.Time) (*store.Batch, []docFlush) {
+	b.mu.Lock()
+	docs := b.docList()
+	b.mu.Unlock()
 	batch := &store.Batch{}
 	var took []docFlush
 	var wake time.Duration
-	for _, d := range b.docs {
+	eachDoc(b.reg, docs, func(d *docRun) bool { return b.docs[d.id] == d }, func(d *docRun) {
 		if !d.committed || !d.out.dirty {
-			continue
+			return
 		}
 		if left := flushHold - now.Sub(d.out.since); !all && d.holdable() && left > 0 {
 			if wake == 0 || left < wake {
 				wake = left
 			}
-			continue
+			return
 		}
 		took = append(took, d.takeFlushLocked(batch))
-	}
+	})
 	if wake > 0 {
+		b.mu.Lock()
 		b.armHoldLocked(wake)
+		b.mu.Unlock()
 	}
 	return batch, took
 }
@@ -115,18 +141,11 @@ func (d *docRun) takeFlushLocked(batch *store.Batch) docFlush {
 	return t
 }
 
-// putBackLocked returns what a failed flush took to the documents' outboxes
-// and retries soon (unless the store is closed).
-func (b *Bridge) putBackLocked(took []docFlush, err error) {
-	b.log.Error("bridge: committing document state failed; will retry", "docs", len(took), "err", err)
-	now := time.Now()
-	for _, t := range took {
-		t.d.persistedRev = t.prevRev
-		t.d.out.putBack(t.took, now)
-	}
-	if !errors.Is(err, store.ErrClosed) {
-		time.AfterFunc(100*time.Millisecond, b.kickFlush)
-	}
+// putBackLocked returns what a failed flush took to the document's outbox
+// (caller holds its lock); the flusher retries soon.
+func (t docFlush) putBackLocked(now time.Time) {
+	t.d.persistedRev = t.prevRev
+	t.d.out.putBack(t.took, now)
 }
 
 // flushedLocked finishes what a committed flush made durable for one
@@ -148,7 +167,7 @@ func (b *Bridge) flushedLocked(t docFlush) []detachReq {
 	if !t.final || t.d.out.dirty {
 		return detach
 	}
-	delete(b.docs, t.d.id)
+	b.reg.forget(t.d)
 	if t.d.inline {
 		return detach // the content row went with the terminal batch
 	}
@@ -270,16 +289,15 @@ func (d *docRun) detachDeferredLocked(claims map[string]bool) []detachReq {
 // for (Close ends it then; the claims outlive the session).
 func (b *Bridge) sessionWaitsOnlyOnClaims(ss *sessState) bool {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	for d := range ss.docs {
-		if d.terminal() || d.sess() != ss {
-			continue
+	docs := ss.docList()
+	b.mu.Unlock()
+	only := true
+	eachDoc(b.reg, docs, ss.carries, func(d *docRun) {
+		if only && !d.terminal() && d.sess() == ss {
+			only = waitsOnlyOnClaimsLocked(d, ss, durableDeferredLocked(d, ss))
 		}
-		if !waitsOnlyOnClaimsLocked(d, ss, durableDeferredLocked(d, ss)) {
-			return false
-		}
-	}
-	return true
+	})
+	return only
 }
 
 // flushDoneLocked wakes the callers waiting for a flush (waitDurable).
@@ -296,14 +314,14 @@ func (b *Bridge) waitDurable(ctx context.Context, d *docRun, rev uint64) error {
 	ctx, cancel := context.WithTimeout(ctx, durableWait)
 	defer cancel()
 	for {
-		b.mu.Lock()
+		d.lock()
 		if d.durableRev >= rev {
-			b.mu.Unlock()
+			d.unlock()
 			return nil
 		}
 		wake := b.flushed
 		b.kickFlush()
-		b.mu.Unlock()
+		d.unlock()
 		select {
 		case <-wake:
 		case <-ctx.Done():

@@ -28,8 +28,8 @@ type pipeSummary struct {
 // startPipe starts a pipelined attempt for d on the active session, or
 // returns nil when no session is up (the upload then only spools).
 func (d *docRun) startPipe() *pipe {
-	d.env.reg.mu.Lock()
-	defer d.env.reg.mu.Unlock()
+	d.lock()
+	defer d.unlock()
 	ss := d.env.pickSessionLocked(false)
 	if ss == nil || d.env.reg.closing || !ss.mode.pipelined() {
 		return nil // plain documents are sent from the spool (docs/profile.md 9)

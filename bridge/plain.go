@@ -70,13 +70,13 @@ func (j *attempt) sendPlainWhole(f contentReader, meta bool) error {
 	if err != nil {
 		return err
 	}
-	j.d.env.reg.mu.Lock()
+	j.d.lock()
 	if !j.current() {
-		j.d.env.reg.mu.Unlock()
+		j.d.unlock()
 		return context.Canceled
 	}
 	j.registerRootLocked(id)
-	j.d.env.reg.mu.Unlock()
+	j.d.unlock()
 	h := &wire.EntityHeader{EntityID: id, Layer: 0, ContentType: d.rec.Doc.ContentType,
 		PayloadLength: uint64(d.size), Checksum: append([]byte(nil), d.sum[:]...)}
 	if meta {
@@ -105,9 +105,9 @@ func (j *attempt) sendPlainChunks(f contentReader) error {
 		total := uint64(0)
 		if errors.Is(nerr, io.EOF) {
 			total = cur.Index + 1
-			j.d.env.reg.mu.Lock()
+			j.d.lock()
 			j.plainTotal = int(total)
-			j.d.env.reg.mu.Unlock()
+			j.d.unlock()
 		} else if nerr != nil {
 			return nerr
 		}
@@ -120,11 +120,11 @@ func (j *attempt) sendPlainChunks(f contentReader) error {
 	if !errors.Is(err, io.EOF) {
 		return err
 	}
-	j.d.env.reg.mu.Lock()
+	j.d.lock()
 	if j.current() {
 		d.checkPlainChildrenLocked()
 	}
-	j.d.env.reg.mu.Unlock()
+	j.d.unlock()
 	return nil
 }
 
@@ -136,13 +136,13 @@ func (j *attempt) startDehydration() (uint32, error) {
 	if err != nil {
 		return 0, err
 	}
-	j.d.env.reg.mu.Lock()
+	j.d.lock()
 	if !j.current() {
-		j.d.env.reg.mu.Unlock()
+		j.d.unlock()
 		return 0, context.Canceled
 	}
 	j.registerRootLocked(rootID)
-	j.d.env.reg.mu.Unlock()
+	j.d.unlock()
 	// The children carry the policy; register it for R too, so the
 	// session knows the children's retry budget (FAILED -> RETRYING).
 	if err := ss.s.SetPolicy(rootID, d.plan.wirePolicy()); err != nil {
@@ -151,14 +151,14 @@ func (j *attempt) startDehydration() (uint32, error) {
 	if err := ss.s.SendStatus(wire.StatusFrame{Status: wire.StatusDehydrating, EntityID: rootID}); err != nil {
 		return 0, fmt.Errorf("send DEHYDRATING: %w", err)
 	}
-	j.d.env.reg.mu.Lock()
+	j.d.lock()
 	if j.current() {
 		e := j.ents[rootKey(rootID)]
 		e.Status = gatewayv1.EntityStatus_ENTITY_STATUS_DEHYDRATING
 		d.setEntity(rootKey(rootID), e)
 		j.d.env.kickFlush()
 	}
-	j.d.env.reg.mu.Unlock()
+	j.d.unlock()
 	return rootID, nil
 }
 
@@ -177,9 +177,9 @@ func (j *attempt) sendChunk(rootID uint32, c split.Chunk, total uint64, md map[s
 		ChunkInfo:        &wire.ChunkInfo{TotalChunks: total, ChunkIndex: c.Index, ChunkOffset: c.Offset},
 		CompletionPolicy: d.plan.wirePolicy(),
 	}
-	j.d.env.reg.mu.Lock()
+	j.d.lock()
 	if !j.current() {
-		j.d.env.reg.mu.Unlock()
+		j.d.unlock()
 		return context.Canceled
 	}
 	k := rootKey(id)
@@ -187,7 +187,7 @@ func (j *attempt) sendChunk(rootID uint32, c split.Chunk, total uint64, md map[s
 	d.setEntity(k, &gatewayv1.Entity{EntityId: id, ParentId: rootID, Status: gatewayv1.EntityStatus_ENTITY_STATUS_PENDING,
 		ChunkIndex: uint32(c.Index), ChunkOffset: c.Offset, SizeBytes: uint64(len(c.Data)), Checksum: hexSum(c.Sum[:])})
 	j.entSince[k] = time.Now()
-	j.d.env.reg.mu.Unlock()
+	j.d.unlock()
 	if err := ss.s.SendEntity(ctx, h, bytes.NewReader(c.Data)); err != nil {
 		return fmt.Errorf("send chunk %d: %w", c.Index, err)
 	}
@@ -200,14 +200,14 @@ func (j *attempt) sendChunk(rootID uint32, c split.Chunk, total uint64, md map[s
 // document's result and a chunk's is spooled until the document is
 // rehydrated.
 func (env *docEnv) onPlainResult(ref *entRef, e *quicpeer.IncomingEntity) {
-	env.reg.mu.Lock()
+	ref.att.d.lockDoc()
 	a, key := ref.att, ref.key
 	isRoot := key == rootKey(a.rootID)
 	var idx uint64
 	if ent := a.ents[key]; ent != nil {
 		idx = uint64(ent.ChunkIndex)
 	}
-	env.reg.mu.Unlock()
+	ref.att.d.unlockDoc()
 	if isRoot {
 		a.storePlainRootResult(e)
 	} else {
@@ -220,8 +220,8 @@ func (a *attempt) storePlainRootResult(e *quicpeer.IncomingEntity) {
 	d := a.d
 	inline, spooled, n, err := a.d.env.readResult(d.id, e.Payload, e.Header.PayloadLength, d.diskRetryFor())
 	a.d.env.m.bytesOut.Add(float64(n))
-	a.d.env.reg.mu.Lock()
-	defer a.d.env.reg.mu.Unlock()
+	a.d.lock()
+	defer a.d.unlock()
 	if !a.newest() {
 		return
 	}
@@ -257,8 +257,8 @@ func (a *attempt) storePlainPart(idx uint64, e *quicpeer.IncomingEntity) {
 	d := a.d
 	p, err := spoolPart(filepath.Join(a.d.env.opts.DataDir, plainPartsDir), d.id, e.Payload)
 	a.d.env.m.bytesOut.Add(float64(p.n))
-	a.d.env.reg.mu.Lock()
-	defer a.d.env.reg.mu.Unlock()
+	a.d.lock()
+	defer a.d.unlock()
 	stale := !a.newest()
 	if !stale {
 		a.plainActive--
@@ -335,8 +335,8 @@ func (d *docRun) armPlainSettleLocked(then func(*docRun), wait time.Duration) {
 		a.plainSettle.Stop()
 	}
 	a.plainSettle = time.AfterFunc(wait, func() {
-		d.env.reg.mu.Lock()
-		defer d.env.reg.mu.Unlock()
+		d.lock()
+		defer d.unlock()
 		if !a.newest() {
 			return
 		}
@@ -489,8 +489,8 @@ func (d *docRun) assemblePlainLocked() {
 		for _, p := range parts {
 			_ = os.Remove(p.path)
 		}
-		d.env.reg.mu.Lock()
-		defer d.env.reg.mu.Unlock()
+		d.lock()
+		defer d.unlock()
 		if !a.newest() {
 			return
 		}
@@ -534,8 +534,8 @@ func (d *docRun) awaitMissingPartsLocked(miss []uint64) {
 		"doc", d.id, "peer", a.peerAddr(), "chunks", miss, "results", len(a.plainParts))
 	a.stopFinishTimer()
 	a.finishTimer = time.AfterFunc(resultFinishGrace, func() {
-		d.env.reg.mu.Lock()
-		defer d.env.reg.mu.Unlock()
+		d.lock()
+		defer d.unlock()
 		if !a.current() || a.resultReady {
 			return
 		}

@@ -105,13 +105,13 @@ func (b *Bridge) Cancel(ctx context.Context, t Tenant, id string) (*gatewayv1.Do
 		return nil, mapStoreErr("document "+id, err)
 	}
 	b.mu.Lock()
-	d := b.docs[id]
+	d := lockFound(b.reg, func() *docRun { return b.docs[id] })
 	if d == nil || d.terminal() {
-		b.mu.Unlock()
 		state := rec.Doc.GetState()
 		if d != nil {
 			state = d.rec.Doc.GetState()
 		}
+		unlockFound(b.reg, d)
 		if d == nil && b.shared() && !store.IsTerminal(state) {
 			return b.cancelElsewhere(ctx, t, id) // remotecancel.go
 		}
@@ -131,7 +131,7 @@ func (b *Bridge) Cancel(ctx context.Context, t Tenant, id string) (*gatewayv1.Do
 	d.finishLocked(gatewayv1.State_CANCELLED, "cancelled by the client")
 	snap := d.snapshot()
 	out := b.publicDoc(snap)
-	b.mu.Unlock()
+	d.unlock()
 	// Read your writes: answer once the cancel is durable, so that the
 	// next GetDocument or GetOperation, on any replica, shows it.
 	if err := b.waitDurable(ctx, d, snap.Doc.GetRev()); err != nil {

@@ -31,55 +31,67 @@ func (b *Bridge) recover(ctx context.Context) error {
 
 // recoverRecords loads recs into memory and queues them for a new attempt.
 func (b *Bridge) recoverRecords(ctx context.Context, recs []*recoverable) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	for _, r := range recs {
-		rec := r.rec
-		if old := b.docs[rec.Doc.Id]; old != nil {
-			// Our lease of it was lost and is ours again (a new epoch): the
-			// stored record is the truth, not what memory still has.
-			old.dropLocked("re-acquired with a new lease")
-		}
-		opts := &gatewayv1.SubmitOptions{
-			ContentType: rec.Doc.ContentType, RequestId: rec.Doc.RequestId, Split: rec.Doc.Split,
-			CompletionPolicy: rec.Doc.CompletionPolicy, Metadata: rec.Doc.Metadata, DisplayName: rec.Doc.DisplayName,
-		}
-		p, err := newPlan(opts)
-		if err != nil {
-			// Options were validated at submit; a newer, stricter version
-			// must not wedge the document.
-			p = &plan{opts: opts, strategy: opts.GetSplit().GetStrategy(), chunkBytes: int(max(opts.GetSplit().GetChunkBytes(), 1))}
-		}
-		d := b.newDocRun(rec.Doc.Id, Tenant(rec.Tenant), p)
-		d.rec = rec
-		d.rec.Doc = proto.Clone(rec.Doc).(*gatewayv1.Document)
-		d.rec.Doc.Entities, d.rec.Doc.Digests, d.rec.Doc.ClaimChecks = nil, nil, nil
-		d.committed = true
-		d.persistedRev = rec.Doc.Rev
-		d.size = int64(rec.Doc.SizeBytes)
-		copy(d.sum[:], mustHex(rec.Doc.Checksum))
-		// Every record written before inline content existed names its
-		// spool file; "" means the content is in the payloads table.
-		d.inline = !rec.ContentPayload
-		b.docs[d.id] = d
-		b.m.running.Inc()
-		// The next dispatch is a new attempt: its entity rows supersede the
-		// previous process's (store migration 2), so those are left as
-		// they are. Issued claims stay redeemable through the new attempt
-		// (profile 6): remember what each deferred entity stood for.
-		d.att = idleAttempt(d, parsePrivate(rec.Private))
-		b.loadClaimsLocked(ctx, d)
-		if !b.contentExists(ctx, d) {
-			d.finishLocked(gatewayv1.State_FAILED, "the spooled content is missing after a restart; resubmit the document")
-			continue
-		}
-		if d.rec.DispatchAttempts >= uint32(b.opts.MaxDispatchAttempts) {
-			d.finishLocked(gatewayv1.State_FAILED, fmt.Sprintf("gave up after %d dispatch attempts (MaxDispatchAttempts); last: gateway restarted", d.rec.DispatchAttempts))
-			continue
-		}
-		d.enqueueLocked()
+		b.recoverRecord(ctx, r)
 	}
 	b.kickFlush()
+}
+
+// recoverRecord loads r into memory and queues it for a new attempt.
+func (b *Bridge) recoverRecord(ctx context.Context, r *recoverable) {
+	rec := r.rec
+	b.mu.Lock()
+	if old := lockFound(b.reg, func() *docRun { return b.docs[rec.Doc.Id] }); old != nil {
+		// Our lease of it was lost and is ours again (a new epoch): the
+		// stored record is the truth, not what memory still has.
+		old.dropLocked("re-acquired with a new lease")
+		unlockFound(b.reg, old)
+	} else {
+		b.mu.Unlock()
+	}
+	opts := &gatewayv1.SubmitOptions{
+		ContentType: rec.Doc.ContentType, RequestId: rec.Doc.RequestId, Split: rec.Doc.Split,
+		CompletionPolicy: rec.Doc.CompletionPolicy, Metadata: rec.Doc.Metadata, DisplayName: rec.Doc.DisplayName,
+	}
+	p, err := newPlan(opts)
+	if err != nil {
+		// Options were validated at submit; a newer, stricter version
+		// must not wedge the document.
+		p = &plan{opts: opts, strategy: opts.GetSplit().GetStrategy(), chunkBytes: int(max(opts.GetSplit().GetChunkBytes(), 1))}
+	}
+	d := b.newDocRun(rec.Doc.Id, Tenant(rec.Tenant), p)
+	d.rec = rec
+	d.rec.Doc = proto.Clone(rec.Doc).(*gatewayv1.Document)
+	d.rec.Doc.Entities, d.rec.Doc.Digests, d.rec.Doc.ClaimChecks = nil, nil, nil
+	d.committed = true
+	d.persistedRev = rec.Doc.Rev
+	d.size = int64(rec.Doc.SizeBytes)
+	copy(d.sum[:], mustHex(rec.Doc.Checksum))
+	// Every record written before inline content existed names its
+	// spool file; "" means the content is in the payloads table.
+	d.inline = !rec.ContentPayload
+	d.lock()
+	defer d.unlock()
+	if b.docs[d.id] != nil {
+		return // submitted or recovered again meanwhile: that one is driven
+	}
+	b.docs[d.id] = d
+	b.m.running.Inc()
+	// The next dispatch is a new attempt: its entity rows supersede the
+	// previous process's (store migration 2), so those are left as
+	// they are. Issued claims stay redeemable through the new attempt
+	// (profile 6): remember what each deferred entity stood for.
+	d.att = idleAttempt(d, parsePrivate(rec.Private))
+	b.loadClaimsLocked(ctx, d)
+	if !b.contentExists(ctx, d) {
+		d.finishLocked(gatewayv1.State_FAILED, "the spooled content is missing after a restart; resubmit the document")
+		return
+	}
+	if d.rec.DispatchAttempts >= uint32(b.opts.MaxDispatchAttempts) {
+		d.finishLocked(gatewayv1.State_FAILED, fmt.Sprintf("gave up after %d dispatch attempts (MaxDispatchAttempts); last: gateway restarted", d.rec.DispatchAttempts))
+		return
+	}
+	d.enqueueLocked()
 }
 
 func mustHex(s string) []byte {

@@ -5,8 +5,8 @@ import "sync"
 // registry is the bridge's shared bookkeeping: the documents of this
 // process, the dispatch queue, the peers and their sessions, and what
 // result attribution learned per session. Its mutex, mu (Bridge.mu), guards
-// it and, until each document gets its own lock, every document and
-// attempt too (docs/architecture.md, "Concurrency").
+// it; a document's own mutex (docRun.mu) is taken before it, never under
+// it (doclock.go, docs/architecture.md "Concurrency").
 type registry struct {
 	mu       sync.Mutex
 	closing  bool
@@ -21,7 +21,8 @@ type registry struct {
 }
 
 // The registry's methods are leaves: the caller holds mu, and they touch
-// nothing but the registry (no document's state, no store, no network).
+// nothing but the registry (no document's state or lock, no store, no
+// network).
 
 // push appends d to the dispatch queue.
 func (r *registry) push(d *docRun) { r.queue = append(r.queue, d) }

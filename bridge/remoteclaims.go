@@ -72,14 +72,15 @@ func (b *Bridge) redeemedElsewhere(docID, claimID string) {
 // would have run itself, with the store's commit already done.
 func (b *Bridge) resumeRedeemed(docID, claimID string) {
 	b.mu.Lock()
-	d := b.docs[docID]
+	locked := lockFound(b.reg, func() *docRun { return b.docs[docID] })
+	d := locked
 	if d == nil || d.terminal() || d.claims[claimID] == nil || d.claims[claimID].c.State != gatewayv1.ClaimCheck_ISSUED {
-		b.mu.Unlock()
+		unlockFound(b.reg, locked)
 		return // not driven here, or redeemed here already (a repeated notification)
 	}
 	d, cr, err := b.claimToRedeemLocked(docID, claimID)
 	if err != nil {
-		b.mu.Unlock()
+		locked.unlock()
 		b.log.Warn("bridge: another replica redeemed a claim this gateway cannot resume", "doc", docID, "claim", claimID, "err", err)
 		return
 	}
@@ -88,7 +89,7 @@ func (b *Bridge) resumeRedeemed(docID, claimID string) {
 	// redemption (commitRedeem).
 	cr.c.State = gatewayv1.ClaimCheck_REDEEMED
 	running := cr.att.current()
-	b.mu.Unlock()
+	locked.unlock()
 	commit := func(ctx context.Context, _ string) (*gatewayv1.ClaimCheck, error) {
 		rec, err := b.st.GetClaim(ctx, string(d.tenant), claimID)
 		if err != nil {

@@ -213,14 +213,14 @@ func (a *attempt) dropResultStreamLocked() {
 // onResultPart appends one part of a's streamed result.
 func (a *attempt) onResultPart(e *quicpeer.IncomingEntity) {
 	h, d := e.Header, a.d
-	a.d.env.reg.mu.Lock()
+	a.d.lockDoc()
 	if !a.newest() {
-		a.d.env.reg.mu.Unlock()
+		a.d.unlockDoc()
 		_, _ = io.Copy(io.Discard, e.Payload)
 		return
 	}
 	rs := a.resultStreamLocked()
-	a.d.env.reg.mu.Unlock()
+	a.d.unlockDoc()
 	var n int64
 	err := errors.New("a result part without chunk-info (part number and offset)")
 	if h.ChunkInfo != nil {
@@ -242,13 +242,13 @@ func (a *attempt) onResultSummary(e *quicpeer.IncomingEntity) {
 	parts, err1 := strconv.ParseUint(h.Metadata[metaResultParts], 10, 64)
 	length, err2 := strconv.ParseUint(h.Metadata[metaResultLength], 10, 64)
 	want, err3 := hex.DecodeString(h.Metadata[metaResultSHA])
-	a.d.env.reg.mu.Lock()
+	a.d.lockDoc()
 	if !a.newest() {
-		a.d.env.reg.mu.Unlock()
+		a.d.unlockDoc()
 		return
 	}
 	rs := a.resultStreamLocked()
-	a.d.env.reg.mu.Unlock()
+	a.d.unlockDoc()
 	var stored bool
 	var err error
 	switch {
@@ -266,8 +266,8 @@ func (a *attempt) onResultSummary(e *quicpeer.IncomingEntity) {
 		a.resultFailed(err)
 		return
 	}
-	a.d.env.reg.mu.Lock()
-	defer a.d.env.reg.mu.Unlock()
+	a.d.lock()
+	defer a.d.unlock()
 	if !a.newest() {
 		return
 	}
@@ -287,8 +287,8 @@ func (a *attempt) onResultSummary(e *quicpeer.IncomingEntity) {
 
 // resultFailed records that a's streamed result failed.
 func (a *attempt) resultFailed(err error) {
-	a.d.env.reg.mu.Lock()
-	defer a.d.env.reg.mu.Unlock()
+	a.d.lock()
+	defer a.d.unlock()
 	if !a.newest() || a.resultErr != "" || errors.Is(err, errResultStreamClosed) {
 		return
 	}

@@ -55,16 +55,7 @@ func shapeViolations(fset *token.FileSet, f *ast.File) []string {
 					return true
 				})
 			}
-			if recv == "registry" {
-				ast.Inspect(d.Body, func(n ast.Node) bool {
-					if c, ok := n.(*ast.CallExpr); ok {
-						if id, ok := c.Fun.(*ast.Ident); !ok || !leafCalls[id.Name] {
-							at(c, "registry."+d.Name.Name+" calls out: the registry's methods are leaves (no lock, no document, no network)")
-						}
-					}
-					return true
-				})
-			}
+			lockViolations(d, recv, at)
 		case *ast.GenDecl:
 			for _, spec := range d.Specs {
 				ts, ok := spec.(*ast.TypeSpec)
@@ -81,6 +72,48 @@ func shapeViolations(fset *token.FileSet, f *ast.File) []string {
 		}
 	}
 	return out
+}
+
+// lockViolations: a ...Locked function (one called under a lock) takes
+// no document's lock (the order is document, then registry), and a
+// registry method calls nothing but builtins (a leaf).
+func lockViolations(d *ast.FuncDecl, recv string, at func(ast.Node, string)) {
+	if d.Body == nil {
+		return
+	}
+	if strings.HasSuffix(d.Name.Name, "Locked") {
+		ast.Inspect(d.Body, func(n ast.Node) bool {
+			if _, ok := n.(*ast.FuncLit); ok {
+				return false // a timer's or goroutine's body: it runs later, holding nothing
+			}
+			if c, ok := n.(*ast.CallExpr); ok && takesDocLock(c) {
+				at(c, d.Name.Name+" takes a document's lock: a ...Locked function runs under locks already, and a document's is taken before the registry's, never under it (doclock.go)")
+			}
+			return true
+		})
+	}
+	if recv == "registry" {
+		ast.Inspect(d.Body, func(n ast.Node) bool {
+			if c, ok := n.(*ast.CallExpr); ok {
+				if id, ok := c.Fun.(*ast.Ident); !ok || !leafCalls[id.Name] {
+					at(c, "registry."+d.Name.Name+" calls out: the registry's methods are leaves (no lock, no document, no network)")
+				}
+			}
+			return true
+		})
+	}
+}
+
+// takesDocLock reports whether c takes a document's lock: d.lock(),
+// lockFound or eachDoc (doclock.go).
+func takesDocLock(c *ast.CallExpr) bool {
+	switch f := c.Fun.(type) {
+	case *ast.SelectorExpr:
+		return f.Sel.Name == "lock"
+	case *ast.Ident:
+		return f.Name == "lockFound" || f.Name == "eachDoc"
+	}
+	return false
 }
 
 // leafCalls are the only calls a registry method makes: builtins.
@@ -114,7 +147,9 @@ func starName(e ast.Expr) string {
 // docEnv, the registry or a peer mode name the Bridge (or a type holding
 // it), or if another type holds the Bridge, or if a registry method calls
 // anything but a builtin (it is a leaf: it locks nothing, touches no
-// document, writes nothing to the network).
+// document, writes nothing to the network), or if a ...Locked function
+// (one called under a lock) takes a document's lock: the lock order is
+// document, then registry (doclock.go).
 func TestDocumentCodeStaysDown(t *testing.T) {
 	files, err := filepath.Glob("*.go")
 	if err != nil {
@@ -156,6 +191,10 @@ func (e *docEnv) viaUpload(u *upload) {}
 func (plainMode) send(b *Bridge) {}
 func (r *registry) push(d *docRun) { r.queue = append(r.queue, d); r.mu.Lock() }
 func (d *docRun) fieldNamed() { d.out.events = nil; d.handler() }
+func (d *docRun) finishLocked() { d.att.d.lock() }
+func (b *Bridge) sweepLocked() { eachDoc(b.reg, nil, nil, nil); _ = lockFound(b.reg, nil) }
+func (d *docRun) relock() { d.unlock(); d.lock() }
+func (d *docRun) armLocked() { time.AfterFunc(0, func() { d.lock() }) }
 `
 	fset := token.NewFileSet()
 	f, err := parser.ParseFile(fset, "bad.go", src, 0)
@@ -171,12 +210,17 @@ func (d *docRun) fieldNamed() { d.out.events = nil; d.handler() }
 		"plainMode.send names Bridge",
 		"type sneaky holds the Bridge",
 		"registry.push calls out",
+		"finishLocked takes a document's lock",
+		"sweepLocked takes a document's lock",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("the rules missed %q; they reported:\n%s", want, got)
 		}
 	}
-	if strings.Contains(got, "fine") || strings.Contains(got, "fieldNamed") {
+	if n := strings.Count(got, "sweepLocked takes"); n != 2 {
+		t.Errorf("eachDoc and lockFound under a lock: %d reports, want 2:\n%s", n, got)
+	}
+	if strings.Contains(got, "fine") || strings.Contains(got, "fieldNamed") || strings.Contains(got, "relock") || strings.Contains(got, "armLocked") {
 		t.Errorf("reported a *Bridge method taking a document later than first, or a field or method that shares a type's name:\n%s", got)
 	}
 	if _, err := os.Stat("shape_test.go"); err != nil {

@@ -259,9 +259,9 @@ func (u *upload) commit(ctx context.Context, size int64, sum [32]byte) (*gateway
 	if testHookBeforeCreateCommit != nil {
 		testHookBeforeCreateCommit(b, d)
 	}
-	b.mu.Lock()
+	d.lock()
 	batch, snapRev := u.takeCreateLocked(size, sum)
-	b.mu.Unlock()
+	d.unlock()
 	res, err := b.commit(ctx, batch)
 	if err != nil {
 		if errors.Is(err, store.ErrConflict) {
@@ -278,7 +278,7 @@ func (u *upload) commit(ctx context.Context, size int64, sum [32]byte) (*gateway
 		_ = b.st.RemovePayload(ctx, d.id, store.PayloadContent)
 		return b.publicDoc(res.Duplicate), nil
 	}
-	b.mu.Lock()
+	d.lock()
 	d.committed = true
 	d.persistedRev = snapRev
 	d.uploading = false
@@ -294,7 +294,7 @@ func (u *upload) commit(ctx context.Context, size int64, sum [32]byte) (*gateway
 		}
 	}
 	out := b.publicDoc(&store.DocumentRecord{Tenant: string(d.tenant), Doc: d.snapshot().Doc})
-	b.mu.Unlock()
+	d.unlock()
 	if pipelined {
 		u.pipe.finish(size, sum)
 	}
@@ -347,8 +347,8 @@ var testHookBeforeCreateCommit func(*Bridge, *docRun)
 // attempt and tell the peer to drop the root.
 func (u *upload) abandon() {
 	b, d := u.b, u.d
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	d.lock()
+	defer d.unlock()
 	if u.pipe != nil {
 		u.pipe.stop()
 	}

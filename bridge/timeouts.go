@@ -21,16 +21,14 @@ import (
 // defaultTimeoutMs is draft-02's completion-policy timeout-ms default.
 const defaultTimeoutMs = 300_000
 
-// superviseTimeoutsLocked ends the first overdue entity of every running
-// attempt.
-func (b *Bridge) superviseTimeoutsLocked(now time.Time) {
-	for _, d := range b.docs {
-		if d.terminal() || d.sess() == nil {
-			continue
-		}
-		if k, e, ok := d.overdue(now); ok {
-			d.timeoutLocked(k, e)
-		}
+// superviseTimeoutLocked ends the first overdue entity of d's attempt
+// when it runs.
+func (d *docRun) superviseTimeoutLocked(now time.Time) {
+	if d.terminal() || d.sess() == nil || d.dropped {
+		return
+	}
+	if k, e, ok := d.overdue(now); ok {
+		d.timeoutLocked(k, e)
 	}
 }
 
