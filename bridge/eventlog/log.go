@@ -145,9 +145,7 @@ func (l *Log) load(ctx context.Context, base uint64) error {
 	}
 	l.pubMu.Lock()
 	defer l.pubMu.Unlock()
-	l.tail.mu.Lock()
-	l.tail.latest = max(base, last)
-	l.tail.mu.Unlock()
+	l.tail.setLatest(max(base, last))
 	pend := l.pending
 	l.pending, l.loading = nil, false
 	l.publishLocked(pend)
@@ -287,6 +285,16 @@ func (l *Log) oldestLocked() uint64 {
 	return max(o, l.floor.Load())
 }
 
+// isClosed reports whether Close was called.
+func (l *Log) isClosed() bool {
+	select {
+	case <-l.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // Subscribers is the number of open subscriptions.
 func (l *Log) Subscribers() int { return int(l.subs.Load()) }
 
@@ -414,6 +422,7 @@ func (l *Log) Close() error {
 	l.closeOnce.Do(func() {
 		close(l.done)
 		l.st.SetEventHook(nil)
+		l.tail.close() // subscribers wait on the tail's channel, not on done
 	})
 	l.wg.Wait()
 	return nil

@@ -186,11 +186,27 @@ func outdatedEvent(now time.Time, cursor, oldest uint64) *gatewayv1.Event {
 	}
 }
 
+// run delivers until the subscription ends. The wait for more costs one
+// two-way select on channels of its own and the tail's: ctx.Done() is read
+// once (a context deep in values walks its chain on every call), and the
+// log's Close closes the tail's channel instead of a third, shared one
+// (issue 25: 1,000 subscribers waiting on one channel contend for its
+// lock on every wake).
 func (sub *subscriber) run(ctx context.Context) error {
 	l := sub.l
+	done := ctx.Done()
 	for {
-		if err := ctx.Err(); err != nil {
-			return err
+		select {
+		case <-done:
+			return ctx.Err()
+		default:
+		}
+		if ready, wake := l.tail.waitFor(sub.next); !ready && sub.live {
+			// Caught up (the common case at a wake-up's end): no lock.
+			if err := sub.wait(ctx, done, wake); err != nil {
+				return err
+			}
+			continue
 		}
 		n, pos, res, wake := l.tail.read(sub.next, sub.hint, sub.batch[:])
 		switch res {
@@ -201,17 +217,8 @@ func (sub *subscriber) run(ctx context.Context) error {
 			}
 		case readCaughtUp:
 			sub.live = true
-			if sub.idle != nil {
-				if err := sub.idle(); err != nil {
-					return err
-				}
-			}
-			select {
-			case <-wake:
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-l.done:
-				return ErrClosed
+			if err := sub.wait(ctx, done, wake); err != nil {
+				return err
 			}
 		case readBehind:
 			if sub.live {
@@ -226,6 +233,25 @@ func (sub *subscriber) run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// wait calls the idle hook (everything committed so far was sent), then
+// waits for the next publish, the subscription's end or the log's close.
+func (sub *subscriber) wait(ctx context.Context, done <-chan struct{}, wake <-chan struct{}) error {
+	if sub.idle != nil {
+		if err := sub.idle(); err != nil {
+			return err
+		}
+	}
+	select {
+	case <-wake:
+	case <-done:
+		return ctx.Err()
+	}
+	if ready, _ := sub.l.tail.waitFor(sub.next); !ready && sub.l.isClosed() {
+		return ErrClosed
+	}
+	return nil
 }
 
 // deliver sends the matching items of a tail batch and clears the batch.

@@ -2,6 +2,7 @@ package eventlog
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
@@ -36,6 +37,12 @@ func (it *item) last() uint64 {
 // count and bytes. Items live at ring positions [start, end); position p is
 // in buf[p&mask]. Seqs increase with position but may have gaps, so
 // subscribers look up positions by binary search (or a hint).
+//
+// A caught-up subscriber's check (waitFor) takes no lock: latest and wake
+// are atomics, and publish stores latest before it swaps and closes wake,
+// so a subscriber that read the old channel and then an old latest is
+// woken by that close (issue 25: at 1,000 subscribers, the read lock's
+// shared counter was one more contended cache line per wake).
 type tail struct {
 	mu       sync.RWMutex
 	buf      []*item
@@ -44,8 +51,9 @@ type tail struct {
 	end      uint64 // next position to write
 	bytes    int64
 	maxBytes int64
-	latest   uint64        // newest published seq (0 before the first)
-	wake     chan struct{} // closed and replaced on every publish
+	latest   atomic.Uint64                 // newest published seq (0 before the first); written under mu
+	wake     atomic.Pointer[chan struct{}] // closed and replaced on every publish; written under mu
+	closed   bool                          // close was called: wake stays closed
 }
 
 func newTail(events int, maxBytes int64) *tail {
@@ -53,7 +61,10 @@ func newTail(events int, maxBytes int64) *tail {
 	for n < events {
 		n <<= 1
 	}
-	return &tail{buf: make([]*item, n), mask: uint64(n - 1), maxBytes: maxBytes, wake: make(chan struct{})}
+	t := &tail{buf: make([]*item, n), mask: uint64(n - 1), maxBytes: maxBytes}
+	w := make(chan struct{})
+	t.wake.Store(&w)
+	return t
 }
 
 // publish appends items (ascending seq, all above latest) and wakes every
@@ -71,14 +82,53 @@ func (t *tail) publish(items []*item) {
 		t.buf[t.end&t.mask] = it
 		t.end++
 		t.bytes += int64(it.size)
-		t.latest = it.last()
+		t.latest.Store(it.last())
 	}
 	for t.bytes > t.maxBytes && t.end-t.start > 1 {
 		t.evictLocked()
 	}
-	close(t.wake)
-	t.wake = make(chan struct{})
+	t.wakeLocked()
 	t.mu.Unlock()
+}
+
+// setLatest records the newest seq loaded from the store (before any
+// publish).
+func (t *tail) setLatest(seq uint64) {
+	t.mu.Lock()
+	t.latest.Store(seq)
+	t.mu.Unlock()
+}
+
+// wakeLocked wakes every subscriber waiting on the current channel: a new
+// one goes in first (latest is already stored), then the old one closes.
+func (t *tail) wakeLocked() {
+	if t.closed {
+		return // wake stays closed: every waiter returns at once
+	}
+	w := make(chan struct{})
+	close(*t.wake.Swap(&w))
+}
+
+// close wakes every subscriber for good: waitFor then reports closed.
+func (t *tail) close() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return
+	}
+	t.closed = true
+	close(*t.wake.Load())
+}
+
+// waitFor reports whether an item at or after next is published; if not,
+// it returns the channel that the next publish (or close) closes. No lock
+// (see tail).
+func (t *tail) waitFor(next uint64) (ready bool, wake <-chan struct{}) {
+	w := t.wake.Load()
+	if next <= t.latest.Load() {
+		return true, nil
+	}
+	return false, *w
 }
 
 func (t *tail) evictLocked() {
@@ -105,8 +155,8 @@ const (
 func (t *tail) read(next, hint uint64, dst []*item) (n int, pos uint64, res readResult, wake <-chan struct{}) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	if next > t.latest {
-		return 0, t.end, readCaughtUp, t.wake
+	if next > t.latest.Load() {
+		return 0, t.end, readCaughtUp, *t.wake.Load()
 	}
 	if t.start == t.end || next < t.buf[t.start&t.mask].seq {
 		return 0, 0, readBehind, nil
@@ -136,8 +186,4 @@ func (t *tail) read(next, hint uint64, dst []*item) (n int, pos uint64, res read
 }
 
 // latestSeq is the newest published (or loaded) seq.
-func (t *tail) latestSeq() uint64 {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	return t.latest
-}
+func (t *tail) latestSeq() uint64 { return t.latest.Load() }
