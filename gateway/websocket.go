@@ -215,13 +215,13 @@ func (k *wsSink) send(ev *gatewayv1.Event) error {
 	if k.batchFirst == 0 {
 		k.batchFirst = ev.GetSeq()
 	}
-	if k.idleWired {
-		k.cork.cork() // flushBatch writes it with the rest of the batch
-	}
-	if err := k.cork.writeData(msg); err != nil {
+	// Corked when the event log calls idle: flushBatch writes it with the
+	// rest of the batch.
+	full, err := k.cork.queueData(msg, k.idleWired)
+	if err != nil {
 		return k.wrote(err, k.batchFirst)
 	}
-	if !k.idleWired || k.cork.full() {
+	if !k.idleWired || full {
 		return k.flushBatch()
 	}
 	return nil

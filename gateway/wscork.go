@@ -4,9 +4,12 @@ import (
 	"bufio"
 	"encoding/binary"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"sync"
+
+	"github.com/pipestream/gateway/gateway/h2guard"
 )
 
 // corkMaxBytes bounds what a corked WebSocket connection holds before its
@@ -53,17 +56,45 @@ var errCloseSent = errors.New("websocket: a close frame was sent; no data frame 
 // closes during a frame write.
 type corkConn struct {
 	net.Conn
-	wsem chan struct{} // capacity 1: held while writing to Conn
+	out  io.Writer     // where drain writes: Conn, or the socket under its wrappers (rawWriter)
+	wsem chan struct{} // capacity 1: held while writing to out
 
 	mu        sync.Mutex
 	corked    bool      // the owner collects a batch: leave pending to its flush
 	closeSent bool      // a close frame is queued: writeData refuses
 	scan      frameScan // frame boundaries of what coder/websocket writes
-	buf       []byte    // pending bytes, from corkBufs
+	buf       *[]byte   // pending bytes, from corkBufs (nil: none)
 }
 
 func newCorkConn(nc net.Conn) *corkConn {
-	return &corkConn{Conn: nc, wsem: make(chan struct{}, 1)}
+	return &corkConn{Conn: nc, out: nc, wsem: make(chan struct{}, 1)}
+}
+
+// rawWriter is the connection under the gateway's own wrappers of a
+// hijacked HTTP/1 connection, for the frames' writes (issue 25: each
+// wrapper's Write was one more cold struct, and the HTTP/2 guard's a
+// channel send and receive, per write at 1,000 subscribers). It passes
+// the request smuggling guard (which only reads), the connection cap's
+// wrapper (which only counts closes) and the HTTP/2 guard of a connection
+// that is not HTTP/2 (which has no frames to follow or cut); anything
+// else, TLS included, is written as it is.
+func rawWriter(nc net.Conn) io.Writer {
+	for {
+		switch c := nc.(type) {
+		case *guardConn:
+			nc = c.Conn
+		case *cappedConn:
+			nc = c.Conn
+		case *h2guard.Conn:
+			raw, ok := c.HTTP1Conn()
+			if !ok {
+				return nc
+			}
+			nc = raw
+		default:
+			return nc
+		}
+	}
 }
 
 // Write queues coder/websocket's frames (pings, pongs, close, the error
@@ -88,21 +119,32 @@ func (c *corkConn) Write(p []byte) (int, error) {
 // writeData queues a whole data message (the owner's); the caller
 // flushes, now or at the end of its batch.
 func (c *corkConn) writeData(msg []byte) error {
+	_, err := c.queueData(msg, false)
+	return err
+}
+
+// queueData is writeData under one lock with the batch's bookkeeping:
+// with hold it also corks (cork), and it reports whether the pending
+// bytes reached corkMaxBytes (full).
+func (c *corkConn) queueData(msg []byte, hold bool) (full bool, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closeSent {
-		return errCloseSent
+		return false, errCloseSent
+	}
+	if hold {
+		c.corked = true
 	}
 	c.queue(msg)
-	return nil
+	return len(*c.buf) >= corkMaxBytes, nil
 }
 
 // queue appends p to the pending bytes (mu held).
 func (c *corkConn) queue(p []byte) {
 	if c.buf == nil {
-		c.buf = (*corkBufs.Get().(*[]byte))[:0]
+		c.buf = corkBufs.Get().(*[]byte)
 	}
-	c.buf = append(c.buf, p...)
+	*c.buf = append(*c.buf, p...)
 }
 
 // full reports whether the pending bytes reached corkMaxBytes: the
@@ -110,7 +152,7 @@ func (c *corkConn) queue(p []byte) {
 func (c *corkConn) full() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.buf) >= corkMaxBytes
+	return c.buf != nil && len(*c.buf) >= corkMaxBytes
 }
 
 // cork starts a batch: pending bytes wait for flush.
@@ -142,13 +184,13 @@ func (c *corkConn) drain() error {
 		held := c.buf
 		c.buf = nil
 		c.mu.Unlock()
-		if len(held) == 0 {
+		if held == nil {
 			return nil
 		}
-		_, err := c.Conn.Write(held)
-		if cap(held) <= 2*corkMaxBytes {
-			held = held[:0] // written: another batch reuses it
-			corkBufs.Put(&held)
+		_, err := c.out.Write(*held)
+		if cap(*held) <= 2*corkMaxBytes {
+			*held = (*held)[:0] // written: another batch reuses it
+			corkBufs.Put(held)
 		}
 		if err != nil {
 			return err
@@ -263,6 +305,7 @@ func (h *corkHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		return nil, nil, err
 	}
 	h.conn = newCorkConn(nc)
+	h.conn.out = rawWriter(nc)
 	brw.Writer.Reset(h.conn) // net/http's buffer, now writing to the corkConn
 	return h.conn, brw, nil
 }

@@ -224,6 +224,7 @@ type Conn struct {
 	// read side (the connection's one reader)
 	mode      int         // modeDetect, modeH2, modeOff
 	isH2      atomic.Bool // the server's writes are HTTP/2 frames
+	http1     atomic.Bool // the first bytes were not the preface: HTTP/1 for good
 	preface   int         // preface octets matched so far
 	hdr       [frameHeaderLen]byte
 	hdrN      int
@@ -332,6 +333,7 @@ func (c *Conn) detect(b []byte) []byte {
 	k := min(len(want), len(b))
 	if !bytes.Equal(b[:k], []byte(want[:k])) {
 		c.mode = modeOff
+		c.http1.Store(true)
 		return nil
 	}
 	c.preface += k
@@ -451,6 +453,18 @@ func (c *Conn) Write(p []byte) (int, error) {
 		c.follow(p[:n])
 	}
 	return n, err
+}
+
+// HTTP1Conn returns the connection under c once its first bytes were not
+// the HTTP/2 preface (an HTTP/1 connection, such as a hijacked one): the
+// guard has nothing to follow or cut there, so its owner may write to the
+// returned connection directly (reads and Close still go through c). ok
+// is false while undecided and for HTTP/2.
+func (c *Conn) HTTP1Conn() (raw net.Conn, ok bool) {
+	if !c.http1.Load() {
+		return nil, false
+	}
+	return c.Conn, true
 }
 
 // follow tracks the server's frame boundaries over written bytes.
