@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/pipestream/gateway/gateway/h2guard"
 )
 
 // countingConn counts the writes that reach a real connection.
@@ -89,6 +92,84 @@ func TestCorkConnOneWritePerBatch(t *testing.T) {
 	big := bytes.Repeat([]byte{'x'}, corkMaxBytes)
 	if _, err := c.Write(big); err != nil || !c.full() || cc.writes.Load() != 3 {
 		t.Fatalf("a corkMaxBytes batch: %v, full %v, %d writes", err, c.full(), cc.writes.Load())
+	}
+}
+
+// TestCorkConnQueueData: queueData with hold corks the connection (nothing
+// is written until flush, then the batch in one write, in order) and
+// reports full at corkMaxBytes; without hold it leaves an uncorked
+// connection uncorked, so the next drain writes it. Real TCP.
+func TestCorkConnQueueData(t *testing.T) {
+	server, client := tcpPair(t)
+	cc := &countingConn{Conn: server}
+	c := newCorkConn(cc)
+	msg := wsBinaryMessage(nil, []byte("event"))
+	for i := range 3 {
+		full, err := c.queueData(msg, true)
+		if err != nil || full || cc.writes.Load() != 0 {
+			t.Fatalf("queueData %d: full %v, %v, %d writes (want none until flush)", i, full, err, cc.writes.Load())
+		}
+	}
+	big := wsBinaryMessage(nil, bytes.Repeat([]byte{'x'}, corkMaxBytes))
+	if full, err := c.queueData(big, true); err != nil || !full || cc.writes.Load() != 0 {
+		t.Fatalf("queueData past corkMaxBytes: full %v, %v, %d writes", full, err, cc.writes.Load())
+	}
+	if err := c.flush(); err != nil || cc.writes.Load() != 1 {
+		t.Fatalf("flush: %v, %d writes, want 1 (the whole batch)", err, cc.writes.Load())
+	}
+	want := append(bytes.Repeat(msg, 3), big...)
+	got := make([]byte, len(want))
+	if _, err := io.ReadFull(client, got); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("the queued batch read back differs (%v)", err)
+	}
+	if full, err := c.queueData(msg, false); err != nil || full {
+		t.Fatalf("queueData without hold: full %v, %v", full, err)
+	}
+	ping := wsFrameBytes(0x89, 4)
+	if _, err := c.Write(ping); err != nil || cc.writes.Load() != 2 {
+		t.Fatalf("an uncorked Write after queueData(hold false): %v, %d writes, want 2 (one drain for both)", err, cc.writes.Load())
+	}
+	want = append(slices.Clone(msg), ping...)
+	got = make([]byte, len(want))
+	if _, err := io.ReadFull(client, got); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("read back differs (%v)", err)
+	}
+}
+
+// TestRawWriterSkipsOnlyReadingWrappers: a hijacked WebSocket connection's
+// frames are written to the socket under the smuggling guard, the
+// connection cap's wrapper and the HTTP/2 guard once that guard saw
+// HTTP/1 (none of them writes or follows written bytes then); an HTTP/2
+// connection's guard, one that has not decided yet, and any other
+// wrapper (TLS, a test's counter) stay in the way. Real TCP connections.
+func TestRawWriterSkipsOnlyReadingWrappers(t *testing.T) {
+	g := &h2guard.Guard{}
+	wrap := func(first string) (tcp net.Conn, hg *h2guard.Conn) {
+		server, client := tcpPair(t)
+		hg = g.Wrap(&cappedConn{Conn: server, release: func() {}}, false)
+		if got := rawWriter(newGuardConn(hg, 4096)); got != hg {
+			t.Fatalf("before the first read: rawWriter = %T, want the undecided HTTP/2 guard", got)
+		}
+		if _, err := client.Write([]byte(first)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := hg.Read(make([]byte, len(first))); err != nil {
+			t.Fatal(err)
+		}
+		return server, hg
+	}
+	tcp, hg := wrap("GET /v1/events/ws HTTP/1.1\r\n")
+	if got := rawWriter(newGuardConn(hg, 4096)); got != tcp {
+		t.Fatalf("HTTP/1: rawWriter = %T, want the TCP connection", got)
+	}
+	_, hg2 := wrap(h2guard.Preface)
+	if got := rawWriter(newGuardConn(hg2, 4096)); got != hg2 {
+		t.Fatalf("HTTP/2: rawWriter = %T, want the HTTP/2 guard", got)
+	}
+	server, _ := tcpPair(t)
+	other := &countingConn{Conn: server}
+	if got := rawWriter(&cappedConn{Conn: other}); got != other {
+		t.Fatalf("an unknown wrapper: rawWriter = %T, want it", got)
 	}
 }
 
