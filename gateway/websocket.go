@@ -143,6 +143,7 @@ type wsSink struct {
 	cork          *corkConn       // c's connection: every frame leaves through it, a batch's in one write
 	idleWired     bool            // the event log calls idle: corking is safe
 	batchFirst    uint64          // seq of the first frame corked since the last flush
+	queued        bool            // a frame was queued since the last flush
 	watch         *writeWatch     // frame write deadline (Config.StreamWriteTimeout)
 	unhook        func() bool     // stops closing c when ctx ends
 	stopPings     func()
@@ -221,6 +222,7 @@ func (k *wsSink) send(ev *gatewayv1.Event) error {
 	if err != nil {
 		return k.wrote(err, k.batchFirst)
 	}
+	k.queued = true
 	if !k.idleWired || full {
 		return k.flushBatch()
 	}
@@ -236,11 +238,14 @@ func (k *wsSink) idle() error {
 
 // flushBatch writes the corked frames within the write timeout.
 func (k *wsSink) flushBatch() error {
-	if k.cork == nil {
+	if k.cork == nil || !k.queued {
+		// Nothing corked since the last flush (a wake-up whose events the
+		// filter dropped): only queueData corks, and coder/websocket's
+		// own frames were written when not corked.
 		return nil
 	}
 	first := k.batchFirst
-	k.batchFirst = 0
+	k.batchFirst, k.queued = 0, false
 	k.watch.begin()
 	err := k.cork.flush()
 	k.watch.end()
