@@ -313,12 +313,14 @@ func (d *docRun) enqueueLocked() {
 	if d.queued || d.terminal() {
 		return
 	}
-	d.queued = true
 	d.queuedAt = time.Now()
 	if d.waitSince.IsZero() {
 		d.waitSince = d.queuedAt
 	}
+	d.env.regLock()
+	d.queued = true
 	d.env.reg.push(d)
+	d.env.regUnlock()
 	d.env.kick()
 }
 

@@ -32,12 +32,13 @@ type ctrlFrame struct {
 }
 
 // sendStatusLocked queues f for ss's stream 0 and makes sure a writer runs.
-// Caller holds Bridge.mu (it reads ss.s and ss.closed); nothing is written
-// before the caller releases it, as the writer needs no lock of the
-// caller's and the frames keep their order.
+// Caller holds the lock of document doc (so its frames keep their order),
+// not the registry's (ss.closed is read in a short section of its own);
+// the writer takes no lock of the caller's, so no frame is written under
+// one.
 func (env *docEnv) sendStatusLocked(ss *sessState, doc string, f wire.StatusFrame) {
 	s := ss.s
-	if s == nil || ss.closed {
+	if s == nil || env.sessClosed(ss) {
 		return
 	}
 	o := &ss.ctl

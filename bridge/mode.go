@@ -35,10 +35,10 @@ type peerMode interface {
 	// pipelined reports whether a document may be sent while its upload
 	// runs (startPipe); else it is sent from the spool.
 	pipelined() bool
-	// attributeLocked matches an entity the peer sent to the live entity
+	// attributeRegLocked matches an entity the peer sent to the live entity
 	// of ss it answers, or says why it is refused (docs/profile.md 9.4:
 	// the attribution rules of the mode, all of them in its method).
-	attributeLocked(env *docEnv, ss *sessState, h *wire.EntityHeader) (*entRef, refusal)
+	attributeRegLocked(env *docEnv, ss *sessState, h *wire.EntityHeader) (*entRef, refusal)
 	// takeResult reads a result entity attributed to ref and records it
 	// on ref's attempt.
 	takeResult(env *docEnv, ref *entRef, e *quicpeer.IncomingEntity)
@@ -58,10 +58,10 @@ type peerMode interface {
 	// rootPayload is what a root entity's payload is for content: a
 	// PipeDoc envelope or the raw content (a redemption resends it).
 	rootPayload(env *docEnv, ss *sessState, d *docRun, id uint32, content []byte) ([]byte, error)
-	// placedLocked runs once an attempt was placed on ss.
-	placedLocked(env *docEnv, ss *sessState)
-	// docLeftLocked runs once a document finished or left ss.
-	docLeftLocked(env *docEnv, ss *sessState)
+	// placedRegLocked runs once an attempt was placed on ss.
+	placedRegLocked(env *docEnv, ss *sessState)
+	// docLeftRegLocked runs once a document finished or left ss.
+	docLeftRegLocked(env *docEnv, ss *sessState)
 	// capacity is how many documents ss takes at once (placement's load).
 	capacity(env *docEnv, ss *sessState) uint64
 	// endMeansPeerDown reports whether the session's end marks its peer
