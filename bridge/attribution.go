@@ -51,9 +51,9 @@ func liveRefRegLocked(ss *sessState, id uint32) *entRef {
 	return ref
 }
 
-// claimResultLocked records that ref's entity has its result; a second
+// claimResultRegLocked records that ref's entity has its result; a second
 // one is refused.
-func claimResultLocked(ref *entRef) (*entRef, refusal) {
+func claimResultRegLocked(ref *entRef) (*entRef, refusal) {
 	a := ref.att
 	if a.answered[ref.key] {
 		r := refused(refuseDuplicate, "entity %d already has its result", ref.key.id)

@@ -325,7 +325,7 @@ func (d *docRun) enqueueLocked() {
 }
 
 // dispatchLoop starts attempts for queued documents while a session is up,
-// at most maxConcurrentDispatch at a time per peer (candidateLocked).
+// at most maxConcurrentDispatch at a time per peer (candidateRegLocked).
 func (b *Bridge) dispatchLoop(ctx context.Context) {
 	defer b.wg.Done()
 	for {

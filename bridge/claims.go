@@ -155,7 +155,7 @@ func (b *Bridge) claimToRedeemLocked(docID, claimID string) (*docRun, *claimRun,
 	return d, cr, nil
 }
 
-// issuerGoneLocked refuses the redemption of a claim whose entity waits at
+// issuerGoneRegLocked refuses the redemption of a claim whose entity waits at
 // a peer that is gone: the session of the attempt that got the claim ended,
 // its peer has no session now, and the document runs on no other peer yet
 // (it is queued for re-dispatch, or waits for any peer). The client

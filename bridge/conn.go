@@ -14,8 +14,10 @@ import (
 	"github.com/pipestream/gateway/quicpeer/wire"
 )
 
-// sessState is the bridge's view of one quicpeer session. Guarded by
-// Bridge.mu.
+// sessState is the bridge's view of one quicpeer session. Its mutable
+// fields are guarded by the registry's mu (Bridge.mu); pc, s, n, codec
+// and mode are set before it is published and never change after, and
+// ctl has its own mutex.
 type sessState struct {
 	pc     *peerConn // the peer it is a session to
 	s      *quicpeer.Session
@@ -44,7 +46,7 @@ type sessState struct {
 	// documents' entities) or lived shortSession; one that ends sooner
 	// counts as a failed dial (noteSessionEndLocked).
 	proven bool
-	// ctl: stream-0 frames decided under Bridge.mu, written after it
+	// ctl: stream-0 frames decided under a document's lock, written after it
 	// (ctrlout.go). Its own mutex.
 	ctl ctrlOut
 }
@@ -461,7 +463,7 @@ func (b *Bridge) probeDraft04Locked(pc *peerConn) bool {
 // the least loaded, the document waits for its next connection (its
 // connection loop is woken) instead of going to a busier peer, so such a
 // peer gets its share. nil when no peer has room (down, connecting,
-// GOAWAY) or the pick is a draft-04 peer being dialled. placeLocked starts
+// GOAWAY) or the pick is a draft-04 peer being dialled. newAttemptRegLocked starts
 // the attempt there. For the dispatcher (dispatch), a peer running
 // maxConcurrentDispatch sendings already is skipped; a pipelined upload
 // is not counted there (its client sets its pace).

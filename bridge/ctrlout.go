@@ -8,14 +8,14 @@ import (
 )
 
 // No network write under a lock (issue 21): a STATUS frame that document
-// code decides while it holds Bridge.mu (the gateway gave up on an
+// code decides while it holds its document's lock (the gateway gave up on an
 // entity, the gateway's own rehydration of a plain document) is queued on
 // its session's control outbox and written after the lock is released,
 // by one goroutine per session at a time, in the order queued. A peer
 // that stops reading stream 0 then holds up only that goroutine (and
 // quicpeer ends the session when a write passes its deadline,
-// Limits.ControlWriteTimeout), never the lock every other document and
-// peer needs.
+// Limits.ControlWriteTimeout), never a lock another document or peer
+// needs.
 
 // ctrlOut is a session's queue of stream-0 frames to write.
 type ctrlOut struct {

@@ -122,7 +122,7 @@ func (ss *sessState) carries(d *docRun) bool {
 }
 
 // statusDoc names the document a STATUS frame on ss touches (nil: none),
-// as onStatusLocked will resolve it (caller holds the registry's mu).
+// as onStatusRegLocked will resolve it (caller holds the registry's mu).
 func (ss *sessState) statusDoc(f wire.StatusFrame) *docRun {
 	if f.EntityID == wire.ConnectionEntity || f.Status == wire.StatusUnspecified {
 		return nil
@@ -143,7 +143,7 @@ func (ss *sessState) statusDoc(f wire.StatusFrame) *docRun {
 }
 
 // guessParent is the index in ss.dehyd of the entity a status in a scope
-// no BARRIER named is attributed to (newScopeEntityLocked), or -1.
+// no BARRIER named is attributed to (newScopeEntityRegLocked), or -1.
 func (ss *sessState) guessParent(f wire.StatusFrame) int {
 	idx := -1
 	for i, p := range ss.dehyd {
@@ -624,7 +624,7 @@ func (env *docEnv) giveUpLocked(ss *sessState, d *docRun, id uint32) {
 func (b *Bridge) onResult(ss *sessState, e *quicpeer.IncomingEntity) {
 	b.mu.Lock()
 	mode := ss.mode
-	d := lockFound(b.reg, func() *docRun { return resultDoc(ss, e.Header) })
+	d := lockFound(b.reg, func() *docRun { return resultDocRegLocked(ss, e.Header) })
 	ref, r := mode.attributeRegLocked(b.docEnv, ss, e.Header)
 	b.mu.Unlock()
 	unlockFound(d)
@@ -660,10 +660,10 @@ func (a *attempt) onWholeResult(e *quicpeer.IncomingEntity) {
 	a.d.env.kickFlush()
 }
 
-// resultDoc names the document whose root an entity the peer sent may
+// resultDocRegLocked names the document whose root an entity the peer sent may
 // answer (its parent-id's, else its entity-id's), or nil; attribution
 // decides (caller holds the registry's mu).
-func resultDoc(ss *sessState, h *wire.EntityHeader) *docRun {
+func resultDocRegLocked(ss *sessState, h *wire.EntityHeader) *docRun {
 	id := h.EntityID
 	if h.ParentID != nil {
 		id = *h.ParentID

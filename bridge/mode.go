@@ -24,8 +24,11 @@ import (
 //     every document whole with the six-member header, one document per
 //     connection (the reference conversation).
 //
-// Every method runs with Bridge.mu held except send and takeResult,
-// which run without it (they read and write streams).
+// The ...RegLocked methods run with the registry's mu held (and the
+// document's lock, where there is one); childChangedLocked and
+// awaitResultLocked under the document's lock alone; send and
+// takeResult with no lock (they read and write streams, and lock the
+// document for each step).
 type peerMode interface {
 	// name is the mode as /healthz and the logs show it.
 	name() string

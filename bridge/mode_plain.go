@@ -58,7 +58,7 @@ func attributePlain(env *docEnv, ss *sessState, h *wire.EntityHeader) (*entRef, 
 		if ref == nil {
 			return nil, refused(refuseUnmatched, "parent-id %d names no live entity of this session", *h.ParentID)
 		}
-		return claimResultLocked(ref)
+		return claimResultRegLocked(ref)
 	}
 	ref := liveRefRegLocked(ss, h.EntityID)
 	if ref == nil {
@@ -69,7 +69,7 @@ func attributePlain(env *docEnv, ss *sessState, h *wire.EntityHeader) (*entRef, 
 		r.doc = ref.att.d.id
 		return nil, r
 	}
-	return claimResultLocked(ref)
+	return claimResultRegLocked(ref)
 }
 
 // takeResult: R's result is the document's result; a chunk's is spooled

@@ -41,7 +41,7 @@ func (profileMode) attributeRegLocked(env *docEnv, ss *sessState, h *wire.Entity
 	if role == roleResultPart {
 		return ref, refusal{}
 	}
-	return claimResultLocked(ref)
+	return claimResultRegLocked(ref)
 }
 
 // takeResult: a part of a streamed result (4.3.1), its summary, or a

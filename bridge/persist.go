@@ -217,7 +217,7 @@ func (env *docEnv) commit(ctx context.Context, batch *store.Batch) (store.Commit
 	return env.ev.Append(ctx, batch)
 }
 
-// detachReq is one Session.SetDetached call, made without Bridge.mu.
+// detachReq is one Session.SetDetached call, made without any lock.
 type detachReq struct {
 	s         *quicpeer.Session
 	scope, id uint32

@@ -24,7 +24,7 @@ import (
 // one carrying total-chunks. A draft-04 peer gets every document whole, on
 // a connection of its own, with the six-member header. Results are the
 // entities the peer sends back, matched to the document's entities by the
-// attribution rules (plainMode.attributeLocked in mode_plain.go, profile
+// attribution rules (plainMode.attributeRegLocked in mode_plain.go, profile
 // 9.4: parent-id first): one
 // for R is the whole result, ones for chunks are rehydrated in chunk
 // order; none gives SUCCEEDED with an absent result.
@@ -197,7 +197,7 @@ func (j *attempt) sendChunk(rootID uint32, c split.Chunk, total uint64, md map[s
 }
 
 // onPlainResult reads an entity a plain peer sent, which attribution
-// matched to ref (plainMode.attributeLocked, docs/profile.md 9.4; it
+// matched to ref (plainMode.attributeRegLocked, docs/profile.md 9.4; it
 // counts as being read from there, plainActive): R's result is the
 // document's result and a chunk's is spooled until the document is
 // rehydrated.

@@ -36,7 +36,7 @@ const (
 )
 
 // resultStream assembles one attempt's streamed result. The attempt holds
-// it under Bridge.mu; its own fields are guarded by mu.
+// it under the document's lock; its own fields are guarded by mu.
 type resultStream struct {
 	docID string
 
@@ -160,7 +160,7 @@ func (rs *resultStream) finish(parts uint64, length uint64, want []byte) (bool, 
 	if rs.pf == nil {
 		return false, nil
 	}
-	// fsync without mu: close (under Bridge.mu) must not wait for the disk.
+	// fsync without mu: close (under the document's lock) must not wait for the disk.
 	rs.busy = true
 	pf := rs.pf
 	rs.mu.Unlock()
