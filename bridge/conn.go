@@ -290,7 +290,7 @@ func (b *Bridge) noteSessionEndLocked(ss *sessState, err error) bool {
 	if err != nil {
 		why = "session ended right after the handshake: " + err.Error()
 	}
-	pc.ok, pc.lastErr, pc.errAt = false, why, ss.closedAt
+	pc.noteFailure(why, ss.closedAt)
 	pc.shortSessions++
 	in := pc.backoffLocked()
 	b.log.Warn("bridge: peer session ended right after it came up; backing off", "addr", pc.addr,
