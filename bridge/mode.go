@@ -24,8 +24,11 @@ import (
 //     every document whole with the six-member header, one document per
 //     connection (the reference conversation).
 //
-// Every method runs with Bridge.mu held except send and takeResult,
-// which run without it (they read and write streams).
+// The ...RegLocked methods run with the registry's mu held (and the
+// document's lock, where there is one); childChangedLocked and
+// awaitResultLocked under the document's lock alone; send and
+// takeResult with no lock (they read and write streams, and lock the
+// document for each step).
 type peerMode interface {
 	// name is the mode as /healthz and the logs show it.
 	name() string
@@ -35,10 +38,10 @@ type peerMode interface {
 	// pipelined reports whether a document may be sent while its upload
 	// runs (startPipe); else it is sent from the spool.
 	pipelined() bool
-	// attributeLocked matches an entity the peer sent to the live entity
+	// attributeRegLocked matches an entity the peer sent to the live entity
 	// of ss it answers, or says why it is refused (docs/profile.md 9.4:
 	// the attribution rules of the mode, all of them in its method).
-	attributeLocked(env *docEnv, ss *sessState, h *wire.EntityHeader) (*entRef, refusal)
+	attributeRegLocked(env *docEnv, ss *sessState, h *wire.EntityHeader) (*entRef, refusal)
 	// takeResult reads a result entity attributed to ref and records it
 	// on ref's attempt.
 	takeResult(env *docEnv, ref *entRef, e *quicpeer.IncomingEntity)
@@ -58,10 +61,10 @@ type peerMode interface {
 	// rootPayload is what a root entity's payload is for content: a
 	// PipeDoc envelope or the raw content (a redemption resends it).
 	rootPayload(env *docEnv, ss *sessState, d *docRun, id uint32, content []byte) ([]byte, error)
-	// placedLocked runs once an attempt was placed on ss.
-	placedLocked(env *docEnv, ss *sessState)
-	// docLeftLocked runs once a document finished or left ss.
-	docLeftLocked(env *docEnv, ss *sessState)
+	// placedRegLocked runs once an attempt was placed on ss.
+	placedRegLocked(env *docEnv, ss *sessState)
+	// docLeftRegLocked runs once a document finished or left ss.
+	docLeftRegLocked(env *docEnv, ss *sessState)
 	// capacity is how many documents ss takes at once (placement's load).
 	capacity(env *docEnv, ss *sessState) uint64
 	// endMeansPeerDown reports whether the session's end marks its peer
