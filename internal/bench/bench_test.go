@@ -96,6 +96,11 @@ func checkBenchResults(t *testing.T, results []bench.Result) {
 			}
 		}
 	}
+	for _, r := range byPhase["fanout"] {
+		if !strings.Contains(r.Note, "events per gateway write call") {
+			t.Errorf("fanout/%s: note %q lacks the events per write", r.Path, r.Note)
+		}
+	}
 	for _, r := range byPhase["churn"] {
 		if !strings.Contains(r.Note, "µs of CPU per entity") {
 			t.Errorf("churn/%s: note %q lacks the CPU per entity", r.Path, r.Note)

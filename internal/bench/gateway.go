@@ -211,6 +211,7 @@ func (g *gatewayProc) authorize(r *http.Request) {
 type procStats struct {
 	cpu     time.Duration
 	peakRSS int64 // bytes (VmHWM)
+	writes  int64 // write-family system calls (syscw of /proc/<pid>/io; 0: unreadable)
 }
 
 // stats reads /proc/<pid>; ok is false for a gateway the bench did not start.
@@ -222,6 +223,9 @@ func (g *gatewayProc) stats() (procStats, bool) {
 	var s procStats
 	if cpu, err := cputime.Of(pid); err == nil {
 		s.cpu = cpu
+	}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid)); err == nil {
+		s.writes = procField(string(b), "syscw:")
 	}
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
 		for _, l := range strings.Split(string(b), "\n") {
@@ -248,7 +252,19 @@ func (g *gatewayProc) measure(f func() error) (procStats, bool, error) {
 	before, ok := g.stats()
 	err := f()
 	after, _ := g.stats()
-	return procStats{cpu: after.cpu - before.cpu, peakRSS: after.peakRSS}, ok, err
+	return procStats{cpu: after.cpu - before.cpu, peakRSS: after.peakRSS, writes: after.writes - before.writes}, ok, err
+}
+
+// procField is the integer after name in a /proc file of "name value"
+// lines (0 if absent).
+func procField(text, name string) int64 {
+	for _, l := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(l, name); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
 }
 
 // fill sets the gateway figures of r from a measure() outcome over ops
