@@ -187,6 +187,10 @@ func (c *corkConn) drain() error {
 		if held == nil {
 			return nil
 		}
+		if len(*held) == 0 { // only empty writes were queued
+			corkBufs.Put(held)
+			return nil
+		}
 		_, err := c.out.Write(*held)
 		if cap(*held) <= 2*corkMaxBytes {
 			*held = (*held)[:0] // written: another batch reuses it
