@@ -120,9 +120,8 @@ func New(ctx context.Context, st Store, opts Options) (*Log, error) {
 		st.SetEventHook(nil)
 		return nil, err
 	}
-	// The snapshot size (an O(documents) scan) is measured by the first
-	// retention pass, in the background, or by the first Window: not here,
-	// where it would add seconds to a large store's start.
+	// The snapshot size (the store's running total, one row) is read by
+	// the first retention pass or the first Window.
 	if !o.DisablePruner {
 		l.wg.Add(1)
 		go l.pruner()
