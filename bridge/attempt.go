@@ -92,23 +92,51 @@ func idleAttempt(d *docRun, gen uint32) *attempt {
 		digests: map[scopeKey]*gatewayv1.ScopeDigest{}, scopeUses: map[uint32]uint32{}}
 }
 
-// newAttemptLocked makes d's next attempt and binds it to ss: what the
-// previous attempt held is released, the new one starts empty.
+// newAttemptLocked makes d's next attempt and binds it to ss (caller
+// holds d's lock alone): newAttemptRegLocked, then attemptStartedLocked.
 func (d *docRun) newAttemptLocked(ss *sessState) *attempt {
-	prev := d.att
-	releaseSessLocked(prev)
-	prev.dropPlainLocked()
+	d.env.regLock()
+	a, prev := d.newAttemptRegLocked(ss)
+	d.env.regUnlock()
+	d.attemptStartedLocked(prev)
+	return a
+}
+
+// placeRegLocked starts d's next attempt on ss, the session placement
+// picked, and moves placement's round-robin past ss's peer: the next tie
+// goes to the next peer. Caller holds d's lock and the registry's mu.
+func (d *docRun) placeRegLocked(ss *sessState) (a, prev *attempt) {
+	d.env.reg.rotatePast(ss.pc)
+	return d.newAttemptRegLocked(ss)
+}
+
+// newAttemptRegLocked makes d's next attempt on ss and does the
+// registry's part of it: ss takes d, ss's mode hears of it, and the
+// session mappings of the previous attempt (prev) are released. The new
+// attempt starts empty. Caller holds d's lock and the registry's mu, then
+// calls attemptStartedLocked(prev) without the registry's.
+func (d *docRun) newAttemptRegLocked(ss *sessState) (a, prev *attempt) {
+	prev = d.att
+	releaseSessRegLocked(prev)
 	ctx, cancel := context.WithCancel(d.env.ctx)
-	a := &attempt{d: d, ss: ss, gen: prev.gen + 1, ctx: ctx, stop: cancel,
+	a = &attempt{d: d, ss: ss, gen: prev.gen + 1, ctx: ctx, stop: cancel,
 		ents: map[entKey]*gatewayv1.Entity{}, digests: map[scopeKey]*gatewayv1.ScopeDigest{},
 		scopeUses: map[uint32]uint32{}, entSince: map[entKey]time.Time{}, mode: ss.mode}
 	d.att = a
 	d.rec.DispatchAttempts++
 	ss.docs[d] = struct{}{}
 	d.rec.Doc.WaitReason = ""
-	ss.mode.placedLocked(d.env, ss)
+	ss.mode.placedRegLocked(d.env, ss)
+	return a, prev
+}
+
+// attemptStartedLocked is the document's part of a new attempt: what the
+// previous attempt (prev) held in the gateway is dropped and the change
+// marked for the flusher.
+func (d *docRun) attemptStartedLocked(prev *attempt) {
+	prev.dropResultStreamLocked()
+	prev.dropPlainLocked()
 	d.out.markDirty(time.Now())
-	return a
 }
 
 // peerAddr is the address of the peer the attempt runs on ("" for the

@@ -17,10 +17,10 @@ import (
 // only: a result can reach no document but the one whose entity it
 // answers, whatever its tenant.
 //
-// The rules themselves are each mode's (peerMode.attributeLocked): plain
-// draft-02 and draft-04 peers in mode_plain.go (plainMode.attributeLocked,
+// The rules themselves are each mode's (peerMode.attributeRegLocked): plain
+// draft-02 and draft-04 peers in mode_plain.go (plainMode.attributeRegLocked,
 // parent-id first), profile peers in mode_profile.go
-// (profileMode.attributeLocked). This file holds what they share.
+// (profileMode.attributeRegLocked). This file holds what they share.
 
 // Why an entity the peer sent was not taken as a result (the reason label
 // of pipestream_bridge_results_refused_total).
@@ -41,9 +41,9 @@ func refused(reason, format string, a ...any) refusal {
 	return refusal{reason: reason, detail: fmt.Sprintf(format, a...)}
 }
 
-// liveRef is the root-scope entity id of this session's running
+// liveRefRegLocked is the root-scope entity id of this session's running
 // documents, or nil.
-func liveRef(ss *sessState, id uint32) *entRef {
+func liveRefRegLocked(ss *sessState, id uint32) *entRef {
 	ref := ss.ents[rootKey(id)]
 	if ref == nil || !ref.att.newest() {
 		return nil
@@ -51,9 +51,9 @@ func liveRef(ss *sessState, id uint32) *entRef {
 	return ref
 }
 
-// claimResultLocked records that ref's entity has its result; a second
+// claimResultRegLocked records that ref's entity has its result; a second
 // one is refused.
-func claimResultLocked(ref *entRef) (*entRef, refusal) {
+func claimResultRegLocked(ref *entRef) (*entRef, refusal) {
 	a := ref.att
 	if a.answered[ref.key] {
 		r := refused(refuseDuplicate, "entity %d already has its result", ref.key.id)

@@ -313,17 +313,19 @@ func (d *docRun) enqueueLocked() {
 	if d.queued || d.terminal() {
 		return
 	}
-	d.queued = true
 	d.queuedAt = time.Now()
 	if d.waitSince.IsZero() {
 		d.waitSince = d.queuedAt
 	}
+	d.env.regLock()
+	d.queued = true
 	d.env.reg.push(d)
+	d.env.regUnlock()
 	d.env.kick()
 }
 
 // dispatchLoop starts attempts for queued documents while a session is up,
-// at most maxConcurrentDispatch at a time per peer (candidateLocked).
+// at most maxConcurrentDispatch at a time per peer (candidateRegLocked).
 func (b *Bridge) dispatchLoop(ctx context.Context) {
 	defer b.wg.Done()
 	for {

@@ -81,10 +81,11 @@ func (b *Bridge) Redeem(ctx context.Context, t Tenant, claimID string) (*gateway
 	running := false
 	if err == nil {
 		if running = cr.att.current(); !running {
-			err = d.issuerGoneLocked(cr, claimID)
+			err = d.issuerGoneRegLocked(cr, claimID)
 		}
 	}
-	unlockFound(b.reg, locked)
+	b.mu.Unlock()
+	unlockFound(locked)
 	if err != nil {
 		return nil, b.settledRefusal(ctx, t, claimID, err)
 	}
@@ -154,15 +155,15 @@ func (b *Bridge) claimToRedeemLocked(docID, claimID string) (*docRun, *claimRun,
 	return d, cr, nil
 }
 
-// issuerGoneLocked refuses the redemption of a claim whose entity waits at
+// issuerGoneRegLocked refuses the redemption of a claim whose entity waits at
 // a peer that is gone: the session of the attempt that got the claim ended,
 // its peer has no session now, and the document runs on no other peer yet
 // (it is queued for re-dispatch, or waits for any peer). The client
 // retries: once the document runs again, on any peer, the claim resumes it
 // through the new attempt's claim (redeemEarlier). A claim of an attempt of
 // an earlier process (no session known) takes the redeemEarlier path as
-// before. Caller holds mu.
-func (d *docRun) issuerGoneLocked(cr *claimRun, claimID string) error {
+// before. Caller holds d's lock and the registry's mu.
+func (d *docRun) issuerGoneRegLocked(cr *claimRun, claimID string) error {
 	ss := cr.att.ss
 	if ss == nil || !ss.closed || d.att.current() || ss.pc.usableLocked() != nil {
 		return nil
@@ -267,12 +268,12 @@ func (env *docEnv) commitRedeem(ctx context.Context, t Tenant, docID string, c *
 // of claim claimID of d.
 func (d *docRun) localCommit(claimID string) redeemCommit {
 	return func(ctx context.Context, msg string) (*gatewayv1.ClaimCheck, error) {
-		d.lockDoc()
+		d.lock()
 		var c *gatewayv1.ClaimCheck
 		if cr := d.claims[claimID]; cr != nil {
 			c = proto.Clone(cr.c).(*gatewayv1.ClaimCheck)
 		}
-		d.unlockDoc()
+		d.unlock()
 		if c == nil {
 			return nil, fmt.Errorf("claim %s of document %s is no longer known here; retry: %w", claimID, d.id, ErrUnavailable)
 		}
@@ -322,17 +323,17 @@ func (b *Bridge) redeemableClaim(ctx context.Context, t Tenant, claimID string, 
 // document.
 func (env *docEnv) redeemRun(ctx context.Context, d *docRun, claimID, via string, commit redeemCommit) (*gatewayv1.ClaimCheck, error) {
 	what := "claim " + claimID
-	d.lockDoc()
+	d.lock()
 	cr := d.claims[claimID]
 	if cr == nil || !cr.att.current() {
-		d.unlockDoc()
+		d.unlock()
 		return nil, fmt.Errorf("document %s was re-dispatched or finished while %s was being redeemed; retry: %w", d.id, what, ErrUnavailable)
 	}
 	ss := cr.att.ss
 	e := proto.Clone(cr.att.ents[cr.key]).(*gatewayv1.Entity)
 	isRoot := cr.key == rootKey(cr.att.rootID)
 	mode := cr.att.mode
-	d.unlockDoc()
+	d.unlock()
 
 	msg := ""
 	if via != "" {
@@ -346,7 +347,9 @@ func (env *docEnv) redeemRun(ctx context.Context, d *docRun, claimID, via string
 	w := make(chan wire.Status, 1)
 	d.lock()
 	d.redeemedLocked(cr, stored)
+	env.regLock()
 	ss.waiters[sk] = w
+	env.regUnlock()
 	env.kickFlush()
 	d.unlock()
 	dropWaiter := func() {
@@ -390,9 +393,9 @@ func (env *docEnv) redeemRun(ctx context.Context, d *docRun, claimID, via string
 		d.redeemPending(cr, claimID, ss, sk, w)
 		return nil, ctx.Err()
 	}
-	d.lockDoc()
+	d.lock()
 	out := publicClaim(cr.c, time.Now())
-	d.unlockDoc()
+	d.unlock()
 	return out, nil
 }
 
@@ -425,12 +428,12 @@ func (d *docRun) redeemPending(cr *claimRun, claimID string, ss *sessState, sk e
 	a := cr.att
 	why := fmt.Sprintf("claim %s is redeemed and its entity was sent to the PipeStream peer %s at %s; waiting for the peer's answer to the redemption",
 		claimID, ss.pc.addr, time.Now().UTC().Format(time.RFC3339))
-	d.lockDoc()
+	d.lock()
 	if a.current() {
 		d.setWaitReason(why)
 		d.env.kickFlush()
 	}
-	d.unlockDoc()
+	d.unlock()
 	d.env.log.Info("bridge: the peer has not answered a redemption yet; it stays pending", "doc", d.id, "claim", claimID, "peer", ss.pc.addr)
 	d.env.wg.Add(1)
 	go func() {
@@ -447,9 +450,11 @@ func (d *docRun) redeemPending(cr *claimRun, claimID string, ss *sessState, sk e
 		case <-d.env.ctx.Done():
 		}
 		d.lock()
+		d.env.regLock()
 		if ss.waiters[sk] == w {
 			delete(ss.waiters, sk)
 		}
+		d.env.regUnlock()
 		if d.rec.Doc.WaitReason == why {
 			if d.terminal() {
 				d.rec.Doc.WaitReason = "" // the terminal state's event clears it
@@ -475,8 +480,8 @@ func (d *docRun) redeemPending(cr *claimRun, claimID string, ss *sessState, sk e
 // (or root) again, the entity is resumed through the new claim
 // (preRedeem, onDeferredLocked), as for a claim of an earlier attempt.
 func (d *docRun) carryRedemption(cr *claimRun, claimID string) {
-	d.lockDoc()
-	defer d.unlockDoc()
+	d.lock()
+	defer d.unlock()
 	if d.terminal() || d.dropped || cr.slot == noSlot || cr.key.scope != 0 {
 		return
 	}
@@ -608,14 +613,13 @@ func (b *Bridge) sweepClaims(ctx context.Context) {
 	}
 	var orphans []store.ClaimRecord
 	for _, r := range recs {
-		b.mu.Lock()
-		d := lockFound(b.reg, func() *docRun { return b.docs[r.Claim.DocumentId] })
+		d := lockDocOf(b.reg, func() *docRun { return b.docs[r.Claim.DocumentId] })
 		if d == nil || !d.expireClaimLocked(r) {
 			c := proto.Clone(r.Claim).(*gatewayv1.ClaimCheck)
 			c.State = gatewayv1.ClaimCheck_EXPIRED
 			orphans = append(orphans, store.ClaimRecord{Tenant: r.Tenant, Claim: c})
 		}
-		unlockFound(b.reg, d)
+		unlockFound(d)
 	}
 	b.kickFlush()
 	if len(orphans) > 0 {

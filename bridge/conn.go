@@ -14,8 +14,10 @@ import (
 	"github.com/pipestream/gateway/quicpeer/wire"
 )
 
-// sessState is the bridge's view of one quicpeer session. Guarded by
-// Bridge.mu.
+// sessState is the bridge's view of one quicpeer session. Its mutable
+// fields are guarded by the registry's mu (Bridge.mu); pc, s, n, codec
+// and mode are set before it is published and never change after, and
+// ctl has its own mutex.
 type sessState struct {
 	pc     *peerConn // the peer it is a session to
 	s      *quicpeer.Session
@@ -44,7 +46,7 @@ type sessState struct {
 	// documents' entities) or lived shortSession; one that ends sooner
 	// counts as a failed dial (noteSessionEndLocked).
 	proven bool
-	// ctl: stream-0 frames decided under Bridge.mu, written after it
+	// ctl: stream-0 frames decided under a document's lock, written after it
 	// (ctrlout.go). Its own mutex.
 	ctl ctrlOut
 }
@@ -62,10 +64,11 @@ type sessEnt struct {
 	k  entKey
 }
 
-// bindEntLocked maps session entity sk on ss to ref and records the
+// bindEntRegLocked maps session entity sk on ss to ref and records the
 // mapping in ref's attempt, so releaseSessLocked can drop it. Every write
-// to sessState.ents goes through here. Callers hold Bridge.mu.
-func bindEntLocked(ss *sessState, sk entKey, ref *entRef) {
+// to sessState.ents goes through here. Callers hold the registry's mu and
+// ref's document's lock.
+func bindEntRegLocked(ss *sessState, sk entKey, ref *entRef) {
 	ss.ents[sk] = ref
 	ref.att.sessEnts = append(ref.att.sessEnts, sessEnt{ss: ss, k: sk})
 }
@@ -81,9 +84,17 @@ func bindEntLocked(ss *sessState, sk entKey, ref *entRef) {
 // not reused within a session). Scope owners (sessState.scopes) stay until
 // their SCOPE_DIGEST or the reuse of the scope ID: a late status in such a
 // scope must still resolve to the finished attempt (and be ignored), not
-// be guessed onto another document. Callers hold Bridge.mu.
+// be guessed onto another document. Callers hold a's document's lock.
 func releaseSessLocked(a *attempt) {
 	a.dropResultStreamLocked()
+	a.d.env.regLock()
+	releaseSessRegLocked(a)
+	a.d.env.regUnlock()
+}
+
+// releaseSessRegLocked is the registry's part of releaseSessLocked
+// (caller holds the registry's mu too).
+func releaseSessRegLocked(a *attempt) {
 	for _, e := range a.sessEnts {
 		if r := e.ss.ents[e.k]; r != nil && r.att.d == a.d {
 			delete(e.ss.ents, e.k)
@@ -108,6 +119,20 @@ func releaseSessLocked(a *attempt) {
 			delete(ss.lastDehyd, id)
 		}
 	}
+}
+
+// leaveSession takes d off ss's documents, telling ss's mode when left
+// (the document finished or left for good: a draft-04 conversation ends
+// with its document), and reports whether ss has closed (nothing is to be
+// sent on it). Caller holds d's lock.
+func (d *docRun) leaveSession(ss *sessState, left bool) (closed bool) {
+	d.env.regLock()
+	defer d.env.regUnlock()
+	delete(ss.docs, d)
+	if left {
+		ss.mode.docLeftRegLocked(d.env, ss)
+	}
+	return ss.closed
 }
 
 // scopeOwner is the owner of a peer-allocated scope: the attempt and the
@@ -265,7 +290,7 @@ func (b *Bridge) noteSessionEndLocked(ss *sessState, err error) bool {
 	if err != nil {
 		why = "session ended right after the handshake: " + err.Error()
 	}
-	pc.ok, pc.lastErr, pc.errAt = false, why, ss.closedAt
+	pc.noteFailure(why, ss.closedAt)
 	pc.shortSessions++
 	in := pc.backoffLocked()
 	b.log.Warn("bridge: peer session ended right after it came up; backing off", "addr", pc.addr,
@@ -416,7 +441,7 @@ func (b *Bridge) waitForWork(ctx context.Context, pc *peerConn) bool {
 // should be dialled while documents run on other peers, with none queued:
 // a draft-02 peer takes every queued document at once, so without this
 // the draft-04 peer would never be dialled again and never get its share
-// (placement counts it once it answered, candidateLocked).
+// (placement counts it once it answered, candidateRegLocked).
 func (b *Bridge) probeDraft04Locked(pc *peerConn) bool {
 	if pc.ok || time.Now().Before(pc.retryAt) {
 		return false
@@ -429,7 +454,7 @@ func (b *Bridge) probeDraft04Locked(pc *peerConn) bool {
 	return false
 }
 
-// pickSessionLocked returns the session a new document goes to: that of
+// pickSessionRegLocked returns the session a new document goes to: that of
 // the least-loaded healthy peer by its capacity (peerLoad: documents in
 // flight relative to the negotiated window, or to Options.PeerDraft04Conns
 // for a draft-04 peer, which takes one document per connection), ties
@@ -438,18 +463,18 @@ func (b *Bridge) probeDraft04Locked(pc *peerConn) bool {
 // the least loaded, the document waits for its next connection (its
 // connection loop is woken) instead of going to a busier peer, so such a
 // peer gets its share. nil when no peer has room (down, connecting,
-// GOAWAY) or the pick is a draft-04 peer being dialled. placeLocked starts
+// GOAWAY) or the pick is a draft-04 peer being dialled. newAttemptRegLocked starts
 // the attempt there. For the dispatcher (dispatch), a peer running
 // maxConcurrentDispatch sendings already is skipped; a pipelined upload
 // is not counted there (its client sets its pace).
-func (env *docEnv) pickSessionLocked(dispatch bool) *sessState {
+func (env *docEnv) pickSessionRegLocked(dispatch bool) *sessState {
 	var best *peerConn
 	var bestSS *sessState
 	var bestLoad peerLoad
 	n := len(env.reg.peers)
 	for i := range n {
 		pc := env.reg.peers[(env.reg.nextPeer+i)%n]
-		ss, load, ok := env.candidateLocked(pc, dispatch)
+		ss, load, ok := env.candidateRegLocked(pc, dispatch)
 		if ok && (best == nil || load.less(bestLoad)) {
 			best, bestSS, bestLoad = pc, ss, load
 		}
@@ -471,10 +496,10 @@ func (x peerLoad) less(y peerLoad) bool {
 	return x.docs*max(y.capacity, 1) < y.docs*max(x.capacity, 1)
 }
 
-// candidateLocked says whether pc can take a document now (ss, its load),
+// candidateRegLocked says whether pc can take a document now (ss, its load),
 // or soon (ss nil: a draft-04 peer that answered before, with room for
 // another connection, not backing off).
-func (env *docEnv) candidateLocked(pc *peerConn, dispatch bool) (*sessState, peerLoad, bool) {
+func (env *docEnv) candidateRegLocked(pc *peerConn, dispatch bool) (*sessState, peerLoad, bool) {
 	if dispatch && pc.sending >= maxConcurrentDispatch {
 		return nil, peerLoad{}, false // its sendings must finish first
 	}
@@ -488,17 +513,9 @@ func (env *docEnv) candidateLocked(pc *peerConn, dispatch bool) (*sessState, pee
 	return nil, peerLoad{docs: uint64(env.reg.peerDocs(pc)), capacity: uint64(env.opts.PeerDraft04Conns)}, true
 }
 
-// placeLocked starts d's next attempt on ss, the session placement picked,
-// and moves the round-robin past its peer: the next tie goes to the next
-// peer.
-func (d *docRun) placeLocked(ss *sessState) *attempt {
-	d.env.reg.rotatePast(ss.pc)
-	return d.newAttemptLocked(ss)
-}
-
-// retireLocked stops assigning on ss and wakes its peer's connection loop
+// retireRegLocked stops assigning on ss and wakes its peer's connection loop
 // to dial.
-func (env *docEnv) retireLocked(ss *sessState) {
+func (env *docEnv) retireRegLocked(ss *sessState) {
 	pc := ss.pc
 	if pc.active == ss {
 		pc.active = nil
@@ -539,10 +556,10 @@ func sessionGone(ss *sessState, err error) bool {
 	return errors.Is(err, net.ErrClosed) || errors.As(err, &ce)
 }
 
-// endDraft04Locked ends a draft-04 session whose document finished: GOAWAY
+// endDraft04 ends a draft-04 session whose document finished: GOAWAY
 // with the document's entity, the peer's echo, close with 0x00 (the
 // reference conversation).
-func (env *docEnv) endDraft04Locked(ss *sessState) {
+func (env *docEnv) endDraft04(ss *sessState) {
 	env.wg.Add(1)
 	go func() {
 		defer env.wg.Done()

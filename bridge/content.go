@@ -62,10 +62,10 @@ func (env *docEnv) openContent(ctx context.Context, d *docRun) (contentReader, e
 	if !d.inline {
 		return env.st.OpenPayload(ctx, d.id, store.PayloadContent)
 	}
-	d.lockDoc()
+	d.lock()
 	held := d.content
 	d.content = nil
-	d.unlockDoc()
+	d.unlock()
 	if held != nil {
 		return inlineContent{bytes.NewReader(held), held}, nil
 	}

@@ -8,14 +8,14 @@ import (
 )
 
 // No network write under a lock (issue 21): a STATUS frame that document
-// code decides while it holds Bridge.mu (the gateway gave up on an
+// code decides while it holds its document's lock (the gateway gave up on an
 // entity, the gateway's own rehydration of a plain document) is queued on
 // its session's control outbox and written after the lock is released,
 // by one goroutine per session at a time, in the order queued. A peer
 // that stops reading stream 0 then holds up only that goroutine (and
 // quicpeer ends the session when a write passes its deadline,
-// Limits.ControlWriteTimeout), never the lock every other document and
-// peer needs.
+// Limits.ControlWriteTimeout), never a lock another document or peer
+// needs.
 
 // ctrlOut is a session's queue of stream-0 frames to write.
 type ctrlOut struct {
@@ -32,12 +32,13 @@ type ctrlFrame struct {
 }
 
 // sendStatusLocked queues f for ss's stream 0 and makes sure a writer runs.
-// Caller holds Bridge.mu (it reads ss.s and ss.closed); nothing is written
-// before the caller releases it, as the writer needs no lock of the
-// caller's and the frames keep their order.
+// Caller holds the lock of document doc (so its frames keep their order),
+// not the registry's (ss.closed is read in a short section of its own);
+// the writer takes no lock of the caller's, so no frame is written under
+// one.
 func (env *docEnv) sendStatusLocked(ss *sessState, doc string, f wire.StatusFrame) {
 	s := ss.s
-	if s == nil || ss.closed {
+	if s == nil || env.sessClosed(ss) {
 		return
 	}
 	o := &ss.ctl

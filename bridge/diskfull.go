@@ -121,7 +121,9 @@ func (d *docRun) diskRetryFor() diskRetry {
 	return diskRetry{
 		wait: func(attempt int, err error) bool {
 			d.lock()
+			d.env.regLock()
 			closing := d.env.reg.closing
+			d.env.regUnlock()
 			if attempt == 0 && !closing && !d.terminal() {
 				d.env.log.Warn("bridge: disk full while storing a result; retrying until space returns", "doc", d.id, "err", err)
 				d.setState(d.rec.Doc.State, fmt.Sprintf(diskFullPrefix+"storing the result on the gateway failed (%v); retrying until space returns (a local failure, not the peer's)", err))
@@ -135,8 +137,8 @@ func (d *docRun) diskRetryFor() diskRetry {
 			return true
 		},
 		recovered: func() {
-			d.lockDoc()
-			defer d.unlockDoc()
+			d.lock()
+			defer d.unlock()
 			if !d.terminal() && strings.HasPrefix(d.rec.Doc.Error, diskFullPrefix) {
 				d.rec.Doc.Error = ""
 				d.out.markDirty(time.Now())

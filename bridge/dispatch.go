@@ -17,14 +17,14 @@ import (
 )
 
 // startAttempt takes the next queued document and starts an attempt on
-// the session placement picks (pickSessionLocked; nil when there is
+// the session placement picks (pickSessionRegLocked; nil when there is
 // nothing to do). The queue is read under the registry's mu, the document
 // placed under its own lock (and the registry's again), which re-checks
 // what the queue said.
 func (b *Bridge) startAttempt() *attempt {
 	for {
 		b.mu.Lock()
-		if b.closing || b.pickSessionLocked(true) == nil || len(b.queue) == 0 {
+		if b.closing || b.pickSessionRegLocked(true) == nil || len(b.queue) == 0 {
 			b.mu.Unlock()
 			return nil
 		}
@@ -43,25 +43,38 @@ func (b *Bridge) startAttempt() *attempt {
 // session placement picks; again: d was not to be placed (taken meanwhile,
 // finished, or running), the caller looks at the queue anew.
 func (d *docRun) placeQueuedLocked() (j *attempt, again bool) {
-	if d.env.reg.closing {
-		return nil, false
+	d.env.regLock()
+	j, prev, again := d.placeQueuedRegLocked()
+	d.env.regUnlock()
+	if j != nil {
+		d.attemptStartedLocked(prev)
 	}
-	ss := d.env.pickSessionLocked(true)
+	return j, again
+}
+
+// placeQueuedRegLocked is placeQueuedLocked's registry section: the pick,
+// the queue and the placement happen in one, so the picked session cannot
+// close between them unseen (HandleClose aborts the documents it carries).
+func (d *docRun) placeQueuedRegLocked() (j, prev *attempt, again bool) {
+	if d.env.reg.closing {
+		return nil, nil, false
+	}
+	ss := d.env.pickSessionRegLocked(true)
 	if ss == nil {
-		return nil, false
+		return nil, nil, false
 	}
 	d.env.reg.unqueue(d) // queued says whether it is there: both change together
 	if !d.queued {
-		return nil, true
+		return nil, nil, true
 	}
 	d.queued = false
 	if d.terminal() || d.sess() != nil {
-		return nil, true
+		return nil, nil, true
 	}
-	j = d.placeLocked(ss)
+	j, prev = d.placeRegLocked(ss)
 	j.dispatched = true
 	ss.pc.sending++ // until runAttempt returns
-	return j, false
+	return j, prev, false
 }
 
 // runAttempt sends the document (from the spool or the inline content, or
@@ -71,7 +84,9 @@ func (j *attempt) runAttempt(src chunkSource) {
 	j.d.lock()
 	defer j.d.unlock()
 	if j.dispatched {
+		j.d.env.regLock()
 		j.ss.pc.sending--
+		j.d.env.regUnlock()
 		select { // the peer may take another document
 		case j.d.env.kickCh <- struct{}{}:
 		default:
@@ -248,7 +263,9 @@ func (j *attempt) registerRootLocked(rootID uint32) {
 	d := j.d
 	j.rootID = rootID
 	k := rootKey(rootID)
-	bindEntLocked(j.ss, k, &entRef{att: j, key: k})
+	j.d.env.regLock()
+	bindEntRegLocked(j.ss, k, &entRef{att: j, key: k})
+	j.d.env.regUnlock()
 	j.entSince[k] = time.Now()
 	d.setEntity(k, &gatewayv1.Entity{EntityId: rootID, Status: gatewayv1.EntityStatus_ENTITY_STATUS_PENDING,
 		SizeBytes: uint64(d.size), Checksum: hexSum(d.sum[:]), Attempts: d.rec.DispatchAttempts})
@@ -283,8 +300,7 @@ func (d *docRun) finishLocked(s gatewayv1.State, msg string) {
 	a.stopFinishTimer()
 	a.stopSending()
 	if ss := d.sess(); ss != nil {
-		delete(ss.docs, d)
-		ss.mode.docLeftLocked(d.env, ss)
+		d.leaveSession(ss, true)
 	}
 	releaseSessLocked(a)
 	a.dropPlainLocked()

@@ -72,7 +72,7 @@
 // draft-04 peer (how an attempt sends, which entity a result answers, how
 // the document finishes) is its session's peerMode (mode.go): profileMode
 // (mode_profile.go), plainMode and draft04Mode (mode_plain.go). Result
-// attribution lives in each mode's attributeLocked, one place per mode.
+// attribution lives in each mode's attributeRegLocked, one place per mode.
 //
 // # Commits
 //

@@ -34,7 +34,8 @@ func TestLockFoundLooksAgain(t *testing.T) {
 		t.Fatal("lockFound left the document it no longer names locked")
 	}
 	d1.mu.Unlock()
-	unlockFound(reg, got)
+	reg.mu.Unlock()
+	unlockFound(got)
 	if !reg.mu.TryLock() || !d2.mu.TryLock() {
 		t.Fatal("unlockFound left a lock held")
 	}
@@ -53,15 +54,26 @@ func TestLockFoundLooksAgain(t *testing.T) {
 }
 
 // TestEachDocRechecks: eachDoc runs fn only for the documents still says
-// hold yet, each under its own mutex and the registry's, and releases both.
+// hold yet, each under its own mutex alone (document code takes the
+// registry's only in short sections of its own), and releases it.
 func TestEachDocRechecks(t *testing.T) {
 	reg := &registry{docs: map[string]*docRun{}}
 	env := &docEnv{reg: reg}
 	docs := []*docRun{{env: env, id: "a"}, {env: env, id: "b"}, {env: env, id: "c"}}
 	var ran []string
-	eachDoc(reg, docs, func(d *docRun) bool { return d.id != "b" }, func(d *docRun) {
+	eachDoc(reg, docs, func(d *docRun) bool {
 		if reg.mu.TryLock() || d.mu.TryLock() {
-			t.Errorf("fn for %s ran without both locks", d.id)
+			t.Errorf("still for %s ran without both locks", d.id)
+		}
+		return d.id != "b"
+	}, func(d *docRun) {
+		if d.mu.TryLock() {
+			t.Errorf("fn for %s ran without its document's lock", d.id)
+		}
+		if !reg.mu.TryLock() {
+			t.Errorf("fn for %s ran holding the registry's mu", d.id)
+		} else {
+			reg.mu.Unlock()
 		}
 		ran = append(ran, d.id)
 	})

@@ -25,8 +25,12 @@ func (h *handler) HandleStatus(s *quicpeer.Session, f wire.StatusFrame) {
 		h.ss.s = s
 	}
 	d := lockFound(b.reg, func() *docRun { return h.ss.statusDoc(f) })
-	defer unlockFound(b.reg, d)
-	b.onStatusLocked(h.ss, f)
+	st := b.onStatusRegLocked(h.ss, f)
+	b.mu.Unlock()
+	if st != nil && st.ref.att.d == d { // statusDoc names what onStatusRegLocked resolves
+		st.apply()
+	}
+	unlockFound(d)
 }
 
 func (h *handler) HandleScopeDigest(s *quicpeer.Session, f wire.ScopeDigestFrame) {
@@ -38,8 +42,13 @@ func (h *handler) HandleScopeDigest(s *quicpeer.Session, f wire.ScopeDigestFrame
 		}
 		return nil
 	})
-	defer unlockFound(b.reg, d)
-	b.onDigestLocked(h.ss, f)
+	own := b.takeDigestScopeRegLocked(h.ss, f)
+	b.mu.Unlock()
+	if own != nil && own.att.d == d && own.att.newest() {
+		own.att.onDigestLocked(own, f)
+		b.kickFlush()
+	}
+	unlockFound(d)
 }
 
 func (h *handler) HandleBarrier(s *quicpeer.Session, f wire.BarrierFrame) {
@@ -51,8 +60,9 @@ func (h *handler) HandleBarrier(s *quicpeer.Session, f wire.BarrierFrame) {
 		}
 		return nil
 	})
-	defer unlockFound(b.reg, d)
-	b.onBarrierLocked(h.ss, f)
+	b.onBarrierRegLocked(h.ss, f)
+	b.mu.Unlock()
+	unlockFound(d)
 }
 
 func (h *handler) HandleCheckpoint(*quicpeer.Session, *wire.CheckpointFrame) {}
@@ -63,7 +73,7 @@ func (h *handler) HandleGoAway(s *quicpeer.Session, f wire.GoAwayFrame) {
 	ss := h.ss
 	ss.goaway = true
 	b.log.Info("bridge: peer sent GOAWAY; dialing a new session", "addr", ss.pc.addr, "last_entity", f.LastEntityID)
-	b.retireLocked(ss)
+	b.retireRegLocked(ss)
 	docs := ss.docList()
 	b.mu.Unlock()
 	// Documents whose streams were not all sent cannot finish here: abort
@@ -112,7 +122,7 @@ func (ss *sessState) carries(d *docRun) bool {
 }
 
 // statusDoc names the document a STATUS frame on ss touches (nil: none),
-// as onStatusLocked will resolve it (caller holds the registry's mu).
+// as onStatusRegLocked will resolve it (caller holds the registry's mu).
 func (ss *sessState) statusDoc(f wire.StatusFrame) *docRun {
 	if f.EntityID == wire.ConnectionEntity || f.Status == wire.StatusUnspecified {
 		return nil
@@ -133,7 +143,7 @@ func (ss *sessState) statusDoc(f wire.StatusFrame) *docRun {
 }
 
 // guessParent is the index in ss.dehyd of the entity a status in a scope
-// no BARRIER named is attributed to (newScopeEntityLocked), or -1.
+// no BARRIER named is attributed to (newScopeEntityRegLocked), or -1.
 func (ss *sessState) guessParent(f wire.StatusFrame) int {
 	idx := -1
 	for i, p := range ss.dehyd {
@@ -148,10 +158,24 @@ func (ss *sessState) guessParent(f wire.StatusFrame) int {
 	return idx
 }
 
-// onStatusLocked applies a STATUS frame from the peer (profile 3-6).
-func (b *Bridge) onStatusLocked(ss *sessState, f wire.StatusFrame) {
+// statusApply is the document's part of a STATUS frame: what
+// onStatusRegLocked resolved under the registry's mu, applied by apply
+// under the document's lock alone.
+type statusApply struct {
+	f   wire.StatusFrame
+	ref *entRef
+	e   *gatewayv1.Entity
+}
+
+// onStatusRegLocked applies the session's part of a STATUS frame from the
+// peer (profile 3-6) under the registry's mu and the document's lock (if
+// any): redemption waiters, the entity mapping (a new scope entity's
+// first status), the session proven, a DEHYDRATING parent recorded. It
+// returns the document's part, or nil when the frame touches no live
+// entity of a current attempt.
+func (b *Bridge) onStatusRegLocked(ss *sessState, f wire.StatusFrame) *statusApply {
 	if f.EntityID == wire.ConnectionEntity || f.Status == wire.StatusUnspecified {
-		return // cursor update or heartbeat
+		return nil // cursor update or heartbeat
 	}
 	sk := entKey{scope: f.ScopeID, id: f.EntityID}
 	if w := ss.waiters[sk]; w != nil {
@@ -162,28 +186,41 @@ func (b *Bridge) onStatusLocked(ss *sessState, f wire.StatusFrame) {
 	if ref == nil {
 		if f.ScopeID == 0 {
 			b.log.Debug("bridge: status for an unknown root-scope entity", "entity", f.EntityID, "status", f.Status)
-			return
+			return nil
 		}
-		ref = b.newScopeEntityLocked(ss, f)
+		ref = b.newScopeEntityRegLocked(ss, f)
 		if ref == nil {
-			return
+			return nil
 		}
 	}
-	a, d := ref.att, ref.att.d
+	a := ref.att
 	if !a.current() || a.ss != ss {
 		// Race rule (profile 3): we already finished or moved this document.
-		return
+		return nil
 	}
 	e := a.ents[ref.key]
 	if e == nil {
-		return
+		return nil
 	}
 	if !ss.proven {
 		b.proveSessionLocked(ss) // the peer reported on a document: the session carries work
 	}
+	if f.Status == wire.StatusDehydrating && e.Status != entityStatus(f.Status) {
+		p := parentRef{att: a, key: ref.key, depth: f.Depth}
+		ss.dehyd = append(ss.dehyd, p)
+		ss.lastDehyd[f.EntityID] = p
+	}
+	return &statusApply{f: f, ref: ref, e: e}
+}
+
+// apply is the document's part of a STATUS frame (caller holds the
+// document's lock alone): the entity's new status, the children's and
+// the root's consequences, a claim check.
+func (st *statusApply) apply() {
+	f, ref, e := st.f, st.ref, st.e
+	a, d := ref.att, ref.att.d
 	a.carried, d.waitSince = true, time.Time{}
-	b.m.entityStatus.WithLabelValues(f.Status.String()).Inc()
-	prev := e.Status
+	d.env.m.entityStatus.WithLabelValues(f.Status.String()).Inc()
 	e.Status = entityStatus(f.Status)
 	if f.ScopeID != 0 {
 		e.Depth = uint32(f.Depth)
@@ -201,25 +238,20 @@ func (b *Bridge) onStatusLocked(ss *sessState, f wire.StatusFrame) {
 	if ref.key != rootKey(a.rootID) {
 		a.mode.childChangedLocked(d)
 	}
-	if f.Status == wire.StatusDehydrating && prev != e.Status {
-		p := parentRef{att: a, key: ref.key, depth: f.Depth}
-		ss.dehyd = append(ss.dehyd, p)
-		ss.lastDehyd[f.EntityID] = p
-	}
 	if f.Status == wire.StatusDeferred && f.HasExt {
 		d.onDeferredLocked(ref, f)
 	}
 	if ref.key.scope == 0 && ref.key.id == a.rootID {
 		d.onRootStatusLocked(f.Status)
 	}
-	b.kickFlush()
+	d.env.kickFlush()
 }
 
-// onBarrierLocked attributes a peer scope to its parent (profile 6): a
+// onBarrierRegLocked attributes a peer scope to its parent (profile 6): a
 // waiting BARRIER(S, E) follows STATUS(E, DEHYDRATING) on stream 0, and E's
 // scope is that of the latest DEHYDRATING status with entity ID E. A
 // released BARRIER needs nothing: SCOPE_DIGEST already closed the scope.
-func (b *Bridge) onBarrierLocked(ss *sessState, f wire.BarrierFrame) {
+func (b *Bridge) onBarrierRegLocked(ss *sessState, f wire.BarrierFrame) {
 	if f.Released {
 		return
 	}
@@ -238,12 +270,12 @@ func (b *Bridge) onBarrierLocked(ss *sessState, f wire.BarrierFrame) {
 	if old := ss.scopes[f.ScopeID]; old != nil {
 		b.log.Warn("bridge: peer reused a scope ID before its SCOPE_DIGEST", "scope", f.ScopeID, "parent", f.ParentEntityID)
 	}
-	b.ownScopeLocked(ss, f.ScopeID, p)
+	b.ownScopeRegLocked(ss, f.ScopeID, p)
 }
 
-// ownScopeLocked records that scope belongs to parent p: the next instance
+// ownScopeRegLocked records that scope belongs to parent p: the next instance
 // of that scope ID in p's attempt.
-func (b *Bridge) ownScopeLocked(ss *sessState, scope uint32, p parentRef) *scopeOwner {
+func (b *Bridge) ownScopeRegLocked(ss *sessState, scope uint32, p parentRef) *scopeOwner {
 	a := p.att
 	inst := a.scopeUses[scope]
 	a.scopeUses[scope] = inst + 1
@@ -257,12 +289,12 @@ func (b *Bridge) ownScopeLocked(ss *sessState, scope uint32, p parentRef) *scope
 	return own
 }
 
-// newScopeEntityLocked registers the first status of an entity in a
+// newScopeEntityRegLocked registers the first status of an entity in a
 // peer-allocated scope (Layer 1). The scope's owner comes from the peer's
 // BARRIER (profile 6). For a peer that sends no BARRIER the scope is
 // guessed: the oldest entity reported DEHYDRATING at depth-1 that has no
 // scope yet (logged once per session).
-func (b *Bridge) newScopeEntityLocked(ss *sessState, f wire.StatusFrame) *entRef {
+func (b *Bridge) newScopeEntityRegLocked(ss *sessState, f wire.StatusFrame) *entRef {
 	own := ss.scopes[f.ScopeID]
 	if own == nil {
 		idx := ss.guessParent(f)
@@ -280,7 +312,7 @@ func (b *Bridge) newScopeEntityLocked(ss *sessState, f wire.StatusFrame) *entRef
 			b.log.Warn("bridge: the peer sent no BARRIER naming the parent of a new scope (profile 6); attributing it to the oldest DEHYDRATING entity",
 				"scope", f.ScopeID, "parent", p.key.id)
 		}
-		own = b.ownScopeLocked(ss, f.ScopeID, p)
+		own = b.ownScopeRegLocked(ss, f.ScopeID, p)
 	}
 	a := own.att
 	if !a.newest() {
@@ -289,7 +321,7 @@ func (b *Bridge) newScopeEntityLocked(ss *sessState, f wire.StatusFrame) *entRef
 	sk := entKey{scope: f.ScopeID, id: f.EntityID}
 	key := entKey{scope: f.ScopeID, inst: own.inst, id: f.EntityID}
 	ref := &entRef{att: a, key: key}
-	bindEntLocked(ss, sk, ref)
+	bindEntRegLocked(ss, sk, ref)
 	if a.ents[key] == nil {
 		a.ents[key] = &gatewayv1.Entity{EntityId: f.EntityID, ScopeId: f.ScopeID, Depth: uint32(f.Depth),
 			ParentId: own.parent.id, Status: gatewayv1.EntityStatus_ENTITY_STATUS_PENDING}
@@ -391,24 +423,30 @@ func (d *docRun) armFinishTimerLocked(after time.Duration, msg string) {
 	})
 }
 
-// onDigestLocked records a SCOPE_DIGEST and verifies its Merkle root against
-// the statuses observed in that scope (profile 6, draft Section 9.5).
-func (b *Bridge) onDigestLocked(ss *sessState, f wire.ScopeDigestFrame) {
+// takeDigestScopeRegLocked takes the scope a SCOPE_DIGEST closes off the
+// session (the peer may recycle the scope ID after its digest) with its
+// entity mappings, and returns its owner (nil: an unknown scope). Caller
+// holds the registry's mu and the owner's document's lock.
+func (b *Bridge) takeDigestScopeRegLocked(ss *sessState, f wire.ScopeDigestFrame) *scopeOwner {
 	own := ss.scopes[f.ScopeID]
 	if own == nil {
 		b.log.Warn("bridge: SCOPE_DIGEST for an unknown scope", "scope", f.ScopeID)
-		return
+		return nil
 	}
-	a, d := own.att, own.att.d
-	delete(ss.scopes, f.ScopeID) // the peer may recycle the scope id after its digest
+	delete(ss.scopes, f.ScopeID)
 	for k, r := range ss.ents {
-		if k.scope == f.ScopeID && r.att.d == d {
+		if k.scope == f.ScopeID && r.att.d == own.att.d {
 			delete(ss.ents, k)
 		}
 	}
-	if !a.newest() {
-		return
-	}
+	return own
+}
+
+// onDigestLocked records a SCOPE_DIGEST of scope own of a and verifies its
+// Merkle root against the statuses observed in that scope (profile 6,
+// draft Section 9.5). Caller holds the document's lock.
+func (a *attempt) onDigestLocked(own *scopeOwner, f wire.ScopeDigestFrame) {
+	d := a.d
 	var leaves []wire.Leaf
 	for k, e := range a.ents {
 		if k.scope == f.ScopeID && k.inst == own.inst {
@@ -425,8 +463,8 @@ func (b *Bridge) onDigestLocked(ss *sessState, f wire.ScopeDigestFrame) {
 	a.digests[key] = dg
 	d.out.putDigest(a.gen, key, dg)
 	if !ok {
-		b.m.digestMismatch.Inc()
-		b.log.Error("bridge: SCOPE_DIGEST Merkle root mismatch", "doc", d.id, "scope", f.ScopeID,
+		d.env.m.digestMismatch.Inc()
+		d.env.log.Error("bridge: SCOPE_DIGEST Merkle root mismatch", "doc", d.id, "scope", f.ScopeID,
 			"reported", dg.MerkleRoot, "recomputed", hexSum(root[:]), "leaves", len(leaves))
 		msg := fmt.Sprintf("scope digest mismatch in scope %d: the peer's Merkle root %s differs from the recomputed %s",
 			f.ScopeID, dg.MerkleRoot, hexSum(root[:]))
@@ -434,7 +472,6 @@ func (b *Bridge) onDigestLocked(ss *sessState, f wire.ScopeDigestFrame) {
 	}
 	d.addEvent(&gatewayv1.Event{Kind: kindStatus, ScopeId: f.ScopeID, EntityId: own.parent.id,
 		EntityStatus: a.ents[own.parent].GetStatus(), Name: "ScopeDigest", Message: fmt.Sprintf("verified=%v", ok)})
-	b.kickFlush()
 }
 
 // onDeferredLocked records the claim check of a DEFERRED status (profile 6).
@@ -507,7 +544,7 @@ func (b *Bridge) onSessionClosedLocked(ss *sessState, err error) string {
 			pc.lastErr = "session closed"
 		}
 	}
-	b.retireLocked(ss)
+	b.retireRegLocked(ss)
 	delete(b.sessions, ss)
 	delete(b.attrib, ss)
 	b.kick() // a draft-04 dial may wait for this session to end
@@ -530,9 +567,8 @@ func (d *docRun) abortAttemptLocked(reason string, countIt bool) {
 	}
 	a := d.att
 	if ss := d.sess(); ss != nil {
-		delete(ss.docs, d)
 		ss.pc.aborted.Inc()
-		if !ss.closed {
+		if !d.leaveSession(ss, false) {
 			d.env.sendCancelLocked(ss, d)
 		}
 	}
@@ -583,14 +619,15 @@ func (env *docEnv) giveUpLocked(ss *sessState, d *docRun, id uint32) {
 }
 
 // onResult receives an entity the peer sent: its session's mode
-// attributes it (peerMode.attributeLocked: mode_plain.go, mode_profile.go)
+// attributes it (peerMode.attributeRegLocked: mode_plain.go, mode_profile.go)
 // and reads it as a result, or it is refused (logged and counted).
 func (b *Bridge) onResult(ss *sessState, e *quicpeer.IncomingEntity) {
 	b.mu.Lock()
 	mode := ss.mode
-	d := lockFound(b.reg, func() *docRun { return resultDoc(ss, e.Header) })
-	ref, r := mode.attributeLocked(b.docEnv, ss, e.Header)
-	unlockFound(b.reg, d)
+	d := lockFound(b.reg, func() *docRun { return resultDocRegLocked(ss, e.Header) })
+	ref, r := mode.attributeRegLocked(b.docEnv, ss, e.Header)
+	b.mu.Unlock()
+	unlockFound(d)
 	if ref == nil {
 		b.refuseResult(ss, e, r)
 		return
@@ -623,10 +660,10 @@ func (a *attempt) onWholeResult(e *quicpeer.IncomingEntity) {
 	a.d.env.kickFlush()
 }
 
-// resultDoc names the document whose root an entity the peer sent may
+// resultDocRegLocked names the document whose root an entity the peer sent may
 // answer (its parent-id's, else its entity-id's), or nil; attribution
 // decides (caller holds the registry's mu).
-func resultDoc(ss *sessState, h *wire.EntityHeader) *docRun {
+func resultDocRegLocked(ss *sessState, h *wire.EntityHeader) *docRun {
 	id := h.EntityID
 	if h.ParentID != nil {
 		id = *h.ParentID

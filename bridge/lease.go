@@ -95,12 +95,11 @@ func (b *Bridge) takeoverLoop(ctx context.Context, l Leaser) {
 // (or will be), so this bridge forgets them.
 func (b *Bridge) leaseLost(ids []string) {
 	for _, id := range ids {
-		b.mu.Lock()
-		d := lockFound(b.reg, func() *docRun { return b.docs[id] })
+		d := lockDocOf(b.reg, func() *docRun { return b.docs[id] })
 		if d != nil {
 			d.dropLocked("lease lost")
 		}
-		unlockFound(b.reg, d)
+		unlockFound(d)
 	}
 }
 
@@ -115,25 +114,24 @@ func (d *docRun) dropLocked(why string) {
 	d.dropped = true
 	a := d.att
 	if ss := d.sess(); ss != nil {
-		delete(ss.docs, d)
-		if !ss.closed {
+		if !d.leaveSession(ss, true) {
 			d.env.sendCancelLocked(ss, d)
 		}
-		ss.mode.docLeftLocked(d.env, ss)
 	}
 	releaseSessLocked(a)
 	a.stopSending()
 	a.stopFinishTimer()
 	a.dropPlainLocked()
 	a.ended = true
+	d.env.regLock()
 	if d.queued {
 		d.env.reg.unqueue(d)
 		d.queued = false
 	}
-	if d.env.reg.forget(d) {
-		if !d.terminal() {
-			d.env.m.running.Dec()
-		}
+	forgot := d.env.reg.forget(d)
+	d.env.regUnlock()
+	if forgot && !d.terminal() {
+		d.env.m.running.Dec()
 	}
 	d.env.log.Warn("bridge: stopped driving a document; another replica takes it over", "doc", d.id, "why", why)
 }

@@ -9,7 +9,7 @@ import (
 
 // peerMode is how the documents of one session talk to its peer (issue
 // 21 item 2, in the manner of connect-go's protocol interface). A session
-// gets one when its handshake completes (chooseMode) and every attempt on
+// gets one when its handshake completes (chooseModeLocked) and every attempt on
 // it keeps it; the rest of the package asks the mode and never branches on
 // the framing or the profile itself. There are three:
 //
@@ -24,8 +24,11 @@ import (
 //     every document whole with the six-member header, one document per
 //     connection (the reference conversation).
 //
-// Every method runs with Bridge.mu held except send and takeResult,
-// which run without it (they read and write streams).
+// The ...RegLocked methods run with the registry's mu held (and the
+// document's lock, where there is one); childChangedLocked and
+// awaitResultLocked under the document's lock alone; send and
+// takeResult with no lock (they read and write streams, and lock the
+// document for each step).
 type peerMode interface {
 	// name is the mode as /healthz and the logs show it.
 	name() string
@@ -35,10 +38,10 @@ type peerMode interface {
 	// pipelined reports whether a document may be sent while its upload
 	// runs (startPipe); else it is sent from the spool.
 	pipelined() bool
-	// attributeLocked matches an entity the peer sent to the live entity
+	// attributeRegLocked matches an entity the peer sent to the live entity
 	// of ss it answers, or says why it is refused (docs/profile.md 9.4:
 	// the attribution rules of the mode, all of them in its method).
-	attributeLocked(env *docEnv, ss *sessState, h *wire.EntityHeader) (*entRef, refusal)
+	attributeRegLocked(env *docEnv, ss *sessState, h *wire.EntityHeader) (*entRef, refusal)
 	// takeResult reads a result entity attributed to ref and records it
 	// on ref's attempt.
 	takeResult(env *docEnv, ref *entRef, e *quicpeer.IncomingEntity)
@@ -58,10 +61,10 @@ type peerMode interface {
 	// rootPayload is what a root entity's payload is for content: a
 	// PipeDoc envelope or the raw content (a redemption resends it).
 	rootPayload(env *docEnv, ss *sessState, d *docRun, id uint32, content []byte) ([]byte, error)
-	// placedLocked runs once an attempt was placed on ss.
-	placedLocked(env *docEnv, ss *sessState)
-	// docLeftLocked runs once a document finished or left ss.
-	docLeftLocked(env *docEnv, ss *sessState)
+	// placedRegLocked runs once an attempt was placed on ss.
+	placedRegLocked(env *docEnv, ss *sessState)
+	// docLeftRegLocked runs once a document finished or left ss.
+	docLeftRegLocked(env *docEnv, ss *sessState)
 	// capacity is how many documents ss takes at once (placement's load).
 	capacity(env *docEnv, ss *sessState) uint64
 	// endMeansPeerDown reports whether the session's end marks its peer
@@ -76,11 +79,11 @@ const (
 	modeDraft04 = "draft-04"
 )
 
-// chooseMode picks the mode of a session whose handshake completed: its
+// chooseModeLocked picks the mode of a session whose handshake completed: its
 // framing (a draft-04 server is detected on receipt, and kept for the next
 // dials to the peer), and the profile only on draft-02 with the peer's
 // consent (or when told to).
-func (b *Bridge) chooseMode(ss *sessState) peerMode {
+func (b *Bridge) chooseModeLocked(ss *sessState) peerMode {
 	if ss.s.Framing() == wire.FramingDraft04 {
 		if ss.pc.mode == quicpeer.FramingAuto {
 			ss.pc.framing = quicpeer.FramingDraft04

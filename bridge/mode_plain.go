@@ -23,7 +23,7 @@ func (plainMode) send(env *docEnv, j *attempt, _ chunkSource) error {
 	return j.sendPlain(!j.d.plan.whole(j.d.size, env.opts.InlineThreshold), true)
 }
 
-// attributeLocked matches an entity a plain peer sent (docs/profile.md
+// attributeRegLocked matches an entity a plain peer sent (docs/profile.md
 // 9.4):
 //
 //  1. Only root-scope entities: the gateway sends no other.
@@ -40,7 +40,7 @@ func (plainMode) send(env *docEnv, j *attempt, _ chunkSource) error {
 //
 // A taken result counts as being read (plainActive) from here on, so the
 // settle timers wait for it.
-func (plainMode) attributeLocked(env *docEnv, ss *sessState, h *wire.EntityHeader) (*entRef, refusal) {
+func (plainMode) attributeRegLocked(env *docEnv, ss *sessState, h *wire.EntityHeader) (*entRef, refusal) {
 	ref, r := attributePlain(env, ss, h)
 	if ref != nil {
 		ref.att.plainActive++
@@ -54,13 +54,13 @@ func attributePlain(env *docEnv, ss *sessState, h *wire.EntityHeader) (*entRef, 
 	}
 	if h.ParentID != nil {
 		env.reg.attribOf(ss).ownNumbering = true
-		ref := liveRef(ss, *h.ParentID)
+		ref := liveRefRegLocked(ss, *h.ParentID)
 		if ref == nil {
 			return nil, refused(refuseUnmatched, "parent-id %d names no live entity of this session", *h.ParentID)
 		}
-		return claimResultLocked(ref)
+		return claimResultRegLocked(ref)
 	}
-	ref := liveRef(ss, h.EntityID)
+	ref := liveRefRegLocked(ss, h.EntityID)
 	if ref == nil {
 		return nil, refused(refuseUnmatched, "entity-id %d names no live entity of this session and the entity has no parent-id", h.EntityID)
 	}
@@ -69,7 +69,7 @@ func attributePlain(env *docEnv, ss *sessState, h *wire.EntityHeader) (*entRef, 
 		r.doc = ref.att.d.id
 		return nil, r
 	}
-	return claimResultLocked(ref)
+	return claimResultRegLocked(ref)
 }
 
 // takeResult: R's result is the document's result; a chunk's is spooled
@@ -89,8 +89,8 @@ func (plainMode) rootPayload(_ *docEnv, _ *sessState, _ *docRun, _ uint32, conte
 	return content, nil
 }
 
-func (plainMode) placedLocked(*docEnv, *sessState)  {}
-func (plainMode) docLeftLocked(*docEnv, *sessState) {}
+func (plainMode) placedRegLocked(*docEnv, *sessState)  {}
+func (plainMode) docLeftRegLocked(*docEnv, *sessState) {}
 func (plainMode) capacity(_ *docEnv, ss *sessState) uint64 {
 	return uint64(max(ss.n.MaxWindow, 1))
 }
@@ -111,17 +111,17 @@ func (draft04Mode) send(env *docEnv, j *attempt, _ chunkSource) error {
 	return j.sendPlain(false, false)
 }
 
-// placedLocked: the session takes no other document.
-func (draft04Mode) placedLocked(env *docEnv, ss *sessState) {
+// placedRegLocked: the session takes no other document.
+func (draft04Mode) placedRegLocked(env *docEnv, ss *sessState) {
 	ss.goaway = true
-	env.retireLocked(ss)
+	env.retireRegLocked(ss)
 }
 
-// docLeftLocked: the conversation ends with its document (GOAWAY, the
+// docLeftRegLocked: the conversation ends with its document (GOAWAY, the
 // peer's echo, close).
-func (draft04Mode) docLeftLocked(env *docEnv, ss *sessState) {
+func (draft04Mode) docLeftRegLocked(env *docEnv, ss *sessState) {
 	if len(ss.docs) == 0 {
-		env.endDraft04Locked(ss)
+		env.endDraft04(ss)
 	}
 }
 

@@ -19,12 +19,12 @@ func (profileMode) pipelined() bool { return true }
 // children, then R's envelope with the totals, 4.2).
 func (profileMode) send(env *docEnv, j *attempt, src chunkSource) error { return j.sendProfile(src) }
 
-// attributeLocked matches an entity a profile peer sent: a result (role
+// attributeRegLocked matches an entity a profile peer sent: a result (role
 // result) or result part (role result-part) of R has exactly the form of
 // profile 4.3: entity-id R, root scope, no parent-id. A second whole
 // result or summary for R is refused; parts are checked by the result
 // stream (4.3.1).
-func (profileMode) attributeLocked(env *docEnv, ss *sessState, h *wire.EntityHeader) (*entRef, refusal) {
+func (profileMode) attributeRegLocked(env *docEnv, ss *sessState, h *wire.EntityHeader) (*entRef, refusal) {
 	role := h.Metadata[metaRole]
 	switch {
 	case role != roleResult && role != roleResultPart:
@@ -34,14 +34,14 @@ func (profileMode) attributeLocked(env *docEnv, ss *sessState, h *wire.EntityHea
 	case scopeOf(h) != 0:
 		return nil, refused(refuseForm, "entity %d is in scope %d; results are root-scope entities", h.EntityID, scopeOf(h))
 	}
-	ref := liveRef(ss, h.EntityID)
+	ref := liveRefRegLocked(ss, h.EntityID)
 	if ref == nil || ref.key != rootKey(ref.att.rootID) {
 		return nil, refused(refuseUnmatched, "entity-id %d names no running document's root on this session", h.EntityID)
 	}
 	if role == roleResultPart {
 		return ref, refusal{}
 	}
-	return claimResultLocked(ref)
+	return claimResultRegLocked(ref)
 }
 
 // takeResult: a part of a streamed result (4.3.1), its summary, or a
@@ -68,8 +68,8 @@ func (profileMode) rootPayload(env *docEnv, ss *sessState, d *docRun, id uint32,
 	return ss.codec.MarshalPipeDoc(d.envelope(id, content))
 }
 
-func (profileMode) placedLocked(*docEnv, *sessState)  {}
-func (profileMode) docLeftLocked(*docEnv, *sessState) {}
+func (profileMode) placedRegLocked(*docEnv, *sessState)  {}
+func (profileMode) docLeftRegLocked(*docEnv, *sessState) {}
 func (profileMode) capacity(_ *docEnv, ss *sessState) uint64 {
 	return uint64(max(ss.n.MaxWindow, 1))
 }

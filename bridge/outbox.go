@@ -102,7 +102,7 @@ func (o *outbox) holdable() bool {
 // appendTo adds the changes o (taken from d's outbox) to batch: entity,
 // digest and claim rows, events in order, the small result. Create and
 // flush both commit through it (submit.go, persist.go). Caller holds
-// Bridge.mu (claims are read from d).
+// d's lock (claims are read from d).
 func (o *outbox) appendTo(batch *store.Batch, d *docRun) {
 	for k, e := range o.ents {
 		batch.Entities = append(batch.Entities, store.EntityRecord{DocID: d.id, Entity: proto.Clone(e).(*gatewayv1.Entity),

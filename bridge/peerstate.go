@@ -272,8 +272,7 @@ func (b *Bridge) noteDialLocked(pc *peerConn, f quicpeer.Framing, err error) {
 		pc.ok = true
 		return
 	}
-	pc.ok = false
-	pc.lastErr, pc.errAt = err.Error(), time.Now()
+	pc.noteFailure(err.Error(), time.Now())
 	if pc.mode != quicpeer.FramingAuto || !quicpeer.HandshakeRefused(err) {
 		return
 	}
@@ -285,10 +284,23 @@ func (b *Bridge) noteDialLocked(pc *peerConn, f quicpeer.Framing, err error) {
 	pc.framing = next
 }
 
+// noteFailure records a failed dial or a session that ended at once:
+// why is the last error, and errAt stays where the failure streak began
+// while the failures repeat the same error, so the documents' wait reason
+// (waitReasonLocked: "... (since errAt)") does not change, and no wait
+// reason event is written, on every redial of a peer that stays down.
+// Caller holds the registry's mu.
+func (pc *peerConn) noteFailure(why string, at time.Time) {
+	if pc.ok || pc.lastErr != why || pc.errAt.IsZero() {
+		pc.errAt = at
+	}
+	pc.ok, pc.lastErr = false, why
+}
+
 // learnSessionLocked takes what a new session shows: its mode
-// (chooseMode, mode.go).
+// (chooseModeLocked, mode.go).
 func (b *Bridge) learnSessionLocked(ss *sessState) {
-	ss.mode = b.chooseMode(ss)
+	ss.mode = b.chooseModeLocked(ss)
 }
 
 // anyPeerReadyLocked reports whether some peer takes work.

@@ -71,11 +71,16 @@ func (b *Bridge) flush(all bool) {
 		}
 	}
 	now := time.Now()
+	var spools []string
 	for _, t := range took {
 		t.d.lock()
 		switch {
 		case err == nil:
-			detach = append(detach, b.flushedLocked(t)...)
+			dt, spool := t.flushedLocked()
+			detach = append(detach, dt...)
+			if spool {
+				spools = append(spools, t.d.id)
+			}
 		case lost[t.d.id]:
 			t.d.dropLocked(le.Reason)
 		default:
@@ -83,6 +88,7 @@ func (b *Bridge) flush(all bool) {
 		}
 		t.d.unlock()
 	}
+	b.removeSpools(spools)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	defer b.flushDoneLocked()
@@ -149,10 +155,11 @@ func (t docFlush) putBackLocked(now time.Time) {
 }
 
 // flushedLocked finishes what a committed flush made durable for one
-// document: deferred entities whose claims are now durable leave the
-// GOAWAY drain (returned, to run without mu), and a finished document
-// whose terminal state is durable is forgotten with its spool file.
-func (b *Bridge) flushedLocked(t docFlush) []detachReq {
+// document (caller holds its lock): deferred entities whose claims are now
+// durable leave the GOAWAY drain (returned, to run without locks), and a
+// finished document whose terminal state is durable is forgotten; spool:
+// its spool file is to be removed (removeSpools, without locks).
+func (t docFlush) flushedLocked() (_ []detachReq, spool bool) {
 	t.d.durableRev = max(t.d.durableRev, t.rev)
 	var detach []detachReq
 	if len(t.took.claims) > 0 {
@@ -165,16 +172,23 @@ func (b *Bridge) flushedLocked(t docFlush) []detachReq {
 		t.d.resumeDurableLocked(t.took.claims)
 	}
 	if !t.final || t.d.out.dirty {
-		return detach
+		return detach, false
 	}
-	b.reg.forget(t.d)
-	if t.d.inline {
-		return detach // the content row went with the terminal batch
+	t.d.env.regLock()
+	t.d.env.reg.forget(t.d)
+	t.d.env.regUnlock()
+	// An inline document's content row went with the terminal batch.
+	return detach, !t.d.inline
+}
+
+// removeSpools removes the spool files of finished documents whose
+// terminal state is durable (flushedLocked).
+func (b *Bridge) removeSpools(ids []string) {
+	for _, id := range ids {
+		if err := b.st.RemovePayload(context.WithoutCancel(b.ctx), id, store.PayloadContent); err != nil { // also in the last flush, after Close cancelled b.ctx
+			b.log.Warn("bridge: removing spool of a finished document", "doc", id, "err", err)
+		}
 	}
-	if err := b.st.RemovePayload(context.WithoutCancel(b.ctx), t.d.id, store.PayloadContent); err != nil { // also in the last flush, after Close cancelled b.ctx
-		b.log.Warn("bridge: removing spool of a finished document", "doc", t.d.id, "err", err)
-	}
-	return detach
 }
 
 // holdable reports whether d's uncommitted changes are only progress that
@@ -203,7 +217,7 @@ func (env *docEnv) commit(ctx context.Context, batch *store.Batch) (store.Commit
 	return env.ev.Append(ctx, batch)
 }
 
-// detachReq is one Session.SetDetached call, made without Bridge.mu.
+// detachReq is one Session.SetDetached call, made without any lock.
 type detachReq struct {
 	s         *quicpeer.Session
 	scope, id uint32
@@ -264,7 +278,7 @@ func waitsOnlyOnClaimsLocked(d *docRun, ss *sessState, durable map[entKey]*claim
 // when it waits only for such entities.
 func (d *docRun) detachDeferredLocked(claims map[string]bool) []detachReq {
 	ss := d.sess()
-	if ss == nil || ss.closed || ss.s == nil || d.terminal() {
+	if ss == nil || ss.s == nil || d.terminal() || d.env.sessClosed(ss) {
 		return nil
 	}
 	var out []detachReq
@@ -319,7 +333,9 @@ func (b *Bridge) waitDurable(ctx context.Context, d *docRun, rev uint64) error {
 			d.unlock()
 			return nil
 		}
+		b.mu.Lock()
 		wake := b.flushed
+		b.mu.Unlock()
 		b.kickFlush()
 		d.unlock()
 		select {

@@ -30,12 +30,16 @@ type pipeSummary struct {
 func (d *docRun) startPipe() *pipe {
 	d.lock()
 	defer d.unlock()
-	ss := d.env.pickSessionLocked(false)
+	d.env.regLock()
+	ss := d.env.pickSessionRegLocked(false)
 	if ss == nil || d.env.reg.closing || !ss.mode.pipelined() {
+		d.env.regUnlock()
 		return nil // plain documents are sent from the spool (docs/profile.md 9)
 	}
 	d.uploading = true
-	j := d.placeLocked(ss)
+	j, prev := d.placeRegLocked(ss)
+	d.env.regUnlock()
+	d.attemptStartedLocked(prev)
 	p := &pipe{ch: make(chan split.Chunk), dead: make(chan struct{}), stopped: make(chan struct{}), fin: make(chan pipeSummary, 1)}
 	d.env.wg.Add(1)
 	go func() {

@@ -24,7 +24,7 @@ import (
 // one carrying total-chunks. A draft-04 peer gets every document whole, on
 // a connection of its own, with the six-member header. Results are the
 // entities the peer sends back, matched to the document's entities by the
-// attribution rules (plainMode.attributeLocked in mode_plain.go, profile
+// attribution rules (plainMode.attributeRegLocked in mode_plain.go, profile
 // 9.4: parent-id first): one
 // for R is the whole result, ones for chunks are rehydrated in chunk
 // order; none gives SUCCEEDED with an absent result.
@@ -183,7 +183,9 @@ func (j *attempt) sendChunk(rootID uint32, c split.Chunk, total uint64, md map[s
 		return context.Canceled
 	}
 	k := rootKey(id)
-	bindEntLocked(ss, k, &entRef{att: j, key: k})
+	j.d.env.regLock()
+	bindEntRegLocked(ss, k, &entRef{att: j, key: k})
+	j.d.env.regUnlock()
 	d.setEntity(k, &gatewayv1.Entity{EntityId: id, ParentId: rootID, Status: gatewayv1.EntityStatus_ENTITY_STATUS_PENDING,
 		ChunkIndex: uint32(c.Index), ChunkOffset: c.Offset, SizeBytes: uint64(len(c.Data)), Checksum: hexSum(c.Sum[:])})
 	j.entSince[k] = time.Now()
@@ -195,19 +197,19 @@ func (j *attempt) sendChunk(rootID uint32, c split.Chunk, total uint64, md map[s
 }
 
 // onPlainResult reads an entity a plain peer sent, which attribution
-// matched to ref (plainMode.attributeLocked, docs/profile.md 9.4; it
+// matched to ref (plainMode.attributeRegLocked, docs/profile.md 9.4; it
 // counts as being read from there, plainActive): R's result is the
 // document's result and a chunk's is spooled until the document is
 // rehydrated.
 func (env *docEnv) onPlainResult(ref *entRef, e *quicpeer.IncomingEntity) {
-	ref.att.d.lockDoc()
+	ref.att.d.lock()
 	a, key := ref.att, ref.key
 	isRoot := key == rootKey(a.rootID)
 	var idx uint64
 	if ent := a.ents[key]; ent != nil {
 		idx = uint64(ent.ChunkIndex)
 	}
-	ref.att.d.unlockDoc()
+	ref.att.d.unlock()
 	if isRoot {
 		a.storePlainRootResult(e)
 	} else {
@@ -354,7 +356,13 @@ func (d *docRun) armPlainSettleLocked(then func(*docRun), wait time.Duration) {
 // peer: it never sent an entity, and its last learnNoResultsAfter
 // documents ended with the result absent).
 func (a *attempt) resultSettleLocked() time.Duration {
-	if a.ss != nil && a.ss.pc.knownResultless() {
+	if a.ss == nil {
+		return plainSettleWait
+	}
+	a.d.env.regLock()
+	learned := a.ss.pc.knownResultless()
+	a.d.env.regUnlock()
+	if learned {
 		return plainSettleLearned
 	}
 	return plainSettleWait
@@ -434,7 +442,9 @@ func (d *docRun) finishPlainLocked() bool {
 		d.att.resultReady = true
 		d.rec.Doc.ResultAbsent = true
 		if ss := d.att.ss; ss != nil {
+			d.env.regLock()
 			ss.pc.absentStreak++
+			d.env.regUnlock()
 		}
 		d.env.log.Info("bridge: the peer returned no result for a plain document", "doc", d.id, "peer", d.att.peerAddr())
 		d.maybeFinishLocked()

@@ -104,20 +104,19 @@ func (b *Bridge) Cancel(ctx context.Context, t Tenant, id string) (*gatewayv1.Do
 	if err != nil {
 		return nil, mapStoreErr("document "+id, err)
 	}
-	b.mu.Lock()
-	d := lockFound(b.reg, func() *docRun { return b.docs[id] })
+	d := lockDocOf(b.reg, func() *docRun { return b.docs[id] })
 	if d == nil || d.terminal() {
 		state := rec.Doc.GetState()
 		if d != nil {
 			state = d.rec.Doc.GetState()
 		}
-		unlockFound(b.reg, d)
+		unlockFound(d)
 		if d == nil && b.shared() && !store.IsTerminal(state) {
 			return b.cancelElsewhere(ctx, t, id) // remotecancel.go
 		}
 		return nil, fmt.Errorf("document %s is already %s; only PENDING or RUNNING documents can be cancelled: %w", id, state, ErrFailedPrecondition)
 	}
-	if ss, a := d.sess(), d.att; ss != nil && !ss.closed {
+	if ss, a := d.sess(), d.att; ss != nil && !b.sessClosed(ss) {
 		b.sendCancelLocked(ss, d)
 		if e := a.ents[rootKey(a.rootID)]; e != nil && a.rootID != 0 {
 			e.Status = gatewayv1.EntityStatus_ENTITY_STATUS_ABANDONED

@@ -40,14 +40,11 @@ func (b *Bridge) recoverRecords(ctx context.Context, recs []*recoverable) {
 // recoverRecord loads r into memory and queues it for a new attempt.
 func (b *Bridge) recoverRecord(ctx context.Context, r *recoverable) {
 	rec := r.rec
-	b.mu.Lock()
-	if old := lockFound(b.reg, func() *docRun { return b.docs[rec.Doc.Id] }); old != nil {
+	if old := lockDocOf(b.reg, func() *docRun { return b.docs[rec.Doc.Id] }); old != nil {
 		// Our lease of it was lost and is ours again (a new epoch): the
 		// stored record is the truth, not what memory still has.
 		old.dropLocked("re-acquired with a new lease")
-		unlockFound(b.reg, old)
-	} else {
-		b.mu.Unlock()
+		unlockFound(old)
 	}
 	opts := &gatewayv1.SubmitOptions{
 		ContentType: rec.Doc.ContentType, RequestId: rec.Doc.RequestId, Split: rec.Doc.Split,
@@ -72,10 +69,12 @@ func (b *Bridge) recoverRecord(ctx context.Context, r *recoverable) {
 	d.inline = !rec.ContentPayload
 	d.lock()
 	defer d.unlock()
-	if b.docs[d.id] != nil {
+	b.mu.Lock()
+	ok := b.reg.register(d)
+	b.mu.Unlock()
+	if !ok {
 		return // submitted or recovered again meanwhile: that one is driven
 	}
-	b.docs[d.id] = d
 	b.m.running.Inc()
 	// The next dispatch is a new attempt: its entity rows supersede the
 	// previous process's (store migration 2), so those are left as

@@ -24,6 +24,16 @@ type registry struct {
 // nothing but the registry (no document's state or lock, no store, no
 // network).
 
+// register adds d to the documents of this process; false when another
+// document holds its id.
+func (r *registry) register(d *docRun) bool {
+	if r.docs[d.id] != nil {
+		return false
+	}
+	r.docs[d.id] = d
+	return true
+}
+
 // push appends d to the dispatch queue.
 func (r *registry) push(d *docRun) { r.queue = append(r.queue, d) }
 

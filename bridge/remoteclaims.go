@@ -75,10 +75,12 @@ func (b *Bridge) resumeRedeemed(docID, claimID string) {
 	locked := lockFound(b.reg, func() *docRun { return b.docs[docID] })
 	d := locked
 	if d == nil || d.terminal() || d.claims[claimID] == nil || d.claims[claimID].c.State != gatewayv1.ClaimCheck_ISSUED {
-		unlockFound(b.reg, locked)
+		b.mu.Unlock()
+		unlockFound(locked)
 		return // not driven here, or redeemed here already (a repeated notification)
 	}
 	d, cr, err := b.claimToRedeemLocked(docID, claimID)
+	b.mu.Unlock()
 	if err != nil {
 		locked.unlock()
 		b.log.Warn("bridge: another replica redeemed a claim this gateway cannot resume", "doc", docID, "claim", claimID, "err", err)

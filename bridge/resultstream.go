@@ -36,7 +36,7 @@ const (
 )
 
 // resultStream assembles one attempt's streamed result. The attempt holds
-// it under Bridge.mu; its own fields are guarded by mu.
+// it under the document's lock; its own fields are guarded by mu.
 type resultStream struct {
 	docID string
 
@@ -160,7 +160,7 @@ func (rs *resultStream) finish(parts uint64, length uint64, want []byte) (bool, 
 	if rs.pf == nil {
 		return false, nil
 	}
-	// fsync without mu: close (under Bridge.mu) must not wait for the disk.
+	// fsync without mu: close (under the document's lock) must not wait for the disk.
 	rs.busy = true
 	pf := rs.pf
 	rs.mu.Unlock()
@@ -213,14 +213,14 @@ func (a *attempt) dropResultStreamLocked() {
 // onResultPart appends one part of a's streamed result.
 func (a *attempt) onResultPart(e *quicpeer.IncomingEntity) {
 	h, d := e.Header, a.d
-	a.d.lockDoc()
+	a.d.lock()
 	if !a.newest() {
-		a.d.unlockDoc()
+		a.d.unlock()
 		_, _ = io.Copy(io.Discard, e.Payload)
 		return
 	}
 	rs := a.resultStreamLocked()
-	a.d.unlockDoc()
+	a.d.unlock()
 	var n int64
 	err := errors.New("a result part without chunk-info (part number and offset)")
 	if h.ChunkInfo != nil {
@@ -242,13 +242,13 @@ func (a *attempt) onResultSummary(e *quicpeer.IncomingEntity) {
 	parts, err1 := strconv.ParseUint(h.Metadata[metaResultParts], 10, 64)
 	length, err2 := strconv.ParseUint(h.Metadata[metaResultLength], 10, 64)
 	want, err3 := hex.DecodeString(h.Metadata[metaResultSHA])
-	a.d.lockDoc()
+	a.d.lock()
 	if !a.newest() {
-		a.d.unlockDoc()
+		a.d.unlock()
 		return
 	}
 	rs := a.resultStreamLocked()
-	a.d.unlockDoc()
+	a.d.unlock()
 	var stored bool
 	var err error
 	switch {

@@ -282,7 +282,9 @@ func (u *upload) commit(ctx context.Context, size int64, sum [32]byte) (*gateway
 	d.committed = true
 	d.persistedRev = snapRev
 	d.uploading = false
-	b.docs[d.id] = d
+	b.mu.Lock()
+	b.docs[d.id] = d // a new id (newDocID): nothing else holds it
+	b.mu.Unlock()
 	b.m.running.Inc()
 	pipelined := u.pipe != nil && u.pipe.alive() && d.sess() != nil
 	if !pipelined {
@@ -320,7 +322,10 @@ func (u *upload) takeCreateLocked(size int64, sum [32]byte) (*store.Batch, uint6
 	d.inline = u.inline != nil
 	d.rec.ContentPayload = !d.inline
 	if d.inline {
-		if len(b.queue) < maxHeldContentQueue {
+		b.mu.Lock()
+		queued := len(b.queue)
+		b.mu.Unlock()
+		if queued < maxHeldContentQueue {
 			d.content = u.inline
 		}
 	}
@@ -354,8 +359,9 @@ func (u *upload) abandon() {
 	}
 	a := d.att
 	if ss := d.sess(); ss != nil {
-		b.sendCancelLocked(ss, d)
-		delete(ss.docs, d)
+		if !d.leaveSession(ss, false) {
+			b.sendCancelLocked(ss, d)
+		}
 	}
 	releaseSessLocked(a)
 	a.ended = true

@@ -108,7 +108,7 @@ func (d *docRun) timeoutLocked(k entKey, e *gatewayv1.Entity) {
 
 // abandonAtPeerLocked tells the peer the gateway gave up on entity k.
 func (d *docRun) abandonAtPeerLocked(k entKey) {
-	if ss := d.sess(); ss != nil && !ss.closed && k.scope == 0 {
+	if ss := d.sess(); ss != nil && k.scope == 0 && !d.env.sessClosed(ss) {
 		d.env.giveUpLocked(ss, d, k.id)
 	}
 }
