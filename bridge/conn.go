@@ -121,18 +121,22 @@ func releaseSessRegLocked(a *attempt) {
 	}
 }
 
-// leaveSession takes d off ss's documents, telling ss's mode when left
-// (the document finished or left for good: a draft-04 conversation ends
-// with its document), and reports whether ss has closed (nothing is to be
-// sent on it). Caller holds d's lock.
-func (d *docRun) leaveSession(ss *sessState, left bool) (closed bool) {
+// leaveSession takes d off ss's documents and reports whether ss has
+// closed (nothing is to be sent on it). Caller holds d's lock.
+func (d *docRun) leaveSession(ss *sessState) (closed bool) {
 	d.env.regLock()
 	defer d.env.regUnlock()
 	delete(ss.docs, d)
-	if left {
-		ss.mode.docLeftRegLocked(d.env, ss)
-	}
 	return ss.closed
+}
+
+// leftSession tells ss's mode that d left it for good (finished or
+// dropped: a draft-04 conversation ends with its document), after what
+// d had to send on ss was queued. Caller holds d's lock.
+func (d *docRun) leftSession(ss *sessState) {
+	d.env.regLock()
+	defer d.env.regUnlock()
+	ss.mode.docLeftRegLocked(d.env, ss)
 }
 
 // scopeOwner is the owner of a peer-allocated scope: the attempt and the

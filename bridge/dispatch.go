@@ -300,7 +300,8 @@ func (d *docRun) finishLocked(s gatewayv1.State, msg string) {
 	a.stopFinishTimer()
 	a.stopSending()
 	if ss := d.sess(); ss != nil {
-		d.leaveSession(ss, true)
+		d.leaveSession(ss)
+		d.leftSession(ss)
 	}
 	releaseSessLocked(a)
 	a.dropPlainLocked()

@@ -568,7 +568,7 @@ func (d *docRun) abortAttemptLocked(reason string, countIt bool) {
 	a := d.att
 	if ss := d.sess(); ss != nil {
 		ss.pc.aborted.Inc()
-		if !d.leaveSession(ss, false) {
+		if !d.leaveSession(ss) {
 			d.env.sendCancelLocked(ss, d)
 		}
 	}

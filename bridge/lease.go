@@ -114,9 +114,10 @@ func (d *docRun) dropLocked(why string) {
 	d.dropped = true
 	a := d.att
 	if ss := d.sess(); ss != nil {
-		if !d.leaveSession(ss, true) {
+		if !d.leaveSession(ss) {
 			d.env.sendCancelLocked(ss, d)
 		}
+		d.leftSession(ss)
 	}
 	releaseSessLocked(a)
 	a.stopSending()

@@ -30,6 +30,7 @@ var registryGuarded = map[string]map[string]bool{
 	"peerConn": {"framing": true, "lastErr": true, "errAt": true, "ok": true, "worked": true, "delay": true, "retryAt": true,
 		"shortSessions": true, "dialing": true, "sentEntity": true, "absentStreak": true, "sending": true, "active": true,
 		"sessWake": true, "tls": true, "caPEM": true, "ep": true},
+	"Bridge": {"holdTimer": true, "holdAt": true, "flushed": true},
 }
 
 // registryFixed are registry fields that never change after New.
@@ -45,6 +46,10 @@ var docCode = map[string]bool{
 // registryCode are the types whose ...Locked methods run under the
 // registry's mu.
 var registryCode = map[string]bool{"Bridge": true, "handler": true, "peerConn": true, "sessState": true, "registry": true}
+
+// registryType are the types whose every method runs under the
+// registry's mu (their callers hold it).
+var registryType = map[string]bool{"registry": true, "sessState": true, "peerConn": true}
 
 // underRegistryAllowed are the document methods code holding the
 // registry's mu may call: they read the document and take no lock, or
@@ -64,6 +69,7 @@ type lockSection []struct {
 }
 
 func sectionsOf(info *types.Info, body *ast.BlockStmt) lockSection {
+	early := earlyExitUnlocks(body)
 	var s lockSection
 	ast.Inspect(body, func(n ast.Node) bool {
 		if _, ok := n.(*ast.DeferStmt); ok {
@@ -75,6 +81,9 @@ func sectionsOf(info *types.Info, body *ast.BlockStmt) lockSection {
 		}
 		se, ok := c.Fun.(*ast.SelectorExpr)
 		if !ok {
+			return true
+		}
+		if early[c] {
 			return true
 		}
 		switch se.Sel.Name {
@@ -98,6 +107,35 @@ func sectionsOf(info *types.Info, body *ast.BlockStmt) lockSection {
 		return true
 	})
 	return s
+}
+
+// earlyExitUnlocks are the unlocks of blocks that end in a return,
+// break or continue (`if x { mu.Unlock(); return }`): the code after
+// the block still holds the lock.
+func earlyExitUnlocks(body *ast.BlockStmt) map[*ast.CallExpr]bool {
+	out := map[*ast.CallExpr]bool{}
+	ast.Inspect(body, func(n ast.Node) bool {
+		b, ok := n.(*ast.BlockStmt)
+		if !ok || b == body || len(b.List) == 0 {
+			return true
+		}
+		switch b.List[len(b.List)-1].(type) {
+		case *ast.ReturnStmt, *ast.BranchStmt:
+		default:
+			return true
+		}
+		for _, st := range b.List {
+			if es, ok := st.(*ast.ExprStmt); ok {
+				if c, ok := es.X.(*ast.CallExpr); ok {
+					if se, ok := c.Fun.(*ast.SelectorExpr); ok && (se.Sel.Name == "Unlock" || se.Sel.Name == "regUnlock") {
+						out[c] = true
+					}
+				}
+			}
+		}
+		return true
+	})
+	return out
 }
 
 func (s lockSection) held(pos token.Pos) bool {
@@ -152,20 +190,27 @@ func lockSplitViolations(p *packages.Package) []string {
 				pos := p.Fset.Position(n.Pos())
 				out = append(out, filepath.Base(pos.Filename)+":"+itoa(pos.Line)+": "+recv+"."+name+" "+msg)
 			}
-			if (docCode[recv] || recv == "") && !regLocked {
-				touchViolations(p.TypesInfo, fd.Body, guarded, sec, at)
-			}
 			underReg := registryCode[recv] && strings.HasSuffix(name, "Locked") || regLocked
+			if !underReg && !registryType[recv] {
+				// Registry code's function literals are find functions
+				// (run under the registry's mu by lockFound) or goroutines
+				// and timers that take their locks themselves.
+				touchViolations(p.TypesInfo, fd.Body, guarded, sec, !docCode[recv] && recv != "", at)
+			}
 			callViolations(p.TypesInfo, fd.Body, sec, underReg, at)
 		}
 	}
 	return out
 }
 
-// touchViolations: document code reads or writes a registry-guarded
-// field only inside a section holding the registry's mu.
-func touchViolations(info *types.Info, body *ast.BlockStmt, guarded map[*types.Var]string, sec lockSection, at func(ast.Node, string)) {
+// touchViolations: code that does not run under the registry's mu (all
+// but registry-side ...Locked and ...RegLocked functions) reads or writes
+// a registry-guarded field only inside a section holding it.
+func touchViolations(info *types.Info, body *ast.BlockStmt, guarded map[*types.Var]string, sec lockSection, skipLits bool, at func(ast.Node, string)) {
 	ast.Inspect(body, func(n ast.Node) bool {
+		if _, ok := n.(*ast.FuncLit); ok && skipLits {
+			return false
+		}
 		se, ok := n.(*ast.SelectorExpr)
 		if !ok {
 			return true
@@ -176,7 +221,7 @@ func touchViolations(info *types.Info, body *ast.BlockStmt, guarded map[*types.V
 		}
 		v, _ := sel.Obj().(*types.Var)
 		if tn, ok := guarded[v]; ok && !sec.held(se.Pos()) {
-			at(se, "touches "+tn+"."+se.Sel.Name+" outside a registry section: document code takes the registry's mu for short leaf sections (regLock, or a ...RegLocked function)")
+			at(se, "touches "+tn+"."+se.Sel.Name+" outside a registry section: take the registry's mu for a short leaf section (regLock, b.mu.Lock, or a ...RegLocked function)")
 		}
 		return true
 	})
@@ -286,6 +331,8 @@ func (d *docRun) touchesInSection() int { d.env.regLock(); defer d.env.regUnlock
 func (a *attempt) touchesSession() bool { return a.ss.closed }
 func (b *Bridge) finishesUnderRegLocked(d *docRun) { d.finishLocked(0, "") }
 func (b *Bridge) finishesInSection(d *docRun) { b.mu.Lock(); d.enqueueLocked(); b.mu.Unlock(); d.enqueueLocked() }
+func (b *Bridge) waitsUnlocked(d *docRun) chan struct{} { d.lock(); defer d.unlock(); return b.flushed }
+func (b *Bridge) earlyExit() chan struct{} { b.mu.Lock(); if b.closing { b.mu.Unlock(); return nil }; defer b.mu.Unlock(); return b.flushed }
 `
 	p := loadBridge(t, map[string][]byte{filepath.Join(dir, "zz_violations.go"): []byte(src)})
 	var got []string
@@ -299,6 +346,7 @@ func (b *Bridge) finishesInSection(d *docRun) { b.mu.Lock(); d.enqueueLocked(); 
 		"zz_violations.go:5: attempt.touchesSession touches sessState.closed",
 		"zz_violations.go:6: Bridge.finishesUnderRegLocked calls docRun.finishLocked",
 		"zz_violations.go:7: Bridge.finishesInSection calls docRun.enqueueLocked",
+		"zz_violations.go:8: Bridge.waitsUnlocked touches Bridge.flushed",
 	}
 	if len(got) != len(want) {
 		t.Fatalf("violations found:\n%s\nwant %d (one per line of %v)", strings.Join(got, "\n"), len(want), want)

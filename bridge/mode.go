@@ -9,7 +9,7 @@ import (
 
 // peerMode is how the documents of one session talk to its peer (issue
 // 21 item 2, in the manner of connect-go's protocol interface). A session
-// gets one when its handshake completes (chooseMode) and every attempt on
+// gets one when its handshake completes (chooseModeLocked) and every attempt on
 // it keeps it; the rest of the package asks the mode and never branches on
 // the framing or the profile itself. There are three:
 //
@@ -79,11 +79,11 @@ const (
 	modeDraft04 = "draft-04"
 )
 
-// chooseMode picks the mode of a session whose handshake completed: its
+// chooseModeLocked picks the mode of a session whose handshake completed: its
 // framing (a draft-04 server is detected on receipt, and kept for the next
 // dials to the peer), and the profile only on draft-02 with the peer's
 // consent (or when told to).
-func (b *Bridge) chooseMode(ss *sessState) peerMode {
+func (b *Bridge) chooseModeLocked(ss *sessState) peerMode {
 	if ss.s.Framing() == wire.FramingDraft04 {
 		if ss.pc.mode == quicpeer.FramingAuto {
 			ss.pc.framing = quicpeer.FramingDraft04

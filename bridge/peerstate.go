@@ -298,9 +298,9 @@ func (pc *peerConn) noteFailure(why string, at time.Time) {
 }
 
 // learnSessionLocked takes what a new session shows: its mode
-// (chooseMode, mode.go).
+// (chooseModeLocked, mode.go).
 func (b *Bridge) learnSessionLocked(ss *sessState) {
-	ss.mode = b.chooseMode(ss)
+	ss.mode = b.chooseModeLocked(ss)
 }
 
 // anyPeerReadyLocked reports whether some peer takes work.

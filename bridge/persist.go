@@ -333,7 +333,9 @@ func (b *Bridge) waitDurable(ctx context.Context, d *docRun, rev uint64) error {
 			d.unlock()
 			return nil
 		}
+		b.mu.Lock()
 		wake := b.flushed
+		b.mu.Unlock()
 		b.kickFlush()
 		d.unlock()
 		select {

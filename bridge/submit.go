@@ -359,7 +359,7 @@ func (u *upload) abandon() {
 	}
 	a := d.att
 	if ss := d.sess(); ss != nil {
-		if !d.leaveSession(ss, false) {
+		if !d.leaveSession(ss) {
 			b.sendCancelLocked(ss, d)
 		}
 	}

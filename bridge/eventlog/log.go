@@ -80,7 +80,7 @@ type Log struct {
 	pending []*item
 
 	floor     atomic.Uint64 // prune boundary announced before the store deletes
-	snap      snapshotSize  // store.SnapshotBytes, cached (snapshot.go)
+	snap      snapshotSize  // store.SnapshotBytes, last read (snapshot.go)
 	sincePass atomic.Int64  // events appended since the last retention pass
 	trigger   chan struct{}
 	pruneMu   sync.Mutex
@@ -120,9 +120,8 @@ func New(ctx context.Context, st Store, opts Options) (*Log, error) {
 		st.SetEventHook(nil)
 		return nil, err
 	}
-	// The snapshot size (an O(documents) scan) is measured by the first
-	// retention pass, in the background, or by the first Window: not here,
-	// where it would add seconds to a large store's start.
+	// The snapshot size (the store's running total, one row) is read by
+	// the first retention pass or the first Window.
 	if !o.DisablePruner {
 		l.wg.Add(1)
 		go l.pruner()
@@ -303,10 +302,10 @@ func (l *Log) Latest() uint64 { return l.tail.latestSeq() }
 
 // Window reports the retained window: oldest and latest retained seq,
 // retained events and bytes (the store's encoded size), the snapshot size
-// (store.SnapshotBytes, the cap on retained bytes; re-measured when the
-// store committed since the last measurement, at most every
-// snapshotRefresh, see snapshotBytes) and the number of clients that currently count for retention. It
-// plays the RRDP notification file's role.
+// (store.SnapshotBytes, the cap on retained bytes: the store's running
+// total, exact as of its last commit) and the number of clients that
+// currently count for retention. It plays the RRDP notification file's
+// role.
 func (l *Log) Window(ctx context.Context) (*gatewayv1.EventWindow, error) {
 	select {
 	case <-l.done:

@@ -80,17 +80,6 @@ const (
 	// dead replica's clients stop holding the log back 10 s after its last.
 	positionTTLIntervals = 5
 
-	// snapshotRefresh: Window re-measures the snapshot size (an
-	// O(documents) scan) at most this often while commits keep coming; a
-	// monitoring poller sees a value at most this old.
-	snapshotRefresh = 2 * time.Second
-	// snapshotCostFactor stretches snapshotRefresh to this many times the
-	// last scan's duration, so Window polling spends at most ~5 % of a core
-	// on scans however large the store.
-	snapshotCostFactor = 20
-	// snapshotMaxStale: a scan older than this is redone even if no event
-	// was committed (rows changed by another process sharing the file).
-	snapshotMaxStale = time.Minute
 	// pruneStepEvents bounds the events one store call of a retention
 	// pass deletes (one write transaction; prune.go pruneInSteps).
 	pruneStepEvents = 8192

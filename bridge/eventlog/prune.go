@@ -36,7 +36,7 @@ func (l *Log) Prune(ctx context.Context) (PruneReport, error) {
 	l.pruneMu.Lock()
 	defer l.pruneMu.Unlock()
 	l.sincePass.Store(0)
-	sb, err := l.passSnapshot(ctx)
+	sb, err := l.readSnapshotBytes(ctx)
 	if err != nil {
 		return PruneReport{}, fmt.Errorf("eventlog: snapshot size: %w", err)
 	}

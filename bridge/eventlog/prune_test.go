@@ -2,7 +2,10 @@ package eventlog_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"fmt"
+	"path/filepath"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -253,41 +256,51 @@ func TestBackgroundPrunerAndClose(t *testing.T) {
 	})
 }
 
-// TestWindowSnapshotBytesFresh: the window's snapshot size follows the
-// documents without waiting for a retention pass (none runs here): the first
-// documents show at once, later ones once the cached size is snapshotRefresh
-// (2 s) old, and not before (the cache bounds what polling Window costs).
-// The refresh bound runs on synctest's fake clock.
+// TestWindowSnapshotBytesFresh: the window's snapshot size follows every
+// commit at once, without a retention pass (none runs here) and without
+// waiting for any refresh: it is the store's running total, equal to a scan
+// of the documents after each one.
 func TestWindowSnapshotBytesFresh(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		const refresh = 2 * time.Second // eventlog's snapshotRefresh
-		e := open(t, t.TempDir(), eventlog.Options{})
-		window := func() *gatewayv1.EventWindow {
-			t.Helper()
-			w, err := e.log.Window(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			return w
+	e := open(t, t.TempDir(), eventlog.Options{})
+	window := func() uint64 {
+		t.Helper()
+		w, err := e.log.Window(context.Background())
+		if err != nil {
+			t.Fatal(err)
 		}
-		if w := window(); w.GetSnapshotBytes() != 0 {
-			t.Fatalf("empty store: %v", w)
+		return w.GetSnapshotBytes()
+	}
+	if got := window(); got != 0 {
+		t.Fatalf("empty store: snapshotBytes %d", got)
+	}
+	prev := uint64(0)
+	for i, size := range []int{4096, 8192, 10, 1 << 16} {
+		e.createDoc("t", fmt.Sprintf("d%d", i), size)
+		got := window()
+		if got < prev+uint64(size) {
+			t.Fatalf("right after creating document %d of %d bytes: snapshotBytes %d, want >= %d", i, size, got, prev+uint64(size))
 		}
-		e.createDoc("t", "d1", 4096)
-		first := window().GetSnapshotBytes()
-		if first < 4096 {
-			t.Fatalf("right after creating a 4 KiB document: snapshotBytes %d, want >= 4096", first)
+		if scan := scanDocuments(t, e.dir); got != scan {
+			t.Fatalf("after document %d: snapshotBytes %d, a scan of the store sums %d", i, got, scan)
 		}
-		e.createDoc("u", "d2", 8192)
-		time.Sleep(refresh - time.Nanosecond)
-		if got := window().GetSnapshotBytes(); got != first {
-			t.Errorf("snapshotBytes %d before the refresh bound, want the cached %d", got, first)
-		}
-		time.Sleep(time.Nanosecond)
-		if got := window().GetSnapshotBytes(); got < 4096+8192 {
-			t.Fatalf("snapshotBytes still %d %v after a second document (want >= %d)", got, refresh, 4096+8192)
-		}
-	})
+		prev = got
+	}
+}
+
+// scanDocuments sums the stored bodies of dir's documents and digests.
+func scanDocuments(t *testing.T, dir string) uint64 {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "gateway.db")+"?mode=ro&_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n uint64
+	if err := db.QueryRow(`SELECT coalesce((SELECT sum(length(body)) FROM documents), 0) +
+		coalesce((SELECT sum(length(body)) FROM digests), 0)`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // TestReopenLargeLogLoadsRanges: a log with more retained events than half

@@ -83,12 +83,14 @@ type EventStore interface {
 	// exactly the events up to seq): memory is one page, not the store.
 	// fn is called at least once; its error ends the read.
 	SnapshotPages(ctx context.Context, tenant string, page int, fn func(seq uint64, docs []*DocumentRecord) error) error
-	// SnapshotBytes is the encoded size of all documents of every tenant
-	// (the size of a full snapshot, the retention byte cap). May scan.
+	// SnapshotBytes is the encoded size of all documents and digests of
+	// every tenant (the size of a full snapshot, the retention byte cap),
+	// exact as of the last commit. Cheap (no scan): a total the backend
+	// keeps in the transactions that change those rows; the event log reads
+	// it on every retention pass and every Window.
 	SnapshotBytes(ctx context.Context) (int64, error)
-	// WriterStats counts commits; the log caches SnapshotBytes while
-	// Transactions is unchanged, so it must increase with every commit
-	// that changed a document. The other counters may stay 0.
+	// WriterStats counts commits (Transactions increases with every
+	// commit); the other counters may stay 0.
 	WriterStats() WriterStats
 }
 

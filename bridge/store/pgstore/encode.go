@@ -2,7 +2,9 @@ package pgstore
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -135,6 +137,10 @@ func prepare(b *store.Batch) (*prepared, error) {
 		row.prevRev = int64(u.PrevRev)
 		p.updates = append(p.updates, row)
 	}
+	// Row locks in id order: a renewal (renewSQL) and another commit
+	// lock theirs in the same order, so they wait on each other instead of
+	// deadlocking (the flusher's batch lists its documents in map order).
+	slices.SortFunc(p.updates, func(a, b docRow) int { return strings.Compare(a.rec.Doc.GetId(), b.rec.Doc.GetId()) })
 	if err := validateChildren(b); err != nil {
 		return nil, err
 	}

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -233,7 +235,7 @@ func (l *leases) fenceChildrenLocked(p *prepared, now time.Time) (lost []string,
 // and counts the rows of $2 still held by $1 at the epochs $3.
 const childFenceSQL = `SELECT d.id FROM documents d
 	JOIN unnest($2::text[], $3::bigint[]) AS h(id, epoch) ON d.id = h.id
-	WHERE d.owner = $1 AND d.lease_epoch = h.epoch AND NOT d.terminal FOR SHARE OF d`
+	WHERE d.owner = $1 AND d.lease_epoch = h.epoch AND NOT d.terminal ORDER BY d.id FOR SHARE OF d`
 
 // childFenceStatement is the fence check of p's child-only documents
 // (childFenceSQL and its arguments) and how many rows it must return; n =
@@ -244,8 +246,8 @@ func childFenceStatement(p *prepared) (sql string, args []any, n int64) {
 	}
 	ids := make([]string, 0, len(p.childFence))
 	epochs := make([]int64, 0, len(p.childFence))
-	for id, ep := range p.childFence {
-		ids, epochs = append(ids, id), append(epochs, ep)
+	for _, id := range slices.Sorted(maps.Keys(p.childFence)) { // lock order: by id (renewSQL)
+		ids, epochs = append(ids, id), append(epochs, p.childFence[id])
 	}
 	return childFenceSQL, []any{p.owner, ids, epochs}, int64(len(ids))
 }
@@ -333,8 +335,12 @@ func (l *leases) kickRenewLocked() {
 	}
 }
 
-const renewSQL = `UPDATE documents SET lease_expires = clock_timestamp() + make_interval(secs => $2)
-	WHERE id = ANY($3::text[]) AND owner = $1 AND NOT terminal RETURNING id, lease_epoch`
+// renewSQL locks the rows in id order first (as a commit's updates are
+// ordered, prepare), so a renewal and a group commit never deadlock.
+const renewSQL = `WITH l AS (SELECT id FROM documents WHERE id = ANY($3::text[]) AND owner = $1 AND NOT terminal
+		ORDER BY id FOR NO KEY UPDATE)
+	UPDATE documents d SET lease_expires = clock_timestamp() + make_interval(secs => $2)
+	FROM l WHERE d.id = l.id RETURNING d.id, d.lease_epoch`
 
 // renew extends the held leases in one UPDATE. On success the local
 // deadline moves to start + lease - margin; a held document the UPDATE did

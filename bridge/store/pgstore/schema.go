@@ -211,6 +211,59 @@ INSERT INTO event_blocks
 	FROM events;
 DROP TABLE events;
 `,
+	// 5: the snapshot size (SnapshotBytes: the encoded size of every
+	// document and digest, the retention byte cap) kept as a running total
+	// in meta.snapshot_bytes, so that reading it is one row instead of a
+	// scan of the documents table. A row trigger adds each change's size
+	// difference to a transaction-local setting (no lock, no write) and
+	// marks the fold queued; a deferred constraint trigger, queued by the
+	// transaction's first statement that changes a body (its WHEN reads
+	// the mark: later rows queue nothing), folds the sum into meta at
+	// COMMIT. So the total commits with the rows it sums, from any replica
+	// and any writer; the meta row is locked only at COMMIT, after every
+	// row lock of the transaction (as an event-writing commit locks it
+	// anyway); and a rolled-back transaction or savepoint takes its
+	// settings and its queued fold with it. Seeded from one scan here.
+	`
+ALTER TABLE meta ADD COLUMN snapshot_bytes BIGINT NOT NULL DEFAULT 0;
+UPDATE meta SET snapshot_bytes = coalesce((SELECT sum(length(body)) FROM documents), 0)::bigint +
+	coalesce((SELECT sum(length(body)) FROM digests), 0)::bigint WHERE id = 1;
+CREATE FUNCTION pipestream_snapshot_delta() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+	d BIGINT := coalesce(nullif(current_setting('pipestream.snapshot_delta', true), ''), '0')::bigint;
+BEGIN
+	IF TG_OP <> 'DELETE' THEN d := d + length(NEW.body); END IF;
+	IF TG_OP <> 'INSERT' THEN d := d - length(OLD.body); END IF;
+	PERFORM set_config('pipestream.snapshot_delta', d::text, true);
+	PERFORM set_config('pipestream.snapshot_fold', 'queued', true);
+	RETURN NULL;
+END $$;
+CREATE FUNCTION pipestream_snapshot_fold() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+	d BIGINT := coalesce(nullif(current_setting('pipestream.snapshot_delta', true), ''), '0')::bigint;
+BEGIN
+	IF d <> 0 THEN
+		UPDATE meta SET snapshot_bytes = snapshot_bytes + d WHERE id = 1;
+	END IF;
+	PERFORM set_config('pipestream.snapshot_delta', '0', true);
+	PERFORM set_config('pipestream.snapshot_fold', '', true);
+	RETURN NULL;
+END $$;
+CREATE TRIGGER documents_snapshot_delta AFTER INSERT OR UPDATE OF body OR DELETE ON documents
+	FOR EACH ROW EXECUTE FUNCTION pipestream_snapshot_delta();
+CREATE CONSTRAINT TRIGGER documents_snapshot_fold AFTER INSERT OR UPDATE OF body OR DELETE ON documents
+	DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+	WHEN (current_setting('pipestream.snapshot_fold', true) IS DISTINCT FROM 'queued')
+	EXECUTE FUNCTION pipestream_snapshot_fold();
+CREATE TRIGGER digests_snapshot_delta AFTER INSERT OR UPDATE OF body OR DELETE ON digests
+	FOR EACH ROW EXECUTE FUNCTION pipestream_snapshot_delta();
+CREATE CONSTRAINT TRIGGER digests_snapshot_fold AFTER INSERT OR UPDATE OF body OR DELETE ON digests
+	DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+	WHEN (current_setting('pipestream.snapshot_fold', true) IS DISTINCT FROM 'queued')
+	EXECUTE FUNCTION pipestream_snapshot_fold();
+`,
 }
 
 // SchemaVersion is the schema version this binary migrates to.

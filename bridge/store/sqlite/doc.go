@@ -39,6 +39,18 @@
 // after kill -9 and not after pruning every event. Seqs are assigned in queue
 // order, so the seqs of one batch are consecutive and ascending.
 //
+// # Snapshot size
+//
+// SnapshotBytes (the retention byte cap, read by every retention pass) is
+// a running total in meta ('snapshot_bytes'), kept by triggers on documents
+// and digests (schema migration 5, which seeds it with one scan). A trigger
+// runs inside the statement that changes the row, so the total commits or
+// rolls back (savepoints included) with the rows it sums: exact at every
+// commit, after kill -9 and for rows written by any connection to the file.
+// An in-memory counter seeded at open would cost a scan of every document
+// row at each start (seconds at a million documents) and miss rows written
+// around the writer.
+//
 // # Reads
 //
 // Reads use a separate pool of read-only connections (WAL readers never block

@@ -809,13 +809,13 @@ func (q *snapshotStmts) children(ctx context.Context, tenant string, docs []*sto
 	return rows.Err()
 }
 
-// SnapshotBytes is the encoded size of all documents (every tenant): the
-// size of a full snapshot, the retention byte cap of the RRDP draft.
+// SnapshotBytes is the encoded size of all documents and digests (every
+// tenant): the size of a full snapshot, the retention byte cap of the RRDP
+// draft. One lookup: the total is kept in meta by triggers (schema
+// migration 5), exact as of the last commit.
 func (s *Store) SnapshotBytes(ctx context.Context) (int64, error) {
 	var n int64
-	if err := s.rdb.QueryRowContext(ctx, `SELECT
-		coalesce((SELECT sum(length(body)) FROM documents), 0) +
-		coalesce((SELECT sum(length(body)) FROM digests), 0)`).Scan(&n); err != nil {
+	if err := s.rdb.QueryRowContext(ctx, "SELECT value FROM meta WHERE key = 'snapshot_bytes'").Scan(&n); err != nil {
 		return 0, fmt.Errorf("store: snapshot bytes: %w", err)
 	}
 	return n, nil

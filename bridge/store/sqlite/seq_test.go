@@ -206,6 +206,40 @@ func TestKill9(t *testing.T) {
 		t.Skip("spawns a subprocess")
 	}
 	dir := t.TempDir()
+	target := 50 + rand.IntN(300)
+	acks := commitUntilKilled(t, dir, target)
+	t.Logf("killed after %d acknowledged commits (target %d)", len(acks), target)
+	s := openStore(t, dir, sqlite.Options{})
+	maxSeq := checkAcksSurvived(t, s, acks)
+	if s.LastSeq() < maxSeq {
+		t.Fatalf("LastSeq %d below acknowledged seq %d", s.LastSeq(), maxSeq)
+	}
+	next := appendEvents(t, s, 1)[0]
+	if next <= maxSeq {
+		t.Fatalf("next seq %d repeats an acknowledged seq (max %d)", next, maxSeq)
+	}
+	ctx := context.Background()
+	if open, err := s.ListNonTerminal(ctx); err != nil || len(open) < len(acks) {
+		t.Fatalf("ListNonTerminal = %d docs, %v; want at least %d", len(open), err, len(acks))
+	}
+	// The snapshot total commits with the rows it sums: exact after the kill.
+	if got, err := s.SnapshotBytes(ctx); err != nil || got != scanSnapshotBytes(t, rawDB(t, dir)) {
+		t.Fatalf("SnapshotBytes after kill -9 = %d, %v; a scan sums %d", got, err, scanSnapshotBytes(t, rawDB(t, dir)))
+	}
+}
+
+// killAck is one commit the helper subprocess acknowledged: its document
+// and the seqs of its two events.
+type killAck struct {
+	doc  string
+	seqs [2]uint64
+}
+
+// commitUntilKilled runs the committing subprocess on dir and SIGKILLs it
+// once it acknowledged target commits; it returns every acknowledgement
+// read (a line cut by the kill is skipped).
+func commitUntilKilled(t *testing.T, dir string, target int) []killAck {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), killEnv+"="+dir)
 	cmd.Stderr = os.Stderr
@@ -216,25 +250,15 @@ func TestKill9(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	target := 50 + rand.IntN(300)
-	type ack struct {
-		doc  string
-		seqs [2]uint64
-	}
-	var acks []ack
+	var acks []killAck
 	sc := bufio.NewScanner(stdout)
 	killed := false
 	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) != 4 || f[0] != "ack" {
-			continue // a line cut by the kill
-		}
-		s1, err1 := strconv.ParseUint(f[2], 10, 64)
-		s2, err2 := strconv.ParseUint(f[3], 10, 64)
-		if err1 != nil || err2 != nil {
+		a, ok := parseKillAck(sc.Text())
+		if !ok {
 			continue
 		}
-		acks = append(acks, ack{f[1], [2]uint64{s1, s2}})
+		acks = append(acks, a)
 		if !killed && len(acks) >= target {
 			if err := cmd.Process.Kill(); err != nil { // SIGKILL
 				t.Fatal(err)
@@ -246,9 +270,27 @@ func TestKill9(t *testing.T) {
 	if !killed {
 		t.Fatalf("helper exited before the kill: %v", werr)
 	}
-	t.Logf("killed after %d acknowledged commits (target %d)", len(acks), target)
+	return acks
+}
 
-	s := openStore(t, dir, sqlite.Options{})
+// parseKillAck reads one "ack <doc> <seq> <seq>" line.
+func parseKillAck(line string) (killAck, bool) {
+	f := strings.Fields(line)
+	if len(f) != 4 || f[0] != "ack" {
+		return killAck{}, false
+	}
+	s1, err1 := strconv.ParseUint(f[2], 10, 64)
+	s2, err2 := strconv.ParseUint(f[3], 10, 64)
+	if err1 != nil || err2 != nil {
+		return killAck{}, false
+	}
+	return killAck{f[1], [2]uint64{s1, s2}}, true
+}
+
+// checkAcksSurvived checks that every acknowledged document and event is
+// in s, and returns the highest acknowledged seq.
+func checkAcksSurvived(t *testing.T, s *sqlite.Store, acks []killAck) uint64 {
+	t.Helper()
 	ctx := context.Background()
 	var maxSeq uint64
 	for _, a := range acks {
@@ -267,14 +309,5 @@ func TestKill9(t *testing.T) {
 			maxSeq = max(maxSeq, seq)
 		}
 	}
-	if s.LastSeq() < maxSeq {
-		t.Fatalf("LastSeq %d below acknowledged seq %d", s.LastSeq(), maxSeq)
-	}
-	next := appendEvents(t, s, 1)[0]
-	if next <= maxSeq {
-		t.Fatalf("next seq %d repeats an acknowledged seq (max %d)", next, maxSeq)
-	}
-	if open, err := s.ListNonTerminal(ctx); err != nil || len(open) < len(acks) {
-		t.Fatalf("ListNonTerminal = %d docs, %v; want at least %d", len(open), err, len(acks))
-	}
+	return maxSeq
 }
