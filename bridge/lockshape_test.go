@@ -5,6 +5,7 @@ import (
 	"go/token"
 	"go/types"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -63,7 +64,10 @@ var underRegistryAllowed = map[string]bool{
 // registry's mu is held there by a section written in that body:
 // regLock()/regUnlock(), or Lock()/Unlock() on the mu of the Bridge or
 // the registry (a deferred unlock holds to the end).
-type lockSection []struct {
+type lockSection []lockEvent
+
+// lockEvent is where a section begins (held) or ends.
+type lockEvent struct {
 	pos  token.Pos
 	held bool
 }
@@ -88,20 +92,14 @@ func sectionsOf(info *types.Info, body *ast.BlockStmt) lockSection {
 		}
 		switch se.Sel.Name {
 		case "regLock", "regUnlock":
-			s = append(s, struct {
-				pos  token.Pos
-				held bool
-			}{c.Pos(), se.Sel.Name == "regLock"})
+			s = append(s, lockEvent{c.Pos(), se.Sel.Name == "regLock"})
 		case "Lock", "Unlock":
 			mu, ok := se.X.(*ast.SelectorExpr)
 			if !ok || mu.Sel.Name != "mu" {
 				return true
 			}
 			if tv, ok := info.Types[mu.X]; ok && (typeNamed(tv.Type, "Bridge") || typeNamed(tv.Type, "registry")) {
-				s = append(s, struct {
-					pos  token.Pos
-					held bool
-				}{c.Pos(), se.Sel.Name == "Lock"})
+				s = append(s, lockEvent{c.Pos(), se.Sel.Name == "Lock"})
 			}
 		}
 		return true
@@ -188,7 +186,7 @@ func lockSplitViolations(p *packages.Package) []string {
 			sec := sectionsOf(p.TypesInfo, fd.Body)
 			at := func(n ast.Node, msg string) {
 				pos := p.Fset.Position(n.Pos())
-				out = append(out, filepath.Base(pos.Filename)+":"+itoa(pos.Line)+": "+recv+"."+name+" "+msg)
+				out = append(out, filepath.Base(pos.Filename)+":"+strconv.Itoa(pos.Line)+": "+recv+"."+name+" "+msg)
 			}
 			underReg := registryCode[recv] && strings.HasSuffix(name, "Locked") || regLocked
 			if !underReg && !registryType[recv] {
@@ -265,17 +263,6 @@ func callViolations(info *types.Info, body *ast.BlockStmt, sec lockSection, unde
 		}
 		return true
 	})
-}
-
-func itoa(n int) string {
-	if n == 0 {
-		return "0"
-	}
-	var b []byte
-	for ; n > 0; n /= 10 {
-		b = append([]byte{byte('0' + n%10)}, b...)
-	}
-	return string(b)
 }
 
 // loadBridge type-checks package bridge (sources without tests), with

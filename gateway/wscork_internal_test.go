@@ -39,26 +39,7 @@ func (c *countingConn) Write(p []byte) (int, error) {
 // not corked every write goes straight through; full reports a batch at
 // corkMaxBytes. Over a real TCP connection.
 func TestCorkConnOneWritePerBatch(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
-	}()
-	client, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	server := <-accepted
-	if server == nil {
-		t.Fatal("accept failed")
-	}
-	defer server.Close()
+	server, client := tcpPair(t)
 	cc := &countingConn{Conn: server}
 	c := newCorkConn(cc)
 
