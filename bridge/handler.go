@@ -27,7 +27,7 @@ func (h *handler) HandleStatus(s *quicpeer.Session, f wire.StatusFrame) {
 	d := lockFound(b.reg, func() *docRun { return h.ss.statusDoc(f) })
 	st := b.onStatusRegLocked(h.ss, f)
 	b.mu.Unlock()
-	if st != nil && st.ref.att.d == d { // statusDoc names what onStatusRegLocked resolves
+	if st.ref != nil && st.ref.att.d == d { // statusDoc names what onStatusRegLocked resolves
 		st.apply()
 	}
 	unlockFound(d)
@@ -171,11 +171,11 @@ type statusApply struct {
 // peer (profile 3-6) under the registry's mu and the document's lock (if
 // any): redemption waiters, the entity mapping (a new scope entity's
 // first status), the session proven, a DEHYDRATING parent recorded. It
-// returns the document's part, or nil when the frame touches no live
-// entity of a current attempt.
-func (b *Bridge) onStatusRegLocked(ss *sessState, f wire.StatusFrame) *statusApply {
+// returns the document's part, with no ref when the frame touches no
+// live entity of a current attempt.
+func (b *Bridge) onStatusRegLocked(ss *sessState, f wire.StatusFrame) statusApply {
 	if f.EntityID == wire.ConnectionEntity || f.Status == wire.StatusUnspecified {
-		return nil // cursor update or heartbeat
+		return statusApply{} // cursor update or heartbeat
 	}
 	sk := entKey{scope: f.ScopeID, id: f.EntityID}
 	if w := ss.waiters[sk]; w != nil {
@@ -186,21 +186,21 @@ func (b *Bridge) onStatusRegLocked(ss *sessState, f wire.StatusFrame) *statusApp
 	if ref == nil {
 		if f.ScopeID == 0 {
 			b.log.Debug("bridge: status for an unknown root-scope entity", "entity", f.EntityID, "status", f.Status)
-			return nil
+			return statusApply{}
 		}
 		ref = b.newScopeEntityRegLocked(ss, f)
 		if ref == nil {
-			return nil
+			return statusApply{}
 		}
 	}
 	a := ref.att
 	if !a.current() || a.ss != ss {
 		// Race rule (profile 3): we already finished or moved this document.
-		return nil
+		return statusApply{}
 	}
 	e := a.ents[ref.key]
 	if e == nil {
-		return nil
+		return statusApply{}
 	}
 	if !ss.proven {
 		b.proveSessionLocked(ss) // the peer reported on a document: the session carries work
@@ -210,7 +210,7 @@ func (b *Bridge) onStatusRegLocked(ss *sessState, f wire.StatusFrame) *statusApp
 		ss.dehyd = append(ss.dehyd, p)
 		ss.lastDehyd[f.EntityID] = p
 	}
-	return &statusApply{f: f, ref: ref, e: e}
+	return statusApply{f: f, ref: ref, e: e}
 }
 
 // apply is the document's part of a STATUS frame (caller holds the
