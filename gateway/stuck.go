@@ -110,8 +110,10 @@ type transportStatusWriter interface {
 // which cancels the stream's context: the blocked SendMsg returns, the
 // handler's event-log subscription ends with the context, and the handler
 // returns. The status trailers queue behind the data the client never read;
-// it sees them if it reads again. Only the handler's goroutine calls
-// SendMsg, as grpc-go requires.
+// it sees them if it reads again. One goroutine at a time calls SendMsg,
+// as grpc-go requires: the handler's, or, for an in-process WebSocket
+// subscription that is caught up, an event-log fan-out worker while the
+// handler's goroutine is parked (eventlog.Push).
 type sendWatchdog struct {
 	grpc.ServerStream
 	timeout time.Duration

@@ -69,7 +69,7 @@ func (s *Server) handleEventsWS(w http.ResponseWriter, r *http.Request) {
 		s.rejectWS(w, r, status.Error(codes.InvalidArgument, err.Error()))
 		return
 	}
-	_, err = s.subscribeLocal(eventlog.WithIdle(actx, sink.idle), req, sink)
+	_, err = s.subscribeLocal(eventlog.WithPush(eventlog.WithIdle(actx, sink.idle), sink), req, sink)
 	if sink.c != nil && !sink.gone && !sink.tooSlow {
 		_ = sink.flushBatch() // what the subscription sent after its last idle
 	}
@@ -142,6 +142,7 @@ type wsSink struct {
 	c             *websocket.Conn // set by start
 	cork          *corkConn       // c's connection: every frame leaves through it, a batch's in one write
 	idleWired     bool            // the event log calls idle: corking is safe
+	onWorker      bool            // a fan-out worker's turn (eventlog.Push): send must not write
 	batchFirst    uint64          // seq of the first frame corked since the last flush
 	queued        bool            // a frame was queued since the last flush
 	watch         *writeWatch     // frame write deadline (Config.StreamWriteTimeout)
@@ -223,10 +224,40 @@ func (k *wsSink) send(ev *gatewayv1.Event) error {
 		return k.wrote(err, k.batchFirst)
 	}
 	k.queued = true
-	if !k.idleWired || full {
+	if !k.idleWired || (full && !k.onWorker) {
 		return k.flushBatch()
 	}
 	return nil
+}
+
+// Pushable, Begin and Flush make the sink an eventlog.Push: while the
+// subscriber is caught up, the log's fan-out workers queue its frames
+// and write them with one write(2) that does not wait
+// (corkConn.tryFlush); a batch the socket does not take whole goes back
+// to the handler's goroutine, whose idle hook writes the rest under the
+// write watch, so a consumer that stops reading still ends with
+// ConsumerTooSlow, and a failed write still reads as the consumer gone.
+// Sends on a worker run through the same interceptor chain (per-message
+// metrics and the stuck-send watchdog see every frame).
+func (k *wsSink) Pushable() bool {
+	return k.cork != nil && k.cork.try != nil && k.idleWired && !k.queued
+}
+
+// Begin starts a worker's turn (eventlog.Push).
+func (k *wsSink) Begin() { k.onWorker = true }
+
+// Flush ends a worker's turn (eventlog.Push): the frames it queued in
+// one write(2) that does not wait; false leaves them to flushBatch.
+func (k *wsSink) Flush() (bool, error) {
+	k.onWorker = false
+	if !k.queued {
+		return true, nil // the turn's events were filtered out
+	}
+	if !k.cork.tryFlush() {
+		return false, nil
+	}
+	k.batchFirst, k.queued = 0, false
+	return true, nil
 }
 
 // idle is the event log's eventlog.WithIdle hook: the subscriber sent

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"syscall"
 
 	"github.com/pipestream/gateway/gateway/h2guard"
 )
@@ -58,6 +59,7 @@ type corkConn struct {
 	net.Conn
 	out  io.Writer     // where drain writes: Conn, or the socket under its wrappers (rawWriter)
 	wsem chan struct{} // capacity 1: held while writing to out
+	try  *tryWriter    // out's socket for writes that must not block (tryFlush); nil: none
 
 	mu        sync.Mutex
 	corked    bool      // the owner collects a batch: leave pending to its flush
@@ -202,6 +204,96 @@ func (c *corkConn) drain() error {
 	}
 }
 
+// tryFlush ends the batch and writes what is pending with one write(2)
+// that does not wait: on a fan-out worker (eventlog.Push), which serves
+// many subscribers and must not block on one. It reports whether all of
+// it was written; if not (the socket's buffer is full, another goroutine
+// is writing, or the write failed), what is left stays pending, in
+// order, for the owner's flush, which waits under its write watch and
+// sees the error, if any.
+func (c *corkConn) tryFlush() bool {
+	if c.try == nil {
+		return false
+	}
+	select {
+	case c.wsem <- struct{}{}:
+	default:
+		return false // a ping or close frame is being written
+	}
+	defer func() { <-c.wsem }()
+	c.mu.Lock()
+	c.corked = false
+	held := c.buf
+	c.buf = nil
+	c.mu.Unlock()
+	if held == nil {
+		return true
+	}
+	n := c.try.write(*held)
+	if n == len(*held) {
+		if cap(*held) <= 2*corkMaxBytes {
+			*held = (*held)[:0]
+			corkBufs.Put(held)
+		}
+		return true
+	}
+	// Put the rest back before anything queued meanwhile.
+	rest := append((*held)[:0], (*held)[n:]...)
+	*held = rest
+	c.mu.Lock()
+	if c.buf != nil {
+		*held = append(*held, *c.buf...)
+		*c.buf = (*c.buf)[:0]
+		corkBufs.Put(c.buf)
+	}
+	c.buf = held
+	c.mu.Unlock()
+	return false
+}
+
+// tryWriter writes to a socket without waiting for it to drain: one
+// write(2) on the non-blocking descriptor through syscall.RawConn (the
+// runtime's poller keeps its own rules: the descriptor's write lock,
+// closed and deadline checks).
+type tryWriter struct {
+	rc  syscall.RawConn
+	buf []byte
+	n   int
+	fn  func(fd uintptr) bool // bound once: no closure per write
+}
+
+// newTryWriter is nil when w is not a socket (TLS, a test's pipe).
+func newTryWriter(w io.Writer) *tryWriter {
+	sc, ok := w.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	t := &tryWriter{rc: rc}
+	t.fn = func(fd uintptr) bool {
+		n, err := syscall.Write(int(fd), t.buf)
+		if err != nil || n < 0 {
+			n = 0 // EAGAIN (full), EINTR, or a failure the owner's write will see
+		}
+		t.n = n
+		return true // never wait: the owner does
+	}
+	return t
+}
+
+// write writes what p's first write(2) takes and returns how much.
+func (t *tryWriter) write(p []byte) int {
+	t.buf, t.n = p, 0
+	if err := t.rc.Write(t.fn); err != nil {
+		t.n = 0 // closed: the owner's write reports it
+	}
+	t.buf = nil
+	return t.n
+}
+
 // corkBufs are the pending buffers of every connection: one is held only
 // from a batch's first frame to its flush, so 1,000 idle subscribers hold
 // none.
@@ -310,6 +402,7 @@ func (h *corkHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	}
 	h.conn = newCorkConn(nc)
 	h.conn.out = rawWriter(nc)
+	h.conn.try = newTryWriter(h.conn.out)
 	brw.Writer.Reset(h.conn) // net/http's buffer, now writing to the corkConn
 	return h.conn, brw, nil
 }

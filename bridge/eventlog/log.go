@@ -74,6 +74,7 @@ type Log struct {
 	ret  *retention.Retainer
 	m    *retention.Metrics
 	tail *tail
+	fan  *fanout // workers serving pushed subscribers (push.go)
 
 	pubMu   sync.Mutex // serializes publication (hook) with load and subscribe
 	loading bool
@@ -114,6 +115,7 @@ func New(ctx context.Context, st Store, opts Options) (*Log, error) {
 		trigger: make(chan struct{}, 1),
 		done:    make(chan struct{}),
 	}
+	l.fan = newFanout(l)
 	base := st.LastSeq() // every later seq reaches us through the hook
 	st.SetEventHook(l.onCommit)
 	if err := l.load(ctx, base); err != nil {
@@ -254,6 +256,7 @@ func (l *Log) publishLocked(items []*item) {
 		n++
 	}
 	l.tail.publish(out)
+	l.fan.wake()
 	if l.m != nil {
 		l.m.Appended.Add(float64(n))
 	}
@@ -422,6 +425,7 @@ func (l *Log) Close() error {
 		close(l.done)
 		l.st.SetEventHook(nil)
 		l.tail.close() // subscribers wait on the tail's channel, not on done
+		l.fan.close()  // parked subscribers go back to their goroutines
 	})
 	l.wg.Wait()
 	return nil

@@ -100,6 +100,9 @@ type subscriber struct {
 	s      Subscription
 	send   func(*gatewayv1.Event) error
 	idle   func() error // WithIdle's hook, or nil
+	push   Push         // WithPush's hooks, or nil (push.go)
+	resume chan error   // a worker hands a parked subscriber back (push.go)
+	done   <-chan struct{}
 	client *retention.Client
 	next   uint64 // next seq to deliver
 	hint   uint64 // tail position expected for next
@@ -133,6 +136,9 @@ func (l *Log) Follow(ctx context.Context, s Subscription, send func(*gatewayv1.E
 	}
 	sub := &subscriber{l: l, s: s, send: send}
 	sub.idle, _ = ctx.Value(idleKey{}).(func() error) // WithIdle
+	if p, ok := ctx.Value(pushKey{}).(Push); ok && sub.idle != nil {
+		sub.push, sub.resume = p, make(chan error, 1)
+	}
 	if s.ClientKey != "" {
 		sub.client = l.ret.Touch(s.ClientKey, s.Cursor, l.opts.Now())
 		defer func() { l.ret.Release(sub.client, l.opts.Now()) }()
@@ -195,6 +201,7 @@ func outdatedEvent(now time.Time, cursor, oldest uint64) *gatewayv1.Event {
 func (sub *subscriber) run(ctx context.Context) error {
 	l := sub.l
 	done := ctx.Done()
+	sub.done = done
 	for {
 		select {
 		case <-done:
@@ -236,11 +243,18 @@ func (sub *subscriber) run(ctx context.Context) error {
 }
 
 // wait calls the idle hook (everything committed so far was sent), then
-// waits for the next publish, the subscription's end or the log's close.
+// waits for the next publish, the subscription's end or the log's close;
+// with Push, it parks with the log's workers instead (push.go) until one
+// hands it back.
 func (sub *subscriber) wait(ctx context.Context, done <-chan struct{}, wake <-chan struct{}) error {
 	if sub.idle != nil {
 		if err := sub.idle(); err != nil {
 			return err
+		}
+	}
+	if sub.push != nil && sub.push.Pushable() {
+		if parked, err := sub.parkWait(ctx); parked {
+			return err // nil: the run loop looks again
 		}
 	}
 	select {

@@ -20,7 +20,8 @@ import (
 // workload of concurrent writers committing batches of 1 to 6 events at
 // random moments, every subscriber (live-only, the whole window, or
 // resuming from a cursor inside it; with and without a kind filter; with
-// and without an idle hook) gets exactly the matching events from its
+// and without an idle hook; a quarter served by the log's fan-out workers
+// while caught up (WithPush), handed back to their goroutines at random) gets exactly the matching events from its
 // start, in seq order, no gap, no duplicate. It runs in a synctest bubble:
 // once the writers are done and every goroutine is blocked, a subscriber
 // that missed a wake-up is blocked short of the latest seq, which the
@@ -37,6 +38,31 @@ func TestLiveSubscribersWakeNoGapNoDuplicate(t *testing.T) {
 			t.Fatalf("seed %d round %d (replay: seed+round)", seed, round)
 		}
 	}
+}
+
+// testPush is a Push whose Pushable and Flush say no at random (a
+// transport that cannot always write without blocking): the subscription
+// moves between its goroutine and the workers.
+type testPush struct {
+	mu  sync.Mutex
+	rng *rand.Rand
+	in  bool // between Begin and Flush
+}
+
+func (p *testPush) Pushable() bool { p.mu.Lock(); defer p.mu.Unlock(); return p.rng.IntN(4) != 0 }
+func (p *testPush) Begin() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.in = true
+}
+func (p *testPush) Flush() (bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.in {
+		panic("Flush without Begin")
+	}
+	p.in = false
+	return p.rng.IntN(3) != 0, nil
 }
 
 // wakeSub is one subscription of wakeRound and what it got.
@@ -100,6 +126,9 @@ func wakeRound(t *testing.T, seed uint64) {
 				s.mu.Unlock()
 				return nil
 			})
+		}
+		if i%4 == 0 { // served by the log's workers while caught up
+			sctx = eventlog.WithPush(sctx, &testPush{rng: rand.New(rand.NewPCG(seed, uint64(200+i)))})
 		}
 		subs[i] = s
 		go func() {
