@@ -408,3 +408,68 @@ func checkWire(t *testing.T, seed uint64, round int, b []byte, accepted int64) {
 		t.Fatalf("seed %d round %d: %d data messages on the wire, %d accepted; close %v; %d pings", seed, round, next-1, accepted, closed, pings)
 	}
 }
+
+// TestCorkConnTryFlushNeverWaits: a fan-out worker's write (tryFlush,
+// eventlog.Push) returns at once when the peer stops reading: it writes
+// what the socket takes, keeps the rest pending, in order and before any
+// frame queued meanwhile (a ping through Write while the batch is
+// corked), and reports false; the owner's flush then writes the rest once
+// the peer reads. Seeded frame sizes; a failure prints the seed.
+func TestCorkConnTryFlushNeverWaits(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 11))
+	server, client := tcpPair(t)
+	cc := newCorkConn(server)
+	cc.try = newTryWriter(cc.out)
+	if cc.try == nil {
+		t.Fatal("no try writer over a TCP connection")
+	}
+	var want []byte
+	partial := false
+	for i := 0; !partial; i++ {
+		if i > 100_000 {
+			t.Fatalf("seed %d: tryFlush kept writing %d bytes to a peer that reads nothing", seed, len(want))
+		}
+		for range 1 + rng.IntN(8) {
+			msg := wsBinaryMessage(nil, bytes.Repeat([]byte{byte(i)}, 1+rng.IntN(4<<10)))
+			if _, err := cc.queueData(msg, true); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, msg...)
+		}
+		start := time.Now()
+		partial = !cc.tryFlush()
+		if d := time.Since(start); d > 5*time.Second { // a failsafe: it never waits on the peer
+			t.Fatalf("seed %d: tryFlush took %v", seed, d)
+		}
+	}
+	// A frame queued behind the pending rest (a ping while corked).
+	if _, err := cc.queueData(nil, true); err != nil {
+		t.Fatal(err)
+	}
+	ping := []byte{0x89, 0}
+	if _, err := cc.Write(ping); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, ping...)
+	got := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(io.LimitReader(client, int64(len(want))))
+		got <- b
+	}()
+	if err := cc.flush(); err != nil {
+		t.Fatal(err)
+	}
+	if b := <-got; !bytes.Equal(b, want) {
+		t.Fatalf("seed %d: the peer read %d bytes, want %d in the order queued", seed, len(b), len(want))
+	}
+	// Without a socket below (TLS, a pipe) there is no try writer: a worker
+	// never serves such a subscriber.
+	p1, p2 := net.Pipe()
+	defer p1.Close()
+	defer p2.Close()
+	if newTryWriter(p1) != nil {
+		t.Error("a try writer over a pipe")
+	}
+}

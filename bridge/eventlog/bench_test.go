@@ -61,13 +61,30 @@ func BenchmarkAppend(b *testing.B) {
 // Reported: wall ns and CPU ns per delivered event, and the memory each
 // idle subscriber costs (heap: the log's subscriber and tracker state;
 // stack: the subscribing goroutine, which the transport owns).
+//
+// push=1 serves the caught-up subscribers by the log's fan-out workers
+// (WithPush, as the WebSocket route does) instead of waking each
+// subscriber's goroutine.
 func BenchmarkFanout(b *testing.B) {
 	for _, perBatch := range []int{100, 1} {
-		b.Run(fmt.Sprintf("batch=%d", perBatch), func(b *testing.B) { benchFanout(b, perBatch) })
+		for _, push := range []bool{false, true} {
+			name := fmt.Sprintf("batch=%d", perBatch)
+			if push {
+				name += "/push=1"
+			}
+			b.Run(name, func(b *testing.B) { benchFanout(b, perBatch, push) })
+		}
 	}
 }
 
-func benchFanout(b *testing.B, perBatch int) {
+// nopPush is a Push whose writes always complete.
+type nopPush struct{}
+
+func (nopPush) Pushable() bool       { return true }
+func (nopPush) Begin()               {}
+func (nopPush) Flush() (bool, error) { return true, nil }
+
+func benchFanout(b *testing.B, perBatch int, push bool) {
 	const subs = 1000
 	e := open(b, b.TempDir(), eventlog.Options{})
 	var target atomic.Uint64
@@ -81,7 +98,11 @@ func benchFanout(b *testing.B, perBatch int) {
 		done.Add(1)
 		go func() {
 			defer done.Done()
-			_ = e.log.Subscribe(ctx, "t", "client-"+string(rune('A'+i%26))+string(rune(i)), nil, eventlog.Filter{}, func(ev *gatewayv1.Event) error {
+			sctx := ctx
+			if push {
+				sctx = eventlog.WithPush(eventlog.WithIdle(ctx, func() error { return nil }), nopPush{})
+			}
+			_ = e.log.Subscribe(sctx, "t", "client-"+string(rune('A'+i%26))+string(rune(i)), nil, eventlog.Filter{}, func(ev *gatewayv1.Event) error {
 				if ev.GetSeq() == target.Load() {
 					wg.Done()
 				}
