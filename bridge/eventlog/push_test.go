@@ -20,7 +20,7 @@ type scriptPush struct {
 	err   error  // Flush's error
 }
 
-func (p *scriptPush) note(s string) { p.mu.Lock(); p.calls = append(p.calls, s); p.mu.Unlock() }
+func (p *scriptPush) note(s string)  { p.mu.Lock(); p.calls = append(p.calls, s); p.mu.Unlock() }
 func (p *scriptPush) Pushable() bool { return true }
 func (p *scriptPush) Begin()         { p.note("begin") }
 func (p *scriptPush) Flush() (bool, error) {
@@ -34,7 +34,11 @@ func (p *scriptPush) Flush() (bool, error) {
 	return ok, p.err
 }
 
-func (p *scriptPush) log() []string { p.mu.Lock(); defer p.mu.Unlock(); return append([]string(nil), p.calls...) }
+func (p *scriptPush) log() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.calls...)
+}
 
 // TestPushHandsBackWhatItCannotWrite: a caught-up push subscriber's
 // events are sent by a worker (Begin, sends, Flush); when Flush could not
