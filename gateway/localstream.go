@@ -27,7 +27,10 @@ import (
 // an event through the server's eventCache, once for all its subscribers.
 //
 //   - The WebSocket route pushes: the handler runs in the HTTP handler's
-//     goroutine and each Send writes one frame (websocket.go).
+//     goroutine and each Send queues one frame (websocket.go); once the
+//     subscription is caught up the event log's fan-out workers make the
+//     Sends, through the same chain, while that goroutine is parked
+//     (eventlog.WithPush).
 //   - NDJSON (grpc-gateway's ForwardResponseStream), SSE and pages pull:
 //     localEventClient.SubscribeEvents runs the handler in a goroutine
 //     that hands each event over an unbuffered channel to Recv.

@@ -130,8 +130,10 @@ func subscriptionEnd(err error, before string) error {
 
 // wsSink is a WebSocket subscription's localSink: start upgrades the
 // connection, send writes one frame. It runs on the HTTP handler's
-// goroutine, which alone writes frames (pings and close frames aside,
-// which coder/websocket serializes).
+// goroutine or, while the subscription is caught up, on an event-log
+// fan-out worker while that goroutine is parked (eventlog.Push: one at a
+// time, never both); pings and close frames aside, which coder/websocket
+// serializes.
 type wsSink struct {
 	s      *Server
 	w      http.ResponseWriter
