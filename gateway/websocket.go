@@ -153,8 +153,9 @@ type wsSink struct {
 	upgradeFailed bool // acceptWS answered the rejection
 	tooSlow       bool // a frame write timed out: ConsumerTooSlow
 	tooSlowSeq    uint64
-	gone          bool // a write failed because the consumer left
-	frameErr      bool // an event could not be framed; the error frame is out
+	gone          bool             // a write failed because the consumer left
+	frameErr      bool             // an event could not be framed; the error frame is out
+	unframable    *gatewayv1.Event // could not be framed on a fan-out worker: idle ends the subscription
 }
 
 // start upgrades the connection once the subscription started.
@@ -199,18 +200,19 @@ func (k *wsSink) send(ev *gatewayv1.Event) error {
 	if k.c == nil {
 		return status.Error(codes.Canceled, "the WebSocket connection is not open")
 	}
+	if k.unframable != nil {
+		return nil // the subscription ends at that event (endUnframable); nothing follows it
+	}
 	msg, err := k.s.events.wsMessage(ev)
 	if err != nil {
 		// Never a silent gap: the consumer is told which seq it misses.
 		k.s.log.Warn("WebSocket event frame could not be encoded; sending an #info notice in its place", "seq", ev.GetSeq(), "error", err)
 		if msg, err = eventMessage(unframableEvent(ev)); err != nil {
-			if ferr := k.flushBatch(); ferr != nil {
-				return ferr
+			if k.onWorker { // the end writes and may wait: the goroutine's idle does it
+				k.unframable = ev
+				return nil
 			}
-			k.frameErr = true
-			k.s.closeWithErrorFrame(k.c, codes.Internal.String(), "event "+strconv.FormatUint(ev.GetSeq(), 10)+" could not be framed")
-			k.cancel()
-			return status.Error(codes.Canceled, "event could not be framed")
+			return k.endUnframable(ev)
 		}
 	}
 	// No per-frame context: its timer cost more than the frame. The write
@@ -252,6 +254,9 @@ func (k *wsSink) Begin() { k.onWorker = true }
 // one write(2) that does not wait; false leaves them to flushBatch.
 func (k *wsSink) Flush() (bool, error) {
 	k.onWorker = false
+	if k.unframable != nil {
+		return false, nil // idle ends the subscription, on its goroutine
+	}
 	if !k.queued {
 		return true, nil // the turn's events were filtered out
 	}
@@ -262,10 +267,26 @@ func (k *wsSink) Flush() (bool, error) {
 	return true, nil
 }
 
+// endUnframable ends the subscription at ev, whose frame and notice
+// could not be encoded: the frames before it, then an Internal error
+// frame and close.
+func (k *wsSink) endUnframable(ev *gatewayv1.Event) error {
+	if ferr := k.flushBatch(); ferr != nil {
+		return ferr
+	}
+	k.frameErr = true
+	k.s.closeWithErrorFrame(k.c, codes.Internal.String(), "event "+strconv.FormatUint(ev.GetSeq(), 10)+" could not be framed")
+	k.cancel()
+	return status.Error(codes.Canceled, "event could not be framed")
+}
+
 // idle is the event log's eventlog.WithIdle hook: the subscriber sent
 // everything committed so far; the batch's frames go out in one write.
 func (k *wsSink) idle() error {
 	k.idleWired = true
+	if ev := k.unframable; ev != nil { // found on a fan-out worker
+		return k.endUnframable(ev)
+	}
 	return k.flushBatch()
 }
 
