@@ -135,29 +135,18 @@ func (f *fanout) parkAll(subs []*subscriber) {
 	f.parked = append(f.parked, subs...)
 	f.mu.Unlock()
 	// As in park: a publish during the round, or a subscription that ended
-	// while a worker held it (its goroutine found it neither parked nor
-	// could it take it: unpark), needs a round now.
-	// (done is set before a subscriber first parks, so reading it here is
-	// no race with the worker that may already own sub again.)
+	// while a worker held it (its goroutine sets quit, then fails to take
+	// it back: unpark), needs a round now. quit is an atomic: sub may be
+	// another worker's again already.
 	if next <= f.l.tail.latestSeq() {
 		f.wake()
 		return
 	}
 	for _, sub := range subs {
-		if sub.ended() {
+		if sub.quit.Load() {
 			f.wake()
 			return
 		}
-	}
-}
-
-// ended reports whether the subscription's context is done.
-func (sub *subscriber) ended() bool {
-	select {
-	case <-sub.done:
-		return true
-	default:
-		return false
 	}
 }
 
@@ -250,7 +239,7 @@ func (r *round) serve(again []*subscriber) []*subscriber {
 // turn delivers what the tail has for sub on a worker and reports
 // whether sub stays with the workers; otherwise it was handed back.
 func (sub *subscriber) turn() bool {
-	if sub.ended() {
+	if sub.quit.Load() {
 		return sub.handBack(nil) // the goroutine returns ctx.Err()
 	}
 	l := sub.l
@@ -304,6 +293,7 @@ func (sub *subscriber) parkWait(ctx context.Context) (parked bool, err error) {
 	case err := <-sub.resume:
 		return true, err
 	case <-sub.done:
+		sub.quit.Store(true) // before unpark: a worker that re-parks sub sees it (parkAll)
 		if f.unpark(sub) {
 			return true, ctx.Err()
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -103,6 +104,7 @@ type subscriber struct {
 	push   Push         // WithPush's hooks, or nil (push.go)
 	resume chan error   // a worker hands a parked subscriber back (push.go)
 	done   <-chan struct{}
+	quit   atomic.Bool // done fired while parked: a worker hands it back (push.go)
 	client *retention.Client
 	next   uint64 // next seq to deliver
 	hint   uint64 // tail position expected for next
