@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/quic-go/quic-go"
-	"golang.org/x/sync/semaphore"
 
 	"github.com/pipestream/gateway/quicpeer/wire"
 )
@@ -54,7 +53,9 @@ const InProcessScheme = "inproc:"
 
 const (
 	inprocStreamWindow = 1 << 20
-	inprocConnWindow   = 16 << 20
+	inprocConnWindow   = 8 << 20
+	// inprocBlock is the size of the pooled blocks a pipe buffers in.
+	inprocBlock = 32 << 10
 	// inprocAcceptQueue caps the queue of opened, not yet accepted uni
 	// streams; the receiver's stream limit bounds it first.
 	inprocAcceptQueue = 1 << 12
@@ -170,7 +171,7 @@ type inprocConn struct {
 	// other end grants (its stream limit and its connection window).
 	nextUni  atomic.Int64
 	opened   atomic.Bool // stream 0
-	sendWin  *semaphore.Weighted
+	sendWin  *credit
 	uniSlots chan struct{}
 
 	// What the other end opens toward this one.
@@ -190,7 +191,7 @@ func newInprocPair(proto string, clientMaxUni, serverMaxUni int64) (client, serv
 	client.other, server.other = server, client
 	// Each end's sending credit is the other end's receiving limit.
 	client.uniSlots, server.uniSlots = make(chan struct{}, serverMaxUni), make(chan struct{}, clientMaxUni)
-	client.sendWin, server.sendWin = semaphore.NewWeighted(inprocConnWindow), semaphore.NewWeighted(inprocConnWindow)
+	client.sendWin, server.sendWin = &credit{avail: inprocConnWindow}, &credit{avail: inprocConnWindow}
 	return client, server
 }
 
@@ -284,14 +285,13 @@ func (c *inprocConn) NegotiatedProtocol() string { return c.proto }
 type inprocPipe struct {
 	id     int64
 	w, r   *inprocConn
-	win    *semaphore.Weighted // the connection window (nil: stream 0)
-	slots  chan struct{}       // the stream limit (nil: stream 0)
-	once   sync.Once           // the slot is returned once
-	rwake  chan struct{}       // the reader may go on
-	wwake  chan struct{}       // the writer may go on
+	win    *credit       // the connection window (nil: stream 0)
+	slots  chan struct{} // the stream limit (nil: stream 0)
+	once   sync.Once     // the slot is returned once
+	rwake  chan struct{} // the reader may go on
+	wwake  chan struct{} // the writer may go on
 	mu     sync.Mutex
-	data   []byte
-	off    int
+	data   blockQueue
 	fin    bool
 	reset  bool // the writer cancelled (RESET_STREAM)
 	stop   bool // the reader cancelled (STOP_SENDING)
@@ -300,7 +300,7 @@ type inprocPipe struct {
 	wrDL   time.Time
 }
 
-func newInprocPipe(id int64, w, r *inprocConn, win *semaphore.Weighted, slots chan struct{}) *inprocPipe {
+func newInprocPipe(id int64, w, r *inprocConn, win *credit, slots chan struct{}) *inprocPipe {
 	return &inprocPipe{id: id, w: w, r: r, win: win, slots: slots, rwake: make(chan struct{}, 1), wwake: make(chan struct{}, 1)}
 }
 
@@ -323,10 +323,10 @@ func (p *inprocPipe) releaseSlot() {
 
 // discardLocked drops what is buffered and returns its window credit.
 func (p *inprocPipe) discardLocked() {
-	if n := len(p.data) - p.off; n > 0 && p.win != nil {
-		p.win.Release(int64(n))
+	if n := p.data.n; n > 0 && p.win != nil {
+		p.win.give(n)
 	}
-	p.data, p.off = nil, 0
+	p.data.drop()
 }
 
 // Write blocks until all of b is buffered (QUIC's flow control), the
@@ -342,11 +342,11 @@ func (p *inprocPipe) Write(b []byte) (int, error) {
 		if err := p.writeErrLocked(); err != nil {
 			p.mu.Unlock()
 			if p.win != nil {
-				p.win.Release(int64(k))
+				p.win.give(k)
 			}
 			return n, err
 		}
-		p.data = append(p.data, b[:k]...)
+		p.data.write(b[:k])
 		p.mu.Unlock()
 		signal(p.rwake)
 		b, n = b[k:], n+k
@@ -374,15 +374,14 @@ func (p *inprocPipe) reserve(want int) (int, error) {
 	for {
 		p.mu.Lock()
 		err := p.writeErrLocked()
-		room := inprocStreamWindow - (len(p.data) - p.off)
+		room := inprocStreamWindow - p.data.n
 		dl := p.wrDL
 		p.mu.Unlock()
 		if err != nil {
 			return 0, err
 		}
 		if room > 0 {
-			k := min(room, want)
-			return k, p.takeWindow(k, dl)
+			return p.takeWindow(min(room, want), dl)
 		}
 		if err := p.wait(p.w.ctx, p.wwake, dl); err != nil {
 			return 0, err
@@ -390,23 +389,57 @@ func (p *inprocPipe) reserve(want int) (int, error) {
 	}
 }
 
-func (p *inprocPipe) takeWindow(k int, dl time.Time) error {
-	if p.win == nil || p.win.TryAcquire(int64(k)) {
-		return nil
+// takeWindow takes up to k octets of the connection's window, as much as
+// is free (QUIC sends what the connection's credit allows, not all or
+// nothing), waiting while none is.
+func (p *inprocPipe) takeWindow(k int, dl time.Time) (int, error) {
+	if p.win == nil {
+		return k, nil
 	}
-	ctx := p.w.ctx
-	if !dl.IsZero() {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, dl)
-		defer cancel()
-	}
-	if err := p.win.Acquire(ctx, int64(k)); err != nil {
-		if p.w.ctx.Err() != nil {
-			return context.Cause(p.w.ctx)
+	for {
+		got, wake := p.win.take(k)
+		if got > 0 {
+			return got, nil
 		}
-		return fmt.Errorf("quicpeer: write stream %d: %w", p.id, os.ErrDeadlineExceeded)
+		if err := p.wait(p.w.ctx, wake, dl); err != nil {
+			return 0, err
+		}
 	}
-	return nil
+}
+
+// credit is a connection's window in one direction: octets buffered on
+// its uni streams and not read yet count against it.
+type credit struct {
+	mu    sync.Mutex
+	avail int
+	wake  chan struct{} // closed when octets return while a writer waits
+}
+
+// take takes up to want octets; with none free it returns the channel
+// that is closed when some return.
+func (c *credit) take(want int) (int, chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.avail > 0 {
+		k := min(want, c.avail)
+		c.avail -= k
+		return k, nil
+	}
+	if c.wake == nil {
+		c.wake = make(chan struct{})
+	}
+	return 0, c.wake
+}
+
+func (c *credit) give(n int) {
+	c.mu.Lock()
+	c.avail += n
+	wake := c.wake
+	c.wake = nil
+	c.mu.Unlock()
+	if wake != nil {
+		close(wake)
+	}
 }
 
 // wait blocks until ch is signalled, the end's connection closes, or dl
@@ -456,13 +489,8 @@ func (p *inprocPipe) readLocked(b []byte) (n int, err error, done bool) {
 		return 0, p.streamErr(false), true
 	case p.reset:
 		return 0, p.streamErr(true), true
-	case len(p.data) > p.off:
-		n = copy(b, p.data[p.off:])
-		p.off += n
-		if p.off == len(p.data) {
-			p.data, p.off = p.data[:0], 0
-		}
-		return n, nil, true
+	case p.data.n > 0:
+		return p.data.read(b), nil, true
 	case p.fin:
 		return 0, io.EOF, true
 	case len(b) == 0:
@@ -474,7 +502,7 @@ func (p *inprocPipe) readLocked(b []byte) (n int, err error, done bool) {
 func (p *inprocPipe) afterRead(n int, err error) {
 	if n > 0 {
 		if p.win != nil {
-			p.win.Release(int64(n))
+			p.win.give(n)
 		}
 		signal(p.wwake)
 	}
@@ -503,7 +531,7 @@ func (p *inprocPipe) Close() error {
 // and the reader gets a *quic.StreamError with code.
 func (p *inprocPipe) CancelWrite(code wire.ErrorCode) {
 	p.mu.Lock()
-	if p.reset || p.stop || (p.fin && len(p.data) == p.off) {
+	if p.reset || p.stop || (p.fin && p.data.n == 0) {
 		p.mu.Unlock()
 		return
 	}
@@ -542,6 +570,59 @@ func (p *inprocPipe) setWriteDeadline(t time.Time) error {
 	p.mu.Unlock()
 	signal(p.wwake)
 	return nil
+}
+
+// blockQueue holds a pipe's unread octets in pooled blocks, so a
+// stream's buffer is recycled rather than grown and left to the GC.
+type blockQueue struct {
+	blocks []*[]byte
+	off    int // read offset in blocks[0]
+	n      int // unread octets
+}
+
+var blockPool = sync.Pool{New: func() any {
+	b := make([]byte, 0, inprocBlock)
+	return &b
+}}
+
+func (q *blockQueue) write(b []byte) {
+	for len(b) > 0 {
+		if len(q.blocks) == 0 || len(*q.blocks[len(q.blocks)-1]) == inprocBlock {
+			q.blocks = append(q.blocks, blockPool.Get().(*[]byte))
+		}
+		last := q.blocks[len(q.blocks)-1]
+		k := copy((*last)[len(*last):inprocBlock], b)
+		*last = (*last)[:len(*last)+k]
+		b, q.n = b[k:], q.n+k
+	}
+}
+
+func (q *blockQueue) read(p []byte) int {
+	n := 0
+	for len(p) > 0 && q.n > 0 {
+		first := q.blocks[0]
+		k := copy(p, (*first)[q.off:])
+		p, n, q.n, q.off = p[k:], n+k, q.n-k, q.off+k
+		if q.off < len(*first) {
+			break
+		}
+		// blocks[0] is read to its end: recycle it.
+		*first = (*first)[:0]
+		blockPool.Put(first)
+		q.blocks[0] = nil
+		q.blocks, q.off = q.blocks[1:], 0
+	}
+	return n
+}
+
+// drop recycles every block, read or not.
+func (q *blockQueue) drop() {
+	for i, b := range q.blocks {
+		*b = (*b)[:0]
+		blockPool.Put(b)
+		q.blocks[i] = nil
+	}
+	q.blocks, q.off, q.n = nil, 0, 0
 }
 
 // inprocSend, inprocRecv and inprocStream are the ends' views of pipes.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -75,40 +76,66 @@ func TestInProcessConnectionWindowBoundsUnreadStreams(t *testing.T) {
 		c, s := inprocPair(64)
 		defer c.CloseWithError(wire.CodeNoError, "")
 		n := inprocConnWindow/inprocStreamWindow + 4
-		var total []*atomic.Int64
+		var dones []chan error
+		var streams []*inprocPipe
 		for range n {
 			w, err := c.OpenUniStreamSync(t.Context())
 			if err != nil {
 				t.Fatal(err)
 			}
-			taken, _ := writeAll(w, inprocStreamWindow)
-			total = append(total, taken)
+			_, done := writeAll(w, inprocStreamWindow)
+			dones = append(dones, done)
+			r, err := s.AcceptUniStream(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			streams = append(streams, r.(inprocRecv).p)
 		}
 		synctest.Wait()
-		var sum int64
-		for _, x := range total {
-			sum += x.Load()
+		if got := buffered(streams); got != inprocConnWindow {
+			t.Fatalf("%d unread streams buffer %d octets; want the connection window, %d", n, got, inprocConnWindow)
 		}
-		if sum != inprocConnWindow {
-			t.Fatalf("%d unread streams took %d octets; want the connection window, %d", n, sum, inprocConnWindow)
+		// Reading a full stream frees its octets of the window, which the
+		// blocked writers take.
+		full := slices.IndexFunc(streams, func(p *inprocPipe) bool { return buffered([]*inprocPipe{p}) == inprocStreamWindow })
+		if full < 0 {
+			t.Fatal("no writer filled its stream's window")
 		}
-		// Reading one stream to its end frees window for the others.
-		r, err := s.AcceptUniStream(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.CopyN(io.Discard, r, inprocStreamWindow); err != nil {
+		if _, err := io.CopyN(io.Discard, inprocRecv{streams[full]}, inprocStreamWindow); err != nil {
 			t.Fatal(err)
 		}
 		synctest.Wait()
-		sum = 0
-		for _, x := range total {
-			sum += x.Load()
+		if got := buffered(streams); got != inprocConnWindow {
+			t.Fatalf("after one full stream was read, the others buffer %d octets; want the window, %d, taken up again", got, inprocConnWindow)
 		}
-		if sum != inprocConnWindow+inprocStreamWindow {
-			t.Fatalf("after one stream was read, the writers took %d; want %d", sum, inprocConnWindow+inprocStreamWindow)
+		// Every writer finishes once every stream is read (at once: a
+		// receiver that reads one stream to its end while the others hold
+		// the connection's window waits forever, over QUIC too).
+		for j, p := range streams {
+			if j != full {
+				go func() {
+					if _, err := io.CopyN(io.Discard, inprocRecv{p}, inprocStreamWindow); err != nil {
+						t.Error(err)
+					}
+				}()
+			}
+		}
+		for j, done := range dones {
+			if err := <-done; err != nil {
+				t.Errorf("writer %d: %v", j, err)
+			}
 		}
 	})
+}
+
+func buffered(ps []*inprocPipe) int {
+	n := 0
+	for _, p := range ps {
+		p.mu.Lock()
+		n += p.data.n
+		p.mu.Unlock()
+	}
+	return n
 }
 
 func TestInProcessStreamLimitWaitsForTheReceiver(t *testing.T) {
