@@ -101,6 +101,7 @@ func start(cfg *resolved, role Role, conn connection, ctrl stream, n Negotiated)
 		done:       make(chan struct{}),
 	}
 	s.cr = wire.NewControlReader(ctrlReader{s}, wire.MaxVariableLength)
+	s.cr.SetCompleteExtLimit(max(cfg.Limits.InlineResultBytes, 0))
 	s.initFraming(cfg.Framing)
 	s.log = cfg.Logger.With("session", s.id, "role", role.String())
 	s.ctx, s.cancel = context.WithCancel(context.Background())
