@@ -194,6 +194,9 @@ step "go test (full size), fuzz targets (${FUZZTIME} each), e2e shards (browser;
 go build -o /dev/null ./cmd/gateway # warm the cache for the shards' builds of the binary
 go test -count=1 -run '^$' ./e2e/ >/dev/null # build the e2e binary once
 job unit-full-size unit_full_size
+# The session suite again over the in-process transport the embedded peer
+# uses by default (quicpeer/inproc.go), so both transports pass it.
+job quicpeer-inproc go test "${race[@]}" -count=1 ./quicpeer/ -args -quicpeer.transport=inproc
 job fuzz fuzz_all
 job e2e-browser e2e -run "^($E2E_BROWSER)"
 job e2e-scale e2e -run "^($E2E_SCALE)"

@@ -210,3 +210,27 @@ func checkWatch(t testing.TB, id string, ups []*gatewayv1.WatchDocumentResponse)
 		t.Errorf("watch stream ended at %v, want a terminal state", st)
 	}
 }
+
+// TestEmbeddedPeerTransports: the embedded peer gives the same results
+// over both transports --embedded-peer-transport takes: in process (the
+// default; quicpeer/inproc.go) and QUIC on a loopback port. Whole and
+// dehydrated documents, each checked byte for byte.
+func TestEmbeddedPeerTransports(t *testing.T) {
+	for _, tc := range []struct{ transport, addr string }{
+		{"inproc", "addr=inproc:"},
+		{"quic", "addr=127.0.0.1:"},
+	} {
+		t.Run(tc.transport, func(t *testing.T) {
+			var g *gatewayProc
+			if tc.transport == "inproc" {
+				g = shared(t) // default flags
+			} else {
+				g = startGateway(t, gwOpts{args: []string{"--embedded-peer-transport", tc.transport}})
+			}
+			if !g.proc.logContains(tc.addr) || !g.proc.logContains("transport="+tc.transport) {
+				t.Fatalf("the gateway's log does not show its embedded peer at %q over %s", tc.addr, tc.transport)
+			}
+			restPassthroughIdentical(t, g)
+		})
+	}
+}

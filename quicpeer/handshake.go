@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,11 +58,10 @@ func Dial(ctx context.Context, addr string, c Config) (*Session, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.HandshakeTimeout)
 	defer cancel()
-	qc, err := quic.DialAddr(ctx, addr, cfg.TLS, quicConfig(cfg, RoleClient))
+	conn, err := dialConn(ctx, addr, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("quicpeer: dial %s: %w", addr, err)
+		return nil, err
 	}
-	conn := quicConn{qc}
 	// Bound the capability exchange: on timeout the connection closes with
 	// PIPESTREAM_IDLE_TIMEOUT and every pending read fails.
 	stop := context.AfterFunc(ctx, func() {
@@ -79,6 +79,19 @@ func Dial(ctx context.Context, addr string, c Config) (*Session, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// dialConn opens the connection: QUIC over UDP, or the in-process
+// transport for an "inproc:" address (inproc.go).
+func dialConn(ctx context.Context, addr string, cfg *resolved) (connection, error) {
+	if strings.HasPrefix(addr, InProcessScheme) {
+		return dialInProcess(ctx, addr, cfg)
+	}
+	qc, err := quic.DialAddr(ctx, addr, cfg.TLS, quicConfig(cfg, RoleClient))
+	if err != nil {
+		return nil, fmt.Errorf("quicpeer: dial %s: %w", addr, err)
+	}
+	return quicConn{qc}, nil
 }
 
 // clientHandshake opens stream 0, sends CAPABILITIES and reads the
@@ -208,6 +221,7 @@ type Listener struct {
 	udp    *net.UDPConn
 	tr     *quic.Transport
 	ql     *quic.Listener
+	inproc *inprocListener // set instead of udp, tr and ql for "inproc:"
 	ctx    context.Context
 	cancel context.CancelFunc
 	ready  chan *Session
@@ -228,6 +242,13 @@ func Listen(addr string, c Config) (*Listener, error) {
 	if err != nil {
 		return nil, err
 	}
+	if strings.HasPrefix(addr, InProcessScheme) {
+		il, err := listenInProcess(addr, cfg)
+		if err != nil {
+			return nil, err
+		}
+		return newListener(cfg, &Listener{inproc: il}), nil
+	}
 	ua, err := net.ResolveUDPAddr("udp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("quicpeer: listen %s: %w", addr, err)
@@ -247,34 +268,55 @@ func Listen(addr string, c Config) (*Listener, error) {
 		_ = udp.Close()
 		return nil, fmt.Errorf("quicpeer: listen %s: %w", addr, err)
 	}
-	l := &Listener{cfg: cfg, udp: udp, tr: tr, ql: ql, ready: make(chan *Session), sessions: map[*Session]struct{}{}}
+	return newListener(cfg, &Listener{udp: udp, tr: tr, ql: ql}), nil
+}
+
+// newListener completes l and starts accepting.
+func newListener(cfg *resolved, l *Listener) *Listener {
+	l.cfg, l.ready, l.sessions = cfg, make(chan *Session), map[*Session]struct{}{}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.wg.Add(1)
 	go l.acceptLoop()
-	return l, nil
+	return l
+}
+
+// accept returns the next connection and its remote address.
+func (l *Listener) accept() (connection, string, error) {
+	if l.inproc != nil {
+		c, err := l.inproc.accept(l.ctx)
+		if err != nil {
+			return nil, "", err
+		}
+		return c, "inproc", nil
+	}
+	qc, err := l.ql.Accept(l.ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	return quicConn{qc}, qc.RemoteAddr().String(), nil
 }
 
 func (l *Listener) acceptLoop() {
 	defer l.wg.Done()
 	for {
-		qc, err := l.ql.Accept(l.ctx)
+		conn, remote, err := l.accept()
 		if err != nil {
 			return
 		}
 		if limit := int64(l.cfg.Limits.MaxConnections); l.conns.Load() >= limit {
-			l.cfg.Logger.Warn("connection refused: limit reached", "remote", qc.RemoteAddr().String(), "max_connections", limit)
-			_ = qc.CloseWithError(quic.ApplicationErrorCode(wire.CodeInternalError),
+			l.cfg.Logger.Warn("connection refused: limit reached", "remote", remote, "max_connections", limit)
+			_ = conn.CloseWithError(wire.CodeInternalError,
 				fmt.Sprintf("too many connections: this endpoint holds at most %d (Limits.MaxConnections); retry later", limit))
 			continue
 		}
 		l.conns.Add(1)
-		context.AfterFunc(qc.Context(), func() { l.conns.Add(-1) })
+		context.AfterFunc(conn.Context(), func() { l.conns.Add(-1) })
 		l.wg.Add(1)
-		go l.handshake(quicConn{qc})
+		go l.handshake(conn, remote)
 	}
 }
 
-func (l *Listener) handshake(conn quicConn) {
+func (l *Listener) handshake(conn connection, remote string) {
 	defer l.wg.Done()
 	ctx, cancel := context.WithTimeout(l.ctx, l.cfg.HandshakeTimeout)
 	defer cancel()
@@ -284,7 +326,7 @@ func (l *Listener) handshake(conn quicConn) {
 	s, err := serverHandshake(ctx, l.cfg, conn)
 	stop()
 	if err != nil {
-		l.cfg.Logger.Warn("capability exchange failed", "remote", conn.c.RemoteAddr().String(), "err", err)
+		l.cfg.Logger.Warn("capability exchange failed", "remote", remote, "err", err)
 		return
 	}
 	l.mu.Lock()
@@ -323,8 +365,13 @@ func (l *Listener) Accept(ctx context.Context) (*Session, error) {
 	}
 }
 
-// Addr is the bound UDP address.
-func (l *Listener) Addr() net.Addr { return l.ql.Addr() }
+// Addr is the bound UDP address (or the "inproc:" one).
+func (l *Listener) Addr() net.Addr {
+	if l.inproc != nil {
+		return l.inproc.addr
+	}
+	return l.ql.Addr()
+}
 
 // Close stops accepting and closes all sessions with PIPESTREAM_NO_ERROR.
 func (l *Listener) Close() error {
@@ -342,6 +389,11 @@ func (l *Listener) Close() error {
 	l.cancel()
 	for _, s := range ss {
 		_ = s.CloseWithError(wire.CodeNoError, "listener closed")
+	}
+	if l.inproc != nil {
+		l.inproc.close()
+		l.wg.Wait()
+		return nil
 	}
 	err := l.ql.Close()
 	// The sessions are closed; the transport ends what is left (handshakes,

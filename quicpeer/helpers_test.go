@@ -7,6 +7,8 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"flag"
+	"fmt"
 	"io"
 	"os"
 	"sync"
@@ -20,7 +22,26 @@ import (
 	"github.com/pipestream/gateway/quicpeer/wire"
 )
 
+// listenAddr is where the transport-agnostic tests listen: UDP by
+// default, the in-process transport with -quicpeer.transport=inproc (CI
+// runs the package both ways, so the session core is checked on both).
+// Tests of QUIC itself (stateless resets, raw packets, the connection
+// limit's CONNECTION_CLOSE) listen on UDP either way.
+var transport = flag.String("quicpeer.transport", "udp", "transport of the session tests: udp or inproc")
+
+func listenAddr() string {
+	if *transport == "inproc" {
+		return quicpeer.InProcessScheme + "0"
+	}
+	return "127.0.0.1:0"
+}
+
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if *transport != "udp" && *transport != "inproc" {
+		fmt.Fprintf(os.Stderr, "-quicpeer.transport=%q: want udp or inproc\n", *transport)
+		os.Exit(2)
+	}
 	os.Setenv("QUIC_GO_DISABLE_RECEIVE_BUFFER_WARNING", "true")
 	goleak.VerifyTestMain(m)
 }
@@ -211,7 +232,7 @@ func newPairWith(t testing.TB, m mode, ch, sh quicpeer.Handler, opts ...pairOpts
 	for _, o := range opts {
 		o(&cc, &sc)
 	}
-	ln, err := quicpeer.Listen("127.0.0.1:0", sc)
+	ln, err := quicpeer.Listen(listenAddr(), sc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,6 +61,7 @@ func runBench(args []string) int {
 	jsDir := fs.String("jetstream-dir", "GATEWAY_BENCH_JETSTREAM_DIR", bench.DefaultJetStreamDir, "module of the durable-intake baseline (NATS JetStream, fsync before each ack) run with `go run` in the small phase; empty: skip it")
 	asJSON := fs.Bool("json", "GATEWAY_BENCH_JSON", false, "print JSON instead of the table")
 	pprofAddr := fs.String("pprof-addr", "GATEWAY_BENCH_PPROF_ADDR", "", "pass --pprof-addr to the started gateway (profile it while the bench runs)")
+	embedded := fs.String("embedded-peer-transport", "GATEWAY_BENCH_EMBEDDED_PEER_TRANSPORT", "inproc", "pass --embedded-peer-transport to the started gateway: inproc (its default) or quic (the embedded peer on a loopback UDP port)")
 	cpuProfile := fs.String("cpuprofile", "GATEWAY_BENCH_CPUPROFILE", "", "write a CPU profile of the bench process (baselines, churn, control) to this file")
 	profileDir := fs.String("profile-dir", "GATEWAY_BENCH_PROFILE_DIR", "", "write a CPU profile of the started gateway over each gateway path of the small phase to this directory (small-grpc.pb.gz, small-rest.pb.gz; read with go tool pprof)")
 	if code, ok := fs.parse(args); !ok {
@@ -79,7 +80,7 @@ func runBench(args []string) int {
 	defer stop()
 	rep, err := bench.Run(ctx, bench.Options{
 		GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, Token: *token,
-		PprofAddr: *pprofAddr, CPUProfile: *cpuProfile, ProfileDir: *profileDir,
+		PprofAddr: *pprofAddr, EmbeddedPeerTransport: *embedded, CPUProfile: *cpuProfile, ProfileDir: *profileDir,
 		Only: splitList(*only), Store: *store,
 		BulkBytes: *bulkBytes, SmallBytes: *smallBytes, EntityBytes: *entityBytes,
 		Concurrency: int(*conc), Duration: *dur, Subscribers: int(*subs), FanoutDocsPerSec: int(*rate),

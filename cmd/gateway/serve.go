@@ -18,8 +18,10 @@ import (
 const serveHelp = `Run the gateway: gRPC on --grpc-addr, REST/WebSocket/docs/metrics on
 --http-addr, backed by PipeStream peers over QUIC (TLS 1.3): --peer, repeated
 for several (new documents go to the least-loaded healthy one; see
-docs/scale-out.md). Without --peer it starts a processing peer in-process on a loopback UDP port and pins its
-certificate, so this one command runs the whole system. SIGINT/SIGTERM shut
+docs/scale-out.md). Without --peer it starts a processing peer in-process,
+reached over quicpeer's in-process transport (--embedded-peer-transport quic:
+on a loopback UDP port, its certificate pinned), so this one command runs
+the whole system. SIGINT/SIGTERM shut
 down gracefully (GOAWAY to the peer, drain, then stop).
 
 Security (docs/security.md): --auth-tokens FILE maps bearer tokens (stored as
@@ -77,6 +79,7 @@ type serveFlags struct {
 	peerIdle         *time.Duration
 	peerWait         *time.Duration
 	peerD04Conns     *int64
+	embeddedPeer     *string
 	authTokens       *string
 	insecureNoAuth   *bool
 	corsOrigins      *string
@@ -132,6 +135,7 @@ func newServeFlags(fs *flagSet) *serveFlags {
 		peerProfile:      fs.String("peer-profile", "GATEWAY_PEER_PROFILE", "auto", "use this project's profile toward --peer: auto (when the peer answers its discovery member), on, or off (plain draft-02 entities; docs/profile.md 9)"),
 		peerIdle:         fs.Duration("peer-idle-timeout", "GATEWAY_PEER_IDLE_TIMEOUT", quicpeer.DefaultIdleTimeout, "a peer session that hears nothing from the peer (not even ACKs of the QUIC PINGs sent every third of this) for this long is lost: its documents are re-dispatched"),
 		peerWait:         fs.Duration("peer-wait", "GATEWAY_PEER_WAIT", 5*time.Minute, "how long a document may wait for a peer session before it fails"),
+		embeddedPeer:     fs.String("embedded-peer-transport", "GATEWAY_EMBEDDED_PEER_TRANSPORT", "inproc", "how the gateway reaches its embedded peer (without --peer): inproc (PipeStream streams and frames between the two in memory, no packets) or quic (QUIC with TLS 1.3 on a loopback UDP port, as an external peer)"),
 		peerD04Conns:     fs.Int64("peer-draft04-conns", "GATEWAY_PEER_DRAFT04_CONNS", 4, "connections open at once to one draft-04 peer (one document each; 1-64): the next handshakes overlap the running conversation"),
 		authTokens:       fs.String("auth-tokens", "GATEWAY_AUTH_TOKENS", "", "file of \"sha256:<hex> <tenant>\" lines (see gateway hash-token); empty: no authentication, loopback only"),
 		insecureNoAuth:   fs.Bool("insecure-no-auth", "GATEWAY_INSECURE_NO_AUTH", false, "allow listening beyond loopback without --auth-tokens (only behind a proxy that authenticates)"),
@@ -215,6 +219,7 @@ func (f *serveFlags) config() (serve.Config, error) {
 		TLSCertFile:     *f.tlsCert,
 		TLSKeyFile:      *f.tlsKey,
 		PprofAddr:       *f.pprofAddr,
+		EmbeddedPeer:    *f.embeddedPeer,
 		ShutdownTimeout: *f.shutdown,
 	}, nil
 }

@@ -13,6 +13,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -44,6 +45,10 @@ type Options struct {
 	// PprofAddr, when set, is passed to the started gateway as
 	// --pprof-addr so it can be profiled while the bench runs.
 	PprofAddr string
+	// EmbeddedPeerTransport is passed to the started gateway as
+	// --embedded-peer-transport (inproc or quic; empty: the gateway's
+	// default, inproc).
+	EmbeddedPeerTransport string
 	// CPUProfile, when set, writes a CPU profile of the bench process
 	// (baselines, churn and control phases run in it).
 	CPUProfile string
@@ -280,7 +285,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		b.gw = g
 		r.Gateway = g.describe()
 		if g.cmd != nil {
-			r.Notes = append(r.Notes, "the bench started its own gateway with --rate-limit 0 (the default per-tenant limit of 200 req/s would cap the small-document and fan-out phases) and without upload or subscriber caps")
+			r.Notes = append(r.Notes, "the bench started its own gateway with --rate-limit 0 (the default per-tenant limit of 200 req/s would cap the small-document and fan-out phases) and without upload or subscriber caps; its embedded peer over --embedded-peer-transport "+cmp.Or(o.EmbeddedPeerTransport, "inproc"))
 		} else {
 			r.Notes = append(r.Notes, "driving a running gateway: its --rate-limit (default 200 req/s per tenant) and subscriber caps apply; start it with --rate-limit 0 --max-subscribers-per-tenant 0 to measure the gateway itself")
 		}

@@ -105,6 +105,9 @@ func (g *gatewayProc) start(ctx context.Context, o Options, extra []string) erro
 	if o.PprofAddr != "" {
 		args = append(args, "--pprof-addr", o.PprofAddr)
 	}
+	if o.EmbeddedPeerTransport != "" {
+		args = append(args, "--embedded-peer-transport", o.EmbeddedPeerTransport)
+	}
 	args = append(args, extra...)
 	g.args = args
 	g.logPath = filepath.Join(dir, "gateway.log")

@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pipestream/gateway/bridge"
+	"github.com/pipestream/gateway/quicpeer"
 	"github.com/pipestream/gateway/quicpeer/peer"
 )
 
@@ -141,6 +143,10 @@ func (cfg *Config) connectPeer() (stop func(), err error) {
 	if len(cas) > 0 || len(names) > 0 || cfg.PeerCertFile != "" {
 		return nil, errors.New("--peer-ca, --peer-server-name and --peer-cert need --peer (the embedded peer is pinned and loopback-only)")
 	}
+	listen, err := embeddedListenAddr(cfg.EmbeddedPeer)
+	if err != nil {
+		return nil, err
+	}
 	dir := filepath.Join(b.DataDir, "peer")
 	lock, err := LockDataDir(dir, "embedded peer --data-dir")
 	if err != nil {
@@ -148,7 +154,7 @@ func (cfg *Config) connectPeer() (stop func(), err error) {
 	}
 	offer := peer.DefaultOffer(b.PreferProtobuf)
 	embedded, err := peer.Start(peer.Options{
-		ListenAddr: "127.0.0.1:0",
+		ListenAddr: listen,
 		DataDir:    dir,
 		Logger:     log.With("component", "peer"),
 		Offer:      &offer,
@@ -159,7 +165,7 @@ func (cfg *Config) connectPeer() (stop func(), err error) {
 	}
 	b.PeerAddr = embedded.Addr().String()
 	b.PeerCAPEM = embedded.CertPEM()
-	log.Info("embedded peer listening (QUIC, certificate pinned)", "addr", b.PeerAddr)
+	log.Info("embedded peer listening", "addr", b.PeerAddr, "transport", cmp.Or(cfg.EmbeddedPeer, "inproc"))
 	return func() {
 		defer lock.Release()
 		pctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
@@ -168,6 +174,18 @@ func (cfg *Config) connectPeer() (stop func(), err error) {
 			log.Warn("embedded peer shutdown", "error", err)
 		}
 	}, nil
+}
+
+// embeddedListenAddr is where the embedded peer listens for transport
+// (--embedded-peer-transport): in process, or QUIC on a loopback port.
+func embeddedListenAddr(transport string) (string, error) {
+	switch transport {
+	case "", "inproc":
+		return quicpeer.InProcessScheme + "0", nil
+	case "quic":
+		return "127.0.0.1:0", nil
+	}
+	return "", fmt.Errorf("--embedded-peer-transport %q: want inproc or quic", transport)
 }
 
 // RunPeer runs a standalone PipeStream peer ('gateway peer') until ctx

@@ -61,6 +61,10 @@ type Config struct {
 	TLSCertFile    string // --tls-cert: PEM certificate chain for both listeners
 	TLSKeyFile     string // --tls-key: its private key
 	PprofAddr      string // --pprof-addr: loopback address for net/http/pprof (empty: off)
+	// EmbeddedPeer is --embedded-peer-transport: how the bridge reaches
+	// the embedded peer, "inproc" (the default when empty: quicpeer's
+	// in-process transport) or "quic" (loopback UDP, pinned certificate).
+	EmbeddedPeer string
 
 	// ShutdownTimeout bounds the graceful drain of the listeners and the
 	// bridge, and then of the embedded peer.
