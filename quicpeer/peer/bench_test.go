@@ -73,6 +73,7 @@ func (s *benchSink) HandleStatus(_ *quicpeer.Session, f wire.StatusFrame) {
 
 // benchInlineOffer is the gateway's inline-result offer.
 const benchInlineOffer = 16 << 10
+
 func (s *benchSink) HandleScopeDigest(*quicpeer.Session, wire.ScopeDigestFrame) {}
 func (s *benchSink) HandleBarrier(*quicpeer.Session, wire.BarrierFrame)         {}
 func (s *benchSink) HandleCheckpoint(*quicpeer.Session, *wire.CheckpointFrame)  {}
