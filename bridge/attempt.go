@@ -62,13 +62,13 @@ type attempt struct {
 	sendDone     bool // every stream of the document was sent
 	rootComplete bool
 	rootFailures uint32
-	resultReady  bool // a verified result is stored (or absent, plain)
+	resultReady  bool   // a verified result is stored (or absent, plain)
+	resultErr    string // why the result failed (the document fails with it)
+	finishTimer  *time.Timer
 	// inlineOffer: the root's header offered an inline result of up to
 	// this many extension octets (profile 4.3.2); 0: none, a COMPLETE's
 	// extension is skipped.
 	inlineOffer int
-	resultErr   string // why the result failed (the document fails with it)
-	finishTimer *time.Timer
 	// rstream assembles the streamed result (profile 4.3.1); nil when none
 	// is arriving.
 	rstream *resultStream
