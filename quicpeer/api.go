@@ -160,7 +160,9 @@ type Negotiated struct {
 type Handler interface {
 	// HandleStatus gets every accepted entity STATUS. f.Ext aliases the
 	// session's read buffer and is valid only until the callback returns:
-	// copy it to keep it (wire.StatusFrame.Yield/ClaimCheck alias it too).
+	// copy it to keep it (wire.StatusFrame.Yield/ClaimCheck/InlineResult
+	// alias it too). A COMPLETE extension above Limits.InlineResultBytes
+	// arrives skipped: f.Ext nil, f.ExtSkipped its length.
 	// Statuses ignored under the race rule or for entities behind the
 	// cursor are not delivered. Heartbeats are consumed by the session; on
 	// the server, the client's cursor updates (entity 0xFFFFFFFF, C=1) are
