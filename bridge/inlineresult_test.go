@@ -168,3 +168,32 @@ func TestInlineResultNotOfferedIsSkipped(t *testing.T) {
 		t.Fatalf("result %q, want the streamed %q (the unoffered extension skipped)", got, streamed)
 	}
 }
+
+// Layer 2 before the inline result: a whole document whose first attempt
+// fails and is retried by the peer (FAILED, RETRYING, PROCESSING), and one
+// that yields first (YIELDED, PROCESSING), both finish with their result
+// inline in the final COMPLETE.
+func TestInlineResultAfterRetryAndYield(t *testing.T) {
+	e := newEnv(t)
+	e.waitReady()
+	const inlineMetric = "pipestream_bridge_inline_results_total"
+	whole := func(fault string) *gatewayv1.SubmitDocumentRequest {
+		return &gatewayv1.SubmitDocumentRequest{ContentType: "text/plain",
+			Split:            &gatewayv1.SplitOptions{Strategy: gatewayv1.SplitStrategy_SPLIT_NONE, Processor: "fault"},
+			CompletionPolicy: &gatewayv1.CompletionPolicy{Mode: gatewayv1.CompletionPolicy_STRICT, OnFailure: gatewayv1.CompletionPolicy_RETRY, MaxRetries: 2, RetryDelayMs: 10},
+			Metadata:         map[string]string{"pipestream.fault": fault}}
+	}
+	for i, fault := range []string{"fail-once", "yield"} {
+		content := pseudoRandom(2<<10, byte(40+i))
+		doc := e.wait(e.submit(content, whole(fault)).Id, 20*time.Second)
+		if doc.State != gatewayv1.State_SUCCEEDED {
+			t.Fatalf("%s: state %s error %q", fault, doc.State, doc.Error)
+		}
+		if got := e.result(doc.Id); !bytes.Equal(got, content) {
+			t.Fatalf("%s: result %d octets, want the %d submitted", fault, len(got), len(content))
+		}
+		if n := e.metric(inlineMetric); n != float64(i+1) {
+			t.Fatalf("%s: %s = %v, want %d", fault, inlineMetric, n, i+1)
+		}
+	}
+}
