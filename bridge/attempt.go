@@ -65,6 +65,10 @@ type attempt struct {
 	resultReady  bool   // a verified result is stored (or absent, plain)
 	resultErr    string // why the result failed (the document fails with it)
 	finishTimer  *time.Timer
+	// inlineOffer: the root's header offered an inline result of up to
+	// this many extension octets (profile 4.3.2); 0: none, a COMPLETE's
+	// extension is skipped.
+	inlineOffer int
 	// rstream assembles the streamed result (profile 4.3.1); nil when none
 	// is arriving.
 	rstream *resultStream

@@ -370,7 +370,7 @@ func (b *Bridge) dial(ctx context.Context, pc *peerConn) (*sessState, error) {
 		IdleTimeout: b.opts.PeerIdleTimeout,
 		// A peer that stops reading stream 0 ends its session after this
 		// (0: quicpeer's default); tests lengthen it (export_test.go).
-		Limits: quicpeer.Limits{ControlWriteTimeout: controlWriteTimeout.Load()},
+		Limits: quicpeer.Limits{ControlWriteTimeout: controlWriteTimeout.Load(), InlineResultBytes: inlineResultOffer},
 	})
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -253,8 +253,15 @@ func (j *attempt) sendWhole(f contentReader) error {
 		return context.Canceled
 	}
 	j.registerRootLocked(id)
+	md := d.plan.rootMetadata(true)
+	if ss.n.Profile {
+		// Both ends speak the profile: offer the result inline in COMPLETE
+		// (profile 4.3.2); a peer that does not know the key ignores it.
+		j.inlineOffer = inlineResultOffer
+		md[metaAcceptInline] = inlineResultOfferStr
+	}
 	j.d.unlock()
-	return ss.s.SendEntity(ctx, d.rootHeader(id, env, d.plan.rootMetadata(true)), bytes.NewReader(env))
+	return ss.s.SendEntity(ctx, d.rootHeader(id, env, md), bytes.NewReader(env))
 }
 
 // registerRootLocked records the root entity of the attempt and moves the

@@ -20,12 +20,13 @@ type handler struct {
 
 func (h *handler) HandleStatus(s *quicpeer.Session, f wire.StatusFrame) {
 	b := h.b
+	in := decodeInline(h.ss.codec, &f) // before any lock: SHA-256 of the payload
 	b.mu.Lock()
 	if h.ss.s == nil {
 		h.ss.s = s
 	}
 	d := lockFound(b.reg, func() *docRun { return h.ss.statusDoc(f) })
-	st := b.onStatusRegLocked(h.ss, f)
+	st := b.onStatusRegLocked(h.ss, f, in)
 	b.mu.Unlock()
 	if st.ref != nil && st.ref.att.d == d { // statusDoc names what onStatusRegLocked resolves
 		st.apply()
@@ -165,6 +166,9 @@ type statusApply struct {
 	f   wire.StatusFrame
 	ref *entRef
 	e   *gatewayv1.Entity
+	// inline: the root's result, carried by its COMPLETE (profile 4.3.2),
+	// when the attempt offered it; nil otherwise (the extension skipped).
+	inline *inlineResult
 }
 
 // onStatusRegLocked applies the session's part of a STATUS frame from the
@@ -172,8 +176,9 @@ type statusApply struct {
 // any): redemption waiters, the entity mapping (a new scope entity's
 // first status), the session proven, a DEHYDRATING parent recorded. It
 // returns the document's part, with no ref when the frame touches no
-// live entity of a current attempt.
-func (b *Bridge) onStatusRegLocked(ss *sessState, f wire.StatusFrame) statusApply {
+// live entity of a current attempt, and with in, the root's inline
+// result, when its attempt offered one (attributed as its result).
+func (b *Bridge) onStatusRegLocked(ss *sessState, f wire.StatusFrame, in *inlineResult) statusApply {
 	if f.EntityID == wire.ConnectionEntity || f.Status == wire.StatusUnspecified {
 		return statusApply{} // cursor update or heartbeat
 	}
@@ -210,7 +215,7 @@ func (b *Bridge) onStatusRegLocked(ss *sessState, f wire.StatusFrame) statusAppl
 		ss.dehyd = append(ss.dehyd, p)
 		ss.lastDehyd[f.EntityID] = p
 	}
-	return statusApply{f: f, ref: ref, e: e}
+	return statusApply{f: f, ref: ref, e: e, inline: inlineForRegLocked(b.docEnv, ss, ref, in)}
 }
 
 // apply is the document's part of a STATUS frame (caller holds the
@@ -240,6 +245,9 @@ func (st *statusApply) apply() {
 	}
 	if f.Status == wire.StatusDeferred && f.HasExt {
 		d.onDeferredLocked(ref, f)
+	}
+	if st.inline != nil {
+		a.takeInlineLocked(st.inline) // the result first: COMPLETE then finishes the document
 	}
 	if ref.key.scope == 0 && ref.key.id == a.rootID {
 		d.onRootStatusLocked(f.Status)

@@ -15,6 +15,7 @@ type metrics struct {
 	claims         *prometheus.CounterVec
 	digestMismatch prometheus.Counter
 	resultParts    prometheus.Counter
+	inlineResults  prometheus.Counter
 	resultsRefused *prometheus.CounterVec
 }
 
@@ -42,13 +43,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "SCOPE_DIGEST frames whose Merkle root differed from the recomputed one."}),
 		resultParts: prometheus.NewCounter(prometheus.CounterOpts{Name: "pipestream_bridge_result_parts_total",
 			Help: "Parts of streamed results appended (docs/profile.md 4.3.1)."}),
+		inlineResults: prometheus.NewCounter(prometheus.CounterOpts{Name: "pipestream_bridge_inline_results_total",
+			Help: "Results taken inline from a COMPLETE status instead of a result stream (docs/profile.md 4.3.2)."}),
 		resultsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pipestream_bridge_results_refused_total",
 			Help: "Entities a peer sent that the gateway did not take as a result (docs/profile.md 9.4), by reason: unmatched (names no live entity of the session), duplicate (a second result for one entity), ambiguous (an entity-id only, from a peer that numbers its own entities), form (not a profile result)."},
 			[]string{"reason"}),
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.running, m.finished, m.entityStatus, m.bytesIn, m.bytesOut,
-			m.retries, m.connects, m.aborted, m.claims, m.digestMismatch, m.resultParts, m.resultsRefused} {
+			m.retries, m.connects, m.aborted, m.claims, m.digestMismatch, m.resultParts, m.inlineResults, m.resultsRefused} {
 			_ = reg.Register(c)
 		}
 	}

@@ -37,6 +37,10 @@ const (
 	// streamed results (profile 4.3.1); a peer streams only to gateways
 	// that say so.
 	metaAcceptParts = "pipestream.accept-result-parts"
+	// metaAcceptInline on the root of a whole document offers to take its
+	// result inline in the COMPLETE status, up to the given number of
+	// extension octets (profile 4.3.2, inlineresult.go).
+	metaAcceptInline = "pipestream.accept-inline-result"
 )
 
 // clientMetaKeys are the reserved keys a client may set (tests, demos).

@@ -319,7 +319,7 @@ func (d *docRun) resultFailedLocked(err error, what string) {
 	a := d.att
 	var we *wire.Error
 	if errors.As(err, &we) {
-		a.resultErr = fmt.Sprintf("the result stream failed verification (%v); resubmit the document", err)
+		a.resultErr = fmt.Sprintf("the result failed verification (%v); resubmit the document", err)
 	} else {
 		a.resultErr = fmt.Sprintf("%s: %v", what, err)
 	}

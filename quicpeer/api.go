@@ -117,6 +117,17 @@ type Limits struct {
 	// gateway's document code) waits on such a peer longer than this.
 	// Added for issue 21 (additive).
 	ControlWriteTimeout time.Duration
+	// InlineResultBytes is the most extension octets of a received
+	// COMPLETE status the session keeps for HandleStatus: an endpoint
+	// that offers inline results (docs/profile.md 4.3.2) sets its offer
+	// here. A longer extension is skipped as it arrives, never buffered,
+	// and delivered with f.Ext nil and f.ExtSkipped its length (draft-02
+	// Section 6.6.1: a receiver skips an extension it does not take;
+	// wire.StatusFrame.InlineResult then fails with 0x06). 0 (default):
+	// every COMPLETE extension is skipped. Draft-02 framing only (a
+	// draft-04 frame's Length bounds it as before). Added for issue 25
+	// (additive).
+	InlineResultBytes int
 }
 
 // Negotiated is the outcome of the capability exchange (Section 3.4).
@@ -149,7 +160,9 @@ type Negotiated struct {
 type Handler interface {
 	// HandleStatus gets every accepted entity STATUS. f.Ext aliases the
 	// session's read buffer and is valid only until the callback returns:
-	// copy it to keep it (wire.StatusFrame.Yield/ClaimCheck alias it too).
+	// copy it to keep it (wire.StatusFrame.Yield/ClaimCheck/InlineResult
+	// alias it too). A COMPLETE extension above Limits.InlineResultBytes
+	// arrives skipped: f.Ext nil, f.ExtSkipped its length.
 	// Statuses ignored under the race rule or for entities behind the
 	// cursor are not delivered. Heartbeats are consumed by the session; on
 	// the server, the client's cursor updates (entity 0xFFFFFFFF, C=1) are

@@ -650,3 +650,8 @@ func (s *inprocStream) CancelRead(code wire.ErrorCode)     { s.in.CancelRead(cod
 func (s *inprocStream) StreamID() int64                    { return s.in.id }
 func (s *inprocStream) SetReadDeadline(t time.Time) error  { return s.in.setReadDeadline(t) }
 func (s *inprocStream) SetWriteDeadline(t time.Time) error { return s.out.setWriteDeadline(t) }
+
+// TryWriteAll never queues: an in-process Write copies into the pipe as
+// soon as its window has room and never waits for a packet, so the
+// session's stream-0 writes take Write (bounded by its write deadline).
+func (s *inprocStream) TryWriteAll([]byte) error { return errWouldBlock }

@@ -101,6 +101,7 @@ func start(cfg *resolved, role Role, conn connection, ctrl stream, n Negotiated)
 		done:       make(chan struct{}),
 	}
 	s.cr = wire.NewControlReader(ctrlReader{s}, wire.MaxVariableLength)
+	s.cr.SetCompleteExtLimit(max(cfg.Limits.InlineResultBytes, 0))
 	s.initFraming(cfg.Framing)
 	s.log = cfg.Logger.With("session", s.id, "role", role.String())
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -245,6 +246,20 @@ func (s *Session) writeLocked() error {
 			s.wbuf04 = wire.AppendDraft04(s.wbuf04[:0], out)
 			out = s.wbuf04
 		}
+	}
+	// Queue the frame without waiting when the peer's credit covers it:
+	// quic-go's Write waits for the connection to packetize whatever does
+	// not fit the one packet it buffers, so frames written back to back
+	// (an inline result is ~1 KiB, docs/profile.md 4.3.2) would each wait
+	// for a packet of their own; queued, they share packets. Without
+	// credit, Write waits for it, bounded by ControlWriteTimeout.
+	err := s.ctrl.TryWriteAll(out)
+	if err == nil {
+		s.lastSent.Store(time.Now().UnixNano())
+		return nil
+	}
+	if !errors.Is(err, errWouldBlock) {
+		return err
 	}
 	_ = s.ctrl.SetWriteDeadline(time.Now().Add(s.cfg.Limits.ControlWriteTimeout))
 	if _, err := s.ctrl.Write(out); err != nil {

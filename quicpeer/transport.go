@@ -55,7 +55,14 @@ type stream interface {
 	// SetWriteDeadline makes a pending and later Writes fail with an
 	// error that wraps os.ErrDeadlineExceeded once t passes (zero: none).
 	SetWriteDeadline(t time.Time) error
+	// TryWriteAll queues all of p without waiting, or nothing: it fails
+	// with errWouldBlock when the peer's flow-control credit does not
+	// cover p.
+	TryWriteAll(p []byte) error
 }
+
+// errWouldBlock is TryWriteAll's "not queued": wait for credit with Write.
+var errWouldBlock = quic.ErrWouldBlock
 
 type quicConn struct{ c *quic.Conn }
 
@@ -111,6 +118,7 @@ type quicStream struct{ s *quic.Stream }
 
 func (q quicStream) Read(p []byte) (int, error)      { return q.s.Read(p) }
 func (q quicStream) Write(p []byte) (int, error)     { return q.s.Write(p) }
+func (q quicStream) TryWriteAll(p []byte) error      { return q.s.TryWriteAll(p) }
 func (q quicStream) Close() error                    { return q.s.Close() }
 func (q quicStream) CancelWrite(code wire.ErrorCode) { q.s.CancelWrite(quic.StreamErrorCode(code)) }
 func (q quicStream) CancelRead(code wire.ErrorCode)  { q.s.CancelRead(quic.StreamErrorCode(code)) }

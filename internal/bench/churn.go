@@ -54,7 +54,12 @@ func (b *runner) churn(ctx context.Context) error {
 			return rawChurn(ctx, size, conc, d, true)
 		}},
 		{"session", "quicpeer entity -> COMPLETE (session)", false, "entity stream with header and checksum, STATUS back; no processing", sessionChurn},
-		{"peer", "quicpeer whole document -> COMPLETE (peer)", false, "includes the peer's processing and result stream", peerChurn},
+		{"peer", "quicpeer whole document -> COMPLETE (peer)", false, "includes the peer's processing; the result inline in COMPLETE (docs/profile.md 4.3.2)", func(ctx context.Context, size, conc int, d time.Duration) (int64, float64, error) {
+			return peerChurn(ctx, size, conc, d, true)
+		}},
+		{"peer-stream", "quicpeer whole document -> COMPLETE (peer, result stream)", false, "the same without the inline offer: the result on a stream of its own (two streams per document)", func(ctx context.Context, size, conc int, d time.Duration) (int64, float64, error) {
+			return peerChurn(ctx, size, conc, d, false)
+		}},
 	}
 	for _, row := range rows {
 		b.progress("  %s, %s, %d in flight, %s", row.path, sizeStr(n), conc, d)
@@ -264,10 +269,13 @@ func sessionChurn(ctx context.Context, size, conc int, d time.Duration) (int64, 
 	return cnt, secs, err
 }
 
-// churnClient counts COMPLETE root statuses and drains result streams.
+// churnClient counts COMPLETE root statuses, verifies inline results
+// (codec set) and drains result streams.
 type churnClient struct {
-	f      *inflight
-	failed atomic.Int64
+	f       *inflight
+	failed  atomic.Int64
+	codec   wire.Codec // nil: no inline results offered
+	inlined atomic.Int64
 }
 
 func (h *churnClient) HandleStatus(_ *quicpeer.Session, f wire.StatusFrame) {
@@ -276,6 +284,15 @@ func (h *churnClient) HandleStatus(_ *quicpeer.Session, f wire.StatusFrame) {
 	}
 	switch f.Status {
 	case wire.StatusComplete:
+		if h.codec != nil && f.HasExt {
+			// What the gateway does with an inline result: decode the
+			// header, check length and SHA-256 (the payload is not kept).
+			if _, _, err := f.InlineResult(h.codec, inlineOffer); err != nil {
+				h.failed.Add(1)
+			} else {
+				h.inlined.Add(1)
+			}
+		}
 		h.f.done()
 	case wire.StatusFailed, wire.StatusAbandoned, wire.StatusSkipped:
 		h.failed.Add(1)
@@ -293,9 +310,21 @@ func (h *churnClient) HandleEntity(_ *quicpeer.Session, e *quicpeer.IncomingEnti
 
 // profileMeta marks the churn documents as profile entities (an envelope
 // with a blob, docs/profile.md 4): read-only, shared by every header.
-var profileMeta = map[string]string{peer.MetaProfile: peer.ProfileVersion}
+// inlineMeta also offers the result inline in COMPLETE (4.3.2), as the
+// gateway does on a whole document's root.
+var (
+	profileMeta = map[string]string{peer.MetaProfile: peer.ProfileVersion}
+	inlineMeta  = map[string]string{peer.MetaProfile: peer.ProfileVersion, peer.MetaAcceptInlineResult: strconv.Itoa(inlineOffer)}
+)
 
-func peerChurn(ctx context.Context, size, conc int, d time.Duration) (int64, float64, error) {
+// inlineOffer is the gateway's offer (bridge.inlineResultOffer).
+const inlineOffer = 16 << 10
+
+// peerChurn runs whole documents through a processing peer started in
+// this process, over a profile connection (ALPN, docs/profile.md 1.1) as
+// the gateway dials it. With inline, every root offers the result inline
+// in COMPLETE and the run fails unless every result came that way.
+func peerChurn(ctx context.Context, size, conc int, d time.Duration, inline bool) (int64, float64, error) {
 	dir, err := os.MkdirTemp("", "gateway-bench-peer-")
 	if err != nil {
 		return 0, 0, err
@@ -315,7 +344,12 @@ func peerChurn(ctx context.Context, size, conc int, d time.Duration) (int64, flo
 		return 0, 0, err
 	}
 	h := &churnClient{f: newInflight(conc)}
-	s, err := quicpeer.Dial(ctx, srv.Addr().String(), quicpeer.Config{TLS: tc, Offer: peer.DefaultOffer(false), Handler: h, Logger: quiet})
+	md := profileMeta
+	if inline {
+		h.codec, md = wire.CodecFor(wire.FormatCBOR), inlineMeta // DefaultOffer(false) negotiates CBOR
+	}
+	s, err := quicpeer.Dial(ctx, srv.Addr().String(), quicpeer.Config{TLS: tc, Offer: peer.DefaultOffer(false), Handler: h, Logger: quiet,
+		Profile: true, Limits: quicpeer.Limits{InlineResultBytes: inlineOffer}})
 	if err != nil {
 		return 0, 0, err
 	}
@@ -323,6 +357,9 @@ func peerChurn(ctx context.Context, size, conc int, d time.Duration) (int64, flo
 		_ = s.CloseWithError(wire.CodeNoError, "bench done")
 		<-s.Done()
 	}()
+	if n := s.Negotiated(); !n.Profile || n.Format != wire.FormatCBOR {
+		return 0, 0, fmt.Errorf("the peer session negotiated profile %t, format %s; want the profile over CBOR", n.Profile, n.Format)
+	}
 	codec := wire.CodecFor(s.Negotiated().Format)
 	blob := patternBlock[:size]
 	cnt, secs, err := runInflight(ctx, conc, d, h.f, func(ctx context.Context) error {
@@ -336,10 +373,16 @@ func peerChurn(ctx context.Context, size, conc int, d time.Duration) (int64, flo
 		}
 		sum := sha256.Sum256(env)
 		return s.SendEntity(ctx, &wire.EntityHeader{EntityID: id, ContentType: "application/octet-stream", PayloadLength: uint64(len(env)), Checksum: sum[:],
-			Metadata: profileMeta}, bytes.NewReader(env))
+			Metadata: md}, bytes.NewReader(env))
 	})
-	if err == nil && h.failed.Load() > 0 {
-		err = fmt.Errorf("%d entities did not complete", h.failed.Load())
+	switch {
+	case err != nil:
+	case h.failed.Load() > 0:
+		err = fmt.Errorf("%d entities did not complete (or their inline result did not verify)", h.failed.Load())
+	case inline && h.inlined.Load() != cnt:
+		err = fmt.Errorf("%d of %d results came inline; want all (the peer did not take the offer)", h.inlined.Load(), cnt)
+	case !inline && h.inlined.Load() != 0:
+		err = fmt.Errorf("%d results came inline without an offer", h.inlined.Load())
 	}
 	return cnt, secs, err
 }

@@ -23,8 +23,9 @@ import (
 // result streams (the session verifies their SHA-256 at EOF) and signals
 // an entity once both its result and its COMPLETE (or FAILED) arrived.
 type benchSink struct {
-	mu   sync.Mutex
-	want map[uint32]*benchWait
+	mu    sync.Mutex
+	want  map[uint32]*benchWait
+	codec wire.Codec // set: inline results are offered (profile 4.3.2)
 }
 
 type benchWait struct {
@@ -63,8 +64,16 @@ func (s *benchSink) HandleStatus(_ *quicpeer.Session, f wire.StatusFrame) {
 	if f.ScopeID != 0 || (f.Status != wire.StatusComplete && f.Status != wire.StatusFailed) {
 		return
 	}
+	if s.codec != nil && f.HasExt && f.Status == wire.StatusComplete {
+		_, p, err := f.InlineResult(s.codec, benchInlineOffer)
+		s.settle(f.EntityID, func(w *benchWait) { w.result, w.n, w.err = true, int64(len(p)), err })
+	}
 	s.settle(f.EntityID, func(w *benchWait) { w.terminal, w.failed = true, f.Status == wire.StatusFailed })
 }
+
+// benchInlineOffer is the gateway's inline-result offer.
+const benchInlineOffer = 16 << 10
+
 func (s *benchSink) HandleScopeDigest(*quicpeer.Session, wire.ScopeDigestFrame) {}
 func (s *benchSink) HandleBarrier(*quicpeer.Session, wire.BarrierFrame)         {}
 func (s *benchSink) HandleCheckpoint(*quicpeer.Session, *wire.CheckpointFrame)  {}
@@ -91,6 +100,12 @@ func benchSession(b *testing.B) (*quicpeer.Session, *benchSink) {
 // benchSessionWith is benchSession with Protobuf preferred or not (CBOR:
 // the gateway's default).
 func benchSessionWith(b *testing.B, preferProtobuf bool) (*quicpeer.Session, *benchSink) {
+	return benchSessionInline(b, preferProtobuf, false)
+}
+
+// benchSessionInline is benchSessionWith over a profile connection (ALPN)
+// whose client takes inline results when inline is set.
+func benchSessionInline(b *testing.B, preferProtobuf, inline bool) (*quicpeer.Session, *benchSink) {
 	b.Helper()
 	o := peer.DefaultOffer(preferProtobuf)
 	srv, err := peer.Start(peer.Options{DataDir: b.TempDir(), Logger: benchLogger, Offer: &o, DrainTimeout: 5 * time.Second})
@@ -107,9 +122,18 @@ func benchSessionWith(b *testing.B, preferProtobuf bool) (*quicpeer.Session, *be
 		b.Fatal(err)
 	}
 	sink := &benchSink{want: map[uint32]*benchWait{}}
+	cfg := quicpeer.Config{TLS: tlsConf, Offer: o, Handler: sink, Logger: benchLogger}
+	if inline {
+		format := wire.FormatCBOR
+		if preferProtobuf {
+			format = wire.FormatProtobuf // both ends prefer it
+		}
+		sink.codec = wire.CodecFor(format)
+		cfg.Profile, cfg.Limits.InlineResultBytes = true, benchInlineOffer
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	sess, err := quicpeer.Dial(ctx, srv.Addr().String(), quicpeer.Config{TLS: tlsConf, Offer: o, Handler: sink, Logger: benchLogger})
+	sess, err := quicpeer.Dial(ctx, srv.Addr().String(), cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -226,21 +250,30 @@ func BenchmarkDehydratedPassthrough(b *testing.B) {
 // both sessions' per-stream costs; in both serialization formats (CBOR is
 // the gateway's default, `gateway bench`'s churn row).
 func BenchmarkWholeSmall(b *testing.B) {
-	b.Run("cbor", func(b *testing.B) { benchWholeSmall(b, false) })
-	b.Run("protobuf", func(b *testing.B) { benchWholeSmall(b, true) })
+	b.Run("cbor", func(b *testing.B) { benchWholeSmall(b, false, false) })
+	b.Run("protobuf", func(b *testing.B) { benchWholeSmall(b, true, false) })
+	// The result inline in COMPLETE (profile 4.3.2): no result stream.
+	b.Run("cbor-inline", func(b *testing.B) { benchWholeSmall(b, false, true) })
+	b.Run("protobuf-inline", func(b *testing.B) { benchWholeSmall(b, true, true) })
 }
 
-func benchWholeSmall(b *testing.B, preferProtobuf bool) {
+func benchWholeSmall(b *testing.B, preferProtobuf, inline bool) {
 	const size, inflight = 1 << 10, 64
 	blob := make([]byte, size)
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := range blob {
 		blob[i] = byte('a' + rng.IntN(26))
 	}
-	sess, sink := benchSessionWith(b, preferProtobuf)
+	sess, sink := benchSessionInline(b, preferProtobuf, inline)
 	format := sess.Negotiated().Format
 	ctx := context.Background()
 	md := map[string]string{peer.MetaProcessor: "passthrough"}
+	if inline {
+		if sink.codec != wire.CodecFor(format) || !sess.Negotiated().Profile {
+			b.Fatalf("negotiated %s, profile %t: the sink cannot decode inline results", format, sess.Negotiated().Profile)
+		}
+		md[peer.MetaAcceptInlineResult] = strconv.Itoa(benchInlineOffer)
+	}
 	window := make(chan *benchWait, inflight)
 	check := func(w *benchWait) {
 		<-w.done

@@ -39,6 +39,7 @@ type negotiation struct {
 	format         wire.Format
 	maxDepth       int
 	maxPerScope    uint64
+	profile        bool // the client selected the profile (ALPN, docs/profile.md 1.1)
 }
 
 // core is shared by every session of a Server.
@@ -413,6 +414,9 @@ func (g *engine) finishStandalone(e *entity, res result, docID string) {
 	case resultSucceeded:
 		if e.plain {
 			g.finishPlain(e, res.out, docID)
+			return
+		}
+		if g.completeInline(e, res.out, docID) {
 			return
 		}
 		if err := g.sendResult(e.ctx, e.id, res.out, nil, e.plain); err != nil {

@@ -407,6 +407,12 @@ type client struct {
 // dial opens a client session to srv preferring format.
 func dial(t *testing.T, srv *peer.Server, format wire.Format, offer *wire.Capabilities) *client {
 	t.Helper()
+	return dialWith(t, srv, format, offer, nil)
+}
+
+// dialWith is dial with cfg adjusting the client's config (nil: none).
+func dialWith(t *testing.T, srv *peer.Server, format wire.Format, offer *wire.Capabilities, cfg func(*quicpeer.Config)) *client {
+	t.Helper()
 	tlsConf, err := quicpeer.ClientTLS(srv.CertPEM())
 	if err != nil {
 		t.Fatal(err)
@@ -418,7 +424,11 @@ func dial(t *testing.T, srv *peer.Server, format wire.Format, offer *wire.Capabi
 	rec := newRecorder()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	sess, err := quicpeer.Dial(ctx, srv.Addr().String(), quicpeer.Config{TLS: tlsConf, Offer: o, Handler: rec, Logger: testLogger(t)})
+	qc := quicpeer.Config{TLS: tlsConf, Offer: o, Handler: rec, Logger: testLogger(t)}
+	if cfg != nil {
+		cfg(&qc)
+	}
+	sess, err := quicpeer.Dial(ctx, srv.Addr().String(), qc)
 	if err != nil {
 		t.Fatal(err)
 	}

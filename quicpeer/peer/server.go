@@ -131,7 +131,7 @@ func (s *Server) engineFor(sess *quicpeer.Session) *engine {
 		return nil
 	}
 	n := sess.Negotiated()
-	neg := negotiation{layer1: n.Layer1, layer2: n.Layer2, format: n.Format, maxDepth: n.MaxDepth, maxPerScope: n.MaxPerScope}
+	neg := negotiation{layer1: n.Layer1, layer2: n.Layer2, format: n.Format, maxDepth: n.MaxDepth, maxPerScope: n.MaxPerScope, profile: n.Profile}
 	log := s.log.With("session", sess.ID())
 	g := newEngine(context.Background(), s.co, sess, neg, log)
 	s.engines[sess] = g

@@ -18,12 +18,15 @@ package wire
 //     func (f *StatusFrame) ClaimCheck() (ClaimCheckExtension, error) // Stat=DEFERRED, E=1
 //     func AppendYieldExt(b []byte, y YieldExtension) []byte
 //     func AppendClaimCheckExt(b []byte, c ClaimCheckExtension) []byte
+//     func AppendInlineResultExt(b []byte, c Codec, h *EntityHeader, payload []byte) ([]byte, error)
+//     func (f *StatusFrame) InlineResult(c Codec, maxExt int) (*EntityHeader, []byte, error) // Stat=COMPLETE, E=1 (profile 4.3.2)
 //     ParseScopeDigest / ParseBarrier / ParseGoAway + Append/Length alike.
 //
 //   Control stream reader (stream 0):
 //     type ControlReader  // wraps an io.Reader; bounded internal buffer
 //     func NewControlReader(r io.Reader, maxVar int) *ControlReader
 //     func (r *ControlReader) Next() (Frame, error)
+//     func (r *ControlReader) SetCompleteExtLimit(n int) // longer COMPLETE extensions skipped unread (ExtSkipped)
 //   Frame is a tagged union: Type FrameType and one of Status, ScopeDigest,
 //   Barrier, GoAway (values), or Body []byte for variable frames
 //   (CAPABILITIES/CHECKPOINT; the body is valid until the next call to Next).

@@ -246,9 +246,43 @@ func decodeCBORMetadata(b []byte, i int, n uint64) (map[string]string, bool) {
 		if _, dup := md[string(k)]; dup {
 			return nil, false
 		}
-		md[string(k)] = string(v)
+		md[internMeta(k)] = internMeta(v)
 	}
 	return md, true
+}
+
+// internMeta returns the profile's frequent metadata keys and values
+// (docs/profile.md 4.4) as constants, and a new string for anything
+// else: every entity and result header carries a few of them, so
+// decoding them costs no allocation each.
+func internMeta(b []byte) string {
+	switch string(b) { // compiled without converting b
+	case "pipestream.profile":
+		return "pipestream.profile"
+	case "pipestream.processor":
+		return "pipestream.processor"
+	case "pipestream.role":
+		return "pipestream.role"
+	case "pipestream.accept-inline-result":
+		return "pipestream.accept-inline-result"
+	case "pipestream.accept-result-parts":
+		return "pipestream.accept-result-parts"
+	case "pipestream.children-complete":
+		return "pipestream.children-complete"
+	case "pipestream.children-total":
+		return "pipestream.children-total"
+	case "1":
+		return "1"
+	case "result":
+		return "result"
+	case "result-part":
+		return "result-part"
+	case "passthrough":
+		return "passthrough"
+	case "16384":
+		return "16384"
+	}
+	return string(b)
 }
 
 // decodeCBORChunkInfo decodes a chunk-info map with exactly its three

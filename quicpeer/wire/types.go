@@ -100,6 +100,11 @@ type StatusFrame struct {
 	// DEFERRED, opaque otherwise).
 	HasExt bool
 	Ext    []byte
+	// ExtSkipped is the Extension Length of an extension the
+	// ControlReader skipped unread (SetCompleteExtLimit: a COMPLETE
+	// extension above the receiver's limit, Section 6.6.1); Ext is nil
+	// then. 0 when the data is in Ext. Never encoded.
+	ExtSkipped uint32
 }
 
 // YieldExtension is the Yield extension layout (Section 6.6.2, Stat=0x8).

@@ -59,7 +59,21 @@ type ControlReader struct {
 	framing Framing
 	detect  bool
 	scratch []byte // a draft-04 fixed frame rebuilt in draft-02 layout
+
+	// completeExt is the most extension octets of a COMPLETE status kept
+	// (SetCompleteExtLimit); < 0: no limit of its own (maxVar).
+	completeExt int
 }
+
+// SetCompleteExtLimit sets the most extension octets of a COMPLETE
+// status (draft-02 framing) the reader buffers. A longer extension is
+// skipped as it arrives, never buffered (Section 6.6.1: a receiver skips
+// an extension it does not take), and the frame is delivered with HasExt,
+// Ext nil and ExtSkipped its Extension Length. 0 skips every COMPLETE
+// extension; n < 0 (the default) keeps them up to the reader's maxVar.
+// The inline result of docs/profile.md 4.3.2 is the one COMPLETE
+// extension this project defines; a receiver sets its offer here.
+func (c *ControlReader) SetCompleteExtLimit(n int) { c.completeExt = n }
 
 // SetFraming sets the framing of fixed frames. With detect, the first
 // STATUS received decides it instead (f is used until then).
@@ -79,7 +93,7 @@ func NewControlReader(r io.Reader, maxVar int) *ControlReader {
 	if maxVar <= 0 || maxVar > MaxVariableLength {
 		maxVar = MaxVariableLength
 	}
-	return &ControlReader{r: r, maxVar: maxVar, buf: make([]byte, controlReaderInitialBuf)}
+	return &ControlReader{r: r, maxVar: maxVar, buf: make([]byte, controlReaderInitialBuf), completeExt: -1}
 }
 
 // Next reads the next frame. At a clean end of stream (between frames) it
@@ -163,6 +177,9 @@ func (c *ControlReader) readStatus(f Frame) (Frame, bool, error) {
 		if el > uint32(c.maxVar) {
 			return f, false, Errorf(CodeEntityTooLarge, "STATUS: Extension Length %d exceeds the limit %d", el, c.maxVar)
 		}
+		if c.completeExt >= 0 && el > uint32(c.completeExt) && Status(c.buf[c.start+1]&0x0F) == StatusComplete {
+			return c.skipStatusExt(f, need, el)
+		}
 		need += int(el)
 	}
 	if err := c.fill(need, false); err != nil {
@@ -173,6 +190,26 @@ func (c *ControlReader) readStatus(f Frame) (Frame, bool, error) {
 		return f, false, err
 	}
 	c.start += n
+	f.Status = sf
+	return f, false, nil
+}
+
+// skipStatusExt delivers the STATUS whose first n octets (through the
+// Extension Length el) are buffered, and discards its el octets of
+// extension data without buffering them (SetCompleteExtLimit).
+func (c *ControlReader) skipStatusExt(f Frame, n int, el uint32) (Frame, bool, error) {
+	var base [StatusFrameLen + CursorLen]byte
+	k := copy(base[:], c.buf[c.start:c.start+n-ExtensionHeaderLen])
+	base[2] &^= statusFlagE // parse the base frame (and cursor) alone
+	sf, _, err := ParseStatus(base[:k])
+	if err != nil {
+		return f, false, err
+	}
+	sf.HasExt, sf.ExtSkipped = true, el
+	c.start += n
+	if err := c.discard(int(el)); err != nil {
+		return f, false, err
+	}
 	f.Status = sf
 	return f, false, nil
 }
