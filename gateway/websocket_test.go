@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -29,18 +30,28 @@ type wsFrame struct {
 // length-first canonical options reproduces the bytes).
 func decodeFrame(t *testing.T, msg []byte) wsFrame {
 	t.Helper()
+	f, err := parseFrame(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// parseFrame decodes and checks one frame; it calls no t method, so a
+// goroutine a test started may use it.
+func parseFrame(msg []byte) (wsFrame, error) {
 	dm, _ := cbor.DecOptions{DupMapKey: cbor.DupMapKeyEnforcedAPF, IntDec: cbor.IntDecConvertSignedOrFail}.DecMode()
 	var hdr, payload cbor.RawMessage
 	dec := dm.NewDecoder(bytes.NewReader(msg))
 	if err := dec.Decode(&hdr); err != nil {
-		t.Fatalf("frame header is not CBOR: %v (% x)", err, msg)
+		return wsFrame{}, fmt.Errorf("frame header is not CBOR: %v (% x)", err, msg)
 	}
 	if err := dec.Decode(&payload); err != nil {
-		t.Fatalf("frame payload is not CBOR: %v", err)
+		return wsFrame{}, fmt.Errorf("frame payload is not CBOR: %v", err)
 	}
 	var extra cbor.RawMessage
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		t.Fatalf("frame has bytes after header and payload: %v", err)
+		return wsFrame{}, fmt.Errorf("frame has bytes after header and payload: %v", err)
 	}
 	em, _ := cbor.CanonicalEncOptions().EncMode()
 	var f wsFrame
@@ -49,23 +60,37 @@ func decodeFrame(t *testing.T, msg []byte) wsFrame {
 		dst *map[string]any
 	}{{hdr, &f.Header}, {payload, &f.Payload}} {
 		if err := dm.Unmarshal(part.raw, part.dst); err != nil {
-			t.Fatalf("frame part is not a CBOR map: %v", err)
+			return wsFrame{}, fmt.Errorf("frame part is not a CBOR map: %v", err)
 		}
 		again, err := em.Marshal(*part.dst)
 		if err != nil || !bytes.Equal(again, part.raw) {
-			t.Errorf("frame part is not deterministic CBOR:\n got % x\nwant % x", part.raw, again)
+			return wsFrame{}, fmt.Errorf("frame part is not deterministic CBOR:\n got % x\nwant % x", part.raw, again)
 		}
 	}
 	op, ok := f.Header["op"].(int64)
 	if !ok {
-		t.Fatalf("header %v has no integer op", f.Header)
+		return wsFrame{}, fmt.Errorf("header %v has no integer op", f.Header)
 	}
 	f.Op = int(op)
 	f.T, _ = f.Header["t"].(string)
 	if len(msg) > 5_000_000 {
-		t.Errorf("frame of %d bytes exceeds 5 MB", len(msg))
+		return wsFrame{}, fmt.Errorf("frame of %d bytes exceeds 5 MB", len(msg))
 	}
-	return f
+	return f, nil
+}
+
+// readFrameErr reads one binary frame without t (for goroutines).
+func readFrameErr(c *websocket.Conn) (wsFrame, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	typ, msg, err := c.Read(ctx)
+	if err != nil {
+		return wsFrame{}, err
+	}
+	if typ != websocket.MessageBinary {
+		return wsFrame{}, fmt.Errorf("message type %v, want binary", typ)
+	}
+	return parseFrame(msg)
 }
 
 func dialWS(t *testing.T, h *harness, query string) *websocket.Conn {

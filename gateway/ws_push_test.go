@@ -62,7 +62,7 @@ func TestWebSocketPushedFramesCountedInOrder(t *testing.T) {
 		var wg sync.WaitGroup
 		for i, r := range conns {
 			wg.Go(func() {
-				if err := r.readThrough(t, latest); err != nil {
+				if err := r.readThrough(latest); err != nil {
 					t.Errorf("subscriber %d: %v", i, err)
 				}
 			})
@@ -95,9 +95,9 @@ type wsReader struct {
 	seqs []int64
 }
 
-func (r *wsReader) readThrough(t *testing.T, latest uint64) error {
+func (r *wsReader) readThrough(latest uint64) error {
 	for len(r.seqs) == 0 || uint64(r.seqs[len(r.seqs)-1]) < latest {
-		f, err := readFrame(t, r.c)
+		f, err := readFrameErr(r.c)
 		if err != nil {
 			return fmt.Errorf("after %d frames: %w", len(r.seqs), err)
 		}
