@@ -81,16 +81,28 @@ func parseFrame(msg []byte) (wsFrame, error) {
 
 // readFrameErr reads one binary frame without t (for goroutines).
 func readFrameErr(c *websocket.Conn) (wsFrame, error) {
+	msg, err := readBinary(c)
+	if err != nil {
+		return wsFrame{}, err
+	}
+	return parseFrame(msg)
+}
+
+var errNotBinary = errors.New("a text message where a binary frame was due")
+
+// readBinary reads one message within 5 s: the read's own error, or
+// errNotBinary for a text message.
+func readBinary(c *websocket.Conn) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	typ, msg, err := c.Read(ctx)
 	if err != nil {
-		return wsFrame{}, err
+		return nil, err
 	}
 	if typ != websocket.MessageBinary {
-		return wsFrame{}, fmt.Errorf("message type %v, want binary", typ)
+		return nil, errNotBinary
 	}
-	return parseFrame(msg)
+	return msg, nil
 }
 
 func dialWS(t *testing.T, h *harness, query string) *websocket.Conn {
@@ -107,14 +119,12 @@ func dialWS(t *testing.T, h *harness, query string) *websocket.Conn {
 
 func readFrame(t *testing.T, c *websocket.Conn) (wsFrame, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	typ, msg, err := c.Read(ctx)
+	msg, err := readBinary(c)
+	if errors.Is(err, errNotBinary) {
+		t.Fatal(err)
+	}
 	if err != nil {
 		return wsFrame{}, err
-	}
-	if typ != websocket.MessageBinary {
-		t.Fatalf("message type %v, want binary", typ)
 	}
 	return decodeFrame(t, msg), nil
 }
