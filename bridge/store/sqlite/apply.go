@@ -99,41 +99,40 @@ func (s *Store) apply(ctx context.Context, r *request, st *txState) error {
 	return nil
 }
 
-// pendingEvent is an event whose seq is assigned and whose row is not yet
-// inserted (see flushEvents).
+// pendingEvent is an event whose seq is assigned and whose block is not
+// yet written (see flushEvents).
 type pendingEvent struct {
 	seq uint64
 	e   *encEvent
 }
 
-// flushEvents inserts the pending events with multi-row INSERTs of at most
-// maxEventsPerInsert rows and empties the list (also on error). Writer
-// goroutine only.
+// flushEvents writes the pending events as blocks of at most
+// maxBlockEvents events (one block for a typical group) and empties the
+// list (also on error). Writer goroutine only.
 func (s *Store) flushEvents(ctx context.Context) error {
 	defer s.dropPending()
+	b := &s.blk
 	for i := 0; i < len(s.pending); {
-		n := min(len(s.pending)-i, maxEventsPerInsert)
-		args := s.args[:0]
+		n := min(len(s.pending)-i, maxBlockEvents)
+		b.reset(int64(s.pending[i].seq))
 		for _, p := range s.pending[i : i+n] {
-			e := p.e
-			args = append(args, int64(p.seq), e.timeNs, e.kind, e.tenant, e.doc,
-				int64(e.rev), int64(e.since), len(e.body), e.body)
+			if err := b.add(int64(p.seq), p.e, p.e.body[:p.e.n]); err != nil {
+				return err
+			}
 		}
-		_, err := s.exec(ctx, insertEventsQuery(n), args...)
-		clear(args) // do not keep the bodies alive until the next group
-		s.args = args[:0]
-		if err != nil {
-			return fmt.Errorf("store: append events: %w", err)
+		if err := b.write(ctx, s.exec); err != nil {
+			return err
 		}
 		i += n
 	}
 	return nil
 }
 
-// dropPending empties the pending events without inserting them.
+// dropPending empties the pending events without writing them.
 func (s *Store) dropPending() {
 	clear(s.pending)
 	s.pending = s.pending[:0]
+	s.blk.release()
 }
 
 // applyCreate inserts a document; for a repeated (tenant, request id) with
@@ -261,23 +260,6 @@ func (s *Store) applyRedeem(ctx context.Context, rd *store.RedeemClaim) (*gatewa
 		return nil, err
 	}
 	return c.Claim, nil
-}
-
-func (s *Store) applyPrune(ctx context.Context, r *request, st *txState) error {
-	var n, size int64
-	if err := s.queryRow(ctx, "SELECT count(*), coalesce(sum(size), 0) FROM events WHERE seq < ?", int64(min(r.before, store.MaxSeq))).Scan(&n, &size); err != nil {
-		return fmt.Errorf("store: prune: %w", err)
-	}
-	if n == 0 {
-		return nil
-	}
-	if _, err := s.exec(ctx, "DELETE FROM events WHERE seq < ?", int64(min(r.before, store.MaxSeq))); err != nil {
-		return fmt.Errorf("store: prune: %w", err)
-	}
-	r.pres = store.PruneResult{Removed: uint64(n), Bytes: uint64(size)}
-	st.count -= uint64(n)
-	st.bytes -= uint64(size)
-	return nil
 }
 
 // applyPayload upserts (or, with a nil Body, deletes) one inline payload.

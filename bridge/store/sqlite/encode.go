@@ -4,7 +4,6 @@ import (
 	"database/sql"
 	"fmt"
 	"strconv"
-	"strings"
 
 	"google.golang.org/protobuf/proto"
 
@@ -32,25 +31,6 @@ type encEvent struct {
 	body []byte
 	n    int
 }
-
-// insertEventsQuery returns the INSERT of n event rows (1 <= n <=
-// maxEventsPerInsert); the texts are built once, so each is one cached
-// prepared statement of the writer.
-func insertEventsQuery(n int) string { return insertEventsQueries[n] }
-
-var insertEventsQueries = func() []string {
-	q := make([]string, maxEventsPerInsert+1)
-	var b strings.Builder
-	b.WriteString("INSERT INTO events (seq, time, kind, tenant, doc_id, rev, since, size, body) VALUES ")
-	for i := 1; i <= maxEventsPerInsert; i++ {
-		if i > 1 {
-			b.WriteString(",")
-		}
-		b.WriteString("(?,?,?,?,?,?,?,?,?)")
-		q[i] = b.String()
-	}
-	return q
-}()
 
 // Fields of gatewayv1.Document kept in their own tables, stripped from the
 // document body.

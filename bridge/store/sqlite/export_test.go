@@ -10,11 +10,18 @@ import (
 // as a binary of that version would have, so a test can write rows in an
 // earlier schema and open the store on them.
 func MigrateTo(ctx context.Context, db *sql.DB, n int) error {
-	for i, m := range migrations[:n] {
-		if _, err := db.ExecContext(ctx, m); err != nil {
-			return fmt.Errorf("migration %d: %w", i+1, err)
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
+	for i := 1; i <= n; i++ {
+		if err := runMigration(ctx, tx, i); err != nil {
+			return err
 		}
 	}
-	_, err := db.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", n))
-	return err
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", n)); err != nil {
+		return err
+	}
+	return tx.Commit()
 }

@@ -232,7 +232,10 @@ func checkGroupCountersDurable(t *testing.T, dir string) {
 	}
 	defer s.Close()
 	var count, size int64
-	if err := s.rdb.QueryRow("SELECT count(*), coalesce(sum(size), 0) FROM events").Scan(&count, &size); err != nil {
+	if err := s.EachEventMeta(ctx, func(_ uint64, _ time.Time, n int) error {
+		count, size = count+1, size+int64(n)
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if st, err := s.EventStats(ctx); err != nil || count != 3 || st.Count != 3 || st.Bytes != uint64(size) || st.LatestSeq != 9 || s.LastSeq() != 9 {
@@ -268,17 +271,18 @@ func TestCreateReusedIDIsConflict(t *testing.T) {
 	}
 }
 
-// TestGroupEventsSpanSeveralInserts: a group whose events need several
-// multi-row INSERTs (more than maxEventsPerInsert, split across batches)
-// stores every event once, under its seq, with the seq in its body.
-func TestGroupEventsSpanSeveralInserts(t *testing.T) {
+// TestGroupEventsSpanSeveralBlocks: a group whose events need several
+// blocks (more than maxBlockEvents, split across batches) stores every
+// event once, under its seq, with the seq in its body, in as few blocks as
+// the bound allows.
+func TestGroupEventsSpanSeveralBlocks(t *testing.T) {
 	ctx := context.Background()
 	s, err := Open(ctx, t.TempDir(), Options{MaxGroupBatches: 3, MaxGroupDelay: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	sizes := []int{maxEventsPerInsert + 6, 1, 2*maxEventsPerInsert + 2}
+	sizes := []int{maxBlockEvents + 6, 1, 2*maxBlockEvents + 2}
 	var reqs []*request
 	for _, n := range sizes {
 		b := &store.Batch{}
@@ -312,6 +316,10 @@ func TestGroupEventsSpanSeveralInserts(t *testing.T) {
 	}
 	if st, err := s.EventStats(ctx); err != nil || st.Count != total || st.LatestSeq != total {
 		t.Fatalf("EventStats %+v, %v; want %d events", st, err, total)
+	}
+	var blocks uint64
+	if err := s.rdb.QueryRow("SELECT count(*) FROM event_blocks").Scan(&blocks); err != nil || blocks != (total+maxBlockEvents-1)/maxBlockEvents {
+		t.Fatalf("%d events in %d blocks (%v), want %d", total, blocks, err, (total+maxBlockEvents-1)/maxBlockEvents)
 	}
 }
 

@@ -35,11 +35,12 @@ const (
 	// memory stays bounded; callers page by seq.
 	defaultEventLimit = 1000
 	maxEventLimit     = 10000
-	// maxEventsPerInsert bounds the rows of one multi-row event INSERT (9
-	// bound parameters each, far below SQLite's 32766): one statement covers
-	// a typical group's events, and the writer caches one prepared statement
-	// per row count up to this.
-	maxEventsPerInsert = 64
+	// maxBlockEvents bounds the events of one event block: a group with
+	// more writes several blocks, so a reader that wants one event of a
+	// block decodes at most this many heads.
+	maxBlockEvents = 256
+	// pruneBlocks is how many blocks one step of a prune reads.
+	pruneBlocks = 256
 	// maxDocIDLen bounds document ids used in file names.
 	maxDocIDLen = 128
 )

@@ -26,7 +26,7 @@ func TestConnectionPragmas(t *testing.T) {
 		if syncMode != c.want || fk != 1 || qo != 1 || jm != "wal" {
 			t.Errorf("Synchronous %q: synchronous=%d foreign_keys=%d query_only=%d journal_mode=%s; want %d 1 1 wal", c.sync, syncMode, fk, qo, jm, c.want)
 		}
-		if _, err := s.rdb.Exec("DELETE FROM events"); err == nil {
+		if _, err := s.rdb.Exec("DELETE FROM event_blocks"); err == nil {
 			t.Error("read pool accepted a write")
 		}
 		s.Close()

@@ -187,6 +187,47 @@ CREATE TRIGGER digests_snapshot_delete AFTER DELETE ON digests BEGIN
 	UPDATE meta SET value = value - length(OLD.body) WHERE key = 'snapshot_bytes';
 END;
 `,
+	// 6: events stored as blocks, one event_blocks row per committing
+	// transaction (blocks.go), instead of a row each: a group commit of
+	// many small documents inserts one row for its events, and
+	// event_keys one row per distinct tenant and document of the block
+	// (where a row per event wrote two index entries each). The existing
+	// events are moved into blocks by eventsToBlocks (Go: the block
+	// encoding is not expressible in SQL), then the events table is
+	// dropped.
+	`
+CREATE TABLE event_blocks (
+	first_seq INTEGER PRIMARY KEY,
+	last_seq  INTEGER NOT NULL,
+	head      BLOB NOT NULL,
+	bodies    BLOB NOT NULL
+);
+CREATE TABLE event_keys (
+	kind      INTEGER NOT NULL,
+	key       TEXT NOT NULL,
+	first_seq INTEGER NOT NULL,
+	PRIMARY KEY (kind, key, first_seq)
+) WITHOUT ROWID;
+`,
+}
+
+// migrationSteps[i] runs after the SQL of migration i (1-based), in the
+// same transaction, for what SQL cannot express.
+var migrationSteps = map[int]func(ctx context.Context, tx *sql.Tx) error{
+	6: eventsToBlocks,
+}
+
+// runMigration applies migration i (1-based) in tx.
+func runMigration(ctx context.Context, tx *sql.Tx, i int) error {
+	if _, err := tx.ExecContext(ctx, migrations[i-1]); err != nil {
+		return fmt.Errorf("store: migration %d: %w", i, err)
+	}
+	if step := migrationSteps[i]; step != nil {
+		if err := step(ctx, tx); err != nil {
+			return fmt.Errorf("store: migration %d: %w", i, err)
+		}
+	}
+	return nil
 }
 
 // migrate brings the schema to len(migrations) in one transaction. A database
@@ -204,9 +245,9 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	if v > len(migrations) {
 		return fmt.Errorf("store: database schema version %d is newer than this binary's %d; upgrade the gateway", v, len(migrations))
 	}
-	for i := v; i < len(migrations); i++ {
-		if _, err := tx.ExecContext(ctx, migrations[i]); err != nil {
-			return fmt.Errorf("store: migration %d: %w", i+1, err)
+	for i := v + 1; i <= len(migrations); i++ {
+		if err := runMigration(ctx, tx, i); err != nil {
+			return err
 		}
 	}
 	if v == len(migrations) {

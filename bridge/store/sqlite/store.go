@@ -31,10 +31,10 @@ type Store struct {
 	rdb   *sql.DB   // read-only pool
 
 	stmts map[string]*sql.Stmt // writer's prepared statements (writer goroutine only)
-	// pending and args: the events of the open transaction not yet inserted,
-	// and the reused argument slice of their INSERT (writer goroutine only).
+	// pending and blk: the events of the open transaction not yet written,
+	// and the encoder of their blocks (writer goroutine only).
 	pending []pendingEvent
-	args    []any
+	blk     blockBuilder
 
 	mu     sync.RWMutex // guards closed against sends on queue
 	closed bool
