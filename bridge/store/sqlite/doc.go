@@ -39,6 +39,16 @@
 // after kill -9 and not after pruning every event. Seqs are assigned in queue
 // order, so the seqs of one batch are consecutive and ascending.
 //
+// # Event log
+//
+// Events are stored as blocks (schema migration 6, blocks.go): one
+// event_blocks row per writer transaction (at most maxBlockEvents events)
+// with the events' fields in a compact head blob and their bodies in a
+// second blob, and one event_keys row per distinct tenant and document of
+// the block, through which a tenant's or document's reads find their
+// blocks. Pruning deletes whole blocks and rewrites the one straddling its
+// bound, so the first retained block starts at the oldest retained seq.
+//
 // # Snapshot size
 //
 // SnapshotBytes (the retention byte cap, read by every retention pass) is

@@ -35,56 +35,57 @@ const (
 // ReadEvents returns up to q.Limit retained events with seq >= q.From that
 // match the filter, in ascending seq order (for replay). It reads the
 // blocks that may hold them (a document's or tenant's through event_keys)
-// in one read transaction and filters their events.
-func (s *Store) ReadEvents(ctx context.Context, eq store.EventQuery) (out []store.EventRecord, err error) {
+// and filters their events; a read that needs more than one query reads
+// further blocks from where the last one ended.
+func (s *Store) ReadEvents(ctx context.Context, eq store.EventQuery) ([]store.EventRecord, error) {
 	limit := eq.Limit
 	if limit <= 0 {
 		limit = defaultEventLimit
 	}
 	limit = min(limit, maxEventLimit)
-	q, args := readBlocksSQL, []any{int64(min(eq.From, store.MaxSeq)), 0}
+	q, args := s.readBlocks, []any{int64(min(eq.From, store.MaxSeq)), 0}
 	switch {
 	case eq.DocID != "":
-		q, args = readKeyBlocksSQL, append(args, keyDoc, eq.DocID)
+		q, args = s.readKeyBlocks, append(args, keyDoc, eq.DocID)
 	case !eq.AllTenants:
-		q, args = readKeyBlocksSQL, append(args, keyTenant, eq.Tenant)
+		q, args = s.readKeyBlocks, append(args, keyTenant, eq.Tenant)
 	}
-	err = s.readTx(ctx, func(tx *sql.Tx) error {
-		var evs []blockEvent
-		for rows := blockRowsFirst; ; rows = min(2*rows, blockRowsMax) {
-			args[1] = rows
-			n, next, err := eachBlock(ctx, tx, q, args, func(first, last int64, head, bodies []byte) error {
-				var err error
-				if evs, err = decodeHead(evs, first, last, head, len(bodies)); err != nil {
-					return err
-				}
-				out = appendMatching(out, eq, args[0].(int64), first, evs, bodies, limit)
-				return nil
-			})
-			if err != nil || n < rows || len(out) >= limit {
+	var (
+		out []store.EventRecord
+		evs []blockEvent
+	)
+	for rows := blockRowsFirst; ; rows = min(2*rows, blockRowsMax) {
+		args[1] = rows
+		n, next, err := eachBlock(ctx, q, args, func(first, last int64, head, bodies []byte) error {
+			var err error
+			if evs, err = decodeHead(evs, first, last, head, len(bodies)); err != nil {
 				return err
 			}
-			args[0] = next
+			out = appendMatching(out, eq, args[0].(int64), first, evs, bodies, limit)
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("store: read events: %w", err)
 		}
-	})
-	if err != nil {
-		return nil, fmt.Errorf("store: read events: %w", err)
+		if n < rows || len(out) >= limit {
+			return out, nil
+		}
+		args[0] = next
 	}
-	return out, nil
 }
 
 // eachBlock runs a block query and calls fn with each block's columns
 // (valid during the call only); it returns how many blocks it read and the
 // seq after the last one.
-func eachBlock(ctx context.Context, tx *sql.Tx, q string, args []any, fn func(first, last int64, head, bodies []byte) error) (n int, next int64, err error) {
-	rows, err := tx.QueryContext(ctx, q, args...)
+func eachBlock(ctx context.Context, q *sql.Stmt, args []any, fn func(first, last int64, head, bodies []byte) error) (n int, next int64, err error) {
+	rows, err := q.QueryContext(ctx, args...)
 	if err != nil {
 		return 0, 0, err
 	}
 	defer rows.Close()
+	var head, bodies sql.RawBytes
 	for rows.Next() {
 		var first, last int64
-		var head, bodies sql.RawBytes
 		if err := rows.Scan(&first, &last, &head, &bodies); err != nil {
 			return 0, 0, err
 		}

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -29,6 +30,9 @@ type Store struct {
 	wdb   *sql.DB   // one connection, owned by the writer goroutine
 	wconn *sql.Conn // the writer's connection
 	rdb   *sql.DB   // read-only pool
+	// readBlocks and readKeyBlocks: ReadEvents' queries, prepared on rdb
+	// (each read would otherwise parse one).
+	readBlocks, readKeyBlocks *sql.Stmt
 
 	stmts map[string]*sql.Stmt // writer's prepared statements (writer goroutine only)
 	// pending and blk: the events of the open transaction not yet written,
@@ -153,6 +157,7 @@ func Open(ctx context.Context, dir string, o Options) (*Store, error) {
 			s.wdb.Close()
 		}
 		if s.rdb != nil {
+			s.closeReadStmts()
 			s.rdb.Close()
 		}
 		return nil, err
@@ -188,6 +193,12 @@ func Open(ctx context.Context, dir string, o Options) (*Store, error) {
 		return fail(fmt.Errorf("store: read last_seq: %w", err))
 	}
 	s.lastSeq.Store(uint64(last))
+	if s.readBlocks, err = s.rdb.PrepareContext(ctx, readBlocksSQL); err != nil {
+		return fail(fmt.Errorf("store: prepare event reads: %w", err))
+	}
+	if s.readKeyBlocks, err = s.rdb.PrepareContext(ctx, readKeyBlocksSQL); err != nil {
+		return fail(fmt.Errorf("store: prepare event reads: %w", err))
+	}
 	s.wconn, err = s.wdb.Conn(ctx)
 	if err != nil {
 		return fail(fmt.Errorf("store: writer connection: %w", err))
@@ -222,6 +233,9 @@ func (s *Store) Close() error {
 		}
 	}
 	if err := s.wconn.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.closeReadStmts(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := s.rdb.Close(); err != nil {
@@ -273,3 +287,14 @@ var (
 	_ store.EventMetaReader  = (*Store)(nil)
 	_ store.EventRangeReader = (*Store)(nil)
 )
+
+// closeReadStmts closes the read pool's prepared statements.
+func (s *Store) closeReadStmts() error {
+	var err error
+	for _, st := range []*sql.Stmt{s.readBlocks, s.readKeyBlocks} {
+		if st != nil {
+			err = errors.Join(err, st.Close())
+		}
+	}
+	return err
+}
