@@ -17,7 +17,7 @@ import (
 )
 
 // apply runs one batch inside the current transaction (and savepoint, if
-// any). It assigns the events' seqs and queues their rows in s.pending for
+// any). It assigns the events' seqs and queues them in s.pending for
 // flushEvents. It may run again for the same request after a rollback, so
 // it derives everything from the prepared request, not from a previous run.
 func (s *Store) apply(ctx context.Context, r *request, st *txState) error {

@@ -11,9 +11,11 @@ import (
 )
 
 // Events are stored as blocks (schema migration 6): one row of
-// event_blocks per committing transaction (at most maxBlockEvents events;
-// a larger group writes several), holding the events first_seq ..
-// last_seq in seq order, event first_seq + i at index i. A group commit
+// event_blocks per committing transaction (at most maxBlockEvents
+// events: a larger group writes several; a group rerun with a savepoint
+// per batch, after one failed, writes a block per batch), holding the
+// events first_seq .. last_seq in seq order, event first_seq + i at
+// index i. A group commit
 // of many small documents thus writes one table row for all their events
 // and one event_keys entry per distinct tenant and document of the block,
 // where a row per event wrote a table row and two index entries each.

@@ -127,7 +127,7 @@ var errBatchFailed = errors.New("store: a batch of the group failed")
 
 // runGroup commits reqs in one transaction. The common case, every batch
 // succeeding, runs without savepoints (two statements per batch fewer) and
-// inserts the group's events with multi-row INSERTs at the end. If any batch
+// writes the group's events as one block at the end. If any batch
 // fails, that transaction is rolled back and the group runs again with each
 // batch in its own savepoint, so a failing batch is rolled back alone and
 // the others commit, exactly as if every run had used savepoints.
