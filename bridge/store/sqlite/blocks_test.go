@@ -5,8 +5,10 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,8 +28,9 @@ import (
 // one block) is opened by this binary; migration 6 moves every event into
 // blocks, and every event reads back as it was stored (seq, fields, body
 // with its seq field), by every filter, with the same counters, oldest
-// seq, per-event sizes and range summaries; the events table is gone and
-// new commits continue the sequence.
+// seq, per-event sizes and range summaries; the events table is gone,
+// new commits continue the sequence, and the migration is logged before
+// and after (it runs at start, about a minute per four million events).
 func TestMigrationToEventBlocks(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
@@ -41,7 +44,12 @@ func TestMigrationToEventBlocks(t *testing.T) {
 	setV5Counters(t, db, want)
 	db.Close()
 
-	s := openStore(t, dir, sqlite.Options{})
+	var logs bytes.Buffer
+	s := openStore(t, dir, sqlite.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if !strings.Contains(logs.String(), `msg="store: migrating the database schema" from=5 to=6`) ||
+		!strings.Contains(logs.String(), `msg="store: database schema migrated" from=5 to=6`) {
+		t.Fatalf("the migration logged %q; want a line before and one after", logs.String())
+	}
 	m := eventModel{events: want}
 	m.check(t, s, r, "after the migration")
 	for _, q := range []store.EventQuery{{Tenant: "acme", From: 100, Limit: 10000}, {AllTenants: true, DocID: "doc-3"},

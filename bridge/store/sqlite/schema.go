@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
+	"time"
 )
 
 // migrations are applied in order; migration i brings the schema to
@@ -232,7 +234,10 @@ func runMigration(ctx context.Context, tx *sql.Tx, i int) error {
 
 // migrate brings the schema to len(migrations) in one transaction. A database
 // from a newer binary (user_version > len(migrations)) is refused.
-func migrate(ctx context.Context, db *sql.DB) error {
+// An existing database (user_version > 0) that needs migrating is logged
+// before and after: moving a large event log into blocks (migration 6)
+// takes about a minute per four million events.
+func migrate(ctx context.Context, db *sql.DB, log *slog.Logger) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("store: migrate: %w", err)
@@ -244,6 +249,10 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	}
 	if v > len(migrations) {
 		return fmt.Errorf("store: database schema version %d is newer than this binary's %d; upgrade the gateway", v, len(migrations))
+	}
+	start := time.Now()
+	if v > 0 && v < len(migrations) {
+		log.Info("store: migrating the database schema", "from", v, "to", len(migrations))
 	}
 	for i := v + 1; i <= len(migrations); i++ {
 		if err := runMigration(ctx, tx, i); err != nil {
@@ -257,7 +266,13 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", len(migrations))); err != nil {
 		return fmt.Errorf("store: set user_version: %w", err)
 	}
-	return tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("store: commit migration: %w", err)
+	}
+	if v > 0 {
+		log.Info("store: database schema migrated", "from", v, "to", len(migrations), "took", time.Since(start).Round(time.Millisecond))
+	}
+	return nil
 }
 
 // SchemaVersion is the schema version this binary migrates to.

@@ -176,7 +176,7 @@ func Open(ctx context.Context, dir string, o Options) (*Store, error) {
 	if !strings.EqualFold(mode, "wal") {
 		return fail(fmt.Errorf("store: %s: journal_mode is %q, want wal (is the file system local?)", path, mode))
 	}
-	if err := migrate(ctx, s.wdb); err != nil {
+	if err := migrate(ctx, s.wdb, s.log); err != nil {
 		return fail(err)
 	}
 	if err := s.cleanTempPayloads(); err != nil {
