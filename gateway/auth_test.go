@@ -293,6 +293,8 @@ func TestRefuseNonLoopbackWithoutAuth(t *testing.T) {
 		}
 		if err != nil || srv == nil {
 			t.Errorf("grpc %s http %s: %v, want it accepted", tc.grpc, tc.http, err)
+			continue
 		}
+		_ = srv.Shutdown(context.Background()) // New starts the gRPC server's stream workers
 	}
 }

@@ -28,6 +28,14 @@ const (
 	// SubmitDocument content is base64 inside it.
 	DefaultMaxJSONBodyBytes = 32 << 20
 
+	// streamWorkers is how many goroutines the gRPC server keeps to run
+	// calls (grpc.NumStreamWorkers): a call runs on a worker whose stack
+	// has grown already, instead of a fresh goroutine that grows its
+	// stack (runtime.copystack) down the interceptors, the bridge and the
+	// store on every call; a call finding every worker busy gets a fresh
+	// goroutine as before. Measured: docs/performance.md "gRPC stream
+	// workers".
+	streamWorkers = 128
 	// uploadChunkBytes is the size of one UploadDocument message the REST
 	// upload handler sends: big enough to amortize framing, small enough to
 	// stay far below the message limit and keep memory per upload flat.

@@ -99,7 +99,9 @@ type Server struct {
 }
 
 // New builds a Server from cfg (see Config for defaults). It registers the
-// services but does not listen; call Start or Serve.
+// services but does not listen; call Start or Serve. The gRPC server's
+// stream workers run from here on: call Shutdown to release a Server,
+// started or not.
 func New(cfg Config) (*Server, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
@@ -156,6 +158,7 @@ func New(cfg Config) (*Server, error) {
 		// passed before it arrived, is answered in the house shape before
 		// grpc-go refuses it (tapRequest).
 		grpc.InTapHandle(s.tapRequest),
+		grpc.NumStreamWorkers(streamWorkers),
 	}
 	opts = append(opts, grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
 		// Ping idle connections to find dead peers; let clients ping every
@@ -318,16 +321,19 @@ func (s *Server) httpProtocols() *http.Protocols {
 // Serve starts the server and blocks until ctx ends (then shuts down within
 // shutdownTimeout) or a listener fails.
 func (s *Server) Serve(ctx context.Context, shutdownTimeout time.Duration) error {
+	if shutdownTimeout <= 0 {
+		shutdownTimeout = DefaultShutdownTimeout
+	}
 	if err := s.Start(); err != nil {
-		return err
+		s.grpc.Stop() // its stream workers; nothing was served
+		sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		return errors.Join(err, s.cfg.Bridge.Close(sctx))
 	}
 	var serveErr error
 	select {
 	case <-ctx.Done():
 	case serveErr = <-s.serveErrs:
-	}
-	if shutdownTimeout <= 0 {
-		shutdownTimeout = DefaultShutdownTimeout
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
