@@ -430,8 +430,9 @@ const (
 // after it. Anything else (scopes, unknown members, tags, null,
 // indefinite lengths, an ownership without owner-id) returns ok=false and
 // the caller decodes it generically. The blob is copied out of b, as the
-// generic decoder does. It does not validate the envelope.
-func decodeCBORPipeDocFast(b []byte) (*PipeDoc, bool) {
+// generic decoder does, unless share is set: then it aliases b. It does
+// not validate the envelope.
+func decodeCBORPipeDocFast(b []byte, share bool) (*PipeDoc, bool) {
 	m, n, i, ok := cborHead(b, 0)
 	if !ok || m != 5 || n > 4 {
 		return nil, false
@@ -474,7 +475,11 @@ func decodeCBORPipeDocFast(b []byte) (*PipeDoc, bool) {
 		return nil, false
 	}
 	d := &PipeDoc{DocID: string(doc), EntityID: uint32(id)}
-	if seen&pdBlob != 0 {
+	switch {
+	case seen&pdBlob == 0:
+	case share:
+		d.Blob = blob[:len(blob):len(blob)]
+	default:
 		d.Blob = append([]byte{}, blob...)
 	}
 	if seen&pdOwnership != 0 {
