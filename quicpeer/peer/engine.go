@@ -73,6 +73,7 @@ type engine struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	wg     sync.WaitGroup
+	watch  watch // completion-policy timeouts of running attempts
 
 	mu             sync.Mutex
 	docs           map[uint32]*doc     // dehydrated documents by root ID (scope 0)
@@ -90,7 +91,7 @@ type engine struct {
 func newEngine(parent context.Context, co *core, c conn, neg negotiation, log *slog.Logger) *engine {
 	ctx, cancel := context.WithCancelCause(parent)
 	work := filepath.Join(co.work, "s"+strconv.FormatUint(co.seq.Add(1), 10))
-	return &engine{core: co, c: c, neg: neg, log: log, ctx: ctx, cancel: cancel, work: work,
+	return &engine{core: co, c: c, neg: neg, log: log, ctx: ctx, cancel: cancel, work: work, watch: watch{now: co.now},
 		docs: map[uint32]*doc{}, ready: assembly.NewTracker(), jobs: map[uint32]*entity{}, deferred: map[uint32]*entity{}, openScopes: map[uint32]struct{}{}}
 }
 
@@ -103,6 +104,7 @@ func (g *engine) close(cause error) {
 	}
 	g.mu.Unlock()
 	g.cancel(cause)
+	g.watch.stop()
 	g.wg.Wait()
 	if err := os.RemoveAll(g.work); err != nil {
 		g.log.Warn("session spool not removed", "dir", g.work, "err", err)
@@ -129,13 +131,18 @@ type entity struct {
 
 	ctx    context.Context // lifetime: document cancel, session end
 	cancel context.CancelCauseFunc
+	parent context.Context // ctx's parent
+	// gwCancelled: the gateway cancelled the entity (also when its
+	// shared attempt had timed out, which cancelled ctx first).
+	gwCancelled atomic.Bool
 
 	mu       sync.Mutex
-	actx     context.Context         // current attempt, child of ctx; the timeout cancels it
+	actx     context.Context         // current attempt, child of ctx (or ctx: shared); the timeout cancels it
 	acancel  context.CancelCauseFunc // with errTimedOut
+	shared   bool                    // the first attempt runs on ctx itself (beginAttempt)
 	status   wire.Status             // last status sent by the peer (PENDING before)
 	start    time.Time               // first PROCESSING of the current attempt
-	timer    *time.Timer             // completion-policy timeout
+	gen      uint64                  // the attempt's timeout registration in the session's watch
 	claimT   *time.Timer             // claim expiry while DEFERRED
 	attempts int
 	done     bool
@@ -144,7 +151,7 @@ type entity struct {
 // send reports a status of e unless e was cancelled by the gateway. It
 // returns false when the frame could not be sent.
 func (g *engine) send(e *entity, st wire.Status, ext []byte) bool {
-	if context.Cause(e.ctx) == errCancelled || (e.doc != nil && e.doc.isCancelled(g)) {
+	if e.gwCancelled.Load() || context.Cause(e.ctx) == errCancelled || (e.doc != nil && e.doc.isCancelled(g)) {
 		return false
 	}
 	f := wire.StatusFrame{Status: st, Depth: uint8(e.depth), EntityID: e.id, ScopeID: e.scope, HasExt: ext != nil, Ext: ext}
@@ -284,7 +291,7 @@ func (g *engine) newEntity(parent context.Context, h *wire.EntityHeader, procMD 
 	}
 	ctx, cancel := context.WithCancelCause(parent)
 	return &entity{id: h.EntityID, scope: scopeOf(h), header: h, chunk: -1, procName: name, proc: proc,
-		ctx: ctx, cancel: cancel, status: wire.StatusPending, start: g.now()}, nil
+		ctx: ctx, cancel: cancel, parent: parent, status: wire.StatusPending, start: g.now()}, nil
 }
 
 // decodeEnvelope decodes and checks the PipeDoc of root h (Section 7).
@@ -525,6 +532,7 @@ func (g *engine) cancelled(f wire.StatusFrame) {
 		g.log.Info("document cancelled by the gateway", "entity", f.EntityID, "status", f.Status)
 	}
 	if j != nil {
+		j.gwCancelled.Store(true)
 		j.cancel(errCancelled)
 		g.log.Info("entity cancelled by the gateway", "entity", f.EntityID, "status", f.Status)
 	}

@@ -1,0 +1,59 @@
+package peer
+
+import (
+	"slices"
+	"strconv"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/pipestream/gateway/quicpeer/wire"
+)
+
+// The completion-policy timeouts of a session's attempts run on one timer
+// (watch.go), set to the earliest deadline and moved when an earlier one
+// arrives or it fires: three stalled entities registered with timeout-ms
+// 30, 10 and 20 each end ABANDONED (Layer 2, on-timeout FAIL: draft-02
+// Section 8.3) at their own deadline, not before, and none is lost. The
+// default policy lets the first attempt share the entity's context: the
+// timeout that cancels it must still be reported, not taken for the
+// entity's end.
+func TestPolicyTimeoutsOnOneTimer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g, c := newPlainRig(t)
+		start := time.Now()
+		timeouts := map[uint32]time.Duration{1: 30 * time.Millisecond, 2: 10 * time.Millisecond, 3: 20 * time.Millisecond}
+		for _, id := range []uint32{1, 2, 3} {
+			ms := uint32(timeouts[id].Milliseconds())
+			h := &wire.EntityHeader{EntityID: id, ContentType: "text/plain", CompletionPolicy: &wire.CompletionPolicy{TimeoutMs: &ms},
+				Metadata: map[string]string{MetaProcessor: "fault", MetaFault: FaultTimeout}}
+			go plainEntityTo(g, h, "stalls")
+			synctest.Wait() // registered in this order: 30, then the earlier 10, then 20
+		}
+		ended := func(id uint32) bool { return slices.Contains(c.of(id), "ABANDONED "+u32s(id)) }
+		for _, step := range []struct {
+			at   time.Duration
+			want []uint32
+		}{{9 * time.Millisecond, nil}, {10 * time.Millisecond, []uint32{2}}, {19 * time.Millisecond, []uint32{2}},
+			{20 * time.Millisecond, []uint32{2, 3}}, {29 * time.Millisecond, []uint32{2, 3}}, {30 * time.Millisecond, []uint32{1, 2, 3}}} {
+			time.Sleep(start.Add(step.at).Sub(time.Now()))
+			synctest.Wait()
+			var got []uint32
+			for _, id := range []uint32{1, 2, 3} {
+				if ended(id) {
+					got = append(got, id)
+				}
+			}
+			if !slices.Equal(got, step.want) {
+				t.Fatalf("at %v: ABANDONED %v, want %v (events %v)", step.at, got, step.want, c.snapshot())
+			}
+		}
+		for _, id := range []uint32{1, 2, 3} {
+			if got, want := c.of(id), []string{"PROCESSING " + u32s(id), "ABANDONED " + u32s(id)}; !slices.Equal(got, want) {
+				t.Fatalf("entity %d: %v, want %v", id, got, want)
+			}
+		}
+	})
+}
+
+func u32s(v uint32) string { return strconv.FormatUint(uint64(v), 10) }
