@@ -401,6 +401,9 @@ func (g *engine) admit(ctx context.Context, n uint64) (func(), error) {
 // release with g.budget.Release (no closure per entity).
 func (g *engine) admitted(ctx context.Context, n uint64) (int64, error) {
 	w := int64(min(n, uint64(g.lim.payloadBudget)))
+	if g.budget.TryAcquire(w) { // no wait: ctx's Done channel is not made
+		return w, nil
+	}
 	if err := g.budget.Acquire(ctx, w); err != nil {
 		return 0, context.Cause(ctx)
 	}
