@@ -200,7 +200,7 @@ func (sc *headerScan) header(b []byte) (*EntityHeader, bool) {
 	}
 	p := new(headerBox)
 	*p = sc.box
-	p.h.ContentType = string(sc.ct)
+	p.h.ContentType = internContentType(sc.ct)
 	p.h.Metadata = meta
 	if sc.seen&hkParentID != 0 {
 		p.h.ParentID = &p.parent
@@ -281,6 +281,23 @@ func internMeta(b []byte) string {
 		return "passthrough"
 	case "16384":
 		return "16384"
+	}
+	return string(b)
+}
+
+// internContentType returns the content types most entities and results
+// carry as constants (no allocation per header), and a new string for
+// anything else.
+func internContentType(b []byte) string {
+	switch string(b) { // compiled without converting b
+	case "":
+		return ""
+	case "application/octet-stream":
+		return "application/octet-stream"
+	case "text/plain":
+		return "text/plain"
+	case "application/json":
+		return "application/json"
 	}
 	return string(b)
 }
