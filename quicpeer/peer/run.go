@@ -296,28 +296,37 @@ func (g *engine) run(e *entity) result {
 			resume, yields = nil, 0
 			continue
 		}
-		// failure: decide per policy (docs/profile.md 5)
-		g.log.Info("entity attempt failed", "entity", e.id, "scope", e.scope, "attempt", e.attempts, "code", wire.CodeOf(err), "err", err)
-		p = g.waitPolicy(e)
-		if e.ended() {
-			return result{kind: resultCancelled}
+		res, again := g.failedAttempt(e, err)
+		if !again {
+			return res
 		}
-		switch {
-		case p.onFailure == wire.ActionRetry && g.neg.layer2 && e.attempts < p.maxRetries && !permanent(err):
-			if !g.retry(e, p) {
-				return result{kind: resultCancelled}
-			}
-			resume, yields = nil, 0
-		case p.onFailure == wire.ActionDefer && g.neg.layer2 && !permanent(err):
-			return g.deferEntity(e, 0)
-		default:
-			g.send(e, wire.StatusFailed, nil)
-			if p.onFailure == wire.ActionSkip {
-				return result{kind: resultSkipped}
-			}
-			return result{kind: resultFailed}
-		}
+		resume, yields = nil, 0
 	}
+}
+
+// failedAttempt decides what follows a failed attempt of e per its
+// policy (docs/profile.md 5): a retry (again = true, the next attempt has
+// begun), a deferral, or FAILED (SKIP excludes it from rehydration).
+func (g *engine) failedAttempt(e *entity, err error) (res result, again bool) {
+	g.log.Info("entity attempt failed", "entity", e.id, "scope", e.scope, "attempt", e.attempts, "code", wire.CodeOf(err), "err", err)
+	p := g.waitPolicy(e)
+	if e.ended() {
+		return result{kind: resultCancelled}, false
+	}
+	switch {
+	case p.onFailure == wire.ActionRetry && g.neg.layer2 && e.attempts < p.maxRetries && !permanent(err):
+		if !g.retry(e, p) {
+			return result{kind: resultCancelled}, false
+		}
+		return result{}, true
+	case p.onFailure == wire.ActionDefer && g.neg.layer2 && !permanent(err):
+		return g.deferEntity(e, 0), false
+	}
+	g.send(e, wire.StatusFailed, nil)
+	if p.onFailure == wire.ActionSkip {
+		return result{kind: resultSkipped}, false
+	}
+	return result{kind: resultFailed}, false
 }
 
 // retry reports FAILED, RETRYING, waits retry-delay-ms and starts the next

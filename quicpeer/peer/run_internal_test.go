@@ -39,7 +39,7 @@ func TestPolicyTimeoutsOnOneTimer(t *testing.T) {
 			want []uint32
 		}{{9 * time.Millisecond, nil}, {10 * time.Millisecond, []uint32{2}}, {19 * time.Millisecond, []uint32{2}},
 			{20 * time.Millisecond, []uint32{2, 3}}, {29 * time.Millisecond, []uint32{2, 3}}, {30 * time.Millisecond, []uint32{1, 2, 3}}} {
-			time.Sleep(start.Add(step.at).Sub(time.Now()))
+			time.Sleep(time.Until(start.Add(step.at)))
 			synctest.Wait()
 			var got []uint32
 			for _, id := range []uint32{1, 2, 3} {
