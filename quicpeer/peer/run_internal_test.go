@@ -102,3 +102,37 @@ func TestEntityFinishedLevels(t *testing.T) {
 		}
 	}
 }
+
+// A timeout that passes while a yielded entity waits to resume: with the
+// default policy (on-timeout FAIL: nothing follows a timeout but a
+// terminal status) the attempt shares the entity's context, so the
+// timeout ends the wait and the entity goes YIELDED -> ABANDONED at its
+// deadline (a valid transition, draft-02 Section 6.2.3). With on-timeout
+// RETRY the attempt has a context of its own and the retry follows as
+// before: the wait ends at the resume delay, then FAILED, RETRYING and a
+// new attempt.
+func TestTimeoutWhileYielded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g, c := newPlainRig(t)
+		ms := uint32(yieldResumeDelay.Milliseconds() / 2)
+		h := &wire.EntityHeader{EntityID: 1, ContentType: "text/plain", CompletionPolicy: &wire.CompletionPolicy{TimeoutMs: &ms},
+			Metadata: map[string]string{MetaProcessor: "fault", MetaFault: FaultYield}}
+		start := time.Now()
+		plainEntityTo(g, h, "yields")
+		if got, want := c.of(1), []string{"PROCESSING 1", "YIELDED 1", "ABANDONED 1"}; !slices.Equal(got, want) {
+			t.Fatalf("statuses %v, want %v", got, want)
+		}
+		if took := time.Since(start); took != time.Duration(ms)*time.Millisecond {
+			t.Fatalf("ABANDONED after %v, want at the %d ms deadline", took, ms)
+		}
+
+		retry, one, delay := wire.ActionRetry, uint32(1), uint32(0)
+		h = &wire.EntityHeader{EntityID: 2, ContentType: "text/plain", Metadata: map[string]string{MetaProcessor: "fault", MetaFault: FaultYield},
+			CompletionPolicy: &wire.CompletionPolicy{TimeoutMs: &ms, OnTimeout: &retry, MaxRetries: &one, RetryDelayMs: &delay}}
+		plainEntityTo(g, h, "yields")
+		got := c.of(2)
+		if want := []string{"PROCESSING 2", "YIELDED 2", "PROCESSING 2", "FAILED 2", "RETRYING 2", "PROCESSING 2"}; len(got) < len(want) || !slices.Equal(got[:len(want)], want) {
+			t.Fatalf("statuses with on-timeout RETRY %v, want them to start %v", got, want)
+		}
+	})
+}
