@@ -2,9 +2,16 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
 )
@@ -233,4 +240,99 @@ func TestEmbeddedPeerTransports(t *testing.T) {
 			restPassthroughIdentical(t, g)
 		})
 	}
+}
+
+var uploadSeed = flag.Uint64("upload.seed", 0, "TestRESTUploadsConcurrentExact: seed of the sizes and contents (0: from the clock)")
+
+// TestRESTUploadsConcurrentExact: raw-body uploads run in the gateway's
+// process and reuse their chunk buffers (gateway/localupload.go); many at
+// once, of seeded sizes around the 256 KiB chunk's edges, each document
+// must be accepted with exactly its bytes (size and SHA-256) and its
+// passthrough result must be those bytes. A buffer handed to the next
+// read while the bridge still held it would mix documents' bytes.
+func TestRESTUploadsConcurrentExact(t *testing.T) {
+	g := shared(t)
+	seed := *uploadSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("seed %d (replay: -args -upload.seed=%d)", seed, seed)
+	r := rand.New(rand.NewPCG(seed, 1))
+	const chunk = 256 << 10
+	edges := []int{1, chunk - 1, chunk, chunk + 1, 3 * chunk, 3*chunk + 7}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := range 8 { // --max-uploads-per-tenant's default
+		n := edges[r.IntN(len(edges))] + r.IntN(2)*r.IntN(chunk)
+		in := binaryData(n, seed+uint64(i))
+		wg.Go(func() { errs <- uploadExact(g, in) })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("seed %d: %v", seed, err)
+		}
+	}
+}
+
+// uploadExact uploads in through POST /v1/documents:upload, split into
+// passthrough chunks, and checks the accepted document, its end and its
+// result. It returns its finding (it runs on goroutines the test started).
+func uploadExact(g *gatewayProc, in []byte) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	q := "?contentType=application/octet-stream&split.strategy=SPLIT_FIXED_BYTES&split.chunkBytes=100000&split.processor=passthrough"
+	code, body, err := doJSON(ctx, "POST", g.baseURL()+"/v1/documents:upload"+q, in, "application/octet-stream")
+	if err != nil || code != 200 {
+		return fmt.Errorf("upload of %d bytes: HTTP %d %.300s %v", len(in), code, body, err)
+	}
+	var d struct {
+		ID        string `json:"id"`
+		SizeBytes string `json:"sizeBytes"`
+		Checksum  string `json:"checksum"`
+	}
+	if err := json.Unmarshal(body, &d); err != nil {
+		return err
+	}
+	if d.SizeBytes != strconv.Itoa(len(in)) || d.Checksum != sha256Hex(in) {
+		return fmt.Errorf("accepted %s: sizeBytes %q checksum %s, want %d %s", d.ID, d.SizeBytes, d.Checksum, len(in), sha256Hex(in))
+	}
+	if err := watchEndsSucceeded(ctx, g, d.ID); err != nil {
+		return fmt.Errorf("document of %d bytes: %w", len(in), err)
+	}
+	code, out, err := doJSON(ctx, "GET", g.baseURL()+"/v1/documents/"+d.ID+"/result", nil, "")
+	if err != nil || code != 200 {
+		return fmt.Errorf("result %s: HTTP %d %v", d.ID, code, err)
+	}
+	if !bytes.Equal(out, in) {
+		return fmt.Errorf("result of %s: %d bytes sha256 %s, want the %d input bytes sha256 %s", d.ID, len(out), sha256Hex(out), len(in), sha256Hex(in))
+	}
+	return nil
+}
+
+// watchEndsSucceeded reads GET /v1/documents/{id}:watch (NDJSON, ending
+// at the document's end) and checks that its last update is SUCCEEDED.
+func watchEndsSucceeded(ctx context.Context, g *gatewayProc, id string) error {
+	code, body, err := doJSON(ctx, "GET", g.baseURL()+"/v1/documents/"+id+":watch", nil, "")
+	if err != nil || code != 200 {
+		return fmt.Errorf("watch %s: HTTP %d %.300s %v", id, code, body, err)
+	}
+	lines := scanLines(body)
+	if len(lines) == 0 {
+		return fmt.Errorf("watch %s: empty stream", id)
+	}
+	var last struct {
+		Result struct {
+			Document struct{ State, Error string }
+		}
+		Error json.RawMessage
+	}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil || last.Error != nil {
+		return fmt.Errorf("watch %s: last line %.300s (%v)", id, lines[len(lines)-1], err)
+	}
+	if st := last.Result.Document; st.State != "SUCCEEDED" {
+		return fmt.Errorf("%s ended %s (%s), want SUCCEEDED", id, st.State, st.Error)
+	}
+	return nil
 }

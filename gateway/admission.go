@@ -294,9 +294,42 @@ type rateReader struct {
 	start   time.Time
 	n       int64
 	slow    bool // the last deadline was the rate's, not idle's
+
+	// mu orders stop with the deadline a Read sets: once stop returned, no
+	// Read sets a later deadline, so a Read in progress returns at once
+	// and every later one fails with errBodyStopped.
+	mu      sync.Mutex
+	stopped bool
+}
+
+// errBodyStopped is what a rateReader's Read returns after stop.
+var errBodyStopped = errors.New("gateway: the upload body's read was stopped")
+
+// stop makes a Read in progress return now and every later Read fail
+// (shutdown cutting uploads; the handler of a local upload returning).
+func (rr *rateReader) stop() {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	rr.stopped = true
+	_ = rr.rc.SetReadDeadline(time.Now())
 }
 
 func (rr *rateReader) Read(p []byte) (int, error) {
+	if err := rr.setDeadline(); err != nil {
+		return 0, err
+	}
+	n, err := rr.r.Read(p)
+	rr.n += int64(n)
+	return n, err
+}
+
+// setDeadline sets the read deadline of the next Read, unless stopped.
+func (rr *rateReader) setDeadline() error {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	if rr.stopped {
+		return errBodyStopped
+	}
 	now := time.Now()
 	if rr.start.IsZero() {
 		rr.start = now
@@ -312,9 +345,7 @@ func (rr *rateReader) Read(p []byte) (int, error) {
 		}
 	}
 	_ = rr.rc.SetReadDeadline(dl)
-	n, err := rr.r.Read(p)
-	rr.n += int64(n)
-	return n, err
+	return nil
 }
 
 // rateGrace is how long an upload runs before the minimum rate applies:

@@ -67,7 +67,11 @@ func (d *documentService) UploadDocument(stream grpc.ClientStreamingServer[gatew
 	if err := d.s.admitDocument(); err != nil {
 		return err
 	}
-	in := newIdleReceiver(stream, d.s.cfg.UploadIdleTimeout)
+	idle := d.s.cfg.UploadIdleTimeout
+	if isLocalStream(ctx) {
+		idle = 0 // the REST route's read deadline cuts a stalled body (localupload.go)
+	}
+	in := newIdleReceiver(stream, idle)
 	defer in.stop()
 	first, err := in.next()
 	if errors.Is(err, io.EOF) {
@@ -99,7 +103,9 @@ func (d *documentService) UploadDocument(stream grpc.ClientStreamingServer[gatew
 					pw.CloseWithError(diskFullError(err.Error()))
 					return
 				}
-				if _, err := pw.Write(c); err != nil {
+				_, err := pw.Write(c) // returns once the bridge copied all of c
+				releaseChunk(ctx, c)
+				if err != nil {
 					return // reader gone: bridge.Upload returned
 				}
 			}
@@ -152,7 +158,10 @@ type recvResult struct {
 }
 
 func newIdleReceiver(stream grpc.ClientStreamingServer[gatewayv1.UploadDocumentRequest, gatewayv1.Document], idle time.Duration) *idleReceiver {
-	r := &idleReceiver{msgs: make(chan recvResult), done: make(chan struct{}), idle: idle, timer: time.NewTimer(idle)}
+	r := &idleReceiver{msgs: make(chan recvResult), done: make(chan struct{}), idle: idle}
+	if idle > 0 {
+		r.timer = time.NewTimer(idle)
+	}
 	go func() {
 		for {
 			m, err := stream.Recv()
@@ -170,13 +179,17 @@ func newIdleReceiver(stream grpc.ClientStreamingServer[gatewayv1.UploadDocumentR
 }
 
 // next returns the next message, io.EOF at the end, or UPLOAD_STALLED when
-// none arrived within idle.
+// none arrived within idle (never with idle 0).
 func (r *idleReceiver) next() (*gatewayv1.UploadDocumentRequest, error) {
-	r.timer.Reset(r.idle)
+	var expired <-chan time.Time
+	if r.timer != nil {
+		r.timer.Reset(r.idle)
+		expired = r.timer.C
+	}
 	select {
 	case res := <-r.msgs:
 		return res.m, res.err
-	case <-r.timer.C:
+	case <-expired:
 		r.timedOut.Store(true)
 		return nil, uploadStalled(r.idle)
 	case <-r.done:

@@ -83,6 +83,9 @@ func (f *fakeBridge) Upload(ctx context.Context, _ bridge.Tenant, opts *gatewayv
 	buf := make([]byte, 1<<20)
 	for {
 		n, err := r.Read(buf)
+		if n > 0 && opts.GetRequestId() == "refuse-after-first-read" {
+			return nil, fmt.Errorf("the content is refused after its first %d bytes: %w", n, bridge.ErrInvalid)
+		}
 		if n > 0 {
 			f.uploadOnce.Do(func() { close(f.uploadStarted) })
 			f.uploadBytes.Add(int64(n))

@@ -24,8 +24,9 @@ import (
 // connection's 1,024 streams (issue 22). grpc-gateway's own in-process
 // handlers (RegisterXxxHandlerServer) skip the interceptors and do not
 // stream; this keeps the generated client handlers and swaps their
-// connection. Streams (watch, subscribe, upload, WebSocket) still go over
-// the loopback connections of connPool.
+// connection. Event subscriptions (localstream.go) and the raw-body upload
+// (localupload.go) run in-process through the stream chain; the other
+// streams (watch) go over the loopback connections of connPool.
 type inprocConn struct {
 	methods map[string]inprocMethod // full method name -> handler
 	chain   grpc.UnaryServerInterceptor

@@ -10,9 +10,10 @@ import (
 	"github.com/pipestream/gateway/bridge"
 )
 
-// connPool is the REST proxy's view of the gRPC listener for streams
-// (watch, subscribe, upload, WebSocket; unary calls run in-process,
-// inproc.go). Every tenant gets its own connection (a lane), dialed on
+// connPool is the REST proxy's view of the gRPC listener for the streams
+// that do not run in-process (watch; unary calls, event subscriptions and
+// the raw-body upload run in-process: inproc.go, localstream.go,
+// localupload.go). Every tenant gets its own connection (a lane), dialed on
 // its first stream and closed by gRPC's idle mode after proxyLaneIdle
 // without calls: a tenant's streams can wait only for slots and
 // flow-control windows of its own lane, never for another tenant's, so

@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"os"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -22,9 +20,9 @@ import (
 const uploadMethod = "/pipestream.gateway.v1.DocumentService/UploadDocument"
 
 // handleUpload serves POST /v1/documents:upload: the raw request body is the
-// document, streamed in uploadChunkBytes messages into the UploadDocument
-// client stream over the REST proxy's gRPC connection (so the interceptor
-// chain, auth included, applies). Options come from query parameters; see
+// document, read in uploadChunkBytes pieces by the UploadDocument handler
+// run in this process through the stream interceptor chain (auth
+// included; localupload.go). Options come from query parameters; see
 // parseUploadOptions. A body above Config.MaxUploadBytes answers 413.
 func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
 	_, outbound := runtime.MarshalerForRequest(s.gwMux, r)
@@ -67,74 +65,57 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx = metadata.AppendToOutgoingContext(ctx, admittedHeader, s.admitNonce)
-	var header, trailer metadata.MD
-	stream, err := gatewayv1.NewDocumentServiceClient(s.conn).UploadDocument(ctx, grpc.Header(&header), grpc.Trailer(&trailer))
-	if err != nil {
-		runtime.HTTPError(ctx, s.gwMux, outbound, w, r, err)
-		return
-	}
-	fail := func(err error) {
-		ctx := runtime.NewServerMetadataContext(ctx, runtime.ServerMetadata{HeaderMD: header, TrailerMD: trailer})
-		runtime.HTTPError(ctx, s.gwMux, outbound, w, r, err)
-	}
-
-	sendErr := stream.Send(&gatewayv1.UploadDocumentRequest{Options: opts})
 	body := &rateReader{r: http.MaxBytesReader(w, r.Body, limit), rc: http.NewResponseController(w),
 		idle: s.cfg.UploadIdleTimeout, grace: s.rateGrace(), minRate: s.cfg.MinBodyRate}
-	// Shutdown cutting uploads stops the body read at once (the gRPC
-	// handler ends the stream with the same status).
-	stopCut := context.AfterFunc(s.uploadsCut, func() { _ = body.rc.SetReadDeadline(time.Now()) })
+	// Shutdown cutting uploads stops the body read at once (the handler
+	// ends the upload with the same status).
+	stopCut := context.AfterFunc(s.uploadsCut, body.stop)
 	defer stopCut()
-	buf := make([]byte, uploadChunkBytes)
-	for sendErr == nil {
-		n, rerr := io.ReadFull(body, buf)
-		if n > 0 {
-			// SendMsg serializes before returning, so buf is reusable.
-			sendErr = stream.Send(&gatewayv1.UploadDocumentRequest{Chunk: buf[:n]})
-		}
-		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
-			break
-		}
-		if rerr != nil {
-			cancel() // abort the gRPC stream; the bridge discards the partial upload
-			if s.uploadWasCut() {
-				w.Header().Set("Connection", "close")
-				runtime.HTTPError(r.Context(), s.gwMux, outbound, w, r, shutdownUploadError(body.n))
-				return
-			}
-			var tooBig *http.MaxBytesError
-			if errors.As(rerr, &tooBig) {
-				s.writeStatus(w, r, http.StatusRequestEntityTooLarge, tooLarge(limit))
-				return
-			}
-			if errors.Is(rerr, os.ErrDeadlineExceeded) {
-				s.log.Warn("upload body stalled or too slow; cut", "idle_timeout", s.cfg.UploadIdleTimeout,
-					"min_body_rate", s.cfg.MinBodyRate, "bytes", body.n, "remote", r.RemoteAddr, "request_id", httpRequestID(r))
-				w.Header().Set("Connection", "close")
-				cause := uploadStalled(s.cfg.UploadIdleTimeout)
-				if body.slow {
-					cause = uploadTooSlow(s.cfg.MinBodyRate, s.rateGrace())
-				}
-				s.writeStatus(w, r, http.StatusRequestTimeout, cause)
-				return
-			}
-			fail(status.Errorf(codes.InvalidArgument, "reading the request body failed: %v; resend the upload", rerr))
-			return
-		}
-	}
-	// The body is read: clear the idle deadline so that it cannot fire
-	// while the bridge finishes (the HTTP/1 server's background read would
-	// take it for a dead client and cancel the request).
-	_ = body.rc.SetReadDeadline(time.Time{})
-	// io.EOF from Send means the server ended the stream; CloseAndRecv
-	// returns its status.
-	doc, err := stream.CloseAndRecv()
-	if err != nil {
-		fail(err)
+	// The body read to its end: clear the idle deadline so that it cannot
+	// fire while the bridge finishes (the HTTP/1 server's background read
+	// would take it for a dead client and cancel the request).
+	clearDeadline := func() { _ = body.rc.SetReadDeadline(time.Time{}) }
+	ls := &localUploadStream{opts: opts, body: body, bodyDone: clearDeadline}
+	doc, err, bodyErr := s.uploadLocal(ctx, ls, body.stop)
+	if bodyErr != nil {
+		s.answerBodyError(w, r, outbound, body, bodyErr, limit)
 		return
 	}
-	ctx = runtime.NewServerMetadataContext(ctx, runtime.ServerMetadata{HeaderMD: header, TrailerMD: trailer})
+	clearDeadline()
+	ctx = runtime.NewServerMetadataContext(ctx, runtime.ServerMetadata{HeaderMD: ls.header, TrailerMD: ls.trailer})
+	if err != nil {
+		runtime.HTTPError(ctx, s.gwMux, outbound, w, r, err)
+		return
+	}
 	runtime.ForwardResponseMessage(ctx, s.gwMux, outbound, w, r, doc)
+}
+
+// answerBodyError answers an upload whose body could not be read: cut by
+// shutdown, above the limit (413), stalled or too slow (408), or broken.
+func (s *Server) answerBodyError(w http.ResponseWriter, r *http.Request, outbound runtime.Marshaler, body *rateReader, err error, limit int64) {
+	if s.uploadWasCut() {
+		w.Header().Set("Connection", "close")
+		runtime.HTTPError(r.Context(), s.gwMux, outbound, w, r, shutdownUploadError(body.n))
+		return
+	}
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		s.writeStatus(w, r, http.StatusRequestEntityTooLarge, tooLarge(limit))
+		return
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		s.log.Warn("upload body stalled or too slow; cut", "idle_timeout", s.cfg.UploadIdleTimeout,
+			"min_body_rate", s.cfg.MinBodyRate, "bytes", body.n, "remote", r.RemoteAddr, "request_id", httpRequestID(r))
+		w.Header().Set("Connection", "close")
+		cause := uploadStalled(s.cfg.UploadIdleTimeout)
+		if body.slow {
+			cause = uploadTooSlow(s.cfg.MinBodyRate, s.rateGrace())
+		}
+		s.writeStatus(w, r, http.StatusRequestTimeout, cause)
+		return
+	}
+	runtime.HTTPError(r.Context(), s.gwMux, outbound, w, r,
+		status.Errorf(codes.InvalidArgument, "reading the request body failed: %v; resend the upload", err))
 }
 
 // uploadStalled is the error of an upload whose body stopped arriving.

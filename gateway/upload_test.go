@@ -1,10 +1,13 @@
 package gateway_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -192,5 +195,32 @@ func TestGRPCUpload(t *testing.T) {
 	_, err = up.CloseAndRecv()
 	if status.Code(err) != codes.InvalidArgument {
 		t.Errorf("empty upload stream: %v, want InvalidArgument", err)
+	}
+}
+
+// TestRESTUploadBridgeRefusesMidBody: the bridge refuses an upload after
+// its first bytes while the client still owes the rest and sends
+// nothing. The REST route answers the bridge's error at once: the
+// handler's read of the body, blocked on the silent client, is stopped
+// (gateway/localupload.go finish), not waited for until the idle timeout
+// (an hour here), and the stop is not taken for a stalled body (408).
+func TestRESTUploadBridgeRefusesMidBody(t *testing.T) {
+	h := start(t, func(c *gateway.Config) { c.UploadIdleTimeout = time.Hour })
+	conn, err := net.Dial("tcp", h.srv.HTTPAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	part := strings.Repeat("x", 300<<10) // more than one 256 KiB chunk
+	fmt.Fprintf(conn, "POST /v1/documents:upload?requestId=refuse-after-first-read HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\nContent-Length: 1000000\r\n\r\n%s", part)
+	_ = conn.SetReadDeadline(time.Now().Add(60 * time.Second)) // the test's guard; the answer comes at once
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer while the client owes the rest of its body: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 400 || !strings.Contains(string(body), "refused after its first") {
+		t.Errorf("HTTP %d %s, want 400 with the bridge's reason", resp.StatusCode, body)
 	}
 }

@@ -128,6 +128,9 @@ func (cfg *Config) connectPeer() (stop func(), err error) {
 	b, log := &cfg.Bridge, cfg.Logger
 	addrs, cas, names := cfg.peerLists()
 	if len(addrs) > 0 {
+		if cfg.EmbeddedPeer != "" {
+			return nil, fmt.Errorf("--embedded-peer-transport %s applies to the embedded peer, which --peer replaces: drop one of the two", cfg.EmbeddedPeer)
+		}
 		specs, err := MatchPeers(addrs, cas, names)
 		if err == nil {
 			err = MatchFramings(specs, cfg.PeerFramings)

@@ -63,7 +63,8 @@ type Config struct {
 	PprofAddr      string // --pprof-addr: loopback address for net/http/pprof (empty: off)
 	// EmbeddedPeer is --embedded-peer-transport: how the bridge reaches
 	// the embedded peer, "inproc" (the default when empty: quicpeer's
-	// in-process transport) or "quic" (loopback UDP, pinned certificate).
+	// in-process transport) or "quic" (loopback UDP, pinned certificate);
+	// set with external peers (--peer), Run refuses the configuration.
 	EmbeddedPeer string
 
 	// ShutdownTimeout bounds the graceful drain of the listeners and the

@@ -105,6 +105,9 @@ func TestRunRefusesBadConfig(t *testing.T) {
 	}{
 		{"peer without CA", func(c *serve.Config) { c.Bridge.PeerAddr = "127.0.0.1:1" }, "--peer needs --peer-ca"},
 		{"CA without peer", func(c *serve.Config) { c.PeerCAFile = "ca.pem" }, "need --peer"},
+		{"embedded transport with peer", func(c *serve.Config) {
+			c.Bridge.PeerAddr, c.PeerCAFile, c.EmbeddedPeer = "127.0.0.1:1", "ca.pem", "quic"
+		}, "--embedded-peer-transport quic applies to the embedded peer"},
 		{"cert without key", func(c *serve.Config) { c.PeerCertFile = "c.pem" }, "--peer-cert and --peer-key"},
 		{"missing token file", func(c *serve.Config) { c.AuthTokensFile = "/nonexistent/tokens" }, "--auth-tokens"},
 		{"exposed without auth", func(c *serve.Config) { c.Gateway.HTTPAddr = "0.0.0.0:0" }, "auth"},
