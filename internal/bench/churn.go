@@ -74,7 +74,8 @@ func (b *runner) churn(ctx context.Context) error {
 			err  error
 		)
 		cpu0 := processCPU()
-		// The label lets a --cpuprofile be read per row: -tagfocus row=peer.
+		// The label lets a --cpuprofile be read per row: -tagfocus 'row=^peer$'
+		// (a regular expression: row=peer alone also matches peer-stream).
 		pprof.Do(ctx, pprof.Labels("row", row.label), func(ctx context.Context) {
 			cnt, secs, err = row.run(ctx, int(n), conc, d)
 		})
