@@ -76,7 +76,7 @@ func checkBenchResults(t *testing.T, results []bench.Result) {
 		}
 		byPhase[r.Phase] = append(byPhase[r.Phase], r)
 	}
-	want := map[string]int{"bulk": 5, "small": 5, "churn": 5, "control": 1, "fanout": 1, "store": 0}
+	want := map[string]int{"bulk": 5, "small": 5, "churn": 6, "control": 1, "fanout": 1, "store": 0}
 	for p, n := range want {
 		if len(byPhase[p]) != n {
 			t.Errorf("phase %s: %d results, want %d", p, len(byPhase[p]), n)

@@ -53,7 +53,12 @@ func (b *runner) churn(ctx context.Context) error {
 		{"raw-echo", "raw quic-go request/response (a stream each way)", true, "the payload back on a stream the server opens: the floor of a whole document", func(ctx context.Context, size, conc int, d time.Duration) (int64, float64, error) {
 			return rawChurn(ctx, size, conc, d, true)
 		}},
-		{"session", "quicpeer entity -> COMPLETE (session)", false, "entity stream with header and checksum, STATUS back; no processing", sessionChurn},
+		{"session", "quicpeer entity -> COMPLETE (session)", false, "entity stream with header and checksum, STATUS back; no processing", func(ctx context.Context, size, conc int, d time.Duration) (int64, float64, error) {
+			return sessionChurn(ctx, size, conc, d, false)
+		}},
+		{"session-inline", "quicpeer entity -> COMPLETE with the payload inline (session)", false, "the same, the payload back in COMPLETE as an inline result (header, SHA-256) that the client verifies: a whole document's wire work without the peer", func(ctx context.Context, size, conc int, d time.Duration) (int64, float64, error) {
+			return sessionChurn(ctx, size, conc, d, true)
+		}},
 		{"peer", "quicpeer whole document -> COMPLETE (peer)", false, "includes the peer's processing; the result inline in COMPLETE (docs/profile.md 4.3.2)", func(ctx context.Context, size, conc int, d time.Duration) (int64, float64, error) {
 			return peerChurn(ctx, size, conc, d, true)
 		}},
@@ -69,7 +74,8 @@ func (b *runner) churn(ctx context.Context) error {
 			err  error
 		)
 		cpu0 := processCPU()
-		// The label lets a --cpuprofile be read per row: -tagfocus row=peer.
+		// The label lets a --cpuprofile be read per row: -tagfocus 'row=^peer$'
+		// (a regular expression: row=peer alone also matches peer-stream).
 		pprof.Do(ctx, pprof.Labels("row", row.label), func(ctx context.Context) {
 			cnt, secs, err = row.run(ctx, int(n), conc, d)
 		})
@@ -201,31 +207,59 @@ func rawChurn(ctx context.Context, size, conc int, d time.Duration, echo bool) (
 // churnServer is the session-level churn's receiver: it reads each
 // entity's payload through the session's checksum-verifying reader and
 // answers PROCESSING then COMPLETE (FAILED when the payload does not
-// verify). No processor, no result stream.
-type churnServer struct{ churnClient }
+// verify). No processor, no result stream. With inline set, COMPLETE
+// carries the payload back as an inline result (docs/profile.md 4.3.2:
+// result header with SHA-256, then the payload), as the peer's does.
+type churnServer struct {
+	churnClient
+	inline bool
+}
 
-func (*churnServer) HandleEntity(s *quicpeer.Session, e *quicpeer.IncomingEntity) {
+func (c *churnServer) HandleEntity(s *quicpeer.Session, e *quicpeer.IncomingEntity) {
 	st := wire.StatusComplete
-	if _, err := io.Copy(io.Discard, e.Payload); err != nil {
+	var ext []byte
+	if c.inline {
+		payload := make([]byte, min(e.Header.PayloadLength, inlineOffer))
+		_, err := io.ReadFull(e.Payload, payload)
+		if err == nil {
+			_, err = io.Copy(io.Discard, e.Payload) // EOF: length and checksum verified
+		}
+		if err == nil {
+			sum := sha256.Sum256(payload)
+			h := &wire.EntityHeader{EntityID: e.Header.EntityID, ContentType: "application/octet-stream", PayloadLength: uint64(len(payload)),
+				Checksum: sum[:], Metadata: resultMeta}
+			ext, err = wire.AppendInlineResultExt(nil, wire.CodecFor(s.Negotiated().Format), h, payload)
+		}
+		if err != nil {
+			st, ext = wire.StatusFailed, nil
+		}
+	} else if _, err := io.Copy(io.Discard, e.Payload); err != nil {
 		st = wire.StatusFailed
 	}
 	_ = s.SendStatus(wire.StatusFrame{Status: wire.StatusProcessing, EntityID: e.Header.EntityID})
-	_ = s.SendStatus(wire.StatusFrame{Status: st, EntityID: e.Header.EntityID})
+	_ = s.SendStatus(wire.StatusFrame{Status: st, EntityID: e.Header.EntityID, HasExt: ext != nil, Ext: ext})
 }
+
+// resultMeta is the inline result's metadata in the session-level rows,
+// as the peer's results carry it.
+var resultMeta = map[string]string{peer.MetaRole: "result"}
 
 // sessionChurn measures PipeStream entities at the session level: the
 // client sends whole entities of size octets (AssignID, header with
 // checksum, payload, FIN) over one quicpeer connection, the server
 // verifies each and answers COMPLETE; the clock stops when every COMPLETE
 // is in. This is the protocol's own cost per entity, the same work as the
-// raw baseline's stream plus header, checksum and STATUS frames.
-func sessionChurn(ctx context.Context, size, conc int, d time.Duration) (int64, float64, error) {
+// raw baseline's stream plus header, checksum and STATUS frames. With
+// inline, the payload comes back in COMPLETE (churnServer) and the client
+// verifies it: what a whole document with an inline result costs on the
+// wire, without the peer's processing (its envelope, bookkeeping).
+func sessionChurn(ctx context.Context, size, conc int, d time.Duration, inline bool) (int64, float64, error) {
 	cert, pemCert, err := quicpeer.SelfSignedCert()
 	if err != nil {
 		return 0, 0, err
 	}
 	offer := peer.DefaultOffer(false)
-	ln, err := quicpeer.Listen("127.0.0.1:0", quicpeer.Config{TLS: quicpeer.ServerTLS(cert), Offer: offer, Handler: &churnServer{}, Logger: quiet})
+	ln, err := quicpeer.Listen("127.0.0.1:0", quicpeer.Config{TLS: quicpeer.ServerTLS(cert), Offer: offer, Handler: &churnServer{inline: inline}, Logger: quiet})
 	if err != nil {
 		return 0, 0, err
 	}
@@ -241,7 +275,11 @@ func sessionChurn(ctx context.Context, size, conc int, d time.Duration) (int64, 
 		return 0, 0, err
 	}
 	h := &churnClient{f: newInflight(conc)}
-	s, err := quicpeer.Dial(ctx, ln.Addr().String(), quicpeer.Config{TLS: tc, Offer: offer, Handler: h, Logger: quiet})
+	cfg := quicpeer.Config{TLS: tc, Offer: offer, Handler: h, Logger: quiet}
+	if inline {
+		cfg.Limits.InlineResultBytes = inlineOffer
+	}
+	s, err := quicpeer.Dial(ctx, ln.Addr().String(), cfg)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -254,6 +292,9 @@ func sessionChurn(ctx context.Context, size, conc int, d time.Duration) (int64, 
 		case <-time.After(stopTimeout):
 		}
 	}()
+	if inline {
+		h.codec = wire.CodecFor(s.Negotiated().Format)
+	}
 	payload := patternBlock[:size]
 	sum := sha256.Sum256(payload)
 	cnt, secs, err := runInflight(ctx, conc, d, h.f, func(ctx context.Context) error {
@@ -263,8 +304,12 @@ func sessionChurn(ctx context.Context, size, conc int, d time.Duration) (int64, 
 		}
 		return s.SendEntity(ctx, &wire.EntityHeader{EntityID: id, ContentType: "application/octet-stream", PayloadLength: uint64(size), Checksum: sum[:]}, bytes.NewReader(payload))
 	})
-	if err == nil && h.failed.Load() > 0 {
-		err = fmt.Errorf("%d entities did not complete", h.failed.Load())
+	switch {
+	case err != nil:
+	case h.failed.Load() > 0:
+		err = fmt.Errorf("%d entities did not complete (or their inline result did not verify)", h.failed.Load())
+	case inline && h.inlined.Load() != cnt:
+		err = fmt.Errorf("%d of %d results came inline; want all", h.inlined.Load(), cnt)
 	}
 	return cnt, secs, err
 }

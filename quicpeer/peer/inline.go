@@ -25,9 +25,18 @@ import (
 // metadata is an open map) and sends a result stream.
 const MetaAcceptInlineResult = "pipestream.accept-inline-result"
 
-// inlineBufs pools the extension buffers of inline results: SendStatus
-// copies the frame out before it returns.
-var inlineBufs = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
+// inlineScratch is what completeInline needs per result: the extension
+// buffer, the result header and its scope-id and checksum. Pooled:
+// SendStatus copies the frame out before it returns, and nothing keeps
+// the header.
+type inlineScratch struct {
+	buf   []byte
+	h     wire.EntityHeader
+	scope uint32
+	sum   [sha256.Size]byte
+}
+
+var inlineScratches = sync.Pool{New: func() any { return &inlineScratch{buf: make([]byte, 0, 2048)} }}
 
 // inlineOffer is the extension size e's sender takes an inline result
 // of (0: none): a profile connection and the offer on e's header.
@@ -54,16 +63,17 @@ func (g *engine) completeInline(e *entity, out *Output, docID string) bool {
 	if offer == 0 || len(out.Data) >= offer {
 		return false
 	}
-	sum := sha256.Sum256(out.Data)
-	h := resultHeader(e.id, out.ContentType, out.Layer, uint64(len(out.Data)), sum[:], nil)
-	bp := inlineBufs.Get().(*[]byte)
+	sc := inlineScratches.Get().(*inlineScratch)
 	defer func() {
-		if cap(*bp) <= 64<<10 {
-			inlineBufs.Put(bp)
+		sc.h = wire.EntityHeader{} // no references kept in the pool
+		if cap(sc.buf) <= 64<<10 {
+			inlineScratches.Put(sc)
 		}
 	}()
-	ext, err := wire.AppendInlineResultExt((*bp)[:0], wire.CodecFor(g.neg.format), h, out.Data)
-	*bp = ext
+	sc.sum = sha256.Sum256(out.Data)
+	fillResultHeader(&sc.h, &sc.scope, e.id, out.ContentType, out.Layer, uint64(len(out.Data)), sc.sum[:], nil)
+	ext, err := wire.AppendInlineResultExt(sc.buf[:0], wire.CodecFor(g.neg.format), &sc.h, out.Data)
+	sc.buf = ext
 	if err != nil || len(ext) > offer {
 		return false
 	}

@@ -67,3 +67,45 @@ func TestInlineResultOnlyWhenOffered(t *testing.T) {
 		}
 	})
 }
+
+// Whole documents' blobs are read into recycled buffers and decoded
+// without a copy (the blob aliases the buffer): a buffer must not go back
+// to the pool, and be filled with the next document, before its entity's
+// result is sent. Many small documents of distinct content in flight at
+// once, inline and on result streams, each get exactly their own content
+// back.
+func TestWholeResultsKeepTheirOwnContent(t *testing.T) {
+	modes(t, func(t *testing.T, format wire.Format) {
+		srv := startPeer(t, peer.Options{})
+		const offer, n = 16 << 10, 120
+		c := dialWith(t, srv, format, nil, func(c *quicpeer.Config) { c.Profile, c.Limits.InlineResultBytes = true, offer })
+		offered := map[string]string{peer.MetaAcceptInlineResult: strconv.Itoa(offer)}
+		want := map[uint32]string{}
+		inline := map[uint32]bool{}
+		for i := range n {
+			content := strings.Repeat(strconv.Itoa(i)+"-", 200+i)
+			md := offered
+			if i%3 == 0 {
+				md = nil // a result stream
+			}
+			id := c.sendWhole(t, content, md, nil)
+			want[id], inline[id] = content, md != nil
+		}
+		for id, content := range want {
+			f := c.rec.waitStatus(t, id, wire.StatusComplete)
+			var got []byte
+			if inline[id] {
+				_, p, err := f.InlineResult(wire.CodecFor(format), offer)
+				if err != nil {
+					t.Fatalf("entity %d: inline result: %v", id, err)
+				}
+				got = p
+			} else {
+				got = c.rec.waitResult(t, id).data
+			}
+			if string(got) != content {
+				t.Fatalf("entity %d: result %.40q... (%d octets), want its own content %.40q... (%d octets)", id, got, len(got), content, len(content))
+			}
+		}
+	})
+}

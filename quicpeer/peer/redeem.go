@@ -47,7 +47,8 @@ func (g *engine) redeem(h *wire.EntityHeader, payload io.Reader, abort func(wire
 		return
 	}
 	if d == nil {
-		defer g.track(e)()
+		g.track(e)
+		defer g.untrack(e)
 	}
 	if !g.send(e, wire.StatusProcessing, nil) {
 		return

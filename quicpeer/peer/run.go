@@ -71,13 +71,23 @@ func (g *engine) rootMetaOf(e *entity) map[string]string {
 
 // beginAttempt starts an attempt of e: a fresh attempt context (child of
 // e.ctx) and the completion-policy timeout, measured from the attempt's
-// first PROCESSING (for the first attempt, from the entity's).
-func (g *engine) beginAttempt(e *entity, timeout time.Duration, first bool) {
+// first PROCESSING (for the first attempt, from the entity's). With
+// shared, the first attempt runs on e.ctx itself (one context per entity
+// instead of two): only when nothing but a terminal status can follow its
+// timeout, its failure or a yield (singleAttempt), so the timeout may end
+// e.ctx; ended tells that from the entity's own end.
+func (g *engine) beginAttempt(e *entity, timeout time.Duration, first, shared bool) {
 	e.mu.Lock()
-	if e.acancel != nil {
-		e.acancel(nil)
+	switch {
+	case first && shared:
+		e.shared = true
+		e.actx, e.acancel = e.ctx, e.cancel
+	default:
+		if e.acancel != nil && e.actx != e.ctx {
+			e.acancel(nil)
+		}
+		e.actx, e.acancel = context.WithCancelCause(e.ctx)
 	}
-	e.actx, e.acancel = context.WithCancelCause(e.ctx)
 	if !first {
 		e.start = g.now()
 	}
@@ -85,21 +95,74 @@ func (g *engine) beginAttempt(e *entity, timeout time.Duration, first bool) {
 	g.armTimeout(e, timeout)
 }
 
+// singleAttempt reports whether policy p leaves nothing but a terminal
+// status after a timeout, a failure or a yield of the first attempt: no
+// retry, no deferral (Layer 2 off, or on-timeout and on-failure neither
+// RETRY nor DEFER). Such an attempt may share the entity's context.
+func (g *engine) singleAttempt(p policy) bool {
+	if !g.neg.layer2 {
+		return true
+	}
+	goesOn := func(a wire.FailureAction) bool { return a == wire.ActionRetry || a == wire.ActionDefer }
+	return !goesOn(p.onTimeout) && !goesOn(p.onFailure)
+}
+
 // armTimeout (re)starts the timeout of e's current attempt; it cancels that
-// attempt's context with errTimedOut. Before the first attempt it does
-// nothing (beginAttempt arms it).
+// attempt's context with errTimedOut (through the session's watch, one
+// timer for all attempts). Before the first attempt it does nothing
+// (beginAttempt arms it).
 func (g *engine) armTimeout(e *entity, d time.Duration) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.timer != nil {
-		e.timer.Stop()
-	}
+	g.watch.remove(e)
 	if e.done || e.acancel == nil {
 		return
 	}
-	left := max(e.start.Add(d).Sub(g.now()), 0)
-	cancel := e.acancel
-	e.timer = time.AfterFunc(left, func() { cancel(errTimedOut) })
+	e.gen++
+	g.watch.add(e, e.start.Add(d), e.gen)
+}
+
+// timeout cancels e's attempt gen with errTimedOut unless e is done or
+// has started another attempt since (the watch calls it when the
+// deadline passed). Under e.mu: settle and timeout decide atomically
+// whether the attempt succeeded or timed out.
+func (e *entity) timeout(gen uint64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.done || e.gen != gen || e.acancel == nil {
+		return
+	}
+	e.acancel(errTimedOut)
+}
+
+// settle ends e's timeout after its attempt succeeded. It reports false
+// when the timeout came first: an attempt on the shared context cannot
+// have its result sent once e.ctx is cancelled, so that attempt timed out
+// (with a context of its own, a late timeout ends nothing but the
+// attempt's context, and the success stands, as before).
+func (g *engine) settle(e *entity) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.shared && e.actx == e.ctx && e.ctx.Err() != nil {
+		return false
+	}
+	e.done = true
+	g.watch.remove(e)
+	return true
+}
+
+// ended reports whether e's lifetime ended: the gateway cancelled it, or
+// its session (or document) ended. The timeout of an attempt that shares
+// e.ctx cancels e.ctx too, but does not end the entity: it still reports
+// the timeout's outcome.
+func (e *entity) ended() bool {
+	if e.ctx.Err() == nil {
+		return false
+	}
+	if !e.shared || context.Cause(e.ctx) != errTimedOut {
+		return true
+	}
+	return e.gwCancelled.Load() || (e.parent != nil && e.parent.Err() != nil)
 }
 
 // attemptCtx is the context of e's current attempt (e.ctx outside one).
@@ -112,14 +175,12 @@ func (e *entity) attemptCtx() context.Context {
 	return e.ctx
 }
 
-func (e *entity) stopTimer() {
+func (g *engine) stopTimer(e *entity) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.done = true
-	if e.timer != nil {
-		e.timer.Stop()
-	}
-	if e.acancel != nil {
+	g.watch.remove(e)
+	if e.acancel != nil && e.actx != e.ctx { // a shared context ends with the entity
 		e.acancel(nil)
 	}
 }
@@ -186,9 +247,9 @@ var errStall = errors.New("processor stalls until the attempt times out")
 // the output and sends nothing terminal; every other outcome's statuses are
 // sent here.
 func (g *engine) run(e *entity) result {
-	defer e.stopTimer()
-	p, _ := g.policyOf(e)
-	g.beginAttempt(e, p.timeout, true)
+	defer g.stopTimer(e)
+	p, final := g.policyOf(e)
+	g.beginAttempt(e, p.timeout, true, final && e.doc == nil && g.singleAttempt(p))
 	var resume []byte
 	yields := 0
 	for {
@@ -225,40 +286,54 @@ func (g *engine) run(e *entity) result {
 			continue
 		case out.Defer != nil:
 			return g.deferEntity(e, out.Defer.TTL)
-		default:
+		case g.settle(e):
 			return result{kind: resultSucceeded, out: out}
-		}
-		// failure: decide per policy (docs/profile.md 5)
-		g.log.Info("entity attempt failed", "entity", e.id, "scope", e.scope, "attempt", e.attempts, "code", wire.CodeOf(err), "err", err)
-		p = g.waitPolicy(e)
-		if e.ctx.Err() != nil {
-			return result{kind: resultCancelled}
-		}
-		switch {
-		case p.onFailure == wire.ActionRetry && g.neg.layer2 && e.attempts < p.maxRetries && !permanent(err):
-			if !g.retry(e, p) {
-				return result{kind: resultCancelled}
+		default: // timed out after all (shared context)
+			res, again := g.interrupted(e)
+			if !again {
+				return res
 			}
 			resume, yields = nil, 0
-		case p.onFailure == wire.ActionDefer && g.neg.layer2 && !permanent(err):
-			return g.deferEntity(e, 0)
-		default:
-			g.send(e, wire.StatusFailed, nil)
-			if p.onFailure == wire.ActionSkip {
-				return result{kind: resultSkipped}
-			}
-			return result{kind: resultFailed}
+			continue
 		}
+		res, again := g.failedAttempt(e, err)
+		if !again {
+			return res
+		}
+		resume, yields = nil, 0
 	}
+}
+
+// failedAttempt decides what follows a failed attempt of e per its
+// policy (docs/profile.md 5): a retry (again = true, the next attempt has
+// begun), a deferral, or FAILED (SKIP excludes it from rehydration).
+func (g *engine) failedAttempt(e *entity, err error) (res result, again bool) {
+	g.log.Info("entity attempt failed", "entity", e.id, "scope", e.scope, "attempt", e.attempts, "code", wire.CodeOf(err), "err", err)
+	p := g.waitPolicy(e)
+	if e.ended() {
+		return result{kind: resultCancelled}, false
+	}
+	switch {
+	case p.onFailure == wire.ActionRetry && g.neg.layer2 && e.attempts < p.maxRetries && !permanent(err):
+		if !g.retry(e, p) {
+			return result{kind: resultCancelled}, false
+		}
+		return result{}, true
+	case p.onFailure == wire.ActionDefer && g.neg.layer2 && !permanent(err):
+		return g.deferEntity(e, 0), false
+	}
+	g.send(e, wire.StatusFailed, nil)
+	if p.onFailure == wire.ActionSkip {
+		return result{kind: resultSkipped}, false
+	}
+	return result{kind: resultFailed}, false
 }
 
 // retry reports FAILED, RETRYING, waits retry-delay-ms and starts the next
 // attempt with PROCESSING. It returns false when e was cancelled.
 func (g *engine) retry(e *entity, p policy) bool {
 	e.mu.Lock()
-	if e.timer != nil {
-		e.timer.Stop() // the delay does not count against timeout-ms
-	}
+	g.watch.remove(e) // the delay does not count against timeout-ms
 	e.mu.Unlock()
 	if !g.send(e, wire.StatusFailed, nil) || !g.send(e, wire.StatusRetrying, nil) {
 		return false
@@ -271,7 +346,7 @@ func (g *engine) retry(e *entity, p policy) bool {
 	if !g.send(e, wire.StatusProcessing, nil) {
 		return false
 	}
-	g.beginAttempt(e, p.timeout, false)
+	g.beginAttempt(e, p.timeout, false, false)
 	return true
 }
 
@@ -282,11 +357,11 @@ func (g *engine) retry(e *entity, p policy) bool {
 // is ABANDONED (FAILED without Layer 2), and SKIP excludes it from
 // rehydration.
 func (g *engine) interrupted(e *entity) (res result, again bool) {
-	if e.ctx.Err() != nil || context.Cause(e.attemptCtx()) != errTimedOut {
+	if e.ended() || context.Cause(e.attemptCtx()) != errTimedOut {
 		return result{kind: resultCancelled}, false
 	}
 	p := g.waitPolicy(e)
-	if e.ctx.Err() != nil {
+	if e.ended() {
 		return result{kind: resultCancelled}, false
 	}
 	g.log.Info("entity timed out", "entity", e.id, "scope", e.scope, "timeout", p.timeout, "on_timeout", p.onTimeout, "attempt", e.attempts)
@@ -350,7 +425,7 @@ func (g *engine) deferEntity(e *entity, ttl time.Duration) result {
 	if ttl <= 0 || ttl > g.lim.claimExpiry {
 		ttl = g.lim.claimExpiry
 	}
-	e.stopTimer()
+	g.stopTimer(e)
 	rec := ClaimRecord{EntityID: e.id, ScopeID: e.scope, Chunk: e.chunk, SessionID: g.c.ID(),
 		Expiry: g.now().Add(ttl), Processor: e.procName, Metadata: e.header.Metadata, Plain: e.plain}
 	if e.doc != nil {

@@ -365,7 +365,15 @@ var resultMeta = map[string]string{MetaRole: "result"}
 
 // resultHeader is the header of a result stream (profile 4.3).
 func resultHeader(id uint32, ct string, layer uint8, n uint64, sum []byte, counts *[2]int) *wire.EntityHeader {
-	scope := uint32(0)
+	h := new(wire.EntityHeader)
+	fillResultHeader(h, new(uint32), id, ct, layer, n, sum, counts)
+	return h
+}
+
+// fillResultHeader sets *h to the result header resultHeader returns,
+// with scope (set to 0) as its scope-id.
+func fillResultHeader(h *wire.EntityHeader, scope *uint32, id uint32, ct string, layer uint8, n uint64, sum []byte, counts *[2]int) {
+	*scope = 0
 	md := resultMeta
 	if counts != nil {
 		md = map[string]string{MetaRole: "result",
@@ -374,7 +382,7 @@ func resultHeader(id uint32, ct string, layer uint8, n uint64, sum []byte, count
 	if ct == "" {
 		ct = "application/octet-stream"
 	}
-	return &wire.EntityHeader{EntityID: id, ScopeID: &scope, Layer: layer, ContentType: ct,
+	*h = wire.EntityHeader{EntityID: id, ScopeID: scope, Layer: layer, ContentType: ct,
 		PayloadLength: n, Checksum: sum, Metadata: md}
 }
 
@@ -382,9 +390,22 @@ func resultHeader(id uint32, ct string, layer uint8, n uint64, sum []byte, count
 // entity larger than the whole budget waits for all of it) and returns the
 // release function.
 func (g *engine) admit(ctx context.Context, n uint64) (func(), error) {
-	w := int64(min(n, uint64(g.lim.payloadBudget)))
-	if err := g.budget.Acquire(ctx, w); err != nil {
-		return nil, context.Cause(ctx)
+	w, err := g.admitted(ctx, n)
+	if err != nil {
+		return nil, err
 	}
 	return func() { g.budget.Release(w) }, nil
+}
+
+// admitted is admit that returns the octets held, for the caller to
+// release with g.budget.Release (no closure per entity).
+func (g *engine) admitted(ctx context.Context, n uint64) (int64, error) {
+	w := int64(min(n, uint64(g.lim.payloadBudget)))
+	if g.budget.TryAcquire(w) { // no wait: ctx's Done channel is not made
+		return w, nil
+	}
+	if err := g.budget.Acquire(ctx, w); err != nil {
+		return 0, context.Cause(ctx)
+	}
+	return w, nil
 }

@@ -251,7 +251,23 @@ func (cborCodec) MarshalPipeDoc(d *PipeDoc) ([]byte, error) {
 }
 
 func (cborCodec) UnmarshalPipeDoc(b []byte) (*PipeDoc, error) {
-	if d, ok := decodeCBORPipeDocFast(b); ok {
+	return unmarshalCBORPipeDoc(b, false)
+}
+
+// UnmarshalPipeDocShared is c.UnmarshalPipeDoc(b), except that the
+// decoded blob may alias b (it does on the CBOR fast path, which copies
+// nothing): for a receiver that reads the envelope into a buffer of its
+// own and keeps the blob no longer than that buffer. Every check
+// UnmarshalPipeDoc makes is made.
+func UnmarshalPipeDocShared(c Codec, b []byte) (*PipeDoc, error) {
+	if _, ok := c.(cborCodec); ok {
+		return unmarshalCBORPipeDoc(b, true)
+	}
+	return c.UnmarshalPipeDoc(b)
+}
+
+func unmarshalCBORPipeDoc(b []byte, share bool) (*PipeDoc, error) {
+	if d, ok := decodeCBORPipeDocFast(b, share); ok {
 		if err := validatePipeDoc(d); err != nil {
 			return nil, err
 		}

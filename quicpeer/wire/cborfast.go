@@ -200,7 +200,7 @@ func (sc *headerScan) header(b []byte) (*EntityHeader, bool) {
 	}
 	p := new(headerBox)
 	*p = sc.box
-	p.h.ContentType = string(sc.ct)
+	p.h.ContentType = internContentType(sc.ct)
 	p.h.Metadata = meta
 	if sc.seen&hkParentID != 0 {
 		p.h.ParentID = &p.parent
@@ -281,6 +281,23 @@ func internMeta(b []byte) string {
 		return "passthrough"
 	case "16384":
 		return "16384"
+	}
+	return string(b)
+}
+
+// internContentType returns the content types most entities and results
+// carry as constants (no allocation per header), and a new string for
+// anything else.
+func internContentType(b []byte) string {
+	switch string(b) { // compiled without converting b
+	case "":
+		return ""
+	case "application/octet-stream":
+		return "application/octet-stream"
+	case "text/plain":
+		return "text/plain"
+	case "application/json":
+		return "application/json"
 	}
 	return string(b)
 }
@@ -430,8 +447,9 @@ const (
 // after it. Anything else (scopes, unknown members, tags, null,
 // indefinite lengths, an ownership without owner-id) returns ok=false and
 // the caller decodes it generically. The blob is copied out of b, as the
-// generic decoder does. It does not validate the envelope.
-func decodeCBORPipeDocFast(b []byte) (*PipeDoc, bool) {
+// generic decoder does, unless share is set: then it aliases b. It does
+// not validate the envelope.
+func decodeCBORPipeDocFast(b []byte, share bool) (*PipeDoc, bool) {
 	m, n, i, ok := cborHead(b, 0)
 	if !ok || m != 5 || n > 4 {
 		return nil, false
@@ -474,7 +492,11 @@ func decodeCBORPipeDocFast(b []byte) (*PipeDoc, bool) {
 		return nil, false
 	}
 	d := &PipeDoc{DocID: string(doc), EntityID: uint32(id)}
-	if seen&pdBlob != 0 {
+	switch {
+	case seen&pdBlob == 0:
+	case share:
+		d.Blob = blob[:len(blob):len(blob)]
+	default:
 		d.Blob = append([]byte{}, blob...)
 	}
 	if seen&pdOwnership != 0 {

@@ -177,7 +177,19 @@ func samePipeDocAsGeneric(t *testing.T, b []byte) (fast bool) {
 	if got != nil && len(b) > 0 && len(got.Blob) > 0 && &got.Blob[0] == &b[len(b)-len(got.Blob)] {
 		t.Fatalf("% x: the blob aliases the input", b)
 	}
-	_, fast = decodeCBORPipeDocFast(b)
+	_, fast = decodeCBORPipeDocFast(b, false)
+	// The shared decode makes the same checks and gives the same envelope;
+	// on the fast path its blob is the input's own bytes.
+	shared, serr := UnmarshalPipeDocShared(cborCodec{}, b)
+	if (werr == nil) != (serr == nil) || (werr != nil && werr.Error() != serr.Error()) {
+		t.Fatalf("% x: shared decode error %v, generic decoder says %v", b, serr, werr)
+	}
+	if !reflect.DeepEqual(shared, want) {
+		t.Fatalf("% x: shared decode %+v, generic decoder gives %+v", b, shared, want)
+	}
+	if fast && want != nil && len(want.Blob) > 0 && !within(shared.Blob, b) {
+		t.Fatalf("% x: the fast path's shared blob is a copy", b)
+	}
 	return fast
 }
 
@@ -251,7 +263,7 @@ func FuzzCBORPipeDocFastPath(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		samePipeDocAsGeneric(t, b)
-		d, ok := decodeCBORPipeDocFast(b)
+		d, ok := decodeCBORPipeDocFast(b, false)
 		if !ok {
 			return
 		}
@@ -263,4 +275,14 @@ func FuzzCBORPipeDocFastPath(f *testing.F) {
 			t.Fatalf("%+v: encoded % x, generic encoder gives % x", d, got, want)
 		}
 	})
+}
+
+// within reports whether a's first octet lies in b.
+func within(a, b []byte) bool {
+	for i := range b {
+		if &b[i] == &a[0] {
+			return true
+		}
+	}
+	return false
 }
