@@ -57,9 +57,7 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
 	}
 	defer release()
 
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	ctx, err = runtime.AnnotateContext(ctx, s.gwMux, r, uploadMethod, runtime.WithHTTPPathPattern("/v1/documents:upload"))
+	ctx, err := runtime.AnnotateContext(r.Context(), s.gwMux, r, uploadMethod, runtime.WithHTTPPathPattern("/v1/documents:upload"))
 	if err != nil {
 		runtime.HTTPError(r.Context(), s.gwMux, outbound, w, r, err)
 		return

@@ -159,6 +159,20 @@ func eachEventHead(ctx context.Context, q querier, from, to int64, fn func(seq i
 	if err != nil {
 		return err
 	}
+	return scanHeads(rows, func(first, _ int64, evs []blockEvent) error {
+		for i := max(0, from-first); i < int64(len(evs)) && first+i < to; i++ {
+			if err := fn(first+i, &evs[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// scanHeads decodes the head of each row of rows (first_seq, last_seq,
+// head, length(bodies)) and calls fn with it; evs is reused from row to
+// row. It closes rows.
+func scanHeads(rows *sql.Rows, fn func(first, last int64, evs []blockEvent) error) error {
 	defer rows.Close()
 	var evs []blockEvent
 	for rows.Next() {
@@ -168,13 +182,12 @@ func eachEventHead(ctx context.Context, q querier, from, to int64, fn func(seq i
 		if err := rows.Scan(&first, &last, &head, &bodiesLen); err != nil {
 			return err
 		}
+		var err error
 		if evs, err = decodeHead(evs, first, last, head, bodiesLen); err != nil {
 			return err
 		}
-		for i := max(0, from-first); i < int64(len(evs)) && first+i < to; i++ {
-			if err := fn(first+i, &evs[i]); err != nil {
-				return err
-			}
+		if err := fn(first, last, evs); err != nil {
+			return err
 		}
 	}
 	return rows.Err()
@@ -336,21 +349,10 @@ func eachPruneHead(ctx context.Context, s *Store, before int64, fn func(first, l
 	if err != nil {
 		return err
 	}
-	defer rows.Close()
-	var evs []blockEvent
-	for rows.Next() {
-		var first, last int64
-		var head sql.RawBytes
-		var bodiesLen int
-		if err := rows.Scan(&first, &last, &head, &bodiesLen); err != nil {
-			return err
-		}
-		if evs, err = decodeHead(evs, first, last, head, bodiesLen); err != nil {
-			return err
-		}
+	return scanHeads(rows, func(first, last int64, evs []blockEvent) error {
 		fn(first, last, evs)
-	}
-	return rows.Err()
+		return nil
+	})
 }
 
 // keepFrom encodes the events from seq before on of the block at first as
