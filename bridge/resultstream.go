@@ -299,6 +299,16 @@ func (a *attempt) resultFailed(err error) {
 // (a wire error: the peer sent bad bytes) or what (storage, protocol), and
 // finishes d if its root already completed. Caller holds mu.
 func (d *docRun) resultFailedLocked(err error, what string) {
+	if d.att.ended || d.terminal() {
+		return // the attempt is over (its document runs again) or d finished
+	}
+	if quicpeer.ConnectionLost(err) {
+		// The session ended under the result (the peer shut down or was
+		// lost): not the document's fault nor the result's. The session's
+		// HandleClose aborts the attempt and dispatches the document again.
+		d.env.log.Info("bridge: the session ended while a result arrived; the document runs again", "doc", d.id, "err", err)
+		return
+	}
 	if IsDiskFull(err) && !d.terminal() {
 		// A local failure that outlived the write retries (e.g. the final
 		// fsync): the peer did its part, so the document is dispatched

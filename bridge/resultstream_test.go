@@ -9,6 +9,7 @@ import (
 	"io"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/pipestream/gateway/bridge"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
@@ -175,3 +176,61 @@ func TestStreamedResultFallbackToOneStream(t *testing.T) {
 		t.Fatalf("result is %d octets and is not the one-stream result", len(r))
 	}
 }
+
+// A peer that shuts down while a streamed result part is on the wire (its
+// root already COMPLETE): the lost connection is not the result's fault.
+// The document runs again on the next session and succeeds there; it does
+// not fail with "the streamed result failed" (a CI run caught this in
+// TestManyPeersOneDiesEverythingSucceeds, where the read error and the
+// session's close raced either way).
+func TestStreamedResultSessionLostMidPart(t *testing.T) {
+	p, b := newScriptedEnv(t, false)
+	d, a := submitStreamed(t, p, b)
+	status(t, a.s, wire.StatusComplete, a.h.EntityID, 0, 0)
+	part := randomBytes(t, 64<<10)
+	release := make(chan struct{})
+	sent := make(chan error, 1)
+	go func() {
+		sum := sha256.Sum256(part)
+		r := io.MultiReader(bytes.NewReader(part[:len(part)/2]), blockUntil(release))
+		sent <- a.s.SendEntity(context.Background(), &wire.EntityHeader{EntityID: a.h.EntityID, ContentType: "text/plain",
+			PayloadLength: uint64(len(part)), Checksum: sum[:], Metadata: map[string]string{"pipestream.role": "result-part"},
+			ChunkInfo: &wire.ChunkInfo{ChunkIndex: 0, ChunkOffset: 0}}, r)
+	}()
+	must(t, a.s.CloseWithError(0, "graceful shutdown"))
+	close(release)
+	if err := <-sent; err == nil {
+		t.Fatal("a result part sent whole over a closed session")
+	}
+	// The bridge dials again; the document's next attempt arrives there.
+	var again arrival
+	select {
+	case again = <-p.arrived:
+	case <-time.After(10 * time.Second):
+		got, err := b.GetDocument(context.Background(), "", d.Id, false)
+		must(t, err)
+		t.Fatalf("the document never ran again after the session was lost: state %s error %q", got.State, got.Error)
+	}
+	if again.s == a.s {
+		t.Fatal("the document's next attempt arrived on the closed session")
+	}
+	status(t, again.s, wire.StatusProcessing, again.h.EntityID, 0, 0)
+	sendResultPart(t, again.s, again.h.EntityID, 0, 0, part)
+	sum := sha256.Sum256(part)
+	sendResultSummary(t, again.s, again.h.EntityID, 1, uint64(len(part)), sum[:])
+	status(t, again.s, wire.StatusComplete, again.h.EntityID, 0, 0)
+	got := waitDoc(t, b, d.Id, func(d *gatewayv1.Document) bool {
+		return d.State != gatewayv1.State_RUNNING && d.State != gatewayv1.State_PENDING
+	})
+	if got.State != gatewayv1.State_SUCCEEDED {
+		t.Fatalf("state %s error %q, want SUCCEEDED on the next session", got.State, got.Error)
+	}
+	if r := readResult(t, b, d.Id); !bytes.Equal(r, part) {
+		t.Fatalf("result is %d octets and differs from the part's %d", len(r), len(part))
+	}
+}
+
+// blockUntil is a reader that returns EOF once release is closed.
+type blockUntil chan struct{}
+
+func (c blockUntil) Read([]byte) (int, error) { <-c; return 0, io.EOF }

@@ -156,6 +156,22 @@ func streamAbort(err error) (code wire.ErrorCode, remote, ok bool) {
 	return 0, false, false
 }
 
+// ConnectionLost reports whether err ended a read or write because the
+// whole connection closed (either side, any code, an idle timeout, a
+// stateless reset), not because one stream was reset or stopped. A
+// receiver must not blame the entity for it: the session's HandleClose
+// follows and ends everything the session carried.
+func ConnectionLost(err error) bool {
+	var (
+		ae *quic.ApplicationError
+		ie *quic.IdleTimeoutError
+		te *quic.TransportError
+		sr *quic.StatelessResetError
+		ce *CloseError
+	)
+	return errors.As(err, &ae) || errors.As(err, &ie) || errors.As(err, &te) || errors.As(err, &sr) || errors.As(err, &ce)
+}
+
 // closeCause turns the cause of a finished connection into the session's
 // error: nil for a PIPESTREAM_NO_ERROR close by either side, a *CloseError for
 // other application codes, else the transport error itself.
