@@ -172,10 +172,10 @@ type localEventStream struct {
 	// 1): the handler's send adds one before it offers, Recv takes it
 	// off with the event (or send, when the stream ends instead).
 	offered atomic.Int32
-	done   chan struct{}         // closed when the handler returned, after err
-	err    error
-	ctxErr error // the caller's context's error when the handler returned
-	trail  metadata.MD
+	done    chan struct{} // closed when the handler returned, after err
+	err     error
+	ctxErr  error // the caller's context's error when the handler returned
+	trail   metadata.MD
 }
 
 var _ grpc.ServerStreamingClient[gatewayv1.Event] = (*localEventStream)(nil)

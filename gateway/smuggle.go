@@ -93,8 +93,8 @@ type guardConn struct {
 	mu          sync.Mutex
 	out         byteQueue // released, not yet read by the server
 	pending     byteQueue // read from the connection, not yet released
-	relPos      int64  // stream offset of pending[0]
-	rerr        error  // after out drains: the connection's read error
+	relPos      int64     // stream offset of pending[0]
+	rerr        error     // after out drains: the connection's read error
 	closed      bool
 	passthrough bool // not inspecting: bytes go to out as they arrive
 	direct      bool // detached: Read reads the connection (smuggle_detach.go)
