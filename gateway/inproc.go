@@ -190,9 +190,9 @@ func (s *inprocStream) deliver(opts []grpc.CallOption) {
 	for _, o := range opts {
 		switch o := o.(type) {
 		case grpc.HeaderCallOption:
-			*o.HeaderAddr = s.header.Copy()
+			*o.HeaderAddr = s.header // the call is over: handed over, not copied
 		case grpc.TrailerCallOption:
-			*o.TrailerAddr = s.trail.Copy()
+			*o.TrailerAddr = s.trail
 		}
 	}
 }
