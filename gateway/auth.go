@@ -55,8 +55,9 @@ type Limiter interface {
 
 // bearerToken extracts the token from incoming "authorization" metadata.
 func bearerToken(ctx context.Context) string {
-	md, _ := metadata.FromIncomingContext(ctx)
-	for _, v := range md.Get("authorization") {
+	// One key's values, not FromIncomingContext's copy of every key (a
+	// REST call carries a dozen forwarded headers).
+	for _, v := range metadata.ValueFromIncomingContext(ctx, "authorization") {
 		if len(v) > 7 && strings.EqualFold(v[:7], "bearer ") {
 			return strings.TrimSpace(v[7:])
 		}

@@ -91,8 +91,7 @@ func (s *Server) recoverStream(srv any, ss grpc.ServerStream, info *grpc.StreamS
 
 // incomingRequestID returns the caller's x-request-id if it is acceptable.
 func incomingRequestID(ctx context.Context) string {
-	md, _ := metadata.FromIncomingContext(ctx)
-	for _, v := range md.Get(requestIDHeader) {
+	for _, v := range metadata.ValueFromIncomingContext(ctx, requestIDHeader) {
 		if validRequestID(v) {
 			return v
 		}
@@ -258,8 +257,7 @@ func (s *Server) admitTenant(ctx context.Context, tenant bridge.Tenant, method s
 // forge it: incomingHeader never forwards the header, and the nonce is
 // never sent to a client.
 func (s *Server) preAdmitted(ctx context.Context) bool {
-	md, _ := metadata.FromIncomingContext(ctx)
-	for _, v := range md.Get(admittedHeader) {
+	for _, v := range metadata.ValueFromIncomingContext(ctx, admittedHeader) {
 		if subtle.ConstantTimeCompare([]byte(v), []byte(s.admitNonce)) == 1 {
 			return s.fromProxy(ctx)
 		}
