@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"strconv"
 
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
@@ -48,8 +47,26 @@ func appendNDJSONEventChunk(b []byte, ev *gatewayv1.Event) ([]byte, bool) {
 	start := len(b)
 	b = append(b, `{"result":`...)
 	b, ok := appendEventJSON(b, ev)
-	if !ok || bytes.ContainsAny(b[start:], "<>&\u2028\u2029") {
+	if !ok || htmlEscaped(b[start:]) {
 		return b[:start], false
 	}
 	return append(b, '}'), true
+}
+
+// htmlEscaped reports whether b holds a character encoding/json escapes
+// for HTML: <, >, & or U+2028/U+2029 (E2 80 A8/A9 in UTF-8). One pass
+// over the bytes: bytes.ContainsAny with those two non-ASCII characters
+// in its set decodes b rune by rune (2% of a small REST document's CPU).
+func htmlEscaped(b []byte) bool {
+	for i, c := range b {
+		switch c {
+		case '<', '>', '&':
+			return true
+		case 0xE2:
+			if i+2 < len(b) && b[i+1] == 0x80 && (b[i+2] == 0xA8 || b[i+2] == 0xA9) {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -90,3 +90,18 @@ func randomEvent(r *rand.Rand, base time.Time) *gatewayv1.Event {
 	}
 	return ev
 }
+
+// htmlEscaped finds exactly the characters bytes.ContainsAny finds with
+// the HTML-escaped set, in every position (including a truncated
+// U+2028 at the end).
+func TestHTMLEscapedMatchesContainsAny(t *testing.T) {
+	cases := []string{"", "plain", "a<b", "a>", "&", "x\u2028y", "\u2029", "\u2027", "\u202a", "\xe2\x80", "\xe2", "é…ü", "\u2028"[:2] + "a"}
+	for _, c := range cases {
+		for _, pre := range []string{"", "{\"k\":\""} {
+			s := []byte(pre + c)
+			if got, want := htmlEscaped(s), bytes.ContainsAny(s, "<>&\u2028\u2029"); got != want {
+				t.Errorf("htmlEscaped(%q) = %v, want %v", s, got, want)
+			}
+		}
+	}
+}

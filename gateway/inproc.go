@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // inprocConn is the REST proxy's client for unary calls: it runs the
@@ -79,7 +80,7 @@ func (c *inprocConn) Invoke(ctx context.Context, method string, args, reply any,
 		if !ok {
 			return fmt.Errorf("request %T is not a proto message", v)
 		}
-		proto.Merge(dst, in)
+		moveInto(dst, in)
 		return nil
 	}
 	resp, err := m.handler(m.srv, sctx, dec, c.chain)
@@ -95,8 +96,31 @@ func (c *inprocConn) Invoke(ctx context.Context, method string, args, reply any,
 	if n := proto.Size(out); n > c.maxSend {
 		return status.Errorf(codes.ResourceExhausted, "grpc: trying to send message larger than max (%d vs. %d); raise --max-send-msg-bytes", n, c.maxSend)
 	}
-	proto.Merge(dst, out)
+	moveInto(dst, out)
 	return nil
+}
+
+// moveInto gives dst, an empty message, src's fields, sharing their
+// values (bytes, sub-messages, lists) instead of copying them, as a call
+// over a connection would hand over a message it decoded. Each side
+// gives its message away: the REST proxy's request is not used once it
+// was handed to the handler, nor the handler's answer once returned. (A
+// proto.Merge copied the 4 KiB content of every small REST submission
+// and the whole answer.) Messages of different types are merged (which
+// panics, as proto.Merge does: a generated client never asks for that).
+func moveInto(dst, src proto.Message) {
+	d, s := dst.ProtoReflect(), src.ProtoReflect()
+	if d.Descriptor() != s.Descriptor() {
+		proto.Merge(dst, src)
+		return
+	}
+	s.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		d.Set(fd, v)
+		return true
+	})
+	if u := s.GetUnknown(); len(u) > 0 {
+		d.SetUnknown(u)
+	}
 }
 
 // NewStream opens streams over the loopback connections.
@@ -166,9 +190,9 @@ func (s *inprocStream) deliver(opts []grpc.CallOption) {
 	for _, o := range opts {
 		switch o := o.(type) {
 		case grpc.HeaderCallOption:
-			*o.HeaderAddr = s.header.Copy()
+			*o.HeaderAddr = s.header // the call is over: handed over, not copied
 		case grpc.TrailerCallOption:
-			*o.TrailerAddr = s.trail.Copy()
+			*o.TrailerAddr = s.trail
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -151,6 +152,7 @@ type localEventClient struct {
 func (c localEventClient) SubscribeEvents(ctx context.Context, in *gatewayv1.SubscribeEventsRequest, _ ...grpc.CallOption) (grpc.ServerStreamingClient[gatewayv1.Event], error) {
 	ctx, cancel := context.WithCancel(ctx)
 	st := &localEventStream{ctx: ctx, cancel: cancel, started: make(chan struct{}), events: make(chan *gatewayv1.Event), done: make(chan struct{})}
+	setFlushHint(ctx, st.eventWaiting)
 	go st.run(c.s, in)
 	return st, nil
 }
@@ -166,10 +168,14 @@ type localEventStream struct {
 	header    metadata.MD
 
 	events chan *gatewayv1.Event // unbuffered: the handler waits for Recv
-	done   chan struct{}         // closed when the handler returned, after err
-	err    error
-	ctxErr error // the caller's context's error when the handler returned
-	trail  metadata.MD
+	// offered counts events send offers that Recv has not taken (0 or
+	// 1): the handler's send adds one before it offers, Recv takes it
+	// off with the event (or send, when the stream ends instead).
+	offered atomic.Int32
+	done    chan struct{} // closed when the handler returned, after err
+	err     error
+	ctxErr  error // the caller's context's error when the handler returned
+	trail   metadata.MD
 }
 
 var _ grpc.ServerStreamingClient[gatewayv1.Event] = (*localEventStream)(nil)
@@ -188,13 +194,19 @@ func (st *localEventStream) start(md metadata.MD) error {
 }
 
 func (st *localEventStream) send(ev *gatewayv1.Event) error {
+	st.offered.Add(1)
 	select {
 	case st.events <- ev:
-		return nil
+		return nil // Recv took offered back
 	case <-st.ctx.Done():
+		st.offered.Add(-1)
 		return st.ctx.Err()
 	}
 }
+
+// eventWaiting reports whether the handler is offering the next event
+// already (the NDJSON writer then skips a flush: streamFraming).
+func (st *localEventStream) eventWaiting() bool { return st.offered.Load() > 0 }
 
 // Header waits until the subscription started (the headers, with
 // subscribedHeader) or ended before it (the trailers, and a nil error, as
@@ -209,6 +221,7 @@ func (st *localEventStream) Header() (metadata.MD, error) {
 func (st *localEventStream) Recv() (*gatewayv1.Event, error) {
 	select {
 	case ev := <-st.events:
+		st.offered.Add(-1)
 		return ev, nil
 	case <-st.done:
 	}

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 )
@@ -25,9 +26,17 @@ const ndjsonType = "application/x-ndjson"
 // flushStreamHeaders tells the writer that the response is a stream
 // (markStream): grpc-gateway calls it with a nil message before the first
 // Recv of every server stream, and never for a unary call.
+//
+// An NDJSON event subscription's writer also skips a flush while the next
+// event is already waiting (flushHint): a burst of events (one commit's)
+// goes out in one write, and the last event of a burst is always flushed.
 func streamFraming(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h.ServeHTTP(&streamWriter{ResponseWriter: w}, r)
+		sw := &streamWriter{ResponseWriter: w}
+		if r.Method == http.MethodGet && r.URL.Path == "/v1/events:subscribe" {
+			r = r.WithContext(context.WithValue(r.Context(), flushHintKey{}, sw))
+		}
+		h.ServeHTTP(sw, r)
 	})
 }
 
@@ -36,6 +45,22 @@ type streamWriter struct {
 	http.ResponseWriter
 	stream bool // a server stream (markStream)
 	status int  // the status written first; 0 = none yet
+	// more reports whether the stream's next message is already waiting
+	// to be received (set by the in-process subscription, setFlushHint;
+	// nil: never). Called on the handler's goroutine.
+	more func() bool
+}
+
+// flushHintKey is the request context key of an NDJSON subscription's
+// *streamWriter.
+type flushHintKey struct{}
+
+// setFlushHint tells the NDJSON writer of ctx's request, if any, how to
+// know that another event is already waiting (localEventClient).
+func setFlushHint(ctx context.Context, more func() bool) {
+	if sw, ok := ctx.Value(flushHintKey{}).(*streamWriter); ok {
+		sw.more = more
+	}
 }
 
 // markStream records that the response is a server stream.
@@ -82,10 +107,15 @@ func (w *streamWriter) Write(p []byte) (int, error) {
 // Flush keeps NDJSON streams streaming.
 func (w *streamWriter) Flush() { _ = w.FlushError() }
 
-// FlushError flushes through to the connection (see errorHeaderWriter).
+// FlushError flushes through to the connection (see errorHeaderWriter),
+// unless the stream's next message is already waiting: its own flush
+// follows at once (streamFraming).
 func (w *streamWriter) FlushError() error {
 	if w.status == 0 {
 		w.WriteHeader(http.StatusOK)
+	}
+	if w.more != nil && w.more() {
+		return nil
 	}
 	return http.NewResponseController(w.ResponseWriter).Flush()
 }

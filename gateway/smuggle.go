@@ -91,10 +91,10 @@ type guardConn struct {
 	start   sync.Once
 
 	mu          sync.Mutex
-	out         []byte // released, not yet read by the server
-	pending     []byte // read from the connection, not yet released
-	relPos      int64  // stream offset of pending[0]
-	rerr        error  // after out drains: the connection's read error
+	out         byteQueue // released, not yet read by the server
+	pending     byteQueue // read from the connection, not yet released
+	relPos      int64     // stream offset of pending[0]
+	rerr        error     // after out drains: the connection's read error
 	closed      bool
 	passthrough bool // not inspecting: bytes go to out as they arrive
 	direct      bool // detached: Read reads the connection (smuggle_detach.go)
@@ -133,9 +133,9 @@ func (c *guardConn) Read(p []byte) (int, error) {
 	c.start.Do(func() { go c.follow() })
 	for {
 		c.mu.Lock()
-		if len(c.out) > 0 {
-			n := copy(p, c.out)
-			c.out = c.out[n:]
+		if c.out.len() > 0 {
+			n := copy(p, c.out.bytes())
+			c.out.consume(n)
 			c.mu.Unlock()
 			wake(c.space)
 			return n, nil
@@ -149,7 +149,7 @@ func (c *guardConn) Read(p []byte) (int, error) {
 			return 0, err
 		}
 		if c.direct {
-			c.out = nil
+			c.out.release()
 			c.mu.Unlock()
 			return c.Conn.Read(p)
 		}
@@ -205,9 +205,9 @@ func (c *guardConn) stopInspecting() {
 	c.mu.Lock()
 	if !c.passthrough && !c.rejected.Load() {
 		c.passthrough = true
-		c.out = append(c.out, c.pending...)
-		c.relPos += int64(len(c.pending))
-		c.pending = nil
+		c.out.write(c.pending.bytes())
+		c.relPos += int64(c.pending.len())
+		c.pending.release()
 	}
 	c.mu.Unlock()
 	wake(c.ready)
@@ -232,10 +232,10 @@ func (r rawReader) Read(p []byte) (int, error) {
 	c.mu.Lock()
 	through := c.passthrough
 	if through {
-		c.out = append(c.out, p[:n]...)
+		c.out.write(p[:n])
 		c.relPos += int64(n)
 	} else {
-		c.pending = append(c.pending, p[:n]...)
+		c.pending.write(p[:n])
 	}
 	c.mu.Unlock()
 	if through && n > 0 {
@@ -258,11 +258,11 @@ func (c *guardConn) release(pos int64) bool {
 			c.mu.Unlock()
 			return true
 		}
-		if len(c.out) < guardMaxOut || pos <= c.relPos {
+		if c.out.len() < guardMaxOut || pos <= c.relPos {
 			n := pos - c.relPos
 			if n > 0 {
-				c.out = append(c.out, c.pending[:n]...)
-				c.pending = c.pending[n:]
+				c.out.write(c.pending.bytes()[:n])
+				c.pending.consume(int(n))
 				c.relPos = pos
 			}
 			c.mu.Unlock()
@@ -278,8 +278,8 @@ func (c *guardConn) release(pos int64) bool {
 // goes out (net/http reports the partial request), then the error.
 func (c *guardConn) fail(err error) {
 	c.mu.Lock()
-	c.out = append(c.out, c.pending...)
-	c.pending = nil
+	c.out.write(c.pending.bytes())
+	c.pending.release()
 	c.rerr = err
 	c.mu.Unlock()
 	wake(c.ready)
@@ -291,8 +291,8 @@ func (c *guardConn) reject(code int, grpcCode codes.Code, label, reason string) 
 	c.mu.Lock()
 	c.reason, c.rejectCode, c.rejectGRPC, c.rejectLabel = reason, code, grpcCode, label
 	c.rejected.Store(true)
-	c.out = append(c.out, smuggledRequest...)
-	c.pending = nil
+	c.out.write(smuggledRequest)
+	c.pending.release()
 	c.mu.Unlock()
 	wake(c.ready)
 }
@@ -315,7 +315,7 @@ func (c *guardConn) follow() {
 			return
 		}
 		c.mu.Lock()
-		head := string(c.pending[:pos()-c.relPos])
+		head := string(c.pending.bytes()[:pos()-c.relPos])
 		c.mu.Unlock()
 		if reason := ambiguousFraming(head, req); reason != "" {
 			c.reject(http.StatusBadRequest, codes.InvalidArgument, "smuggling", "ambiguous request framing: "+reason)
@@ -418,7 +418,7 @@ func (c *guardConn) passThrough() {
 			buf = make([]byte, guardBuf)
 		}
 		c.mu.Lock()
-		for len(c.out) >= guardMaxOut && !c.closed && !c.detaching.Load() {
+		for c.out.len() >= guardMaxOut && !c.closed && !c.detaching.Load() {
 			c.mu.Unlock()
 			<-c.space
 			c.mu.Lock()
@@ -430,7 +430,7 @@ func (c *guardConn) passThrough() {
 		}
 		n, err := c.Conn.Read(buf)
 		c.mu.Lock()
-		c.out = append(c.out, buf[:n]...)
+		c.out.write(buf[:n])
 		if err != nil && c.detaching.Load() && errors.Is(err, os.ErrDeadlineExceeded) {
 			c.mu.Unlock()
 			c.finishDetach() // the kick
@@ -587,4 +587,44 @@ func (s *Server) rejectSmuggled(h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// byteQueue is a FIFO of bytes that reuses its storage: what was read is
+// dropped from the front, the buffer starts over once empty and moves its
+// rest to the front before it grows. (A slice that is resliced forward
+// and appended to allocates a new array every few requests: 16 KiB per
+// small document on a keep-alive connection, the guard's largest cost.)
+type byteQueue struct {
+	b []byte
+	r int // b[:r] was consumed
+}
+
+// byteQueueKeep is the most storage an empty queue keeps; a larger buffer
+// (a body that arrived faster than the server read it) is let go.
+const byteQueueKeep = 16 << 10
+
+func (q *byteQueue) len() int      { return len(q.b) - q.r }
+func (q *byteQueue) bytes() []byte { return q.b[q.r:] }
+
+func (q *byteQueue) write(p []byte) {
+	if q.r > 0 && len(q.b)+len(p) > cap(q.b) {
+		n := copy(q.b, q.b[q.r:])
+		q.b, q.r = q.b[:n], 0
+	}
+	q.b = append(q.b, p...)
+}
+
+func (q *byteQueue) consume(n int) {
+	q.r += n
+	if q.r == len(q.b) {
+		q.release()
+	}
+}
+
+// release empties the queue.
+func (q *byteQueue) release() {
+	if cap(q.b) > byteQueueKeep {
+		q.b = nil
+	}
+	q.b, q.r = q.b[:0], 0
 }

@@ -57,7 +57,7 @@ func TestGuardDetachesOnHijack(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 		g.mu.Lock()
-		pending := len(g.out)
+		pending := g.out.len()
 		g.mu.Unlock()
 		if brw.Reader.Buffered() == 0 && pending == 0 {
 			res.checked = true

@@ -207,7 +207,7 @@ func writeDeadlines(h http.Handler, timeout time.Duration) http.Handler {
 			h.ServeHTTP(w, r)
 			return
 		}
-		dw := &writeDeadlineWriter{ResponseWriter: w, rc: rc, timeout: timeout}
+		dw := &writeDeadlineWriter{ResponseWriter: w, rc: rc, timeout: timeout, http1: r.ProtoMajor == 1}
 		if r.ProtoMajor == 1 {
 			// net/http writes the rest of the body (buffered bytes, the
 			// chunked terminator) after the handler returns: bound that too.
@@ -228,7 +228,21 @@ type writeDeadlineWriter struct {
 	http.ResponseWriter
 	rc      *http.ResponseController
 	timeout time.Duration
+	// http1: net/http's HTTP/1 response buffers what the handler writes
+	// (2 KiB, then the connection's 4 KiB) and reaches the socket only
+	// when that overflows or on a flush. unflushed counts what was
+	// written since the last flush; a write that keeps it within
+	// http1BufferedBytes cannot reach the socket, so it needs no
+	// deadline (two deadline changes less per small write: an NDJSON
+	// event is two writes and a flush).
+	http1     bool
+	unflushed int
 }
+
+// http1BufferedBytes is how much a handler may write after a flush with
+// every byte still in net/http's HTTP/1 response buffer (its
+// bufferBeforeChunkingSize is 2,048 octets; half of it, for margin).
+const http1BufferedBytes = 1024
 
 func (w *writeDeadlineWriter) arm()    { _ = w.rc.SetWriteDeadline(time.Now().Add(w.timeout)) }
 func (w *writeDeadlineWriter) disarm() { _ = w.rc.SetWriteDeadline(time.Time{}) }
@@ -237,6 +251,11 @@ func (w *writeDeadlineWriter) disarm() { _ = w.rc.SetWriteDeadline(time.Time{}) 
 // own deadline: a client must take deadlineWriteBytes per timeout, however
 // large the message.
 func (w *writeDeadlineWriter) Write(p []byte) (int, error) {
+	if w.http1 && w.unflushed+len(p) <= http1BufferedBytes {
+		w.unflushed += len(p)
+		return w.ResponseWriter.Write(p) // stays in the buffer: see http1
+	}
+	w.unflushed = http1BufferedBytes // unknown until the next flush
 	n := 0
 	for first := true; first || n < len(p); first = false {
 		k := min(len(p)-n, deadlineWriteBytes)
@@ -258,6 +277,7 @@ func (w *writeDeadlineWriter) FlushError() error {
 	w.arm()
 	err := w.rc.Flush()
 	w.disarm()
+	w.unflushed = 0
 	return err
 }
 

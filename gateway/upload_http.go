@@ -79,7 +79,19 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
 		s.answerBodyError(w, r, outbound, body, bodyErr, limit)
 		return
 	}
-	clearDeadline()
+	if err != nil && !ls.eof {
+		// The upload ended before its body did (refused, cut by
+		// shutdown): answer and close the connection. net/http reads
+		// what is left of an unread body (up to 256 KiB) before it
+		// writes the answer and again when the handler returns; with
+		// the read deadline cleared, a client that stopped sending
+		// would get no answer and hold the connection (and a graceful
+		// shutdown) until it hung up.
+		w.Header().Set("Connection", "close")
+		body.stop()
+	} else {
+		clearDeadline()
+	}
 	ctx = runtime.NewServerMetadataContext(ctx, runtime.ServerMetadata{HeaderMD: ls.header, TrailerMD: ls.trailer})
 	if err != nil {
 		runtime.HTTPError(ctx, s.gwMux, outbound, w, r, err)

@@ -205,22 +205,39 @@ func TestGRPCUpload(t *testing.T) {
 // (gateway/localupload.go finish), not waited for until the idle timeout
 // (an hour here), and the stop is not taken for a stalled body (408).
 func TestRESTUploadBridgeRefusesMidBody(t *testing.T) {
-	h := start(t, func(c *gateway.Config) { c.UploadIdleTimeout = time.Hour })
-	conn, err := net.Dial("tcp", h.srv.HTTPAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	part := strings.Repeat("x", 300<<10) // more than one 256 KiB chunk
-	fmt.Fprintf(conn, "POST /v1/documents:upload?requestId=refuse-after-first-read HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\nContent-Length: 1000000\r\n\r\n%s", part)
-	_ = conn.SetReadDeadline(time.Now().Add(60 * time.Second)) // the test's guard; the answer comes at once
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatalf("no answer while the client owes the rest of its body: %v", err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 400 || !strings.Contains(string(body), "refused after its first") {
-		t.Errorf("HTTP %d %s, want 400 with the bridge's reason", resp.StatusCode, body)
+	// What the client still owes decides what net/http does with it: above
+	// 256 KiB it gives up on the connection, below it reads the rest
+	// before answering; both must answer at once and close.
+	for _, tc := range []struct {
+		name  string
+		total int
+	}{{"rest above net/http's drain", 1000000}, {"rest below net/http's drain", 400 << 10}} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := start(t, func(c *gateway.Config) { c.UploadIdleTimeout = time.Hour })
+			conn, err := net.Dial("tcp", h.srv.HTTPAddr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			part := strings.Repeat("x", 300<<10) // more than one 256 KiB chunk
+			fmt.Fprintf(conn, "POST /v1/documents:upload?requestId=refuse-after-first-read HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s", tc.total, part)
+			_ = conn.SetReadDeadline(time.Now().Add(60 * time.Second)) // the test's guard; the answer comes at once
+			br := bufio.NewReader(conn)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("no answer while the client owes the rest of its body: %v", err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 400 || !strings.Contains(string(body), "refused after its first") {
+				t.Errorf("HTTP %d %s, want 400 with the bridge's reason", resp.StatusCode, body)
+			}
+			if !resp.Close {
+				t.Errorf("answer without Connection: close while %d bytes of the body are unread", tc.total-len(part))
+			}
+			if _, err := br.ReadByte(); err != io.EOF {
+				t.Errorf("after the answer the connection gave %v, want it closed (EOF)", err)
+			}
+		})
 	}
 }
