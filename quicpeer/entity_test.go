@@ -1,7 +1,9 @@
 package quicpeer_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"io"
 	"net"
@@ -406,4 +408,72 @@ func TestOutOfOrderArrival(t *testing.T) {
 			t.Fatalf("unassigned result stream: %v", err)
 		}
 	}
+}
+
+// A small entity with an in-memory payload (*bytes.Reader) is queued whole
+// with its FIN (no context watcher, entity.go writeSmallEntity): it
+// arrives complete and verified under a context that can be cancelled; a
+// reader that does not hold payload-length octets is still refused with
+// 0x05 (the streaming path); a context cancelled before the send resets
+// the stream and reports FAILED. PacketCounts counts the connection's
+// QUIC packets (none over the in-process transport).
+func TestSmallInMemoryEntity(t *testing.T) {
+	p := newPair(t, cborMode, window(1))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	payload := bytes.Repeat([]byte("pipestream "), 93) // 1023 octets
+	sum := sha256.Sum256(payload)
+	id, err := p.client.AssignID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &wire.EntityHeader{EntityID: id, ContentType: "text/plain", PayloadLength: uint64(len(payload)), Checksum: sum[:]}
+	if err := p.client.SendEntity(ctx, h, bytes.NewReader(payload)); err != nil {
+		t.Fatalf("SendEntity: %v", err)
+	}
+	got := recv(t, p.sr.entities, "entity at the server")
+	if got.err != nil || got.n != int64(len(payload)) || got.sum != sum {
+		t.Fatalf("server got n=%d err=%v (sum ok=%v)", got.n, got.err, got.sum == sum)
+	}
+	if err := p.server.SendStatus(status(wire.StatusProcessing, id)); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.server.SendStatus(status(wire.StatusComplete, id)); err != nil {
+		t.Fatal(err)
+	}
+	for f := nextStatus(t, p.cr); f.Status != wire.StatusComplete; f = nextStatus(t, p.cr) {
+	}
+	sent, received := p.client.PacketCounts()
+	if *transport == "inproc" {
+		if sent != 0 || received != 0 {
+			t.Errorf("in-process PacketCounts = %d, %d; want 0, 0", sent, received)
+		}
+	} else if sent == 0 || received == 0 {
+		t.Errorf("PacketCounts = %d sent, %d received after an entity and its statuses; want both > 0", sent, received)
+	}
+
+	// A reader one octet short of payload-length: 0x05, FAILED.
+	id2, err := p.client.AssignID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h2 := &wire.EntityHeader{EntityID: id2, ContentType: "text/plain", PayloadLength: uint64(len(payload))}
+	if err := p.client.SendEntity(ctx, h2, bytes.NewReader(payload[1:])); codeOf(err) != wire.CodeEntityInvalid {
+		t.Fatalf("short in-memory payload: %v, want 0x05", err)
+	}
+
+	// Cancelled before the send: the stream is reset, the entity FAILED.
+	// (Window 1: the next ID comes only once the short one is resolved.)
+	actx, acancel := context.WithTimeout(context.Background(), waitFor)
+	defer acancel()
+	id3, err := p.client.AssignID(actx)
+	if err != nil {
+		t.Fatalf("entity %d (short payload) never resolved: %v", id2, err)
+	}
+	cancel()
+	h3 := &wire.EntityHeader{EntityID: id3, ContentType: "text/plain", PayloadLength: uint64(len(payload)), Checksum: sum[:]}
+	if err := p.client.SendEntity(ctx, h3, bytes.NewReader(payload)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("SendEntity under a cancelled context: %v, want context.Canceled", err)
+	}
+	waitFailed(t, p, id3)
 }

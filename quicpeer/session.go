@@ -132,6 +132,18 @@ func (s *Session) Negotiated() Negotiated { return s.negotiated }
 // ID is a stable random session identifier (binds yield tokens).
 func (s *Session) ID() string { return s.id }
 
+// PacketCounts reports the QUIC packets this session's connection has sent
+// and received so far (retransmissions and undecryptable ones included);
+// both are 0 over the in-process transport. For measurements: `gateway
+// bench` reports packets per entity with it.
+func (s *Session) PacketCounts() (sent, received uint64) {
+	if q, ok := s.conn.(quicConn); ok {
+		st := q.c.ConnectionStats()
+		return st.PacketsSent, st.PacketsReceived
+	}
+	return 0, 0
+}
+
 // Done is closed when the session has ended; Err then tells why.
 func (s *Session) Done() <-chan struct{} { return s.done }
 

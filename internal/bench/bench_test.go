@@ -105,6 +105,9 @@ func checkBenchResults(t *testing.T, results []bench.Result) {
 		if !strings.Contains(r.Note, "µs of CPU per entity") {
 			t.Errorf("churn/%s: note %q lacks the CPU per entity", r.Path, r.Note)
 		}
+		if !strings.Contains(r.Note, "QUIC packets per entity") {
+			t.Errorf("churn/%s: note %q lacks the packets per entity", r.Path, r.Note)
+		}
 		if r.Path == "quicpeer whole document -> COMPLETE (peer)" && len(r.Ratios) != 2 {
 			t.Errorf("churn/%s: ratios %v, want one against each raw baseline (one-way, request/response)", r.Path, r.Ratios)
 		}

@@ -45,52 +45,65 @@ func (b *runner) churn(ctx context.Context) error {
 		label, path string
 		base        bool
 		note        string
-		run         func(ctx context.Context, size, conc int, d time.Duration) (int64, float64, error)
+		run         func(ctx context.Context, size, conc int, d time.Duration) (churnRun, error)
 	}{
-		{"raw", "raw quic-go stream open/write/close", true, "", func(ctx context.Context, size, conc int, d time.Duration) (int64, float64, error) {
+		{"raw", "raw quic-go stream open/write/close", true, "", func(ctx context.Context, size, conc int, d time.Duration) (churnRun, error) {
 			return rawChurn(ctx, size, conc, d, false)
 		}},
-		{"raw-echo", "raw quic-go request/response (a stream each way)", true, "the payload back on a stream the server opens: the floor of a whole document", func(ctx context.Context, size, conc int, d time.Duration) (int64, float64, error) {
+		{"raw-echo", "raw quic-go request/response (a stream each way)", true, "the payload back on a stream the server opens: the floor of a whole document", func(ctx context.Context, size, conc int, d time.Duration) (churnRun, error) {
 			return rawChurn(ctx, size, conc, d, true)
 		}},
-		{"session", "quicpeer entity -> COMPLETE (session)", false, "entity stream with header and checksum, STATUS back; no processing", func(ctx context.Context, size, conc int, d time.Duration) (int64, float64, error) {
+		{"session", "quicpeer entity -> COMPLETE (session)", false, "entity stream with header and checksum, STATUS back; no processing", func(ctx context.Context, size, conc int, d time.Duration) (churnRun, error) {
 			return sessionChurn(ctx, size, conc, d, false)
 		}},
-		{"session-inline", "quicpeer entity -> COMPLETE with the payload inline (session)", false, "the same, the payload back in COMPLETE as an inline result (header, SHA-256) that the client verifies: a whole document's wire work without the peer", func(ctx context.Context, size, conc int, d time.Duration) (int64, float64, error) {
+		{"session-inline", "quicpeer entity -> COMPLETE with the payload inline (session)", false, "the same, the payload back in COMPLETE as an inline result (header, SHA-256) that the client verifies: a whole document's wire work without the peer", func(ctx context.Context, size, conc int, d time.Duration) (churnRun, error) {
 			return sessionChurn(ctx, size, conc, d, true)
 		}},
-		{"peer", "quicpeer whole document -> COMPLETE (peer)", false, "includes the peer's processing; the result inline in COMPLETE (docs/profile.md 4.3.2)", func(ctx context.Context, size, conc int, d time.Duration) (int64, float64, error) {
+		{"peer", "quicpeer whole document -> COMPLETE (peer)", false, "includes the peer's processing; the result inline in COMPLETE (docs/profile.md 4.3.2)", func(ctx context.Context, size, conc int, d time.Duration) (churnRun, error) {
 			return peerChurn(ctx, size, conc, d, true)
 		}},
-		{"peer-stream", "quicpeer whole document -> COMPLETE (peer, result stream)", false, "the same without the inline offer: the result on a stream of its own (two streams per document)", func(ctx context.Context, size, conc int, d time.Duration) (int64, float64, error) {
+		{"peer-stream", "quicpeer whole document -> COMPLETE (peer, result stream)", false, "the same without the inline offer: the result on a stream of its own (two streams per document)", func(ctx context.Context, size, conc int, d time.Duration) (churnRun, error) {
 			return peerChurn(ctx, size, conc, d, false)
 		}},
 	}
 	for _, row := range rows {
 		b.progress("  %s, %s, %d in flight, %s", row.path, sizeStr(n), conc, d)
 		var (
-			cnt  int64
-			secs float64
-			err  error
+			out churnRun
+			err error
 		)
 		cpu0 := processCPU()
 		// The label lets a --cpuprofile be read per row: -tagfocus 'row=^peer$'
 		// (a regular expression: row=peer alone also matches peer-stream).
 		pprof.Do(ctx, pprof.Labels("row", row.label), func(ctx context.Context) {
-			cnt, secs, err = row.run(ctx, int(n), conc, d)
+			out, err = row.run(ctx, int(n), conc, d)
 		})
 		cpu := processCPU() - cpu0
 		if err != nil {
 			return fmt.Errorf("%s: %w", row.path, err)
 		}
-		r := Result{Phase: "churn", Path: row.path, Baseline: row.base, Unit: "entities/s", Rate: float64(cnt) / secs, Count: cnt, Seconds: secs, Note: row.note}
+		cnt := out.count
+		r := Result{Phase: "churn", Path: row.path, Baseline: row.base, Unit: "entities/s", Rate: float64(cnt) / out.secs, Count: cnt, Seconds: out.secs, Note: row.note}
 		if cnt > 0 && cpu > 0 {
 			r.Note = strings.TrimPrefix(r.Note+fmt.Sprintf("; %.1f µs of CPU per entity (this process, both ends)", float64(cpu.Microseconds())/float64(cnt)), "; ")
+		}
+		if cnt > 0 && out.sent+out.received > 0 {
+			r.Note += fmt.Sprintf("; %.2f QUIC packets per entity (%.2f client to server, %.2f back)",
+				float64(out.sent+out.received)/float64(cnt), float64(out.sent)/float64(cnt), float64(out.received)/float64(cnt))
 		}
 		b.add(r)
 	}
 	b.ratios("churn")
 	return nil
+}
+
+// churnRun is what one churn row measured: finished entities, seconds,
+// and the client connection's QUIC packets sent and received (what the
+// transport's per-packet work scales with: syscalls, AEAD, ACKs).
+type churnRun struct {
+	count          int64
+	secs           float64
+	sent, received uint64
 }
 
 // processCPU is this process's user+system CPU time.
@@ -164,10 +177,10 @@ func runInflight(ctx context.Context, conc int, d time.Duration, f *inflight, se
 	return f.finished.Load(), since(start), nil
 }
 
-func rawChurn(ctx context.Context, size, conc int, d time.Duration, echo bool) (int64, float64, error) {
+func rawChurn(ctx context.Context, size, conc int, d time.Duration, echo bool) (churnRun, error) {
 	rq, err := newRawQUICMode(ctx, echo)
 	if err != nil {
-		return 0, 0, err
+		return churnRun{}, err
 	}
 	defer rq.close()
 	f := newInflight(conc)
@@ -201,7 +214,8 @@ func rawChurn(ctx context.Context, size, conc int, d time.Duration, echo bool) (
 	if err == nil && bad.Load() > 0 {
 		err = fmt.Errorf("%d streams arrived short", bad.Load())
 	}
-	return cnt, secs, err
+	st := rq.cc.ConnectionStats()
+	return churnRun{count: cnt, secs: secs, sent: st.PacketsSent, received: st.PacketsReceived}, err
 }
 
 // churnServer is the session-level churn's receiver: it reads each
@@ -253,15 +267,15 @@ var resultMeta = map[string]string{peer.MetaRole: "result"}
 // inline, the payload comes back in COMPLETE (churnServer) and the client
 // verifies it: what a whole document with an inline result costs on the
 // wire, without the peer's processing (its envelope, bookkeeping).
-func sessionChurn(ctx context.Context, size, conc int, d time.Duration, inline bool) (int64, float64, error) {
+func sessionChurn(ctx context.Context, size, conc int, d time.Duration, inline bool) (churnRun, error) {
 	cert, pemCert, err := quicpeer.SelfSignedCert()
 	if err != nil {
-		return 0, 0, err
+		return churnRun{}, err
 	}
 	offer := peer.DefaultOffer(false)
 	ln, err := quicpeer.Listen("127.0.0.1:0", quicpeer.Config{TLS: quicpeer.ServerTLS(cert), Offer: offer, Handler: &churnServer{inline: inline}, Logger: quiet})
 	if err != nil {
-		return 0, 0, err
+		return churnRun{}, err
 	}
 	defer ln.Close()
 	accepted := make(chan *quicpeer.Session, 1)
@@ -272,7 +286,7 @@ func sessionChurn(ctx context.Context, size, conc int, d time.Duration, inline b
 	}()
 	tc, err := quicpeer.ClientTLS(pemCert)
 	if err != nil {
-		return 0, 0, err
+		return churnRun{}, err
 	}
 	h := &churnClient{f: newInflight(conc)}
 	cfg := quicpeer.Config{TLS: tc, Offer: offer, Handler: h, Logger: quiet}
@@ -281,7 +295,7 @@ func sessionChurn(ctx context.Context, size, conc int, d time.Duration, inline b
 	}
 	s, err := quicpeer.Dial(ctx, ln.Addr().String(), cfg)
 	if err != nil {
-		return 0, 0, err
+		return churnRun{}, err
 	}
 	defer func() {
 		_ = s.CloseWithError(wire.CodeNoError, "bench done")
@@ -311,7 +325,8 @@ func sessionChurn(ctx context.Context, size, conc int, d time.Duration, inline b
 	case inline && h.inlined.Load() != cnt:
 		err = fmt.Errorf("%d of %d results came inline; want all", h.inlined.Load(), cnt)
 	}
-	return cnt, secs, err
+	sent, received := s.PacketCounts()
+	return churnRun{count: cnt, secs: secs, sent: sent, received: received}, err
 }
 
 // churnClient counts COMPLETE root statuses, verifies inline results
@@ -369,15 +384,15 @@ const inlineOffer = 16 << 10
 // this process, over a profile connection (ALPN, docs/profile.md 1.1) as
 // the gateway dials it. With inline, every root offers the result inline
 // in COMPLETE and the run fails unless every result came that way.
-func peerChurn(ctx context.Context, size, conc int, d time.Duration, inline bool) (int64, float64, error) {
+func peerChurn(ctx context.Context, size, conc int, d time.Duration, inline bool) (churnRun, error) {
 	dir, err := os.MkdirTemp("", "gateway-bench-peer-")
 	if err != nil {
-		return 0, 0, err
+		return churnRun{}, err
 	}
 	defer os.RemoveAll(dir)
 	srv, err := peer.Start(peer.Options{DataDir: dir, Logger: quiet})
 	if err != nil {
-		return 0, 0, err
+		return churnRun{}, err
 	}
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
@@ -386,7 +401,7 @@ func peerChurn(ctx context.Context, size, conc int, d time.Duration, inline bool
 	}()
 	tc, err := quicpeer.ClientTLS(srv.CertPEM())
 	if err != nil {
-		return 0, 0, err
+		return churnRun{}, err
 	}
 	h := &churnClient{f: newInflight(conc)}
 	md := profileMeta
@@ -396,14 +411,14 @@ func peerChurn(ctx context.Context, size, conc int, d time.Duration, inline bool
 	s, err := quicpeer.Dial(ctx, srv.Addr().String(), quicpeer.Config{TLS: tc, Offer: peer.DefaultOffer(false), Handler: h, Logger: quiet,
 		Profile: true, Limits: quicpeer.Limits{InlineResultBytes: inlineOffer}})
 	if err != nil {
-		return 0, 0, err
+		return churnRun{}, err
 	}
 	defer func() {
 		_ = s.CloseWithError(wire.CodeNoError, "bench done")
 		<-s.Done()
 	}()
 	if n := s.Negotiated(); !n.Profile || n.Format != wire.FormatCBOR {
-		return 0, 0, fmt.Errorf("the peer session negotiated profile %t, format %s; want the profile over CBOR", n.Profile, n.Format)
+		return churnRun{}, fmt.Errorf("the peer session negotiated profile %t, format %s; want the profile over CBOR", n.Profile, n.Format)
 	}
 	codec := wire.CodecFor(s.Negotiated().Format)
 	blob := patternBlock[:size]
@@ -429,5 +444,6 @@ func peerChurn(ctx context.Context, size, conc int, d time.Duration, inline bool
 	case !inline && h.inlined.Load() != 0:
 		err = fmt.Errorf("%d results came inline without an offer", h.inlined.Load())
 	}
-	return cnt, secs, err
+	sent, received := s.PacketCounts()
+	return churnRun{count: cnt, secs: secs, sent: sent, received: received}, err
 }
