@@ -410,12 +410,11 @@ func TestOutOfOrderArrival(t *testing.T) {
 	}
 }
 
-// A small entity with an in-memory payload (*bytes.Reader) is queued whole
-// with its FIN (no context watcher, entity.go writeSmallEntity): it
-// arrives complete and verified under a context that can be cancelled; a
-// reader that does not hold payload-length octets is still refused with
-// 0x05 (the streaming path); a context cancelled before the send resets
-// the stream and reports FAILED. PacketCounts counts the connection's
+// A small entity with an in-memory payload (*bytes.Reader) arrives
+// complete and verified under a context that can be cancelled; a reader
+// that does not hold payload-length octets is refused with 0x05; a
+// context cancelled before the send resets the stream and reports
+// FAILED. PacketCounts counts the connection's
 // QUIC packets (none over the in-process transport).
 func TestSmallInMemoryEntity(t *testing.T) {
 	p := newPair(t, cborMode, window(1))
