@@ -67,7 +67,12 @@ func connectGatewayIn(ctx context.Context, o Options, dir string, extra ...strin
 		return nil, fmt.Errorf("connect to %s: %w", g.grpcAddr, err)
 	}
 	g.conn, g.docs, g.events = conn, gatewayv1.NewDocumentServiceClient(conn), gatewayv1.NewEventServiceClient(conn)
-	g.http = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024, MaxConnsPerHost: 0, DisableCompression: true}}
+	// WriteBufferSize: a small document's request (head and ~5.5 KiB of
+	// JSON) leaves in one write, as most HTTP clients send a small body
+	// (Go's default 4 KiB buffer splits it in two, and the gateway then
+	// reads it in two).
+	g.http = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024, MaxConnsPerHost: 0, DisableCompression: true,
+		WriteBufferSize: 16 << 10}}
 	if g.cmd == nil {
 		if err := g.waitHealthy(ctx); err != nil {
 			g.close()

@@ -155,13 +155,9 @@ func (g *gatewayProc) smallDocs(ctx context.Context, path string, payload []byte
 			}
 			req.Header.Set("Content-Type", "application/json")
 			g.authorize(req)
-			var doc struct {
-				ID string `json:"id"`
-			}
-			if err := g.doJSON(req, &doc); err != nil {
+			if id, err = g.submitREST(req); err != nil {
 				return err
 			}
-			id = doc.ID
 		}
 		return w.wait(ctx, id)
 	})
@@ -304,4 +300,54 @@ func (g *gatewayProc) follow(ctx context.Context, path string) (*waiter, error) 
 		w.fail(fmt.Errorf("event subscription ended: %v", sc.Err()))
 	}()
 	return w, nil
+}
+
+// submitREST sends a REST submission and returns the document's id. The
+// answer is scanned for its top-level "id" (the gateway writes "name"
+// and then "id" first, gateway/snapshotjson.go) instead of decoded whole
+// with encoding/json: the load generator's CPU is taken from the
+// gateway's two cores, and the decode was a fifth of the REST client's.
+func (g *gatewayProc) submitREST(req *http.Request) (string, error) {
+	resp, err := g.http.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("%s %s: HTTP %d: %.2048s", req.Method, req.URL.Path, resp.StatusCode, b)
+	}
+	if id, ok := topLevelID(b); ok {
+		return id, nil
+	}
+	var doc struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil || doc.ID == "" {
+		return "", fmt.Errorf("%s %s: no document id in the answer (%v): %.256s", req.Method, req.URL.Path, err, b)
+	}
+	return doc.ID, nil
+}
+
+// topLevelID finds "id":"<id>" among the first two members of a
+// Document's JSON ({"name":"documents/<id>","id":"<id>",...}), and only
+// there; anything else is left to encoding/json.
+func topLevelID(b []byte) (string, bool) {
+	const name, key = `{"name":"documents/`, `","id":"`
+	if !bytes.HasPrefix(b, []byte(name)) {
+		return "", false
+	}
+	rest := b[len(name):]
+	i := bytes.IndexByte(rest, '"')
+	if i < 0 || !bytes.HasPrefix(rest[i:], []byte(key)) {
+		return "", false
+	}
+	id := rest[:i]
+	if !bytes.HasPrefix(rest[i+len(key):], append(append([]byte(nil), id...), '"')) {
+		return "", false // "id" is not the name's id: let encoding/json say
+	}
+	return string(id), true
 }
