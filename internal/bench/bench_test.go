@@ -387,4 +387,3 @@ func TestBenchHistoryTiny(t *testing.T) {
 		t.Error("the history phase against a running gateway: nil error, want one (it loads its own store)")
 	}
 }
-
