@@ -309,7 +309,7 @@ func (d *docRun) resultFailedLocked(err error, what string) {
 		d.env.log.Info("bridge: the session ended while a result arrived; the document runs again", "doc", d.id, "err", err)
 		return
 	}
-	if IsDiskFull(err) && !d.terminal() {
+	if IsDiskFull(err) {
 		// A local failure that outlived the write retries (e.g. the final
 		// fsync): the peer did its part, so the document is dispatched
 		// again (not counted against its attempts) instead of failing
@@ -318,7 +318,7 @@ func (d *docRun) resultFailedLocked(err error, what string) {
 		d.abortAttemptLocked(diskFullPrefix+what+": "+err.Error()+" (a local failure, not the peer's; dispatching again)", false)
 		return
 	}
-	if errors.Is(err, store.ErrUnavailable) && !d.terminal() {
+	if errors.Is(err, store.ErrUnavailable) {
 		// The database went away while the result was stored (a restart,
 		// a failover): the peer did its part, so the document is
 		// dispatched again, not counted, as after a full disk.

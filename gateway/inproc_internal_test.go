@@ -73,4 +73,16 @@ func TestByteQueueFIFO(t *testing.T) {
 	if q.r != 0 || cap(q.b) != before && before <= byteQueueKeep {
 		t.Errorf("an emptied queue did not start over in place (r %d, cap %d -> %d)", q.r, before, cap(q.b))
 	}
+	// A large buffer is let go once emptied; drop always lets it go.
+	q.consume(q.len())
+	q.write(make([]byte, 2*byteQueueKeep))
+	q.consume(q.len())
+	if cap(q.b) > byteQueueKeep {
+		t.Errorf("an emptied queue keeps %d octets of storage, more than %d", cap(q.b), byteQueueKeep)
+	}
+	q.write([]byte("x"))
+	q.drop()
+	if q.len() != 0 || cap(q.b) != 0 {
+		t.Errorf("after drop: len %d cap %d, want nothing held", q.len(), cap(q.b))
+	}
 }

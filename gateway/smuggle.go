@@ -149,7 +149,7 @@ func (c *guardConn) Read(p []byte) (int, error) {
 			return 0, err
 		}
 		if c.direct {
-			c.out.release()
+			c.out.drop()
 			c.mu.Unlock()
 			return c.Conn.Read(p)
 		}
@@ -207,7 +207,7 @@ func (c *guardConn) stopInspecting() {
 		c.passthrough = true
 		c.out.write(c.pending.bytes())
 		c.relPos += int64(c.pending.len())
-		c.pending.release()
+		c.pending.drop() // nothing is held back any more
 	}
 	c.mu.Unlock()
 	wake(c.ready)
@@ -279,7 +279,7 @@ func (c *guardConn) release(pos int64) bool {
 func (c *guardConn) fail(err error) {
 	c.mu.Lock()
 	c.out.write(c.pending.bytes())
-	c.pending.release()
+	c.pending.drop()
 	c.rerr = err
 	c.mu.Unlock()
 	wake(c.ready)
@@ -292,7 +292,7 @@ func (c *guardConn) reject(code int, grpcCode codes.Code, label, reason string) 
 	c.reason, c.rejectCode, c.rejectGRPC, c.rejectLabel = reason, code, grpcCode, label
 	c.rejected.Store(true)
 	c.out.write(smuggledRequest)
-	c.pending.release()
+	c.pending.drop()
 	c.mu.Unlock()
 	wake(c.ready)
 }
@@ -599,9 +599,11 @@ type byteQueue struct {
 	r int // b[:r] was consumed
 }
 
-// byteQueueKeep is the most storage an empty queue keeps; a larger buffer
-// (a body that arrived faster than the server read it) is let go.
-const byteQueueKeep = 16 << 10
+// byteQueueKeep is the most storage an emptied queue keeps for the
+// connection's next request (a small document's request is ~6 KiB); a
+// larger buffer (a body that arrived faster than the server read it) is
+// let go, so an idle keep-alive connection holds at most this per queue.
+const byteQueueKeep = 8 << 10
 
 func (q *byteQueue) len() int      { return len(q.b) - q.r }
 func (q *byteQueue) bytes() []byte { return q.b[q.r:] }
@@ -621,7 +623,11 @@ func (q *byteQueue) consume(n int) {
 	}
 }
 
-// release empties the queue.
+// drop empties the queue and lets its storage go (a queue no longer used:
+// the guard stopped inspecting, or the connection is detached or failed).
+func (q *byteQueue) drop() { q.b, q.r = nil, 0 }
+
+// release empties the queue, keeping up to byteQueueKeep of storage.
 func (q *byteQueue) release() {
 	if cap(q.b) > byteQueueKeep {
 		q.b = nil
