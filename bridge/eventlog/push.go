@@ -56,13 +56,13 @@ const pushTurnItems = 2 * subscriberBatch
 type fanout struct {
 	l       *Log
 	workers int
-	once    sync.Once
 	kick    chan struct{} // capacity 1: a publish happened, or a subscriber parked late
 	help    chan *round   // unbuffered: an idle worker joins a round
 
-	mu     sync.Mutex
-	parked []*subscriber
-	closed bool
+	mu      sync.Mutex
+	parked  []*subscriber
+	closed  bool
+	started bool // the workers run (startLocked)
 }
 
 // round is one publish's share of parked subscribers, served by every
@@ -76,15 +76,20 @@ func newFanout(l *Log) *fanout {
 	return &fanout{l: l, workers: max(1, runtime.GOMAXPROCS(0)), kick: make(chan struct{}, 1), help: make(chan *round)}
 }
 
-// start runs the workers on first use (a log without push subscribers
-// has none).
-func (f *fanout) start() {
-	f.once.Do(func() {
-		for range f.workers {
-			f.l.wg.Add(1)
-			go f.worker()
-		}
-	})
+// startLocked runs the workers on first use (a log without push
+// subscribers has none). It runs under mu, after the closed check: Close
+// marks the fan-out closed under mu before it waits on the log's
+// WaitGroup, so no worker is added once that wait may have begun (a
+// WaitGroup's Add must not race its Wait at zero).
+func (f *fanout) startLocked() {
+	if f.started {
+		return
+	}
+	f.started = true
+	for range f.workers {
+		f.l.wg.Add(1)
+		go f.worker()
+	}
 }
 
 // wake asks a worker to serve the parked subscribers (after a publish).
@@ -95,8 +100,8 @@ func (f *fanout) wake() {
 	}
 }
 
-// park hands sub to the workers; false when the log is closing (the
-// goroutine keeps it). The check after the append closes the race with a
+// park hands sub to the workers, started on first use; false when the
+// log is closing (the goroutine keeps it). The check after the append closes the race with a
 // publish: the publisher stores latest before it wakes the workers, so
 // either that wake-up finds sub parked, or sub sees the new latest here.
 func (f *fanout) park(sub *subscriber) bool {
@@ -106,6 +111,7 @@ func (f *fanout) park(sub *subscriber) bool {
 		f.mu.Unlock()
 		return false
 	}
+	f.startLocked()
 	f.parked = append(f.parked, sub)
 	f.mu.Unlock()
 	if ready, _ := f.l.tail.waitFor(next); ready {
@@ -285,7 +291,6 @@ func (sub *subscriber) handBack(err error) bool {
 // one hands it back (nil: carry on in run) or the subscription ends.
 func (sub *subscriber) parkWait(ctx context.Context) (parked bool, err error) {
 	f := sub.l.fan
-	f.start()
 	if !f.park(sub) {
 		return false, nil
 	}

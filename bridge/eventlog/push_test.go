@@ -3,6 +3,7 @@ package eventlog_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -139,4 +140,29 @@ func slicesEqual[T comparable](a, b []T) bool {
 		}
 	}
 	return true
+}
+
+// TestCloseRacesTheFirstPark: Close while the first push subscriber parks
+// (and so starts the fan-out's workers). Workers may be added to the log's
+// WaitGroup only before Close's Wait can begin; under -race an Add that
+// races the Wait is reported (CI saw it when a gateway shut down as a
+// WebSocket subscriber caught up). Every subscription ends with ErrClosed
+// and no worker outlives the log (goleak in TestMain).
+func TestCloseRacesTheFirstPark(t *testing.T) {
+	for i := range 24 {
+		e := open(t, t.TempDir(), eventlog.Options{})
+		ctx := eventlog.WithPush(eventlog.WithIdle(context.Background(), func() error { return nil }), &scriptPush{})
+		done := make(chan error, 1)
+		l := e.log // e.close clears the field
+		go func() {
+			done <- l.Subscribe(ctx, "t", "", nil, eventlog.Filter{}, func(*gatewayv1.Event) error { return nil })
+		}()
+		if i%2 == 1 {
+			runtime.Gosched() // half the runs let the subscriber get further first
+		}
+		e.close()
+		if err := <-done; !errors.Is(err, eventlog.ErrClosed) {
+			t.Fatalf("run %d: subscription ended with %v, want ErrClosed", i, err)
+		}
+	}
 }
