@@ -256,7 +256,13 @@ func (b *Bridge) Close(ctx context.Context) error {
 		}()
 	}
 	wgDrain.Wait()
+	// Cancel under mu: hooks that start a goroutine (cancelRequested,
+	// redeemedElsewhere) check the context and Add to wg under mu, so each
+	// Add happens before the cancel and so before wg.Wait below (an Add
+	// that races a Wait at zero is a WaitGroup misuse).
+	b.mu.Lock()
 	b.cancel()
+	b.mu.Unlock()
 	for _, s := range ss {
 		_ = s.s.CloseWithError(0, "gateway shutting down")
 		<-s.s.Done()

@@ -43,6 +43,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	for _, x := range r.Results {
+		if x.Note != "" {
+			fmt.Fprintf(w, "note: %s, %s: %s\n", x.Phase, x.Path, x.Note)
+		}
+	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
