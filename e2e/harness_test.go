@@ -58,6 +58,11 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binDir = dir
+	if raceGateway {
+		// Every gateway process (started with os.Environ) writes its race
+		// reports to a file of its own here; checked after the run.
+		os.Setenv("GORACE", "log_path="+filepath.Join(binDir, "race")+" halt_on_error=0")
+	}
 	code := m.Run()
 	sharedMu.Lock()
 	if sharedGW != nil {
@@ -66,12 +71,34 @@ func TestMain(m *testing.M) {
 			fmt.Fprintf(os.Stderr, "\n--- tail of the shared gateway's log (%s) ---\n%s\n", sharedGW.proc.logPath, sharedGW.proc.tail(logTailLines))
 		}
 	}
+	if raceGateway && reportRaces(binDir) {
+		code = 1
+	}
 	if sharedDir != "" {
 		os.RemoveAll(sharedDir)
 	}
 	sharedMu.Unlock()
 	os.RemoveAll(binDir)
 	os.Exit(code)
+}
+
+// raceGateway (PIPESTREAM_E2E_RACE=1) builds the gateway binary with the
+// race detector: every process the suite starts from it (gateways,
+// peers, replicas, the torture test's partners' gateways) reports data
+// races, and the run fails if any did (reportRaces). The torture and
+// history tests run so in CI (.ci/test.sh); other tests can too.
+var raceGateway = os.Getenv("PIPESTREAM_E2E_RACE") == "1"
+
+// reportRaces prints the race reports the gateway processes wrote under
+// dir (GORACE log_path, one file per process) and says whether there
+// were any.
+func reportRaces(dir string) bool {
+	files, _ := filepath.Glob(filepath.Join(dir, "race.*"))
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		fmt.Fprintf(os.Stderr, "\n--- e2e: a gateway process built with -race reported data races (%s) ---\n%s\n", filepath.Base(f), b)
+	}
+	return len(files) > 0
 }
 
 // gatewayBinary builds ./cmd/gateway once per run (from the module root
@@ -86,7 +113,11 @@ func gatewayBinary(t testing.TB) string {
 			buildErr = errors.New("go env GOMOD is empty: run the tests inside the module")
 		} else {
 			out := filepath.Join(binDir, "gateway")
-			cmd := exec.Command("go", "build", "-o", out, "./cmd/gateway")
+			args := []string{"build", "-o", out}
+			if raceGateway {
+				args = append(args, "-race")
+			}
+			cmd := exec.Command("go", append(args, "./cmd/gateway")...)
 			cmd.Dir = filepath.Dir(gomod)
 			if b, err := cmd.CombinedOutput(); err != nil {
 				buildErr = fmt.Errorf("go build ./cmd/gateway: %v\n%s", err, b)
