@@ -149,14 +149,18 @@ fuzz_all() {
   done < <(find . -name FUZZ_TARGETS -not -path './.git/*' -not -path './.ci/node/*' | sort)
 }
 
-# e2e in four shards. The quiet one holds the tests that assert latency
-# or memory under attack (issue 11's targets); it runs alone, last. The
-# other three (browser; replicas and peers, with the torture test's
-# -torture.duration of rounds, 75 s by default; the rest) run beside each
-# other and the full-size pass.
+# e2e in five shards. The quiet one holds the tests that assert latency
+# or memory under attack (issue 11's targets); it runs alone, after the
+# other three (browser; replicas and peers; the rest), which run beside
+# each other and the full-size pass. The torture and history tests run
+# alone last (-torture.duration of rounds, 75 s by default).
 E2E_QUIET='TestHostile|TestLoad|TestHTTPAdversary|TestFairness'
 E2E_BROWSER='TestConsole|TestDocsRender|TestGeneratedClient|TestBrowser|TestCrashSafety'
-E2E_SCALE='TestScaleOut|TestReadmeScaleOut|TestReadmeOnPostgres|TestManyPeers|TestHistory|TestCancelReadYourWrites|TestTorture'
+E2E_SCALE='TestScaleOut|TestReadmeScaleOut|TestReadmeOnPostgres|TestManyPeers|TestCancelReadYourWrites'
+# The torture and history tests run last, alone, against gateways built
+# with the race detector (PIPESTREAM_E2E_RACE=1, e2e/harness_test.go): a
+# data race any of their processes hits fails the run with its report.
+E2E_RACED='TestTorture|TestHistory'
 e2e() { go test -count=1 -timeout 30m "$@" ./e2e/; }
 
 # Static gates (issue 21): staticcheck with zero findings, and no function
@@ -200,10 +204,13 @@ job quicpeer-inproc go test "${race[@]}" -count=1 ./quicpeer/ -args -quicpeer.tr
 job fuzz fuzz_all
 job e2e-browser e2e -run "^($E2E_BROWSER)"
 job e2e-scale e2e -run "^($E2E_SCALE)"
-job e2e-rest e2e -skip "^($E2E_QUIET|$E2E_BROWSER|$E2E_SCALE)"
+job e2e-rest e2e -skip "^($E2E_QUIET|$E2E_BROWSER|$E2E_SCALE|$E2E_RACED)"
 phase_end
 
 step "e2e (latency and memory under attack, alone)"
 e2e -run "^($E2E_QUIET)"
+
+step "e2e torture and history, gateways built with -race (alone)"
+PIPESTREAM_E2E_RACE=1 e2e -run "^($E2E_RACED)\$"
 
 printf '\n=== all checks passed in %ds\n' "$((SECONDS - start))"
