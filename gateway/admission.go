@@ -314,6 +314,24 @@ func (rr *rateReader) stop() {
 	_ = rr.rc.SetReadDeadline(time.Now())
 }
 
+// lingerAfterStop lets net/http's drain of the unread body (it runs
+// after the answer is written, on a connection that closes) read for up
+// to drainLinger what the client had already sent: closed with that data
+// unread, the socket would send a reset, which can destroy the answer
+// still in flight to the client. net/http lingers the same way for the
+// bodies it gives up on (closeWriteAndWait). Only after stop: no Read of
+// rr sets a deadline again.
+func (rr *rateReader) lingerAfterStop() {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	if rr.stopped {
+		_ = rr.rc.SetReadDeadline(time.Now().Add(drainLinger))
+	}
+}
+
+// drainLinger bounds lingerAfterStop (net/http's rstAvoidanceDelay).
+const drainLinger = 500 * time.Millisecond
+
 func (rr *rateReader) Read(p []byte) (int, error) {
 	if err := rr.setDeadline(); err != nil {
 		return 0, err

@@ -86,9 +86,12 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
 		// writes the answer and again when the handler returns; with
 		// the read deadline cleared, a client that stopped sending
 		// would get no answer and hold the connection (and a graceful
-		// shutdown) until it hung up.
+		// shutdown) until it hung up. With Connection: close the answer
+		// goes first; the drain after it gets drainLinger to take in what
+		// the client already sent, so the close is a FIN, not a reset.
 		w.Header().Set("Connection", "close")
 		body.stop()
+		body.lingerAfterStop()
 	} else {
 		clearDeadline()
 	}

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -235,8 +236,11 @@ func TestRESTUploadBridgeRefusesMidBody(t *testing.T) {
 			if !resp.Close {
 				t.Errorf("answer without Connection: close while %d bytes of the body are unread", tc.total-len(part))
 			}
-			if _, err := br.ReadByte(); err != io.EOF {
-				t.Errorf("after the answer the connection gave %v, want it closed (EOF)", err)
+			// The server drains what was sent for a moment after the
+			// answer (lingerAfterStop), so the close is a FIN; a reset
+			// (data the drain had no time for) still closes it.
+			if _, err := br.ReadByte(); err != io.EOF && !errors.Is(err, syscall.ECONNRESET) {
+				t.Errorf("after the answer the connection gave %v, want it closed", err)
 			}
 		})
 	}
