@@ -108,6 +108,7 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
 func (s *Server) answerBodyError(w http.ResponseWriter, r *http.Request, outbound runtime.Marshaler, body *rateReader, err error, limit int64) {
 	if s.uploadWasCut() {
 		w.Header().Set("Connection", "close")
+		body.lingerAfterStop() // the answer, then a FIN (see lingerAfterStop)
 		runtime.HTTPError(r.Context(), s.gwMux, outbound, w, r, shutdownUploadError(body.n))
 		return
 	}
