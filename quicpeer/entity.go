@@ -105,10 +105,6 @@ func (s *Session) SendEntity(ctx context.Context, h *wire.EntityHeader, payload 
 // is reset (or was stopped by the peer).
 func (s *Session) writeEntity(ctx context.Context, st sendStream, h *wire.EntityHeader, payload io.Reader) error {
 	id := h.EntityID
-	if ctx.Done() != nil { // a context that can never end needs no watcher
-		stop := context.AfterFunc(ctx, func() { st.CancelWrite(wire.CodeNoError) })
-		defer stop()
-	}
 	// An in-memory payload (*bytes.Reader) goes out with the header: one
 	// stream write for a small entity instead of two, so the connection
 	// packs them into one packet with one wake-up. Any other reader may
@@ -121,6 +117,13 @@ func (s *Session) writeEntity(ctx context.Context, st sendStream, h *wire.Entity
 	if err != nil {
 		st.CancelWrite(wire.CodeOf(err))
 		return s.sendErr(ctx, id, err)
+	}
+	if done, err := s.writeSmallEntity(ctx, st, h, buf, payload); done {
+		return err
+	}
+	if ctx.Done() != nil { // a context that can never end needs no watcher
+		stop := context.AfterFunc(ctx, func() { st.CancelWrite(wire.CodeNoError) })
+		defer stop()
 	}
 	head := len(buf) // header octets not written yet
 	if _, inMemory := payload.(*bytes.Reader); !inMemory {
@@ -178,6 +181,45 @@ func (s *Session) writeEntity(ctx context.Context, st sendStream, h *wire.Entity
 	return nil
 }
 
+// smallEntityBytes bounds the entity frames writeSmallEntity queues
+// whole: quic-go's pooled STREAM frame holds a packet's worth (1452
+// octets); a longer queued write would be copied into a frame of its own.
+const smallEntityBytes = 1452
+
+// writeSmallEntity sends an entity whose header (buf) and in-memory
+// payload fit one packet without waiting: queued whole with the FIN
+// (TryWriteAll, Close), nothing can block, so no watcher of ctx is
+// registered (a cancel can only come before the queueing, which is
+// checked). done is false when it did not apply (another reader, a
+// payload that does not match payload-length, a larger entity, no credit
+// for it now): nothing was written and the caller's path takes over.
+func (s *Session) writeSmallEntity(ctx context.Context, st sendStream, h *wire.EntityHeader, buf []byte, payload io.Reader) (done bool, err error) {
+	br, ok := payload.(*bytes.Reader)
+	if !ok || uint64(br.Len()) != h.PayloadLength || len(buf)+br.Len() > smallEntityBytes {
+		return false, nil
+	}
+	head, n := len(buf), br.Len()
+	off := br.Size() - int64(n)
+	if _, err := br.ReadAt(buf[head:head+n], off); err != nil && n > 0 {
+		return false, nil
+	}
+	if ctx.Err() != nil {
+		st.CancelWrite(wire.CodeNoError)
+		return true, ctx.Err()
+	}
+	if err := st.TryWriteAll(buf[:head+n]); err != nil {
+		if errors.Is(err, errWouldBlock) {
+			return false, nil
+		}
+		return true, s.sendErr(ctx, h.EntityID, err)
+	}
+	_, _ = br.Seek(0, io.SeekEnd) // consumed, as the streaming path leaves it
+	if err := st.Close(); err != nil {
+		return true, s.sendErr(ctx, h.EntityID, err)
+	}
+	return true, nil
+}
+
 // sendErr explains why writing an entity stream failed: the caller's ctx,
 // the peer stopping the stream (its code), or the connection.
 func (s *Session) sendErr(ctx context.Context, id uint32, err error) error {
@@ -207,40 +249,17 @@ func (e *peerStopped) Error() string   { return e.pe.Error() }
 func (e *peerStopped) Unwrap() []error { return []error{e.pe, e.cause} }
 
 // acceptLoop accepts entity streams once the capability exchange is done
-// and hands each to an idle worker or a new one. Workers are reused
-// because a fresh goroutine has to grow its stack for header decoding on
-// every stream; their number is bounded by the concurrent-stream limit.
+// and hands each to a worker (workers.go).
 func (s *Session) acceptLoop() {
 	defer s.loops.Done()
-	work := make(chan receiveStream)
+	w := newEntityWorkers(s.handleIncoming)
+	defer w.close()
 	for {
 		rs, err := s.conn.AcceptUniStream(s.ctx)
 		if err != nil {
 			return
 		}
-		select {
-		case work <- rs:
-		default:
-			go s.worker(rs, work)
-		}
-	}
-}
-
-// worker runs handleIncoming for rs, then for further streams until it has
-// been idle for workerIdle or the session ends.
-func (s *Session) worker(rs receiveStream, work <-chan receiveStream) {
-	t := time.NewTimer(workerIdle)
-	defer t.Stop()
-	for {
-		s.handleIncoming(rs)
-		t.Reset(workerIdle)
-		select {
-		case rs = <-work:
-		case <-t.C:
-			return
-		case <-s.ctx.Done():
-			return
-		}
+		w.dispatch(rs)
 	}
 }
 

@@ -629,6 +629,7 @@ func (q *blockQueue) drop() {
 type inprocSend struct{ p *inprocPipe }
 
 func (s inprocSend) Write(b []byte) (int, error)     { return s.p.Write(b) }
+func (s inprocSend) TryWriteAll([]byte) error        { return errWouldBlock }
 func (s inprocSend) Close() error                    { return s.p.Close() }
 func (s inprocSend) CancelWrite(code wire.ErrorCode) { s.p.CancelWrite(code) }
 func (s inprocSend) StreamID() int64                 { return s.p.id }

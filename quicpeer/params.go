@@ -93,9 +93,10 @@ const (
 	// idleFactor: stream-0 silence of idleFactor*keepalive may close the
 	// connection with PIPESTREAM_IDLE_TIMEOUT (Section 5.1.4).
 	idleFactor = 3
-	// workerIdle is how long an entity-stream worker goroutine waits for
-	// the next stream before it exits: long enough to carry a burst, short
-	// enough that an idle session holds no workers.
+	// workerIdle is the period of the entity-stream workers' trim
+	// (workers.go): a worker no stream needed for a whole period exits
+	// within two; long enough to carry a burst, short enough that an idle
+	// session holds no workers.
 	workerIdle = time.Second
 	// goawayLinger is how long a drained session waits before its
 	// CONNECTION_CLOSE, which would discard stream data the peer has not

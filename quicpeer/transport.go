@@ -36,6 +36,10 @@ type sendStream interface {
 	Close() error // FIN
 	CancelWrite(code wire.ErrorCode)
 	StreamID() int64
+	// TryWriteAll queues all of p without waiting, or nothing: it fails
+	// with errWouldBlock when the peer's flow-control credit does not
+	// cover p (or the transport has no such write).
+	TryWriteAll(p []byte) error
 }
 
 // receiveStream is the receiving half of an entity stream (or stream 0).
@@ -55,10 +59,6 @@ type stream interface {
 	// SetWriteDeadline makes a pending and later Writes fail with an
 	// error that wraps os.ErrDeadlineExceeded once t passes (zero: none).
 	SetWriteDeadline(t time.Time) error
-	// TryWriteAll queues all of p without waiting, or nothing: it fails
-	// with errWouldBlock when the peer's flow-control credit does not
-	// cover p.
-	TryWriteAll(p []byte) error
 }
 
 // errWouldBlock is TryWriteAll's "not queued": wait for credit with Write.
@@ -133,6 +133,7 @@ func (q quicStream) SetWriteDeadline(t time.Time) error {
 type quicSend struct{ s *quic.SendStream }
 
 func (q quicSend) Write(p []byte) (int, error)     { return q.s.Write(p) }
+func (q quicSend) TryWriteAll(p []byte) error      { return q.s.TryWriteAll(p) }
 func (q quicSend) Close() error                    { return q.s.Close() }
 func (q quicSend) CancelWrite(code wire.ErrorCode) { q.s.CancelWrite(quic.StreamErrorCode(code)) }
 func (q quicSend) StreamID() int64                 { return int64(q.s.StreamID()) }

@@ -196,7 +196,7 @@ func waitLog(t *testing.T, tg *target, fragments ...string) {
 
 // entityWorker is the function of the session's entity-stream workers
 // (quicpeer/entity.go), one per stream being read.
-const entityWorker = "quicpeer.(*Session).worker("
+const entityWorker = "quicpeer.(*entityWorkers).run("
 
 // waitWorkers waits, polling the goroutine stacks, until ok holds for the
 // number of entity-stream workers; it fails after waitLimit.
