@@ -344,7 +344,7 @@ func (env *docEnv) redeemRun(ctx context.Context, d *docRun, claimID, via string
 		return nil, err
 	}
 	sk := entKey{id: e.EntityId}
-	w := make(chan wire.Status, 1)
+	w := &redeemWaiter{d: d, claimID: claimID, ch: make(chan wire.Status, 1)}
 	d.lock()
 	d.redeemedLocked(cr, stored)
 	env.regLock()
@@ -352,13 +352,7 @@ func (env *docEnv) redeemRun(ctx context.Context, d *docRun, claimID, via string
 	env.regUnlock()
 	env.kickFlush()
 	d.unlock()
-	dropWaiter := func() {
-		env.reg.mu.Lock()
-		if ss.waiters[sk] == w {
-			delete(ss.waiters, sk)
-		}
-		env.reg.mu.Unlock()
-	}
+	dropWaiter := func() { env.dropWaiter(ss, sk, w) }
 
 	if err := env.sendRedemption(ctx, d, ss, e, isRoot, mode, claimID); err != nil {
 		dropWaiter()
@@ -376,8 +370,8 @@ func (env *docEnv) redeemRun(ctx context.Context, d *docRun, claimID, via string
 	t := time.NewTimer(redeemAckTimeout.Load())
 	defer t.Stop()
 	select {
-	case st := <-w:
-		if err := d.redeemAnswered(claimID, st); err != nil {
+	case st := <-w.ch:
+		if err := redeemAnswerErr(claimID, st); err != nil {
 			return nil, err
 		}
 	case <-t.C:
@@ -385,7 +379,13 @@ func (env *docEnv) redeemRun(ctx context.Context, d *docRun, claimID, via string
 		// the peer decides it (redeemPending), never this timer.
 		d.redeemPending(cr, claimID, ss, sk, w)
 	case <-ss.s.Done():
-		dropWaiter()
+		if st, answered := env.dropWaiter(ss, sk, w); answered {
+			// The answer came with the session's last frames.
+			if err := redeemAnswerErr(claimID, st); err != nil {
+				return nil, err
+			}
+			break
+		}
 		d.carryRedemption(cr, claimID)
 		return nil, fmt.Errorf("%s: the peer session ended before the peer acknowledged the redemption; the document is re-dispatched and the redemption resumes the entity through the new attempt's claim: %w", what, ErrUnavailable)
 	case <-ctx.Done():
@@ -399,17 +399,82 @@ func (env *docEnv) redeemRun(ctx context.Context, d *docRun, claimID, via string
 	return out, nil
 }
 
-// redeemAnswered records the peer's answer st (the redeemed entity's next
-// status) to the redemption of claimID: FAILED is a refusal, ABANDONED an
-// expiry at the peer, anything else an acceptance (nil).
-func (d *docRun) redeemAnswered(claimID string, st wire.Status) error {
+// redeemWaiter is a redemption waiting for the peer's answer: the redeemed
+// entity's next status on the session. The status handler takes it out of
+// the session's waiters (onStatusRegLocked), records the answer on the
+// document in the same critical section as the status itself
+// (answerLocked), and only then hands the status to ch. So whoever reads
+// ch sees the answer recorded, and a refusal whose FAILED also finishes
+// the document is recorded before the document's final flush, never after
+// it (where it would be lost).
+type redeemWaiter struct {
+	d       *docRun
+	claimID string
+	ch      chan wire.Status // buffered: the answer, sent once, after it is recorded
+	// pending is the wait reason redeemPending set while the answer is
+	// awaited off the caller ("" while Redeem itself waits); guarded by
+	// d's lock.
+	pending string
+}
+
+// Why a refused redemption is recorded on the claim, entity and document.
+const (
+	whyRedeemFailed    = "the peer refused the redemption (FAILED for the redeemed entity)"
+	whyRedeemAbandoned = "the peer abandoned the deferred entity: its claim expired before the redemption"
+)
+
+// answerLocked records the peer's answer st (the redeemed entity's next
+// status) to the redemption (caller holds w.d's lock): FAILED is a
+// refusal, ABANDONED an expiry at the peer, anything else an acceptance.
+// A pending wait reason clears.
+func (w *redeemWaiter) answerLocked(st wire.Status) {
+	d := w.d
+	d.clearWaitReasonLocked(w.pending)
+	switch st {
+	case wire.StatusFailed:
+		d.rejectClaimLocked(w.claimID, gatewayv1.ClaimCheck_REDEEMED, "rejected", whyRedeemFailed)
+	case wire.StatusAbandoned:
+		d.rejectClaimLocked(w.claimID, gatewayv1.ClaimCheck_EXPIRED, "expired", whyRedeemAbandoned)
+	}
+}
+
+// answered records st (answerLocked) under w.d's lock when the caller did
+// not hold it, then hands st to whoever waits on the redemption.
+func (w *redeemWaiter) answered(st wire.Status, recorded bool) {
+	if !recorded {
+		w.d.lock()
+		w.answerLocked(st)
+		w.d.unlock()
+	}
+	w.ch <- st // buffered, sent once: never blocks
+}
+
+// dropWaiter takes w out of ss's waiters when nobody answered it yet
+// (answered false). When the status handler took it first, the answer is
+// on its way (answered: recorded, then sent on w.ch) and dropWaiter
+// returns it.
+func (env *docEnv) dropWaiter(ss *sessState, sk entKey, w *redeemWaiter) (wire.Status, bool) {
+	env.regLock()
+	mine := ss.waiters[sk] == w
+	if mine {
+		delete(ss.waiters, sk)
+	}
+	env.regUnlock()
+	if mine {
+		return 0, false
+	}
+	return <-w.ch, true
+}
+
+// redeemAnswerErr is what Redeem returns for the peer's answer st to the
+// redemption of claimID (recorded by answerLocked): FAILED is a refusal,
+// ABANDONED an expiry at the peer, anything else an acceptance (nil).
+func redeemAnswerErr(claimID string, st wire.Status) error {
 	what := "claim " + claimID
 	switch st {
 	case wire.StatusFailed:
-		d.rejectClaim(claimID, gatewayv1.ClaimCheck_REDEEMED, "rejected", "the peer refused the redemption (FAILED for the redeemed entity)")
 		return fmt.Errorf("the peer refused %s (FAILED for the redeemed entity): %w", what, ErrFailedPrecondition)
 	case wire.StatusAbandoned:
-		d.rejectClaim(claimID, gatewayv1.ClaimCheck_EXPIRED, "expired", "the peer abandoned the deferred entity: its claim expired before the redemption")
 		return fmt.Errorf("the peer abandoned the entity of %s: the claim expired at the peer: %w", what, ErrClaimExpired)
 	}
 	return nil
@@ -419,17 +484,19 @@ func (d *docRun) redeemAnswered(claimID string, st wire.Status) error {
 // the redemption of claimID (issue 21 item 4: a claim is decided by the
 // peer, not by a timer). Meanwhile the document's wait reason says that
 // the redemption is pending (with a #document event, as for any wait
-// reason); the answer clears it and is recorded (redeemAnswered). When the
-// attempt ends first (its session was lost, or it was aborted) and the
-// document runs again, the redemption is carried to the next attempt
-// (carryRedemption): it resumes the entity through the claim the peer
-// issues there. A document that finished or was dropped records nothing.
-func (d *docRun) redeemPending(cr *claimRun, claimID string, ss *sessState, sk entKey, w chan wire.Status) {
+// reason); the status handler records the answer and clears it
+// (redeemWaiter.answerLocked). When the attempt ends first (its session
+// was lost, or it was aborted) and the document runs again, the
+// redemption is carried to the next attempt (carryRedemption): it resumes
+// the entity through the claim the peer issues there. A document that
+// finished or was dropped records nothing more.
+func (d *docRun) redeemPending(cr *claimRun, claimID string, ss *sessState, sk entKey, w *redeemWaiter) {
 	a := cr.att
 	why := fmt.Sprintf("claim %s is redeemed and its entity was sent to the PipeStream peer %s at %s; waiting for the peer's answer to the redemption",
 		claimID, ss.pc.addr, time.Now().UTC().Format(time.RFC3339))
 	d.lock()
 	if a.current() {
+		w.pending = why
 		d.setWaitReason(why)
 		d.env.kickFlush()
 	}
@@ -438,41 +505,45 @@ func (d *docRun) redeemPending(cr *claimRun, claimID string, ss *sessState, sk e
 	d.env.wg.Add(1)
 	go func() {
 		defer d.env.wg.Done()
-		var st wire.Status
-		answered, ended := false, false
+		st, answered, closing := wire.Status(0), false, false
 		select {
-		case st = <-w:
+		case st = <-w.ch:
 			answered = true
 		case <-ss.s.Done(): // the session ended: the attempt is aborted
-			ended = true
 		case <-a.ctx.Done(): // aborted, finished or dropped
-			ended = true
 		case <-d.env.ctx.Done():
+			closing = true
+		}
+		if !answered {
+			st, answered = d.env.dropWaiter(ss, sk, w)
 		}
 		d.lock()
-		d.env.regLock()
-		if ss.waiters[sk] == w {
-			delete(ss.waiters, sk)
-		}
-		d.env.regUnlock()
-		if d.rec.Doc.WaitReason == why {
-			if d.terminal() {
-				d.rec.Doc.WaitReason = "" // the terminal state's event clears it
-			} else {
-				d.setWaitReason("")
-			}
-			d.env.kickFlush()
-		}
+		d.clearWaitReasonLocked(why) // an answer recorded cleared it already
 		d.unlock()
 		switch {
 		case answered:
-			if err := d.redeemAnswered(claimID, st); err != nil {
+			if err := redeemAnswerErr(claimID, st); err != nil {
 				d.env.log.Warn("bridge: the peer answered a pending redemption with a refusal", "doc", d.id, "claim", claimID, "err", err)
 			}
-		case ended:
+		case !closing:
 			d.carryRedemption(cr, claimID) // when the document runs again
 		}
 	}()
+}
+
+// clearWaitReasonLocked clears the document's wait reason while it still
+// is why (caller holds mu); a terminal document's state event already
+// says why it stopped, so it clears without an event of its own.
+func (d *docRun) clearWaitReasonLocked(why string) {
+	if why == "" || d.rec.Doc.WaitReason != why {
+		return
+	}
+	if d.terminal() {
+		d.rec.Doc.WaitReason = ""
+	} else {
+		d.setWaitReason("")
+	}
+	d.env.kickFlush()
 }
 
 // carryRedemption carries a redemption the peer did not answer before its
@@ -491,11 +562,18 @@ func (d *docRun) carryRedemption(cr *claimRun, claimID string) {
 	d.preRedeem[cr.slot] = claimID
 }
 
-// rejectClaim records the peer's refusal of a redemption on the claim (state
-// and a #claim event with why), the deferred entity and the document.
+// rejectClaim records the peer's refusal of a redemption (rejectClaimLocked)
+// under mu.
 func (d *docRun) rejectClaim(claimID string, st gatewayv1.ClaimCheck_ClaimState, action, why string) {
 	d.lock()
 	defer d.unlock()
+	d.rejectClaimLocked(claimID, st, action, why)
+}
+
+// rejectClaimLocked records the peer's refusal of a redemption on the claim
+// (state and a #claim event with why), the deferred entity and the
+// document (caller holds mu).
+func (d *docRun) rejectClaimLocked(claimID string, st gatewayv1.ClaimCheck_ClaimState, action, why string) {
 	d.env.m.claims.WithLabelValues(action).Inc()
 	d.env.log.Warn("bridge: the peer refused a redemption", "doc", d.id, "claim", claimID, "why", why)
 	cr := d.claims[claimID]

@@ -31,7 +31,7 @@ type sessState struct {
 	lastDehyd map[uint32]parentRef
 	// waiters: redemptions waiting for the peer's first status of the
 	// redeemed entity (session key).
-	waiters  map[entKey]chan wire.Status
+	waiters  map[entKey]*redeemWaiter
 	guessLog bool                 // the no-BARRIER fallback was logged on this session
 	docs     map[*docRun]struct{} // documents whose current attempt runs here
 	goaway   bool                 // GOAWAY received: assign nothing new here
@@ -349,7 +349,7 @@ func (b *Bridge) proveSessionLocked(ss *sessState) {
 // dial opens a session to pc and makes it pc's active one.
 func (b *Bridge) dial(ctx context.Context, pc *peerConn) (*sessState, error) {
 	ss := &sessState{pc: pc, ents: map[entKey]*entRef{}, scopes: map[uint32]*scopeOwner{}, docs: map[*docRun]struct{}{}, mode: plainMode{},
-		lastDehyd: map[uint32]parentRef{}, waiters: map[entKey]chan wire.Status{}}
+		lastDehyd: map[uint32]parentRef{}, waiters: map[entKey]*redeemWaiter{}}
 	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
 	b.mu.Lock()

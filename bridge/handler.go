@@ -31,7 +31,14 @@ func (h *handler) HandleStatus(s *quicpeer.Session, f wire.StatusFrame) {
 	if st.ref != nil && st.ref.att.d == d { // statusDoc names what onStatusRegLocked resolves
 		st.apply()
 	}
+	w := st.waiter
+	if w != nil && w.d == d {
+		w.answerLocked(f.Status) // after the status: a refusal that finishes d is recorded before its final flush
+	}
 	unlockFound(d)
+	if w != nil {
+		w.answered(f.Status, w.d == d)
+	}
 }
 
 func (h *handler) HandleScopeDigest(s *quicpeer.Session, f wire.ScopeDigestFrame) {
@@ -169,6 +176,9 @@ type statusApply struct {
 	// inline: the root's result, carried by its COMPLETE (profile 4.3.2),
 	// when the attempt offered it; nil otherwise (the extension skipped).
 	inline *inlineResult
+	// waiter: the redemption this status answers (the redeemed entity's
+	// first status since), taken out of the session's waiters; nil if none.
+	waiter *redeemWaiter
 }
 
 // onStatusRegLocked applies the session's part of a STATUS frame from the
@@ -183,10 +193,18 @@ func (b *Bridge) onStatusRegLocked(ss *sessState, f wire.StatusFrame, in *inline
 		return statusApply{} // cursor update or heartbeat
 	}
 	sk := entKey{scope: f.ScopeID, id: f.EntityID}
-	if w := ss.waiters[sk]; w != nil {
-		delete(ss.waiters, sk)
-		w <- f.Status // buffered: never blocks
+	w := ss.waiters[sk]
+	if w != nil {
+		delete(ss.waiters, sk) // answered by HandleStatus, after the status applies
 	}
+	st := b.resolveStatusRegLocked(ss, f, in, sk)
+	st.waiter = w
+	return st
+}
+
+// resolveStatusRegLocked is onStatusRegLocked's part after the redemption
+// waiters: the entity mapping, the session proven, a DEHYDRATING parent.
+func (b *Bridge) resolveStatusRegLocked(ss *sessState, f wire.StatusFrame, in *inlineResult, sk entKey) statusApply {
 	ref := ss.ents[sk]
 	if ref == nil {
 		if f.ScopeID == 0 {
