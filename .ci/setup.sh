@@ -27,6 +27,20 @@ GRPCURL_VERSION=v1.9.3
 # do not build with Go 1.26 (golang.org/x/tools v0.21).
 SWAGGER_VERSION=v0.36.7
 
+# retry CMD...: the network steps (apt, the module proxy, npm) are retried
+# twice, 10 s then 20 s later, so one refused connection does not fail CI.
+retry() {
+  local i
+  for i in 1 2 3; do
+    "$@" && return 0
+    [ "$i" = 3 ] && break
+    echo "setup: attempt $i of 3 failed: $*; again in $((i * 10)) s" >&2
+    sleep $((i * 10))
+  done
+  echo "setup: failed 3 times: $*" >&2
+  return 1
+}
+
 echo "=== setup: apt packages"
 pkgs=()
 command -v git >/dev/null || pkgs+=(git)
@@ -50,8 +64,8 @@ else
       exit 1
     fi
   fi
-  "${sudo[@]}" apt-get update
-  "${sudo[@]}" apt-get install -y --no-install-recommends "${pkgs[@]}"
+  retry "${sudo[@]}" apt-get update
+  retry "${sudo[@]}" apt-get install -y --no-install-recommends "${pkgs[@]}"
 fi
 
 # A checkout owned by another user is "dubious" to git (CI runs as root):
@@ -61,11 +75,11 @@ if ! git rev-parse --git-dir >/dev/null 2>&1 && [ -e .git ]; then
 fi
 
 echo "=== setup: grpcurl $GRPCURL_VERSION"
-command -v grpcurl >/dev/null || (cd /tmp && go install "github.com/fullstorydev/grpcurl/cmd/grpcurl@$GRPCURL_VERSION")
+command -v grpcurl >/dev/null || (cd /tmp && retry go install "github.com/fullstorydev/grpcurl/cmd/grpcurl@$GRPCURL_VERSION")
 command -v grpcurl
 
 echo "=== setup: go-swagger $SWAGGER_VERSION (e2e/genclient_test.go)"
-command -v swagger >/dev/null || (cd /tmp && go install "github.com/go-swagger/go-swagger/cmd/swagger@$SWAGGER_VERSION")
+command -v swagger >/dev/null || (cd /tmp && retry go install "github.com/go-swagger/go-swagger/cmd/swagger@$SWAGGER_VERSION")
 command -v swagger
 
 echo "=== setup: npm CI tools: OpenAPI validator, prebuilt buf (.ci/node, pinned by package-lock.json)"
@@ -74,5 +88,9 @@ echo "=== setup: npm CI tools: OpenAPI validator, prebuilt buf (.ci/node, pinned
 if [ -x .ci/node/node_modules/.bin/buf ] && [ -x .ci/node/node_modules/.bin/swagger-cli ]; then
   echo "installed"
 else
-  npm ci --prefix .ci/node --no-audit --no-fund
+  retry npm ci --prefix .ci/node --no-audit --no-fund
 fi
+
+echo "=== setup: Go modules (the gateway's and bench/jetstream's)"
+retry go mod download
+(cd bench/jetstream && retry go mod download)
