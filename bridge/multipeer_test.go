@@ -481,6 +481,12 @@ func TestPeerCAFileReadAgainOnRedial(t *testing.T) {
 // once it answered placement counts it.
 func TestManyPeersDraft04GetsTrickle(t *testing.T) {
 	a, b := newTestPeer(t), newTestPeer(t)
+	// The draft-04 peer is down while the deferred document is placed: a
+	// queued document also wakes its dial (waitForWork), and a draft-04
+	// session that came up before the dispatcher placed the document
+	// would take it (equal loads take turns) and run it without its
+	// processor (draft-04 carries none), so it would never defer.
+	a.stop(0)
 	e := &env{t: t, dir: t.TempDir()}
 	e.opts = bridge.Options{DataDir: e.dir, Logger: quietLogger(), Peers: []bridge.PeerEndpoint{
 		{Addr: a.addr, CAPEM: a.cert, Framing: quicpeer.FramingDraft04}, {Addr: b.addr, CAPEM: b.cert, Framing: quicpeer.FramingDraft02}}}
@@ -489,10 +495,12 @@ func TestManyPeersDraft04GetsTrickle(t *testing.T) {
 	e.waitPeer(b.addr, "connected", connected)
 	// Deferred documents stay in flight on the draft-02 peer; the
 	// draft-04 peer is dialled meanwhile and takes the next ones.
-	// (The draft-04 peer, not dialled yet, is no candidate: the first
-	// document goes to the draft-02 peer, which defers it.)
 	_, c := e.submitDeferred([]byte("deferred on a draft-02 peer"))
 	claims := []string{c}
+	if got := e.inFlight(a, b); got[0] != 0 || got[1] != 1 {
+		t.Fatalf("documents in flight per peer %v with the draft-04 peer down, want [0 1]", got)
+	}
+	a.start()
 	e.waitPeer(a.addr, "the draft-04 peer dialled while documents run elsewhere", func(p bridge.PeerStatus) bool {
 		v, _ := e.labeled("pipestream_bridge_session_connects_total", a.addr)
 		return v >= 1
