@@ -352,10 +352,15 @@ func (env *docEnv) redeemRun(ctx context.Context, d *docRun, claimID, via string
 	env.regUnlock()
 	env.kickFlush()
 	d.unlock()
-	dropWaiter := func() { env.dropWaiter(ss, sk, w) }
 
 	if err := env.sendRedemption(ctx, d, ss, e, isRoot, mode, claimID); err != nil {
-		dropWaiter()
+		if st, answered := env.dropWaiter(ss, sk, w); answered {
+			// The peer answered before the send failed (a refusal, then
+			// STOP_SENDING on the rest of the payload): the status handler
+			// recorded that answer, which is the one Redeem reports; the
+			// send's error is not recorded a second time.
+			return env.answeredClaim(d, cr, claimID, st)
+		}
 		switch wire.CodeOf(err) {
 		case wire.CodeClaimExpired:
 			d.rejectClaim(claimID, gatewayv1.ClaimCheck_EXPIRED, "expired", "the peer refused the redemption: PIPESTREAM_CLAIM_EXPIRED")
@@ -381,10 +386,7 @@ func (env *docEnv) redeemRun(ctx context.Context, d *docRun, claimID, via string
 	case <-ss.s.Done():
 		if st, answered := env.dropWaiter(ss, sk, w); answered {
 			// The answer came with the session's last frames.
-			if err := redeemAnswerErr(claimID, st); err != nil {
-				return nil, err
-			}
-			break
+			return env.answeredClaim(d, cr, claimID, st)
 		}
 		d.carryRedemption(cr, claimID)
 		return nil, fmt.Errorf("%s: the peer session ended before the peer acknowledged the redemption; the document is re-dispatched and the redemption resumes the entity through the new attempt's claim: %w", what, ErrUnavailable)
@@ -397,6 +399,18 @@ func (env *docEnv) redeemRun(ctx context.Context, d *docRun, claimID, via string
 	out := publicClaim(cr.c, time.Now())
 	d.unlock()
 	return out, nil
+}
+
+// answeredClaim is Redeem's result once the peer answered the redemption
+// (the status handler recorded the answer, answerLocked): the refusal's
+// error, or the claim as it stands.
+func (env *docEnv) answeredClaim(d *docRun, cr *claimRun, claimID string, st wire.Status) (*gatewayv1.ClaimCheck, error) {
+	if err := redeemAnswerErr(claimID, st); err != nil {
+		return nil, err
+	}
+	d.lock()
+	defer d.unlock()
+	return publicClaim(cr.c, time.Now()), nil
 }
 
 // redeemWaiter is a redemption waiting for the peer's answer: the redeemed

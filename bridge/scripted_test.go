@@ -11,6 +11,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"io"
 	"math/big"
 	"slices"
@@ -37,6 +38,9 @@ type scripted struct {
 	mu        sync.Mutex
 	sess      []*quicpeer.Session
 	abortCode map[string]wire.ErrorCode // by pipestream.claim-id: read the payload, then abort
+	// holdAbort, by pipestream.claim-id: hand the stream to the test with
+	// its payload unread, then abort it with the code the test sends.
+	holdAbort map[string]chan wire.ErrorCode
 	wg        sync.WaitGroup
 }
 
@@ -73,7 +77,8 @@ func startScripted(t *testing.T, protobuf bool) *scripted {
 func startScriptedOffer(t *testing.T, protobuf bool, offer wire.Capabilities, profile bool) *scripted {
 	t.Helper()
 	cert, pemCert := selfSigned(t)
-	p := &scripted{t: t, certPEM: pemCert, arrived: make(chan arrival, 16), abortCode: map[string]wire.ErrorCode{}}
+	p := &scripted{t: t, certPEM: pemCert, arrived: make(chan arrival, 16), abortCode: map[string]wire.ErrorCode{},
+		holdAbort: map[string]chan wire.ErrorCode{}}
 	if protobuf {
 		f := wire.FormatProtobuf
 		offer.SerializationFormat = &f
@@ -129,6 +134,14 @@ func (p *scripted) HandleGoAway(s *quicpeer.Session, _ wire.GoAwayFrame) {
 	go func() { _ = s.CloseWithError(0, "scripted peer: nothing left to drain") }()
 }
 func (p *scripted) HandleEntity(s *quicpeer.Session, e *quicpeer.IncomingEntity) {
+	p.mu.Lock()
+	hold := p.holdAbort[e.Header.Metadata["pipestream.claim-id"]]
+	p.mu.Unlock()
+	if hold != nil {
+		p.arrived <- arrival{s: s, h: e.Header}
+		e.Abort(<-hold)
+		return
+	}
 	_, _ = io.Copy(io.Discard, e.Payload)
 	p.mu.Lock()
 	code, abort := p.abortCode[e.Header.Metadata["pipestream.claim-id"]]
@@ -376,6 +389,58 @@ func TestRedeemUnansweredStaysPendingUntilThePeerRefuses(t *testing.T) {
 	}
 }
 
+// A peer refuses a redemption (FAILED for the redeemed entity) and then
+// stops the redemption stream mid-payload with PIPESTREAM_CLAIM_EXPIRED:
+// the refusal, recorded by the status handler, is the peer's answer. The
+// send's failure records nothing more (no second rejection, no expiry) and
+// Redeem reports the refusal.
+func TestRedeemRefusedThenStoppedRecordsOneAnswer(t *testing.T) {
+	// Above the peer's stream window (quic-go's initial 512 KiB, not
+	// grown while nothing is read): the send is still writing the
+	// payload when the peer stops the stream.
+	p, b, d, _ := deferredScriptedContent(t, 0, bytes.Repeat([]byte("r"), 2<<20))
+	stop := make(chan wire.ErrorCode, 1)
+	p.mu.Lock()
+	p.holdAbort["77"] = stop
+	p.mu.Unlock()
+	type result struct {
+		c   *gatewayv1.ClaimCheck
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		c, err := b.Redeem(context.Background(), "", "77")
+		done <- result{c, err}
+	}()
+	r := p.next(t) // the redemption stream, its payload unread
+	status(t, r.s, wire.StatusFailed, r.h.EntityID, 0, 0)
+	waitDoc(t, b, d.Id, func(d *gatewayv1.Document) bool { return contains(d.Error, "the peer refused the redemption") })
+	stop <- wire.CodeClaimExpired
+	var got result
+	select {
+	case got = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Redeem did not return after the peer stopped the redemption stream")
+	}
+	if !errors.Is(got.err, bridge.ErrFailedPrecondition) || !contains(got.err.Error(), "FAILED for the redeemed entity") {
+		t.Fatalf("Redeem: %v %v, want the peer's refusal (FAILED), not the stopped stream", got.c, got.err)
+	}
+	doc := waitDoc(t, b, d.Id, func(d *gatewayv1.Document) bool { return terminal(d.State) })
+	if n := strings.Count(doc.Error, "claim 77"); doc.ClaimChecks[0].State != gatewayv1.ClaimCheck_REDEEMED || n != 1 {
+		t.Fatalf("claim %v, document error %q (%d mentions of the claim), want the claim REDEEMED and one refusal", doc.ClaimChecks[0], doc.Error, n)
+	}
+	var actions []string
+	_ = b.Events().Subscribe(ctxTimeout(t, time.Second), "", "k", new(uint64), bridge.EventFilter{DocumentID: d.Id}, func(ev *gatewayv1.Event) error {
+		if ev.Kind == "#claim" {
+			actions = append(actions, ev.ClaimAction)
+		}
+		return nil
+	})
+	if !slices.Equal(actions, []string{"issued", "redeemed", "rejected"}) {
+		t.Fatalf("#claim events %v, want issued, redeemed, then one rejection", actions)
+	}
+}
+
 // A slow peer acknowledges a redemption only after Redeem stopped waiting:
 // the claim is never recorded as refused, the pending wait reason clears
 // when PROCESSING arrives, and the document goes on.
@@ -440,9 +505,15 @@ func TestRedeemPendingCarriesToTheNextAttempt(t *testing.T) {
 // stream with that code after reading its payload.
 func deferredScripted(t *testing.T, abort wire.ErrorCode) (*scripted, *bridge.Bridge, *gatewayv1.Document, arrival) {
 	t.Helper()
+	return deferredScriptedContent(t, abort, []byte("deferred"))
+}
+
+// deferredScriptedContent is deferredScripted for a document of content.
+func deferredScriptedContent(t *testing.T, abort wire.ErrorCode, content []byte) (*scripted, *bridge.Bridge, *gatewayv1.Document, arrival) {
+	t.Helper()
 	p, b := newScriptedEnv(t, false)
 	req := wholeReq()
-	req.Content = []byte("deferred")
+	req.Content = content
 	d, err := b.Submit(context.Background(), "", req)
 	must(t, err)
 	a := p.next(t)
