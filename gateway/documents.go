@@ -42,7 +42,7 @@ func (d *documentService) SubmitDocument(ctx context.Context, req *gatewayv1.Sub
 	if int64(len(req.GetContent())) > d.s.cfg.MaxUploadBytes {
 		return nil, tooLarge(d.s.cfg.MaxUploadBytes)
 	}
-	if err := d.s.admitDocument(); err != nil {
+	if err := d.s.admitDocument(int64(len(req.GetContent()))); err != nil {
 		return nil, err
 	}
 	doc, err := d.s.cfg.Bridge.Submit(ctx, TenantFromContext(ctx), req)
@@ -64,7 +64,7 @@ func (d *documentService) UploadDocument(stream grpc.ClientStreamingServer[gatew
 	if d.s.draining.Load() {
 		return shutdownUploadError(-1)
 	}
-	if err := d.s.admitDocument(); err != nil {
+	if err := d.s.admitDocument(0); err != nil {
 		return err
 	}
 	idle := d.s.cfg.UploadIdleTimeout

@@ -156,6 +156,11 @@ const (
 	// grpc.health.v1 status; cheap and fast enough for load balancers.
 	healthPollInterval = time.Second
 
+	// diskFreshAge is how long a free-space reading far from the threshold
+	// stands in for a new one at admission (disk.go): 100 ms at 10,000
+	// submissions a second saves ~1,000 statfs calls per reading.
+	diskFreshAge = 100 * time.Millisecond
+
 	// wsMaxFrameBytes: draft-holmgren-at-synchronization-00, Frame Format:
 	// "A frame MUST NOT exceed 5 MB in total size".
 	wsMaxFrameBytes = 5_000_000

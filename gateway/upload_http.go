@@ -44,7 +44,7 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
 	// before one byte of its body is read; the connection is closed, not
 	// drained.
 	tenant, _ := tenantFrom(r.Context())
-	if err := s.admitDocument(); err != nil {
+	if err := s.admitDocument(0); err != nil {
 		w.Header().Set("Connection", "close")
 		runtime.HTTPError(r.Context(), s.gwMux, outbound, w, r, err)
 		return
