@@ -3,11 +3,13 @@ package bridge
 import (
 	"crypto/sha256"
 	"fmt"
+	"io"
 	"math"
 	"mime"
 	"strconv"
 	"strings"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/pipestream/gateway/bridge/internal/split"
@@ -224,15 +226,43 @@ func (p *plan) splitStrategy() split.Strategy {
 }
 
 // bodyHash is the idempotency hash: SHA-256 over the deterministic encoding
-// of the options (request id excluded) and the content's SHA-256.
+// of the options (request id excluded) and the content's SHA-256. The
+// request id's field is cut out of the options' encoding rather than
+// cleared on a clone (a clone was 2% of a small document's CPU): a
+// deterministic encoding writes the fields in number order, so without
+// that one field the bytes are exactly those of the options with an empty
+// request id, the hash every stored document carries
+// (TestBodyHashIsTheClearedEncoding).
 func (p *plan) bodyHash(contentSum [32]byte) []byte {
-	o := proto.Clone(p.opts).(*gatewayv1.SubmitOptions)
-	o.RequestId = ""
-	b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(o)
+	b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(p.opts)
 	h := sha256.New()
-	h.Write(b)
+	writeWithoutField(h, b, requestIDField)
 	h.Write(contentSum[:])
 	return h.Sum(nil)
+}
+
+// requestIDField is SubmitOptions.request_id's field number.
+const requestIDField = 2
+
+// writeWithoutField writes the top-level fields of the encoded message b to
+// w, every occurrence of field num left out. b comes from proto.Marshal, so
+// it parses; should it not, the rest is written as it is.
+func writeWithoutField(w io.Writer, b []byte, num protowire.Number) {
+	for len(b) > 0 {
+		n, typ, tl := protowire.ConsumeTag(b)
+		vl := -1
+		if tl > 0 {
+			vl = protowire.ConsumeFieldValue(n, typ, b[tl:])
+		}
+		if vl < 0 {
+			_, _ = w.Write(b)
+			return
+		}
+		if n != num {
+			_, _ = w.Write(b[:tl+vl])
+		}
+		b = b[tl+vl:]
+	}
 }
 
 // wirePolicy is the completion-policy of the root header (draft Section 8.3).
