@@ -334,14 +334,24 @@ func TestDeafPeerStallsNoOtherDocument(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	ids := slices.Collect(maps.Keys(ins))
+	// listen returns once the deaf peer has read every root's end, which
+	// can be before this goroutine's last poll: the test waits for it
+	// before it returns, so no poll of e.b outlives the test (the
+	// cleanup closes the bridge and clears e.b).
+	polled := make(chan struct{})
 	go func() {
+		defer close(polled)
+		defer cancel()
 		for _, id := range ids {
+			if ctx.Err() != nil {
+				return
+			}
 			if _, err := e.terminalWithin(id, 60*time.Second); err != nil {
-				break
+				return
 			}
 		}
-		cancel()
 	}()
+	defer func() { cancel(); <-polled }()
 	n, err := deaf.listen(ctx)
 	if err != nil && ctx.Err() == nil {
 		t.Fatalf("deaf peer reading stream 0 again after %d octets: %v", n, err)
