@@ -237,10 +237,40 @@ type Conn struct {
 	// lets the GOAWAY of a cut take a turn without waiting (try-only).
 	slot     chan struct{}
 	sentData atomic.Bool // a HEADERS or DATA frame was written since the last client PING
-	wHdr     [frameHeaderLen]byte
-	wHdrN    int
-	wSkip    int
+	w        writeFrames
 	goAwayed bool
+}
+
+// writeFrames follows the frame boundaries of the server's writes.
+type writeFrames struct {
+	hdr  [frameHeaderLen]byte
+	n    int // header octets seen
+	skip int // payload octets still to pass
+}
+
+// scan advances over b, the next written octets, and reports whether a
+// DATA or HEADERS frame header ended in them. On a copy it previews the
+// write without advancing.
+func (w *writeFrames) scan(b []byte) (data bool) {
+	for len(b) > 0 {
+		if w.skip > 0 {
+			k := min(w.skip, len(b))
+			w.skip -= k
+			b = b[k:]
+			continue
+		}
+		k := copy(w.hdr[w.n:], b)
+		w.n += k
+		b = b[k:]
+		if w.n == frameHeaderLen {
+			w.n = 0
+			w.skip = int(w.hdr[0])<<16 | int(w.hdr[1])<<8 | int(w.hdr[2])
+			if t := w.hdr[3]; t == frameData || t == frameHeaders {
+				data = true
+			}
+		}
+	}
+	return data
 }
 
 const (
@@ -409,7 +439,7 @@ func (c *Conn) abort(reason string) {
 	defer t.Stop()
 	select {
 	case c.slot <- struct{}{}: // the server is not writing (or finished its write): a frame boundary is known
-		if c.isH2.Load() && c.wHdrN == 0 && c.wSkip == 0 && !c.goAwayed {
+		if c.isH2.Load() && c.w.n == 0 && c.w.skip == 0 && !c.goAwayed {
 			c.goAwayed = true
 			_ = c.Conn.SetWriteDeadline(time.Now().Add(goAwayDeadline))
 			_, _ = c.Conn.Write(goAway(c.lastID.Load(), reason))
@@ -448,8 +478,16 @@ func (c *Conn) Write(p []byte) (int, error) {
 	if c.cut.Load() {
 		return 0, ErrCut
 	}
+	h2 := c.isH2.Load()
+	if preview := c.w; h2 && preview.scan(p) {
+		// Marked before the octets go out: the client may read them and
+		// answer with its BDP PING before Write returns, and that ping
+		// must find the data sent (marking it after the write counted
+		// such pings, and cut a busy grpc-go client).
+		c.sentData.Store(true)
+	}
 	n, err := c.Conn.Write(p)
-	if c.isH2.Load() {
+	if h2 {
 		c.follow(p[:n])
 	}
 	return n, err
@@ -469,23 +507,8 @@ func (c *Conn) HTTP1Conn() (raw net.Conn, ok bool) {
 
 // follow tracks the server's frame boundaries over written bytes.
 func (c *Conn) follow(b []byte) {
-	for len(b) > 0 {
-		if c.wSkip > 0 {
-			k := min(c.wSkip, len(b))
-			c.wSkip -= k
-			b = b[k:]
-			continue
-		}
-		k := copy(c.wHdr[c.wHdrN:], b)
-		c.wHdrN += k
-		b = b[k:]
-		if c.wHdrN == frameHeaderLen {
-			c.wHdrN = 0
-			c.wSkip = int(c.wHdr[0])<<16 | int(c.wHdr[1])<<8 | int(c.wHdr[2])
-			if t := c.wHdr[3]; t == frameData || t == frameHeaders {
-				c.sentData.Store(true)
-			}
-		}
+	if c.w.scan(b) {
+		c.sentData.Store(true)
 	}
 }
 

@@ -140,3 +140,96 @@ func TestCooldown(t *testing.T) {
 		t.Errorf("the tenant's next connection: cut %q, want tenant_cooldown", gc2.CutReason())
 	}
 }
+
+// writeHeld is a server connection whose Write hands the octets to the
+// test and returns only when the test says so: the client has them (and
+// may answer) before the server's Write returns.
+type writeHeld struct {
+	net.Conn
+	wrote  chan []byte
+	resume chan struct{}
+}
+
+func (w *writeHeld) Write(p []byte) (int, error) {
+	if w.wrote != nil {
+		w.wrote <- p
+		<-w.resume
+	}
+	return w.Conn.Write(p)
+}
+
+// TestPingAnsweringDataIsNotCounted: a client PING that answers DATA the
+// server writes (grpc-go's BDP estimator pings once per round trip of
+// received data) is not counted, also when it is read before the
+// server's Write returns. Rounds alternate a write that returns before
+// the client's ping and one that is held until the ping was read; with a
+// ping budget of one, six rounds leave the connection up (marking the
+// data only after the write counted every held round's ping: cut at the
+// fourth). Two pings with no data between them are counted: the second
+// is cut.
+func TestPingAnsweringDataIsNotCounted(t *testing.T) {
+	for _, withData := range []bool{true, false} {
+		server, client := pipeConn(t)
+		held := &writeHeld{Conn: server, resume: make(chan struct{})}
+		g := &Guard{Limits: Limits{Pings: Budget{PerSecond: 0.001, Burst: 1}}}
+		gc := g.Wrap(held, true)
+		read := func(want int) error {
+			buf := make([]byte, want)
+			_, err := io.ReadFull(gc, buf)
+			return err
+		}
+		go func() { _, _ = io.Copy(io.Discard, client) }()
+		hello := append([]byte(Preface), frame(frameSettings, 0, 0, nil)...)
+		if _, err := client.Write(hello); err != nil {
+			t.Fatal(err)
+		}
+		if err := read(len(hello)); err != nil {
+			t.Fatalf("preface: %v", err)
+		}
+		var err error
+		for round := 0; round < 6 && err == nil; round++ {
+			err = pingRound(t, gc, held, client, read, withData, round%2 == 1)
+		}
+		switch {
+		case withData && err != nil:
+			t.Errorf("pings answering data: %v (cut for %q), want the connection up", err, gc.CutReason())
+		case !withData && (!errors.Is(err, ErrCut) || gc.CutReason() != "ping"):
+			t.Errorf("pings without data: %v (cut for %q), want the second cut for ping", err, gc.CutReason())
+		}
+	}
+}
+
+// pingRound writes DATA (when withData; held: the write returns only once
+// the client's ping was read), then the client pings and the server reads
+// the ping.
+func pingRound(t *testing.T, gc *Conn, held *writeHeld, client net.Conn, read func(int) error, withData, hold bool) error {
+	done := make(chan error, 1)
+	held.wrote = nil
+	if withData && hold {
+		held.wrote = make(chan []byte)
+	}
+	if withData {
+		go func() {
+			_, err := gc.Write(frame(frameData, 0, 1, []byte("event")))
+			done <- err
+		}()
+		if hold {
+			<-held.wrote // the DATA is on its way; its Write has not returned
+		} else if err := <-done; err != nil {
+			return err
+		}
+	}
+	ping := frame(framePing, 0, 0, make([]byte, 8))
+	if _, err := client.Write(ping); err != nil {
+		t.Fatal(err)
+	}
+	err := read(len(ping))
+	if withData && hold {
+		close(held.resume)
+		if werr := <-done; werr != nil && err == nil {
+			err = werr
+		}
+		held.resume = make(chan struct{})
+	}
+	return err
+}
