@@ -338,19 +338,7 @@ func TestDeafPeerStallsNoOtherDocument(t *testing.T) {
 	// can be before this goroutine's last poll: the test waits for it
 	// before it returns, so no poll of e.b outlives the test (the
 	// cleanup closes the bridge and clears e.b).
-	polled := make(chan struct{})
-	go func() {
-		defer close(polled)
-		defer cancel()
-		for _, id := range ids {
-			if ctx.Err() != nil {
-				return
-			}
-			if _, err := e.terminalWithin(id, 60*time.Second); err != nil {
-				return
-			}
-		}
-	}()
+	polled := e.cancelWhenTerminal(ctx, cancel, ids)
 	defer func() { cancel(); <-polled }()
 	n, err := deaf.listen(ctx)
 	if err != nil && ctx.Err() == nil {
@@ -365,6 +353,26 @@ func TestDeafPeerStallsNoOtherDocument(t *testing.T) {
 		}
 	}
 	t.Logf("%d octets reached the deaf peer's stream 0 (credit %d)", n, deafWindow)
+}
+
+// cancelWhenTerminal polls the documents of ids on a goroutine of its own
+// until each is terminal (or one is not within a minute, or ctx ends),
+// then cancels; the returned channel is closed when the goroutine is done.
+func (e *env) cancelWhenTerminal(ctx context.Context, cancel context.CancelFunc, ids []string) <-chan struct{} {
+	polled := make(chan struct{})
+	go func() {
+		defer close(polled)
+		defer cancel()
+		for _, id := range ids {
+			if ctx.Err() != nil {
+				return
+			}
+			if _, err := e.terminalWithin(id, 60*time.Second); err != nil {
+				return
+			}
+		}
+	}()
+	return polled
 }
 
 // completedWithResults checks the documents of ids that finished (the
