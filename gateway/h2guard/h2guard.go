@@ -479,7 +479,8 @@ func (c *Conn) Write(p []byte) (int, error) {
 		return 0, ErrCut
 	}
 	h2 := c.isH2.Load()
-	if preview := c.w; h2 && preview.scan(p) {
+	after := c.w
+	if h2 && after.scan(p) {
 		// Marked before the octets go out: the client may read them and
 		// answer with its BDP PING before Write returns, and that ping
 		// must find the data sent (marking it after the write counted
@@ -488,7 +489,11 @@ func (c *Conn) Write(p []byte) (int, error) {
 	}
 	n, err := c.Conn.Write(p)
 	if h2 {
-		c.follow(p[:n])
+		if n == len(p) {
+			c.w = after // the whole write went out: its scan holds
+		} else {
+			c.follow(p[:n])
+		}
 	}
 	return n, err
 }
