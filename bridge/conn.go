@@ -408,7 +408,8 @@ func (b *Bridge) dial(ctx context.Context, pc *peerConn) (*sessState, error) {
 	return ss, nil
 }
 
-// waitForWork holds a draft-04 dial until a document is queued (or, for a
+// waitForWork holds a draft-04 dial until a document it could take is
+// queued (one that needs no entity metadata; or, for a
 // peer not known to answer, documents run elsewhere: probeDraft04Locked),
 // the previous session dialled to pc has been given its document, and fewer
 // than Options.PeerDraft04Conns sessions to pc are live: the reference
@@ -422,7 +423,7 @@ func (b *Bridge) waitForWork(ctx context.Context, pc *peerConn) bool {
 		b.mu.Lock()
 		ready := pc.framing != quicpeer.FramingDraft04 ||
 			(pc.active == nil && b.reg.liveSessions(pc) < b.opts.PeerDraft04Conns &&
-				(len(b.queue) > 0 || b.probeDraft04Locked(pc)))
+				(b.queuedWithoutMetadataLocked() || b.probeDraft04Locked(pc)))
 		pc.dialing = ready // a peer nothing dials is idle, not connecting
 		b.mu.Unlock()
 		if ready {
@@ -438,6 +439,17 @@ func (b *Bridge) waitForWork(ctx context.Context, pc *peerConn) bool {
 		}
 		t.Stop()
 	}
+}
+
+// queuedWithoutMetadataLocked reports whether a queued document needs no
+// entity metadata (a draft-04 peer could take it).
+func (b *Bridge) queuedWithoutMetadataLocked() bool {
+	for _, d := range b.queue {
+		if d.plan.needsMetadata() == "" {
+			return true
+		}
+	}
+	return false
 }
 
 // probeDraft04Locked reports whether a draft-04 peer not known to answer
@@ -470,15 +482,17 @@ func (b *Bridge) probeDraft04Locked(pc *peerConn) bool {
 // GOAWAY) or the pick is a draft-04 peer being dialled. newAttemptRegLocked starts
 // the attempt there. For the dispatcher (dispatch), a peer running
 // maxConcurrentDispatch sendings already is skipped; a pipelined upload
-// is not counted there (its client sets its pace).
-func (env *docEnv) pickSessionRegLocked(dispatch bool) *sessState {
+// is not counted there (its client sets its pace). meta: the document
+// needs entity metadata (plan.needsMetadata), so only peers that receive
+// it count (never a draft-04 one).
+func (env *docEnv) pickSessionRegLocked(dispatch, meta bool) *sessState {
 	var best *peerConn
 	var bestSS *sessState
 	var bestLoad peerLoad
 	n := len(env.reg.peers)
 	for i := range n {
 		pc := env.reg.peers[(env.reg.nextPeer+i)%n]
-		ss, load, ok := env.candidateRegLocked(pc, dispatch)
+		ss, load, ok := env.candidateRegLocked(pc, dispatch, meta)
 		if ok && (best == nil || load.less(bestLoad)) {
 			best, bestSS, bestLoad = pc, ss, load
 		}
@@ -502,16 +516,20 @@ func (x peerLoad) less(y peerLoad) bool {
 
 // candidateRegLocked says whether pc can take a document now (ss, its load),
 // or soon (ss nil: a draft-04 peer that answered before, with room for
-// another connection, not backing off).
-func (env *docEnv) candidateRegLocked(pc *peerConn, dispatch bool) (*sessState, peerLoad, bool) {
+// another connection, not backing off). With meta, a peer that would not
+// receive the document's metadata is not a candidate.
+func (env *docEnv) candidateRegLocked(pc *peerConn, dispatch, meta bool) (*sessState, peerLoad, bool) {
 	if dispatch && pc.sending >= maxConcurrentDispatch {
 		return nil, peerLoad{}, false // its sendings must finish first
 	}
 	if ss := pc.usableLocked(); ss != nil {
+		if meta && !ss.mode.carriesMetadata() {
+			return nil, peerLoad{}, false
+		}
 		return ss, peerLoad{docs: uint64(env.reg.peerDocs(pc)), capacity: ss.mode.capacity(env, ss)}, true
 	}
 	live := env.reg.liveSessions(pc)
-	if pc.framing != quicpeer.FramingDraft04 || !pc.ok || time.Now().Before(pc.retryAt) || live >= env.opts.PeerDraft04Conns {
+	if meta || pc.framing != quicpeer.FramingDraft04 || !pc.ok || time.Now().Before(pc.retryAt) || live >= env.opts.PeerDraft04Conns {
 		return nil, peerLoad{}, false
 	}
 	return nil, peerLoad{docs: uint64(env.reg.peerDocs(pc)), capacity: uint64(env.opts.PeerDraft04Conns)}, true

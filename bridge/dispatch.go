@@ -16,20 +16,19 @@ import (
 	"github.com/pipestream/gateway/quicpeer/wire"
 )
 
-// startAttempt takes the next queued document and starts an attempt on
-// the session placement picks (pickSessionRegLocked; nil when there is
-// nothing to do). The queue is read under the registry's mu, the document
-// placed under its own lock (and the registry's again), which re-checks
-// what the queue said.
+// startAttempt takes the first queued document that a session can take
+// and starts an attempt on the session placement picks
+// (pickSessionRegLocked; nil when there is nothing to do). The queue is
+// read under the registry's mu, the document placed under its own lock
+// (and the registry's again), which re-checks what the queue said.
 func (b *Bridge) startAttempt() *attempt {
 	for {
 		b.mu.Lock()
-		if b.closing || b.pickSessionRegLocked(true) == nil || len(b.queue) == 0 {
-			b.mu.Unlock()
+		d := b.nextPlaceableRegLocked()
+		b.mu.Unlock()
+		if d == nil {
 			return nil
 		}
-		d := b.queue[0]
-		b.mu.Unlock()
 		d.lock()
 		j, again := d.placeQueuedLocked()
 		d.unlock()
@@ -37,6 +36,34 @@ func (b *Bridge) startAttempt() *attempt {
 			return j
 		}
 	}
+}
+
+// nextPlaceableRegLocked is the first queued document for which placement
+// finds a session now, nil when there is none (or the bridge is closing).
+// A document that needs entity metadata waits for a peer that receives
+// it (pickSessionRegLocked's meta) without holding up the documents
+// queued behind it that do not. Each kind is picked for once.
+func (b *Bridge) nextPlaceableRegLocked() *docRun {
+	if b.closing {
+		return nil
+	}
+	var picked, found [2]bool // [0]: any peer; [1]: one that receives metadata
+	for _, d := range b.queue {
+		k := 0
+		if d.plan.needsMetadata() != "" {
+			k = 1
+		}
+		if !picked[k] {
+			picked[k], found[k] = true, b.pickSessionRegLocked(true, k == 1) != nil
+		}
+		if found[k] {
+			return d
+		}
+		if picked[0] && picked[1] {
+			return nil
+		}
+	}
+	return nil
 }
 
 // placeQueuedLocked takes d out of the queue and starts its attempt on the
@@ -59,7 +86,7 @@ func (d *docRun) placeQueuedRegLocked() (j, prev *attempt, again bool) {
 	if d.env.reg.closing {
 		return nil, nil, false
 	}
-	ss := d.env.pickSessionRegLocked(true)
+	ss := d.env.pickSessionRegLocked(true, d.plan.needsMetadata() != "")
 	if ss == nil {
 		return nil, nil, false
 	}

@@ -53,11 +53,12 @@ var registryCode = map[string]bool{"Bridge": true, "handler": true, "peerConn": 
 var registryType = map[string]bool{"registry": true, "sessState": true, "peerConn": true}
 
 // underRegistryAllowed are the document methods code holding the
-// registry's mu may call: they read the document and take no lock, or
-// (kick, kickFlush, endDraft04) only wake a loop or start a goroutine.
+// registry's mu may call: they read the document (or a mode's constant)
+// and take no lock, or (kick, kickFlush, endDraft04) only wake a loop or
+// start a goroutine.
 var underRegistryAllowed = map[string]bool{
 	"terminal": true, "current": true, "newest": true, "sess": true, "pipelined": true, "name": true,
-	"endMeansPeerDown": true, "capacity": true, "kick": true, "kickFlush": true, "endDraft04": true,
+	"endMeansPeerDown": true, "carriesMetadata": true, "capacity": true, "kick": true, "kickFlush": true, "endDraft04": true,
 }
 
 // lockSection reports, for a position in a function body, whether the

@@ -70,6 +70,11 @@ type peerMode interface {
 	// endMeansPeerDown reports whether the session's end marks its peer
 	// down until a new session is up.
 	endMeansPeerDown() bool
+	// carriesMetadata reports whether the entity headers sent in this
+	// mode carry metadata (the processor, the request metadata): placement
+	// gives a document that needs them (plan.needsMetadata) only to a
+	// session whose mode does.
+	carriesMetadata() bool
 }
 
 // Mode names (PeerStatus, logs).

@@ -95,6 +95,7 @@ func (plainMode) capacity(_ *docEnv, ss *sessState) uint64 {
 	return uint64(max(ss.n.MaxWindow, 1))
 }
 func (plainMode) endMeansPeerDown() bool { return true }
+func (plainMode) carriesMetadata() bool  { return true }
 
 // draft04Mode: plainMode on a draft-04 connection (docs/profile.md 1.2):
 // every document whole with the six-member header (no metadata, no
@@ -131,3 +132,6 @@ func (draft04Mode) capacity(env *docEnv, _ *sessState) uint64 {
 	return uint64(env.opts.PeerDraft04Conns)
 }
 func (draft04Mode) endMeansPeerDown() bool { return false }
+
+// carriesMetadata: the six-member header has no metadata member.
+func (draft04Mode) carriesMetadata() bool { return false }

@@ -74,3 +74,4 @@ func (profileMode) capacity(_ *docEnv, ss *sessState) uint64 {
 	return uint64(max(ss.n.MaxWindow, 1))
 }
 func (profileMode) endMeansPeerDown() bool { return true }
+func (profileMode) carriesMetadata() bool  { return true }

@@ -329,6 +329,38 @@ func (b *Bridge) waitReasonLocked() string {
 	return "no PipeStream peer takes work: " + strings.Join(why, "; ")
 }
 
+// metaWaitReasonLocked says why queued documents that need entity metadata
+// (plan.needsMetadata) wait, "" when a peer that receives it takes work: a
+// draft-04 peer never does (docs/profile.md 9.3).
+func (b *Bridge) metaWaitReasonLocked() string {
+	var why []string
+	for _, pc := range b.peers {
+		if pc.framing == quicpeer.FramingDraft04 {
+			continue
+		}
+		if ss := pc.usableLocked(); ss != nil && ss.mode.carriesMetadata() {
+			return ""
+		}
+		why = append(why, pc.waitReasonLocked())
+	}
+	if len(why) == 0 {
+		return "no PipeStream peer receives entity metadata: every one speaks draft-04, whose entity headers carry none (docs/profile.md 9.3)"
+	}
+	return "waiting for a PipeStream peer that receives entity metadata (a draft-04 peer receives none): " + strings.Join(why, "; ")
+}
+
+// waitReasons are why queued documents wait ("" for none): any, all of
+// them; meta, those that need entity metadata.
+type waitReasons struct{ any, meta string }
+
+// of is the reason d waits.
+func (w waitReasons) of(d *docRun) string {
+	if need := d.plan.needsMetadata(); need != "" && w.meta != "" {
+		return "the document's " + need + " is sent as entity metadata; " + w.meta
+	}
+	return w.any
+}
+
 // waitReasonLocked says why pc takes no work.
 func (pc *peerConn) waitReasonLocked() string {
 	if pc.lastErr == "" && !pc.dialing {
@@ -377,7 +409,7 @@ func (b *Bridge) superviseLoop(ctx context.Context) {
 // under its own lock (and the registry's).
 func (b *Bridge) supervise(now time.Time) {
 	b.mu.Lock()
-	why, addrs := b.waitReasonLocked(), b.peerAddrs()
+	why, addrs := waitReasons{any: b.waitReasonLocked(), meta: b.metaWaitReasonLocked()}, b.peerAddrs()
 	queued := slices.Clone(b.queue)
 	docs := b.docList()
 	b.mu.Unlock()
@@ -396,12 +428,13 @@ func (r *registry) docList() []*docRun {
 }
 
 // superviseWaitLocked updates the wait reason of d, a queued document,
-// and fails it when it waited longer than PeerWait for a session (why:
-// the reason documents wait now, "" for none; addrs: the peers).
-func (d *docRun) superviseWaitLocked(now time.Time, why, addrs string) {
+// and fails it when it waited longer than PeerWait for a session (w:
+// the reasons documents wait now; addrs: the peers).
+func (d *docRun) superviseWaitLocked(now time.Time, w waitReasons, addrs string) {
 	if d.terminal() || !d.queued {
 		return
 	}
+	why := w.of(d)
 	if why != "" && now.Sub(d.queuedAt) < superviseInterval {
 		return // a document just queued is not held up yet
 	}

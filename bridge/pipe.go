@@ -31,7 +31,7 @@ func (d *docRun) startPipe() *pipe {
 	d.lock()
 	defer d.unlock()
 	d.env.regLock()
-	ss := d.env.pickSessionRegLocked(false)
+	ss := d.env.pickSessionRegLocked(false, d.plan.needsMetadata() != "")
 	if ss == nil || d.env.reg.closing || !ss.mode.pipelined() {
 		d.env.regUnlock()
 		return nil // plain documents are sent from the spool (docs/profile.md 9)

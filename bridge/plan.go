@@ -306,6 +306,25 @@ func (p *plan) retries() uint32 {
 	return cp.GetMaxRetries()
 }
 
+// needsMetadata names what of the document only entity metadata carries
+// to the peer, "" when nothing: a processor other than passthrough, request
+// metadata (the fault keys among them) or a split depth. A draft-04 entity
+// header has no metadata member (docs/profile.md 9.3), so placement gives
+// such a document only to a peer that receives metadata; sent to a
+// draft-04 peer it would run as passthrough and succeed with another
+// result than the one asked for.
+func (p *plan) needsMetadata() string {
+	switch {
+	case p.opts.Split.Processor != "passthrough":
+		return "split.processor " + p.opts.Split.Processor
+	case len(p.opts.Metadata) > 0:
+		return "request metadata"
+	case p.opts.Split.MaxDepth > 0:
+		return "split.maxDepth"
+	}
+	return ""
+}
+
 // rootMetadata is the metadata of the root header: the request metadata plus
 // the profile keys (with the profile marker when profile is set).
 func (p *plan) rootMetadata(profile bool) map[string]string {

@@ -17,6 +17,7 @@ import (
 	"github.com/pipestream/gateway/bridge/internal/split"
 	"github.com/pipestream/gateway/bridge/store"
 	gatewayv1 "github.com/pipestream/gateway/gen/pipestream/gateway/v1"
+	"github.com/pipestream/gateway/quicpeer"
 )
 
 // Submit stores an inline document durably (its content committed inline
@@ -39,6 +40,9 @@ func (b *Bridge) Upload(ctx context.Context, t Tenant, opts *gatewayv1.SubmitOpt
 	if err != nil {
 		return nil, err
 	}
+	if err := b.checkPeersTake(p); err != nil {
+		return nil, err
+	}
 	b.mu.Lock()
 	if b.closing {
 		b.mu.Unlock()
@@ -59,6 +63,24 @@ func (b *Bridge) Upload(ctx context.Context, t Tenant, opts *gatewayv1.SubmitOpt
 		return nil, err
 	}
 	return doc, nil
+}
+
+// checkPeersTake refuses a document that needs entity metadata
+// (plan.needsMetadata) when every configured peer is draft-04, whose
+// entity headers carry none: no peer could ever run it as asked. (A peer
+// of framing auto found to speak draft-04 is not refused here: its
+// documents wait for a peer that receives metadata, superviseWaitLocked.)
+func (b *Bridge) checkPeersTake(p *plan) error {
+	need := p.needsMetadata()
+	if need == "" {
+		return nil
+	}
+	for _, pc := range b.peers {
+		if pc.mode != quicpeer.FramingDraft04 {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s is sent to the PipeStream peer as entity metadata, and every configured peer speaks draft-04, whose entity headers carry none (docs/profile.md 9.3): submit without it, or configure a draft-02 peer: %w", need, ErrFailedPrecondition)
 }
 
 // newDocRun builds the runtime state of a new document.

@@ -32,6 +32,9 @@ import (
 //     (tDocPlan.bound); CANCELLED only when its client cancelled it;
 //     PARTIALLY_SUCCEEDED never (every policy is STRICT); a result is
 //     absent only where a peer that returns none took the document.
+//     A document that names a processor other than passthrough or carries
+//     request metadata never reaches a draft-04 peer, whose entity header
+//     has no metadata (docs/profile.md 9.3): it would run as passthrough.
 //  4. Every state change has its event: each tenant's event log holds, for
 //     each of its documents, an unbroken revision chain whose #document
 //     events end in the final state, one terminal state, at the end; and
@@ -193,6 +196,9 @@ func (r *tortureRig) checkDoc(d *tDoc, noResult map[[32]byte]bool, bad func(stri
 	if d.id == "" {
 		bad("%s: not accepted: %v", name, d.submitErr)
 		return
+	}
+	if (p.processor != "passthrough" || p.deferred) && noResult[d.sum] {
+		bad("%s: a draft-04 peer received it whole, without the metadata that names its processor or asks a deferral", name)
 	}
 	f := d.final
 	if f == nil {
