@@ -604,7 +604,9 @@ func TestInteropDraft04Client(t *testing.T) {
 // conversation with --peer-framing draft-04 and auto: two documents, each
 // on its own connection, end SUCCEEDED with the result absent, and the
 // server got each document's exact bytes in a header of only the six
-// reference members.
+// reference members. A document that names a processor never reaches
+// it (the header has no metadata: docs/profile.md 9.3): refused at
+// submission under draft-04, held with its reason under auto.
 func TestInteropDraft04Server(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []string{"draft-04", "auto"} {
@@ -613,6 +615,7 @@ func TestInteropDraft04Server(t *testing.T) {
 			g := startInteropGateway(t, plainPeerArgs(s.addr, s.caPEM, "--peer-framing", mode)...)
 			// the second is above the 1 MiB inline threshold: still one entity
 			docs := [][]byte{[]byte("first document for the reference server\n"), textCorpus(2 << 20)}
+			checkProcessorNotToD04(t, g, mode)
 			for _, content := range docs {
 				id := submitDoc(t, g, map[string]any{"content": b64(content), "contentType": "text/plain"})
 				d := awaitTerminalDoc(t, g, id, 90*time.Second)
@@ -742,6 +745,42 @@ func TestInteropDraft04NoHeartbeatAuto(t *testing.T) {
 	}
 	_, errs, conns := s.snapshot()
 	t.Logf("reference server without heartbeat: %d connections, refused: %s; /healthz %s", conns, errorsText(errs), bytes.TrimSpace(body))
+}
+
+// checkProcessorNotToD04 submits a textstats document to a gateway whose
+// only peer is the draft-04 reference server: with --peer-framing
+// draft-04 it is refused (400 FAILED_PRECONDITION naming what it needs);
+// with auto it is accepted and waits, its waitReason naming entity
+// metadata, until its client cancels it. checkD04Sessions then shows the
+// server never received it.
+func checkProcessorNotToD04(t *testing.T, g *gatewayProc, mode string) {
+	t.Helper()
+	req := mustJSON(t, map[string]any{"content": b64([]byte("count my words\n")), "contentType": "text/plain", "split": map[string]any{"processor": "textstats"}})
+	st, b, err := doJSON(context.Background(), "POST", g.baseURL()+"/v1/documents", req, "application/json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mode == "draft-04" {
+		msg, reason := rpcMessage(t, httpResp{body: b})
+		if st != 400 || reason != "FAILED_PRECONDITION" || !strings.Contains(msg, "split.processor textstats") || !strings.Contains(msg, "draft-04") {
+			t.Errorf("textstats toward a draft-04 peer only: %d %s, want 400 FAILED_PRECONDITION naming the processor and draft-04", st, b)
+		}
+		return
+	}
+	var d docMap
+	if st != 200 || json.Unmarshal(b, &d) != nil {
+		t.Fatalf("submit textstats: %d %s", st, b)
+	}
+	id := d.str("id")
+	d = pollDoc(t, g, id, 30*time.Second, "a waitReason naming entity metadata", func(d docMap) bool {
+		return strings.Contains(d.str("waitReason"), "entity metadata") || terminalState(d.str("state"))
+	})
+	if terminalState(d.str("state")) {
+		t.Fatalf("textstats document with only a draft-04 peer: %v, want it held", d)
+	}
+	if st, b, err := doJSON(context.Background(), "POST", g.baseURL()+"/v1/documents/"+id+":cancel", []byte("{}"), "application/json"); err != nil || st != 200 {
+		t.Fatalf("cancel: %d %v %s", st, err, b)
+	}
 }
 
 func checkD04Sessions(t *testing.T, s *d04Server, docs [][]byte, mode string) {
