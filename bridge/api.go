@@ -210,6 +210,13 @@ type Options struct {
 	// a time answers the next one's CAPABILITIES as soon as the previous
 	// conversation ends, so the handshakes overlap its work.
 	PeerDraft04Conns int
+	// CreateHold: a small document sent whole (no request id) is
+	// dispatched before its creation commits, and its creation waits up to
+	// this long to commit together with its result: one commit instead of
+	// two (ridecreate.go, docs/performance.md). Submit answers after that
+	// commit. Default (0) 20 ms; negative: the creation commits first, then
+	// the document is dispatched.
+	CreateHold time.Duration
 	// InlineThreshold: documents up to this size with no split strategy are
 	// sent whole (default 1 MiB).
 	InlineThreshold int64

@@ -166,6 +166,9 @@ func (o *Options) fill() error {
 	if o.PeerWait == 0 {
 		o.PeerWait = defaultPeerWait
 	}
+	if o.CreateHold == 0 {
+		o.CreateHold = defaultCreateHold
+	}
 	if o.PeerIdleTimeout < 0 {
 		return invalidf("Options.PeerIdleTimeout must not be negative")
 	}

@@ -65,6 +65,9 @@ func (env *docEnv) openContent(ctx context.Context, d *docRun) (contentReader, e
 	d.lock()
 	held := d.content
 	d.content = nil
+	if held == nil {
+		held = d.pending // not committed yet: the store does not have it
+	}
 	d.unlock()
 	if held != nil {
 		return inlineContent{bytes.NewReader(held), held}, nil

@@ -90,6 +90,14 @@ type docRun struct {
 	// read back the row it just committed. nil once taken, or when the
 	// queue was long at submit (memory stays bounded).
 	content []byte
+	// pending is the content of a document dispatched before its Create
+	// commits (ridecreate.go): every send reads it until the commit, when
+	// the store has it (or the document is finished). nil otherwise.
+	pending []byte
+	// settled is closed when the document reaches a terminal state, for
+	// the Submit that waits to commit its creation with it (ridecreate.go);
+	// nil when nothing waits.
+	settled chan struct{}
 }
 
 // claimRun is a claim of a runtime document.
@@ -170,6 +178,10 @@ func (d *docRun) setState(s gatewayv1.State, msg string) {
 		doc.FinishTime = timestamppb.Now()
 	}
 	d.addEvent(&gatewayv1.Event{Kind: kindDocument, State: s, Message: msg})
+	if store.IsTerminal(s) && d.settled != nil {
+		close(d.settled)
+		d.settled = nil
+	}
 }
 
 // setEntity records a status change of entity k of the current attempt

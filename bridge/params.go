@@ -93,6 +93,13 @@ const (
 	// document row write instead of three (docs/performance.md). Terminal
 	// states, results, claims and digests never wait.
 	flushHold = 25 * time.Millisecond
+	// defaultCreateHold is Options.CreateHold's default: how long a small
+	// document's creation waits to commit with its result (ridecreate.go).
+	// A small document on an idle peer finishes in about a millisecond, in
+	// 5 to 20 under the small-document benchmark's load; one that takes
+	// longer has its Submit answered this much later, and costs what it
+	// did before (two commits).
+	defaultCreateHold = 20 * time.Millisecond
 	// claimSweepInterval is how often ISSUED claims past expiry are marked
 	// EXPIRED.
 	claimSweepInterval = 5 * time.Second

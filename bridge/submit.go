@@ -281,8 +281,11 @@ func (u *upload) commit(ctx context.Context, size int64, sum [32]byte) (*gateway
 	if testHookBeforeCreateCommit != nil {
 		testHookBeforeCreateCommit(b, d)
 	}
+	if u.mayRideCreate() {
+		return u.commitRiding(ctx, size, sum)
+	}
 	d.lock()
-	batch, snapRev := u.takeCreateLocked(size, sum)
+	batch, snapRev, _ := u.takeCreateLocked(size, sum)
 	d.unlock()
 	res, err := b.commit(ctx, batch)
 	if err != nil {
@@ -334,16 +337,10 @@ func (u *upload) commit(ctx context.Context, size int64, sum [32]byte) (*gateway
 // and the document is abandoned. Changes made while the batch commits
 // (committing) wait in the outbox for the first flush. It returns the
 // batch and the revision it commits. Caller holds mu.
-func (u *upload) takeCreateLocked(size int64, sum [32]byte) (*store.Batch, uint64) {
+func (u *upload) takeCreateLocked(size int64, sum [32]byte) (*store.Batch, uint64, outbox) {
 	b, d := u.b, u.d
-	d.size, d.sum = size, sum
-	doc := d.rec.Doc
-	doc.SizeBytes = uint64(size)
-	doc.Checksum = hex.EncodeToString(sum[:])
-	d.rec.BodyHash = u.p.bodyHash(sum)
-	d.inline = u.inline != nil
-	d.rec.ContentPayload = !d.inline
-	if d.inline {
+	u.noteContentLocked(size, sum)
+	if d.inline && d.pending == nil {
 		b.mu.Lock()
 		queued := len(b.queue)
 		b.mu.Unlock()
@@ -358,12 +355,28 @@ func (u *upload) takeCreateLocked(size int64, sum [32]byte) (*store.Batch, uint6
 	batch.Events = append(batch.Events, store.EventAppend{Tenant: string(d.tenant), Event: &gatewayv1.Event{
 		Kind: kindDocument, DocumentId: d.id, State: gatewayv1.State_PENDING, Rev: 1, Since: 0, Time: rec.Doc.CreateTime,
 	}})
-	if d.inline {
+	if d.inline && !d.terminal() {
+		// A finished document (its creation rode with its result,
+		// ridecreate.go) is never sent again: its content is not kept.
 		batch.Payloads = []store.PayloadRecord{{DocID: d.id, Kind: store.PayloadContent, Body: u.inline}}
 	}
-	d.takeChangesLocked(batch)
+	took := d.takeChangesLocked(batch)
 	d.committing = true
-	return batch, rec.Doc.Rev
+	return batch, rec.Doc.Rev, took
+}
+
+// noteContentLocked records what the upload learnt about the content
+// (size, checksum, where it lives): every send reads it. Caller holds
+// d's lock.
+func (u *upload) noteContentLocked(size int64, sum [32]byte) {
+	d := u.d
+	d.size, d.sum = size, sum
+	doc := d.rec.Doc
+	doc.SizeBytes = uint64(size)
+	doc.Checksum = hex.EncodeToString(sum[:])
+	d.rec.BodyHash = u.p.bodyHash(sum)
+	d.inline = u.inline != nil
+	d.rec.ContentPayload = !d.inline
 }
 
 // testHookBeforeCreateCommit, when set by a test, runs before an upload
