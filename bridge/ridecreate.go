@@ -45,12 +45,20 @@ func (u *upload) commitRiding(ctx context.Context, size int64, sum [32]byte) (*g
 	case <-ctx.Done():
 	}
 	t.Stop()
+	if err := ctx.Err(); err != nil {
+		// The client left before anything was committed: the document was
+		// never accepted.
+		u.dropUncommitted()
+		return nil, err
+	}
 	d.lock()
 	batch, snapRev, changes := u.takeCreateLocked(size, sum)
 	took := docFlush{d: d, rev: snapRev, took: changes, final: d.terminal()}
 	d.settled = nil
 	d.unlock()
-	_, err := b.commit(ctx, batch)
+	// From here the outcome must be known: a commit that went through
+	// after Submit gave up would leave a document no one drives.
+	_, err := b.commit(context.WithoutCancel(ctx), batch)
 	if err != nil {
 		u.dropUncommitted()
 		if errors.Is(err, store.ErrConflict) {

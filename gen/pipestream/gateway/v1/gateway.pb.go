@@ -2918,13 +2918,11 @@ const file_pipestream_gateway_v1_gateway_proto_rawDesc = "" +
 	"SPLIT_NONE\x10\x01\x12\x15\n" +
 	"\x11SPLIT_FIXED_BYTES\x10\x02\x12\x0f\n" +
 	"\vSPLIT_LINES\x10\x03\x12\x14\n" +
-	"\x10SPLIT_PARAGRAPHS\x10\x042\xfe@\n" +
-	"\x0fDocumentService\x12\xed\n" +
-	"\n" +
-	"\x0eSubmitDocument\x12,.pipestream.gateway.v1.SubmitDocumentRequest\x1a\x1f.pipestream.gateway.v1.Document\"\x8b\n" +
-	"\x92A\xef\t\x12%Submit a document with inline content\x1a\xf4\x03Submits a document whose content is carried inline (`content`, base64 in JSON). The gateway stores it durably before answering, then sends it to a PipeStream peer: whole as one root entity (small documents, or split strategy SPLIT_NONE) or dehydrated into child entities per `split`. `requestId` makes the call idempotent: the same id with the same body returns the first document; with a different body the call fails with AlreadyExists (HTTP 409). Use `POST /v1/documents:upload` for large content.J\xce\x05\n" +
-	"\x03200\x12\xc6\x05\n" +
-	"3The accepted document (usually PENDING or RUNNING).\"\x8e\x05\n" +
+	"\x10SPLIT_PARAGRAPHS\x10\x042\x9eC\n" +
+	"\x0fDocumentService\x12\x8d\r\n" +
+	"\x0eSubmitDocument\x12,.pipestream.gateway.v1.SubmitDocumentRequest\x1a\x1f.pipestream.gateway.v1.Document\"\xab\f\x92A\x8f\f\x12%Submit a document with inline content\x1a\xdf\x05Submits a document whose content is carried inline (`content`, base64 in JSON). The gateway stores it durably before answering, and sends it to a PipeStream peer: whole as one root entity (small documents, or split strategy SPLIT_NONE) or dehydrated into child entities per `split`. A small document sent whole without `requestId` goes to the peer at once and is stored together with its result when it finishes within the gateway's `--create-hold` (20 ms by default): the answer is then already SUCCEEDED (or FAILED). `requestId` makes the call idempotent: the same id with the same body returns the first document; with a different body the call fails with AlreadyExists (HTTP 409). Use `POST /v1/documents:upload` for large content.J\x83\x06\n" +
+	"\x03200\x12\xfb\x05\n" +
+	"hThe accepted document (usually PENDING or RUNNING; a small document may already be finished, see above).\"\x8e\x05\n" +
 	"\x10application/json\x12\xf9\x04{\"name\": \"documents/d-7f3a9c2e\", \"id\": \"d-7f3a9c2e\", \"state\": \"RUNNING\", \"contentType\": \"text/plain\", \"displayName\": \"report.txt\", \"sizeBytes\": \"5242880\", \"checksum\": \"2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae\", \"requestId\": \"upload-2026-0001\", \"split\": {\"strategy\": \"SPLIT_LINES\", \"chunkBytes\": 1048576, \"processor\": \"textstats\"}, \"completionPolicy\": {\"mode\": \"STRICT\", \"maxRetries\": 3, \"retryDelayMs\": 500, \"timeoutMs\": 30000}, \"metadata\": {\"source\": \"crm\"}, \"entityCounts\": {\"total\": 6, \"processing\": 2, \"complete\": 4}, \"rev\": \"9\", \"createTime\": \"2026-01-15T10:00:00Z\", \"updateTime\": \"2026-01-15T10:00:02Z\"}\x82\xd3\xe4\x93\x02\x12:\x01*\"\r/v1/documents\x12\xab\t\n" +
 	"\x0eUploadDocument\x12,.pipestream.gateway.v1.UploadDocumentRequest\x1a\x1f.pipestream.gateway.v1.Document\"\xc7\b\x92A\xa4\b\x12&Upload a document as a raw byte stream\x1a\xc5\x02Uploads large content without buffering it: over REST the raw request body (any bytes, `application/octet-stream`) is streamed straight into dehydration and the options are query parameters; over gRPC the client streams UploadDocumentRequest messages, the first one carrying `options`. Answers once the whole body is durable.J\xb1\x05\n" +
 	"\x03200\x12\xa9\x05\n" +
