@@ -17,6 +17,7 @@ type metrics struct {
 	resultParts    prometheus.Counter
 	inlineResults  prometheus.Counter
 	resultsRefused *prometheus.CounterVec
+	ridingCreates  *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -48,10 +49,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		resultsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pipestream_bridge_results_refused_total",
 			Help: "Entities a peer sent that the gateway did not take as a result (docs/profile.md 9.4), by reason: unmatched (names no live entity of the session), duplicate (a second result for one entity), ambiguous (an entity-id only, from a peer that numbers its own entities), form (not a profile result)."},
 			[]string{"reason"}),
+		ridingCreates: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pipestream_bridge_riding_creates_total",
+			Help: "Small documents dispatched before their creation committed (--create-hold), by how the creation committed: finished (with the terminal state and result, one commit), unfinished (the hold ran out first), dropped (the client left or the commit failed)."},
+			[]string{"outcome"}),
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.running, m.finished, m.entityStatus, m.bytesIn, m.bytesOut,
-			m.retries, m.connects, m.aborted, m.claims, m.digestMismatch, m.resultParts, m.inlineResults, m.resultsRefused} {
+			m.retries, m.connects, m.aborted, m.claims, m.digestMismatch, m.resultParts, m.inlineResults, m.resultsRefused, m.ridingCreates} {
 			_ = reg.Register(c)
 		}
 	}

@@ -66,6 +66,11 @@ func (u *upload) commitRiding(ctx context.Context, size int64, sum [32]byte) (*g
 		}
 		return nil, fmt.Errorf("commit document: %w", err)
 	}
+	if took.final {
+		b.m.ridingCreates.WithLabelValues("finished").Inc()
+	} else {
+		b.m.ridingCreates.WithLabelValues("unfinished").Inc()
+	}
 	d.lock()
 	d.committed = true
 	d.persistedRev = snapRev
@@ -105,6 +110,7 @@ func (u *upload) dispatchUncommitted(size int64, sum [32]byte) <-chan struct{} {
 // (nothing of it was ever committed), so nothing queues it again.
 func (u *upload) dropUncommitted() {
 	d := u.d
+	d.env.m.ridingCreates.WithLabelValues("dropped").Inc()
 	d.lock()
 	d.pending, d.settled = nil, nil
 	if !d.terminal() {

@@ -62,6 +62,9 @@ func TestCreateRidesWithResult(t *testing.T) {
 	if doc.State != gatewayv1.State_SUCCEEDED {
 		t.Fatalf("Submit answered %s (rev %d), want SUCCEEDED: the creation should commit with the result", doc.State, doc.Rev)
 	}
+	if n := e.metric("pipestream_bridge_riding_creates_total"); n != 1 {
+		t.Fatalf("pipestream_bridge_riding_creates_total = %v, want 1", n)
+	}
 	if got := e.result(doc.Id); !bytes.Equal(got, content) {
 		t.Fatalf("result is %d octets, want the %d submitted (passthrough)", len(got), len(content))
 	}

@@ -101,7 +101,12 @@ func TestScaleOut(t *testing.T) {
 		first, all time.Duration
 	}
 	killDone := make(chan takeover, 1)
+	killed := make(chan struct{})
+	// A test that fails before the kill still waits for the killer, which
+	// may report (t.Errorf) only later: never after the test completed.
+	t.Cleanup(func() { <-killed })
 	go func() {
+		defer close(killed)
 		var to takeover
 		to.victims = r.killMidRun()
 		to.first, to.all = r.measureTakeover(to.victims)
