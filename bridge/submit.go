@@ -339,7 +339,9 @@ func (u *upload) commit(ctx context.Context, size int64, sum [32]byte) (*gateway
 // batch and the revision it commits. Caller holds mu.
 func (u *upload) takeCreateLocked(size int64, sum [32]byte) (*store.Batch, uint64, outbox) {
 	b, d := u.b, u.d
-	u.noteContentLocked(size, sum)
+	if d.pending == nil { // a riding document's was noted before its dispatch
+		u.noteContentLocked(size, sum)
+	}
 	if d.inline && d.pending == nil {
 		b.mu.Lock()
 		queued := len(b.queue)
@@ -374,7 +376,10 @@ func (u *upload) noteContentLocked(size int64, sum [32]byte) {
 	doc := d.rec.Doc
 	doc.SizeBytes = uint64(size)
 	doc.Checksum = hex.EncodeToString(sum[:])
-	d.rec.BodyHash = u.p.bodyHash(sum)
+	if d.rec.Doc.GetRequestId() != "" {
+		// Only a request id is ever checked against it (store.Batch).
+		d.rec.BodyHash = u.p.bodyHash(sum)
+	}
 	d.inline = u.inline != nil
 	d.rec.ContentPayload = !d.inline
 }

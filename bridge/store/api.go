@@ -92,7 +92,9 @@ type DocumentRecord struct {
 	// Create/update must set Id, State and CreateTime.
 	Doc *gatewayv1.Document
 	// BodyHash is the idempotency hash of the submission (e.g. SHA-256 over
-	// the canonical request); compared when RequestId repeats.
+	// the canonical request); compared when RequestId repeats. The bridge
+	// leaves it nil for a submission without a request id: nothing is ever
+	// compared with it.
 	BodyHash []byte
 	// ContentPayload: the submitted content is the streamed payload
 	// (Store.CreatePayload, PayloadContent), not an inline row.
