@@ -31,6 +31,9 @@ type tPlan struct {
 	docs   []tDocPlan
 	faults []tFaultPlan
 	active time.Duration // how long submissions and faults go on
+	// createHold is the gateway's --create-hold: how long a small
+	// document's creation may wait to commit with its result (0: off).
+	createHold time.Duration
 }
 
 type tDocPlan struct {
@@ -84,7 +87,7 @@ func (p tPlan) String() string {
 		}
 		fmt.Fprintf(&b, "%s(peer %d)@%v", f.kind, f.peer, f.at.Round(100*time.Millisecond))
 	}
-	b.WriteString("]")
+	fmt.Fprintf(&b, "], create-hold %v", p.createHold)
 	return b.String()
 }
 
@@ -116,6 +119,10 @@ func genPlan(seed uint64, pool []tBehaviour) tPlan {
 		}
 		p.faults = append(p.faults, f)
 	}
+	// Drawn from a generator of its own, so that the rest of a seed's
+	// plan is what it was before the hold was drawn.
+	hr := rand.New(rand.NewPCG(seed, 0x686f6c64))
+	p.createHold = []time.Duration{0, 2 * time.Millisecond, 20 * time.Millisecond, 500 * time.Millisecond}[hr.IntN(4)]
 	return p
 }
 

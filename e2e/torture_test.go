@@ -144,7 +144,8 @@ func newTortureRig(t *testing.T, plan tPlan) *tortureRig {
 	}
 	tokens := tortureTokens(t)
 	args = append(args, "--auth-tokens", tokens.file, "--peer-wait", tortureTimes.peerWait.String(),
-		"--rate-limit", "0", "--max-uploads-per-tenant", "0", "--max-downloads-per-tenant", "0")
+		"--rate-limit", "0", "--max-uploads-per-tenant", "0", "--max-downloads-per-tenant", "0",
+		"--create-hold", plan.createHold.String())
 	r.g = startGateway(t, gwOpts{args: args})
 	conn, err := grpc.NewClient(r.g.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
