@@ -13,11 +13,11 @@ import (
 // A small document's creation may ride with its result (docs/performance.md,
 // "One commit per small document"): instead of committing the Create batch
 // and only then dispatching, Submit dispatches the document at once with
-// its content held in memory, waits up to createHold for it to finish, and
-// commits whatever it then is (finished, or still running) in one Create
-// batch: the document row in its newest state, every event from the
-// creation on, the result, and the content only when the document is not
-// finished. A document that finishes in time costs one commit instead of
+// its content held in memory, waits up to Options.CreateHold
+// (--create-hold) for it to finish, and commits whatever it then is
+// (finished, or still running) in one Create batch: the document row in
+// its newest state, every event from the creation on, the result, and the
+// content only when the document is not finished. A document that finishes in time costs one commit instead of
 // two (no update of its row, no content row written and deleted).
 //
 // Until that commit the document does not exist for anyone but its peer:
@@ -34,7 +34,8 @@ func (u *upload) mayRideCreate() bool {
 }
 
 // commitRiding dispatches the document before its Create commits and
-// commits it once it finished or createHold passed, whichever is first.
+// commits it once it finished or Options.CreateHold passed, whichever is
+// first.
 func (u *upload) commitRiding(ctx context.Context, size int64, sum [32]byte) (*gatewayv1.Document, error) {
 	b, d := u.b, u.d
 	settled := u.dispatchUncommitted(size, sum)
