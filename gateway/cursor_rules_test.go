@@ -155,10 +155,20 @@ func realHarness(t *testing.T, logOpts eventlog.Options) *harness {
 	return start(t, func(c *gateway.Config) { c.Bridge = b })
 }
 
+// submitDoc submits a document and cancels it: it leaves exactly two
+// events (PENDING, CANCELLED), both in the log when submitDoc returns, and
+// nothing after. A document left waiting for the harness's unreachable
+// peer gets a waitReason event a supervisor pass (a second or more)
+// later, which could land between a test's window read and its
+// subscription.
 func submitDoc(t *testing.T, h *harness) {
 	t.Helper()
-	if _, err := h.docs.SubmitDocument(context.Background(), &gatewayv1.SubmitDocumentRequest{
-		Content: []byte("hello"), ContentType: "text/plain"}); err != nil {
+	doc, err := h.docs.SubmitDocument(context.Background(), &gatewayv1.SubmitDocumentRequest{
+		Content: []byte("hello"), ContentType: "text/plain"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.docs.CancelDocument(context.Background(), &gatewayv1.CancelDocumentRequest{Id: doc.GetId()}); err != nil {
 		t.Fatal(err)
 	}
 }
