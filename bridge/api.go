@@ -214,8 +214,8 @@ type Options struct {
 	// dispatched before its creation commits, and its creation waits up to
 	// this long to commit together with its result: one commit instead of
 	// two (ridecreate.go, docs/performance.md). Submit answers after that
-	// commit. Default (0) 20 ms; negative: the creation commits first, then
-	// the document is dispatched.
+	// commit. Default (0) 20 ms, at most 5 s; negative: the creation
+	// commits first, then the document is dispatched.
 	CreateHold time.Duration
 	// InlineThreshold: documents up to this size with no split strategy are
 	// sent whole (default 1 MiB).

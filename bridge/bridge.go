@@ -166,6 +166,9 @@ func (o *Options) fill() error {
 	if o.PeerWait == 0 {
 		o.PeerWait = defaultPeerWait
 	}
+	if o.CreateHold > maxCreateHold {
+		return invalidf("Options.CreateHold %v: a Submit waits this long at most; use up to %v (0: the default %v, negative: off)", o.CreateHold, maxCreateHold, defaultCreateHold)
+	}
 	if o.CreateHold == 0 {
 		o.CreateHold = defaultCreateHold
 	}

@@ -100,6 +100,9 @@ const (
 	// longer has its Submit answered this much later, and costs what it
 	// did before (two commits).
 	defaultCreateHold = 20 * time.Millisecond
+	// maxCreateHold bounds Options.CreateHold: every small Submit may wait
+	// this long for a peer that does not answer.
+	maxCreateHold = 5 * time.Second
 	// claimSweepInterval is how often ISSUED claims past expiry are marked
 	// EXPIRED.
 	claimSweepInterval = 5 * time.Second

@@ -53,7 +53,7 @@ func (u *upload) commitRiding(ctx context.Context, size int64, sum [32]byte) (*g
 		return nil, err
 	}
 	d.lock()
-	batch, snapRev, changes := u.takeCreateLocked(size, sum)
+	batch, snapRev, changes := u.takeCreateLocked(size, sum, true)
 	took := docFlush{d: d, rev: snapRev, took: changes, final: d.terminal()}
 	d.settled = nil
 	d.unlock()
@@ -78,8 +78,10 @@ func (u *upload) commitRiding(ctx context.Context, size int64, sum [32]byte) (*g
 	d.uploading = false
 	d.pending = nil
 	detach, _ := took.flushedLocked()
-	out := b.publicDoc(&store.DocumentRecord{Tenant: string(d.tenant), Doc: d.snapshot().Doc})
 	d.unlock()
+	// The answer is the document as committed (the store is done with
+	// the batch: publicDoc copies it).
+	out := b.publicDoc(batch.Create)
 	runDetach(b, detach)
 	b.kickFlush()
 	return out, nil

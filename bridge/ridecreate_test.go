@@ -15,19 +15,16 @@ import (
 // newScriptedHold is newScriptedEnv with Options.CreateHold set.
 func newScriptedHold(t *testing.T, hold time.Duration) (*scripted, *bridge.Bridge) {
 	t.Helper()
-	p := startScripted(t, false)
-	b, err := bridge.New(context.Background(), bridge.Options{DataDir: t.TempDir(), PeerAddr: p.ln.Addr().String(),
-		PeerCAPEM: p.certPEM, PeerServerName: "localhost", Logger: quietLogger(), CreateHold: hold})
-	if err != nil {
-		t.Fatal(err)
+	return newScriptedEnvOpts(t, false, func(o *bridge.Options) { o.CreateHold = hold })
+}
+
+// A hold over the bound is refused, saying what to use.
+func TestCreateHoldBounded(t *testing.T) {
+	_, err := bridge.New(context.Background(), bridge.Options{DataDir: t.TempDir(), PeerAddr: "127.0.0.1:9",
+		PeerCAPEM: []byte("x"), CreateHold: time.Minute})
+	if err == nil || !errors.Is(err, bridge.ErrInvalid) {
+		t.Fatalf("CreateHold 1m: %v, want an invalid-argument refusal", err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = b.Close(ctx)
-		p.stop()
-	})
-	return p, b
 }
 
 // submitAsync runs Submit on its own goroutine; the channel yields its
@@ -55,7 +52,7 @@ type submitted struct {
 // creation on, in order (fails on the code that committed the creation
 // first: Submit answered PENDING).
 func TestCreateRidesWithResult(t *testing.T) {
-	e := newEnv(t, withBridgeOpts(func(o *bridge.Options) { o.CreateHold = time.Minute }))
+	e := newEnv(t, withBridgeOpts(func(o *bridge.Options) { o.CreateHold = 5 * time.Second }))
 	e.waitReady()
 	content := bytes.Repeat([]byte("ride "), 800)
 	doc := e.submit(content, nil)
@@ -122,7 +119,7 @@ func TestCreateHoldRunsOut(t *testing.T) {
 // store does not have the content yet (fails without that: the second
 // send found no content row and never reached the peer).
 func TestRidingDocumentResentFromHeldContent(t *testing.T) {
-	p, b := newScriptedHold(t, time.Minute)
+	p, b := newScriptedHold(t, 5*time.Second)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	res := submitAsync(ctx, b, []byte("resent while its creation waits"))
@@ -141,7 +138,7 @@ func TestRidingDocumentResentFromHeldContent(t *testing.T) {
 // committed, and the gateway forgets it (no read finds it, nothing is left
 // running).
 func TestRidingDocumentDroppedWhenClientLeaves(t *testing.T) {
-	p, b := newScriptedHold(t, time.Minute)
+	p, b := newScriptedHold(t, 5*time.Second)
 	ctx, cancel := context.WithCancel(context.Background())
 	res := submitAsync(ctx, b, []byte("the client leaves"))
 	a := p.next(t)

@@ -212,9 +212,20 @@ func sendResult(t *testing.T, s *quicpeer.Session, id uint32, out []byte) {
 
 func newScriptedEnv(t *testing.T, protobuf bool) (*scripted, *bridge.Bridge) {
 	t.Helper()
+	return newScriptedEnvOpts(t, protobuf, nil)
+}
+
+// newScriptedEnvOpts is newScriptedEnv with the bridge's options changed by
+// set (nil: none) before New.
+func newScriptedEnvOpts(t *testing.T, protobuf bool, set func(*bridge.Options)) (*scripted, *bridge.Bridge) {
+	t.Helper()
 	p := startScripted(t, protobuf)
-	b, err := bridge.New(context.Background(), bridge.Options{DataDir: t.TempDir(), PeerAddr: p.ln.Addr().String(),
-		PeerCAPEM: p.certPEM, PeerServerName: "localhost", PreferProtobuf: protobuf, Logger: quietLogger()})
+	o := bridge.Options{DataDir: t.TempDir(), PeerAddr: p.ln.Addr().String(),
+		PeerCAPEM: p.certPEM, PeerServerName: "localhost", PreferProtobuf: protobuf, Logger: quietLogger()}
+	if set != nil {
+		set(&o)
+	}
+	b, err := bridge.New(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}

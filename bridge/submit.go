@@ -285,7 +285,7 @@ func (u *upload) commit(ctx context.Context, size int64, sum [32]byte) (*gateway
 		return u.commitRiding(ctx, size, sum)
 	}
 	d.lock()
-	batch, snapRev, _ := u.takeCreateLocked(size, sum)
+	batch, snapRev, _ := u.takeCreateLocked(size, sum, false)
 	d.unlock()
 	res, err := b.commit(ctx, batch)
 	if err != nil {
@@ -336,13 +336,15 @@ func (u *upload) commit(ctx context.Context, size int64, sum [32]byte) (*gateway
 // (takeChangesLocked). A failed Create puts nothing back: the upload fails
 // and the document is abandoned. Changes made while the batch commits
 // (committing) wait in the outbox for the first flush. It returns the
-// batch and the revision it commits. Caller holds mu.
-func (u *upload) takeCreateLocked(size int64, sum [32]byte) (*store.Batch, uint64, outbox) {
+// batch, the revision it commits and the changes it took. riding: the
+// document was dispatched before this commit (ridecreate.go). Caller
+// holds mu.
+func (u *upload) takeCreateLocked(size int64, sum [32]byte, riding bool) (*store.Batch, uint64, outbox) {
 	b, d := u.b, u.d
-	if d.pending == nil { // a riding document's was noted before its dispatch
+	if !riding { // a riding document's content was noted before its dispatch
 		u.noteContentLocked(size, sum)
 	}
-	if d.inline && d.pending == nil {
+	if d.inline && !riding {
 		b.mu.Lock()
 		queued := len(b.queue)
 		b.mu.Unlock()

@@ -136,7 +136,7 @@ func newServeFlags(fs *flagSet) *serveFlags {
 		peerProfile:      fs.String("peer-profile", "GATEWAY_PEER_PROFILE", "auto", "use this project's profile toward --peer: auto (when the peer answers its discovery member), on, or off (plain draft-02 entities; docs/profile.md 9)"),
 		peerIdle:         fs.Duration("peer-idle-timeout", "GATEWAY_PEER_IDLE_TIMEOUT", quicpeer.DefaultIdleTimeout, "a peer session that hears nothing from the peer (not even ACKs of the QUIC PINGs sent every third of this) for this long is lost: its documents are re-dispatched"),
 		peerWait:         fs.Duration("peer-wait", "GATEWAY_PEER_WAIT", 5*time.Minute, "how long a document may wait for a peer session before it fails"),
-		createHold:       fs.Duration("create-hold", "GATEWAY_CREATE_HOLD", 20*time.Millisecond, "how long a small document's creation may wait to commit together with its result (0: commit the creation first)"),
+		createHold:       fs.Duration("create-hold", "GATEWAY_CREATE_HOLD", 20*time.Millisecond, "how long a small document's creation may wait to commit together with its result (0: commit the creation first; at most 5s)"),
 		embeddedPeer:     fs.String("embedded-peer-transport", "GATEWAY_EMBEDDED_PEER_TRANSPORT", "", "how the gateway reaches its embedded peer (without --peer; refused with it): inproc (the default: PipeStream streams and frames between the two in memory, no packets) or quic (QUIC with TLS 1.3 on a loopback UDP port, as an external peer)"),
 		peerD04Conns:     fs.Int64("peer-draft04-conns", "GATEWAY_PEER_DRAFT04_CONNS", 4, "connections open at once to one draft-04 peer (one document each; 1-64): the next handshakes overlap the running conversation"),
 		authTokens:       fs.String("auth-tokens", "GATEWAY_AUTH_TOKENS", "", "file of \"sha256:<hex> <tenant>\" lines (see gateway hash-token); empty: no authentication, loopback only"),
@@ -271,14 +271,18 @@ func (f *serveFlags) bridgeOptions() (bridge.Options, error) {
 	if err != nil {
 		return bridge.Options{}, err
 	}
+	hold, err := createHold(*f.createHold)
+	if err != nil {
+		return bridge.Options{}, err
+	}
 	bopts := bridge.Options{
+		CreateHold:       hold,
 		DataDir:          *f.dataDir,
 		PreferProtobuf:   *f.preferPB,
 		InlineThreshold:  *f.inline,
 		MaxDocumentBytes: *f.maxUpload,
 		EventLog:         evOpts,
 		PeerWait:         *f.peerWait,
-		CreateHold:       createHold(*f.createHold),
 		PeerIdleTimeout:  *f.peerIdle,
 		PeerDraft04Conns: int(min(max(*f.peerD04Conns, -1), 1<<20)), // the bridge checks the range
 	}
@@ -333,10 +337,14 @@ func peerModes(o *bridge.Options, framings []string, profile string) error {
 }
 
 // createHold maps --create-hold to bridge.Options.CreateHold, where 0
-// means the default: the flag's 0 turns the hold off.
-func createHold(d time.Duration) time.Duration {
-	if d == 0 {
-		return -1
+// means the default: the flag's 0 turns the hold off. The bridge bounds
+// it above.
+func createHold(d time.Duration) (time.Duration, error) {
+	switch {
+	case d < 0:
+		return 0, fmt.Errorf("--create-hold %v: must not be negative (0 turns the hold off)", d)
+	case d == 0:
+		return -1, nil
 	}
-	return d
+	return d, nil
 }

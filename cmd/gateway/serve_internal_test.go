@@ -3,7 +3,9 @@ package main
 import (
 	"log/slog"
 	"reflect"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/pipestream/gateway/gateway"
 )
@@ -108,5 +110,25 @@ func TestServeConfigSteps(t *testing.T) {
 	}
 	if _, err := parseServe(t, "--peer-profile", "sometimes").config(); err == nil {
 		t.Error("--peer-profile sometimes accepted")
+	}
+}
+
+// --create-hold: 0 turns the hold off (the bridge's negative), the default
+// and a value pass through, a negative value is refused with what to use.
+func TestServeCreateHold(t *testing.T) {
+	for _, c := range []struct {
+		arg  string
+		want time.Duration
+	}{{"0", -1}, {"20ms", 20 * time.Millisecond}, {"1s", time.Second}} {
+		cfg, err := parseServe(t, "--data-dir", "/tmp/x", "--create-hold", c.arg).config()
+		if err != nil {
+			t.Fatalf("--create-hold %s: %v", c.arg, err)
+		}
+		if cfg.Bridge.CreateHold != c.want {
+			t.Errorf("--create-hold %s: CreateHold %v, want %v", c.arg, cfg.Bridge.CreateHold, c.want)
+		}
+	}
+	if _, err := parseServe(t, "--data-dir", "/tmp/x", "--create-hold", "-5ms").config(); err == nil || !strings.Contains(err.Error(), "0 turns the hold off") {
+		t.Errorf("--create-hold -5ms: %v, want a refusal that says how to turn it off", err)
 	}
 }
