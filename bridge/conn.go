@@ -201,8 +201,13 @@ func (b *Bridge) offer() wire.Capabilities {
 // the same backoff. Every peer has its own.
 func (b *Bridge) connLoop(ctx context.Context, pc *peerConn) {
 	defer b.wg.Done()
+	again := false // the last dial failed on a CA file replaced under it
 	for ctx.Err() == nil {
-		if !b.waitForWork(ctx, pc) || !b.waitBackoff(ctx, pc) {
+		if !again && !b.waitForWork(ctx, pc) {
+			return
+		}
+		again = false
+		if !b.waitBackoff(ctx, pc) {
 			return
 		}
 		ss, err := b.dial(ctx, pc)
@@ -212,6 +217,13 @@ func (b *Bridge) connLoop(ctx context.Context, pc *peerConn) {
 			}
 			if errors.Is(err, errShortSession) || errors.Is(err, errPeerBusy) {
 				continue // judged by noteSessionEndLocked; or a busy draft-04 peer
+			}
+			if errors.Is(err, errStaleCA) {
+				// Dial again at once, work or not: the answer came from the
+				// restarted peer, which the new file verifies.
+				b.log.Info("bridge: the peer's CA file changed during the dial; dialing again with it", "addr", pc.addr)
+				again = true
+				continue
 			}
 			b.mu.Lock()
 			in := pc.backoffLocked()
@@ -239,10 +251,13 @@ func (b *Bridge) connLoop(ctx context.Context, pc *peerConn) {
 
 // errShortSession: the session ended before dial returned it;
 // errPeerBusy: a draft-04 peer did not answer within dialTimeout while
-// another session to it is live.
+// another session to it is live; errStaleCA: the peer's certificate
+// failed verification against CA certificates its --peer-ca file no
+// longer holds (caReplacedLocked).
 var (
 	errShortSession = errors.New("session closed right after the handshake")
 	errPeerBusy     = errors.New("the draft-04 peer is busy with another connection")
+	errStaleCA      = errors.New("the CA file changed during the dial")
 )
 
 // waitBackoff holds pc's next dial until the backoff after its last
@@ -357,8 +372,11 @@ func (b *Bridge) dial(ctx context.Context, pc *peerConn) (*sessState, error) {
 	if err := b.reloadCALocked(pc); err != nil {
 		b.log.Warn("bridge: dialing with the previous certificates", "err", err)
 	}
-	tc := pc.tls.Clone()
+	tc, caUsed := pc.tls.Clone(), pc.caPEM
 	b.mu.Unlock()
+	if h := testHookDialing.Load(); h != nil {
+		(*h)(pc.addr)
+	}
 	s, err := quicpeer.Dial(dctx, pc.addr, quicpeer.Config{
 		TLS:     tc,
 		Offer:   b.offer(),
@@ -379,6 +397,10 @@ func (b *Bridge) dial(ctx context.Context, pc *peerConn) (*sessState, error) {
 		// answered this one while another conversation runs: busy, not
 		// down.
 		return nil, fmt.Errorf("%w: %v", errPeerBusy, err)
+	}
+	if err != nil && b.caReplacedLocked(pc, caUsed, err) {
+		// Not the peer's failure: not recorded, no backoff.
+		return nil, fmt.Errorf("%w: %w", errStaleCA, err)
 	}
 	b.noteDialLocked(pc, framing, err)
 	if err != nil {

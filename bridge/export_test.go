@@ -88,3 +88,11 @@ func (b *Bridge) PruneStoreBelow(ctx context.Context, seq uint64) error {
 	_, err := b.st.PruneEvents(ctx, seq)
 	return err
 }
+
+// OnDialing calls fn before each dial of a peer, once the dial has read
+// the peer's CA file, with the peer's address; call restore before the
+// bridge closes.
+func OnDialing(fn func(addr string)) (restore func()) {
+	testHookDialing.Store(&fn)
+	return func() { testHookDialing.Store(nil) }
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -473,6 +474,61 @@ func TestPeerCAFileReadAgainOnRedial(t *testing.T) {
 		t.Errorf("ReloadPeerCAs with the file gone: %v, want an error naming %s", err, caFile)
 	}
 	run("the certificate kept")
+}
+
+// A dial that read the CA file just before the peer restarted with a new
+// certificate and the file was rewritten reaches the restarted peer with
+// the old certificates and fails verification. That failure is the
+// bridge's stale view, not the peer's: the bridge dials again at once
+// with the file as it is now, even when no work is left (a draft-04 peer
+// is otherwise dialled only for work, so it would show down, with the
+// certificate error, until the next document), and does not record it.
+func TestPeerCAFileReplacedDuringDial(t *testing.T) {
+	a := newTestPeer(t)
+	caFile := filepath.Join(t.TempDir(), "peer-ca.pem")
+	if err := os.WriteFile(caFile, a.cert, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, dir: t.TempDir()}
+	e.opts = bridge.Options{DataDir: e.dir, Logger: quietLogger(), Peers: []bridge.PeerEndpoint{
+		{Addr: a.addr, CAPEM: a.cert, CAFile: caFile, Framing: quicpeer.FramingDraft04}}}
+	e.startBridge()
+	t.Cleanup(func() { e.closeBridge() })
+	in := []byte("document for the first certificate")
+	id := e.submit(in, &gatewayv1.SubmitDocumentRequest{ContentType: "text/plain"}).Id
+	if got := e.wait(id, 30*time.Second); got.State != gatewayv1.State_SUCCEEDED {
+		t.Fatalf("document %s: %s %q", id, got.State, got.Error)
+	}
+	a.stop(0)
+	// The next dial blocks once it has read the file, until the peer is
+	// back with a new certificate, the file holds it and the document
+	// that asked for the dial is gone.
+	dialing, proceed := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	t.Cleanup(bridge.OnDialing(func(string) { once.Do(func() { close(dialing); <-proceed }) }))
+	t.Cleanup(func() { once.Do(func() {}) })
+	doc := e.submit([]byte("document that asks for a dial"), &gatewayv1.SubmitDocumentRequest{ContentType: "text/plain"})
+	select {
+	case <-dialing:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the queued document did not make the bridge dial its draft-04 peer")
+	}
+	b := &testPeer{t: t, addr: a.addr, dir: t.TempDir()}
+	b.start()
+	t.Cleanup(func() { b.stop(5 * time.Second) })
+	if err := os.WriteFile(caFile, b.srv.CertPEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.b.Cancel(context.Background(), "", doc.Id); err != nil {
+		t.Fatal(err)
+	}
+	close(proceed)
+	e.waitPeer(a.addr, "connected with the new certificate, no document asking", func(p bridge.PeerStatus) bool {
+		return p.State == "connected"
+	})
+	if p := e.peerStatus(a.addr); strings.Contains(p.LastError, "certificate") {
+		t.Errorf("the failure against the replaced file was recorded as the peer's: %+v", p)
+	}
 }
 
 // A draft-04 peer next to a draft-02 one gets documents that arrive one

@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -187,6 +188,28 @@ func (b *Bridge) reloadCALocked(pc *peerConn) error {
 	b.log.Info("bridge: the peer's CA file changed; new dials verify with it", "addr", pc.addr, "file", pc.ep.CAFile)
 	return nil
 }
+
+// caReplacedLocked reports whether err, a failed dial of pc, is the
+// peer's certificate failing verification against the CA certificates
+// caUsed while pc's CA file now holds others: the file was rewritten
+// while the dial ran, as when a peer restarts with a new certificate and
+// its file is replaced beside it (the dial read the file before the
+// rewrite and reached the restarted peer). The failure says nothing about
+// the peer, and the file now read verifies it.
+func (b *Bridge) caReplacedLocked(pc *peerConn, caUsed []byte, err error) bool {
+	var verr *tls.CertificateVerificationError
+	if pc.ep.CAFile == "" || !errors.As(err, &verr) {
+		return false
+	}
+	if b.reloadCALocked(pc) != nil {
+		return false
+	}
+	return !bytes.Equal(pc.caPEM, caUsed)
+}
+
+// testHookDialing, when set by a test (OnDialing), runs before each dial
+// of a peer, once its TLS config is read.
+var testHookDialing atomic.Pointer[func(addr string)]
 
 // ReloadPeerCAs reads every peer's CA file again now (SIGHUP): a changed
 // one is used from the next dial, which goes at once (the backoff starts
