@@ -56,6 +56,44 @@ func BenchmarkWriterGroup(b *testing.B) {
 	b.ReportMetric(float64(s.WriterStats().Statements)/float64(n), "stmts/doc")
 }
 
+// BenchmarkWriterRiding is BenchmarkWriterGroup on the shape the bridge
+// commits since a small document's creation rides with its result
+// (storetest.GatewayRidingLifecycle): one Create batch per document,
+// groups of 32.
+func BenchmarkWriterRiding(b *testing.B) {
+	const group = 32
+	content := make([]byte, 4096)
+	s, err := Open(context.Background(), b.TempDir(), Options{Synchronous: "NORMAL"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	n := 0
+	var cpu time.Duration
+	rec := &recorder{}
+	for b.Loop() {
+		var creates []*request
+		for range group {
+			n++
+			rec.batches = rec.batches[:0]
+			if err := storetest.GatewayRidingLifecycle(context.Background(), rec, fmt.Sprintf("d%08d", n), content); err != nil {
+				b.Fatal(err)
+			}
+			creates = append(creates, mustPrepareB(b, rec.batches[0]))
+		}
+		c0 := cputime.Process()
+		s.runGroup(creates)
+		cpu += cputime.Process() - c0
+		for _, r := range creates {
+			if r.err != nil {
+				b.Fatal(r.err)
+			}
+		}
+	}
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(n), "cpu-ns/doc")
+	b.ReportMetric(float64(s.WriterStats().Statements)/float64(n), "stmts/doc")
+}
+
 func mustPrepareB(b *testing.B, bt *store.Batch) *request {
 	b.Helper()
 	r, err := prepare(bt)

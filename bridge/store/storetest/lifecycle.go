@@ -112,3 +112,23 @@ func GatewayDocumentLifecycle(ctx context.Context, s Store, id string, content [
 	_, err := s.Commit(ctx, bt)
 	return err
 }
+
+// GatewayRidingLifecycle commits what the bridge commits for a small
+// document whose creation rides with its result (bridge/ridecreate.go,
+// session 18): one Create batch holding the document in its terminal
+// state, its entity, the inline result and its 6 events; no content row.
+func GatewayRidingLifecycle(ctx context.Context, s Store, id string, content []byte) error {
+	rec := lifecycleDoc(id, time.Now())
+	rec.ContentPayload = false
+	rec.BodyHash = nil // no request id
+	rec.Doc.State, rec.Doc.Rev = gatewayv1.State_SUCCEEDED, 6
+	ent := &gatewayv1.Entity{EntityId: 1, Status: gatewayv1.EntityStatus_ENTITY_STATUS_COMPLETE, SizeBytes: uint64(len(content))}
+	bt := &store.Batch{Create: rec, Entities: []store.EntityRecord{{DocID: id, Entity: ent}},
+		Payloads: []store.PayloadRecord{{DocID: id, Kind: store.PayloadResult, Body: content}},
+		Events:   []store.EventAppend{lifecycleEvent("#document", id, 1)}}
+	for e := range 5 {
+		bt.Events = append(bt.Events, lifecycleEvent("#status", id, uint64(2+e)))
+	}
+	_, err := s.Commit(ctx, bt)
+	return err
+}
