@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"runtime"
 )
 
 // ndjsonType is the Content-Type of the REST server streams (WatchDocument,
@@ -114,10 +115,23 @@ func (w *streamWriter) FlushError() error {
 	if w.status == 0 {
 		w.WriteHeader(http.StatusOK)
 	}
-	if w.more != nil && w.more() {
+	if w.more != nil && (w.more() || yieldForMore(w.more)) {
 		return nil
 	}
 	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// yieldForMore lets the subscription's handler run once before a flush
+// and reports whether it then offers the next event. Recv, taking the
+// event just written, made the handler runnable on this goroutine's P
+// (its next to run), but it does not run before this goroutine blocks or
+// yields: without the yield the next event of a burst (one commit's
+// events, already in the log) is never offered yet when the writer asks,
+// and every event costs its own write. When no event is waiting the
+// handler blocks on the log at once and the flush goes out without delay.
+func yieldForMore(more func() bool) bool {
+	runtime.Gosched()
+	return more()
 }
 
 // Unwrap lets http.ResponseController reach the connection.
