@@ -370,6 +370,7 @@ func (s *Server) pumpSSE(ctx context.Context, w http.ResponseWriter, r *http.Req
 	keepAlive := time.NewTicker(s.cfg.SSEKeepAlive)
 	defer keepAlive.Stop()
 	var buf bytes.Buffer
+	unflushed := false // written events the connection has not been given
 	for {
 		var pm pageMsg
 		select {
@@ -393,22 +394,36 @@ func (s *Server) pumpSSE(ctx context.Context, w http.ResponseWriter, r *http.Req
 			_ = rc.Flush()
 			return
 		}
-		if call.skipped(pm.msg, skip) {
-			continue
+		if !call.skipped(pm.msg, skip) {
+			seq := call.seqOf(pm.msg)
+			if seq == 0 && call.first == 1 {
+				seq = stateID // a watch's current state: as of the latest seq at the start
+			}
+			if data, err := m.Marshal(pm.msg); err == nil {
+				if _, err := w.Write(appendSSE(buf.Bytes()[:0], "", seq, data)); err != nil {
+					return // the client left or stalled past the write deadline
+				}
+				unflushed = true
+			}
 		}
-		seq := call.seqOf(pm.msg)
-		if seq == 0 && call.first == 1 {
-			seq = stateID // a watch's current state: as of the latest seq at the start
+		// A burst (one commit's events) goes out in one write: the flush
+		// waits while the next message is already received.
+		if unflushed && !nextWaiting(msgs) {
+			if rc.Flush() != nil {
+				return // the client left or stalled past the write deadline
+			}
+			unflushed = false
+			keepAlive.Reset(s.cfg.SSEKeepAlive)
 		}
-		data, err := m.Marshal(pm.msg)
-		if err != nil {
-			continue
-		}
-		if _, err := w.Write(appendSSE(buf.Bytes()[:0], "", seq, data)); err != nil || rc.Flush() != nil {
-			return // the client left or stalled past the write deadline
-		}
-		keepAlive.Reset(s.cfg.SSEKeepAlive)
 	}
+}
+
+// nextWaiting reports whether the stream's next message is already in
+// msgs, after letting the receiving goroutine (recvAll, made runnable by
+// the receive just done) run once: see yieldForMore.
+func nextWaiting(msgs chan pageMsg) bool {
+	more := func() bool { return len(msgs) > 0 }
+	return more() || yieldForMore(more)
 }
 
 // recvAll receives the messages of cs into msgs until the stream ends
