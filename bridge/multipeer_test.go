@@ -508,9 +508,10 @@ func TestPeerCAFileReplacedDuringDial(t *testing.T) {
 	// back with a new certificate, the file holds it and the document
 	// that asked for the dial is gone.
 	dialing, proceed := make(chan struct{}), make(chan struct{})
+	release := sync.OnceFunc(func() { close(proceed) })
 	var once sync.Once
 	t.Cleanup(bridge.OnDialing(func(string) { once.Do(func() { close(dialing); <-proceed }) }))
-	t.Cleanup(func() { once.Do(func() {}) })
+	t.Cleanup(release) // before the bridge closes: a failed test leaves no dial held
 	doc := e.submit([]byte("document that asks for a dial"), &gatewayv1.SubmitDocumentRequest{ContentType: "text/plain"})
 	select {
 	case <-dialing:
@@ -526,7 +527,7 @@ func TestPeerCAFileReplacedDuringDial(t *testing.T) {
 	if _, err := e.b.Cancel(context.Background(), "", doc.Id); err != nil {
 		t.Fatal(err)
 	}
-	close(proceed)
+	release()
 	e.waitPeer(a.addr, "connected with the new certificate, no document asking", func(p bridge.PeerStatus) bool {
 		return p.State == "connected"
 	})
