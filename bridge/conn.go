@@ -464,10 +464,11 @@ func (b *Bridge) waitForWork(ctx context.Context, pc *peerConn) bool {
 }
 
 // queuedWithoutMetadataLocked reports whether a queued document needs no
-// entity metadata (a draft-04 peer could take it).
+// entity metadata (a draft-04 peer could take it). A finished one (a
+// cancelled document stays queued until the next placement) is no work.
 func (b *Bridge) queuedWithoutMetadataLocked() bool {
 	for _, d := range b.queue {
-		if d.plan.needsMetadata() == "" {
+		if !d.finished.Load() && d.plan.needsMetadata() == "" {
 			return true
 		}
 	}

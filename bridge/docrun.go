@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -65,7 +66,11 @@ type docRun struct {
 	// new claim once a flush made it durable (resumeDurableLocked).
 	resumeVia map[string]string
 
-	queued   bool // in the registry's queue; written under both locks
+	queued bool // in the registry's queue; written under both locks
+	// finished: d reached a terminal state (setState). Read without d's
+	// lock by whoever holds only the registry's: a finished document left
+	// in the queue (it leaves at the next placement) is no work.
+	finished atomic.Bool
 	queuedAt time.Time
 	// waitSince: when d started waiting for a session that carries it
 	// (its first queueing since the peer last reported on it); --peer-wait
@@ -176,6 +181,7 @@ func (d *docRun) setState(s gatewayv1.State, msg string) {
 	}
 	if store.IsTerminal(s) {
 		doc.FinishTime = timestamppb.Now()
+		d.finished.Store(true)
 	}
 	d.addEvent(&gatewayv1.Event{Kind: kindDocument, State: s, Message: msg})
 	if store.IsTerminal(s) && d.settled != nil {

@@ -484,9 +484,9 @@ func TestPeerCAFileReadAgainOnRedial(t *testing.T) {
 // once with the file as it is now, work or not (a draft-04 peer is
 // otherwise dialled only for work: torture seed 1795954438521806142 left
 // one down with the certificate error after its last document). The
-// cancelled document stays in the queue until a placement takes it out,
-// so the old code redialled here too, after its backoff; the recorded
-// error is what fails without the fix.
+// document that asked for the dial is cancelled while the dial is held,
+// so no work is left (a finished document still in the queue is none):
+// without the fix the peer stays down.
 func TestPeerCAFileReplacedDuringDial(t *testing.T) {
 	a := newTestPeer(t)
 	caFile := filepath.Join(t.TempDir(), "peer-ca.pem")
