@@ -17,8 +17,9 @@ import (
 // (--create-hold) for it to finish, and commits whatever it then is
 // (finished, or still running) in one Create batch: the document row in
 // its newest state, every event from the creation on, the result, and the
-// content only when the document is not finished. A document that finishes in time costs one commit instead of
-// two (no update of its row, no content row written and deleted).
+// content only when the document is not finished. A document that
+// finishes in time costs one commit instead of two (no update of its row,
+// no content row written and deleted).
 //
 // Until that commit the document does not exist for anyone but its peer:
 // no read, list or event shows it, and Submit has not answered, so a crash

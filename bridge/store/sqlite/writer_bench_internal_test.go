@@ -21,39 +21,7 @@ import (
 // not blur it; it moves far less with other load on the machine than the
 // wall time of the parallel benchmarks.
 func BenchmarkWriterGroup(b *testing.B) {
-	const group = 32
-	content := make([]byte, 4096)
-	s, err := Open(context.Background(), b.TempDir(), Options{Synchronous: "NORMAL"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	n := 0
-	var cpu time.Duration
-	rec := &recorder{}
-	for b.Loop() {
-		var creates, ends []*request
-		for range group {
-			n++
-			rec.batches = rec.batches[:0]
-			if err := storetest.GatewayDocumentLifecycle(context.Background(), rec, fmt.Sprintf("d%08d", n), content); err != nil {
-				b.Fatal(err)
-			}
-			creates = append(creates, mustPrepareB(b, rec.batches[0]))
-			ends = append(ends, mustPrepareB(b, rec.batches[1]))
-		}
-		c0 := cputime.Process()
-		s.runGroup(creates)
-		s.runGroup(ends)
-		cpu += cputime.Process() - c0
-		for _, r := range append(creates, ends...) {
-			if r.err != nil {
-				b.Fatal(r.err)
-			}
-		}
-	}
-	b.ReportMetric(float64(cpu.Nanoseconds())/float64(n), "cpu-ns/doc")
-	b.ReportMetric(float64(s.WriterStats().Statements)/float64(n), "stmts/doc")
+	benchWriterShape(b, storetest.GatewayDocumentLifecycle)
 }
 
 // BenchmarkWriterRiding is BenchmarkWriterGroup on the shape the bridge
@@ -61,6 +29,13 @@ func BenchmarkWriterGroup(b *testing.B) {
 // (storetest.GatewayRidingLifecycle): one Create batch per document,
 // groups of 32.
 func BenchmarkWriterRiding(b *testing.B) {
+	benchWriterShape(b, storetest.GatewayRidingLifecycle)
+}
+
+// benchWriterShape runs the writer over groups of 32 documents of the
+// shape lifecycle commits: the first batches of the group's documents in
+// one runGroup, then their second batches in the next, and so on.
+func benchWriterShape(b *testing.B, lifecycle func(context.Context, storetest.Store, string, []byte) error) {
 	const group = 32
 	content := make([]byte, 4096)
 	s, err := Open(context.Background(), b.TempDir(), Options{Synchronous: "NORMAL"})
@@ -72,21 +47,30 @@ func BenchmarkWriterRiding(b *testing.B) {
 	var cpu time.Duration
 	rec := &recorder{}
 	for b.Loop() {
-		var creates []*request
+		var phases [][]*request // phases[i]: the group's i-th batches
 		for range group {
 			n++
 			rec.batches = rec.batches[:0]
-			if err := storetest.GatewayRidingLifecycle(context.Background(), rec, fmt.Sprintf("d%08d", n), content); err != nil {
+			if err := lifecycle(context.Background(), rec, fmt.Sprintf("d%08d", n), content); err != nil {
 				b.Fatal(err)
 			}
-			creates = append(creates, mustPrepareB(b, rec.batches[0]))
+			for i, bt := range rec.batches {
+				if i == len(phases) {
+					phases = append(phases, nil)
+				}
+				phases[i] = append(phases[i], mustPrepareB(b, bt))
+			}
 		}
 		c0 := cputime.Process()
-		s.runGroup(creates)
+		for _, reqs := range phases {
+			s.runGroup(reqs)
+		}
 		cpu += cputime.Process() - c0
-		for _, r := range creates {
-			if r.err != nil {
-				b.Fatal(r.err)
+		for _, reqs := range phases {
+			for _, r := range reqs {
+				if r.err != nil {
+					b.Fatal(r.err)
+				}
 			}
 		}
 	}
