@@ -23,12 +23,13 @@ func (f *flushRecorder) Flush() {
 	f.flushed = f.Body.Len()
 }
 
-// TestNDJSONFlushWaitsOnlyForAnOfferedEvent: the NDJSON writer of an
-// in-process subscription skips a flush exactly while the handler is
-// offering the next event (which the next Recv takes at once), and flushes
-// everything once nothing is offered: a burst goes out in one write, and
-// no event is ever left in the buffer of an idle stream.
-func TestNDJSONFlushWaitsOnlyForAnOfferedEvent(t *testing.T) {
+// serveBurst serves an NDJSON event subscription whose handler offers n
+// events back to back (its sender waits for nothing but Recv); step runs
+// for each event once Recv took it and it was written into rec (step
+// flushes). It
+// returns what reached the writer and the stream's writer.
+func serveBurst(t *testing.T, n int, step func(i int, st *localEventStream, sw *streamWriter, rec *flushRecorder)) (*flushRecorder, *streamWriter) {
+	t.Helper()
 	rec := &flushRecorder{ResponseRecorder: httptest.NewRecorder()}
 	r := httptest.NewRequest(http.MethodGet, "/v1/events:subscribe", nil)
 	var sw *streamWriter
@@ -38,7 +39,6 @@ func TestNDJSONFlushWaitsOnlyForAnOfferedEvent(t *testing.T) {
 		defer cancel()
 		st := &localEventStream{ctx: ctx, cancel: cancel, events: make(chan *gatewayv1.Event), done: make(chan struct{})}
 		setFlushHint(ctx, st.eventWaiting)
-		const n = 4
 		go func() {
 			for i := range n {
 				_ = st.send(&gatewayv1.Event{Seq: uint64(i + 1)})
@@ -51,25 +51,38 @@ func TestNDJSONFlushWaitsOnlyForAnOfferedEvent(t *testing.T) {
 				return
 			}
 			fmt.Fprintf(w, "{\"seq\":%d}\n", ev.Seq)
-			if i < n-1 {
-				// The sender offers the next event (an event, not a sleep).
-				for !st.eventWaiting() {
-					runtime.Gosched()
-				}
-			}
-			before := rec.flushes
-			_ = sw.FlushError()
-			if i < n-1 && rec.flushes != before {
-				t.Errorf("event %d flushed while event %d was offered", i+1, i+2)
-			}
-			if i == n-1 && rec.flushed != rec.Body.Len() {
-				t.Errorf("the last event of the burst left %d bytes unflushed", rec.Body.Len()-rec.flushed)
-			}
-		}
-		if st.eventWaiting() {
-			t.Error("an event counted as offered after the burst was taken")
+			step(i, st, sw, rec)
 		}
 	})).ServeHTTP(rec, r)
+	return rec, sw
+}
+
+// TestNDJSONFlushWaitsOnlyForAnOfferedEvent: the NDJSON writer of an
+// in-process subscription skips a flush exactly while the handler is
+// offering the next event (which the next Recv takes at once), and flushes
+// everything once nothing is offered: a burst goes out in one write, and
+// no event is ever left in the buffer of an idle stream.
+func TestNDJSONFlushWaitsOnlyForAnOfferedEvent(t *testing.T) {
+	const n = 4
+	rec, sw := serveBurst(t, n, func(i int, st *localEventStream, sw *streamWriter, rec *flushRecorder) {
+		if i < n-1 {
+			// The sender offers the next event (an event, not a sleep).
+			for !st.eventWaiting() {
+				runtime.Gosched()
+			}
+		}
+		before := rec.flushes
+		_ = sw.FlushError()
+		if i < n-1 && rec.flushes != before {
+			t.Errorf("event %d flushed while event %d was offered", i+1, i+2)
+		}
+		if i == n-1 && rec.flushed != rec.Body.Len() {
+			t.Errorf("the last event of the burst left %d bytes unflushed", rec.Body.Len()-rec.flushed)
+		}
+		if i == n-1 && st.eventWaiting() {
+			t.Error("an event counted as offered after the burst was taken")
+		}
+	})
 	if sw == nil || sw.more == nil {
 		t.Fatal("the subscription's writer got no flush hint")
 	}
@@ -90,29 +103,8 @@ func TestNDJSONFlushWaitsOnlyForAnOfferedEvent(t *testing.T) {
 // to 2% with the yield, half without; the bound is 5%.
 func TestNDJSONFlushCoalescesAReadyBurst(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	rec := &flushRecorder{ResponseRecorder: httptest.NewRecorder()}
-	r := httptest.NewRequest(http.MethodGet, "/v1/events:subscribe", nil)
 	const n = 1000
-	streamFraming(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithCancel(r.Context())
-		defer cancel()
-		st := &localEventStream{ctx: ctx, cancel: cancel, events: make(chan *gatewayv1.Event), done: make(chan struct{})}
-		setFlushHint(ctx, st.eventWaiting)
-		go func() {
-			for i := range n {
-				_ = st.send(&gatewayv1.Event{Seq: uint64(i + 1)})
-			}
-		}()
-		for i := range n {
-			ev, err := st.Recv()
-			if err != nil || ev.Seq != uint64(i+1) {
-				t.Errorf("Recv %d: %v %v", i, ev, err)
-				return
-			}
-			fmt.Fprintf(w, "{\"seq\":%d}\n", ev.Seq)
-			_ = w.(*streamWriter).FlushError()
-		}
-	})).ServeHTTP(rec, r)
+	rec, _ := serveBurst(t, n, func(_ int, _ *localEventStream, sw *streamWriter, _ *flushRecorder) { _ = sw.FlushError() })
 	if rec.flushed != rec.Body.Len() {
 		t.Errorf("the burst's last event left %d bytes unflushed", rec.Body.Len()-rec.flushed)
 	}
