@@ -81,3 +81,39 @@ func serverCPU(b *testing.B, pg *cputime.Postgres) time.Duration {
 	}
 	return d
 }
+
+// BenchmarkRidingWithHook is the shape the gateway commits for a riding
+// small document (storetest.GatewayRidingLifecycle: one batch with the
+// finished row, its entity, the 4 KiB result and 6 events), 64 in flight,
+// with an event hook installed as the gateway's event log installs one:
+// the store's own CPU and the server's per document, what the gateway's
+// PostgreSQL path adds over SQLite's (docs/performance.md).
+func BenchmarkRidingWithHook(b *testing.B) {
+	dsn := pgtest.NewDatabase(b)
+	s := open(b, dsn)
+	var delivered atomic.Int64
+	s.SetEventHook(func(evs []store.EventRecord) { delivered.Add(int64(len(evs))) })
+	ctx := context.Background()
+	pg, err := cputime.FindPostgres(ctx, dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	content := make([]byte, 4096)
+	var n atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(32)
+	cpu0, srv0, reads0 := cputime.Process(), serverCPU(b, pg), s.TailReads()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := storetest.GatewayRidingLifecycle(ctx, s, fmt.Sprintf("d%d", n.Add(1)), content); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	cpu, srv := cputime.Process()-cpu0, serverCPU(b, pg)-srv0
+	docs := float64(n.Load())
+	b.ReportMetric(float64(cpu.Nanoseconds())/docs, "cpu-ns/doc")
+	b.ReportMetric(float64(srv.Nanoseconds())/docs, "server-ns/doc")
+	b.ReportMetric(float64(s.TailReads()-reads0)/docs, "reads/doc")
+}

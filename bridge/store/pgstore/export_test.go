@@ -48,3 +48,26 @@ func MigrateTo(ctx context.Context, conn *pgx.Conn, n int) error {
 	_, err := conn.Exec(ctx, "INSERT INTO schema_version VALUES ($1)", n)
 	return err
 }
+
+// TailReads is how many catch-up queries the listener and the commits
+// ran (each reads events back from the database).
+func (s *Store) TailReads() uint64 { return s.tail.reads.Load() }
+
+// HoldOwnCommit marks an own commit in flight, as one between sending its
+// transaction and delivering its events; release ends it (ownEnd).
+func (s *Store) HoldOwnCommit() (release func()) {
+	s.tail.ownBegin()
+	return s.tail.ownEnd
+}
+
+// OnDeferredNotification sets a func called with the seq of every
+// notification the listener leaves to an own commit in flight. Call it
+// before any commit.
+func (s *Store) OnDeferredNotification(f func(seq uint64)) { s.tail.onDeferred = f }
+
+// ReadBlocksSQL is the event read's query, without filters ($1 the
+// lowest seq wanted, $2 the number of blocks).
+const ReadBlocksSQL = readBlocksSQL + " ORDER BY b.first_seq LIMIT $2"
+
+// EventRangesSQL is EachEventRange's query ($1 from, $2 to, $3 width).
+const EventRangesSQL = eventRangesSQL

@@ -130,6 +130,8 @@ func (s *Store) runGroup(batch []*pending) {
 	}
 	ctx, stop := groupContext(live)
 	defer stop()
+	s.tail.ownBegin()
+	defer s.tail.ownEnd()
 	s.commitGroup(ctx, live)
 }
 
@@ -233,6 +235,8 @@ func (s *Store) applyStepwise(ctx context.Context, p *prepared) (store.CommitRes
 		res store.CommitResult
 		evs []store.EventRecord
 	)
+	s.tail.ownBegin()
+	defer s.tail.ownEnd()
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		res, evs = store.CommitResult{}, nil
 		var err error

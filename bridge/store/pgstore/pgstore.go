@@ -235,6 +235,7 @@ func (s *Store) start(ctx context.Context) error {
 	s.tail.delivered.Store(uint64(last))
 	s.tail.reported.Store(uint64(last))
 	lctx, cancel := context.WithCancel(context.Background())
+	s.tail.ctx = lctx
 	ready := make(chan error, 1)
 	go func() {
 		defer close(s.done)

@@ -29,6 +29,18 @@ type tail struct {
 	hook     atomic.Pointer[func([]store.EventRecord)]
 	reads    atomic.Uint64 // catch-up queries run (tests, metrics)
 	gaps     atomic.Uint64 // catch-ups that found seqs pruned before they were read
+	// own counts this replica's event-writing commits in flight (ownBegin
+	// to ownEnd). A notification that arrives meanwhile may be one of
+	// theirs, which the commit delivers itself (deliverOwn): the listener
+	// records its seq in owed instead of reading it back, and ownEnd reads
+	// whatever owed names that no commit delivered (another replica's).
+	own  atomic.Int64
+	owed atomic.Uint64
+	// ctx ends when the Store closes (a late retry of ownEnd's read stops).
+	ctx context.Context
+	// onDeferred, when set (tests), is called with the seq of each
+	// notification the listener left to an own commit in flight.
+	onDeferred func(seq uint64)
 }
 
 // SetEventHook installs fn (nil removes it). fn is called with committed
@@ -129,6 +141,40 @@ func (t *tail) publish(evs []store.EventRecord) {
 	}
 }
 
+// ownBegin marks one of this replica's commits in flight; call it before
+// the transaction is sent and ownEnd once it ended (after deliverOwn when
+// it committed).
+func (t *tail) ownBegin() { t.own.Add(1) }
+
+// ownEnd ends an own commit and reads the events of notifications the
+// listener left to it that no commit delivered: another replica's commit
+// that came after ours, or ours when we never learnt it committed (an
+// error after the COMMIT was sent). The listener stores owed before it
+// loads own, and ownEnd decrements own before it loads owed, so at least
+// one of the two reads every notified seq.
+func (t *tail) ownEnd() {
+	t.own.Add(-1)
+	if t.owed.Load() > t.delivered.Load() {
+		t.settleOwed()
+	}
+}
+
+// settleOwed catches up to what was notified; a failed read is tried
+// again a second later (no notification may come to retry it) until it
+// succeeds or the Store closes.
+func (t *tail) settleOwed() {
+	ctx, cancel := context.WithTimeout(t.ctx, catchUpTimeout)
+	defer cancel()
+	if err := t.catchUp(ctx, 0); err != nil && t.ctx.Err() == nil {
+		t.s.log.Warn("pgstore: reading notified events after our own commit; trying again in 1s", "err", err)
+		time.AfterFunc(time.Second, func() {
+			if t.ctx.Err() == nil && t.owed.Load() > t.delivered.Load() {
+				t.settleOwed()
+			}
+		})
+	}
+}
+
 // catchUp delivers every committed event after delivered (up to upTo when
 // upTo > 0).
 func (t *tail) catchUp(ctx context.Context, upTo uint64) error {
@@ -182,6 +228,26 @@ func (t *tail) catchUpLocked(ctx context.Context, upTo uint64) error {
 			return nil
 		}
 	}
+}
+
+// deferToOwn reports whether the events up to the notified seq are left
+// to this replica's commits in flight (ownEnd): most notifications a
+// replica receives are its own commits', which arrive before the commit
+// has delivered its events, and reading them back would cost a query and
+// a decode of every event (docs/performance.md, "PostgreSQL: own events
+// not read back").
+func (t *tail) deferToOwn(seq uint64) bool {
+	if seq == 0 {
+		return false
+	}
+	t.owed.Store(seq) // notifications arrive in commit order: seq only grows
+	if t.own.Load() == 0 {
+		return false
+	}
+	if f := t.onDeferred; f != nil {
+		f(seq)
+	}
+	return true
 }
 
 // pruned records that the committed seqs from..to were deleted (another
@@ -258,6 +324,9 @@ func (t *tail) session(ctx context.Context, ready chan<- error) (listened bool, 
 		seq, _ := strconv.ParseUint(n.Payload, 10, 64)
 		if seq != 0 && seq <= t.delivered.Load() {
 			continue // our own commit, or already read by a catch-up
+		}
+		if t.deferToOwn(seq) {
+			continue
 		}
 		if err := t.catchUp(ctx, 0); err != nil {
 			return true, err
