@@ -60,6 +60,29 @@ FROM event_blocks b
 WHERE b.first_seq >= coalesce((SELECT max(first_seq) FROM event_blocks WHERE first_seq <= (SELECT lo FROM f)), (SELECT lo FROM f))
 AND b.last_seq >= (SELECT lo FROM f)`
 
+// blocksQuery is readBlocksSQL with eq's filters, and its arguments. A
+// document's blocks are found through the doc_ids index first and then
+// read by primary key (an InitPlan array, "= ANY"): as a plain condition
+// on b, the generic plan walked every block from the lower bound and
+// dropped the other documents' with a filter, so the events of one
+// document from an early cursor (WatchDocument, its fold) cost a scan of
+// the history (TestReadNearTheHeadScansNoHistory).
+func blocksQuery(eq store.EventQuery, from int64, n int) (string, []any) {
+	var w where
+	w.args = []any{from, n}
+	sql := readBlocksSQL
+	if !eq.AllTenants {
+		sql += " AND b.tenants @> ARRAY[" + w.param(eq.Tenant) + "::text]"
+	}
+	if eq.DocID != "" {
+		sql += " AND b.first_seq = ANY(ARRAY(SELECT first_seq FROM event_blocks WHERE doc_ids @> ARRAY[" + w.param(eq.DocID) + "::text]))"
+	}
+	if len(eq.Kinds) > 0 {
+		sql += " AND b.kinds && " + w.param(eq.Kinds) + "::text[]"
+	}
+	return sql + " ORDER BY b.first_seq LIMIT $2", w.args
+}
+
 func readEvents(ctx context.Context, q querier, eq store.EventQuery) ([]store.EventRecord, error) {
 	limit := eq.Limit
 	if limit <= 0 {
@@ -88,19 +111,8 @@ func readEvents(ctx context.Context, q querier, eq store.EventQuery) ([]store.Ev
 // readBlocks reads up to n blocks at or after from that may hold events
 // matching eq, and the effective lower bound (from, or the floor).
 func readBlocks(ctx context.Context, q querier, eq store.EventQuery, from int64, n int) ([]eventBlock, int64, error) {
-	var w where
-	w.args = []any{from, n}
-	sql := readBlocksSQL
-	if !eq.AllTenants {
-		sql += " AND b.tenants @> ARRAY[" + w.param(eq.Tenant) + "::text]"
-	}
-	if eq.DocID != "" {
-		sql += " AND b.doc_ids @> ARRAY[" + w.param(eq.DocID) + "::text]"
-	}
-	if len(eq.Kinds) > 0 {
-		sql += " AND b.kinds && " + w.param(eq.Kinds) + "::text[]"
-	}
-	rows, err := q.Query(ctx, sql+" ORDER BY b.first_seq LIMIT $2", w.args...)
+	sql, args := blocksQuery(eq, from, n)
+	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, 0, asUnavailable(fmt.Errorf("pgstore: read events: %w", err))
 	}

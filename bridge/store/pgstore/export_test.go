@@ -4,6 +4,8 @@ import (
 	"context"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pipestream/gateway/bridge/store"
 )
 
 // PauseTail stops this replica's event deliveries (its listener and its
@@ -65,9 +67,11 @@ func (s *Store) HoldOwnCommit() (release func()) {
 // before any commit.
 func (s *Store) OnDeferredNotification(f func(seq uint64)) { s.tail.onDeferred = f }
 
-// ReadBlocksSQL is the event read's query, without filters ($1 the
-// lowest seq wanted, $2 the number of blocks).
-const ReadBlocksSQL = readBlocksSQL + " ORDER BY b.first_seq LIMIT $2"
+// BlocksQuery is the event read's query for eq from seq from, n blocks,
+// and its arguments.
+func BlocksQuery(eq store.EventQuery, from int64, n int) (string, []any) {
+	return blocksQuery(eq, from, n)
+}
 
 // EventRangesSQL is EachEventRange's query ($1 from, $2 to, $3 width).
 const EventRangesSQL = eventRangesSQL

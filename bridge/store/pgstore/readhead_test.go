@@ -3,23 +3,29 @@ package pgstore_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pipestream/gateway/bridge/store"
 	"github.com/pipestream/gateway/bridge/store/pgstore"
 	"github.com/pipestream/gateway/internal/pgtest"
 )
 
-// TestReadNearTheHeadScansNoHistory: reading the newest events (what a
-// live subscriber, a replica's tail and a resume near the head do), or
-// summarising their ranges (EachEventRange), touches the blocks it
-// returns, not the history below them, under both the
-// custom and the generic plan of the prepared statement (pgx prepares
-// it; PostgreSQL switches to the generic plan after five executions). On
-// the old query the planner walked the primary key from its start and
-// dropped every earlier block with a join filter: 8,000 blocks read for
-// the last 4.
+// TestReadNearTheHeadScansNoHistory: an event read touches the blocks it
+// returns, not the history around them, under both the custom and the
+// generic plan of the prepared statement (pgx prepares it; PostgreSQL
+// may switch to the generic plan after five executions):
+//   - the newest events (a live subscriber, a replica's tail, a resume
+//     near the head) and their ranges (EachEventRange);
+//   - one document's events from seq 1 (WatchDocument from an early
+//     cursor, its fold), with and without the tenant filter.
+//
+// On the old queries the planner walked the primary key from its start
+// (or from the bound, for a document) and dropped every other block with
+// a filter: 24,017 rows touched to read the last 4 of 8,000 blocks.
 func TestReadNearTheHeadScansNoHistory(t *testing.T) {
 	dsn := pgtest.NewDatabase(t)
 	open(t, dsn) // migrates
@@ -29,42 +35,82 @@ func TestReadNearTheHeadScansNoHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	const history = 8000
+	// 8,000 blocks of one event each, one document each, but document x
+	// has three: at seqs 10, 4000 and 7999.
 	for _, q := range []string{
-		`INSERT INTO event_blocks SELECT g, g, '{1}', '{k}', '{acme}', '{d}', '{0}', '{0}', '{0}', ARRAY['\x'::bytea] FROM generate_series(1, 8000) g`,
+		`INSERT INTO event_blocks SELECT g, g, '{1}', '{k}', '{acme}',
+			ARRAY[CASE WHEN g IN (10, 4000, 7999) THEN 'x' ELSE 'd' || g END], '{0}', '{0}', '{0}', ARRAY['\x'::bytea]
+			FROM generate_series(1, 8000) g`,
 		"UPDATE meta SET last_seq = 8000, event_count = 8000 WHERE id = 1",
 		"ANALYZE event_blocks",
-		"PREPARE rb(bigint, int) AS " + pgstore.ReadBlocksSQL,
-		"PREPARE er(bigint, bigint, bigint) AS " + pgstore.EventRangesSQL,
 	} {
 		if _, err := conn.Exec(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
-	reads := []struct{ name, execute string }{
-		{"the read of the last 4 blocks", "EXECUTE rb(7997, 4)"},
-		{"the ranges of the last 4 seqs", "EXECUTE er(7997, 8000, 1)"},
+	type read struct {
+		name string
+		sql  string
+		args []any
+		want float64 // rows returned
+	}
+	blocks := func(name string, eq store.EventQuery, from int64, want float64) read {
+		sql, args := pgstore.BlocksQuery(eq, from, 4)
+		return read{name, sql, args, want}
+	}
+	reads := []read{
+		blocks("the last 4 blocks", store.EventQuery{AllTenants: true}, 7997, 4),
+		blocks("document x from seq 1", store.EventQuery{AllTenants: true, DocID: "x"}, 1, 3),
+		blocks("document x of tenant acme from seq 1", store.EventQuery{Tenant: "acme", DocID: "x"}, 1, 3),
+		{"the ranges of the last 4 seqs", pgstore.EventRangesSQL, []any{int64(7997), int64(8000), int64(1)}, 4},
+	}
+	for i, r := range reads {
+		if _, err := conn.Exec(ctx, fmt.Sprintf("PREPARE r%d AS %s", i, r.sql)); err != nil {
+			t.Fatalf("prepare %s: %v", r.name, err)
+		}
 	}
 	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 		if _, err := conn.Exec(ctx, "SET plan_cache_mode = "+mode); err != nil {
 			t.Fatal(err)
 		}
-		for _, r := range reads {
-			var out string
-			if err := conn.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+r.execute).Scan(&out); err != nil {
-				t.Fatal(err)
-			}
-			var plans []struct{ Plan planNode }
-			if err := json.Unmarshal([]byte(out), &plans); err != nil || len(plans) != 1 {
-				t.Fatalf("EXPLAIN output %q: %v", out, err)
-			}
-			returned, touched := plans[0].Plan.rows()
-			if returned != 4 || touched > 60 {
-				t.Fatalf("%s, %s of %d: %.0f rows returned, %.0f rows touched (read or filtered out), want 4 and at most 60; plan: %s",
-					mode, r.name, history, returned, touched, out)
+		for i, r := range reads {
+			returned, touched, plan := explain(t, conn, fmt.Sprintf("EXECUTE r%d(%s)", i, literals(r.args)))
+			if returned != r.want || touched > 60 {
+				t.Fatalf("%s, %s of 8000 blocks: %.0f rows returned, %.0f rows touched (read or filtered out), want %.0f and at most 60; plan: %s",
+					mode, r.name, returned, touched, r.want, plan)
 			}
 		}
 	}
+}
+
+// literals renders args as SQL literals for EXECUTE.
+func literals(args []any) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		switch v := a.(type) {
+		case string:
+			out[i] = "'" + strings.ReplaceAll(v, "'", "''") + "'"
+		default:
+			out[i] = fmt.Sprint(v)
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// explain runs EXPLAIN (ANALYZE, FORMAT JSON) of stmt and returns the
+// rows of its top node, the rows every node read or filtered out, and the
+// plan.
+func explain(t *testing.T, conn *pgx.Conn, stmt string) (returned, touched float64, plan string) {
+	t.Helper()
+	if err := conn.QueryRow(context.Background(), "EXPLAIN (ANALYZE, FORMAT JSON) "+stmt).Scan(&plan); err != nil {
+		t.Fatalf("%s: %v", stmt, err)
+	}
+	var plans []struct{ Plan planNode }
+	if err := json.Unmarshal([]byte(plan), &plans); err != nil || len(plans) != 1 {
+		t.Fatalf("EXPLAIN output %q: %v", plan, err)
+	}
+	returned, touched = plans[0].Plan.rows()
+	return returned, touched, plan
 }
 
 // planNode is the part of an EXPLAIN (ANALYZE, FORMAT JSON) node this
