@@ -371,7 +371,7 @@ func (s *Store) PruneEvents(ctx context.Context, beforeSeq uint64) (store.PruneR
 		if err := tx.QueryRow(ctx, pruneCountSQL, floor, before).Scan(&n, &size); err != nil {
 			return fmt.Errorf("pgstore: prune: %w", err)
 		}
-		if _, err := tx.Exec(ctx, "DELETE FROM event_blocks WHERE last_seq < $1", before); err != nil {
+		if _, err := tx.Exec(ctx, pruneDeleteSQL, before); err != nil {
 			return fmt.Errorf("pgstore: prune: %w", err)
 		}
 		if _, err := tx.Exec(ctx, `UPDATE meta SET floor_seq = $3, event_count = event_count - $1,
@@ -383,6 +383,14 @@ func (s *Store) PruneEvents(ctx context.Context, beforeSeq uint64) (store.PruneR
 	})
 	return res, err
 }
+
+// pruneDeleteSQL deletes the blocks wholly below $1. The condition on
+// first_seq is implied by the one on last_seq (a block's first seq is at
+// most its last), but it is the one the primary key can seek: on last_seq
+// alone, which no index covers, every prune read every retained block to
+// delete the few below the floor, 200,000 rows for 10
+// (TestPruneScansOnlyThePrunedBlocks).
+const pruneDeleteSQL = "DELETE FROM event_blocks WHERE first_seq < $1 AND last_seq < $1"
 
 // pruneCountSQL counts the retained events in [$1, $2) and their encoded
 // size (body and seq field), as the counters hold them.

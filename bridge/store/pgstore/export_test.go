@@ -75,3 +75,25 @@ func BlocksQuery(eq store.EventQuery, from int64, n int) (string, []any) {
 
 // EventRangesSQL is EachEventRange's query ($1 from, $2 to, $3 width).
 const EventRangesSQL = eventRangesSQL
+
+// PruneDeleteSQL and PruneCountSQL are PruneEvents' DELETE ($1 the new
+// floor) and count ($1 the old floor, $2 the new one).
+const (
+	PruneDeleteSQL = pruneDeleteSQL
+	PruneCountSQL  = pruneCountSQL
+)
+
+// The statements on blobs of OpenPayload ($1 doc, $2 kind, $3 state),
+// RemovePayload ($1 doc, $2 kind), Sync's supersede ($1 new state, $2
+// touched, $3 doc, $4 kind, $5 old state) and the stale cleanup ($1 the
+// oldest touched time kept).
+const (
+	OpenPayloadSQL   = openPayloadSQL
+	RemovePayloadSQL = removePayloadSQL
+	SupersedeSQL     = supersedeSQL
+	RemoveStaleSQL   = removeStaleSQL
+)
+
+// RedeemedOfHeldSQL lists the claims in state $2 of the documents replica
+// $1 drives.
+const RedeemedOfHeldSQL = redeemedOfHeldSQL

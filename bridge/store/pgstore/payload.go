@@ -20,6 +20,21 @@ const (
 	blobSuperseded = 2 // replaced by a later Sync; kept for open readers
 )
 
+// The statements on blobs that name a document find its rows through
+// blobs_doc (schema migration 6) in every plan; before it, RemovePayload
+// read every blob, and OpenPayload and Sync did under the generic plan
+// (TestPayloadStatementsScanNoHistory).
+const (
+	openPayloadSQL   = "SELECT blob_id, size, chunk_size FROM blobs WHERE doc_id = $1 AND kind = $2 AND state = $3"
+	removePayloadSQL = "DELETE FROM blobs WHERE doc_id = $1 AND kind = $2"
+	supersedeSQL     = "UPDATE blobs SET state = $1, touched = $2 WHERE doc_id = $3 AND kind = $4 AND state = $5"
+	// removeStaleSQL names the synced state as a literal, not a
+	// parameter: only then does its condition imply the predicate of the
+	// partial index blobs_unsynced under the generic plan too, which
+	// otherwise read every blob after every Sync.
+	removeStaleSQL = "DELETE FROM blobs WHERE state <> 1 AND touched < $1"
+)
+
 // kindName names a payload kind in messages.
 func kindName(kind store.PayloadKind) string {
 	switch kind {
@@ -76,8 +91,7 @@ func (s *Store) OpenPayload(ctx context.Context, docID string, kind store.Payloa
 		return nil, err
 	}
 	r := &PayloadReader{s: s, curN: -1}
-	err := s.pool.QueryRow(ctx, "SELECT blob_id, size, chunk_size FROM blobs WHERE doc_id = $1 AND kind = $2 AND state = $3",
-		docID, int32(kind), blobSynced).Scan(&r.id, &r.size, &r.chunkSize)
+	err := s.pool.QueryRow(ctx, openPayloadSQL, docID, int32(kind), blobSynced).Scan(&r.id, &r.size, &r.chunkSize)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%w: %s payload of %s", store.ErrNotFound, kindName(kind), docID)
 	} else if err != nil {
@@ -102,7 +116,7 @@ func (s *Store) RemovePayload(ctx context.Context, docID string, kind store.Payl
 	if err := checkKind(kind); err != nil {
 		return err
 	}
-	if _, err := s.pool.Exec(ctx, "DELETE FROM blobs WHERE doc_id = $1 AND kind = $2", docID, int32(kind)); err != nil {
+	if _, err := s.pool.Exec(ctx, removePayloadSQL, docID, int32(kind)); err != nil {
 		return mapErr(fmt.Sprintf("remove %s payload of %s", kindName(kind), docID), err)
 	}
 	return nil
@@ -201,8 +215,7 @@ func (w *PayloadWriter) Sync() error {
 		if err := fence.check(ctx, tx); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, "UPDATE blobs SET state = $1, touched = $2 WHERE doc_id = $3 AND kind = $4 AND state = $5",
-			blobSuperseded, time.Now().UnixNano(), w.docID, w.kind, blobSynced); err != nil {
+		if _, err := tx.Exec(ctx, supersedeSQL, blobSuperseded, time.Now().UnixNano(), w.docID, w.kind, blobSynced); err != nil {
 			return err
 		}
 		tag, err := tx.Exec(ctx, "UPDATE blobs SET state = $1, size = $2 WHERE blob_id = $3 AND state = $4", blobSynced, w.size, w.id, blobWriting)
@@ -362,7 +375,7 @@ func (r *PayloadReader) Close() error {
 // removeStaleBlobs deletes blobs left unsynced (a crashed replica's upload)
 // or superseded for staleBlobAge.
 func (s *Store) removeStaleBlobs(ctx context.Context) error {
-	_, err := s.pool.Exec(ctx, "DELETE FROM blobs WHERE state <> $1 AND touched < $2", blobSynced, time.Now().Add(-staleBlobAge).UnixNano())
+	_, err := s.pool.Exec(ctx, removeStaleSQL, time.Now().Add(-staleBlobAge).UnixNano())
 	if err != nil {
 		return fmt.Errorf("pgstore: remove stale payloads: %w", err)
 	}

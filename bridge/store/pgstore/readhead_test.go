@@ -90,11 +90,24 @@ func literals(args []any) string {
 		switch v := a.(type) {
 		case string:
 			out[i] = "'" + strings.ReplaceAll(v, "'", "''") + "'"
+		case []string:
+			out[i] = "ARRAY[" + literals(toAny(v)) + "]::text[]"
+		case []int64:
+			out[i] = "ARRAY[" + literals(toAny(v)) + "]::bigint[]"
 		default:
 			out[i] = fmt.Sprint(v)
 		}
 	}
 	return strings.Join(out, ", ")
+}
+
+// toAny converts a slice for literals.
+func toAny[T any](s []T) []any {
+	out := make([]any, len(s))
+	for i, v := range s {
+		out[i] = v
+	}
+	return out
 }
 
 // explain runs EXPLAIN (ANALYZE, FORMAT JSON) of stmt and returns the

@@ -264,6 +264,16 @@ CREATE CONSTRAINT TRIGGER digests_snapshot_fold AFTER INSERT OR UPDATE OF body O
 	WHEN (current_setting('pipestream.snapshot_fold', true) IS DISTINCT FROM 'queued')
 	EXECUTE FUNCTION pipestream_snapshot_fold();
 `,
+	// 6: a document's streamed payloads by (doc_id, kind) in every state
+	// (payload.go). The partial indexes cover only the synced payload of a
+	// kind and the unsynced ones by age, so RemovePayload (every state)
+	// read every blob of every document, and so did OpenPayload and Sync
+	// under the generic plan of their prepared statements, whose state
+	// parameter cannot match a partial index's predicate
+	// (TestPayloadStatementsScanNoHistory).
+	`
+CREATE INDEX blobs_doc ON blobs(doc_id, kind);
+`,
 }
 
 // SchemaVersion is the schema version this binary migrates to.
