@@ -97,3 +97,10 @@ const (
 // RedeemedOfHeldSQL lists the claims in state $2 of the documents replica
 // $1 drives.
 const RedeemedOfHeldSQL = redeemedOfHeldSQL
+
+// BlobSyncedSQL and BlobSynced are the synced state as written into SQL
+// text and as the constant.
+const (
+	BlobSyncedSQL = blobSyncedSQL
+	BlobSynced    = blobSynced
+)

@@ -32,7 +32,8 @@ const (
 	// parameter: only then does its condition imply the predicate of the
 	// partial index blobs_unsynced under the generic plan too, which
 	// otherwise read every blob after every Sync.
-	removeStaleSQL = "DELETE FROM blobs WHERE state <> 1 AND touched < $1"
+	removeStaleSQL = "DELETE FROM blobs WHERE state <> " + blobSyncedSQL + " AND touched < $1"
+	blobSyncedSQL  = "1" // blobSynced, as SQL text (TestBlobSyncedSQL)
 )
 
 // kindName names a payload kind in messages.

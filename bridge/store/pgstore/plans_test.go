@@ -3,6 +3,7 @@ package pgstore_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -148,4 +149,13 @@ func TestRedeemedOfHeldScansOnlyHeldClaims(t *testing.T) {
 	checkPlans(t, conn, []statement{
 		{"the redeemed claims of the documents r1 drives", pgstore.RedeemedOfHeldSQL, []any{"r1", int32(2)}, heldDocs, 2*heldDocs + 10},
 	})
+}
+
+// TestBlobSyncedSQL: the synced state written into removeStaleSQL as a
+// literal (so that its partial index serves the generic plan) is the
+// constant's value.
+func TestBlobSyncedSQL(t *testing.T) {
+	if want := strconv.Itoa(pgstore.BlobSynced); pgstore.BlobSyncedSQL != want {
+		t.Fatalf("blobSyncedSQL is %q, blobSynced is %s", pgstore.BlobSyncedSQL, want)
+	}
 }
