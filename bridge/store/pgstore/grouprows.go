@@ -26,8 +26,17 @@ var upsertEntitiesSQL = `INSERT INTO entities
 		$8::int[], $9::bigint[], $10::bigint[], $11::bigint[], $12::text[], $13::bigint[], $14::text[])
 		ON CONFLICT` + strings.SplitN(upsertEntitySQL, "ON CONFLICT", 2)[1]
 
+// upsertPayloadsSQL writes the group's inline payloads. Their bodies come
+// as one bytea ($3), each row a substring of it (1-based offset $4, length
+// $5), not as a bytea[]: pgx encodes an array element by element into a
+// parameter buffer that starts at 256 octets and grows by about a quarter
+// each time it is full, so a group of N 4 KiB bodies reallocated and
+// copied the whole buffer N times, quadratic in the group (runtime.growslice
+// was ~10% of the PostgreSQL gateway's CPU per small document,
+// docs/performance.md "Session 20"). One bytea is appended in one step.
 const (
-	upsertPayloadsSQL = `INSERT INTO payloads (doc_id, kind, body) SELECT * FROM unnest($1::text[], $2::int[], $3::bytea[])
+	upsertPayloadsSQL = `INSERT INTO payloads (doc_id, kind, body)
+		SELECT d, k, substring($3::bytea FROM o FOR n) FROM unnest($1::text[], $2::int[], $4::int[], $5::int[]) AS t(d, k, o, n)
 		ON CONFLICT (doc_id, kind) DO UPDATE SET body=excluded.body`
 	deletePayloadsSQL = `DELETE FROM payloads p USING unnest($1::text[], $2::int[]) AS k(doc_id, kind)
 		WHERE p.doc_id = k.doc_id AND p.kind = k.kind`
@@ -40,6 +49,7 @@ type groupRows struct {
 	putDoc     []string
 	putKind    []int32
 	putBody    [][]byte
+	putBytes   int64 // the sum of putBody's lengths
 	delDoc     []string
 	delKind    []int32
 	entityKeys map[entityKey]bool
@@ -97,6 +107,9 @@ func collectGroupRows(ps []*prepared) (*groupRows, bool) {
 				g.delDoc, g.delKind = append(g.delDoc, x.DocID), append(g.delKind, int32(x.Kind))
 			} else {
 				g.putDoc, g.putKind, g.putBody = append(g.putDoc, x.DocID), append(g.putKind, int32(x.Kind)), append(g.putBody, x.Body)
+				if g.putBytes += int64(len(x.Body)); g.putBytes > maxMergedPayloadBytes {
+					return nil, false
+				}
 			}
 		}
 	}
@@ -112,8 +125,33 @@ func (g *groupRows) queue(pl *pipeline) {
 		pl.exec(-1, false, deletePayloadsSQL, g.delDoc, g.delKind)
 	}
 	if len(g.putDoc) > 0 {
-		pl.exec(-1, false, upsertPayloadsSQL, g.putDoc, g.putKind, g.putBody)
+		bodies, offsets, lengths := concatBodies(g.putBody)
+		pl.exec(-1, false, upsertPayloadsSQL, g.putDoc, g.putKind, bodies, offsets, lengths)
 	}
+}
+
+// maxMergedPayloadBytes bounds the inline payload bytes one multi-row
+// statement carries (concatBodies' int32 offsets, PostgreSQL's 1 GB limit
+// on a value); a group over it sends each batch's rows on their own. The
+// gateway's inline payloads are at most 64 KiB, so 128 batches stay far
+// below it.
+const maxMergedPayloadBytes = 256 << 20
+
+// concatBodies joins bodies into one slice and returns each one's 1-based
+// offset and length in it (upsertPayloadsSQL); their sum is at most
+// maxMergedPayloadBytes.
+func concatBodies(bodies [][]byte) (all []byte, offsets, lengths []int32) {
+	n := 0
+	for _, b := range bodies {
+		n += len(b)
+	}
+	all = make([]byte, 0, n)
+	offsets, lengths = make([]int32, len(bodies)), make([]int32, len(bodies))
+	for i, b := range bodies {
+		offsets[i], lengths[i] = int32(len(all)+1), int32(len(b))
+		all = append(all, b...)
+	}
+	return all, offsets, lengths
 }
 
 // entityColumns turns the collected entity arguments (entityArgs' types)

@@ -60,3 +60,40 @@ func TestCollectGroupRowsMergesOnlyCommutingRows(t *testing.T) {
 		}
 	}
 }
+
+// TestConcatBodiesOffsets: each body is the substring its 1-based offset
+// and length name (upsertPayloadsSQL), empty bodies included.
+func TestConcatBodiesOffsets(t *testing.T) {
+	bodies := [][]byte{[]byte("abc"), {}, []byte("d"), make([]byte, 5000), []byte("ef")}
+	all, offs, lens := concatBodies(bodies)
+	for i, b := range bodies {
+		got := all[offs[i]-1 : offs[i]-1+lens[i]]
+		if string(got) != string(b) {
+			t.Errorf("body %d: offset %d length %d gives %q, want %q", i, offs[i], lens[i], got, b)
+		}
+	}
+	if len(all) != 5006 {
+		t.Errorf("%d octets in all, want 5006", len(all))
+	}
+}
+
+// TestCollectGroupRowsBoundsMergedPayloadBytes: a group whose inline
+// payloads sum to more than maxMergedPayloadBytes keeps the batches' own
+// statements.
+func TestCollectGroupRowsBoundsMergedPayloadBytes(t *testing.T) {
+	big := make([]byte, maxMergedPayloadBytes/2+1)
+	var ps []*prepared
+	for _, id := range []string{"a", "b"} {
+		p, err := prepare(&store.Batch{Payloads: []store.PayloadRecord{{DocID: id, Kind: store.PayloadContent, Body: big}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, p)
+	}
+	if _, merged := collectGroupRows(ps[:1]); !merged {
+		t.Fatal("one payload under the bound: not merged")
+	}
+	if _, merged := collectGroupRows(ps); merged {
+		t.Fatalf("payloads of %d octets in all merged, bound %d", 2*len(big), maxMergedPayloadBytes)
+	}
+}
