@@ -242,7 +242,11 @@ func (t *tail) deferToOwn(seq uint64) bool {
 	}
 	t.owed.Store(seq) // notifications arrive in commit order: seq only grows
 	if t.own.Load() == 0 {
-		return false
+		// No own commit in flight. One that ended since the listener
+		// compared seq with delivered has delivered its events by now
+		// (deliverOwn runs before ownEnd): compare again rather than read
+		// them back.
+		return seq <= t.delivered.Load()
 	}
 	if f := t.onDeferred; f != nil {
 		f(seq)
