@@ -130,9 +130,22 @@ func (s *Store) runGroup(batch []*pending) {
 	}
 	ctx, stop := groupContext(live)
 	defer stop()
-	s.tail.ownBegin()
-	defer s.tail.ownEnd()
+	if writesEvents(live) {
+		s.tail.ownBegin()
+		defer s.tail.ownEnd()
+	}
 	s.commitGroup(ctx, live)
+}
+
+// writesEvents reports whether a member of batch appends events (its
+// commit then delivers them itself: tail.ownBegin).
+func writesEvents(batch []*pending) bool {
+	for _, w := range batch {
+		if len(w.p.events) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // groupContext ends when the ctx of every member ended.
@@ -235,8 +248,10 @@ func (s *Store) applyStepwise(ctx context.Context, p *prepared) (store.CommitRes
 		res store.CommitResult
 		evs []store.EventRecord
 	)
-	s.tail.ownBegin()
-	defer s.tail.ownEnd()
+	if len(p.events) > 0 {
+		s.tail.ownBegin()
+		defer s.tail.ownEnd()
+	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		res, evs = store.CommitResult{}, nil
 		var err error

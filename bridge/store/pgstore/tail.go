@@ -32,8 +32,8 @@ type tail struct {
 	// own counts this replica's event-writing commits in flight (ownBegin
 	// to ownEnd). A notification that arrives meanwhile may be one of
 	// theirs, which the commit delivers itself (deliverOwn): the listener
-	// records its seq in owed instead of reading it back, and ownEnd reads
-	// whatever owed names that no commit delivered (another replica's).
+	// records its seq in owed instead of reading it back, and the last of
+	// them to end reads whatever owed names that no commit delivered.
 	own  atomic.Int64
 	owed atomic.Uint64
 	// ctx ends when the Store closes (a late retry of ownEnd's read stops).
@@ -141,20 +141,27 @@ func (t *tail) publish(evs []store.EventRecord) {
 	}
 }
 
-// ownBegin marks one of this replica's commits in flight; call it before
-// the transaction is sent and ownEnd once it ended (after deliverOwn when
-// it committed).
+// ownBegin marks one of this replica's event-writing commits in flight;
+// call it before the transaction is sent and ownEnd once it ended (after
+// deliverOwn when it committed). Commits without events must not be
+// counted: they deliver nothing, so a stream of them could hold own above
+// zero and leave a notified seq unread.
 func (t *tail) ownBegin() { t.own.Add(1) }
 
-// ownEnd ends an own commit and reads the events of notifications the
-// listener left to it that no commit delivered: another replica's commit
-// that came after ours, or ours when we never learnt it committed (an
-// error after the COMMIT was sent). The listener stores owed before it
-// loads own, and ownEnd decrements own before it loads owed, so at least
-// one of the two reads every notified seq.
+// ownEnd ends an own commit. The last one in flight reads the events of
+// the notifications left to the commits that no commit delivered: another
+// replica's commit that came after ours, or ours when we never learnt it
+// committed (an error after the COMMIT was sent). While others are still
+// in flight it leaves them to those: each of them either commits after
+// the notified seq, and its deliverOwn reads the seqs before its own
+// first, or ends, down to the last. The listener stores owed before it
+// loads own, and ownEnd decrements own before it loads owed, so one of the
+// two reads every notified seq. (Reading at every end instead read the
+// events of a commit still in flight whose notification beat it: the
+// group runner lets a member's Commit return, and the next commit start
+// in the second group, before its own ownEnd.)
 func (t *tail) ownEnd() {
-	t.own.Add(-1)
-	if t.owed.Load() > t.delivered.Load() {
+	if t.own.Add(-1) == 0 && t.owed.Load() > t.delivered.Load() {
 		t.settleOwed()
 	}
 }
