@@ -785,6 +785,10 @@ func checkProcessorNotToD04(t *testing.T, g *gatewayProc, mode string) {
 
 func checkD04Sessions(t *testing.T, s *d04Server, docs [][]byte, mode string) {
 	t.Helper()
+	// The server records a session once it read the cursor update that
+	// follows the terminal COMPLETE, which the gateway may send after it
+	// marked the document SUCCEEDED: wait for it rather than look early.
+	_ = s.wait(ctxT(t, 30*time.Second), "the reference server's sessions", func() bool { return len(s.sessions) >= len(docs) })
 	sess, errs, conns := s.snapshot()
 	t.Logf("reference server (%s): %d connections, %d sessions, refused: %s", mode, conns, len(sess), errorsText(errs))
 	if len(sess) != len(docs) {
