@@ -447,11 +447,15 @@ func (b *Bridge) waitForWork(ctx context.Context, pc *peerConn) bool {
 			(pc.active == nil && b.reg.liveSessions(pc) < b.opts.PeerDraft04Conns &&
 				(b.queuedWithoutMetadataLocked() || b.probeDraft04Locked(pc)))
 		pc.dialing = ready // a peer nothing dials is idle, not connecting
+		wait := redialMax
+		if d := time.Until(pc.retryAt); pc.lastErr != "" && d > 0 && d < wait {
+			wait = d // a down peer is probed when its backoff has passed
+		}
 		b.mu.Unlock()
 		if ready {
 			return true
 		}
-		t := time.NewTimer(redialMax)
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -481,9 +485,19 @@ func (b *Bridge) queuedWithoutMetadataLocked() bool {
 // a draft-02 peer takes every queued document at once, so without this
 // the draft-04 peer would never be dialled again and never get its share
 // (placement counts it once it answered, candidateRegLocked).
+//
+// A peer whose last dial or session failed is probed, backoff passed, work
+// or not, until it answers: it shows "down" until then, and with no
+// document to dial it for, a peer killed and restarted while its dial
+// failed stayed "down" on /healthz for good (torture seed
+// 1795970435618862729: a dial that met the restart timed out reading
+// CAPABILITIES, and the round's last document went elsewhere).
 func (b *Bridge) probeDraft04Locked(pc *peerConn) bool {
 	if pc.ok || time.Now().Before(pc.retryAt) {
 		return false
+	}
+	if pc.lastErr != "" {
+		return true
 	}
 	for ss := range b.sessions {
 		if ss.pc != pc && !ss.closed && len(ss.docs) > 0 {

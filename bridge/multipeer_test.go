@@ -586,3 +586,53 @@ func TestManyPeersDraft04GetsTrickle(t *testing.T) {
 	}
 	t.Logf("%v sessions to the draft-04 peer for %d documents", va, len(ids))
 }
+
+// A draft-04 peer whose dial failed is dialled again, backoff passed, with
+// no document asking for it, until it answers: otherwise a peer that was
+// down when the last document wanted it stays "down" on /healthz after
+// it came back, for as long as no document arrives (the torture checker's
+// invariant 7; seed 1795970435618862729 met it when a killed peer's
+// restart raced the dial of the round's last documents). While the
+// document is gone, the address answers with a certificate the bridge
+// does not trust (each dial fails at once) and the test counts the dials:
+// before, the connection loop parked after at most one more (the one
+// already past its wait for work).
+func TestDraft04PeerDownIsProbedWithoutWork(t *testing.T) {
+	a := newTestPeer(t)
+	a.stop(0)
+	wrong := &testPeer{t: t, addr: a.addr, dir: t.TempDir()} // a certificate of its own
+	wrong.start()
+	dials := make(chan struct{}, 64)
+	t.Cleanup(bridge.OnDialing(func(string) {
+		select {
+		case dials <- struct{}{}:
+		default:
+		}
+	}))
+	e := &env{t: t, dir: t.TempDir()}
+	e.opts = bridge.Options{DataDir: e.dir, Logger: quietLogger(), Peers: []bridge.PeerEndpoint{
+		{Addr: a.addr, CAPEM: a.cert, Framing: quicpeer.FramingDraft04}}}
+	e.startBridge()
+	t.Cleanup(func() { e.closeBridge() })
+	doc := e.submit([]byte("a document for a peer that is down"), &gatewayv1.SubmitDocumentRequest{ContentType: "text/plain"})
+	e.waitPeer(a.addr, "down after the document's dial failed", func(p bridge.PeerStatus) bool { return p.State == "down" })
+	if _, err := e.b.Cancel(context.Background(), "", doc.Id); err != nil {
+		t.Fatal(err)
+	}
+	for len(dials) > 0 {
+		<-dials
+	}
+	deadline := time.After(20 * time.Second) // backoff 0.1 s doubling: three dials within ~2 s
+	for n := 0; n < 3; n++ {
+		select {
+		case <-dials:
+		case <-deadline:
+			t.Fatalf("%d dials of the down draft-04 peer in 20 s with no document asking, want 3 (it would stay \"down\" once it is back): %+v", n, e.peerStatus(a.addr))
+		}
+	}
+	wrong.stop(0)
+	a.start()
+	e.waitPeer(a.addr, "answering again with no document asking", func(p bridge.PeerStatus) bool {
+		return p.State == "connected" || p.State == "idle"
+	})
+}
