@@ -49,29 +49,37 @@ func BenchmarkCommit(b *testing.B) {
 func BenchmarkSmallDocumentLifecycle(b *testing.B) {
 	dsn := pgtest.NewDatabase(b)
 	s := open(b, dsn)
+	content := make([]byte, 4096)
+	cpu, srv, docs := runDocs(b, dsn, func(ctx context.Context, id string) error {
+		return storetest.SmallDocumentLifecycle(ctx, s, id, content, false)
+	})
+	b.ReportMetric(float64(cpu.Nanoseconds())/docs, "cpu-ns/doc")
+	b.ReportMetric(float64(srv.Nanoseconds())/docs, "server-ns/doc")
+	b.ReportMetric(float64((cpu+srv).Nanoseconds())/docs, "total-ns/doc")
+}
+
+// runDocs runs one document's lifecycle (one, with ids d1, d2, ...) per
+// iteration, 64 in flight on 2 CPUs, and returns this process's and the
+// PostgreSQL server's CPU over the run and the number of documents.
+func runDocs(b *testing.B, dsn string, one func(ctx context.Context, id string) error) (cpu, srv time.Duration, docs float64) {
 	ctx := context.Background()
 	pg, err := cputime.FindPostgres(ctx, dsn)
 	if err != nil {
 		b.Fatal(err)
 	}
-	content := make([]byte, 4096)
 	var n atomic.Int64
 	b.ReportAllocs()
-	b.SetParallelism(32) // 64 in flight on 2 CPUs
+	b.SetParallelism(32)
 	cpu0, srv0 := cputime.Process(), serverCPU(b, pg)
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if err := storetest.SmallDocumentLifecycle(ctx, s, fmt.Sprintf("d%d", n.Add(1)), content, false); err != nil {
+			if err := one(ctx, fmt.Sprintf("d%d", n.Add(1))); err != nil {
 				b.Error(err)
 				return
 			}
 		}
 	})
-	cpu, srv := cputime.Process()-cpu0, serverCPU(b, pg)-srv0
-	docs := float64(n.Load())
-	b.ReportMetric(float64(cpu.Nanoseconds())/docs, "cpu-ns/doc")
-	b.ReportMetric(float64(srv.Nanoseconds())/docs, "server-ns/doc")
-	b.ReportMetric(float64((cpu+srv).Nanoseconds())/docs, "total-ns/doc")
+	return cputime.Process() - cpu0, serverCPU(b, pg) - srv0, float64(n.Load())
 }
 
 func serverCPU(b *testing.B, pg *cputime.Postgres) time.Duration {
@@ -93,26 +101,11 @@ func BenchmarkRidingWithHook(b *testing.B) {
 	s := open(b, dsn)
 	var delivered atomic.Int64
 	s.SetEventHook(func(evs []store.EventRecord) { delivered.Add(int64(len(evs))) })
-	ctx := context.Background()
-	pg, err := cputime.FindPostgres(ctx, dsn)
-	if err != nil {
-		b.Fatal(err)
-	}
 	content := make([]byte, 4096)
-	var n atomic.Int64
-	b.ReportAllocs()
-	b.SetParallelism(32)
-	cpu0, srv0, reads0 := cputime.Process(), serverCPU(b, pg), s.TailReads()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			if err := storetest.GatewayRidingLifecycle(ctx, s, fmt.Sprintf("d%d", n.Add(1)), content); err != nil {
-				b.Error(err)
-				return
-			}
-		}
+	reads0 := s.TailReads()
+	cpu, srv, docs := runDocs(b, dsn, func(ctx context.Context, id string) error {
+		return storetest.GatewayRidingLifecycle(ctx, s, id, content)
 	})
-	cpu, srv := cputime.Process()-cpu0, serverCPU(b, pg)-srv0
-	docs := float64(n.Load())
 	b.ReportMetric(float64(cpu.Nanoseconds())/docs, "cpu-ns/doc")
 	b.ReportMetric(float64(srv.Nanoseconds())/docs, "server-ns/doc")
 	b.ReportMetric(float64(s.TailReads()-reads0)/docs, "reads/doc")

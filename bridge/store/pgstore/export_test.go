@@ -63,9 +63,8 @@ func (s *Store) HoldOwnCommit() (release func()) {
 }
 
 // OnDeferredNotification sets a func called with the seq of every
-// notification the listener leaves to an own commit in flight. Call it
-// before any commit.
-func (s *Store) OnDeferredNotification(f func(seq uint64)) { s.tail.onDeferred = f }
+// notification the listener leaves to an own commit in flight.
+func (s *Store) OnDeferredNotification(f func(seq uint64)) { s.tail.onDeferred.Store(&f) }
 
 // BlocksQuery is the event read's query for eq from seq from, n blocks,
 // and its arguments.

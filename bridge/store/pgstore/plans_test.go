@@ -28,6 +28,9 @@ const historyDocs = 20000
 // by replica "r1" with a live lease.
 const heldDocs = 2000
 
+// historyStore names the synthetic store in failure messages.
+var historyStore = fmt.Sprintf("%d documents", historyDocs)
+
 // history opens a connection to a new migrated database holding the
 // synthetic store: historyDocs documents d1..dN of tenant acme, the newest
 // heldDocs of them running and held by r1, the others succeeded and
@@ -81,8 +84,9 @@ type statement struct {
 // checkPlans prepares every statement and explains it under the custom
 // and the generic plan, in a transaction rolled back after each (a write
 // changes nothing for the next). It fails on a statement that returns
-// other than want rows or touches more than touched.
-func checkPlans(t *testing.T, conn *pgx.Conn, stmts []statement) {
+// other than want rows or touches more than touched; store names the
+// synthetic store in the message.
+func checkPlans(t *testing.T, conn *pgx.Conn, store string, stmts []statement) {
 	t.Helper()
 	ctx := context.Background()
 	for i, st := range stmts {
@@ -104,8 +108,8 @@ func checkPlans(t *testing.T, conn *pgx.Conn, stmts []statement) {
 				t.Fatal(err)
 			}
 			if returned != st.want || touched > st.touched {
-				t.Errorf("%s, %s on %d documents: %.0f rows returned, %.0f rows touched (read or filtered out), want %.0f and at most %.0f; plan: %s",
-					mode, st.name, historyDocs, returned, touched, st.want, st.touched, plan)
+				t.Errorf("%s, %s on %s: %.0f rows returned, %.0f rows touched (read or filtered out), want %.0f and at most %.0f; plan: %s",
+					mode, st.name, store, returned, touched, st.want, st.touched, plan)
 			}
 		}
 	}
@@ -117,7 +121,7 @@ func checkPlans(t *testing.T, conn *pgx.Conn, stmts []statement) {
 // every block: 20,000 rows touched to delete 10.
 func TestPruneScansOnlyThePrunedBlocks(t *testing.T) {
 	conn := history(t)
-	checkPlans(t, conn, []statement{
+	checkPlans(t, conn, historyStore, []statement{
 		{"the DELETE of the blocks below seq 11", pgstore.PruneDeleteSQL, []any{int64(11)}, 0, 40},
 		{"the count of the events below seq 11", pgstore.PruneCountSQL, []any{int64(0), int64(11)}, 1, 40},
 	})
@@ -132,7 +136,7 @@ func TestPruneScansOnlyThePrunedBlocks(t *testing.T) {
 func TestPayloadStatementsScanNoHistory(t *testing.T) {
 	conn := history(t)
 	doc := fmt.Sprintf("d%d", historyDocs-1)
-	checkPlans(t, conn, []statement{
+	checkPlans(t, conn, historyStore, []statement{
 		{"OpenPayload", pgstore.OpenPayloadSQL, []any{doc, int32(2), int32(1)}, 1, 10},
 		{"RemovePayload", pgstore.RemovePayloadSQL, []any{doc, int32(2)}, 0, 10},
 		{"Sync's supersede", pgstore.SupersedeSQL, []any{int32(2), int64(1), doc, int32(2), int32(1)}, 0, 10},
@@ -146,7 +150,7 @@ func TestPayloadStatementsScanNoHistory(t *testing.T) {
 // claim was read under both plans: 26,000 rows touched for 2,000.
 func TestRedeemedOfHeldScansOnlyHeldClaims(t *testing.T) {
 	conn := history(t)
-	checkPlans(t, conn, []statement{
+	checkPlans(t, conn, historyStore, []statement{
 		{"the redeemed claims of the documents r1 drives", pgstore.RedeemedOfHeldSQL, []any{"r1", int32(2)}, heldDocs, 2*heldDocs + 10},
 	})
 }

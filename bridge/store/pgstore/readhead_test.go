@@ -48,39 +48,16 @@ func TestReadNearTheHeadScansNoHistory(t *testing.T) {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
-	type read struct {
-		name string
-		sql  string
-		args []any
-		want float64 // rows returned
-	}
-	blocks := func(name string, eq store.EventQuery, from int64, want float64) read {
+	blocks := func(name string, eq store.EventQuery, from int64, want float64) statement {
 		sql, args := pgstore.BlocksQuery(eq, from, 4)
-		return read{name, sql, args, want}
+		return statement{name, sql, args, want, 60}
 	}
-	reads := []read{
+	checkPlans(t, conn, "8000 event blocks", []statement{
 		blocks("the last 4 blocks", store.EventQuery{AllTenants: true}, 7997, 4),
 		blocks("document x from seq 1", store.EventQuery{AllTenants: true, DocID: "x"}, 1, 3),
 		blocks("document x of tenant acme from seq 1", store.EventQuery{Tenant: "acme", DocID: "x"}, 1, 3),
-		{"the ranges of the last 4 seqs", pgstore.EventRangesSQL, []any{int64(7997), int64(8000), int64(1)}, 4},
-	}
-	for i, r := range reads {
-		if _, err := conn.Exec(ctx, fmt.Sprintf("PREPARE r%d AS %s", i, r.sql)); err != nil {
-			t.Fatalf("prepare %s: %v", r.name, err)
-		}
-	}
-	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-		if _, err := conn.Exec(ctx, "SET plan_cache_mode = "+mode); err != nil {
-			t.Fatal(err)
-		}
-		for i, r := range reads {
-			returned, touched, plan := explain(t, conn, fmt.Sprintf("EXECUTE r%d(%s)", i, literals(r.args)))
-			if returned != r.want || touched > 60 {
-				t.Fatalf("%s, %s of 8000 blocks: %.0f rows returned, %.0f rows touched (read or filtered out), want %.0f and at most 60; plan: %s",
-					mode, r.name, returned, touched, r.want, plan)
-			}
-		}
-	}
+		{"the ranges of the last 4 seqs", pgstore.EventRangesSQL, []any{int64(7997), int64(8000), int64(1)}, 4, 60},
+	})
 }
 
 // literals renders args as SQL literals for EXECUTE.

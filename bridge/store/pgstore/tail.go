@@ -40,7 +40,7 @@ type tail struct {
 	ctx context.Context
 	// onDeferred, when set (tests), is called with the seq of each
 	// notification the listener left to an own commit in flight.
-	onDeferred func(seq uint64)
+	onDeferred atomic.Pointer[func(seq uint64)]
 }
 
 // SetEventHook installs fn (nil removes it). fn is called with committed
@@ -255,8 +255,8 @@ func (t *tail) deferToOwn(seq uint64) bool {
 		// them back.
 		return seq <= t.delivered.Load()
 	}
-	if f := t.onDeferred; f != nil {
-		f(seq)
+	if f := t.onDeferred.Load(); f != nil {
+		(*f)(seq)
 	}
 	return true
 }
